@@ -1,0 +1,596 @@
+//! The MSR's XML config as the agent reads it (SPEC §2).
+//!
+//! The agent reads the media server's own config file unchanged. Only the
+//! elements and attributes listed in SPEC §2 are used; everything else belongs
+//! to the media engine and is ignored without error. Agent-only settings come
+//! from the optional, strictly checked `<agent …/>` element.
+//!
+//! Reading happens in two steps (STYLE rec. 9):
+//!
+//! 1. a `quick_xml::Reader` pass checks that the file is well formed (root
+//!    `<config>`, every element closed, no duplicated sections) and reports
+//!    the `line:column` of the first problem; the same pass collects the
+//!    attribute names of `<agent>` for the strict check;
+//! 2. serde deserializes the raw structs in `xml` (every attribute an
+//!    `Option<String>`), and `validate` converts them into the typed
+//!    [`AgentConfig`], naming element, attribute, value and the accepted
+//!    values on every error.
+//!
+//! Invariant: an [`AgentConfig`] only exists if every value in it satisfies
+//! the constraints documented on its fields.
+//!
+//! Hot reload lives in [`mod@watch`] ([`watch()`]).
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+mod validate;
+pub mod watch;
+mod xml;
+
+#[cfg(test)]
+mod tests;
+
+pub use watch::{watch, WatchGuard};
+
+/// Default registration expiry in seconds (SPEC §3), used when
+/// `<agent register-expires>` is absent.
+pub const DEFAULT_REGISTER_EXPIRES: u32 = 300;
+/// Default upper bound in seconds for a granted SUBSCRIBE expiry (SPEC §4).
+pub const DEFAULT_MAX_SUBSCRIPTION_EXPIRES: u32 = 3600;
+/// Default minimum interval between two NOTIFYs of one subscription, in
+/// milliseconds (SPEC §4: at most one per second).
+pub const DEFAULT_NOTIFY_MIN_INTERVAL_MS: u64 = 1000;
+/// Default load sampling interval in milliseconds (SPEC §2).
+pub const DEFAULT_SAMPLE_INTERVAL_MS: u64 = 1000;
+
+/// The validated agent configuration (SPEC §2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentConfig {
+    /// `<general>`: logging, capacity and load reporting.
+    pub general: General,
+    /// `<transport>`: where the agent's SIP endpoint listens.
+    pub transport: TransportConfig,
+    /// `<media>`: the RTP port range used to count media sessions.
+    pub media: MediaConfig,
+    /// `<accounts>/<dynamic>`: one registration per element, in file order.
+    /// May be empty (no `<accounts>` element). No two accounts share both
+    /// `msr_name` and realm URI.
+    pub accounts: Vec<Account>,
+    /// `<agent>`: agent-only settings; defaults when the element is absent.
+    pub agent: AgentSettings,
+}
+
+/// `<general>` (SPEC §2). The element is required.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct General {
+    /// `log-level`, media-engine verbosity (0–255), if given.
+    pub log_level: Option<u8>,
+    /// `log-path`: directory for log files, if given.
+    pub log_path: Option<PathBuf>,
+    /// `log-name`: log file name, if given.
+    pub log_name: Option<String>,
+    /// `log-rotate` (`yes`/`no`, `true`/`false`, `on`/`off`, `1`/`0`);
+    /// `false` when absent.
+    pub log_rotate: bool,
+    /// `max-calls` (required): capacity of the MSR in media sessions, > 0.
+    pub max_calls: u32,
+    /// `load-sensor` (required): which figure is reported as `load`.
+    pub load_sensor: LoadSensor,
+    /// `load-delta`: NOTIFY when `load` moved by at least this many
+    /// percentage points since the last NOTIFY (SPEC §4); 1..=100,
+    /// [`DEFAULT_LOAD_DELTA`] when absent.
+    pub load_delta: u8,
+}
+
+/// Default `load-delta` in percentage points when the attribute is absent
+/// (the value of the seed config).
+pub const DEFAULT_LOAD_DELTA: u8 = 10;
+
+/// `<general load-sensor>` (SPEC §2): which figure is reported as `load`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LoadSensor {
+    /// `cpu`: host CPU utilisation in percent over the last sampling window.
+    Cpu,
+    /// `calls`: 100 × media sessions / `max-calls`.
+    Calls,
+    /// `media`: the larger of `cpu` and `calls`.
+    Media,
+}
+
+impl LoadSensor {
+    /// The accepted attribute values, in the order error messages list them.
+    pub const ACCEPTED: &'static [&'static str] = &["cpu", "calls", "media"];
+
+    /// The attribute value naming this sensor.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LoadSensor::Cpu => "cpu",
+            LoadSensor::Calls => "calls",
+            LoadSensor::Media => "media",
+        }
+    }
+}
+
+impl std::fmt::Display for LoadSensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `<transport>` (SPEC §2). The element is required.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransportConfig {
+    /// `bind-addr` (required): IPv4 or IPv6 address to bind the SIP socket to.
+    pub bind_addr: IpAddr,
+    /// `port` (required): SIP port; 0 binds an ephemeral port (tests).
+    pub port: u16,
+    /// `transport`: `udp` when absent.
+    pub transport: Transports,
+}
+
+/// `<transport transport>` (SPEC §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Transports {
+    /// `udp`
+    Udp,
+    /// `tcp`
+    Tcp,
+    /// `udp+tcp`
+    UdpTcp,
+}
+
+impl Transports {
+    /// The accepted attribute values, in the order error messages list them.
+    pub const ACCEPTED: &'static [&'static str] = &["udp", "tcp", "udp+tcp"];
+
+    /// The attribute value naming this transport set.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transports::Udp => "udp",
+            Transports::Tcp => "tcp",
+            Transports::UdpTcp => "udp+tcp",
+        }
+    }
+
+    /// Whether UDP is enabled.
+    pub fn udp(self) -> bool {
+        matches!(self, Transports::Udp | Transports::UdpTcp)
+    }
+
+    /// Whether TCP is enabled.
+    pub fn tcp(self) -> bool {
+        matches!(self, Transports::Tcp | Transports::UdpTcp)
+    }
+}
+
+impl std::fmt::Display for Transports {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `<media>` (SPEC §2): the RTP port range. The element is required.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MediaConfig {
+    /// `port-start` (required): first RTP port.
+    pub port_start: u16,
+    /// `port-range` (required): number of ports, > 0, and
+    /// `port_start + port_range <= 65536`. The range is
+    /// `[port_start, port_start + port_range)`.
+    pub port_range: u16,
+}
+
+impl MediaConfig {
+    /// One past the last port of the range, as `u32` (≤ 65536).
+    pub fn port_end(&self) -> u32 {
+        u32::from(self.port_start) + u32::from(self.port_range)
+    }
+
+    /// Whether `port` lies in `[port_start, port_start + port_range)`.
+    pub fn contains(&self, port: u16) -> bool {
+        port >= self.port_start && u32::from(port) < self.port_end()
+    }
+}
+
+/// One `<accounts>/<dynamic>` element (SPEC §2, §3): one registration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Account {
+    /// `msr_name` (required): non-empty, RFC 3261 `token` characters only.
+    pub msr_name: String,
+    /// `realm` (required): the registrar's SIP URI.
+    pub realm: Realm,
+    /// `auth_name` (required, may be empty): digest user name.
+    pub auth_name: String,
+    /// `auth_password` (required, may be empty): digest password.
+    pub auth_password: String,
+    /// `dtmf_mode`, passed through as written (e.g. `rfc+inband+info`).
+    pub dtmf_mode: Option<String>,
+}
+
+/// The `realm` attribute of an account: the registrar's address as a SIP URI
+/// (SPEC §3). It is not the digest realm, which comes from the challenge.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Realm {
+    /// The URI as written, e.g. `sip:192.168.2.21:5000`.
+    pub uri: String,
+    /// The host part as written in the URI; an IPv6 reference keeps its
+    /// brackets (`[::1]`), so `host[:port]` can be formatted directly.
+    pub host: String,
+    /// The port, if the URI carries one.
+    pub port: Option<u16>,
+}
+
+impl Realm {
+    /// Whether the URI scheme is `sips`.
+    pub fn is_sips(&self) -> bool {
+        self.uri
+            .get(..5)
+            .is_some_and(|s| s.eq_ignore_ascii_case("sips:"))
+    }
+
+    /// `host[:port]` as used in To/From of a REGISTER (SPEC §3).
+    pub fn host_port(&self) -> String {
+        match self.port {
+            Some(p) => format!("{}:{}", self.host, p),
+            None => self.host.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for Realm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.uri)
+    }
+}
+
+/// `<agent …/>` (SPEC §2): agent-only settings. The element is optional;
+/// unknown attributes are an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentSettings {
+    /// `register-expires`: requested registration expiry in seconds, > 0;
+    /// default [`DEFAULT_REGISTER_EXPIRES`] (SPEC §3).
+    pub register_expires: u32,
+    /// `max-subscription-expires`: the largest SUBSCRIBE expiry granted, in
+    /// seconds, > 0; default [`DEFAULT_MAX_SUBSCRIPTION_EXPIRES`] (SPEC §4).
+    pub max_subscription_expires: u32,
+    /// `calls-source`: where media sessions are counted (SPEC §2).
+    pub calls_source: CallsSource,
+    /// `notify-min-interval-ms`: minimum milliseconds between two NOTIFYs of
+    /// one subscription; default [`DEFAULT_NOTIFY_MIN_INTERVAL_MS`] (SPEC §4).
+    pub notify_min_interval_ms: u64,
+    /// `sample-interval-ms`: milliseconds between two load samples, > 0;
+    /// default [`DEFAULT_SAMPLE_INTERVAL_MS`]. It is also the CPU sampling
+    /// window.
+    pub sample_interval_ms: u64,
+    /// `node-name`: non-empty name of this node, if given.
+    pub node_name: Option<String>,
+}
+
+impl Default for AgentSettings {
+    fn default() -> Self {
+        AgentSettings {
+            register_expires: DEFAULT_REGISTER_EXPIRES,
+            max_subscription_expires: DEFAULT_MAX_SUBSCRIPTION_EXPIRES,
+            calls_source: CallsSource::ProcNetUdp,
+            notify_min_interval_ms: DEFAULT_NOTIFY_MIN_INTERVAL_MS,
+            sample_interval_ms: DEFAULT_SAMPLE_INTERVAL_MS,
+            node_name: None,
+        }
+    }
+}
+
+impl AgentSettings {
+    /// The accepted attributes of `<agent>`, in the order error messages
+    /// list them.
+    pub const ACCEPTED_ATTRIBUTES: &'static [&'static str] = &[
+        "register-expires",
+        "max-subscription-expires",
+        "calls-source",
+        "notify-min-interval-ms",
+        "sample-interval-ms",
+        "node-name",
+    ];
+}
+
+/// `<agent calls-source>` (SPEC §2): how media sessions are counted.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum CallsSource {
+    /// `proc` (default): UDP sockets bound on even ports inside the RTP range,
+    /// from `/proc/net/udp` and `/proc/net/udp6`.
+    #[default]
+    ProcNetUdp,
+    /// `file:/path`: a file holding one integer (written by the media engine).
+    File(PathBuf),
+    /// `fixed:N`: a constant (tests, hosts without `/proc`).
+    Fixed(u32),
+}
+
+impl std::fmt::Display for CallsSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallsSource::ProcNetUdp => f.write_str("proc"),
+            CallsSource::File(p) => write!(f, "file:{}", p.display()),
+            CallsSource::Fixed(n) => write!(f, "fixed:{n}"),
+        }
+    }
+}
+
+/// A position in the config file, 1-based; `column` counts characters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column in characters.
+    pub column: usize,
+}
+
+impl Position {
+    /// The line and column of byte `offset` in `text` (clamped to the end of
+    /// the text; an offset inside a multi-byte character counts that
+    /// character).
+    pub fn from_offset(text: &str, offset: usize) -> Position {
+        let mut end = offset.min(text.len());
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let before = &text[..end];
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let column = before[line_start..].chars().count() + 1;
+        Position { line, column }
+    }
+}
+
+impl std::fmt::Display for Position {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.line, self.column)
+    }
+}
+
+/// Why a config could not be loaded (SPEC §2). Messages name the file, the
+/// `line:column` of broken XML or the element and attribute whose value is
+/// wrong, and the accepted values.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{}: cannot read config: {source}", path.display())]
+    Io {
+        /// The config file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file ends inside markup or before every element is closed.
+    #[error("{}:{at}: file is truncated: {what} is not closed", path.display())]
+    Truncated {
+        /// The config file.
+        path: PathBuf,
+        /// Where the unclosed markup starts.
+        at: Position,
+        /// What is left open, e.g. ``tag `</config` `` or `element <config>`.
+        what: String,
+    },
+    /// The XML is not well formed.
+    #[error("{}:{at}: malformed xml: {reason}", path.display())]
+    Malformed {
+        /// The config file.
+        path: PathBuf,
+        /// Where the problem was detected.
+        at: Position,
+        /// The parser's description.
+        reason: String,
+    },
+    /// The root element is not `<config>` (or there is none).
+    #[error("{}:{at}: root element is <{found}>, expected <config>", path.display())]
+    WrongRoot {
+        /// The config file.
+        path: PathBuf,
+        /// Where the root element starts (end of file if none).
+        at: Position,
+        /// The root element found (empty if none).
+        found: String,
+    },
+    /// A section element appears twice under `<config>`.
+    #[error("{}:{at}: duplicate element <{element}>", path.display())]
+    DuplicateElement {
+        /// The config file.
+        path: PathBuf,
+        /// Where the second occurrence starts.
+        at: Position,
+        /// The element name.
+        element: &'static str,
+    },
+    /// A required element is missing.
+    #[error("{}: missing element <{element}>", path.display())]
+    MissingElement {
+        /// The config file.
+        path: PathBuf,
+        /// The element name.
+        element: &'static str,
+    },
+    /// A required attribute is missing.
+    #[error("{}: <{element}>: missing attribute {attribute}", path.display())]
+    MissingAttribute {
+        /// The config file.
+        path: PathBuf,
+        /// The element name.
+        element: &'static str,
+        /// The attribute name.
+        attribute: &'static str,
+    },
+    /// An attribute has a value outside its accepted set.
+    #[error(
+        "{}: <{element} {attribute}=\"{value}\">: {}, accepted: {accepted}",
+        path.display(),
+        .problem.describe(attribute)
+    )]
+    InvalidValue {
+        /// The config file.
+        path: PathBuf,
+        /// The element name.
+        element: &'static str,
+        /// The attribute name.
+        attribute: &'static str,
+        /// The value as written.
+        value: String,
+        /// What is wrong with it.
+        problem: ValueProblem,
+        /// The accepted values, e.g. `cpu, calls, media`.
+        accepted: &'static str,
+    },
+    /// An integer attribute is not a decimal integer in `min..=max`.
+    #[error(
+        "{}: <{element} {attribute}=\"{value}\">: {}, accepted: an integer {min}..={max}",
+        path.display(),
+        int_problem(value, attribute)
+    )]
+    BadInteger {
+        /// The config file.
+        path: PathBuf,
+        /// The element name.
+        element: &'static str,
+        /// The attribute name.
+        attribute: &'static str,
+        /// The value as written.
+        value: String,
+        /// Smallest accepted value.
+        min: u64,
+        /// Largest accepted value.
+        max: u64,
+    },
+    /// `<agent>` carries an attribute the agent does not know.
+    #[error("{}:{at}: <agent {attribute}>: unknown attribute, accepted: {accepted}", path.display())]
+    UnknownAttribute {
+        /// The config file.
+        path: PathBuf,
+        /// Where the element starts.
+        at: Position,
+        /// The unknown attribute.
+        attribute: String,
+        /// The accepted attributes.
+        accepted: String,
+    },
+    /// Two `<dynamic>` accounts have the same `msr_name` and `realm`.
+    #[error(
+        "{}: <dynamic msr_name=\"{msr_name}\" realm=\"{realm}\">: duplicate account",
+        path.display()
+    )]
+    DuplicateAccount {
+        /// The config file.
+        path: PathBuf,
+        /// The account's MSR name.
+        msr_name: String,
+        /// The account's realm URI.
+        realm: String,
+    },
+    /// The document does not have the expected structure (reported by the
+    /// deserializer).
+    #[error("{}: unexpected structure: {reason}", path.display())]
+    Structure {
+        /// The config file.
+        path: PathBuf,
+        /// The deserializer's description.
+        reason: String,
+    },
+    /// The file watcher for hot reload could not be set up (see [`watch()`]).
+    #[error("{}: cannot watch config: {reason}", path.display())]
+    Watch {
+        /// The config file.
+        path: PathBuf,
+        /// The watcher's description.
+        reason: String,
+    },
+}
+
+impl ConfigError {
+    /// The config file the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            ConfigError::Io { path, .. }
+            | ConfigError::Truncated { path, .. }
+            | ConfigError::Malformed { path, .. }
+            | ConfigError::WrongRoot { path, .. }
+            | ConfigError::DuplicateElement { path, .. }
+            | ConfigError::MissingElement { path, .. }
+            | ConfigError::MissingAttribute { path, .. }
+            | ConfigError::InvalidValue { path, .. }
+            | ConfigError::BadInteger { path, .. }
+            | ConfigError::UnknownAttribute { path, .. }
+            | ConfigError::DuplicateAccount { path, .. }
+            | ConfigError::Structure { path, .. }
+            | ConfigError::Watch { path, .. } => path,
+        }
+    }
+}
+
+/// What is wrong with an attribute value ([`ConfigError::InvalidValue`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ValueProblem {
+    /// Not one of an enumerated set: "unknown {attribute}".
+    Unknown,
+    /// Does not have the expected form: "bad {attribute}".
+    Bad,
+    /// Empty where a value is required: "empty {attribute}".
+    Empty,
+    /// A specific problem, e.g. "realm is not a sip uri".
+    Detail(&'static str),
+}
+
+impl ValueProblem {
+    /// The problem as shown in messages, for `attribute`.
+    pub fn describe(&self, attribute: &str) -> String {
+        match self {
+            ValueProblem::Unknown => format!("unknown {attribute}"),
+            ValueProblem::Bad => format!("bad {attribute}"),
+            ValueProblem::Empty => format!("empty {attribute}"),
+            ValueProblem::Detail(d) => (*d).to_owned(),
+        }
+    }
+}
+
+/// "bad X" for a value that is not a decimal integer, "X out of range" for
+/// one that is.
+fn int_problem(value: &str, attribute: &str) -> String {
+    let t = value.trim();
+    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        format!("{attribute} out of range")
+    } else {
+        format!("bad {attribute}")
+    }
+}
+
+/// Reads the config file at `path` and parses it with [`parse`]; messages
+/// name `path` as given.
+pub fn load(path: &Path) -> Result<AgentConfig, ConfigError> {
+    let bytes = std::fs::read(path).map_err(|source| ConfigError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let text = match String::from_utf8(bytes) {
+        Ok(t) => t,
+        Err(e) => {
+            let offset = e.utf8_error().valid_up_to();
+            let valid = String::from_utf8_lossy(&e.as_bytes()[..offset]).into_owned();
+            return Err(ConfigError::Malformed {
+                path: path.to_path_buf(),
+                at: Position::from_offset(&valid, offset),
+                reason: "invalid utf-8".to_owned(),
+            });
+        }
+    };
+    parse(&text, path)
+}
+
+/// Parses and validates config text; `origin` is the file name used in error
+/// messages (SPEC §2).
+pub fn parse(text: &str, origin: &Path) -> Result<AgentConfig, ConfigError> {
+    // A leading BOM is legal XML but confuses nothing except positions.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let scan = xml::scan(text, origin)?;
+    let raw = xml::deserialize(text, origin)?;
+    validate::validate(raw, &scan, origin)
+}

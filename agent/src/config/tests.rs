@@ -1,0 +1,675 @@
+//! Config tests: the examples in `config-examples/`, every rule of SPEC §2,
+//! and hot reload.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::validate::{parse_calls_source, parse_realm};
+use super::*;
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+fn examples_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../config-examples")
+}
+
+fn origin() -> &'static Path {
+    Path::new("config-examples/bad.xml")
+}
+
+/// A minimal valid document with `general`, `agent` and `accounts` bodies
+/// substituted.
+fn doc(general: &str, extra: &str) -> String {
+    format!(
+        r#"<?xml version="1.0"?>
+<config>
+  <general {general} />
+  <transport bind-addr="127.0.0.1" port="5070" />
+  <media port-start="20000" port-range="1000" />
+  {extra}
+</config>
+"#
+    )
+}
+
+fn err(text: &str) -> String {
+    match parse(text, origin()) {
+        Ok(c) => panic!("expected an error, parsed {c:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+const GOOD_GENERAL: &str = r#"max-calls="100" load-sensor="calls""#;
+
+#[test]
+fn seed_config_parses() -> TestResult {
+    let c = load(&examples_dir().join("msr.xml"))?;
+    assert_eq!(c.general.log_level, Some(3));
+    assert!(c.general.log_rotate);
+    assert_eq!(c.general.max_calls, 8192);
+    assert_eq!(c.general.load_sensor, LoadSensor::Media);
+    assert_eq!(c.general.load_delta, 10);
+    assert_eq!(c.general.log_name.as_deref(), Some("msr.log"));
+    assert_eq!(
+        c.general.log_path,
+        Some(PathBuf::from("/var/log/ecss/media-server"))
+    );
+    assert_eq!(
+        c.transport.bind_addr,
+        "192.168.2.21".parse::<std::net::IpAddr>()?
+    );
+    assert_eq!(c.transport.port, 5040);
+    assert_eq!(c.transport.transport, Transports::UdpTcp);
+    assert_eq!(
+        c.media,
+        MediaConfig {
+            port_start: 12000,
+            port_range: 1024
+        }
+    );
+    assert_eq!(c.accounts.len(), 2);
+    let a = &c.accounts[0];
+    assert_eq!(a.msr_name, "msr_1");
+    assert_eq!(a.realm.uri, "sip:192.168.2.21:5000");
+    assert_eq!(a.realm.host, "192.168.2.21");
+    assert_eq!(a.realm.port, Some(5000));
+    assert_eq!(a.auth_name, "user");
+    assert_eq!(a.auth_password, "password");
+    assert_eq!(a.dtmf_mode.as_deref(), Some("rfc+inband+info"));
+    assert_eq!(c.accounts[1].realm.host, "192.168.2.22");
+    assert_eq!(c.agent, AgentSettings::default());
+    Ok(())
+}
+
+#[test]
+fn loopback_configs_parse() -> TestResult {
+    for (file, name, port, rtp) in [
+        ("msr-loopback.xml", "msr_1", 5070, 20000),
+        ("msr-loopback-2.xml", "msr_2", 5072, 21000),
+        ("msr-loopback-3.xml", "msr_3", 5074, 22000),
+    ] {
+        let c = load(&examples_dir().join(file))?;
+        assert_eq!(
+            c.transport.bind_addr,
+            std::net::IpAddr::from([127, 0, 0, 1]),
+            "{file}"
+        );
+        assert_eq!(c.transport.port, port, "{file}");
+        assert_eq!(c.transport.transport, Transports::Udp, "{file}");
+        assert_eq!(c.media.port_start, rtp, "{file}");
+        assert_eq!(c.media.port_range, 1000, "{file}");
+        assert_eq!(c.general.load_sensor, LoadSensor::Calls, "{file}");
+        assert_eq!(c.general.load_delta, 5, "{file}");
+        assert_eq!(c.general.max_calls, 100, "{file}");
+        assert_eq!(c.agent.register_expires, 60, "{file}");
+        assert_eq!(c.accounts.len(), 1, "{file}");
+        let a = &c.accounts[0];
+        assert_eq!(a.msr_name, name, "{file}");
+        assert_eq!(a.realm.uri, "sip:127.0.0.1:5060", "{file}");
+        assert_eq!(a.realm.host_port(), "127.0.0.1:5060", "{file}");
+        assert_eq!(
+            (a.auth_name.as_str(), a.auth_password.as_str()),
+            ("msr", "msr-secret"),
+            "{file}"
+        );
+    }
+    Ok(())
+}
+
+/// Every `config-examples/*.xml` parses; every `config-examples/invalid/*.xml`
+/// fails with a message containing its sibling `.expected` (STYLE rec. 9).
+#[test]
+fn every_example_is_checked() -> TestResult {
+    let dir = examples_dir();
+    let mut valid = 0;
+    for entry in std::fs::read_dir(&dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "xml") {
+            load(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            valid += 1;
+        }
+    }
+    assert!(
+        valid >= 4,
+        "expected at least 4 valid examples, found {valid}"
+    );
+
+    let mut invalid = 0;
+    for entry in std::fs::read_dir(dir.join("invalid"))? {
+        let path = entry?.path();
+        if path.extension().is_none_or(|e| e != "xml") {
+            continue;
+        }
+        let expected_path = path.with_extension("expected");
+        let expected = std::fs::read_to_string(&expected_path)
+            .map_err(|e| format!("{}: {e}", expected_path.display()))?;
+        let expected = expected.trim_end_matches(['\n', '\r']);
+        assert!(!expected.is_empty(), "{} is empty", expected_path.display());
+        match load(&path) {
+            Ok(_) => panic!("{} parsed but should fail", path.display()),
+            Err(e) => {
+                let msg = e.to_string();
+                assert!(
+                    msg.contains(expected),
+                    "{}: message {msg:?} does not contain {expected:?}",
+                    path.display()
+                );
+                assert!(
+                    msg.contains(&path.display().to_string()),
+                    "{msg:?} does not name the file"
+                );
+            }
+        }
+        invalid += 1;
+    }
+    assert!(
+        invalid >= 9,
+        "expected at least 9 invalid examples, found {invalid}"
+    );
+    Ok(())
+}
+
+#[test]
+fn truncated_seed_names_line_and_column() -> TestResult {
+    let text = std::fs::read_to_string(examples_dir().join("invalid/truncated.xml"))?;
+    let e = parse(&text, Path::new("msr.xml"))
+        .err()
+        .ok_or("truncated config accepted")?;
+    match &e {
+        ConfigError::Truncated { at, .. } => assert_eq!(
+            *at,
+            Position {
+                line: 21,
+                column: 1
+            }
+        ),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(
+        e.to_string(),
+        "msr.xml:21:1: file is truncated: tag `</config` is not closed"
+    );
+    Ok(())
+}
+
+#[test]
+fn unclosed_elements_at_eof() {
+    let m = err("<config>\n  <general max-calls=\"1\">\n");
+    assert!(
+        m.starts_with("config-examples/bad.xml:3:1: file is truncated"),
+        "{m}"
+    );
+    assert!(m.contains("element <config> opened at 1:1"), "{m}");
+    let m = err("<config>\n  <general max-calls=\"1");
+    assert!(
+        m.contains(":2:3: file is truncated: tag `<general max-calls=\"1`"),
+        "{m}"
+    );
+    let m = err("<config><!-- comment");
+    assert!(m.contains("1:9: file is truncated: comment"), "{m}");
+}
+
+#[test]
+fn malformed_xml_names_position() {
+    let m = err("<config>\n  <general></media>\n</config>\n");
+    assert!(m.starts_with("config-examples/bad.xml:2:"), "{m}");
+    assert!(m.contains("malformed xml"), "{m}");
+    let m = err("<config>\n <general a=\"1\" a=\"2\"/>\n</config>");
+    assert!(
+        m.starts_with("config-examples/bad.xml:2:2: malformed xml"),
+        "{m}"
+    );
+    let m = err("<config>\n <general a=1/>\n</config>");
+    assert!(m.contains("2:2: malformed xml"), "{m}");
+    let m = err("<config/>\n<config/>");
+    assert!(
+        m.contains("2:1: malformed xml: element <config> after the root element"),
+        "{m}"
+    );
+}
+
+#[test]
+fn wrong_or_missing_root() {
+    let m = err("<?xml version=\"1.0\"?>\n<settings/>");
+    assert_eq!(
+        m,
+        "config-examples/bad.xml:2:1: root element is <settings>, expected <config>"
+    );
+    assert_eq!(err(""), "config-examples/bad.xml: missing element <config>");
+    assert_eq!(
+        err("<?xml version=\"1.0\"?>\n"),
+        "config-examples/bad.xml: missing element <config>"
+    );
+}
+
+#[test]
+fn missing_elements_and_attributes_are_named() {
+    let m = err("<config><transport bind-addr=\"127.0.0.1\" port=\"1\"/><media port-start=\"1\" port-range=\"2\"/></config>");
+    assert_eq!(m, "config-examples/bad.xml: missing element <general>");
+    let m = err(&format!(
+        "<config><general {GOOD_GENERAL}/><media port-start=\"1\" port-range=\"2\"/></config>"
+    ));
+    assert_eq!(m, "config-examples/bad.xml: missing element <transport>");
+    let m = err(&format!(
+        "<config><general {GOOD_GENERAL}/><transport bind-addr=\"127.0.0.1\" port=\"1\"/></config>"
+    ));
+    assert_eq!(m, "config-examples/bad.xml: missing element <media>");
+    assert_eq!(
+        err(&doc(r#"load-sensor="cpu""#, "")),
+        "config-examples/bad.xml: <general>: missing attribute max-calls"
+    );
+    assert_eq!(
+        err(&doc(r#"max-calls="5""#, "")),
+        "config-examples/bad.xml: <general>: missing attribute load-sensor"
+    );
+    assert_eq!(
+        err(&doc(
+            GOOD_GENERAL,
+            r#"<accounts><dynamic msr_name="m" auth_name="a" auth_password="p"/></accounts>"#
+        )),
+        "config-examples/bad.xml: <dynamic>: missing attribute realm"
+    );
+    let m = err(&doc(GOOD_GENERAL, "").replace(r#" port="5070""#, ""));
+    assert_eq!(
+        m,
+        "config-examples/bad.xml: <transport>: missing attribute port"
+    );
+}
+
+#[test]
+fn duplicate_section_is_an_error() {
+    let m = err(&doc(
+        GOOD_GENERAL,
+        r#"<general max-calls="1" load-sensor="cpu"/>"#,
+    ));
+    assert_eq!(
+        m,
+        "config-examples/bad.xml:6:3: duplicate element <general>"
+    );
+}
+
+#[test]
+fn bad_values_name_element_attribute_value_and_accepted() {
+    assert_eq!(
+        err(&doc(r#"max-calls="100" load-sensor="gpu""#, "")),
+        r#"config-examples/bad.xml: <general load-sensor="gpu">: unknown load-sensor, accepted: cpu, calls, media"#
+    );
+    assert_eq!(
+        err(&doc(r#"max-calls="0" load-sensor="cpu""#, "")),
+        r#"config-examples/bad.xml: <general max-calls="0">: max-calls out of range, accepted: an integer 1..=4294967295"#
+    );
+    assert!(err(&doc(r#"max-calls="-1" load-sensor="cpu""#, ""))
+        .contains(r#"<general max-calls="-1">: bad max-calls"#));
+    assert!(err(&doc(
+        r#"max-calls="1" load-sensor="cpu" load-delta="101""#,
+        ""
+    ))
+    .contains(
+        r#"<general load-delta="101">: load-delta out of range, accepted: an integer 1..=100"#
+    ));
+    assert!(err(&doc(
+        r#"max-calls="1" load-sensor="cpu" log-rotate="maybe""#,
+        ""
+    ))
+    .contains(r#"<general log-rotate="maybe">: bad log-rotate, accepted: yes, no"#));
+    assert!(
+        err(&doc(GOOD_GENERAL, "").replace("127.0.0.1", "localhost")).contains(
+            r#"<transport bind-addr="localhost">: bad bind-addr, accepted: an ipv4 or ipv6 address"#
+        )
+    );
+    let m = err(&doc(GOOD_GENERAL, "").replace(r#"port-range="1000""#, r#"port-range="0""#));
+    assert!(
+        m.contains(
+            r#"<media port-range="0">: port-range out of range, accepted: an integer 1..=45536"#
+        ),
+        "{m}"
+    );
+    let m = err(&doc(GOOD_GENERAL, "").replace(
+        r#"port-start="20000" port-range="1000""#,
+        r#"port-start="65000" port-range="537""#,
+    ));
+    assert!(m.contains("accepted: an integer 1..=536"), "{m}");
+    assert!(err(&doc(GOOD_GENERAL, r#"<accounts><dynamic msr_name="a b" realm="sip:h" auth_name="" auth_password=""/></accounts>"#))
+        .contains(r#"<dynamic msr_name="a b">: bad msr_name"#));
+}
+
+#[test]
+fn media_range_may_reach_the_last_port() -> TestResult {
+    let text = doc(GOOD_GENERAL, "").replace(
+        r#"port-start="20000" port-range="1000""#,
+        r#"port-start="65000" port-range="536""#,
+    );
+    let c = parse(&text, origin())?;
+    assert_eq!(c.media.port_end(), 65536);
+    assert!(c.media.contains(65535));
+    assert!(!c.media.contains(64999));
+    Ok(())
+}
+
+#[test]
+fn defaults_and_optional_attributes() -> TestResult {
+    let c = parse(&doc(GOOD_GENERAL, ""), origin())?;
+    assert_eq!(c.general.load_delta, DEFAULT_LOAD_DELTA);
+    assert!(!c.general.log_rotate);
+    assert_eq!(c.general.log_level, None);
+    assert_eq!(c.transport.transport, Transports::Udp);
+    assert!(c.accounts.is_empty());
+    assert_eq!(c.agent.register_expires, 300);
+    assert_eq!(c.agent.max_subscription_expires, 3600);
+    assert_eq!(c.agent.calls_source, CallsSource::ProcNetUdp);
+    assert_eq!(c.agent.notify_min_interval_ms, 1000);
+    assert_eq!(c.agent.sample_interval_ms, 1000);
+    assert_eq!(c.agent.node_name, None);
+    // Port 0 = ephemeral.
+    let c = parse(
+        &doc(GOOD_GENERAL, "").replace(r#"port="5070""#, r#"port="0""#),
+        origin(),
+    )?;
+    assert_eq!(c.transport.port, 0);
+    Ok(())
+}
+
+#[test]
+fn agent_element_is_parsed_strictly() -> TestResult {
+    let c = parse(
+        &doc(
+            GOOD_GENERAL,
+            r#"<agent register-expires="60" max-subscription-expires="120" calls-source="fixed:7"
+                notify-min-interval-ms="0" sample-interval-ms="250" node-name="core1@ecss1"/>"#,
+        ),
+        origin(),
+    )?;
+    assert_eq!(
+        c.agent,
+        AgentSettings {
+            register_expires: 60,
+            max_subscription_expires: 120,
+            calls_source: CallsSource::Fixed(7),
+            notify_min_interval_ms: 0,
+            sample_interval_ms: 250,
+            node_name: Some("core1@ecss1".to_owned()),
+        }
+    );
+    let m = err(&doc(GOOD_GENERAL, r#"<agent expires="60"/>"#));
+    assert_eq!(
+        m,
+        "config-examples/bad.xml:6:3: <agent expires>: unknown attribute, accepted: register-expires, \
+         max-subscription-expires, calls-source, notify-min-interval-ms, sample-interval-ms, node-name"
+    );
+    assert!(err(&doc(GOOD_GENERAL, r#"<agent calls-source="socket"/>"#))
+        .contains(r#"<agent calls-source="socket">: bad calls-source, accepted: proc, file:/path, fixed:N"#));
+    assert!(err(&doc(GOOD_GENERAL, r#"<agent register-expires="0"/>"#))
+        .contains("register-expires out of range"));
+    assert!(
+        err(&doc(GOOD_GENERAL, r#"<agent sample-interval-ms="0"/>"#))
+            .contains("sample-interval-ms out of range")
+    );
+    assert!(err(&doc(GOOD_GENERAL, r#"<agent node-name=""/>"#)).contains("empty node-name"));
+    Ok(())
+}
+
+#[test]
+fn accepted_lists_match_the_enums() {
+    assert!(err(&doc(r#"max-calls="1" load-sensor="x""#, ""))
+        .ends_with(&LoadSensor::ACCEPTED.join(", ")));
+    let m = err(&doc(GOOD_GENERAL, "").replace(
+        r#"bind-addr="127.0.0.1" port="5070""#,
+        r#"bind-addr="127.0.0.1" port="5070" transport="x""#,
+    ));
+    assert!(m.ends_with(&Transports::ACCEPTED.join(", ")), "{m}");
+}
+
+#[test]
+fn calls_source_values() {
+    assert_eq!(parse_calls_source("proc"), Some(CallsSource::ProcNetUdp));
+    assert_eq!(
+        parse_calls_source("file:/run/msr/calls"),
+        Some(CallsSource::File("/run/msr/calls".into()))
+    );
+    assert_eq!(parse_calls_source("fixed:0"), Some(CallsSource::Fixed(0)));
+    assert_eq!(
+        parse_calls_source("fixed:303"),
+        Some(CallsSource::Fixed(303))
+    );
+    for bad in [
+        "",
+        "file:",
+        "fixed:",
+        "fixed:-1",
+        "fixed:x",
+        "fixed:99999999999",
+        "Proc",
+        "udp",
+    ] {
+        assert_eq!(parse_calls_source(bad), None, "{bad}");
+    }
+    assert_eq!(CallsSource::Fixed(3).to_string(), "fixed:3");
+}
+
+#[test]
+fn media_engine_content_is_ignored() -> TestResult {
+    let text = doc(
+        r#"max-calls="100" load-sensor="media" max-in-group="512" spool-dir-size="100M""#,
+        r#"<codec pcma="1"/><pbyte><mcc bind-addr="1.2.3.4" port="5700"/></pbyte>
+           <something-new><nested a="b">text</nested></something-new>
+           <accounts><dynamic msr_name="m" realm="sip:h" auth_name="" auth_password="" extra="x"/></accounts>"#,
+    )
+    .replace("<media ", r#"<media mixer-clock-rate="8000" use-vad="no" "#);
+    let c = parse(&text, origin())?;
+    assert_eq!(c.accounts.len(), 1);
+    assert_eq!(c.accounts[0].auth_name, "");
+    assert_eq!(c.accounts[0].dtmf_mode, None);
+    Ok(())
+}
+
+#[test]
+fn duplicate_accounts_are_rejected_but_same_name_other_realm_is_fine() -> TestResult {
+    let two = r#"<accounts>
+        <dynamic msr_name="msr_1" realm="sip:10.0.0.1:5000" auth_name="u" auth_password="p"/>
+        <dynamic msr_name="msr_1" realm="sip:10.0.0.2:5000" auth_name="u" auth_password="p"/>
+        <dynamic msr_name="msr_2" realm="sip:10.0.0.1:5000" auth_name="u" auth_password="p"/>
+      </accounts>"#;
+    assert_eq!(parse(&doc(GOOD_GENERAL, two), origin())?.accounts.len(), 3);
+    let dup = two.replace("10.0.0.2", "10.0.0.1");
+    assert_eq!(
+        err(&doc(GOOD_GENERAL, &dup)),
+        r#"config-examples/bad.xml: <dynamic msr_name="msr_1" realm="sip:10.0.0.1:5000">: duplicate account"#
+    );
+    Ok(())
+}
+
+#[test]
+fn realm_uris() -> TestResult {
+    let r = parse_realm("sip:192.168.2.21:5000")?;
+    assert_eq!((r.host.as_str(), r.port), ("192.168.2.21", Some(5000)));
+    let r = parse_realm("sip:core.example.net")?;
+    assert_eq!((r.host.as_str(), r.port), ("core.example.net", None));
+    assert_eq!(r.host_port(), "core.example.net");
+    let r = parse_realm("sips:[2001:db8::1]:5061;transport=tcp")?;
+    assert_eq!((r.host.as_str(), r.port), ("[2001:db8::1]", Some(5061)));
+    assert!(r.is_sips());
+    assert_eq!(r.host_port(), "[2001:db8::1]:5061");
+    let r = parse_realm("SIP:user@10.0.0.1")?;
+    assert_eq!((r.host.as_str(), r.port), ("10.0.0.1", None));
+    assert_eq!(r.uri, "SIP:user@10.0.0.1");
+    for bad in [
+        "",
+        "192.168.2.21:5000",
+        "http://x",
+        "sip:",
+        "sip::5060",
+        "sip:host:",
+        "sip:host:0",
+        "sip:host:65536",
+        "sip:host:50x",
+        "sip:[::1",
+        "sip:[zz]",
+        "sip:ho st",
+        "sip:[::1]5060",
+    ] {
+        assert!(parse_realm(bad).is_err(), "{bad:?} accepted");
+    }
+    Ok(())
+}
+
+#[test]
+fn positions_count_lines_and_characters() {
+    let text = "ab\nпривет\n<x";
+    assert_eq!(
+        Position::from_offset(text, 0),
+        Position { line: 1, column: 1 }
+    );
+    assert_eq!(
+        Position::from_offset(text, 3),
+        Position { line: 2, column: 1 }
+    );
+    // "привет" is 12 bytes; offset 15 is the '\n' after it (column 7).
+    assert_eq!(
+        Position::from_offset(text, 15),
+        Position { line: 2, column: 7 }
+    );
+    assert_eq!(
+        Position::from_offset(text, 16),
+        Position { line: 3, column: 1 }
+    );
+    assert_eq!(
+        Position::from_offset(text, 1000),
+        Position { line: 3, column: 3 }
+    );
+    // Inside a multi-byte character: no panic.
+    assert_eq!(
+        Position::from_offset(text, 4),
+        Position { line: 2, column: 1 }
+    );
+}
+
+#[test]
+fn io_error_names_the_file() {
+    let p = Path::new("/nonexistent/msr.xml");
+    match load(p) {
+        Err(e @ ConfigError::Io { .. }) => {
+            assert!(
+                e.to_string()
+                    .starts_with("/nonexistent/msr.xml: cannot read config: "),
+                "{e}"
+            );
+            assert_eq!(e.path(), p);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn invalid_utf8_is_reported_with_position() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let p = dir.path().join("x.xml");
+    std::fs::write(&p, b"<config>\n  \xff</config>")?;
+    let m = load(&p).err().ok_or("accepted")?.to_string();
+    assert!(m.ends_with(":2:3: malformed xml: invalid utf-8"), "{m}");
+    Ok(())
+}
+
+async fn next_result(
+    rx: &mut tokio::sync::mpsc::Receiver<Result<AgentConfig, ConfigError>>,
+) -> Result<AgentConfig, ConfigError> {
+    match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
+        Ok(Some(r)) => r,
+        Ok(None) => panic!("watch channel closed"),
+        Err(_) => panic!("no reload within 10 s"),
+    }
+}
+
+#[tokio::test]
+async fn watch_follows_writes_renames_and_reports_bad_config() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("msr.xml");
+    let good = std::fs::read_to_string(examples_dir().join("msr-loopback.xml"))?;
+    std::fs::write(&path, &good)?;
+    let (mut rx, guard) = watch(path.clone());
+
+    // A change of another file in the directory is not reported.
+    std::fs::write(dir.path().join("other.xml"), "x")?;
+
+    // In-place write.
+    std::fs::write(
+        &path,
+        good.replace(r#"load-delta="5""#, r#"load-delta="7""#),
+    )?;
+    let c = next_result(&mut rx).await?;
+    assert_eq!(c.general.load_delta, 7);
+
+    // Editor-style replace: write a temp file, rename it over the config.
+    let tmp = dir.path().join(".msr.xml.swp");
+    std::fs::write(&tmp, good.replace(r#"load-delta="5""#, r#"load-delta="9""#))?;
+    std::fs::rename(&tmp, &path)?;
+    let c = next_result(&mut rx).await?;
+    assert_eq!(c.general.load_delta, 9);
+
+    // The config turns bad: an error is delivered.
+    std::fs::write(
+        &path,
+        good.replace(r#"load-sensor="calls""#, r#"load-sensor="gpu""#),
+    )?;
+    let e = next_result(&mut rx)
+        .await
+        .err()
+        .ok_or("bad config accepted")?;
+    assert!(e.to_string().contains("unknown load-sensor"), "{e}");
+
+    // And good again after a second rename.
+    std::fs::write(&tmp, &good)?;
+    std::fs::rename(&tmp, &path)?;
+    let c = next_result(&mut rx).await?;
+    assert_eq!(c.general.load_delta, 5);
+
+    // Quiet: our own re-reads do not trigger further reloads.
+    assert!(tokio::time::timeout(Duration::from_millis(800), rx.recv())
+        .await
+        .is_err());
+
+    drop(guard);
+    // The channel closes once the watcher is gone.
+    let closed = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await?;
+    assert!(closed.is_none());
+    Ok(())
+}
+
+#[tokio::test]
+async fn watch_reports_setup_failure() {
+    let (mut rx, _guard) = watch(PathBuf::from("/nonexistent-dir/msr.xml"));
+    match rx.recv().await {
+        Some(Err(ConfigError::Watch { .. })) => {}
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(rx.recv().await.is_none());
+}
+
+#[test]
+fn interleaved_account_elements() {
+    let text = doc(
+        GOOD_GENERAL,
+        r#"<accounts>
+        <dynamic msr_name="a" realm="sip:h1" auth_name="" auth_password=""/>
+        <static msr_name="s"/>
+        <dynamic msr_name="b" realm="sip:h2" auth_name="" auth_password=""/>
+      </accounts>"#,
+    );
+    match parse(&text, origin()) {
+        Ok(c) => {
+            let names: Vec<&str> = c.accounts.iter().map(|a| a.msr_name.as_str()).collect();
+            assert_eq!(names, ["a", "b"]);
+        }
+        Err(e) => panic!("{e}"),
+    }
+    for accounts in [
+        "<accounts/>",
+        "<accounts></accounts>",
+        "<accounts>\n  <!-- none yet -->\n</accounts>",
+        "<accounts><static><nested a=\"1\">t</nested></static>text</accounts>",
+    ] {
+        match parse(&doc(GOOD_GENERAL, accounts), origin()) {
+            Ok(c) => assert!(c.accounts.is_empty(), "{accounts}"),
+            Err(e) => panic!("{accounts}: {e}"),
+        }
+    }
+}

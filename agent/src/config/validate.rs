@@ -1,0 +1,447 @@
+//! Conversion of the raw XML structs into the typed [`AgentConfig`]
+//! (STYLE rec. 9). Every error names the element, the attribute, the value
+//! and the accepted values (SPEC §2).
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use super::xml::{
+    RawAccounts, RawAgent, RawConfig, RawDynamic, RawGeneral, RawMedia, RawTransport, Scan,
+};
+use super::{
+    Account, AgentConfig, AgentSettings, CallsSource, ConfigError, General, LoadSensor,
+    MediaConfig, Realm, TransportConfig, Transports, ValueProblem, DEFAULT_LOAD_DELTA,
+};
+
+/// Builds errors for one file.
+struct Ctx<'a> {
+    path: &'a Path,
+}
+
+impl Ctx<'_> {
+    fn invalid(
+        &self,
+        element: &'static str,
+        attribute: &'static str,
+        value: &str,
+        problem: ValueProblem,
+        accepted: &'static str,
+    ) -> ConfigError {
+        ConfigError::InvalidValue {
+            path: self.path.to_path_buf(),
+            element,
+            attribute,
+            value: value.to_owned(),
+            problem,
+            accepted,
+        }
+    }
+
+    fn missing_attr(&self, element: &'static str, attribute: &'static str) -> ConfigError {
+        ConfigError::MissingAttribute {
+            path: self.path.to_path_buf(),
+            element,
+            attribute,
+        }
+    }
+
+    fn missing_elem(&self, element: &'static str) -> ConfigError {
+        ConfigError::MissingElement {
+            path: self.path.to_path_buf(),
+            element,
+        }
+    }
+
+    fn required<'v>(
+        &self,
+        value: &'v Option<String>,
+        element: &'static str,
+        attribute: &'static str,
+    ) -> Result<&'v str, ConfigError> {
+        value
+            .as_deref()
+            .ok_or_else(|| self.missing_attr(element, attribute))
+    }
+
+    /// Parses a decimal unsigned integer in `min..=max` (no sign).
+    fn int<T>(
+        &self,
+        value: &str,
+        element: &'static str,
+        attribute: &'static str,
+        min: T,
+        max: T,
+    ) -> Result<T, ConfigError>
+    where
+        T: FromStr + PartialOrd + Copy + Into<u64>,
+    {
+        let trimmed = value.trim();
+        let parsed = if !trimmed.is_empty() && trimmed.bytes().all(|b| b.is_ascii_digit()) {
+            trimmed.parse::<T>().ok()
+        } else {
+            None
+        };
+        match parsed {
+            Some(n) if n >= min && n <= max => Ok(n),
+            _ => Err(ConfigError::BadInteger {
+                path: self.path.to_path_buf(),
+                element,
+                attribute,
+                value: value.to_owned(),
+                min: min.into(),
+                max: max.into(),
+            }),
+        }
+    }
+}
+
+/// Validates the raw config; `scan` carries what the well-formedness pass
+/// collected (the attribute names of `<agent>`).
+pub(super) fn validate(
+    raw: RawConfig,
+    scan: &Scan,
+    origin: &Path,
+) -> Result<AgentConfig, ConfigError> {
+    let cx = Ctx { path: origin };
+    let general = general(
+        &cx,
+        raw.general
+            .as_ref()
+            .ok_or_else(|| cx.missing_elem("general"))?,
+    )?;
+    let transport = transport(
+        &cx,
+        raw.transport
+            .as_ref()
+            .ok_or_else(|| cx.missing_elem("transport"))?,
+    )?;
+    let media = media(
+        &cx,
+        raw.media.as_ref().ok_or_else(|| cx.missing_elem("media"))?,
+    )?;
+    let accounts = match &raw.accounts {
+        Some(a) => accounts(&cx, a)?,
+        None => Vec::new(),
+    };
+    for (name, at) in &scan.agent_attributes {
+        if !AgentSettings::ACCEPTED_ATTRIBUTES.contains(&name.as_str()) {
+            return Err(ConfigError::UnknownAttribute {
+                path: origin.to_path_buf(),
+                at: *at,
+                attribute: name.clone(),
+                accepted: AgentSettings::ACCEPTED_ATTRIBUTES.join(", "),
+            });
+        }
+    }
+    let agent = match &raw.agent {
+        Some(a) => agent(&cx, a)?,
+        None => AgentSettings::default(),
+    };
+    Ok(AgentConfig {
+        general,
+        transport,
+        media,
+        accounts,
+        agent,
+    })
+}
+
+fn general(cx: &Ctx<'_>, raw: &RawGeneral) -> Result<General, ConfigError> {
+    const E: &str = "general";
+    let log_level = raw
+        .log_level
+        .as_deref()
+        .map(|v| cx.int::<u8>(v, E, "log-level", 0, u8::MAX))
+        .transpose()?;
+    let log_rotate = match raw.log_rotate.as_deref() {
+        None => false,
+        Some(v) => parse_bool(v).ok_or_else(|| {
+            cx.invalid(
+                E,
+                "log-rotate",
+                v,
+                ValueProblem::Bad,
+                "yes, no, true, false, on, off, 1, 0",
+            )
+        })?,
+    };
+    let max_calls = cx.int::<u32>(
+        cx.required(&raw.max_calls, E, "max-calls")?,
+        E,
+        "max-calls",
+        1,
+        u32::MAX,
+    )?;
+    let sensor_text = cx.required(&raw.load_sensor, E, "load-sensor")?;
+    let load_sensor = match sensor_text {
+        "cpu" => LoadSensor::Cpu,
+        "calls" => LoadSensor::Calls,
+        "media" => LoadSensor::Media,
+        other => {
+            return Err(cx.invalid(
+                E,
+                "load-sensor",
+                other,
+                ValueProblem::Unknown,
+                "cpu, calls, media",
+            ));
+        }
+    };
+    let load_delta = match raw.load_delta.as_deref() {
+        None => DEFAULT_LOAD_DELTA,
+        Some(v) => cx.int::<u8>(v, E, "load-delta", 1, 100)?,
+    };
+    Ok(General {
+        log_level,
+        log_path: raw.log_path.as_ref().map(PathBuf::from),
+        log_name: raw.log_name.clone(),
+        log_rotate,
+        max_calls,
+        load_sensor,
+        load_delta,
+    })
+}
+
+fn parse_bool(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "yes" | "true" | "on" | "1" => Some(true),
+        "no" | "false" | "off" | "0" => Some(false),
+        _ => None,
+    }
+}
+
+fn transport(cx: &Ctx<'_>, raw: &RawTransport) -> Result<TransportConfig, ConfigError> {
+    const E: &str = "transport";
+    let addr_text = cx.required(&raw.bind_addr, E, "bind-addr")?;
+    let bind_addr = IpAddr::from_str(addr_text.trim()).map_err(|_| {
+        cx.invalid(
+            E,
+            "bind-addr",
+            addr_text,
+            ValueProblem::Bad,
+            "an ipv4 or ipv6 address",
+        )
+    })?;
+    let port = cx.int::<u16>(cx.required(&raw.port, E, "port")?, E, "port", 0, u16::MAX)?;
+    let transport = match raw.transport.as_deref() {
+        None | Some("udp") => Transports::Udp,
+        Some("tcp") => Transports::Tcp,
+        Some("udp+tcp") => Transports::UdpTcp,
+        Some(other) => {
+            return Err(cx.invalid(
+                E,
+                "transport",
+                other,
+                ValueProblem::Unknown,
+                "udp, tcp, udp+tcp",
+            ));
+        }
+    };
+    Ok(TransportConfig {
+        bind_addr,
+        port,
+        transport,
+    })
+}
+
+fn media(cx: &Ctx<'_>, raw: &RawMedia) -> Result<MediaConfig, ConfigError> {
+    const E: &str = "media";
+    let port_start = cx.int::<u16>(
+        cx.required(&raw.port_start, E, "port-start")?,
+        E,
+        "port-start",
+        0,
+        u16::MAX,
+    )?;
+    let range_text = cx.required(&raw.port_range, E, "port-range")?;
+    let max_range = u16::try_from(65536 - u32::from(port_start)).unwrap_or(u16::MAX);
+    let port_range = cx.int::<u16>(range_text, E, "port-range", 1, max_range)?;
+    Ok(MediaConfig {
+        port_start,
+        port_range,
+    })
+}
+
+fn accounts(cx: &Ctx<'_>, raw: &RawAccounts) -> Result<Vec<Account>, ConfigError> {
+    let mut out: Vec<Account> = Vec::new();
+    let mut seen: HashSet<(String, String)> = HashSet::new();
+    for d in raw.dynamic() {
+        let account = account(cx, d)?;
+        if !seen.insert((account.msr_name.clone(), account.realm.uri.clone())) {
+            return Err(ConfigError::DuplicateAccount {
+                path: cx.path.to_path_buf(),
+                msr_name: account.msr_name,
+                realm: account.realm.uri,
+            });
+        }
+        out.push(account);
+    }
+    Ok(out)
+}
+
+fn account(cx: &Ctx<'_>, raw: &RawDynamic) -> Result<Account, ConfigError> {
+    const E: &str = "dynamic";
+    let msr_name = cx.required(&raw.msr_name, E, "msr_name")?;
+    if msr_name.is_empty() || !msr_name.chars().all(is_token_char) {
+        let problem = if msr_name.is_empty() {
+            ValueProblem::Empty
+        } else {
+            ValueProblem::Bad
+        };
+        return Err(cx.invalid(
+            E,
+            "msr_name",
+            msr_name,
+            problem,
+            "a non-empty sip token (letters, digits and -.!%*_+`'~)",
+        ));
+    }
+    let realm_text = cx.required(&raw.realm, E, "realm")?;
+    let realm = parse_realm(realm_text).map_err(|problem| {
+        cx.invalid(
+            E,
+            "realm",
+            realm_text,
+            ValueProblem::Detail(problem),
+            "a sip: or sips: uri with a host, e.g. sip:192.0.2.1:5060",
+        )
+    })?;
+    let auth_name = cx.required(&raw.auth_name, E, "auth_name")?.to_owned();
+    let auth_password = cx
+        .required(&raw.auth_password, E, "auth_password")?
+        .to_owned();
+    Ok(Account {
+        msr_name: msr_name.to_owned(),
+        realm,
+        auth_name,
+        auth_password,
+        dtmf_mode: raw.dtmf_mode.clone(),
+    })
+}
+
+/// RFC 3261 §25.1 `token` characters.
+fn is_token_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || "-.!%*_+`'~".contains(c)
+}
+
+/// Parses `sip:[user@]host[:port][;params][?headers]` (RFC 3261 §19.1.1);
+/// the error is a short lowercase problem description.
+pub(super) fn parse_realm(uri: &str) -> Result<Realm, &'static str> {
+    let (scheme, rest) = uri.split_once(':').ok_or("realm is not a sip uri")?;
+    if !scheme.eq_ignore_ascii_case("sip") && !scheme.eq_ignore_ascii_case("sips") {
+        return Err("realm is not a sip uri");
+    }
+    // Strip parameters and headers, then user info.
+    let hostport = rest.split([';', '?']).next().unwrap_or("");
+    let hostport = hostport.rsplit_once('@').map_or(hostport, |(_, hp)| hp);
+    let (host, port_text) = if let Some(v6) = hostport.strip_prefix('[') {
+        let (inner, after) = v6.split_once(']').ok_or("realm has a bad ipv6 host")?;
+        if inner.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err("realm has a bad ipv6 host");
+        }
+        let port = match after {
+            "" => None,
+            p => Some(p.strip_prefix(':').ok_or("realm has a bad port")?),
+        };
+        (&hostport[..inner.len() + 2], port)
+    } else {
+        match hostport.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (hostport, None),
+        }
+    };
+    if host.is_empty() {
+        return Err("realm has no host");
+    }
+    if !host.starts_with('[')
+        && !host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+    {
+        return Err("realm has a bad host");
+    }
+    let port = match port_text {
+        None => None,
+        Some(p) => {
+            if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+                return Err("realm has a bad port");
+            }
+            match p.parse::<u16>() {
+                Ok(n) if n > 0 => Some(n),
+                _ => return Err("realm has a bad port"),
+            }
+        }
+    };
+    Ok(Realm {
+        uri: uri.to_owned(),
+        host: host.to_owned(),
+        port,
+    })
+}
+
+fn agent(cx: &Ctx<'_>, raw: &RawAgent) -> Result<AgentSettings, ConfigError> {
+    const E: &str = "agent";
+    let d = AgentSettings::default();
+    let register_expires = match raw.register_expires.as_deref() {
+        None => d.register_expires,
+        Some(v) => cx.int::<u32>(v, E, "register-expires", 1, u32::MAX)?,
+    };
+    let max_subscription_expires = match raw.max_subscription_expires.as_deref() {
+        None => d.max_subscription_expires,
+        Some(v) => cx.int::<u32>(v, E, "max-subscription-expires", 1, u32::MAX)?,
+    };
+    let notify_min_interval_ms = match raw.notify_min_interval_ms.as_deref() {
+        None => d.notify_min_interval_ms,
+        Some(v) => cx.int::<u64>(v, E, "notify-min-interval-ms", 0, u64::MAX)?,
+    };
+    let sample_interval_ms = match raw.sample_interval_ms.as_deref() {
+        None => d.sample_interval_ms,
+        Some(v) => cx.int::<u64>(v, E, "sample-interval-ms", 1, u64::MAX)?,
+    };
+    let calls_source = match raw.calls_source.as_deref() {
+        None => d.calls_source,
+        Some(v) => parse_calls_source(v).ok_or_else(|| {
+            cx.invalid(
+                E,
+                "calls-source",
+                v,
+                ValueProblem::Bad,
+                "proc, file:/path, fixed:N",
+            )
+        })?,
+    };
+    let node_name = match raw.node_name.as_deref() {
+        None => None,
+        Some(v) if v.trim().is_empty() => {
+            return Err(cx.invalid(E, "node-name", v, ValueProblem::Empty, "a non-empty name"));
+        }
+        Some(v) => Some(v.to_owned()),
+    };
+    Ok(AgentSettings {
+        register_expires,
+        max_subscription_expires,
+        calls_source,
+        notify_min_interval_ms,
+        sample_interval_ms,
+        node_name,
+    })
+}
+
+/// `proc` | `file:/path` | `fixed:N`
+pub(super) fn parse_calls_source(v: &str) -> Option<CallsSource> {
+    if v == "proc" {
+        return Some(CallsSource::ProcNetUdp);
+    }
+    if let Some(p) = v.strip_prefix("file:") {
+        return (!p.is_empty()).then(|| CallsSource::File(PathBuf::from(p)));
+    }
+    if let Some(n) = v.strip_prefix("fixed:") {
+        if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        return n.parse().ok().map(CallsSource::Fixed);
+    }
+    None
+}

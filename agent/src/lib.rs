@@ -1,0 +1,95 @@
+//! msr-agent: the daemon on every media-server (MSR) host (SPEC §1–§4).
+//!
+//! It reads the MSR's XML config ([`config`]), samples the host's load
+//! ([`load`]), registers each `<dynamic>` account with its core host
+//! ([`registration`], RFC 3261 §10) and is the notifier of the
+//! `eltex-call-count` event package ([`notifier`], RFC 6665).
+//!
+//! Codemap:
+//!
+//! * [`config`] — XML → validated [`config::AgentConfig`], hot reload;
+//! * [`load`] — CPU and media-session sampling, the `load` figure;
+//! * [`registration`] — sans-IO REGISTER client, one per account;
+//! * [`notifier`] — sans-IO RFC 6665 notifier;
+//! * `shell` — the one async loop owning the SIP endpoint and driving the
+//!   cores;
+//! * [`run`] / [`start`] — the entry points used by `main.rs` and tests.
+//!
+//! Architecture Invariant: [`registration`] and [`notifier`] read no clock
+//! and own no socket; they get `now` from the shell.
+
+pub mod config;
+pub mod load;
+
+mod error;
+pub mod notifier;
+pub mod registration;
+mod shell;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use msr_shared::sip::SipEndpoint;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+pub use crate::config::AgentConfig;
+pub use crate::error::AgentError;
+pub use crate::shell::{interface_name, SHUTDOWN_GRACE};
+
+/// A running agent (see [`start`]).
+#[derive(Debug)]
+pub struct AgentHandle {
+    /// The bound SIP (UDP) address; with `port="0"` in the config this is
+    /// where the ephemeral port shows.
+    pub local_addr: SocketAddr,
+    /// The agent task; it ends after `shutdown` is cancelled and the final
+    /// NOTIFYs and unregisters are sent (at most [`SHUTDOWN_GRACE`] later).
+    pub join: JoinHandle<Result<(), AgentError>>,
+}
+
+/// Binds the SIP endpoint and spawns the agent task; returns once the
+/// endpoint listens. `config_path`, when given, is watched for hot reload
+/// (SPEC §2). Cancel `shutdown` to stop.
+///
+/// # Errors
+/// [`AgentError::Endpoint`] when the socket cannot be bound.
+pub async fn start(
+    config: AgentConfig,
+    config_path: Option<PathBuf>,
+    shutdown: CancellationToken,
+) -> Result<AgentHandle, AgentError> {
+    let bind = SocketAddr::new(config.transport.bind_addr, config.transport.port);
+    let endpoint = SipEndpoint::bind(
+        bind,
+        config.transport.transport.tcp(),
+        &registration::user_agent(),
+        // Not a child of `shutdown`: the final NOTIFYs and unregisters go
+        // out after it is cancelled; the shell stops the endpoint itself.
+        CancellationToken::new(),
+    )
+    .await?;
+    let local_addr = endpoint.local_addr();
+    info!(addr = %local_addr, "listening on udp {local_addr}");
+    if config.transport.transport.tcp() {
+        info!(addr = %local_addr, "listening on tcp {local_addr}");
+    }
+    let shell = shell::Shell::new(endpoint, config).await;
+    let join = tokio::spawn(shell.run(config_path, shutdown));
+    Ok(AgentHandle { local_addr, join })
+}
+
+/// Runs the agent until `shutdown` is cancelled (see [`start`]).
+///
+/// # Errors
+/// Those of [`start`], [`AgentError::EndpointClosed`] when the endpoint stops
+/// on its own, [`AgentError::Task`] when the agent task panics.
+pub async fn run(
+    config: AgentConfig,
+    config_path: Option<PathBuf>,
+    shutdown: CancellationToken,
+) -> Result<(), AgentError> {
+    let handle = start(config, config_path, shutdown).await?;
+    handle.join.await?
+}

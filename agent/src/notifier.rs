@@ -1,0 +1,577 @@
+//! The `eltex-call-count` notifier (RFC 6665, SPEC §4).
+//!
+//! Sans-IO (STYLE rec. 2): [`Notifier::handle_request`] answers every
+//! incoming request at once and queues NOTIFYs, [`Notifier::on_sample`] feeds
+//! load samples, [`Notifier::handle_timeout`] expires subscriptions and
+//! flushes coalesced updates; the shell sends what
+//! [`Notifier::poll_transmit`] yields and sleeps until
+//! [`Notifier::poll_timeout`]. No clock, no socket.
+//!
+//! Policy (SPEC §4):
+//!
+//! * SUBSCRIBE for `Event: eltex-call-count` → 200 with the granted
+//!   `Expires` = min(requested, `max-subscription-expires`) (60 s when the
+//!   request has no `Expires`), a new dialog (our To-tag), then at once a
+//!   NOTIFY `active;expires=<remaining>`. A requested expiry below
+//!   [`MIN_EXPIRES`] (but not 0) → `423 Interval Too Brief` with
+//!   `Min-Expires`. `Expires: 0` → 200 and a final NOTIFY
+//!   `terminated;reason=timeout`;
+//! * a refresh (in-dialog SUBSCRIBE) → 200 and a NOTIFY at once;
+//! * the NOTIFYs that RFC 6665 requires after a SUBSCRIBE and the final
+//!   `terminated` ones are sent immediately; load updates are rate limited:
+//!   a NOTIFY when `load` moved by ≥ `load-delta` since the last NOTIFY of
+//!   that subscription or crossed the 100 edge, at most one per
+//!   `notify-min-interval-ms`. A change inside the window is held and
+//!   re-evaluated against the latest sample when the window ends (so three
+//!   changes in one second give one NOTIFY carrying the latest);
+//! * expiry → `terminated;reason=timeout`; [`Notifier::shutdown`] →
+//!   `deactivated`; account removed ([`Notifier::set_accounts`]) →
+//!   `noresource`;
+//! * another event → 489 with `Allow-Events`; a request in an unknown dialog
+//!   → 481; a SUBSCRIBE without Call-ID, From tag, CSeq or Contact → 400; a
+//!   SUBSCRIBE for an MSR name that is not one of our accounts → 404;
+//! * a NOTIFY answered 481 or 408, or lost (transport failure), drops the
+//!   subscription (RFC 6665 §4.2.2); other errors are logged only.
+//!
+//! Route sets (`Record-Route`) are not supported: NOTIFYs go straight to the
+//! subscriber's Contact, which is how the collector subscribes.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::fmt;
+use std::time::Duration;
+
+use msr_shared::event_package::{LoadReport, CONTENT_TYPE, EVENT};
+use msr_shared::sip::{self, Method, Request, Response, StatusCode, SubscriptionState, TerminationReason};
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use crate::load::Sample;
+
+#[cfg(test)]
+mod tests;
+
+/// The shortest subscription granted, seconds; a shorter non-zero request
+/// gets `423` with `Min-Expires: 1`.
+pub const MIN_EXPIRES: u32 = 1;
+/// The expiry granted when a SUBSCRIBE carries no `Expires` (SPEC §4's
+/// default subscription length).
+pub const DEFAULT_EXPIRES: u32 = 60;
+
+/// What the notifier needs from the config (SPEC §2, §4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotifierConfig {
+    /// `<general load-delta>`: percentage points of `load` movement that
+    /// trigger a NOTIFY.
+    pub load_delta: u8,
+    /// `<agent notify-min-interval-ms>`: minimum time between two NOTIFYs
+    /// of one subscription (final ones and those answering a SUBSCRIBE
+    /// excepted).
+    pub notify_min_interval: Duration,
+    /// `<agent max-subscription-expires>`: the longest expiry granted, seconds.
+    pub max_expires: u32,
+    /// `host:port` of the agent's endpoint, used in `Contact`.
+    pub contact_host_port: String,
+    /// The MSR names subscriptions may be for (`msr_name` of the accounts).
+    pub accounts: BTreeSet<String>,
+}
+
+/// Identifies one subscription for the shell (request id ↔ subscription).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SubscriptionId(pub u64);
+
+impl fmt::Display for SubscriptionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A NOTIFY to send, with the subscription it belongs to.
+#[derive(Debug)]
+pub struct NotifyTransmit {
+    /// The subscription; pass it back with the response.
+    pub subscription: SubscriptionId,
+    /// The request (Via and Max-Forwards are the endpoint's).
+    pub request: Request,
+}
+
+/// A read-only view of one subscription (for tests and logs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriptionInfo {
+    /// The id.
+    pub id: SubscriptionId,
+    /// The MSR name the subscription is for.
+    pub msr: String,
+    /// The dialog's Call-ID.
+    pub call_id: String,
+    /// When it expires.
+    pub expires_at: Instant,
+    /// NOTIFYs sent so far.
+    pub notify_count: u64,
+}
+
+#[derive(Debug)]
+struct Subscription {
+    id: SubscriptionId,
+    msr: String,
+    call_id: String,
+    local_tag: String,
+    remote_tag: String,
+    /// The SUBSCRIBE's To value without tag: our side of the dialog.
+    local_uri: String,
+    /// The SUBSCRIBE's From value, tag included.
+    remote: String,
+    /// The subscriber's Contact URI (remote target, RFC 3261 §12.1.1).
+    remote_target: String,
+    /// The `Event` value as received (keeps an `id` parameter).
+    event: String,
+    local_cseq: u32,
+    remote_cseq: u32,
+    expires_at: Instant,
+    last_notify_at: Option<Instant>,
+    last_sent_load: Option<u8>,
+    /// A load change waits for the end of the rate-limit window.
+    pending: bool,
+    notify_count: u64,
+}
+
+type DialogKey = (String, String, String);
+
+/// The sans-IO notifier (see the module docs).
+#[derive(Debug)]
+pub struct Notifier {
+    config: NotifierConfig,
+    latest: Sample,
+    subs: HashMap<SubscriptionId, Subscription>,
+    dialogs: HashMap<DialogKey, SubscriptionId>,
+    next_id: u64,
+    transmit: VecDeque<NotifyTransmit>,
+    shut_down: bool,
+}
+
+impl Notifier {
+    /// A notifier reporting `initial` until the first [`on_sample`](Self::on_sample).
+    pub fn new(config: NotifierConfig, initial: Sample) -> Self {
+        Self {
+            config,
+            latest: initial,
+            subs: HashMap::new(),
+            dialogs: HashMap::new(),
+            next_id: 1,
+            transmit: VecDeque::new(),
+            shut_down: false,
+        }
+    }
+
+    /// The active subscriptions, ordered by id.
+    pub fn subscriptions(&self) -> Vec<SubscriptionInfo> {
+        let mut out: Vec<_> = self
+            .subs
+            .values()
+            .map(|s| SubscriptionInfo {
+                id: s.id,
+                msr: s.msr.clone(),
+                call_id: s.call_id.clone(),
+                expires_at: s.expires_at,
+                notify_count: s.notify_count,
+            })
+            .collect();
+        out.sort_by_key(|s| s.id);
+        out
+    }
+
+    /// The latest sample.
+    pub fn latest(&self) -> Sample {
+        self.latest
+    }
+
+    /// The next NOTIFY to send.
+    pub fn poll_transmit(&mut self) -> Option<NotifyTransmit> {
+        self.transmit.pop_front()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must be called next:
+    /// the earliest expiry or end of a rate-limit window with a held change.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.subs
+            .values()
+            .map(|s| {
+                let window = if s.pending { self.window_end(s) } else { None };
+                window.map_or(s.expires_at, |w| w.min(s.expires_at))
+            })
+            .min()
+    }
+
+    /// Expires subscriptions and sends held load changes whose window ended.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let mut ids: Vec<SubscriptionId> = self.subs.keys().copied().collect();
+        ids.sort();
+        for id in ids {
+            let Some(sub) = self.subs.get(&id) else { continue };
+            if now >= sub.expires_at {
+                self.terminate(now, id, TerminationReason::Timeout);
+                continue;
+            }
+            if sub.pending && self.window_end(sub).is_none_or(|w| now >= w) {
+                self.evaluate(now, id);
+            }
+        }
+    }
+
+    /// A new load sample: NOTIFYs where `load` moved enough (see module docs).
+    pub fn on_sample(&mut self, now: Instant, sample: Sample) {
+        self.latest = sample;
+        let mut ids: Vec<SubscriptionId> = self.subs.keys().copied().collect();
+        ids.sort();
+        for id in ids {
+            self.evaluate(now, id);
+        }
+    }
+
+    /// Applies a reloaded config: a new `load-delta`, rate limit and maximum
+    /// expiry apply at once (held changes are re-evaluated); subscriptions for
+    /// MSR names no longer configured end with `noresource`.
+    pub fn reconfigure(&mut self, now: Instant, config: NotifierConfig) {
+        let accounts = config.accounts.clone();
+        self.config = config;
+        self.set_accounts(now, accounts);
+        let latest = self.latest;
+        self.on_sample(now, latest);
+    }
+
+    /// Sets the MSR names that may be subscribed to; subscriptions for names
+    /// no longer present end with `terminated;reason=noresource`.
+    pub fn set_accounts(&mut self, now: Instant, accounts: BTreeSet<String>) {
+        let mut gone: Vec<SubscriptionId> = self
+            .subs
+            .values()
+            .filter(|s| !accounts.contains(&s.msr))
+            .map(|s| s.id)
+            .collect();
+        gone.sort();
+        self.config.accounts = accounts;
+        for id in gone {
+            self.terminate(now, id, TerminationReason::Noresource);
+        }
+    }
+
+    /// Ends every subscription with `terminated;reason=deactivated`; new
+    /// SUBSCRIBEs are refused with 503 from now on.
+    pub fn shutdown(&mut self, now: Instant) {
+        self.shut_down = true;
+        let mut ids: Vec<SubscriptionId> = self.subs.keys().copied().collect();
+        ids.sort();
+        for id in ids {
+            self.terminate(now, id, TerminationReason::Deactivated);
+        }
+    }
+
+    /// The final response to a NOTIFY of subscription `id`.
+    pub fn handle_notify_response(&mut self, _now: Instant, id: SubscriptionId, response: &Response) {
+        let code = response.status_code.code();
+        if (200..300).contains(&code) {
+            return;
+        }
+        if code == 481 || code == 408 {
+            self.drop_subscription(id, &format!("notify answered {code}"));
+        } else if self.subs.contains_key(&id) {
+            warn!(subscription = %id, status = code, "notify refused");
+        }
+    }
+
+    /// A NOTIFY of subscription `id` got no response at all.
+    pub fn handle_notify_failure(&mut self, _now: Instant, id: SubscriptionId, reason: &str) {
+        self.drop_subscription(id, reason);
+    }
+
+    /// Answers an incoming request; `None` for ACK (never answered).
+    pub fn handle_request(&mut self, now: Instant, request: &Request) -> Option<Response> {
+        match request.method {
+            Method::Ack => None,
+            Method::Subscribe => Some(self.handle_subscribe(now, request)),
+            Method::Options => {
+                let mut r = sip::response(request, StatusCode::OK, Some(&sip::random_token()));
+                sip::push_header(&mut r.headers, "Allow", "SUBSCRIBE, OPTIONS");
+                sip::push_header(&mut r.headers, "Allow-Events", EVENT);
+                sip::push_header(&mut r.headers, "Accept", CONTENT_TYPE);
+                Some(finish(r))
+            }
+            _ => {
+                let to_tag = sip::header(&request.headers, "To").and_then(sip::tag);
+                let status = match to_tag {
+                    Some(local) => {
+                        let known = dialog_key(request, &local).is_some_and(|k| self.dialogs.contains_key(&k));
+                        if known {
+                            StatusCode::MethodNotAllowed
+                        } else {
+                            StatusCode::CallTransactionDoesNotExist
+                        }
+                    }
+                    None => StatusCode::MethodNotAllowed,
+                };
+                let mut r = sip::response(request, status.clone(), Some(&sip::random_token()));
+                if status == StatusCode::MethodNotAllowed {
+                    sip::push_header(&mut r.headers, "Allow", "SUBSCRIBE, OPTIONS");
+                }
+                Some(finish(r))
+            }
+        }
+    }
+
+    fn handle_subscribe(&mut self, now: Instant, request: &Request) -> Response {
+        let h = &request.headers;
+        let reject = |status: StatusCode, why: &str| {
+            debug!(%status, reason = why, "subscribe rejected");
+            finish(sip::response(request, status, Some(&sip::random_token())))
+        };
+        let from = sip::header(h, "From");
+        let remote_tag = from.and_then(sip::tag);
+        let (Some(call_id), Some(from), Some(remote_tag), Some(to), Some((cseq, _))) =
+            (sip::call_id(h), from, remote_tag, sip::header(h, "To"), sip::cseq(h))
+        else {
+            return reject(StatusCode::BadRequest, "missing call-id, from tag, to or cseq");
+        };
+        let requested = match sip::header(h, "Expires") {
+            None => None,
+            Some(v) => match v.parse::<u32>() {
+                Ok(e) => Some(e),
+                Err(_) => return reject(StatusCode::BadRequest, "malformed expires"),
+            },
+        };
+        if sip::event_package(h).as_deref() != Some(EVENT) {
+            let mut r = sip::response(request, StatusCode::BadEvent, Some(&sip::random_token()));
+            sip::push_header(&mut r.headers, "Allow-Events", EVENT);
+            return finish(r);
+        }
+        if let Some(accept) = sip::header(h, "Accept") {
+            let ok = accept.split(',').any(|t| {
+                let t = t.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+                t == CONTENT_TYPE || t == "*/*" || t == "application/*"
+            });
+            if !ok {
+                let mut r = sip::response(request, StatusCode::NotAcceptable, Some(&sip::random_token()));
+                sip::push_header(&mut r.headers, "Accept", CONTENT_TYPE);
+                return finish(r);
+            }
+        }
+        if let Some(e) = requested {
+            if e != 0 && e < MIN_EXPIRES {
+                let mut r = sip::response(request, StatusCode::IntervalTooBrief, Some(&sip::random_token()));
+                sip::push_header(&mut r.headers, "Min-Expires", MIN_EXPIRES.to_string());
+                return finish(r);
+            }
+        }
+        let granted = requested.unwrap_or(DEFAULT_EXPIRES).min(self.config.max_expires);
+
+        if let Some(local_tag) = sip::tag(to) {
+            // A refresh (or an unsubscribe) inside an existing dialog.
+            let key = (call_id.to_owned(), local_tag.clone(), remote_tag.clone());
+            let Some(&id) = self.dialogs.get(&key) else {
+                return reject(StatusCode::CallTransactionDoesNotExist, "unknown dialog");
+            };
+            if let Some(sub) = self.subs.get_mut(&id) {
+                if cseq <= sub.remote_cseq {
+                    return reject(StatusCode::ServerInternalError, "cseq out of order");
+                }
+                sub.remote_cseq = cseq;
+                if let Some(target) = sip::header(h, "Contact").map(sip::addr_uri) {
+                    if !target.is_empty() {
+                        sub.remote_target = target.to_owned();
+                    }
+                }
+            }
+            let response = self.ok(request, None, granted);
+            if granted == 0 {
+                info!(subscription = %id, "subscription ended by subscriber");
+                self.terminate(now, id, TerminationReason::Timeout);
+            } else if let Some(sub) = self.subs.get_mut(&id) {
+                sub.expires_at = now + secs(granted);
+                info!(subscription = %id, msr = %sub.msr, expires = granted, "subscription refreshed");
+                self.send_active(now, id);
+            }
+            return response;
+        }
+
+        if self.shut_down {
+            return reject(StatusCode::ServiceUnavailable, "shutting down");
+        }
+        let Some(target) = sip::header(h, "Contact").map(sip::addr_uri).filter(|t| !t.is_empty()) else {
+            return reject(StatusCode::BadRequest, "missing contact");
+        };
+        let msr = match sip::uri_user(&request.uri.to_string()) {
+            Some(user) if self.config.accounts.contains(user) => user.to_owned(),
+            None if self.config.accounts.len() == 1 => {
+                self.config.accounts.iter().next().cloned().unwrap_or_default()
+            }
+            _ => return reject(StatusCode::NotFound, "unknown msr"),
+        };
+        let local_tag = sip::random_token();
+        let id = SubscriptionId(self.next_id);
+        self.next_id += 1;
+        let sub = Subscription {
+            id,
+            msr: msr.clone(),
+            call_id: call_id.to_owned(),
+            local_tag: local_tag.clone(),
+            remote_tag: remote_tag.clone(),
+            local_uri: to.to_owned(),
+            remote: from.to_owned(),
+            remote_target: target.to_owned(),
+            event: sip::header(h, "Event").unwrap_or(EVENT).to_owned(),
+            local_cseq: 0,
+            remote_cseq: cseq,
+            expires_at: now + secs(granted),
+            last_notify_at: None,
+            last_sent_load: None,
+            pending: false,
+            notify_count: 0,
+        };
+        self.dialogs
+            .insert((call_id.to_owned(), local_tag.clone(), remote_tag), id);
+        self.subs.insert(id, sub);
+        let response = self.ok(request, Some(&local_tag), granted);
+        if granted == 0 {
+            // A fetch (RFC 6665 §4.4.3): one final NOTIFY.
+            self.terminate(now, id, TerminationReason::Timeout);
+        } else {
+            info!(subscription = %id, %msr, call_id, subscriber = %target, expires = granted, "subscription created");
+            self.send_active(now, id);
+        }
+        response
+    }
+
+    fn ok(&self, request: &Request, to_tag: Option<&str>, granted: u32) -> Response {
+        let mut r = sip::response(request, StatusCode::OK, to_tag);
+        sip::push_header(&mut r.headers, "Expires", granted.to_string());
+        sip::push_header(&mut r.headers, "Contact", self.contact());
+        finish(r)
+    }
+
+    fn contact(&self) -> String {
+        format!("<sip:{}>", self.config.contact_host_port)
+    }
+
+    fn window_end(&self, sub: &Subscription) -> Option<Instant> {
+        sub.last_notify_at.map(|t| t + self.config.notify_min_interval)
+    }
+
+    /// Whether `load` moved enough since the last NOTIFY (SPEC §4).
+    fn worth_notifying(&self, last: Option<u8>, load: u8) -> bool {
+        match last {
+            None => true,
+            Some(last) => {
+                last.abs_diff(load) >= self.config.load_delta.max(1) || ((last >= 100) != (load >= 100))
+            }
+        }
+    }
+
+    /// Sends the latest load now, holds it for the end of the window, or
+    /// clears a held change that no longer matters.
+    fn evaluate(&mut self, now: Instant, id: SubscriptionId) {
+        let Some(sub) = self.subs.get(&id) else { return };
+        if !self.worth_notifying(sub.last_sent_load, self.latest.load) {
+            if let Some(sub) = self.subs.get_mut(&id) {
+                sub.pending = false;
+            }
+            return;
+        }
+        match self.window_end(sub) {
+            Some(end) if now < end => {
+                if let Some(sub) = self.subs.get_mut(&id) {
+                    sub.pending = true;
+                }
+            }
+            _ => self.send_active(now, id),
+        }
+    }
+
+    fn send_active(&mut self, now: Instant, id: SubscriptionId) {
+        let Some(sub) = self.subs.get(&id) else { return };
+        let remaining = sub.expires_at.saturating_duration_since(now);
+        // Round up so a subscriber never sees 0 while the subscription lives.
+        let remaining = u32::try_from(remaining.as_millis().div_ceil(1000)).unwrap_or(u32::MAX);
+        self.send_notify(now, id, SubscriptionState::active(remaining));
+    }
+
+    fn terminate(&mut self, now: Instant, id: SubscriptionId, reason: TerminationReason) {
+        if let Some(sub) = self.subs.get(&id) {
+            info!(subscription = %id, msr = %sub.msr, call_id = %sub.call_id, %reason, "subscription terminated");
+        }
+        self.send_notify(now, id, SubscriptionState::terminated(reason));
+        self.remove(id);
+    }
+
+    fn drop_subscription(&mut self, id: SubscriptionId, reason: &str) {
+        if let Some(sub) = self.subs.get(&id) {
+            info!(subscription = %id, msr = %sub.msr, call_id = %sub.call_id, %reason, "subscription dropped");
+            self.remove(id);
+        }
+    }
+
+    fn remove(&mut self, id: SubscriptionId) {
+        if let Some(sub) = self.subs.remove(&id) {
+            self.dialogs
+                .remove(&(sub.call_id, sub.local_tag, sub.remote_tag));
+        }
+    }
+
+    fn send_notify(&mut self, now: Instant, id: SubscriptionId, state: SubscriptionState) {
+        let contact = self.contact();
+        let latest = self.latest;
+        let Some(sub) = self.subs.get_mut(&id) else { return };
+        sub.local_cseq += 1;
+        let body = LoadReport {
+            msr: sub.msr.clone(),
+            load: latest.load,
+            cpu: latest.cpu,
+            calls: latest.calls,
+            max_calls: latest.max_calls,
+        }
+        .encode()
+        .into_bytes();
+        let headers = vec![
+            ("From", format!("{};tag={}", sub.local_uri, sub.local_tag)),
+            ("To", sub.remote.clone()),
+            ("Call-ID", sub.call_id.clone()),
+            ("CSeq", format!("{} NOTIFY", sub.local_cseq)),
+            ("Contact", contact),
+            ("Event", sub.event.clone()),
+            ("Subscription-State", state.to_string()),
+            ("User-Agent", crate::registration::user_agent()),
+        ];
+        match sip::request(Method::Notify, &sub.remote_target, headers, Vec::new()) {
+            Ok(mut request) => {
+                let Request { headers, body: slot, .. } = &mut request;
+                sip::set_body(headers, slot, CONTENT_TYPE, body);
+                sub.last_notify_at = Some(now);
+                sub.last_sent_load = Some(latest.load);
+                sub.pending = false;
+                sub.notify_count += 1;
+                debug!(subscription = %id, state = %state, load = latest.load, "notify");
+                self.transmit.push_back(NotifyTransmit {
+                    subscription: id,
+                    request,
+                });
+            }
+            Err(e) => {
+                warn!(subscription = %id, target = %sub.remote_target, error = %e, "cannot build notify, dropping subscription");
+                self.remove(id);
+            }
+        }
+    }
+}
+
+fn secs(s: u32) -> Duration {
+    Duration::from_secs(u64::from(s))
+}
+
+fn dialog_key(request: &Request, local_tag: &str) -> Option<DialogKey> {
+    let call_id = sip::call_id(&request.headers)?;
+    let remote = sip::header(&request.headers, "From").and_then(sip::tag)?;
+    Some((call_id.to_owned(), local_tag.to_owned(), remote))
+}
+
+/// Adds `Content-Length: 0` to a bodiless response.
+fn finish(mut r: Response) -> Response {
+    sip::set_header(&mut r.headers, "Content-Length", "0");
+    r
+}

@@ -1,0 +1,374 @@
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use msr_shared::event_package::LoadReport;
+use msr_shared::sip::{self, Method, Request, Response, StatusCode, SubState, SubscriptionState};
+use tokio::time::Instant;
+
+use super::*;
+use crate::load::Sample;
+
+const MS: fn(u64) -> Duration = Duration::from_millis;
+
+fn config() -> NotifierConfig {
+    NotifierConfig {
+        load_delta: 10,
+        notify_min_interval: MS(1000),
+        max_expires: 3600,
+        contact_host_port: "127.0.0.1:5070".into(),
+        accounts: BTreeSet::from(["msr_1".to_owned()]),
+    }
+}
+
+fn sample(load: u8) -> Sample {
+    Sample { load, cpu: 5, calls: u32::from(load), max_calls: 100 }
+}
+
+fn subscribe(call_id: &str, to_tag: Option<&str>, cseq: u32, expires: Option<u32>, event: &str) -> Request {
+    let to = match to_tag {
+        Some(t) => format!("<sip:msr_1@127.0.0.1:5070>;tag={t}"),
+        None => "<sip:msr_1@127.0.0.1:5070>".to_owned(),
+    };
+    let mut headers = vec![
+        ("Via", "SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bK1".to_owned()),
+        ("From", "<sip:collector@127.0.0.1:5060>;tag=sub1".to_owned()),
+        ("To", to),
+        ("Call-ID", call_id.to_owned()),
+        ("CSeq", format!("{cseq} SUBSCRIBE")),
+        ("Contact", "<sip:collector@127.0.0.1:5060>".to_owned()),
+        ("Event", event.to_owned()),
+        ("Accept", "application/x-eltex-call-count".to_owned()),
+    ];
+    if let Some(e) = expires {
+        headers.push(("Expires", e.to_string()));
+    }
+    sip::request(Method::Subscribe, "sip:msr_1@127.0.0.1:5070", headers, Vec::new()).expect("request")
+}
+
+fn h<'a>(headers: &'a msr_shared::sip::Headers, name: &str) -> &'a str {
+    sip::header(headers, name).unwrap_or_default()
+}
+
+fn state(n: &NotifyTransmit) -> SubscriptionState {
+    SubscriptionState::parse(h(&n.request.headers, "Subscription-State")).expect("subscription-state")
+}
+
+fn body(n: &NotifyTransmit) -> LoadReport {
+    LoadReport::decode(&n.request.body).expect("body")
+}
+
+fn drain(n: &mut Notifier) -> Vec<NotifyTransmit> {
+    std::iter::from_fn(|| n.poll_transmit()).collect()
+}
+
+/// A notifier with one subscription created at `t0` (initial NOTIFY drained).
+fn subscribed(expires: u32) -> (Notifier, Instant, Response) {
+    let t0 = Instant::now();
+    let mut n = Notifier::new(config(), sample(30));
+    let resp = n.handle_request(t0, &subscribe("c1", None, 1, Some(expires), EVENT)).expect("response");
+    assert_eq!(drain(&mut n).len(), 1);
+    (n, t0, resp)
+}
+
+#[test]
+fn subscribe_gets_200_dialog_and_immediate_notify() {
+    let t0 = Instant::now();
+    let mut n = Notifier::new(config(), sample(37));
+    let resp = n.handle_request(t0, &subscribe("c1", None, 1, Some(7200), EVENT)).expect("response");
+    assert_eq!(resp.status_code, StatusCode::OK);
+    assert_eq!(h(&resp.headers, "Expires"), "3600", "capped at max-subscription-expires");
+    let to_tag = sip::tag(h(&resp.headers, "To")).expect("to-tag");
+    assert!(h(&resp.headers, "Contact").contains("127.0.0.1:5070"));
+
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 1);
+    let notify = &sent[0];
+    let r = &notify.request;
+    assert_eq!(r.method, Method::Notify);
+    assert_eq!(r.uri.to_string(), "sip:collector@127.0.0.1:5060", "sent to the subscriber's contact");
+    assert_eq!(h(&r.headers, "Call-ID"), "c1");
+    assert_eq!(sip::tag(h(&r.headers, "From")), Some(to_tag));
+    assert_eq!(sip::tag(h(&r.headers, "To")).as_deref(), Some("sub1"));
+    assert_eq!(h(&r.headers, "CSeq"), "1 NOTIFY");
+    assert_eq!(h(&r.headers, "Event"), EVENT);
+    assert_eq!(h(&r.headers, "Content-Type"), CONTENT_TYPE);
+    assert!(!h(&r.headers, "Contact").is_empty());
+    assert_eq!(state(notify), SubscriptionState::active(3600));
+    assert_eq!(
+        body(notify),
+        LoadReport { msr: "msr_1".into(), load: 37, cpu: 5, calls: 37, max_calls: 100 }
+    );
+}
+
+#[test]
+fn refresh_gets_200_and_notify_with_new_expiry() {
+    let (mut n, t0, resp) = subscribed(60);
+    let tag = sip::tag(h(&resp.headers, "To")).expect("tag");
+    let t1 = t0 + Duration::from_secs(40);
+    let resp = n.handle_request(t1, &subscribe("c1", Some(&tag), 2, Some(60), EVENT)).expect("response");
+    assert_eq!(resp.status_code, StatusCode::OK);
+    assert_eq!(h(&resp.headers, "Expires"), "60");
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(state(&sent[0]), SubscriptionState::active(60));
+    assert_eq!(h(&sent[0].request.headers, "CSeq"), "2 NOTIFY");
+    // Not expired at t0 + 60 s (refreshed), expired at t1 + 60 s.
+    n.handle_timeout(t0 + Duration::from_secs(61));
+    assert!(drain(&mut n).is_empty());
+    assert_eq!(n.poll_timeout(), Some(t1 + Duration::from_secs(60)));
+    n.handle_timeout(t1 + Duration::from_secs(60));
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 1);
+    let st = state(&sent[0]);
+    assert_eq!(st.state, SubState::Terminated);
+    assert_eq!(st.reason, Some(TerminationReason::Timeout));
+    assert!(n.subscriptions().is_empty());
+}
+
+#[test]
+fn expiry_sends_terminated_timeout_at_the_right_instant() {
+    let (mut n, t0, _) = subscribed(30);
+    assert_eq!(n.poll_timeout(), Some(t0 + Duration::from_secs(30)));
+    n.handle_timeout(t0 + Duration::from_secs(30) - MS(1));
+    assert!(drain(&mut n).is_empty());
+    n.handle_timeout(t0 + Duration::from_secs(30));
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(state(&sent[0]), SubscriptionState::terminated(TerminationReason::Timeout));
+    assert_eq!(n.poll_timeout(), None);
+}
+
+#[test]
+fn expires_zero_ends_with_timeout() {
+    let (mut n, t0, resp) = subscribed(60);
+    let tag = sip::tag(h(&resp.headers, "To")).expect("tag");
+    let resp = n.handle_request(t0, &subscribe("c1", Some(&tag), 2, Some(0), EVENT)).expect("response");
+    assert_eq!(resp.status_code, StatusCode::OK);
+    assert_eq!(h(&resp.headers, "Expires"), "0");
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(state(&sent[0]), SubscriptionState::terminated(TerminationReason::Timeout));
+    assert!(n.subscriptions().is_empty());
+    // The dialog is gone: a further request in it gets 481.
+    let resp = n.handle_request(t0, &subscribe("c1", Some(&tag), 3, Some(60), EVENT)).expect("response");
+    assert_eq!(resp.status_code, StatusCode::CallTransactionDoesNotExist);
+}
+
+#[test]
+fn initial_expires_zero_is_a_fetch() {
+    let t0 = Instant::now();
+    let mut n = Notifier::new(config(), sample(30));
+    let resp = n.handle_request(t0, &subscribe("c1", None, 1, Some(0), EVENT)).expect("response");
+    assert_eq!(resp.status_code, StatusCode::OK);
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(state(&sent[0]), SubscriptionState::terminated(TerminationReason::Timeout));
+    assert_eq!(body(&sent[0]).load, 30);
+}
+
+#[test]
+fn rejections() {
+    let t0 = Instant::now();
+    let mut n = Notifier::new(config(), sample(30));
+    let resp = n.handle_request(t0, &subscribe("c1", None, 1, Some(60), "presence")).expect("response");
+    assert_eq!(resp.status_code, StatusCode::BadEvent);
+    assert_eq!(h(&resp.headers, "Allow-Events"), EVENT);
+
+    let resp = n.handle_request(t0, &subscribe("c2", Some("nope"), 1, Some(60), EVENT)).expect("response");
+    assert_eq!(resp.status_code, StatusCode::CallTransactionDoesNotExist);
+
+    let mut no_call_id = subscribe("c3", None, 1, Some(60), EVENT);
+    no_call_id.headers.retain(|h| !h.name().eq_ignore_ascii_case("Call-ID"));
+    let resp = n.handle_request(t0, &no_call_id).expect("response");
+    assert_eq!(resp.status_code, StatusCode::BadRequest);
+
+    let mut no_from_tag = subscribe("c4", None, 1, Some(60), EVENT);
+    sip::set_header(&mut no_from_tag.headers, "From", "<sip:collector@127.0.0.1:5060>");
+    let resp = n.handle_request(t0, &no_from_tag).expect("response");
+    assert_eq!(resp.status_code, StatusCode::BadRequest);
+
+    let mut bad_expires = subscribe("c5", None, 1, None, EVENT);
+    sip::push_header(&mut bad_expires.headers, "Expires", "soon");
+    let resp = n.handle_request(t0, &bad_expires).expect("response");
+    assert_eq!(resp.status_code, StatusCode::BadRequest);
+
+    let mut other_msr = subscribe("c6", None, 1, Some(60), EVENT);
+    other_msr.uri = sip::Uri::try_from("sip:msr_9@127.0.0.1:5070").expect("uri");
+    let resp = n.handle_request(t0, &other_msr).expect("response");
+    assert_eq!(resp.status_code, StatusCode::NotFound);
+
+    assert!(drain(&mut n).is_empty());
+    assert!(n.subscriptions().is_empty());
+}
+
+#[test]
+fn min_expires_is_one_second() {
+    // Integer seconds cannot go below 1 except 0 (which is an unsubscribe),
+    // so 423 only applies when MIN_EXPIRES is raised; check the boundary.
+    let t0 = Instant::now();
+    let mut n = Notifier::new(config(), sample(30));
+    let resp = n.handle_request(t0, &subscribe("c1", None, 1, Some(MIN_EXPIRES), EVENT)).expect("response");
+    assert_eq!(resp.status_code, StatusCode::OK);
+    assert_eq!(h(&resp.headers, "Expires"), MIN_EXPIRES.to_string());
+}
+
+#[test]
+fn load_delta_threshold() {
+    let (mut n, t0, _) = subscribed(600);
+    // Last sent: 30. Moves below delta (10) are not reported.
+    n.on_sample(t0 + MS(2000), sample(39));
+    assert!(drain(&mut n).is_empty());
+    n.on_sample(t0 + MS(3000), sample(21));
+    assert!(drain(&mut n).is_empty());
+    n.on_sample(t0 + MS(4000), sample(40));
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(body(&sent[0]).load, 40);
+    assert_eq!(state(&sent[0]).expires, Some(596));
+    // Measured from the last NOTIFY sent (40), not from the last sample.
+    n.on_sample(t0 + MS(5000), sample(45));
+    n.on_sample(t0 + MS(6000), sample(49));
+    assert!(drain(&mut n).is_empty());
+    n.on_sample(t0 + MS(7000), sample(50));
+    assert_eq!(drain(&mut n).len(), 1);
+}
+
+#[test]
+fn changes_within_a_second_are_coalesced_into_the_latest() {
+    let (mut n, t0, _) = subscribed(600);
+    // The initial NOTIFY at t0 opens a window until t0 + 1 s.
+    n.on_sample(t0 + MS(200), sample(50));
+    n.on_sample(t0 + MS(500), sample(70));
+    n.on_sample(t0 + MS(800), sample(90));
+    assert!(drain(&mut n).is_empty(), "held until the window ends");
+    assert_eq!(n.poll_timeout(), Some(t0 + MS(1000)));
+    n.handle_timeout(t0 + MS(1000));
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(body(&sent[0]).load, 90);
+    // The next change inside the new window waits again.
+    n.on_sample(t0 + MS(1100), sample(60));
+    assert!(drain(&mut n).is_empty());
+    n.handle_timeout(t0 + MS(2000));
+    assert_eq!(body(&drain(&mut n)[0]).load, 60);
+}
+
+#[test]
+fn a_held_change_that_reverted_is_not_sent() {
+    let (mut n, t0, _) = subscribed(600);
+    n.on_sample(t0 + MS(200), sample(60));
+    n.on_sample(t0 + MS(400), sample(31));
+    n.handle_timeout(t0 + MS(1000));
+    assert!(drain(&mut n).is_empty());
+    assert_eq!(n.poll_timeout(), Some(t0 + Duration::from_secs(600)));
+}
+
+#[test]
+fn the_100_edge_is_always_reported() {
+    let mut cfg = config();
+    cfg.load_delta = 50;
+    let t0 = Instant::now();
+    let mut n = Notifier::new(cfg, sample(98));
+    n.handle_request(t0, &subscribe("c1", None, 1, Some(600), EVENT)).expect("response");
+    drain(&mut n);
+    n.on_sample(t0 + MS(1500), sample(100));
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 1, "reaching 100 is reported although delta is 50");
+    assert_eq!(body(&sent[0]).load, 100);
+    n.on_sample(t0 + MS(3000), sample(99));
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 1, "falling below 100 is reported");
+    assert_eq!(body(&sent[0]).load, 99);
+    n.on_sample(t0 + MS(4500), sample(97));
+    assert!(drain(&mut n).is_empty());
+}
+
+#[test]
+fn shutdown_deactivates_every_subscription() {
+    let t0 = Instant::now();
+    let mut n = Notifier::new(config(), sample(30));
+    for i in 0..5 {
+        let resp = n.handle_request(t0, &subscribe(&format!("c{i}"), None, 1, Some(60), EVENT)).expect("response");
+        assert_eq!(resp.status_code, StatusCode::OK);
+    }
+    assert_eq!(drain(&mut n).len(), 5);
+    n.shutdown(t0 + MS(10));
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 5);
+    for s in &sent {
+        assert_eq!(state(s), SubscriptionState::terminated(TerminationReason::Deactivated));
+        assert_eq!(h(&s.request.headers, "CSeq"), "2 NOTIFY");
+    }
+    assert!(n.subscriptions().is_empty());
+    let resp = n.handle_request(t0, &subscribe("late", None, 1, Some(60), EVENT)).expect("response");
+    assert_eq!(resp.status_code, StatusCode::ServiceUnavailable);
+}
+
+#[test]
+fn removed_account_ends_with_noresource_and_new_delta_applies_at_once() {
+    let (mut n, t0, _) = subscribed(600);
+    let mut cfg = config();
+    cfg.load_delta = 2;
+    n.on_sample(t0 + MS(2000), sample(33));
+    assert!(drain(&mut n).is_empty());
+    n.reconfigure(t0 + MS(2500), cfg.clone());
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 1, "the held 3-point move is worth a NOTIFY with delta 2");
+    assert_eq!(body(&sent[0]).load, 33);
+
+    cfg.accounts = BTreeSet::new();
+    n.reconfigure(t0 + MS(3000), cfg);
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(state(&sent[0]), SubscriptionState::terminated(TerminationReason::Noresource));
+    assert!(n.subscriptions().is_empty());
+}
+
+#[test]
+fn notify_answered_481_or_lost_drops_the_subscription() {
+    let t0 = Instant::now();
+    let mut n = Notifier::new(config(), sample(30));
+    n.handle_request(t0, &subscribe("a", None, 1, Some(60), EVENT)).expect("response");
+    n.handle_request(t0, &subscribe("b", None, 1, Some(60), EVENT)).expect("response");
+    n.handle_request(t0, &subscribe("c", None, 1, Some(60), EVENT)).expect("response");
+    let sent = drain(&mut n);
+    let reply = |t: &NotifyTransmit, code: u16| sip::response(&t.request, StatusCode::from(code), None);
+    n.handle_notify_response(t0, sent[0].subscription, &reply(&sent[0], 481));
+    n.handle_notify_failure(t0, sent[1].subscription, "timeout");
+    n.handle_notify_response(t0, sent[2].subscription, &reply(&sent[2], 200));
+    let left: Vec<String> = n.subscriptions().into_iter().map(|s| s.call_id).collect();
+    assert_eq!(left, vec!["c".to_owned()]);
+}
+
+#[test]
+fn many_subscribers_each_get_their_own_dialog() {
+    let t0 = Instant::now();
+    let mut n = Notifier::new(config(), sample(30));
+    let mut tags = BTreeSet::new();
+    for i in 0..50 {
+        let resp = n.handle_request(t0, &subscribe(&format!("c{i}"), None, 1, Some(60), EVENT)).expect("response");
+        tags.insert(sip::tag(h(&resp.headers, "To")).expect("tag"));
+    }
+    assert_eq!(tags.len(), 50);
+    assert_eq!(drain(&mut n).len(), 50);
+    n.on_sample(t0 + MS(1000), sample(80));
+    assert_eq!(drain(&mut n).len(), 50);
+}
+
+#[test]
+fn other_requests() {
+    let t0 = Instant::now();
+    let mut n = Notifier::new(config(), sample(30));
+    let mut opt = subscribe("o", None, 1, None, EVENT);
+    opt.method = Method::Options;
+    assert_eq!(n.handle_request(t0, &opt).map(|r| r.status_code), Some(StatusCode::OK));
+    let mut bye = subscribe("o", Some("x"), 2, None, EVENT);
+    bye.method = Method::Bye;
+    assert_eq!(
+        n.handle_request(t0, &bye).map(|r| r.status_code),
+        Some(StatusCode::CallTransactionDoesNotExist)
+    );
+    let mut msg = subscribe("o", None, 3, None, EVENT);
+    msg.method = Method::Message;
+    assert_eq!(n.handle_request(t0, &msg).map(|r| r.status_code), Some(StatusCode::MethodNotAllowed));
+}

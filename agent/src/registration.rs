@@ -1,0 +1,618 @@
+//! The registration client (RFC 3261 §10.2, SPEC §3): one [`Registration`]
+//! per `<dynamic>` account.
+//!
+//! Sans-IO (STYLE rec. 2, quinn-proto's shape): the core reads no clock and
+//! owns no socket. The shell feeds it [`Registration::handle_response`],
+//! [`Registration::handle_failure`] and [`Registration::handle_timeout`] with
+//! the current instant, sends whatever [`Registration::poll_transmit`] yields
+//! and sleeps until [`Registration::poll_timeout`].
+//!
+//! Policy:
+//!
+//! * one Call-ID and one From tag per account per run; the CSeq grows by one
+//!   for every REGISTER (credentials retry, 423 retry, refresh, unregister);
+//! * 401/407 → a retry with `Authorization`/`Proxy-Authorization` computed
+//!   from the challenge's digest realm, nonce, `algorithm` (MD5 or SHA-256)
+//!   and `qop=auth`. The challenge is cached and reused (nc + 1) on refreshes.
+//!   A new challenge with the nonce just answered and without `stale=true`
+//!   means the credentials are wrong: the attempt fails;
+//! * 423 → a retry with the `Min-Expires` of the response;
+//! * 2xx → registered for the granted expiry (the `expires` parameter of our
+//!   own `Contact` in the response, else the `Expires` header, else what was
+//!   requested). The refresh is sent [`refresh_delay`] after the response:
+//!   `max(granted / 2, granted − 30 s)`, i.e. half-way for short expiries and
+//!   30 s before expiry for long ones;
+//! * anything else (408 from Timer F, 5xx, a transport failure, wrong
+//!   credentials…) → [`RegistrationState::Failed`] and a new attempt after a
+//!   capped exponential backoff ([`BACKOFF_BASE`] doubling up to
+//!   [`BACKOFF_CAP`]), reset by the next success.
+//!
+//! Responses are matched on CSeq: a response to anything but the latest
+//! REGISTER is ignored.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use msr_shared::backoff::Backoff;
+use msr_shared::sip::{self, Method, Request, Response};
+use rsipstack::dialog::authenticate::compute_digest;
+use rsipstack::sip::headers::auth::{Algorithm, AuthQop};
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use crate::config::Account;
+
+#[cfg(test)]
+mod tests;
+
+/// First retry delay after a failed registration attempt.
+pub const BACKOFF_BASE: Duration = Duration::from_secs(1);
+/// Longest delay between two failed registration attempts.
+pub const BACKOFF_CAP: Duration = Duration::from_secs(60);
+/// Refreshes are sent at least this long before expiry when the expiry
+/// allows (see [`refresh_delay`]).
+pub const REFRESH_MARGIN: Duration = Duration::from_secs(30);
+/// The largest digest nonce-count used with one cached challenge; past it
+/// the next REGISTER goes without credentials to fetch a fresh challenge.
+const MAX_NONCE_COUNT: u8 = 99;
+
+/// The `User-Agent` the agent sends (SPEC §3: name and version).
+pub fn user_agent() -> String {
+    format!("msr-agent/{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// How long after a 2xx granting `granted` seconds the refresh is sent:
+/// `max(granted / 2, granted − 30 s)`, at least 1 s.
+pub fn refresh_delay(granted: u32) -> Duration {
+    let granted = Duration::from_secs(u64::from(granted));
+    (granted / 2)
+        .max(granted.saturating_sub(REFRESH_MARGIN))
+        .max(Duration::from_secs(1))
+}
+
+/// What the registration client needs to know about one account and the
+/// agent's endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistrationConfig {
+    /// The account (SPEC §2 `<dynamic>`).
+    pub account: Account,
+    /// The address put in the Contact (the endpoint's `bind-addr`).
+    pub contact_addr: IpAddr,
+    /// The endpoint's bound port.
+    pub contact_port: u16,
+    /// Name of the host interface that owns `contact_addr` (`lo` on
+    /// loopback), the Contact's `iface` parameter (SPEC §3).
+    pub iface: String,
+    /// Requested expiry in seconds (`<agent register-expires>`).
+    pub expires: u32,
+}
+
+impl RegistrationConfig {
+    /// The Contact URI: `sip:{msr_name}@{bind-addr}:{port}`.
+    pub fn contact_uri(&self) -> String {
+        match self.contact_addr {
+            IpAddr::V4(a) => format!("sip:{}@{}:{}", self.account.msr_name, a, self.contact_port),
+            IpAddr::V6(a) => format!("sip:{}@[{}]:{}", self.account.msr_name, a, self.contact_port),
+        }
+    }
+
+    /// The address of record: `sip:{msr_name}@{realm host[:port]}`.
+    pub fn aor(&self) -> String {
+        format!("sip:{}@{}", self.account.msr_name, self.account.realm.host_port())
+    }
+}
+
+/// Registration state, for logs and tests.
+///
+/// ```text
+/// Unregistered ──start──► Registering ──2xx──► Registered ──refresh──► Registering
+///                              │ 4xx/5xx/408/timeout        ▲
+///                              ▼                            │
+///                            Failed ───backoff elapsed──────┘ (via Registering)
+/// any ──unregister──► Unregistering ──final response──► Unregistered
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegistrationState {
+    /// No binding, nothing in flight.
+    Unregistered,
+    /// A REGISTER is in flight (first attempt, credentials retry or refresh).
+    Registering,
+    /// The registrar holds our binding.
+    Registered,
+    /// The last attempt failed; a retry is scheduled.
+    Failed,
+    /// The `Expires: 0` REGISTER is in flight.
+    Unregistering,
+}
+
+impl fmt::Display for RegistrationState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Unregistered => "unregistered",
+            Self::Registering => "registering",
+            Self::Registered => "registered",
+            Self::Failed => "failed",
+            Self::Unregistering => "unregistering",
+        })
+    }
+}
+
+/// A digest challenge taken from `WWW-Authenticate`/`Proxy-Authenticate`
+/// (RFC 3261 §22.4, RFC 7616 §3.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Challenge {
+    /// `true` for 407 (`Proxy-Authorization`), `false` for 401.
+    proxy: bool,
+    realm: String,
+    nonce: String,
+    opaque: Option<String>,
+    /// The `algorithm` token as received (echoed back), `None` = MD5.
+    algorithm_token: Option<String>,
+    algorithm: Algorithm,
+    /// Whether the challenge offers `qop=auth` (else `auth-int`, else none).
+    qop: Option<&'static str>,
+    stale: bool,
+    /// Nonce count of the last use.
+    nc: u8,
+}
+
+/// The sans-IO registration client of one account (see the module docs).
+#[derive(Debug)]
+pub struct Registration {
+    config: RegistrationConfig,
+    call_id: String,
+    from_tag: String,
+    cseq: u32,
+    state: RegistrationState,
+    /// The expiry currently asked for (raised by a 423).
+    requested: u32,
+    /// The CSeq of the request in flight, if any.
+    in_flight: Option<u32>,
+    /// Whether the request in flight is the unregister.
+    unregistering: bool,
+    /// Set once the unregister has completed (or failed): nothing more is sent.
+    finished: bool,
+    /// The cached challenge, used for every REGISTER until replaced.
+    challenge: Option<Challenge>,
+    /// Whether the request in flight carried credentials for `challenge`.
+    sent_credentials: bool,
+    /// When to send the next REGISTER (refresh or retry).
+    next_attempt: Option<Instant>,
+    /// When the current binding lapses, if registered.
+    expires_at: Option<Instant>,
+    backoff: Backoff,
+    transmit: VecDeque<Request>,
+}
+
+impl Registration {
+    /// A client that sends its first REGISTER at `now`.
+    pub fn new(config: RegistrationConfig, now: Instant) -> Self {
+        let requested = config.expires;
+        Self {
+            config,
+            call_id: format!("{}@msr-agent", sip::random_token()),
+            from_tag: sip::random_token(),
+            cseq: 0,
+            state: RegistrationState::Unregistered,
+            requested,
+            in_flight: None,
+            unregistering: false,
+            finished: false,
+            challenge: None,
+            sent_credentials: false,
+            next_attempt: Some(now),
+            expires_at: None,
+            backoff: Backoff::new(BACKOFF_BASE, BACKOFF_CAP),
+            transmit: VecDeque::new(),
+        }
+    }
+
+    /// The configuration this client was built from.
+    pub fn config(&self) -> &RegistrationConfig {
+        &self.config
+    }
+
+    /// The current state.
+    pub fn state(&self) -> RegistrationState {
+        self.state
+    }
+
+    /// The Call-ID shared by every REGISTER of this run.
+    pub fn call_id(&self) -> &str {
+        &self.call_id
+    }
+
+    /// When the current binding lapses, if registered.
+    pub fn expires_at(&self) -> Option<Instant> {
+        self.expires_at
+    }
+
+    /// Changes the expiry requested from the next REGISTER on (hot reload).
+    pub fn set_expires(&mut self, expires: u32) {
+        self.config.expires = expires;
+        self.requested = expires;
+    }
+
+    /// Whether the client has nothing more to do: the unregister was answered
+    /// (or failed).
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// The next REGISTER to send, if any.
+    pub fn poll_transmit(&mut self) -> Option<Request> {
+        self.transmit.pop_front()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must be called next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.finished || self.in_flight.is_some() {
+            return None;
+        }
+        self.next_attempt
+    }
+
+    /// Sends the due refresh or retry.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.finished || self.in_flight.is_some() {
+            return;
+        }
+        if let Some(at) = self.next_attempt {
+            if now >= at {
+                self.next_attempt = None;
+                if self.expires_at.is_some_and(|e| now >= e) {
+                    self.expires_at = None;
+                }
+                self.send(now);
+            }
+        }
+    }
+
+    /// Starts the unregister (`Expires: 0`, RFC 3261 §10.2.2): at shutdown or
+    /// when the account is removed from the config. A request still in
+    /// flight is abandoned (its response will not match the CSeq).
+    pub fn unregister(&mut self, now: Instant) {
+        if self.finished || self.unregistering {
+            return;
+        }
+        self.unregistering = true;
+        self.next_attempt = None;
+        self.set_state(RegistrationState::Unregistering);
+        self.push_register(now);
+    }
+
+    /// A final response to one of our REGISTERs (a locally generated 408 for
+    /// a transaction timeout included).
+    pub fn handle_response(&mut self, now: Instant, response: &Response) {
+        let Some((cseq, method)) = sip::cseq(&response.headers) else {
+            return;
+        };
+        if method != "REGISTER"
+            || self.in_flight != Some(cseq)
+            || sip::call_id(&response.headers) != Some(self.call_id.as_str())
+        {
+            return;
+        }
+        self.in_flight = None;
+        let code = response.status_code.code();
+        match code {
+            200..=299 => self.on_success(now, response),
+            401 | 407 => self.on_challenge(now, response, code == 407),
+            423 => self.on_too_brief(now, response),
+            _ => self.on_failure(now, &format!("{code} {}", response.status_code)),
+        }
+    }
+
+    /// The REGISTER in flight ended without any response (transport error).
+    pub fn handle_failure(&mut self, now: Instant, reason: &str) {
+        if self.in_flight.is_none() {
+            return;
+        }
+        self.in_flight = None;
+        self.on_failure(now, reason);
+    }
+
+    fn on_success(&mut self, now: Instant, response: &Response) {
+        self.backoff.reset();
+        if self.unregistering {
+            self.finish();
+            return;
+        }
+        let granted = self.granted_expires(response);
+        if granted == 0 {
+            self.on_failure(now, "registrar granted expires 0");
+            return;
+        }
+        self.expires_at = Some(now + Duration::from_secs(u64::from(granted)));
+        self.next_attempt = Some(now + refresh_delay(granted));
+        if self.state != RegistrationState::Registered {
+            self.set_state(RegistrationState::Registered);
+        }
+        info!(
+            msr = %self.config.account.msr_name,
+            realm = %self.config.account.realm,
+            expires = granted,
+            "registration confirmed"
+        );
+    }
+
+    fn on_challenge(&mut self, now: Instant, response: &Response, proxy: bool) {
+        let name = if proxy { "Proxy-Authenticate" } else { "WWW-Authenticate" };
+        let challenge = sip::header_all(&response.headers, name)
+            .into_iter()
+            .filter_map(|v| parse_challenge(v, proxy))
+            // Prefer SHA-256 when the registrar offers both (RFC 7616 §3.7).
+            .min_by_key(|c| u8::from(c.algorithm != Algorithm::Sha256));
+        let Some(challenge) = challenge else {
+            self.on_failure(now, "challenge without a usable digest");
+            return;
+        };
+        let repeated = self.sent_credentials
+            && self
+                .challenge
+                .as_ref()
+                .is_some_and(|c| c.nonce == challenge.nonce && c.proxy == challenge.proxy);
+        if repeated && !challenge.stale {
+            self.challenge = None;
+            self.on_failure(now, "credentials rejected");
+            return;
+        }
+        self.challenge = Some(challenge);
+        self.push_register(now);
+    }
+
+    fn on_too_brief(&mut self, now: Instant, response: &Response) {
+        let min = sip::header(&response.headers, "Min-Expires").and_then(|v| v.parse::<u32>().ok());
+        match min {
+            Some(min) if min > self.requested && !self.unregistering => {
+                info!(
+                    msr = %self.config.account.msr_name,
+                    requested = self.requested,
+                    min_expires = min,
+                    "interval too brief, retrying with min-expires"
+                );
+                self.requested = min;
+                self.push_register(now);
+            }
+            _ => self.on_failure(now, "423 without a usable min-expires"),
+        }
+    }
+
+    fn on_failure(&mut self, now: Instant, reason: &str) {
+        if self.unregistering {
+            warn!(msr = %self.config.account.msr_name, realm = %self.config.account.realm, %reason, "unregister failed");
+            self.finish();
+            return;
+        }
+        let delay = self.backoff.next_delay();
+        self.next_attempt = Some(now + delay);
+        warn!(
+            msr = %self.config.account.msr_name,
+            realm = %self.config.account.realm,
+            %reason,
+            retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+            "registration failed"
+        );
+        self.set_state(RegistrationState::Failed);
+    }
+
+    fn finish(&mut self) {
+        self.finished = true;
+        self.expires_at = None;
+        self.next_attempt = None;
+        self.set_state(RegistrationState::Unregistered);
+    }
+
+    fn send(&mut self, now: Instant) {
+        if !matches!(self.state, RegistrationState::Registered) || self.expires_at.is_none() {
+            self.set_state(RegistrationState::Registering);
+        }
+        self.push_register(now);
+    }
+
+    fn set_state(&mut self, to: RegistrationState) {
+        if self.state != to {
+            info!(
+                msr = %self.config.account.msr_name,
+                realm = %self.config.account.realm,
+                from = %self.state,
+                to = %to,
+                "registration state changed"
+            );
+            self.state = to;
+        }
+    }
+
+    /// The granted expiry of a 2xx: our Contact's `expires`, else `Expires`,
+    /// else what we asked for (RFC 3261 §10.2.4).
+    fn granted_expires(&self, response: &Response) -> u32 {
+        let ours = self.config.contact_uri();
+        for value in sip::header_all(&response.headers, "Contact") {
+            for contact in split_outside_quotes(value, ',') {
+                if same_contact(sip::addr_uri(contact), &ours) {
+                    if let Some(e) = sip::param(contact, "expires").and_then(|e| e.parse().ok()) {
+                        return e;
+                    }
+                }
+            }
+        }
+        sip::expires(&response.headers).unwrap_or(self.requested)
+    }
+
+    /// Queues a REGISTER with the next CSeq (and credentials when a
+    /// challenge is cached).
+    fn push_register(&mut self, now: Instant) {
+        self.cseq = self.cseq.wrapping_add(1).max(1);
+        let expires = if self.unregistering { 0 } else { self.requested };
+        let account = &self.config.account;
+        let aor = self.config.aor();
+        let mut headers = vec![
+            ("From", format!("<{aor}>;tag={}", self.from_tag)),
+            ("To", format!("<{aor}>")),
+            ("Call-ID", self.call_id.clone()),
+            ("CSeq", format!("{} REGISTER", self.cseq)),
+            (
+                "Contact",
+                format!("<{}>;iface={}", self.config.contact_uri(), self.config.iface),
+            ),
+            ("Expires", expires.to_string()),
+            ("User-Agent", user_agent()),
+        ];
+        let request = match sip::request(Method::Register, &account.realm.uri, Vec::new(), Vec::new()) {
+            Ok(r) => r,
+            Err(e) => {
+                // The config validated the URI, so this is not expected; do
+                // not spin: fail and back off.
+                warn!(msr = %account.msr_name, realm = %account.realm, error = %e, "cannot build register");
+                self.in_flight = None;
+                let delay = self.backoff.next_delay();
+                self.next_attempt = Some(now + delay);
+                return;
+            }
+        };
+        let uri = request.uri.to_string();
+        self.sent_credentials = false;
+        if let Some(ch) = self.challenge.as_mut() {
+            if ch.nc >= MAX_NONCE_COUNT {
+                self.challenge = None;
+            } else {
+                ch.nc += 1;
+                let name = if ch.proxy { "Proxy-Authorization" } else { "Authorization" };
+                headers.push((name, authorization(ch, &account.auth_name, &account.auth_password, &uri)));
+                self.sent_credentials = true;
+            }
+        }
+        let mut request = request;
+        for (name, value) in headers {
+            sip::push_header(&mut request.headers, name, value);
+        }
+        sip::push_header(&mut request.headers, "Content-Length", "0");
+        self.in_flight = Some(self.cseq);
+        self.transmit.push_back(request);
+    }
+}
+
+/// Whether two SIP URIs name the same contact (scheme, user, host, port;
+/// case-insensitive host, parameters ignored).
+fn same_contact(a: &str, b: &str) -> bool {
+    fn key(u: &str) -> String {
+        u.split(';').next().unwrap_or(u).trim().to_ascii_lowercase()
+    }
+    key(a) == key(b)
+}
+
+/// Splits at `sep` outside double quotes and angle brackets.
+fn split_outside_quotes(value: &str, sep: char) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut quoted, mut angle, mut start) = (false, false, 0);
+    for (i, c) in value.char_indices() {
+        match c {
+            '"' => quoted = !quoted,
+            '<' if !quoted => angle = true,
+            '>' if !quoted => angle = false,
+            c if c == sep && !quoted && !angle => {
+                out.push(value[start..i].trim());
+                start = i + c.len_utf8();
+            }
+            _ => {}
+        }
+    }
+    out.push(value[start..].trim());
+    out.retain(|s| !s.is_empty());
+    out
+}
+
+/// Parses `Digest realm="…", nonce="…", …`; `None` for other schemes,
+/// a missing realm/nonce or an unsupported algorithm.
+fn parse_challenge(value: &str, proxy: bool) -> Option<Challenge> {
+    let (scheme, rest) = value.trim().split_once(char::is_whitespace)?;
+    if !scheme.eq_ignore_ascii_case("digest") {
+        return None;
+    }
+    let mut realm = None;
+    let mut nonce = None;
+    let mut opaque = None;
+    let mut algorithm_token = None;
+    let mut qop_offer = None;
+    let mut stale = false;
+    for part in split_outside_quotes(rest, ',') {
+        let Some((k, v)) = part.split_once('=') else { continue };
+        let v = v.trim().trim_matches('"').to_owned();
+        match k.trim().to_ascii_lowercase().as_str() {
+            "realm" => realm = Some(v),
+            "nonce" => nonce = Some(v),
+            "opaque" => opaque = Some(v),
+            "algorithm" => algorithm_token = Some(v),
+            "qop" => qop_offer = Some(v),
+            "stale" => stale = v.eq_ignore_ascii_case("true"),
+            _ => {}
+        }
+    }
+    let algorithm = match algorithm_token.as_deref().map(str::to_ascii_uppercase).as_deref() {
+        None | Some("MD5") => Algorithm::Md5,
+        Some("SHA-256") | Some("SHA256") => Algorithm::Sha256,
+        Some(_) => return None,
+    };
+    let qop = match qop_offer {
+        None => None,
+        Some(offer) => {
+            let offered: Vec<String> = offer.split(',').map(|q| q.trim().to_ascii_lowercase()).collect();
+            if offered.iter().any(|q| q == "auth") {
+                Some("auth")
+            } else if offered.iter().any(|q| q == "auth-int") {
+                Some("auth-int")
+            } else {
+                return None;
+            }
+        }
+    };
+    Some(Challenge {
+        proxy,
+        realm: realm?,
+        nonce: nonce?,
+        opaque,
+        algorithm_token,
+        algorithm,
+        qop,
+        stale,
+        nc: 0,
+    })
+}
+
+/// The `Authorization` value answering `ch` for a REGISTER to `uri`
+/// (RFC 3261 §22.4, RFC 7616 §3.4).
+fn authorization(ch: &Challenge, user: &str, password: &str, uri: &str) -> String {
+    let cnonce = sip::random_token();
+    let qop = match ch.qop {
+        Some("auth") => Some(AuthQop::Auth { cnonce: cnonce.clone(), nc: ch.nc }),
+        Some(_) => Some(AuthQop::AuthInt { cnonce: cnonce.clone(), nc: ch.nc }),
+        None => None,
+    };
+    let response = compute_digest(
+        user,
+        password,
+        &ch.realm,
+        &ch.nonce,
+        &Method::Register,
+        uri,
+        ch.algorithm,
+        qop.as_ref(),
+    );
+    let mut out = format!(
+        "Digest username=\"{user}\", realm=\"{}\", nonce=\"{}\", uri=\"{uri}\", response=\"{response}\"",
+        ch.realm, ch.nonce
+    );
+    if let Some(token) = &ch.algorithm_token {
+        out.push_str(&format!(", algorithm={token}"));
+    }
+    if let Some(q) = ch.qop {
+        // Same nc formatting as `compute_digest` hashes it.
+        out.push_str(&format!(", qop={q}, nc={:08}, cnonce=\"{cnonce}\"", ch.nc));
+    }
+    if let Some(opaque) = &ch.opaque {
+        out.push_str(&format!(", opaque=\"{opaque}\""));
+    }
+    out
+}

@@ -1,0 +1,270 @@
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+use msr_shared::sip::{self, Request, Response, StatusCode};
+use rsipstack::dialog::authenticate::compute_digest;
+use rsipstack::sip::headers::auth::{Algorithm, AuthQop};
+use tokio::time::Instant;
+
+use super::*;
+use crate::config::{Account, Realm};
+
+fn config() -> RegistrationConfig {
+    RegistrationConfig {
+        account: Account {
+            msr_name: "msr_1".into(),
+            realm: Realm {
+                uri: "sip:192.168.2.21:5000".into(),
+                host: "192.168.2.21".into(),
+                port: Some(5000),
+            },
+            auth_name: "alice".into(),
+            auth_password: "secret".into(),
+            dtmf_mode: None,
+        },
+        contact_addr: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        contact_port: 5070,
+        iface: "lo".into(),
+        expires: 300,
+    }
+}
+
+fn h<'a>(r: &'a Request, name: &str) -> &'a str {
+    sip::header(&r.headers, name).unwrap_or_default()
+}
+
+fn reply(req: &Request, code: u16, extra: &[(&str, &str)]) -> Response {
+    let mut r = sip::response(req, StatusCode::from(code), Some("srv"));
+    for (n, v) in extra {
+        sip::push_header(&mut r.headers, n, *v);
+    }
+    r
+}
+
+fn start() -> (Registration, Instant, Request) {
+    let t0 = Instant::now();
+    let mut reg = Registration::new(config(), t0);
+    assert_eq!(reg.poll_timeout(), Some(t0));
+    reg.handle_timeout(t0);
+    let req = reg.poll_transmit().expect("first register");
+    (reg, t0, req)
+}
+
+/// The `name=value` parameter of a Digest header value.
+fn auth_param(value: &str, name: &str) -> Option<String> {
+    split_outside_quotes(value.trim_start_matches("Digest").trim(), ',')
+        .into_iter()
+        .find_map(|p| {
+            let (k, v) = p.split_once('=')?;
+            (k.trim() == name).then(|| v.trim().trim_matches('"').to_owned())
+        })
+}
+
+#[test]
+fn first_register_has_the_spec_headers() {
+    let (reg, _, req) = start();
+    assert_eq!(req.method, Method::Register);
+    assert_eq!(req.uri.to_string(), "sip:192.168.2.21:5000");
+    assert_eq!(sip::addr_uri(h(&req, "To")), "sip:msr_1@192.168.2.21:5000");
+    assert_eq!(sip::addr_uri(h(&req, "From")), "sip:msr_1@192.168.2.21:5000");
+    assert!(sip::tag(h(&req, "From")).is_some());
+    assert_eq!(h(&req, "Contact"), "<sip:msr_1@127.0.0.1:5070>;iface=lo");
+    assert_eq!(h(&req, "Expires"), "300");
+    assert_eq!(h(&req, "CSeq"), "1 REGISTER");
+    assert_eq!(h(&req, "Call-ID"), reg.call_id());
+    assert!(h(&req, "User-Agent").starts_with("msr-agent/"));
+    assert_eq!(reg.state(), RegistrationState::Registering);
+    assert_eq!(reg.poll_timeout(), None, "no timer while the request is in flight");
+}
+
+#[test]
+fn digest_md5_retry_then_refresh_with_the_same_call_id() {
+    let (mut reg, t0, req) = start();
+    let challenge = r#"Digest realm="core.example", nonce="abc123", qop="auth,auth-int", algorithm=MD5, opaque="op""#;
+    reg.handle_response(t0, &reply(&req, 401, &[("WWW-Authenticate", challenge)]));
+    let retry = reg.poll_transmit().expect("retry with credentials");
+    assert_eq!(h(&retry, "CSeq"), "2 REGISTER");
+    assert_eq!(h(&retry, "Call-ID"), h(&req, "Call-ID"));
+    assert_eq!(h(&retry, "From"), h(&req, "From"));
+    let auth = h(&retry, "Authorization");
+    assert_eq!(auth_param(auth, "realm").as_deref(), Some("core.example"), "digest realm from the challenge");
+    assert_eq!(auth_param(auth, "username").as_deref(), Some("alice"));
+    assert_eq!(auth_param(auth, "qop").as_deref(), Some("auth"));
+    assert_eq!(auth_param(auth, "nc").as_deref(), Some("00000001"));
+    assert_eq!(auth_param(auth, "opaque").as_deref(), Some("op"));
+    assert_eq!(auth_param(auth, "algorithm").as_deref(), Some("MD5"));
+    let cnonce = auth_param(auth, "cnonce").expect("cnonce");
+    let uri = auth_param(auth, "uri").expect("uri");
+    let expected = compute_digest(
+        "alice",
+        "secret",
+        "core.example",
+        "abc123",
+        &Method::Register,
+        &uri,
+        Algorithm::Md5,
+        Some(&AuthQop::Auth { cnonce, nc: 1 }),
+    );
+    assert_eq!(auth_param(auth, "response"), Some(expected));
+
+    let t1 = t0 + Duration::from_millis(20);
+    reg.handle_response(t1, &reply(&retry, 200, &[("Expires", "60")]));
+    assert_eq!(reg.state(), RegistrationState::Registered);
+    assert_eq!(reg.expires_at(), Some(t1 + Duration::from_secs(60)));
+    assert_eq!(reg.poll_timeout(), Some(t1 + Duration::from_secs(30)));
+
+    reg.handle_timeout(t1 + Duration::from_secs(29));
+    assert!(reg.poll_transmit().is_none(), "no refresh before its time");
+    reg.handle_timeout(t1 + Duration::from_secs(30));
+    let refresh = reg.poll_transmit().expect("refresh");
+    assert_eq!(h(&refresh, "CSeq"), "3 REGISTER");
+    assert_eq!(h(&refresh, "Call-ID"), h(&req, "Call-ID"));
+    assert_eq!(auth_param(h(&refresh, "Authorization"), "nc").as_deref(), Some("00000002"));
+    assert_eq!(reg.state(), RegistrationState::Registered, "refreshing keeps the binding");
+}
+
+#[test]
+fn sha256_challenge_is_answered_with_sha256() {
+    let (mut reg, t0, req) = start();
+    let challenge = r#"Digest realm="r", nonce="n1", qop="auth", algorithm=SHA-256"#;
+    reg.handle_response(t0, &reply(&req, 407, &[("Proxy-Authenticate", challenge)]));
+    let retry = reg.poll_transmit().expect("retry");
+    let auth = h(&retry, "Proxy-Authorization");
+    assert_eq!(auth_param(auth, "algorithm").as_deref(), Some("SHA-256"));
+    let cnonce = auth_param(auth, "cnonce").expect("cnonce");
+    let uri = auth_param(auth, "uri").expect("uri");
+    let expected = compute_digest(
+        "alice",
+        "secret",
+        "r",
+        "n1",
+        &Method::Register,
+        &uri,
+        Algorithm::Sha256,
+        Some(&AuthQop::Auth { cnonce, nc: 1 }),
+    );
+    assert_eq!(auth_param(auth, "response"), Some(expected));
+}
+
+#[test]
+fn second_challenge_with_the_same_nonce_fails_unless_stale() {
+    let (mut reg, t0, req) = start();
+    let ch = r#"Digest realm="r", nonce="n1", qop="auth""#;
+    reg.handle_response(t0, &reply(&req, 401, &[("WWW-Authenticate", ch)]));
+    let retry = reg.poll_transmit().expect("retry");
+    // Stale: retry once more with the same nonce.
+    let stale = r#"Digest realm="r", nonce="n1", qop="auth", stale=true"#;
+    reg.handle_response(t0, &reply(&retry, 401, &[("WWW-Authenticate", stale)]));
+    let retry2 = reg.poll_transmit().expect("stale retry");
+    assert_eq!(h(&retry2, "CSeq"), "3 REGISTER");
+    // Same nonce again, not stale: wrong credentials.
+    reg.handle_response(t0, &reply(&retry2, 401, &[("WWW-Authenticate", ch)]));
+    assert!(reg.poll_transmit().is_none());
+    assert_eq!(reg.state(), RegistrationState::Failed);
+    assert_eq!(reg.poll_timeout(), Some(t0 + BACKOFF_BASE));
+}
+
+#[test]
+fn failures_back_off_exponentially_up_to_the_cap() {
+    let (mut reg, mut now, mut req) = start();
+    let mut delays = Vec::new();
+    for _ in 0..9 {
+        reg.handle_response(now, &reply(&req, 503, &[]));
+        assert_eq!(reg.state(), RegistrationState::Failed);
+        let next = reg.poll_timeout().expect("retry scheduled");
+        delays.push((next - now).as_secs());
+        reg.handle_timeout(next - Duration::from_millis(1));
+        assert!(reg.poll_transmit().is_none(), "no retry before the backoff elapsed");
+        now = next;
+        reg.handle_timeout(now);
+        req = reg.poll_transmit().expect("retry");
+        assert_eq!(reg.state(), RegistrationState::Registering);
+    }
+    assert_eq!(delays, vec![1, 2, 4, 8, 16, 32, 60, 60, 60]);
+    // A success resets the backoff.
+    reg.handle_response(now, &reply(&req, 200, &[]));
+    assert_eq!(reg.state(), RegistrationState::Registered);
+    assert_eq!(reg.expires_at(), Some(now + Duration::from_secs(300)), "requested expiry when none granted");
+    assert_eq!(reg.poll_timeout(), Some(now + Duration::from_secs(270)));
+}
+
+#[test]
+fn transport_failure_is_a_failure() {
+    let (mut reg, t0, _) = start();
+    reg.handle_failure(t0, "connection refused");
+    assert_eq!(reg.state(), RegistrationState::Failed);
+    assert_eq!(reg.poll_timeout(), Some(t0 + Duration::from_secs(1)));
+}
+
+#[test]
+fn interval_too_brief_retries_with_min_expires() {
+    let (mut reg, t0, req) = start();
+    reg.handle_response(t0, &reply(&req, 423, &[("Min-Expires", "600")]));
+    let retry = reg.poll_transmit().expect("retry");
+    assert_eq!(h(&retry, "Expires"), "600");
+    assert_eq!(h(&retry, "CSeq"), "2 REGISTER");
+    // A 423 that does not raise the expiry is a failure, not a loop.
+    reg.handle_response(t0, &reply(&retry, 423, &[("Min-Expires", "600")]));
+    assert_eq!(reg.state(), RegistrationState::Failed);
+}
+
+#[test]
+fn granted_expiry_prefers_our_contact_parameter() {
+    let (mut reg, t0, req) = start();
+    let contacts = "<sip:other@10.0.0.1:5060>;expires=10, <sip:msr_1@127.0.0.1:5070>;iface=lo;expires=120";
+    reg.handle_response(t0, &reply(&req, 200, &[("Contact", contacts), ("Expires", "3600")]));
+    assert_eq!(reg.expires_at(), Some(t0 + Duration::from_secs(120)));
+    assert_eq!(reg.poll_timeout(), Some(t0 + Duration::from_secs(90)));
+}
+
+#[test]
+fn stale_responses_are_ignored() {
+    let (mut reg, t0, req) = start();
+    reg.handle_response(t0, &reply(&req, 401, &[("WWW-Authenticate", r#"Digest realm="r", nonce="n""#)]));
+    let _retry = reg.poll_transmit().expect("retry");
+    // A late retransmission answer for CSeq 1 changes nothing.
+    reg.handle_response(t0, &reply(&req, 500, &[]));
+    assert_eq!(reg.state(), RegistrationState::Registering);
+}
+
+#[test]
+fn unregister_sends_expires_zero_and_finishes() {
+    let (mut reg, t0, req) = start();
+    reg.handle_response(t0, &reply(&req, 200, &[("Expires", "60")]));
+    reg.unregister(t0 + Duration::from_secs(5));
+    let unreg = reg.poll_transmit().expect("unregister");
+    assert_eq!(h(&unreg, "Expires"), "0");
+    assert_eq!(h(&unreg, "CSeq"), "2 REGISTER");
+    assert_eq!(h(&unreg, "Call-ID"), h(&req, "Call-ID"));
+    assert_eq!(reg.state(), RegistrationState::Unregistering);
+    assert!(!reg.is_finished());
+    // Challenged: the credentials retry still says Expires: 0.
+    reg.handle_response(t0, &reply(&unreg, 401, &[("WWW-Authenticate", r#"Digest realm="r", nonce="n""#)]));
+    let unreg2 = reg.poll_transmit().expect("unregister with credentials");
+    assert_eq!(h(&unreg2, "Expires"), "0");
+    reg.handle_response(t0, &reply(&unreg2, 200, &[]));
+    assert!(reg.is_finished());
+    assert_eq!(reg.state(), RegistrationState::Unregistered);
+    assert_eq!(reg.poll_timeout(), None);
+}
+
+#[test]
+fn refresh_delay_policy() {
+    let secs = |s| Duration::from_secs(s);
+    assert_eq!(refresh_delay(60), secs(30));
+    assert_eq!(refresh_delay(20), secs(10));
+    assert_eq!(refresh_delay(300), secs(270));
+    assert_eq!(refresh_delay(3600), secs(3570));
+    assert_eq!(refresh_delay(1), secs(1));
+    assert_eq!(refresh_delay(0), secs(1));
+}
+
+#[test]
+fn challenge_parsing() {
+    let c = parse_challenge(r#"Digest realm="a, b", nonce="x", qop="auth-int""#, false).expect("parsed");
+    assert_eq!(c.realm, "a, b");
+    assert_eq!(c.qop, Some("auth-int"));
+    assert!(parse_challenge(r#"Basic realm="x""#, false).is_none());
+    assert!(parse_challenge(r#"Digest realm="x", nonce="n", algorithm=SHA-512-256"#, false).is_none());
+    assert!(parse_challenge(r#"Digest nonce="n""#, false).is_none());
+}

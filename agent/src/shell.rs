@@ -1,0 +1,440 @@
+//! The agent's async shell (STYLE rec. 3): the one task that owns the
+//! [`SipEndpoint`] and drives the sans-IO cores.
+//!
+//! One `tokio::select!` loop over a closed set of events:
+//!
+//! * a SIP event (incoming request → [`Notifier::handle_request`]; final
+//!   response or failure of a request we sent → the core that sent it, found
+//!   through the request id);
+//! * the earliest core deadline (`sleep_until(min(poll_timeout))`);
+//! * the sampling tick (the [`LoadSampler`] runs in `spawn_blocking`, it reads
+//!   `/proc`);
+//! * a config reload from [`crate::config::watch()`];
+//! * shutdown (the `CancellationToken`).
+//!
+//! After every event each core's transmit queue is flushed into the endpoint.
+//!
+//! Shutdown: final `deactivated` NOTIFYs, `Expires: 0` REGISTERs for every
+//! account, then up to [`SHUTDOWN_GRACE`] for the unregisters to be answered.
+//!
+//! Architecture Invariant: only this module (and `lib.rs`) touches the
+//! clock, sockets and tasks; the cores receive `now` as an argument.
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use msr_shared::sip::{SipEndpoint, SipEvent};
+use tokio::task::JoinHandle;
+use tokio::time::{sleep_until, Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use crate::config::{self, Account, AgentConfig, ConfigError};
+use crate::error::AgentError;
+use crate::load::{LoadSampler, Sample};
+use crate::notifier::{Notifier, NotifierConfig, SubscriptionId};
+use crate::registration::{Registration, RegistrationConfig};
+
+/// How long shutdown waits for the unregisters to be answered.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// An account's identity across reloads: `(msr_name, realm URI)`.
+type AccountKey = (String, String);
+
+/// Who sent the request with a given id.
+#[derive(Debug, Clone)]
+enum Origin {
+    Register(AccountKey),
+    Notify(SubscriptionId),
+}
+
+/// The name of the interface owning `addr` (`lo` on loopback); `None` when
+/// no interface has it (or `addr` is unspecified).
+pub fn interface_name(addr: IpAddr) -> Option<String> {
+    let interfaces = match if_addrs::get_if_addrs() {
+        Ok(i) => i,
+        Err(e) => {
+            warn!(error = %e, "cannot list network interfaces");
+            return None;
+        }
+    };
+    interfaces.into_iter().find(|i| i.ip() == addr).map(|i| i.name)
+}
+
+/// The address put in Contacts: `bind-addr`, or for an unspecified
+/// `bind-addr` the first non-loopback address of the host of the same
+/// family (falling back to loopback).
+fn contact_addr(bind: IpAddr) -> IpAddr {
+    if !bind.is_unspecified() {
+        return bind;
+    }
+    let found = if_addrs::get_if_addrs().ok().and_then(|list| {
+        list.into_iter()
+            .find(|i| !i.is_loopback() && i.ip().is_ipv4() == bind.is_ipv4())
+            .map(|i| i.ip())
+    });
+    found.unwrap_or(match bind {
+        IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+    })
+}
+
+fn host_port(addr: IpAddr, port: u16) -> String {
+    SocketAddr::new(addr, port).to_string()
+}
+
+/// The shell's state.
+pub(crate) struct Shell {
+    endpoint: SipEndpoint,
+    config: AgentConfig,
+    contact_addr: IpAddr,
+    iface: String,
+    registrations: HashMap<AccountKey, Registration>,
+    /// Removed accounts whose unregister is still in flight.
+    retiring: Vec<Registration>,
+    notifier: Notifier,
+    sampler: Option<LoadSampler>,
+    requests: HashMap<u64, Origin>,
+    next_request_id: u64,
+}
+
+fn account_key(a: &Account) -> AccountKey {
+    (a.msr_name.clone(), a.realm.uri.clone())
+}
+
+fn notifier_config(config: &AgentConfig, contact: &str) -> NotifierConfig {
+    NotifierConfig {
+        load_delta: config.general.load_delta,
+        notify_min_interval: Duration::from_millis(config.agent.notify_min_interval_ms),
+        max_expires: config.agent.max_subscription_expires,
+        contact_host_port: contact.to_owned(),
+        accounts: config.accounts.iter().map(|a| a.msr_name.clone()).collect::<BTreeSet<_>>(),
+    }
+}
+
+impl Shell {
+    /// Builds the shell around a bound endpoint and takes the first sample.
+    pub(crate) async fn new(endpoint: SipEndpoint, config: AgentConfig) -> Self {
+        let contact_addr = contact_addr(config.transport.bind_addr);
+        let iface = interface_name(contact_addr).unwrap_or_else(|| {
+            warn!(addr = %contact_addr, "no interface owns the contact address, using iface=unknown");
+            "unknown".to_owned()
+        });
+        let mut sampler = LoadSampler::new(&config.media, &config.general, &config.agent);
+        let (sampler, initial) = match tokio::task::spawn_blocking(move || {
+            let s = sampler.sample();
+            (sampler, s)
+        })
+        .await
+        {
+            Ok((sampler, s)) => (Some(sampler), s),
+            Err(e) => {
+                warn!(error = %e, "first load sample failed");
+                let fresh = LoadSampler::new(&config.media, &config.general, &config.agent);
+                (
+                    Some(fresh),
+                    Sample { load: 0, cpu: 0, calls: 0, max_calls: config.general.max_calls },
+                )
+            }
+        };
+        let contact = host_port(contact_addr, endpoint.local_addr().port());
+        let notifier = Notifier::new(notifier_config(&config, &contact), initial);
+        Self {
+            endpoint,
+            config,
+            contact_addr,
+            iface,
+            registrations: HashMap::new(),
+            retiring: Vec::new(),
+            notifier,
+            sampler,
+            requests: HashMap::new(),
+            next_request_id: 1,
+        }
+    }
+
+    fn registration_config(&self, account: &Account) -> RegistrationConfig {
+        RegistrationConfig {
+            account: account.clone(),
+            contact_addr: self.contact_addr,
+            contact_port: self.endpoint.local_addr().port(),
+            iface: self.iface.clone(),
+            expires: self.config.agent.register_expires,
+        }
+    }
+
+    fn add_account(&mut self, now: Instant, account: &Account) {
+        let reg = Registration::new(self.registration_config(account), now);
+        self.registrations.insert(account_key(account), reg);
+    }
+
+    /// Runs until `shutdown` is cancelled (then the graceful shutdown) or
+    /// the endpoint stops.
+    pub(crate) async fn run(
+        mut self,
+        config_path: Option<PathBuf>,
+        shutdown: CancellationToken,
+    ) -> Result<(), AgentError> {
+        let now = Instant::now();
+        let accounts = self.config.accounts.clone();
+        for account in &accounts {
+            self.add_account(now, account);
+        }
+        let (mut reloads, _watch_guard) = match config_path {
+            Some(path) => {
+                let (rx, guard) = config::watch(path);
+                (Some(rx), Some(guard))
+            }
+            None => (None, None),
+        };
+        let mut ticker = new_ticker(self.config.agent.sample_interval_ms);
+        let mut sampling: Option<JoinHandle<(LoadSampler, Sample)>> = None;
+
+        let result = loop {
+            self.flush();
+            let deadline = self.poll_timeout();
+            tokio::select! {
+                () = shutdown.cancelled() => break Ok(()),
+                event = self.endpoint.recv() => match event {
+                    Some(event) => self.on_sip_event(event).await,
+                    None => break Err(AgentError::EndpointClosed { addr: self.endpoint.local_addr() }),
+                },
+                () = sleep_until(deadline.unwrap_or_else(far_future)), if deadline.is_some() => {
+                    self.handle_timeout(Instant::now());
+                }
+                _ = ticker.tick(), if sampling.is_none() => {
+                    if let Some(mut sampler) = self.sampler.take() {
+                        sampling = Some(tokio::task::spawn_blocking(move || {
+                            let s = sampler.sample();
+                            (sampler, s)
+                        }));
+                    }
+                }
+                joined = async { match sampling.as_mut() { Some(h) => h.await, None => std::future::pending().await } }, if sampling.is_some() => {
+                    sampling = None;
+                    match joined {
+                        Ok((sampler, sample)) => {
+                            self.sampler = Some(sampler);
+                            debug!(load = sample.load, cpu = sample.cpu, calls = sample.calls, "load sample");
+                            self.notifier.on_sample(Instant::now(), sample);
+                        }
+                        Err(e) => {
+                            error!(error = %e, "load sampler failed, restarting it");
+                            self.sampler = Some(LoadSampler::new(&self.config.media, &self.config.general, &self.config.agent));
+                        }
+                    }
+                }
+                reload = async { match reloads.as_mut() { Some(rx) => rx.recv().await, None => std::future::pending().await } }, if reloads.is_some() => {
+                    match reload {
+                        Some(Ok(config)) => {
+                            let interval = config.agent.sample_interval_ms;
+                            if interval != self.config.agent.sample_interval_ms {
+                                ticker = new_ticker(interval);
+                            }
+                            self.reload(Instant::now(), config);
+                        }
+                        Some(Err(e)) => report_bad_config(&e),
+                        None => reloads = None,
+                    }
+                }
+            }
+        };
+        self.graceful_shutdown().await;
+        result
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.registrations
+            .values()
+            .filter_map(Registration::poll_timeout)
+            .chain(self.notifier.poll_timeout())
+            .min()
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        for reg in self.registrations.values_mut() {
+            reg.handle_timeout(now);
+        }
+        self.notifier.handle_timeout(now);
+    }
+
+    async fn on_sip_event(&mut self, event: SipEvent) {
+        let now = Instant::now();
+        match event {
+            SipEvent::Request(tx) => {
+                let response = self.notifier.handle_request(now, tx.request());
+                if let Some(response) = response {
+                    tx.respond(response).await;
+                }
+            }
+            SipEvent::Response { id, response } => match self.requests.remove(&id) {
+                Some(Origin::Register(key)) => {
+                    if let Some(reg) = self.find_registration(&key) {
+                        reg.handle_response(now, &response);
+                    }
+                }
+                Some(Origin::Notify(sub)) => self.notifier.handle_notify_response(now, sub, &response),
+                None => debug!(id, "response to an unknown request"),
+            },
+            SipEvent::Failed { id, reason } => match self.requests.remove(&id) {
+                Some(Origin::Register(key)) => {
+                    if let Some(reg) = self.find_registration(&key) {
+                        reg.handle_failure(now, &reason);
+                    }
+                }
+                Some(Origin::Notify(sub)) => self.notifier.handle_notify_failure(now, sub, &reason),
+                None => debug!(id, "failure of an unknown request"),
+            },
+        }
+        self.retiring.retain(|r| !r.is_finished());
+    }
+
+    fn find_registration(&mut self, key: &AccountKey) -> Option<&mut Registration> {
+        if self.registrations.contains_key(key) {
+            return self.registrations.get_mut(key);
+        }
+        self.retiring.iter_mut().find(|r| {
+            let a = &r.config().account;
+            a.msr_name == key.0 && a.realm.uri == key.1
+        })
+    }
+
+    /// Hands every queued request to the endpoint.
+    fn flush(&mut self) {
+        let mut out = Vec::new();
+        for (key, reg) in &mut self.registrations {
+            while let Some(request) = reg.poll_transmit() {
+                out.push((Origin::Register(key.clone()), request));
+            }
+        }
+        for reg in &mut self.retiring {
+            let key = account_key(&reg.config().account);
+            while let Some(request) = reg.poll_transmit() {
+                out.push((Origin::Register(key.clone()), request));
+            }
+        }
+        while let Some(t) = self.notifier.poll_transmit() {
+            out.push((Origin::Notify(t.subscription), t.request));
+        }
+        let now = Instant::now();
+        for (origin, request) in out {
+            let id = self.next_request_id;
+            self.next_request_id += 1;
+            match self.endpoint.send_request(id, request) {
+                Ok(()) => {
+                    self.requests.insert(id, origin);
+                }
+                Err(e) => {
+                    warn!(error = %e, "cannot send request");
+                    match origin {
+                        Origin::Register(key) => {
+                            if let Some(reg) = self.find_registration(&key) {
+                                reg.handle_failure(now, &e.to_string());
+                            }
+                        }
+                        Origin::Notify(sub) => self.notifier.handle_notify_failure(now, sub, &e.to_string()),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Applies a new, valid config (SPEC §2 hot reload).
+    fn reload(&mut self, now: Instant, config: AgentConfig) {
+        if config.transport != self.config.transport {
+            warn!(
+                old = ?self.config.transport,
+                new = ?config.transport,
+                "transport change ignored until restart"
+            );
+        }
+        let old: HashMap<AccountKey, Account> =
+            self.config.accounts.iter().map(|a| (account_key(a), a.clone())).collect();
+        let new: HashMap<AccountKey, Account> =
+            config.accounts.iter().map(|a| (account_key(a), a.clone())).collect();
+        let transport = self.config.transport.clone();
+        self.config = AgentConfig { transport, ..config };
+        for (key, account) in &old {
+            match new.get(key) {
+                None => {
+                    if let Some(mut reg) = self.registrations.remove(key) {
+                        info!(msr = %account.msr_name, realm = %account.realm, "account removed, unregistering");
+                        reg.unregister(now);
+                        self.retiring.push(reg);
+                    }
+                }
+                Some(updated) if updated != account => {
+                    info!(msr = %account.msr_name, realm = %account.realm, "account changed, registering again");
+                    self.add_account(now, updated);
+                }
+                Some(_) => {}
+            }
+        }
+        for (key, account) in &new {
+            if !old.contains_key(key) {
+                info!(msr = %account.msr_name, realm = %account.realm, "account added");
+                self.add_account(now, account);
+            }
+        }
+        let expires = self.config.agent.register_expires;
+        for reg in self.registrations.values_mut() {
+            reg.set_expires(expires);
+        }
+        if let Some(sampler) = self.sampler.as_mut() {
+            sampler.reconfigure(&self.config.media, &self.config.general, &self.config.agent);
+        }
+        let contact = host_port(self.contact_addr, self.endpoint.local_addr().port());
+        self.notifier.reconfigure(now, notifier_config(&self.config, &contact));
+        info!(accounts = self.config.accounts.len(), load_delta = self.config.general.load_delta, "config reloaded");
+    }
+
+    async fn graceful_shutdown(&mut self) {
+        let now = Instant::now();
+        info!("shutting down");
+        self.notifier.shutdown(now);
+        for reg in self.registrations.values_mut() {
+            reg.unregister(now);
+        }
+        let deadline = now + SHUTDOWN_GRACE;
+        loop {
+            self.flush();
+            let pending = self
+                .registrations
+                .values()
+                .chain(self.retiring.iter())
+                .any(|r| !r.is_finished());
+            if !pending {
+                break;
+            }
+            tokio::select! {
+                () = sleep_until(deadline) => {
+                    warn!("shutdown grace period over, some unregisters unanswered");
+                    break;
+                }
+                event = self.endpoint.recv() => match event {
+                    Some(event) => self.on_sip_event(event).await,
+                    None => break,
+                },
+            }
+        }
+        self.endpoint.shutdown();
+        info!("stopped");
+    }
+}
+
+fn report_bad_config(e: &ConfigError) {
+    error!(error = %e, "config reload failed, keeping the last good config");
+}
+
+fn new_ticker(ms: u64) -> tokio::time::Interval {
+    let period = Duration::from_millis(ms.max(1));
+    let mut t = tokio::time::interval_at(Instant::now() + period, period);
+    t.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    t
+}
+
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86_400)
+}

@@ -1,0 +1,72 @@
+//! One selection (SPEC §7) over 1,000 MSRs × 4 contacts spread over 20 zones
+//! and 50 sites.
+
+use std::time::Duration;
+
+use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use msr_collector::load_table::{ContactBinding, LoadTable};
+use msr_collector::operator::OperatorConfig;
+use msr_collector::select::{select, Query};
+use msr_shared::event_package::LoadReport;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::time::Instant;
+
+const MSRS: usize = 1_000;
+const CONTACTS_PER_MSR: usize = 4;
+const ZONES: usize = 20;
+const SITES: usize = 50;
+
+fn world() -> (OperatorConfig, LoadTable, Instant) {
+    let mut rng = StdRng::seed_from_u64(42);
+    let mut operator = OperatorConfig::new();
+    for s in 0..SITES {
+        operator.declare_site(&format!("site_{s}")).expect("declare");
+    }
+    // Each site is 10 from its two neighbours and 20 from the next ones.
+    for s in 0..SITES {
+        for (step, distance) in [(1, 10.0), (2, 20.0)] {
+            let t = (s + step) % SITES;
+            operator.set_distance(&format!("site_{s}"), &format!("site_{t}"), distance).expect("distance");
+        }
+    }
+    let now = Instant::now();
+    let mut table = LoadTable::new("bench".into());
+    for m in 0..MSRS {
+        let msr = format!("msr_{m}");
+        operator.set_performance_coefficient(&msr, rng.gen_range(0.5..2.0)).expect("coefficient");
+        for c in 0..CONTACTS_PER_MSR {
+            let contact = format!("eth{c}@{msr}");
+            operator.set_contact_zone(&contact, &format!("zone_{}", (m + c) % ZONES)).expect("zone");
+            operator.set_contact_site(&contact, &format!("site_{}", rng.gen_range(0..SITES))).expect("site");
+            let binding = ContactBinding {
+                contact,
+                msr: msr.clone(),
+                uri: format!("sip:{msr}@10.0.0.1:5040"),
+                version: None,
+                expires_at: now + Duration::from_secs(3600),
+            };
+            table.upsert_contact(binding, &operator, "zone_0", "site_0");
+        }
+        let load = rng.gen_range(0..=100);
+        table.set_load(&msr, LoadReport { msr: msr.clone(), load, cpu: load, calls: 0, max_calls: 8192 }, now);
+    }
+    table.apply_operator(&operator, "zone_0", "site_0");
+    (operator, table, now)
+}
+
+fn bench_select(c: &mut Criterion) {
+    let (operator, table, now) = world();
+    let query = Query { zone: "zone_7".into(), site: "site_13".into(), msr: Some("msr_7".into()), now };
+    let no_preference = Query { msr: None, ..query.clone() };
+    let mut rng = StdRng::seed_from_u64(1);
+    c.bench_function("select 1000 msr x 4 contacts, 20 zones, 50 sites", |b| {
+        b.iter(|| select(black_box(&table), operator.topology(), black_box(&no_preference), &mut rng))
+    });
+    c.bench_function("select with msr preference", |b| {
+        b.iter(|| select(black_box(&table), operator.topology(), black_box(&query), &mut rng))
+    });
+}
+
+criterion_group!(benches, bench_select);
+criterion_main!(benches);

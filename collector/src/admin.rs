@@ -1,0 +1,579 @@
+//! The collector side of the control protocol ([`msr_shared::admin`], SPEC §8).
+//!
+//! * [`handle`] carries out one [`Request`] against the collector's state. A
+//!   request that changes the operator configuration is applied to a copy,
+//!   saved through the [`Store`], and only then made current and answered
+//!   `ok`: an acknowledged change is durable, and a failed save changes
+//!   nothing.
+//! * [`serve`] is the Unix-socket server: one task per connection, one JSON
+//!   request per line, one JSON response per line. It owns no state; each
+//!   request goes to the collector's main loop as an [`AdminCommand`].
+//!
+//! Architecture invariant: [`handle`] reads no clock (the caller passes `now`)
+//! and uses only the RNG in [`AdminContext`].
+
+use std::io;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use msr_shared::admin::{
+    Change, Distance, ErrorBody, ErrorCode, Explain, ExplainCandidate, Interval, MsrInfo, Request, ResourceInfo,
+    Response, ResponseData, Selection, SiteMatrix, SubscriptionInfo, EVENT_PACKAGE,
+};
+use rand::RngCore;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::load_table::{LoadTable, DEFAULT_SUBSCRIPTION_EXPIRES_SECS};
+use crate::operator::{OperatorConfig, OperatorError};
+use crate::select::{self, Draw, Explanation, Query, Refusal};
+use crate::store::Store;
+use crate::topology::TopologyError;
+
+/// Longest accepted request line, in bytes.
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
+
+/// Mode of the control socket: owner and group may connect.
+pub const SOCKET_MODE: u32 = 0o660;
+
+/// Collector-wide defaults the admin handler needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Defaults {
+    /// Zone of a contact without an override (collector config).
+    pub zone: String,
+    /// Site of a contact without an override (collector config).
+    pub site: String,
+    /// SUBSCRIBE `Expires` without a per-MSR override, seconds (SPEC §4: 60).
+    pub subscription_expires_secs: u32,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Self {
+            zone: "default".into(),
+            site: "local".into(),
+            subscription_expires_secs: DEFAULT_SUBSCRIPTION_EXPIRES_SECS,
+        }
+    }
+}
+
+/// What [`handle`] may read and change; owned by the collector's main loop.
+pub struct AdminContext<'a> {
+    /// The operator configuration (source of truth, SPEC §6).
+    pub operator: &'a mut OperatorConfig,
+    /// The live load table; refreshed after every operator change.
+    pub table: &'a mut LoadTable,
+    /// Where operator changes are persisted before they are acknowledged.
+    pub store: &'a Store,
+    /// Default zone, site and subscription expiry.
+    pub defaults: &'a Defaults,
+    /// The RNG for `select` draws.
+    pub rng: &'a mut dyn RngCore,
+}
+
+/// One request from a control connection, with the channel for its answer.
+#[derive(Debug)]
+pub struct AdminCommand {
+    /// The parsed request.
+    pub request: Request,
+    /// Where the main loop sends the response.
+    pub reply: oneshot::Sender<Response>,
+}
+
+fn changed(entity: &str, name: &str, property: &str, from: String, to: String) -> Response {
+    Response::Ok(ResponseData::Changed(Change {
+        entity: entity.into(),
+        name: name.into(),
+        property: property.into(),
+        from,
+        to,
+    }))
+}
+
+fn operator_error(error: &OperatorError) -> Response {
+    let code = match error {
+        OperatorError::Topology(TopologyError::UnknownSite { .. }) => ErrorCode::UnknownSite,
+        OperatorError::Topology(TopologyError::SiteExists { .. }) => ErrorCode::SiteExists,
+        OperatorError::Topology(TopologyError::SiteInUse { .. }) => ErrorCode::SiteInUse,
+        _ => ErrorCode::InvalidValue,
+    };
+    Response::error(code, error.to_string())
+}
+
+/// Formats a coefficient seed-style: `1.0`, `2.0`, `0.9`.
+pub fn format_coefficient(value: f64) -> String {
+    if value.fract() == 0.0 && value.abs() < 1e15 {
+        format!("{value:.1}")
+    } else {
+        format!("{value}")
+    }
+}
+
+/// Carries out one control request at `now` (SPEC §8).
+///
+/// Mutations are applied to a copy of the operator configuration, saved, and
+/// only then made current (and the load table refreshed); if the save fails
+/// the answer is `store_failed` and nothing changed.
+pub fn handle(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response {
+    if request.is_mutation() {
+        let mut next = ctx.operator.clone();
+        let response = mutate(request, &mut next, ctx.table, ctx.defaults);
+        if matches!(response, Response::Ok(_)) && next != *ctx.operator {
+            if let Err(error) = ctx.store.save(&next) {
+                tracing::error!(cause = %error, "operator change not saved");
+                return Response::error(ErrorCode::StoreFailed, error.to_string());
+            }
+            *ctx.operator = next;
+            ctx.table.apply_operator(ctx.operator, &ctx.defaults.zone, &ctx.defaults.site);
+        }
+        return response;
+    }
+    query(request, ctx, now)
+}
+
+fn mutate(request: Request, operator: &mut OperatorConfig, table: &LoadTable, defaults: &Defaults) -> Response {
+    match request {
+        Request::SiteDeclare { name } => match operator.declare_site(&name) {
+            Ok(()) => Response::Ok(ResponseData::SiteDeclared { name }),
+            Err(e) => operator_error(&e),
+        },
+        Request::SiteRemove { name } => {
+            // The default site is referenced by every future contact.
+            let live = |site: &str| site == defaults.site || table.site_in_use(site);
+            match operator.remove_site(&name, live) {
+                Ok(()) => Response::Ok(ResponseData::SiteRemoved { name }),
+                Err(e) => operator_error(&e),
+            }
+        }
+        Request::SiteDistance { a, b, distance } => {
+            let value = distance.as_f64();
+            match operator.set_distance(&a, &b, value) {
+                Ok(previous) => changed(
+                    "site",
+                    &format!("{a} {b}"),
+                    "distance",
+                    Distance::from_f64(previous).to_string(),
+                    distance.to_string(),
+                ),
+                Err(e) => operator_error(&e),
+            }
+        }
+        Request::MsrSetPerformanceCoefficient { msr, value } => {
+            match operator.set_performance_coefficient(&msr, value) {
+                Ok(previous) => changed(
+                    "msr",
+                    &msr,
+                    "performance_coefficient",
+                    format_coefficient(previous),
+                    format_coefficient(value),
+                ),
+                Err(e) => operator_error(&e),
+            }
+        }
+        Request::MsrSetActive { msr, active } => match operator.set_active(&msr, active) {
+            Ok(previous) => changed("msr", &msr, "active", previous.to_string(), active.to_string()),
+            Err(e) => operator_error(&e),
+        },
+        Request::ResourceSetZone { contact, zone } => {
+            let previous = operator.contact_zone(&contact, &defaults.zone).to_owned();
+            match operator.set_contact_zone(&contact, &zone) {
+                Ok(()) => changed("contact", &contact, "zone", previous, zone),
+                Err(e) => operator_error(&e),
+            }
+        }
+        Request::ResourceSetSite { contact, site } => {
+            let previous = operator.contact_site(&contact, &defaults.site).to_owned();
+            match operator.set_contact_site(&contact, &site) {
+                Ok(()) => changed("contact", &contact, "site", previous, site),
+                Err(e) => operator_error(&e),
+            }
+        }
+        Request::SubscriptionSetExpires { msr, event, expires } => {
+            if event != EVENT_PACKAGE {
+                return Response::error(
+                    ErrorCode::BadEvent,
+                    format!("unknown event package `{event}`, expected `{EVENT_PACKAGE}`"),
+                );
+            }
+            match operator.set_subscription_expires(&msr, expires) {
+                Ok(previous) => changed(
+                    "subscription",
+                    &format!("{msr} {event}"),
+                    "expires",
+                    previous.unwrap_or(defaults.subscription_expires_secs).to_string(),
+                    expires.to_string(),
+                ),
+                Err(e) => operator_error(&e),
+            }
+        }
+        other => Response::error(ErrorCode::BadRequest, format!("not a mutation: {other:?}")),
+    }
+}
+
+fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response {
+    match request {
+        Request::SiteList => Response::Ok(ResponseData::Sites {
+            sites: ctx.operator.topology().sites().map(str::to_owned).collect(),
+        }),
+        Request::SiteMatrix { names } => site_matrix(ctx.operator, &names),
+        Request::MsrList => msr_list(ctx, now),
+        Request::ResourceList { active_only } => resource_list(ctx, now, active_only),
+        Request::SubscriptionList => subscription_list(ctx, now),
+        Request::Select { zone, site, msr, random, explain } => {
+            run_select(ctx, Query { zone, site, msr, now }, random, explain)
+        }
+        other => Response::error(ErrorCode::BadRequest, format!("not a query: {other:?}")),
+    }
+}
+
+fn site_matrix(operator: &OperatorConfig, names: &[String]) -> Response {
+    let topology = operator.topology();
+    let sites: Vec<String> = topology.sites().map(str::to_owned).collect();
+    let mut columns = Vec::new();
+    if names.is_empty() {
+        columns.extend(0..sites.len());
+    } else {
+        for name in names {
+            match sites.iter().position(|s| s == name) {
+                Some(index) if !columns.contains(&index) => columns.push(index),
+                Some(_) => {}
+                None => {
+                    return Response::error(ErrorCode::UnknownSite, format!("site `{name}` is not declared"));
+                }
+            }
+        }
+        columns.sort_unstable();
+    }
+    let cells = sites
+        .iter()
+        .map(|row| {
+            columns
+                .iter()
+                .map(|&column| {
+                    let value = topology.distance(row, &sites[column]).unwrap_or(f64::INFINITY);
+                    Distance::from_f64(value)
+                })
+                .collect()
+        })
+        .collect();
+    Response::Ok(ResponseData::Matrix(SiteMatrix { sites, columns, cells }))
+}
+
+fn msr_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
+    let mut msrs: std::collections::BTreeMap<String, MsrInfo> = std::collections::BTreeMap::new();
+    for (name, settings) in ctx.operator.configured_msrs() {
+        msrs.insert(
+            name.to_owned(),
+            MsrInfo {
+                name: name.to_owned(),
+                performance_coefficient: settings.performance_coefficient,
+                active: settings.active,
+                registered: false,
+            },
+        );
+    }
+    for view in ctx.table.msrs(now) {
+        msrs.insert(
+            view.msr.clone(),
+            MsrInfo {
+                name: view.msr,
+                performance_coefficient: view.settings.performance_coefficient,
+                active: view.settings.active,
+                registered: view.registered,
+            },
+        );
+    }
+    // The operator configuration is the source of truth for these two.
+    for info in msrs.values_mut() {
+        info.performance_coefficient = ctx.operator.performance_coefficient(&info.name);
+        info.active = ctx.operator.is_active(&info.name);
+    }
+    Response::Ok(ResponseData::Msrs { msrs: msrs.into_values().collect() })
+}
+
+fn resource_list(ctx: &AdminContext<'_>, now: Instant, active_only: bool) -> Response {
+    let rows = ctx
+        .table
+        .rows(now)
+        .into_iter()
+        .filter(|row| !active_only || (row.registered && row.active))
+        .map(|row| ResourceInfo {
+            node: row.node,
+            msr: row.msr,
+            version: row.version,
+            performance_coefficient: row.performance_coefficient,
+            load: row.load.as_ref().map(|r| r.load),
+            cpu: row.load.as_ref().map(|r| r.cpu),
+            calls: row.load.as_ref().map(|r| r.calls),
+            max_calls: row.load.as_ref().map(|r| r.max_calls),
+            report_age_secs: row.report_age.map(|age| age.as_secs()),
+            stale: row.stale,
+            zone: row.zone,
+            site: row.site,
+            active: row.active,
+            contact: row.contact,
+            uri: row.uri,
+            status: if row.registered { "registered" } else { "expired" }.into(),
+            expires_secs: row.expires_in.as_secs(),
+            subscription: row.subscription.map_or_else(|| "none".to_owned(), |s| s.status.to_string()),
+        })
+        .collect();
+    Response::Ok(ResponseData::Resources { rows })
+}
+
+fn subscription_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
+    let rows = ctx
+        .table
+        .msrs(now)
+        .into_iter()
+        .map(|view| {
+            let configured = ctx
+                .operator
+                .subscription_expires(&view.msr)
+                .unwrap_or(ctx.defaults.subscription_expires_secs);
+            let active = ctx.operator.is_active(&view.msr);
+            match view.subscription {
+                Some(s) => SubscriptionInfo {
+                    msr: view.msr,
+                    registered: view.registered,
+                    event: EVENT_PACKAGE.into(),
+                    active,
+                    expires: s.expires_secs,
+                    notify_count: s.notify_count,
+                    last_notify_unix: s.last_notify_unix,
+                    event_id: s.event_id,
+                    status: s.status.to_string(),
+                },
+                None => SubscriptionInfo {
+                    msr: view.msr,
+                    registered: view.registered,
+                    event: EVENT_PACKAGE.into(),
+                    active,
+                    expires: configured,
+                    notify_count: 0,
+                    last_notify_unix: None,
+                    event_id: String::new(),
+                    status: "none".into(),
+                },
+            }
+        })
+        .collect();
+    Response::Ok(ResponseData::Subscriptions { rows })
+}
+
+fn to_wire_explain(query: &Query, explanation: &Explanation) -> Explain {
+    Explain {
+        zone: query.zone.clone(),
+        site: query.site.clone(),
+        msr: query.msr.clone(),
+        media_bridge: explanation.media_bridge,
+        candidates: explanation
+            .candidates
+            .iter()
+            .map(|c| ExplainCandidate {
+                contact: c.contact.clone(),
+                msr: c.msr.clone(),
+                site: c.site.clone(),
+                distance: Distance::from_f64(c.distance),
+                outcome: c.outcome.as_str().into(),
+            })
+            .collect(),
+        min_distance: explanation.min_distance,
+        intervals: explanation
+            .intervals
+            .iter()
+            .map(|row| Interval {
+                msr: row.msr.clone(),
+                contact: row.contact.clone(),
+                load: row.load,
+                reported: row.reported,
+                stale: row.stale,
+                performance_coefficient: row.performance_coefficient,
+                weight: row.weight,
+                bottom: row.bottom,
+                top: row.top,
+            })
+            .collect(),
+        total: explanation.total,
+        draw: explanation.draw,
+    }
+}
+
+fn refusal_message(refusal: Refusal, query: &Query) -> String {
+    match refusal {
+        Refusal::MsrNotFound => format!(
+            "no registered active msr in zone `{}` at a finite distance from site `{}`",
+            query.zone, query.site
+        ),
+        Refusal::MsrOverloaded => format!(
+            "every msr in zone `{}` nearest to site `{}` is at 100% load",
+            query.zone, query.site
+        ),
+        Refusal::UnknownSite => format!("site `{}` is not declared", query.site),
+    }
+}
+
+fn run_select(ctx: &mut AdminContext<'_>, query: Query, random: Option<f64>, want_explain: bool) -> Response {
+    let draw = match random {
+        Some(value) => Draw::Fixed(value),
+        None => Draw::Random(&mut *ctx.rng),
+    };
+    let explanation = match select::explain(ctx.table, ctx.operator.topology(), &query, draw) {
+        Ok(explanation) => explanation,
+        Err(error) => return Response::error(ErrorCode::InvalidValue, error.to_string()),
+    };
+    let explain = want_explain.then(|| to_wire_explain(&query, &explanation));
+    match explanation.outcome {
+        Ok(choice) => Response::Ok(ResponseData::Selected(Selection {
+            msr: choice.msr,
+            contact: choice.contact,
+            uri: choice.uri,
+            media_bridge: choice.media_bridge,
+            distance: choice.distance,
+            draw: choice.draw,
+            total: choice.total,
+            explain,
+        })),
+        Err(refusal) => {
+            let code = match refusal {
+                Refusal::MsrNotFound => ErrorCode::MsrNotFound,
+                Refusal::MsrOverloaded => ErrorCode::MsrOverloaded,
+                Refusal::UnknownSite => ErrorCode::UnknownSite,
+            };
+            Response::Err(ErrorBody { code, message: refusal_message(refusal, &query), explain })
+        }
+    }
+}
+
+/// Binds the control socket at `path` and sets its mode to 0660. A stale
+/// socket file (nobody listening) is removed first; a live one, or a path
+/// that is not a socket, is an error.
+///
+/// # Errors
+/// `AddrInUse` when another collector listens there; `AlreadyExists` when
+/// the path is not a socket; other I/O errors from bind/chmod.
+pub fn bind_control_socket(path: &Path) -> io::Result<UnixListener> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!("control socket {} is in use by a running collector", path.display()),
+                ));
+            }
+            std::fs::remove_file(path)?;
+        }
+        Ok(_) => {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} exists and is not a socket", path.display()),
+            ));
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let listener = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE))?;
+    tracing::info!(path = %path.display(), "control socket listening");
+    Ok(listener)
+}
+
+/// Serves control connections until `shutdown` is cancelled: one task per
+/// connection; each request line becomes an [`AdminCommand`] on `tx`.
+pub async fn serve(listener: UnixListener, tx: mpsc::Sender<AdminCommand>, shutdown: CancellationToken) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    connections.spawn(connection(stream, tx.clone(), shutdown.clone()));
+                }
+                Err(error) => {
+                    tracing::warn!(cause = %error, "control socket accept failed");
+                    // Avoids a hot loop on persistent errors such as EMFILE.
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    connections.shutdown().await;
+}
+
+fn response_line(response: &Response) -> String {
+    let mut line = serde_json::to_string(response).unwrap_or_else(|_| {
+        r#"{"ok":false,"error":{"code":"unavailable","message":"response could not be encoded"}}"#.to_owned()
+    });
+    line.push('\n');
+    line
+}
+
+async fn connection(stream: UnixStream, tx: mpsc::Sender<AdminCommand>, shutdown: CancellationToken) {
+    let (read, mut write) = stream.into_split();
+    let mut reader = BufReader::new(read);
+    let mut buf = Vec::new();
+    let limit = u64::try_from(MAX_LINE_BYTES).unwrap_or(u64::MAX) + 1;
+    loop {
+        buf.clear();
+        let mut limited = (&mut reader).take(limit);
+        let read = tokio::select! {
+            () = shutdown.cancelled() => return,
+            read = limited.read_until(b'\n', &mut buf) => read,
+        };
+        match read {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(error) => {
+                tracing::debug!(cause = %error, "control connection read failed");
+                return;
+            }
+        }
+        if buf.len() > MAX_LINE_BYTES {
+            let response = Response::error(
+                ErrorCode::BadRequest,
+                format!("request line longer than {MAX_LINE_BYTES} bytes"),
+            );
+            let _ = write.write_all(response_line(&response).as_bytes()).await;
+            return;
+        }
+        let text = String::from_utf8_lossy(&buf);
+        let text = text.trim();
+        if text.is_empty() {
+            continue;
+        }
+        let response = match serde_json::from_str::<Request>(text) {
+            Err(error) => Response::error(ErrorCode::BadRequest, format!("invalid request: {error}")),
+            Ok(request) => {
+                let (reply, answer) = oneshot::channel();
+                if tx.send(AdminCommand { request, reply }).await.is_err() {
+                    Response::error(ErrorCode::Unavailable, "collector is shutting down")
+                } else {
+                    answer
+                        .await
+                        .unwrap_or_else(|_| Response::error(ErrorCode::Unavailable, "collector dropped the request"))
+                }
+            }
+        };
+        if write.write_all(response_line(&response).as_bytes()).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Seconds since the Unix epoch of a [`SystemTime`]; helper for callers that
+/// fill `SubscriptionView::last_notify_unix`.
+pub fn unix_secs(time: SystemTime) -> i64 {
+    match time.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_secs()).unwrap_or(i64::MAX),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,539 @@
+//! Human output of `msrctl`: box-drawn tables laid out like the seed's ECSS
+//! CLI (SPEC §8). Every function here is pure: response data in, text out.
+
+use comfy_table::{Cell, CellAlignment, Table};
+use msr_shared::admin::{
+    Change, Distance, ErrorBody, Explain, MsrInfo, ResourceInfo, ResponseData, Selection, SiteMatrix,
+    SubscriptionInfo,
+};
+
+/// The seed's box style: `┌─┬┐ │ ├┼┤ └┴┘`, one line under the header, no
+/// lines between rows. (comfy-table's `UTF8_FULL` uses `╞═╪╡` under the
+/// header and `├╌┼┤` between rows, which the seed does not.)
+pub const SEED_STYLE: &str = "││──├─┼┤│    ┬┴┌┐└┘";
+
+/// The legend printed under a site matrix.
+pub const MATRIX_LEGEND: &str = "Legend:\n empty distance - infinity distance between sites.";
+
+/// Alignment of a data column; headers are always centred.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Align {
+    /// Text.
+    Left,
+    /// Numbers.
+    Right,
+}
+
+/// Builds a seed-style table. Header cells may contain `\n` for two-line
+/// headers; they are centred with any odd space on the right, as in the seed
+/// (comfy-table would put it on the left).
+pub fn table(headers: &[&str], aligns: &[Align], rows: Vec<Vec<String>>) -> String {
+    let width = |text: &str| text.lines().map(|line| line.chars().count()).max().unwrap_or(0);
+    let widths: Vec<usize> = headers
+        .iter()
+        .enumerate()
+        .map(|(i, header)| {
+            rows.iter().filter_map(|row| row.get(i)).map(|cell| width(cell)).fold(width(header), usize::max)
+        })
+        .collect();
+    let mut table = Table::new();
+    table.load_preset(SEED_STYLE);
+    table.force_no_tty();
+    table.set_header(headers.iter().zip(&widths).map(|(header, &column)| {
+        let centred: Vec<String> = header
+            .lines()
+            .map(|line| {
+                let left = (column - line.chars().count()) / 2;
+                format!("{}{line}", " ".repeat(left))
+            })
+            .collect();
+        Cell::new(centred.join("\n")).set_alignment(CellAlignment::Left)
+    }));
+    for row in rows {
+        table.add_row(row.into_iter().enumerate().map(|(i, text)| {
+            let alignment = match aligns.get(i) {
+                Some(Align::Right) => CellAlignment::Right,
+                _ => CellAlignment::Left,
+            };
+            Cell::new(text).set_alignment(alignment)
+        }));
+    }
+    table.to_string()
+}
+
+/// A distance cell: empty for infinity (SPEC §6), else the number.
+pub fn distance_cell(distance: Distance) -> String {
+    match distance {
+        Distance::Infinity => String::new(),
+        Distance::Finite(value) => value.to_string(),
+    }
+}
+
+/// A coefficient seed-style: `1.0`, `2.0`, `0.9`.
+pub fn coefficient(value: f64) -> String {
+    crate::admin::format_coefficient(value)
+}
+
+/// The site matrix: `Site-name`, `#`, then one column per shown site,
+/// numbered by that site's row; infinite cells empty; legend below.
+pub fn matrix(matrix: &SiteMatrix) -> String {
+    let mut headers = vec!["Site-name".to_owned(), "#".to_owned()];
+    headers.extend(matrix.columns.iter().map(|c| (c + 1).to_string()));
+    let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
+    let mut aligns = vec![Align::Left, Align::Right];
+    aligns.extend(matrix.columns.iter().map(|_| Align::Right));
+    let rows = matrix
+        .sites
+        .iter()
+        .enumerate()
+        .map(|(i, site)| {
+            let mut row = vec![site.clone(), (i + 1).to_string()];
+            let cells = matrix.cells.get(i).map(Vec::as_slice).unwrap_or_default();
+            row.extend((0..matrix.columns.len()).map(|c| cells.get(c).copied().map(distance_cell).unwrap_or_default()));
+            row
+        })
+        .collect();
+    format!("{}\n\n{MATRIX_LEGEND}\n", table(&headers, &aligns, rows))
+}
+
+/// The answer to a setting change, seed-style (`msr set`, `subscription set`).
+pub fn change(change: &Change) -> String {
+    match change.entity.as_str() {
+        "site" => {
+            let (a, b) = change.name.split_once(' ').unwrap_or((&change.name, &change.name));
+            format!("Distance between {a} and {b} changed to: {}.\n", change.to)
+        }
+        "subscription" => {
+            let (msr, event) = change.name.split_once(' ').unwrap_or((&change.name, ""));
+            format!(
+                " msr   {msr}\n event {event}\n set   {}\n from  {}\n to    {}\n",
+                change.property, change.from, change.to
+            )
+        }
+        entity => format!(
+            " {entity:<5} {}\n set   {}\n from  {}\n to    {}\n",
+            change.name, change.property, change.from, change.to
+        ),
+    }
+}
+
+/// `site list`.
+pub fn sites(sites: &[String]) -> String {
+    let mut out = String::from("List of all sites:\n");
+    for site in sites {
+        out.push(' ');
+        out.push_str(site);
+        out.push('\n');
+    }
+    out
+}
+
+/// `msr list`.
+pub fn msrs(msrs: &[MsrInfo]) -> String {
+    let rows = msrs
+        .iter()
+        .map(|m| {
+            vec![m.name.clone(), coefficient(m.performance_coefficient), m.active.to_string(), m.registered.to_string()]
+        })
+        .collect();
+    let headers = ["Name", "Performance\ncoefficient", "Active", "Registered"];
+    let aligns = [Align::Left, Align::Right, Align::Left, Align::Left];
+    format!(" Media server list:\n{}\n", table(&headers, &aligns, rows))
+}
+
+fn optional<T: ToString>(value: Option<T>) -> String {
+    value.map(|v| v.to_string()).unwrap_or_default()
+}
+
+/// `resource list [active]`: one row per contact (SPEC §5).
+pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
+    let headers = [
+        "Node", "MSR", "MSR\nversion", "MSR\nperf coef", "MSR\nload", "Active", "Zone", "Site", "Contact", "Status",
+        "Expired", "Subscription", "Report\nage", "Stale",
+    ];
+    let aligns = [
+        Align::Left,
+        Align::Left,
+        Align::Left,
+        Align::Right,
+        Align::Right,
+        Align::Left,
+        Align::Left,
+        Align::Left,
+        Align::Left,
+        Align::Left,
+        Align::Right,
+        Align::Left,
+        Align::Right,
+        Align::Left,
+    ];
+    let mut previous_node: Option<&str> = None;
+    let body = rows
+        .iter()
+        .map(|r| {
+            // The seed shows each node once, on its first row.
+            let node = if previous_node == Some(r.node.as_str()) { String::new() } else { r.node.clone() };
+            previous_node = Some(&r.node);
+            vec![
+                node,
+                r.msr.clone(),
+                optional(r.version.as_deref()),
+                coefficient(r.performance_coefficient),
+                optional(r.load),
+                r.active.to_string(),
+                r.zone.clone(),
+                r.site.clone(),
+                r.contact.clone(),
+                r.status.clone(),
+                r.expires_secs.to_string(),
+                r.subscription.clone(),
+                optional(r.report_age_secs),
+                if r.stale { "stale".to_owned() } else { String::new() },
+            ]
+        })
+        .collect();
+    let title = if active_only { "  Active media resource selected list:" } else { "  Media resource list:" };
+    format!("{title}\n{}\n", table(&headers, &aligns, body))
+}
+
+/// Formats Unix seconds as `YYYY/MM/DD hh:mm:ss` (UTC), as in the seed.
+pub fn timestamp(unix: i64) -> String {
+    let days = unix.div_euclid(86_400);
+    let secs = unix.rem_euclid(86_400);
+    // Civil-from-days (H. Hinnant), proleptic Gregorian calendar.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}/{month:02}/{day:02} {:02}:{:02}:{:02}", secs / 3600, secs % 3600 / 60, secs % 60)
+}
+
+/// `subscription list` (columns as in the seed).
+pub fn subscriptions(rows: &[SubscriptionInfo]) -> String {
+    let headers =
+        ["MSR", "Is MSR\nregistered?", "Event", "Active", "Expires", "Notify", "Timestamp", "Event id", "Status"];
+    let aligns = [
+        Align::Left,
+        Align::Left,
+        Align::Left,
+        Align::Left,
+        Align::Right,
+        Align::Right,
+        Align::Left,
+        Align::Left,
+        Align::Left,
+    ];
+    let body = rows
+        .iter()
+        .map(|s| {
+            vec![
+                s.msr.clone(),
+                s.registered.to_string(),
+                s.event.clone(),
+                s.active.to_string(),
+                s.expires.to_string(),
+                s.notify_count.to_string(),
+                s.last_notify_unix.map(timestamp).unwrap_or_default(),
+                s.event_id.clone(),
+                s.status.clone(),
+            ]
+        })
+        .collect();
+    format!(" Subscriptions on msr\n{}\n", table(&headers, &aligns, body))
+}
+
+fn number(value: f64) -> String {
+    // Rounds away binary noise such as 99.00000000000001.
+    let rounded = (value * 1e6).round() / 1e6;
+    rounded.to_string()
+}
+
+/// The steps of a selection: candidates with their fate, then the interval
+/// table and the draw.
+pub fn explain(explain: &Explain) -> String {
+    let mut out = format!(
+        "Leg: zone {}, site {}, other leg's msr {}\n",
+        explain.zone,
+        explain.site,
+        explain.msr.as_deref().unwrap_or("-")
+    );
+    if explain.media_bridge {
+        out.push_str("The other leg's msr has no candidate: media bridge needed.\n");
+    }
+    let candidates = explain
+        .candidates
+        .iter()
+        .map(|c| {
+            let distance = match c.distance {
+                Distance::Infinity => "infinity".to_owned(),
+                Distance::Finite(d) => number(d),
+            };
+            vec![c.contact.clone(), c.msr.clone(), c.site.clone(), distance, c.outcome.clone()]
+        })
+        .collect();
+    out.push_str("Candidates:\n");
+    out.push_str(&table(
+        &["Contact", "MSR", "Site", "Distance", "Outcome"],
+        &[Align::Left, Align::Left, Align::Left, Align::Right, Align::Left],
+        candidates,
+    ));
+    out.push('\n');
+    let intervals = explain
+        .intervals
+        .iter()
+        .map(|i| {
+            let load = if i.reported { i.load.to_string() } else { "-".to_owned() };
+            let load = if i.stale { format!("{load} (stale)") } else { load };
+            vec![
+                i.msr.clone(),
+                i.contact.clone(),
+                load,
+                coefficient(i.performance_coefficient),
+                number(i.weight),
+                format!("[{}, {})", number(i.bottom), number(i.top)),
+            ]
+        })
+        .collect();
+    out.push_str("Intervals:\n");
+    out.push_str(&table(
+        &["MSR", "Contact", "Load", "Perf\ncoef", "Weight", "Interval"],
+        &[Align::Left, Align::Left, Align::Right, Align::Right, Align::Right, Align::Left],
+        intervals,
+    ));
+    out.push('\n');
+    match explain.draw {
+        Some(draw) => out.push_str(&format!("Draw {} in [0, {})\n", number(draw), number(explain.total))),
+        None => out.push_str(&format!("No draw (total {})\n", number(explain.total))),
+    }
+    out
+}
+
+/// The result of `select`.
+pub fn selection(selection: &Selection) -> String {
+    let mut out = String::new();
+    if let Some(e) = &selection.explain {
+        out.push_str(&explain(e));
+    }
+    out.push_str(&format!(
+        " msr          {}\n contact      {}\n uri          {}\n distance     {}\n media bridge {}\n draw         {} of {}\n",
+        selection.msr,
+        selection.contact,
+        selection.uri,
+        number(selection.distance),
+        if selection.media_bridge { "needed" } else { "no" },
+        number(selection.draw),
+        number(selection.total),
+    ));
+    out
+}
+
+/// Any successful response. `active_only` picks the title of a resource list.
+pub fn response(data: &ResponseData, active_only: bool) -> String {
+    match data {
+        ResponseData::SiteDeclared { name } => format!("Site: {name}.\n Created successfully.\n"),
+        ResponseData::SiteRemoved { name } => format!("Site: {name}.\n Removed successfully.\n"),
+        ResponseData::Changed(c) => change(c),
+        ResponseData::Sites { sites: list } => sites(list),
+        ResponseData::Matrix(m) => matrix(m),
+        ResponseData::Msrs { msrs: list } => msrs(list),
+        ResponseData::Resources { rows } => resources(rows, active_only),
+        ResponseData::Subscriptions { rows } => subscriptions(rows),
+        ResponseData::Selected(s) => selection(s),
+    }
+}
+
+/// An error for stderr: `error: <code>: <message>`; a refused `select
+/// --explain` also gets its steps (returned as the second value, for stdout).
+pub fn error(body: &ErrorBody) -> (String, Option<String>) {
+    (format!("error: {}: {}", body.code, body.message), body.explain.as_ref().map(explain))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(value: f64) -> Distance {
+        Distance::Finite(value)
+    }
+
+    const INF: Distance = Distance::Infinity;
+
+    #[test]
+    fn seed_matrix_first_example() {
+        let data = SiteMatrix {
+            sites: vec!["local".into(), "site_102".into(), "site_103".into(), "site_104".into()],
+            columns: vec![0, 1, 2, 3],
+            cells: vec![
+                vec![f(0.0), f(10.0), f(20.0), INF],
+                vec![f(10.0), INF, INF, INF],
+                vec![f(20.0), INF, INF, INF],
+                vec![INF, INF, INF, f(0.0)],
+            ],
+        };
+        let expected = "\
+┌───────────┬───┬────┬────┬────┬───┐
+│ Site-name │ # │ 1  │ 2  │ 3  │ 4 │
+├───────────┼───┼────┼────┼────┼───┤
+│ local     │ 1 │  0 │ 10 │ 20 │   │
+│ site_102  │ 2 │ 10 │    │    │   │
+│ site_103  │ 3 │ 20 │    │    │   │
+│ site_104  │ 4 │    │    │    │ 0 │
+└───────────┴───┴────┴────┴────┴───┘
+
+Legend:
+ empty distance - infinity distance between sites.
+";
+        assert_eq!(matrix(&data), expected);
+    }
+
+    #[test]
+    fn seed_matrix_second_example_with_named_columns() {
+        let data = SiteMatrix {
+            sites: vec!["local".into(), "remote".into(), "remote_1".into(), "remote_side".into()],
+            columns: vec![0, 1, 2],
+            cells: vec![
+                vec![f(0.0), INF, f(32.0)],
+                vec![INF, f(0.0), INF],
+                vec![f(32.0), INF, f(0.0)],
+                vec![INF, INF, INF],
+            ],
+        };
+        let expected = "\
+┌─────────────┬───┬────┬───┬────┐
+│  Site-name  │ # │ 1  │ 2 │ 3  │
+├─────────────┼───┼────┼───┼────┤
+│ local       │ 1 │  0 │   │ 32 │
+│ remote      │ 2 │    │ 0 │    │
+│ remote_1    │ 3 │ 32 │   │  0 │
+│ remote_side │ 4 │    │   │    │
+└─────────────┴───┴────┴───┴────┘
+
+Legend:
+ empty distance - infinity distance between sites.
+";
+        assert_eq!(matrix(&data), expected);
+    }
+
+    #[test]
+    fn seed_msr_set_and_subscription_set() {
+        let msr = Change {
+            entity: "msr".into(),
+            name: "msr_1".into(),
+            property: "performance_coefficient".into(),
+            from: "1.0".into(),
+            to: "2".into(),
+        };
+        assert_eq!(change(&msr), " msr   msr_1\n set   performance_coefficient\n from  1.0\n to    2\n");
+        let sub = Change {
+            entity: "subscription".into(),
+            name: "msr_1 eltex-call-count".into(),
+            property: "expires".into(),
+            from: "60".into(),
+            to: "30".into(),
+        };
+        assert_eq!(change(&sub), " msr   msr_1\n event eltex-call-count\n set   expires\n from  60\n to    30\n");
+        let site = Change {
+            entity: "site".into(),
+            name: "remote_1 local".into(),
+            property: "distance".into(),
+            from: "infinity".into(),
+            to: "64".into(),
+        };
+        assert_eq!(change(&site), "Distance between remote_1 and local changed to: 64.\n");
+    }
+
+    #[test]
+    fn seed_msr_list_layout() {
+        let list = [
+            MsrInfo { name: "msr_1".into(), performance_coefficient: 2.0, active: true, registered: true },
+            MsrInfo { name: "msr_2".into(), performance_coefficient: 1.0, active: true, registered: true },
+        ];
+        let out = msrs(&list);
+        assert!(out.contains("│ Name  │ Performance │ Active │ Registered │"), "{out}");
+        assert!(out.contains("│       │ coefficient │        │            │"), "{out}");
+        assert!(out.contains("│ msr_1 │         2.0 │ true   │ true       │"), "{out}");
+    }
+
+    #[test]
+    fn subscription_list_columns_and_timestamp() {
+        assert_eq!(timestamp(1_557_875_794), "2019/05/14 23:16:34");
+        assert_eq!(timestamp(0), "1970/01/01 00:00:00");
+        let rows = [SubscriptionInfo {
+            msr: "msr_1".into(),
+            registered: true,
+            event: "eltex-call-count".into(),
+            active: true,
+            expires: 30,
+            notify_count: 0,
+            last_notify_unix: Some(1_557_875_794),
+            event_id: "0615cfa9332fdbbd".into(),
+            status: "active".into(),
+        }];
+        let out = subscriptions(&rows);
+        let expected_row =
+            "│ msr_1 │ true        │ eltex-call-count │ true   │      30 │      0 │ 2019/05/14 23:16:34 │ 0615cfa9332fdbbd │ active │";
+        assert!(out.contains(expected_row), "{out}");
+        assert!(out.contains("│  MSR  │   Is MSR    │      Event       │ Active │ Expires │ Notify │"), "{out}");
+    }
+
+    #[test]
+    fn resource_rows_show_node_once() {
+        let row = |msr: &str| ResourceInfo {
+            node: "core1@ecss1".into(),
+            msr: msr.into(),
+            version: Some("3.14.0.156".into()),
+            performance_coefficient: 2.0,
+            load: Some(0),
+            cpu: Some(0),
+            calls: Some(0),
+            max_calls: Some(8192),
+            report_age_secs: Some(3),
+            stale: false,
+            zone: "default".into(),
+            site: "local".into(),
+            active: true,
+            contact: format!("bond1.2@{msr}"),
+            uri: String::new(),
+            status: "registered".into(),
+            expires_secs: 58,
+            subscription: "active".into(),
+        };
+        let out = resources(&[row("msr_1"), row("msr_2")], true);
+        assert!(out.starts_with("  Active media resource selected list:\n┌"), "{out}");
+        assert_eq!(out.matches("core1@ecss1").count(), 1, "{out}");
+        assert!(out.contains("│ bond1.2@msr_2 │ registered │      58 │"), "{out}");
+    }
+
+    #[test]
+    fn explain_shows_intervals() {
+        let e = Explain {
+            zone: "default".into(),
+            site: "local".into(),
+            msr: None,
+            media_bridge: false,
+            candidates: vec![],
+            min_distance: Some(0.0),
+            intervals: vec![msr_shared::admin::Interval {
+                msr: "msr_2".into(),
+                contact: "con_1@msr_2".into(),
+                load: 40,
+                reported: true,
+                stale: false,
+                performance_coefficient: 0.9,
+                weight: 54.00000000000001,
+                bottom: 45.0,
+                top: 99.00000000000001,
+            }],
+            total: 147.0,
+            draw: Some(58.0),
+        };
+        let out = explain(&e);
+        assert!(out.contains("│ msr_2 │ con_1@msr_2 │   40 │  0.9 │     54 │ [45, 99) │"), "{out}");
+        assert!(out.contains("Draw 58 in [0, 147)"), "{out}");
+    }
+}

@@ -1,0 +1,512 @@
+//! The collector's own configuration file (TOML).
+//!
+//! [`load`] reads a file and [`parse`] does the work: the text is
+//! deserialised into raw structs (serde, `deny_unknown_fields`, named
+//! defaults) and then converted into the validated [`CollectorConfig`], so
+//! that later code never sees an invalid value. Every error names the file,
+//! the key, the value and what is accepted.
+//!
+//! ```toml
+//! node = "core1@localhost"
+//!
+//! [sip]
+//! listen = "127.0.0.1:5060"
+//! transports = ["udp"]
+//! realm = "msr.local"
+//!
+//! [[accounts]]
+//! auth_name = "msr"
+//! password = "msr-secret"
+//! ```
+//!
+//! The operator's configuration (zones, sites, distances, coefficients,
+//! per-MSR subscription expiry; SPEC §6) is not here: it lives in the store
+//! at `[state] path` and is changed with `msrctl`.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The default config file path (also `msr-collector --config`'s default).
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/msr-collector/collector.toml";
+
+/// Why a configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{origin}: cannot read: {source}")]
+    Read {
+        /// The file path.
+        origin: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The text is not valid TOML, or a key is unknown or has the wrong type.
+    #[error("{origin}:{line}:{column}: {message}")]
+    Syntax {
+        /// The file path (or `<string>`).
+        origin: String,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// The TOML parser's message, lowercased first letter.
+        message: String,
+    },
+    /// A value is well-formed TOML but not acceptable.
+    #[error("{origin}: `{key}` = {value}: expected {expected}")]
+    Invalid {
+        /// The file path (or `<string>`).
+        origin: String,
+        /// The dotted key, e.g. `sip.transports`.
+        key: String,
+        /// The offending value as written (TOML syntax).
+        value: String,
+        /// What is accepted.
+        expected: String,
+    },
+}
+
+/// A SIP transport the collector listens on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Transport {
+    /// UDP (always bound: every request leaves from the UDP socket).
+    Udp,
+    /// TCP listener on the same address and port.
+    Tcp,
+}
+
+impl fmt::Display for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Transport::Udp => "udp",
+            Transport::Tcp => "tcp",
+        })
+    }
+}
+
+/// A digest algorithm offered in the registrar's challenge (RFC 7616 §3.3,
+/// RFC 8760). Each one is offered in its own `WWW-Authenticate` header, in
+/// the configured order (the client uses the first one it supports).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DigestAlgorithm {
+    /// `SHA-256` (RFC 7616, RFC 8760).
+    Sha256,
+    /// `MD5` (RFC 2617, RFC 3261 §22.4).
+    Md5,
+}
+
+impl DigestAlgorithm {
+    /// The token written in `algorithm=` of a challenge.
+    pub fn token(self) -> &'static str {
+        match self {
+            DigestAlgorithm::Sha256 => "SHA-256",
+            DigestAlgorithm::Md5 => "MD5",
+        }
+    }
+}
+
+impl fmt::Display for DigestAlgorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.token())
+    }
+}
+
+/// The validated collector configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CollectorConfig {
+    /// The collector's node name, shown in the `Node` column (SPEC §5).
+    pub node: String,
+    /// SIP endpoint and registrar settings.
+    pub sip: SipConfig,
+    /// Credentials MSR accounts authenticate with (RFC 3261 §22).
+    pub accounts: Vec<Account>,
+    /// Zone and site given to contacts the operator has not placed (SPEC §6).
+    pub defaults: Defaults,
+    /// Load subscription defaults (SPEC §4).
+    pub subscription: SubscriptionDefaults,
+    /// Where `msrctl` connects (SPEC §8).
+    pub control_socket: PathBuf,
+    /// Where the operator configuration is stored (SPEC §6).
+    pub state_path: PathBuf,
+}
+
+/// `[sip]`: the endpoint and the registrar (SPEC §3).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SipConfig {
+    /// The UDP (and TCP) address to bind; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Transports; always contains [`Transport::Udp`].
+    pub transports: Vec<Transport>,
+    /// The digest realm of challenges (RFC 3261 §22.1).
+    pub realm: String,
+    /// How long a nonce is accepted; a REGISTER with an older one gets a
+    /// new challenge with `stale=true` (RFC 7616 §3.3).
+    pub nonce_ttl: Duration,
+    /// Shortest registration accepted, seconds; shorter gets `423` with
+    /// `Min-Expires` (RFC 3261 §10.3 step 7).
+    pub min_expires: u32,
+    /// Longest registration granted, seconds; longer is cut to this.
+    pub max_expires: u32,
+    /// Algorithms offered in challenges, in order.
+    pub digest_algorithms: Vec<DigestAlgorithm>,
+}
+
+impl SipConfig {
+    /// Whether a TCP listener is configured besides UDP.
+    pub fn tcp(&self) -> bool {
+        self.transports.contains(&Transport::Tcp)
+    }
+}
+
+/// One `[[accounts]]` entry.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Account {
+    /// Digest user name (`auth_name` in the MSR's `<dynamic>`).
+    pub auth_name: String,
+    /// Digest password (`auth_password` in the MSR's `<dynamic>`).
+    pub password: String,
+}
+
+impl fmt::Debug for Account {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Account")
+            .field("auth_name", &self.auth_name)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// `[defaults]`: the zone and site of a contact until the operator sets them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Defaults {
+    /// Zone label.
+    pub zone: String,
+    /// Site name.
+    pub site: String,
+}
+
+/// `[subscription]`: the load subscription (SPEC §4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriptionDefaults {
+    /// Event package; only `eltex-call-count`.
+    pub event: String,
+    /// `Expires` requested in SUBSCRIBE, seconds, unless the operator set
+    /// one for the MSR (`subscription set`).
+    pub expires: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default = "default_node")]
+    node: String,
+    #[serde(default)]
+    sip: RawSip,
+    #[serde(default)]
+    accounts: Vec<RawAccount>,
+    #[serde(default)]
+    defaults: RawDefaults,
+    #[serde(default)]
+    subscription: RawSubscription,
+    #[serde(default)]
+    control: RawControl,
+    #[serde(default)]
+    state: RawState,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSip {
+    #[serde(default = "default_listen")]
+    listen: String,
+    #[serde(default = "default_transports")]
+    transports: Vec<String>,
+    #[serde(default = "default_realm")]
+    realm: String,
+    #[serde(default = "default_nonce_ttl")]
+    nonce_ttl_secs: u64,
+    #[serde(default = "default_min_expires")]
+    min_expires: u32,
+    #[serde(default = "default_max_expires")]
+    max_expires: u32,
+    #[serde(default = "default_digest_algorithms")]
+    digest_algorithms: Vec<String>,
+}
+
+impl Default for RawSip {
+    fn default() -> Self {
+        Self {
+            listen: default_listen(),
+            transports: default_transports(),
+            realm: default_realm(),
+            nonce_ttl_secs: default_nonce_ttl(),
+            min_expires: default_min_expires(),
+            max_expires: default_max_expires(),
+            digest_algorithms: default_digest_algorithms(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAccount {
+    auth_name: String,
+    password: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDefaults {
+    #[serde(default = "default_zone")]
+    zone: String,
+    #[serde(default = "default_site")]
+    site: String,
+}
+
+impl Default for RawDefaults {
+    fn default() -> Self {
+        Self { zone: default_zone(), site: default_site() }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSubscription {
+    #[serde(default = "default_event")]
+    event: String,
+    #[serde(default = "default_subscription_expires")]
+    expires: u32,
+}
+
+impl Default for RawSubscription {
+    fn default() -> Self {
+        Self { event: default_event(), expires: default_subscription_expires() }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawControl {
+    #[serde(default = "default_socket")]
+    socket: PathBuf,
+}
+
+impl Default for RawControl {
+    fn default() -> Self {
+        Self { socket: default_socket() }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawState {
+    #[serde(default = "default_state_path")]
+    path: PathBuf,
+}
+
+impl Default for RawState {
+    fn default() -> Self {
+        Self { path: default_state_path() }
+    }
+}
+
+fn default_node() -> String {
+    "core1@localhost".into()
+}
+fn default_listen() -> String {
+    "127.0.0.1:5060".into()
+}
+fn default_transports() -> Vec<String> {
+    vec!["udp".into()]
+}
+fn default_realm() -> String {
+    "msr.local".into()
+}
+fn default_nonce_ttl() -> u64 {
+    300
+}
+fn default_min_expires() -> u32 {
+    10
+}
+fn default_max_expires() -> u32 {
+    3600
+}
+fn default_digest_algorithms() -> Vec<String> {
+    vec!["SHA-256".into(), "MD5".into()]
+}
+fn default_zone() -> String {
+    "default".into()
+}
+fn default_site() -> String {
+    "local".into()
+}
+fn default_event() -> String {
+    msr_shared::event_package::EVENT.into()
+}
+fn default_subscription_expires() -> u32 {
+    60
+}
+fn default_socket() -> PathBuf {
+    PathBuf::from("/run/msr-collector/control.sock")
+}
+fn default_state_path() -> PathBuf {
+    PathBuf::from("/var/lib/msr-collector/operator.json")
+}
+
+/// Reads and validates the config file at `path`.
+///
+/// # Errors
+/// [`ConfigError::Read`] when the file cannot be read, otherwise as [`parse`].
+pub fn load(path: &Path) -> Result<CollectorConfig, ConfigError> {
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        origin: origin.clone(),
+        source,
+    })?;
+    parse(&text, &origin)
+}
+
+/// Parses and validates config text; `origin` names it in errors (a path,
+/// or `<string>`).
+///
+/// # Errors
+/// [`ConfigError::Syntax`] for broken TOML, unknown keys and wrong types;
+/// [`ConfigError::Invalid`] for values out of range.
+pub fn parse(text: &str, origin: &str) -> Result<CollectorConfig, ConfigError> {
+    let raw: RawConfig = toml::from_str(text).map_err(|e| {
+        let (line, column) = e
+            .span()
+            .map(|span| line_col(text, span.start))
+            .unwrap_or((1, 1));
+        ConfigError::Syntax {
+            origin: origin.to_owned(),
+            line,
+            column,
+            message: e.message().trim().to_owned(),
+        }
+    })?;
+    validate(raw, origin)
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, ConfigError> {
+    let invalid = |key: &str, value: String, expected: &str| ConfigError::Invalid {
+        origin: origin.to_owned(),
+        key: key.to_owned(),
+        value,
+        expected: expected.to_owned(),
+    };
+    let quoted = |s: &str| format!("{s:?}");
+
+    if raw.node.trim().is_empty() || raw.node.chars().any(char::is_whitespace) {
+        return Err(invalid("node", quoted(&raw.node), "a non-empty name without spaces, e.g. \"core1@localhost\""));
+    }
+    let listen: SocketAddr = raw.sip.listen.parse().map_err(|_| {
+        invalid("sip.listen", quoted(&raw.sip.listen), "an ip:port socket address, e.g. \"127.0.0.1:5060\"")
+    })?;
+    let mut transports = BTreeSet::new();
+    for t in &raw.sip.transports {
+        match t.to_ascii_lowercase().as_str() {
+            "udp" => transports.insert(Transport::Udp),
+            "tcp" => transports.insert(Transport::Tcp),
+            _ => return Err(invalid("sip.transports", quoted(t), "\"udp\" or \"tcp\"")),
+        };
+    }
+    if !transports.contains(&Transport::Udp) {
+        return Err(invalid(
+            "sip.transports",
+            format!("{:?}", raw.sip.transports),
+            "a list containing \"udp\" (requests are sent over udp), optionally \"tcp\"",
+        ));
+    }
+    let realm = raw.sip.realm.trim();
+    if realm.is_empty() || realm.contains('"') || realm.contains('\\') {
+        return Err(invalid("sip.realm", quoted(&raw.sip.realm), "a non-empty digest realm without quotes, e.g. \"msr.local\""));
+    }
+    if raw.sip.nonce_ttl_secs == 0 || raw.sip.nonce_ttl_secs > 86_400 {
+        return Err(invalid("sip.nonce_ttl_secs", raw.sip.nonce_ttl_secs.to_string(), "seconds, 1 to 86400"));
+    }
+    if raw.sip.min_expires == 0 {
+        return Err(invalid("sip.min_expires", raw.sip.min_expires.to_string(), "seconds, at least 1"));
+    }
+    if raw.sip.max_expires < raw.sip.min_expires {
+        return Err(invalid(
+            "sip.max_expires",
+            raw.sip.max_expires.to_string(),
+            &format!("seconds, at least sip.min_expires ({})", raw.sip.min_expires),
+        ));
+    }
+    let mut digest_algorithms = Vec::new();
+    for a in &raw.sip.digest_algorithms {
+        let alg = match a.to_ascii_uppercase().as_str() {
+            "SHA-256" | "SHA256" => DigestAlgorithm::Sha256,
+            "MD5" => DigestAlgorithm::Md5,
+            _ => return Err(invalid("sip.digest_algorithms", quoted(a), "\"SHA-256\" or \"MD5\"")),
+        };
+        if !digest_algorithms.contains(&alg) {
+            digest_algorithms.push(alg);
+        }
+    }
+    if digest_algorithms.is_empty() {
+        return Err(invalid("sip.digest_algorithms", "[]".into(), "at least one of \"SHA-256\", \"MD5\""));
+    }
+    let mut accounts: Vec<Account> = Vec::new();
+    for (i, a) in raw.accounts.iter().enumerate() {
+        if a.auth_name.is_empty() || a.auth_name.contains(['"', '\\']) || a.auth_name.chars().any(char::is_whitespace) {
+            return Err(invalid(&format!("accounts[{i}].auth_name"), quoted(&a.auth_name), "a non-empty user name without spaces or quotes"));
+        }
+        if accounts.iter().any(|b| b.auth_name == a.auth_name) {
+            return Err(invalid(&format!("accounts[{i}].auth_name"), quoted(&a.auth_name), "a name not used by another account"));
+        }
+        accounts.push(Account { auth_name: a.auth_name.clone(), password: a.password.clone() });
+    }
+    for (key, value) in [("defaults.zone", &raw.defaults.zone), ("defaults.site", &raw.defaults.site)] {
+        if value.trim().is_empty() || value.chars().any(char::is_whitespace) {
+            return Err(invalid(key, quoted(value), "a non-empty name without spaces"));
+        }
+    }
+    if raw.subscription.event != msr_shared::event_package::EVENT {
+        return Err(invalid("subscription.event", quoted(&raw.subscription.event), "\"eltex-call-count\""));
+    }
+    if raw.subscription.expires == 0 || raw.subscription.expires > 86_400 {
+        return Err(invalid("subscription.expires", raw.subscription.expires.to_string(), "seconds, 1 to 86400"));
+    }
+    if raw.control.socket.as_os_str().is_empty() {
+        return Err(invalid("control.socket", "\"\"".into(), "a path for the unix control socket"));
+    }
+    if raw.state.path.as_os_str().is_empty() {
+        return Err(invalid("state.path", "\"\"".into(), "a path for the operator configuration file"));
+    }
+    Ok(CollectorConfig {
+        node: raw.node,
+        sip: SipConfig {
+            listen,
+            transports: transports.into_iter().collect(),
+            realm: realm.to_owned(),
+            nonce_ttl: Duration::from_secs(raw.sip.nonce_ttl_secs),
+            min_expires: raw.sip.min_expires,
+            max_expires: raw.sip.max_expires,
+            digest_algorithms,
+        },
+        accounts,
+        defaults: Defaults { zone: raw.defaults.zone, site: raw.defaults.site },
+        subscription: SubscriptionDefaults { event: raw.subscription.event, expires: raw.subscription.expires },
+        control_socket: raw.control.socket,
+        state_path: raw.state.path,
+    })
+}
+
+#[cfg(test)]
+mod tests;

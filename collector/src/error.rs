@@ -1,0 +1,38 @@
+//! The collector daemon's error type.
+
+use std::path::PathBuf;
+
+use crate::config::ConfigError;
+use crate::store::StoreError;
+
+/// Why the collector could not start or had to stop.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CollectorError {
+    /// The configuration file is unusable.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The operator configuration store could not be read.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The SIP endpoint could not be bound.
+    #[error(transparent)]
+    Sip(#[from] msr_shared::sip::EndpointError),
+    /// The control socket could not be bound.
+    #[error("cannot bind control socket {path}: {source}")]
+    ControlSocket {
+        /// The socket path.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The SIP endpoint stopped while the collector was running.
+    #[error("sip endpoint stopped unexpectedly")]
+    EndpointClosed,
+    /// The collector task panicked or was aborted.
+    #[error("collector task failed: {reason}")]
+    Task {
+        /// The join error.
+        reason: String,
+    },
+}

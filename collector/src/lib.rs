@@ -1,0 +1,33 @@
+//! `msr-collector`: the core-host sidecar of media-server selection.
+//!
+//! It is the registrar of the MSR accounts (SPEC §3), the subscriber of each
+//! registered MSR's `eltex-call-count` load (SPEC §4), keeps the live load
+//! table (SPEC §5) and the operator configuration (SPEC §6), and answers
+//! selection and admin requests on a Unix socket (SPEC §7, §8).
+//!
+//! Codemap:
+//! * [`config`] — the TOML config file: raw → validated [`config::CollectorConfig`].
+//! * [`registrar`] — sans-IO registrar: digest auth, bindings per MSR.
+//! * [`subscriber`] — sans-IO RFC 6665 subscriber: one subscription per MSR.
+//! * [`shell`] — the async loop: [`start`]/[`run`] own the sockets and feed the cores.
+//! * `load_table`, `operator`, `topology`, `store`, `select`, `admin`, `cli`
+//!   — the table, the operator configuration, selection and the control protocol.
+//!
+//! Architecture invariant: only [`shell`] (and `admin::serve`) perform I/O or
+//! read a clock; the cores take `now` as an argument.
+pub mod config;
+pub mod registrar;
+pub mod subscriber;
+pub mod shell;
+pub mod error;
+pub mod topology;
+pub mod operator;
+pub mod store;
+pub mod load_table;
+pub mod select;
+pub mod admin;
+pub mod cli;
+
+pub use config::CollectorConfig;
+pub use error::CollectorError;
+pub use shell::{run, start, CollectorHandle};

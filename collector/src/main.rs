@@ -1,0 +1,98 @@
+//! `msr-collector`: parses the command line, installs logging, loads the
+//! config and runs [`msr_collector::run`] until SIGTERM/SIGINT.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+/// Core-host sidecar of media-server selection: registrar for MSR accounts,
+/// subscriber of their eltex-call-count load, live load table, selection and
+/// the msrctl control socket.
+#[derive(Debug, Parser)]
+#[command(
+    name = "msr-collector",
+    version,
+    after_help = "Examples:\n  msr-collector --config config-examples/collector.toml --check-config\n  \
+                  msr-collector --config /etc/msr-collector/collector.toml -v\n\n\
+                  RUST_LOG (e.g. RUST_LOG=msr_collector=debug) overrides -v/-q."
+)]
+struct Cli {
+    /// Config file (TOML).
+    #[arg(short, long, value_name = "FILE", default_value = msr_collector::config::DEFAULT_CONFIG_PATH)]
+    config: PathBuf,
+    /// Validate the config file, print a summary and exit.
+    #[arg(long)]
+    check_config: bool,
+    /// More logging (-v debug, -vv trace).
+    #[arg(short, long, action = clap::ArgAction::Count, conflicts_with = "quiet")]
+    verbose: u8,
+    /// Less logging (warnings and errors only).
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let level = match (cli.quiet, cli.verbose) {
+        (true, _) => "warn",
+        (false, 0) => "info",
+        (false, 1) => "debug",
+        (false, _) => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let config = msr_collector::config::load(&cli.config)?;
+    if cli.check_config {
+        println!(
+            "{}: ok (node {}, sip {} {:?}, {} account(s), control socket {})",
+            cli.config.display(),
+            config.node,
+            config.sip.listen,
+            config.sip.transports.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            config.accounts.len(),
+            config.control_socket.display()
+        );
+        return Ok(());
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let shutdown = CancellationToken::new();
+        let signals = shutdown.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("signal received, shutting down");
+            signals.cancel();
+        });
+        msr_collector::run(config, shutdown).await
+    })?;
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -1,0 +1,533 @@
+//! The registrar for MSR accounts (SPEC §3; RFC 3261 §10.3, §22; RFC 7616).
+//!
+//! [`Registrar`] is sans-IO: the shell hands it each REGISTER with the
+//! current time ([`Registrar::handle_register`]) and sends the response it
+//! returns; it wakes the registrar at [`Registrar::poll_timeout`] to let
+//! bindings lapse ([`Registrar::handle_timeout`]); and it drains
+//! [`RegistrarEvent`]s ([`Registrar::poll_event`]) to update the load table
+//! and the subscriber.
+//!
+//! Bindings are kept per AOR — the MSR name, the user part of the `To`
+//! URI — with one contact per interface: the contact `<sip:msr_1@10.0.0.1:5040>;iface=bond1.2`
+//! is named `bond1.2@msr_1`. A contact without `iface` is named after its
+//! `host:port`.
+//!
+//! Authentication: a REGISTER without valid credentials is challenged with
+//! `401` and one `WWW-Authenticate` per configured algorithm (SHA-256 first
+//! by default, RFC 8760 §2.4), `qop="auth"`. Nonces are accepted for
+//! `nonce_ttl`; a correct response computed with an expired (or unknown)
+//! nonce gets a new challenge with `stale=true` (RFC 7616 §3.3). A wrong
+//! password or an unknown user gets `403` and registers nothing.
+//!
+//! Architecture invariant: no I/O, no clock, no task; `now` is always given.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use msr_shared::sip::{self, Method, Request, Response, StatusCode};
+use rsipstack::dialog::authenticate::verify_digest;
+use rsipstack::sip::headers::auth::Algorithm;
+use rsipstack::sip::typed::Authorization;
+use tokio::time::Instant;
+
+use crate::config::{Account, DigestAlgorithm, SipConfig};
+
+/// Upper bound on outstanding nonces (older ones are forgotten first).
+const MAX_NONCES: usize = 10_000;
+
+/// Registration lifetime used when a REGISTER gives no `Expires` at all
+/// (RFC 3261 §10.3 step 7 lets the registrar choose), seconds, before capping.
+const DEFAULT_EXPIRES: u32 = 3600;
+
+/// One registered contact of an MSR.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    /// The MSR name (AOR user part).
+    pub msr: String,
+    /// Contact name `{iface}@{msr}` (SPEC §3).
+    pub contact: String,
+    /// The contact URI, e.g. `sip:msr_1@127.0.0.1:5070`.
+    pub uri: String,
+    /// The agent version from `User-Agent` (`msr-agent/0.1.0` → `0.1.0`).
+    pub version: Option<String>,
+    /// When the binding lapses unless refreshed.
+    pub expires_at: Instant,
+    /// The registration's Call-ID (RFC 3261 §10.2: constant per account).
+    pub call_id: String,
+    /// Where the REGISTER came from, when the shell knows it.
+    pub source: Option<SocketAddr>,
+}
+
+/// Why a binding went away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemovalCause {
+    /// `Expires: 0` for this contact or `Contact: *`.
+    Unregistered,
+    /// Not refreshed before it expired.
+    Lapsed,
+}
+
+impl std::fmt::Display for RemovalCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RemovalCause::Unregistered => "unregistered",
+            RemovalCause::Lapsed => "lapsed",
+        })
+    }
+}
+
+/// A change of the bindings, for the load table and the subscriber.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistrarEvent {
+    /// A contact registered that was not registered before.
+    BindingAdded(Binding),
+    /// A registered contact was refreshed (its URI or version may have changed).
+    BindingRefreshed(Binding),
+    /// A contact went away.
+    BindingRemoved {
+        /// The binding as it was.
+        binding: Binding,
+        /// Why.
+        cause: RemovalCause,
+    },
+}
+
+/// The registrar: credentials, outstanding nonces and bindings.
+#[derive(Debug)]
+pub struct Registrar {
+    realm: String,
+    nonce_ttl: Duration,
+    min_expires: u32,
+    max_expires: u32,
+    algorithms: Vec<DigestAlgorithm>,
+    /// auth_name → password.
+    credentials: HashMap<String, String>,
+    /// nonce → when it was issued.
+    nonces: HashMap<String, Instant>,
+    nonce_counter: u64,
+    /// msr → contact name → binding.
+    aors: BTreeMap<String, BTreeMap<String, Binding>>,
+    events: VecDeque<RegistrarEvent>,
+}
+
+/// What was wrong with a REGISTER (answered `400`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Malformed {
+    #[error("no user part in the to uri")]
+    NoToUser,
+    #[error("missing call-id or cseq")]
+    NoCallId,
+    #[error("no contact header")]
+    NoContact,
+    #[error("bad expires value `{0}`")]
+    BadExpires(String),
+    #[error("bad contact `{0}`")]
+    BadContact(String),
+    #[error("contact `*` needs expires 0 and no other contact")]
+    BadWildcard,
+}
+
+/// One contact of a REGISTER, parsed.
+#[derive(Debug)]
+struct ContactSpec {
+    name: String,
+    uri: String,
+    expires: u32,
+}
+
+enum ContactsSpec {
+    Wildcard,
+    List(Vec<ContactSpec>),
+}
+
+impl Registrar {
+    /// A registrar with the `[sip]` settings and `[[accounts]]` credentials.
+    pub fn new(sip: &SipConfig, accounts: &[Account]) -> Self {
+        Self {
+            realm: sip.realm.clone(),
+            nonce_ttl: sip.nonce_ttl,
+            min_expires: sip.min_expires,
+            max_expires: sip.max_expires,
+            algorithms: sip.digest_algorithms.clone(),
+            credentials: accounts
+                .iter()
+                .map(|a| (a.auth_name.clone(), a.password.clone()))
+                .collect(),
+            nonces: HashMap::new(),
+            nonce_counter: 0,
+            aors: BTreeMap::new(),
+            events: VecDeque::new(),
+        }
+    }
+
+    /// Handles one REGISTER received at `now` and returns the final response
+    /// to send: `200` (listing every current contact with `;expires=N`),
+    /// `401` (challenge), `403` (bad credentials), `423` (too brief, with
+    /// `Min-Expires`) or `400` (malformed). Changes are reported as
+    /// [`RegistrarEvent`]s.
+    pub fn handle_register(&mut self, now: Instant, req: &Request, source: Option<SocketAddr>) -> Response {
+        self.purge_nonces(now);
+        let to_tag = sip::random_token();
+        let (msr, call_id) = match self.check_structure(req) {
+            Ok(v) => v,
+            Err(e) => return bad_request(req, &to_tag, &e),
+        };
+        match self.authenticate(now, req) {
+            AuthOutcome::Ok => {}
+            AuthOutcome::Challenge { stale } => return self.challenge(now, req, &to_tag, stale),
+            AuthOutcome::Forbidden => return sip::response(req, StatusCode::Forbidden, Some(&to_tag)),
+            AuthOutcome::Malformed => {
+                return bad_request(req, &to_tag, &"malformed authorization header")
+            }
+        }
+        let contacts = match parse_contacts(req, &msr) {
+            Ok(c) => c,
+            Err(e) => return bad_request(req, &to_tag, &e),
+        };
+        match contacts {
+            ContactsSpec::Wildcard => {
+                if let Some(bindings) = self.aors.remove(&msr) {
+                    for binding in bindings.into_values() {
+                        self.events.push_back(RegistrarEvent::BindingRemoved {
+                            binding,
+                            cause: RemovalCause::Unregistered,
+                        });
+                    }
+                }
+            }
+            ContactsSpec::List(list) => {
+                if list.iter().any(|c| c.expires != 0 && c.expires < self.min_expires) {
+                    let mut resp = sip::response(req, StatusCode::IntervalTooBrief, Some(&to_tag));
+                    sip::push_header(&mut resp.headers, "Min-Expires", self.min_expires.to_string());
+                    return resp;
+                }
+                let version = sip::header(&req.headers, "User-Agent").and_then(agent_version);
+                for c in list {
+                    self.apply(now, &msr, &call_id, version.clone(), source, c);
+                }
+            }
+        }
+        self.ok_response(now, req, &msr, &to_tag)
+    }
+
+    fn apply(
+        &mut self,
+        now: Instant,
+        msr: &str,
+        call_id: &str,
+        version: Option<String>,
+        source: Option<SocketAddr>,
+        c: ContactSpec,
+    ) {
+        let aor = self.aors.entry(msr.to_owned()).or_default();
+        // A contact is matched by name, or by URI when its interface name changed.
+        let existing = if aor.contains_key(&c.name) {
+            Some(c.name.clone())
+        } else {
+            aor.iter().find(|(_, b)| b.uri == c.uri).map(|(k, _)| k.clone())
+        };
+        if c.expires == 0 {
+            if let Some(binding) = existing.and_then(|k| aor.remove(&k)) {
+                self.events.push_back(RegistrarEvent::BindingRemoved {
+                    binding,
+                    cause: RemovalCause::Unregistered,
+                });
+            }
+        } else {
+            let binding = Binding {
+                msr: msr.to_owned(),
+                contact: c.name.clone(),
+                uri: c.uri,
+                version,
+                expires_at: now + Duration::from_secs(u64::from(c.expires.min(self.max_expires))),
+                call_id: call_id.to_owned(),
+                source,
+            };
+            match existing {
+                Some(old_name) if old_name == c.name => {
+                    aor.insert(c.name, binding.clone());
+                    self.events.push_back(RegistrarEvent::BindingRefreshed(binding));
+                }
+                Some(old_name) => {
+                    if let Some(old) = aor.remove(&old_name) {
+                        self.events.push_back(RegistrarEvent::BindingRemoved {
+                            binding: old,
+                            cause: RemovalCause::Unregistered,
+                        });
+                    }
+                    aor.insert(c.name, binding.clone());
+                    self.events.push_back(RegistrarEvent::BindingAdded(binding));
+                }
+                None => {
+                    aor.insert(c.name, binding.clone());
+                    self.events.push_back(RegistrarEvent::BindingAdded(binding));
+                }
+            }
+        }
+        if aor.is_empty() {
+            self.aors.remove(msr);
+        }
+    }
+
+    fn ok_response(&self, now: Instant, req: &Request, msr: &str, to_tag: &str) -> Response {
+        let mut resp = sip::response(req, StatusCode::OK, Some(to_tag));
+        if let Some(aor) = self.aors.get(msr) {
+            for b in aor.values() {
+                let secs = b.expires_at.saturating_duration_since(now).as_secs();
+                let iface = b.contact.rsplit_once('@').map_or(b.contact.as_str(), |(i, _)| i);
+                sip::push_header(
+                    &mut resp.headers,
+                    "Contact",
+                    format!("<{}>;iface={iface};expires={secs}", b.uri),
+                );
+            }
+        }
+        resp
+    }
+
+    /// Lets every binding whose expiry is at or before `now` lapse.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.purge_nonces(now);
+        let mut lapsed = Vec::new();
+        for aor in self.aors.values_mut() {
+            let gone: Vec<String> = aor
+                .iter()
+                .filter(|(_, b)| b.expires_at <= now)
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in gone {
+                if let Some(b) = aor.remove(&k) {
+                    lapsed.push(b);
+                }
+            }
+        }
+        self.aors.retain(|_, aor| !aor.is_empty());
+        for binding in lapsed {
+            self.events.push_back(RegistrarEvent::BindingRemoved { binding, cause: RemovalCause::Lapsed });
+        }
+    }
+
+    /// The next instant [`handle_timeout`](Self::handle_timeout) has work:
+    /// the earliest binding expiry.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.bindings().map(|b| b.expires_at).min()
+    }
+
+    /// The next change since the last call.
+    pub fn poll_event(&mut self) -> Option<RegistrarEvent> {
+        self.events.pop_front()
+    }
+
+    /// Every binding, by MSR then contact name.
+    pub fn bindings(&self) -> impl Iterator<Item = &Binding> + '_ {
+        self.aors.values().flat_map(|aor| aor.values())
+    }
+
+    /// The bindings of one MSR, by contact name.
+    pub fn contacts_of(&self, msr: &str) -> Vec<&Binding> {
+        self.aors.get(msr).map(|aor| aor.values().collect()).unwrap_or_default()
+    }
+
+    /// Whether at least one contact of `msr` is registered.
+    pub fn is_registered(&self, msr: &str) -> bool {
+        self.aors.contains_key(msr)
+    }
+
+    fn check_structure(&self, req: &Request) -> Result<(String, String), Malformed> {
+        let to = sip::header(&req.headers, "To").ok_or(Malformed::NoToUser)?;
+        let msr = sip::uri_user(sip::addr_uri(to)).ok_or(Malformed::NoToUser)?.to_owned();
+        let call_id = sip::call_id(&req.headers).ok_or(Malformed::NoCallId)?.to_owned();
+        sip::cseq(&req.headers).ok_or(Malformed::NoCallId)?;
+        if let Some(e) = sip::header(&req.headers, "Expires") {
+            if e.parse::<u32>().is_err() {
+                return Err(Malformed::BadExpires(e.to_owned()));
+            }
+        }
+        if sip::header_all(&req.headers, "Contact").is_empty() {
+            return Err(Malformed::NoContact);
+        }
+        Ok((msr, call_id))
+    }
+
+    fn authenticate(&self, now: Instant, req: &Request) -> AuthOutcome {
+        let Some(raw) = sip::header_all(&req.headers, "Authorization")
+            .into_iter()
+            .find(|v| sip_realm(v).as_deref() == Some(self.realm.as_str()))
+        else {
+            return AuthOutcome::Challenge { stale: false };
+        };
+        let Ok(auth) = Authorization::parse(&normalize_algorithm(raw)) else {
+            return AuthOutcome::Malformed;
+        };
+        let algorithm = auth.algorithm.unwrap_or(Algorithm::Md5);
+        let offered = match algorithm {
+            Algorithm::Md5 => DigestAlgorithm::Md5,
+            Algorithm::Sha256 => DigestAlgorithm::Sha256,
+            _ => return AuthOutcome::Challenge { stale: false },
+        };
+        if !self.algorithms.contains(&offered) {
+            return AuthOutcome::Challenge { stale: false };
+        }
+        let Some(password) = self.credentials.get(&auth.username) else {
+            return AuthOutcome::Forbidden;
+        };
+        if !verify_digest(&auth, password, &Method::Register, raw) {
+            return AuthOutcome::Forbidden;
+        }
+        match self.nonces.get(&auth.nonce) {
+            Some(issued) if now < *issued + self.nonce_ttl => AuthOutcome::Ok,
+            _ => AuthOutcome::Challenge { stale: true },
+        }
+    }
+
+    fn challenge(&mut self, now: Instant, req: &Request, to_tag: &str, stale: bool) -> Response {
+        self.nonce_counter += 1;
+        let nonce = format!("{}{:08x}", sip::random_token(), self.nonce_counter);
+        if self.nonces.len() >= MAX_NONCES {
+            if let Some(oldest) = self.nonces.iter().min_by_key(|(_, t)| **t).map(|(n, _)| n.clone()) {
+                self.nonces.remove(&oldest);
+            }
+        }
+        self.nonces.insert(nonce.clone(), now);
+        let mut resp = sip::response(req, StatusCode::Unauthorized, Some(to_tag));
+        for alg in &self.algorithms {
+            let mut value = format!(
+                "Digest realm=\"{}\", nonce=\"{nonce}\", algorithm={}, qop=\"auth\"",
+                self.realm,
+                alg.token()
+            );
+            if stale {
+                value.push_str(", stale=true");
+            }
+            sip::push_header(&mut resp.headers, "WWW-Authenticate", value);
+        }
+        resp
+    }
+
+    /// Forgets nonces one TTL past their expiry (until then a late use is
+    /// answered `stale=true` rather than as unknown; both get `stale=true`).
+    fn purge_nonces(&mut self, now: Instant) {
+        let keep = self.nonce_ttl * 2;
+        self.nonces.retain(|_, issued| now < *issued + keep);
+    }
+}
+
+enum AuthOutcome {
+    Ok,
+    Challenge { stale: bool },
+    Forbidden,
+    Malformed,
+}
+
+fn bad_request(req: &Request, to_tag: &str, why: &dyn std::fmt::Display) -> Response {
+    let mut resp = sip::response(req, StatusCode::BadRequest, Some(to_tag));
+    resp.wire_reason = Some(format!("Bad Request ({why})"));
+    resp
+}
+
+/// The `realm` parameter of an `Authorization` value.
+fn sip_realm(value: &str) -> Option<String> {
+    auth_param(value, "realm")
+}
+
+fn auth_param(value: &str, name: &str) -> Option<String> {
+    let rest = value.trim().strip_prefix("Digest").or_else(|| value.trim().strip_prefix("digest"))?;
+    split_outside_quotes(rest, ',').into_iter().find_map(|part| {
+        let (k, v) = part.split_once('=')?;
+        k.trim().eq_ignore_ascii_case(name).then(|| v.trim().trim_matches('"').to_owned())
+    })
+}
+
+/// rsipstack spells SHA-256 `SHA256`; RFC 7616/8760 clients write `SHA-256`.
+fn normalize_algorithm(value: &str) -> String {
+    let rest = value.trim();
+    let Some(params) = rest.strip_prefix("Digest").or_else(|| rest.strip_prefix("digest")) else {
+        return value.to_owned();
+    };
+    let parts: Vec<String> = split_outside_quotes(params, ',')
+        .into_iter()
+        .map(|part| match part.split_once('=') {
+            Some((k, v))
+                if k.trim().eq_ignore_ascii_case("algorithm")
+                    && v.trim().trim_matches('"').eq_ignore_ascii_case("SHA-256") =>
+            {
+                format!("{}=SHA256", k.trim())
+            }
+            _ => part.trim().to_owned(),
+        })
+        .collect();
+    format!("Digest {}", parts.join(", "))
+}
+
+/// Splits on `sep` outside double quotes and `<…>`.
+fn split_outside_quotes(s: &str, sep: char) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut quoted, mut angle, mut start) = (false, false, 0);
+    for (i, ch) in s.char_indices() {
+        match ch {
+            '"' => quoted = !quoted,
+            '<' if !quoted => angle = true,
+            '>' if !quoted => angle = false,
+            c if c == sep && !quoted && !angle => {
+                out.push(&s[start..i]);
+                start = i + c.len_utf8();
+            }
+            _ => {}
+        }
+    }
+    out.push(&s[start..]);
+    out.into_iter().filter(|p| !p.trim().is_empty()).collect()
+}
+
+fn parse_contacts(req: &Request, msr: &str) -> Result<ContactsSpec, Malformed> {
+    let header_expires = match sip::header(&req.headers, "Expires") {
+        Some(v) => Some(v.parse::<u32>().map_err(|_| Malformed::BadExpires(v.to_owned()))?),
+        None => None,
+    };
+    let values: Vec<&str> = sip::header_all(&req.headers, "Contact")
+        .into_iter()
+        .flat_map(|v| split_outside_quotes(v, ','))
+        .map(str::trim)
+        .collect();
+    if values.is_empty() {
+        return Err(Malformed::NoContact);
+    }
+    if values.iter().any(|v| *v == "*") {
+        return if values.len() == 1 && header_expires == Some(0) {
+            Ok(ContactsSpec::Wildcard)
+        } else {
+            Err(Malformed::BadWildcard)
+        };
+    }
+    let mut list = Vec::new();
+    for v in values {
+        let uri = sip::addr_uri(v);
+        let valid = (uri.starts_with("sip:") || uri.starts_with("sips:"))
+            && rsipstack::sip::Uri::try_from(uri).is_ok();
+        if !valid {
+            return Err(Malformed::BadContact(v.to_owned()));
+        }
+        let expires = match sip::param(v, "expires") {
+            Some(e) => e.parse::<u32>().map_err(|_| Malformed::BadExpires(e.clone()))?,
+            None => header_expires.unwrap_or(DEFAULT_EXPIRES),
+        };
+        let iface = sip::param(v, "iface").filter(|i| !i.is_empty()).unwrap_or_else(|| {
+            let host = uri.split_once('@').map_or(uri, |(_, h)| h);
+            host.split(';').next().unwrap_or(host).to_owned()
+        });
+        list.push(ContactSpec { name: format!("{iface}@{msr}"), uri: uri.to_owned(), expires });
+    }
+    Ok(ContactsSpec::List(list))
+}
+
+/// The version in a `User-Agent` value: the text after the first `/` of
+/// its first product token (`msr-agent/0.1.0 (linux)` → `0.1.0`).
+fn agent_version(user_agent: &str) -> Option<String> {
+    let product = user_agent.split_whitespace().next()?;
+    let (_, version) = product.split_once('/')?;
+    (!version.is_empty()).then(|| version.to_owned())
+}
+
+#[cfg(test)]
+mod tests;

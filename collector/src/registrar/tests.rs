@@ -1,0 +1,265 @@
+use super::*;
+use rsipstack::dialog::authenticate::compute_digest;
+use rsipstack::sip::headers::auth::AuthQop;
+
+use crate::config::parse;
+
+const REALM: &str = "msr.local";
+
+fn registrar() -> Registrar {
+    let c = parse(
+        "[sip]\nrealm = \"msr.local\"\nnonce_ttl_secs = 300\n[[accounts]]\nauth_name = \"msr\"\npassword = \"msr-secret\"\n",
+        "t",
+    )
+    .expect("config");
+    Registrar::new(&c.sip, &c.accounts)
+}
+
+struct Reg<'a> {
+    msr: &'a str,
+    contacts: Vec<String>,
+    expires: Option<&'a str>,
+    cseq: u32,
+    auth: Option<String>,
+}
+
+impl<'a> Reg<'a> {
+    fn new(msr: &'a str) -> Self {
+        Reg {
+            msr,
+            contacts: vec![format!("<sip:{msr}@127.0.0.1:5070>;iface=lo")],
+            expires: Some("60"),
+            cseq: 1,
+            auth: None,
+        }
+    }
+
+    fn build(&self) -> Request {
+        let mut t = format!(
+            "REGISTER sip:127.0.0.1:5060 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bK{}\r\n\
+             From: <sip:{m}@127.0.0.1:5060>;tag=f1\r\nTo: <sip:{m}@127.0.0.1:5060>\r\nCall-ID: reg-{m}\r\n\
+             CSeq: {} REGISTER\r\nUser-Agent: msr-agent/0.1.0\r\n",
+            self.cseq,
+            self.cseq,
+            m = self.msr
+        );
+        for c in &self.contacts {
+            t.push_str(&format!("Contact: {c}\r\n"));
+        }
+        if let Some(e) = self.expires {
+            t.push_str(&format!("Expires: {e}\r\n"));
+        }
+        if let Some(a) = &self.auth {
+            t.push_str(&format!("Authorization: {a}\r\n"));
+        }
+        t.push_str("Content-Length: 0\r\n\r\n");
+        Request::try_from(t.as_str()).expect("valid request")
+    }
+}
+
+fn challenges(resp: &Response) -> Vec<String> {
+    sip::header_all(&resp.headers, "WWW-Authenticate").into_iter().map(str::to_owned).collect()
+}
+
+fn nonce_of(challenge: &str) -> String {
+    auth_param(challenge, "nonce").expect("nonce")
+}
+
+fn authorization(user: &str, password: &str, nonce: &str, algorithm: Algorithm, token: &str) -> String {
+    let uri = "sip:127.0.0.1:5060";
+    let qop = AuthQop::Auth { cnonce: "c0ffee".into(), nc: 1 };
+    let response = compute_digest(user, password, REALM, nonce, &Method::Register, uri, algorithm, Some(&qop));
+    format!(
+        "Digest username=\"{user}\", realm=\"{REALM}\", nonce=\"{nonce}\", uri=\"{uri}\", response=\"{response}\", \
+         algorithm={token}, qop=auth, nc=00000001, cnonce=\"c0ffee\""
+    )
+}
+
+/// Sends `reg` unauthenticated, answers the MD5 challenge, returns the final response.
+fn register(r: &mut Registrar, now: Instant, mut reg: Reg<'_>) -> Response {
+    let first = r.handle_register(now, &reg.build(), None);
+    assert_eq!(first.status_code, StatusCode::Unauthorized);
+    let nonce = nonce_of(&challenges(&first)[0]);
+    reg.cseq += 1;
+    reg.auth = Some(authorization("msr", "msr-secret", &nonce, Algorithm::Md5, "MD5"));
+    r.handle_register(now, &reg.build(), None)
+}
+
+fn events(r: &mut Registrar) -> Vec<RegistrarEvent> {
+    std::iter::from_fn(|| r.poll_event()).collect()
+}
+
+#[test]
+fn challenge_offers_sha256_then_md5_with_qop_auth() {
+    let mut r = registrar();
+    let resp = r.handle_register(Instant::now(), &Reg::new("msr_1").build(), None);
+    assert_eq!(resp.status_code, StatusCode::Unauthorized);
+    let c = challenges(&resp);
+    assert_eq!(c.len(), 2);
+    assert!(c[0].contains("algorithm=SHA-256") && c[1].contains("algorithm=MD5"), "{c:?}");
+    for h in &c {
+        assert!(h.contains("realm=\"msr.local\"") && h.contains("qop=\"auth\"") && !h.contains("stale"), "{h}");
+    }
+    assert!(r.bindings().next().is_none());
+}
+
+#[test]
+fn md5_registration_adds_a_named_contact_with_version() {
+    let mut r = registrar();
+    let now = Instant::now();
+    let resp = register(&mut r, now, Reg::new("msr_1"));
+    assert_eq!(resp.status_code, StatusCode::OK);
+    let contacts = sip::header_all(&resp.headers, "Contact");
+    assert_eq!(contacts, vec!["<sip:msr_1@127.0.0.1:5070>;iface=lo;expires=60"]);
+    let ev = events(&mut r);
+    assert_eq!(ev.len(), 1);
+    let RegistrarEvent::BindingAdded(b) = &ev[0] else { panic!("{ev:?}") };
+    assert_eq!(b.contact, "lo@msr_1");
+    assert_eq!(b.msr, "msr_1");
+    assert_eq!(b.uri, "sip:msr_1@127.0.0.1:5070");
+    assert_eq!(b.version.as_deref(), Some("0.1.0"));
+    assert_eq!(b.expires_at, now + Duration::from_secs(60));
+    assert_eq!(r.poll_timeout(), Some(now + Duration::from_secs(60)));
+}
+
+#[test]
+fn sha256_registration_is_accepted() {
+    let mut r = registrar();
+    let now = Instant::now();
+    let mut reg = Reg::new("msr_1");
+    let nonce = nonce_of(&challenges(&r.handle_register(now, &reg.build(), None))[0]);
+    reg.auth = Some(authorization("msr", "msr-secret", &nonce, Algorithm::Sha256, "SHA-256"));
+    assert_eq!(r.handle_register(now, &reg.build(), None).status_code, StatusCode::OK);
+}
+
+#[test]
+fn wrong_password_or_unknown_user_gets_403_and_registers_nothing() {
+    let mut r = registrar();
+    let now = Instant::now();
+    for (user, password) in [("msr", "wrong"), ("nobody", "msr-secret")] {
+        let mut reg = Reg::new("msr_1");
+        let nonce = nonce_of(&challenges(&r.handle_register(now, &reg.build(), None))[1]);
+        reg.auth = Some(authorization(user, password, &nonce, Algorithm::Md5, "MD5"));
+        assert_eq!(r.handle_register(now, &reg.build(), None).status_code, StatusCode::Forbidden);
+    }
+    assert!(r.bindings().next().is_none());
+    assert!(events(&mut r).is_empty());
+}
+
+#[test]
+fn an_expired_nonce_gets_a_stale_challenge() {
+    let mut r = registrar();
+    let t0 = Instant::now();
+    let mut reg = Reg::new("msr_1");
+    let nonce = nonce_of(&challenges(&r.handle_register(t0, &reg.build(), None))[1]);
+    reg.auth = Some(authorization("msr", "msr-secret", &nonce, Algorithm::Md5, "MD5"));
+    // Still valid just before the TTL …
+    assert_eq!(r.handle_register(t0 + Duration::from_secs(299), &reg.build(), None).status_code, StatusCode::OK);
+    // … stale after it, and also long after it was forgotten.
+    for later in [301, 5000] {
+        let resp = r.handle_register(t0 + Duration::from_secs(later), &reg.build(), None);
+        assert_eq!(resp.status_code, StatusCode::Unauthorized);
+        assert!(challenges(&resp).iter().all(|c| c.contains("stale=true")), "{later}");
+    }
+}
+
+#[test]
+fn too_brief_gets_423_and_long_is_capped() {
+    let mut r = registrar();
+    let now = Instant::now();
+    let mut reg = Reg::new("msr_1");
+    reg.expires = Some("5");
+    let resp = register(&mut r, now, reg);
+    assert_eq!(resp.status_code, StatusCode::IntervalTooBrief);
+    assert_eq!(sip::header(&resp.headers, "Min-Expires"), Some("10"));
+    assert!(r.bindings().next().is_none());
+
+    let mut reg = Reg::new("msr_1");
+    reg.expires = Some("7200");
+    let resp = register(&mut r, now, reg);
+    assert_eq!(resp.status_code, StatusCode::OK);
+    assert!(sip::header(&resp.headers, "Contact").expect("contact").ends_with(";expires=3600"));
+}
+
+#[test]
+fn two_interfaces_then_expires_zero_then_wildcard() {
+    let mut r = registrar();
+    let now = Instant::now();
+    let mut reg = Reg::new("msr_1");
+    reg.contacts = vec![
+        "<sip:msr_1@127.0.0.1:5070>;iface=lo".into(),
+        "<sip:msr_1@10.0.0.1:5070>;iface=bond1.2".into(),
+    ];
+    assert_eq!(register(&mut r, now, reg).status_code, StatusCode::OK);
+    let names: Vec<&str> = r.contacts_of("msr_1").iter().map(|b| b.contact.as_str()).collect();
+    assert_eq!(names, vec!["bond1.2@msr_1", "lo@msr_1"]);
+    events(&mut r);
+
+    let mut reg = Reg::new("msr_1");
+    reg.contacts = vec!["<sip:msr_1@10.0.0.1:5070>;iface=bond1.2;expires=0".into()];
+    let resp = register(&mut r, now, reg);
+    assert_eq!(resp.status_code, StatusCode::OK);
+    assert_eq!(sip::header_all(&resp.headers, "Contact").len(), 1);
+    assert!(matches!(&events(&mut r)[..], [RegistrarEvent::BindingRemoved { cause: RemovalCause::Unregistered, binding }] if binding.contact == "bond1.2@msr_1"));
+
+    let mut reg = Reg::new("msr_1");
+    reg.contacts = vec!["*".into()];
+    reg.expires = Some("0");
+    assert_eq!(register(&mut r, now, reg).status_code, StatusCode::OK);
+    assert!(!r.is_registered("msr_1"));
+    assert_eq!(events(&mut r).len(), 1);
+}
+
+#[test]
+fn refresh_is_reported_and_lapse_removes_the_binding() {
+    let mut r = registrar();
+    let t0 = Instant::now();
+    register(&mut r, t0, Reg::new("msr_1"));
+    let t1 = t0 + Duration::from_secs(30);
+    register(&mut r, t1, Reg::new("msr_1"));
+    let ev = events(&mut r);
+    assert!(matches!(ev[1], RegistrarEvent::BindingRefreshed(_)), "{ev:?}");
+    r.handle_timeout(t1 + Duration::from_secs(59));
+    assert!(r.is_registered("msr_1"));
+    r.handle_timeout(t1 + Duration::from_secs(60));
+    assert!(!r.is_registered("msr_1"));
+    assert!(matches!(&events(&mut r)[..], [RegistrarEvent::BindingRemoved { cause: RemovalCause::Lapsed, .. }]));
+    assert_eq!(r.poll_timeout(), None);
+}
+
+#[test]
+fn malformed_registers_get_400_never_a_panic() {
+    let mut r = registrar();
+    let now = Instant::now();
+    let mut no_contact = Reg::new("msr_1");
+    no_contact.contacts.clear();
+    let mut bad_expires = Reg::new("msr_1");
+    bad_expires.expires = Some("soon");
+    let mut bad_contact = Reg::new("msr_1");
+    bad_contact.contacts = vec!["<mailto:x@y>".into()];
+    let mut bad_wildcard = Reg::new("msr_1");
+    bad_wildcard.contacts = vec!["*".into()];
+    for reg in [no_contact, bad_expires] {
+        assert_eq!(r.handle_register(now, &reg.build(), None).status_code, StatusCode::BadRequest);
+    }
+    for reg in [bad_contact, bad_wildcard] {
+        assert_eq!(register(&mut r, now, reg).status_code, StatusCode::BadRequest);
+    }
+    let no_user = Request::try_from(
+        "REGISTER sip:127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 1.2.3.4;branch=z9hG4bKx\r\nFrom: <sip:127.0.0.1>;tag=1\r\n\
+         To: <sip:127.0.0.1>\r\nCall-ID: x\r\nCSeq: 1 REGISTER\r\nContact: <sip:a@1.2.3.4>\r\nContent-Length: 0\r\n\r\n",
+    )
+    .expect("parse");
+    assert_eq!(r.handle_register(now, &no_user, None).status_code, StatusCode::BadRequest);
+    let mut garbage_auth = Reg::new("msr_1");
+    garbage_auth.auth = Some("Digest realm=\"msr.local\", junk".into());
+    assert_eq!(r.handle_register(now, &garbage_auth.build(), None).status_code, StatusCode::BadRequest);
+    assert!(r.bindings().next().is_none());
+}
+
+#[test]
+fn version_parsing() {
+    assert_eq!(agent_version("msr-agent/0.1.0").as_deref(), Some("0.1.0"));
+    assert_eq!(agent_version("msr-agent/1.2 (linux)").as_deref(), Some("1.2"));
+    assert_eq!(agent_version("sipp"), None);
+}

@@ -1,0 +1,422 @@
+use std::time::Duration;
+
+use msr_shared::event_package::LoadReport;
+use proptest::prelude::*;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use tokio::time::Instant;
+
+use super::*;
+use crate::load_table::ContactBinding;
+use crate::operator::OperatorConfig;
+
+/// A contact to put in a test table.
+struct Spec {
+    contact: &'static str,
+    zone: &'static str,
+    site: &'static str,
+}
+
+/// Builds an operator config and load table: sites `local`, `near`, `far`,
+/// `isolated`; local–near 10, local–far 20, isolated unset.
+struct World {
+    operator: OperatorConfig,
+    table: LoadTable,
+    now: Instant,
+}
+
+impl World {
+    fn new() -> Self {
+        let mut operator = OperatorConfig::new();
+        for site in ["local", "near", "far", "isolated"] {
+            operator.declare_site(site).expect("declare");
+        }
+        operator.set_distance("local", "near", 10.0).expect("distance");
+        operator.set_distance("local", "far", 20.0).expect("distance");
+        Self { operator, table: LoadTable::new("test".into()), now: Instant::now() }
+    }
+
+    fn contact(&mut self, spec: Spec) -> &mut Self {
+        let msr = spec.contact.split_once('@').map_or(spec.contact, |(_, msr)| msr);
+        self.operator.set_contact_zone(spec.contact, spec.zone).expect("zone");
+        self.operator.set_contact_site(spec.contact, spec.site).expect("site");
+        let binding = ContactBinding {
+            contact: spec.contact.into(),
+            msr: msr.into(),
+            uri: format!("sip:{msr}@10.0.0.1:5040"),
+            version: None,
+            expires_at: self.now + Duration::from_secs(3600),
+        };
+        self.table.upsert_contact(binding, &self.operator, "default", "local");
+        self
+    }
+
+    fn load(&mut self, msr: &str, load: u8) -> &mut Self {
+        let report = LoadReport { msr: msr.into(), load, cpu: load, calls: 0, max_calls: 100 };
+        self.table.set_load(msr, report, self.now);
+        self
+    }
+
+    fn coefficient(&mut self, msr: &str, value: f64) -> &mut Self {
+        self.operator.set_performance_coefficient(msr, value).expect("coefficient");
+        self.table.apply_operator(&self.operator, "default", "local");
+        self
+    }
+
+    fn query(&self, zone: &str, site: &str, msr: Option<&str>) -> Query {
+        Query { zone: zone.into(), site: site.into(), msr: msr.map(Into::into), now: self.now }
+    }
+
+    fn fixed(&self, query: &Query, draw: f64) -> Explanation {
+        explain::<StdRng>(&self.table, self.operator.topology(), query, Draw::Fixed(draw)).expect("draw in range")
+    }
+
+    fn pick(&self, query: &Query) -> Result<Choice, Refusal> {
+        let mut rng = StdRng::seed_from_u64(7);
+        select(&self.table, self.operator.topology(), query, &mut rng)
+    }
+}
+
+fn c(contact: &'static str, zone: &'static str, site: &'static str) -> Spec {
+    Spec { contact, zone, site }
+}
+
+/// Seed 000's worked example as restated in SPEC §7.
+fn worked_example() -> World {
+    let mut world = World::new();
+    world
+        .contact(c("con_1@msr_1", "default", "local"))
+        .contact(c("con_2@msr_1", "default", "local"))
+        .contact(c("con_1@msr_2", "default", "local"))
+        .contact(c("con_1@msr_3", "default", "local"))
+        .load("msr_1", 55)
+        .load("msr_2", 40)
+        .load("msr_3", 60)
+        .coefficient("msr_2", 0.9)
+        .coefficient("msr_3", 1.2);
+    world
+}
+
+fn bounds(explanation: &Explanation) -> Vec<(String, f64, f64)> {
+    explanation.intervals.iter().map(|row| (row.msr.clone(), row.bottom, row.top)).collect()
+}
+
+fn approx(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+#[test]
+fn worked_example_intervals_and_draw() {
+    let world = worked_example();
+    let query = world.query("default", "local", None);
+    let explanation = world.fixed(&query, 58.0);
+    let expected = [("msr_1", 0.0, 45.0), ("msr_2", 45.0, 99.0), ("msr_3", 99.0, 147.0)];
+    let got = bounds(&explanation);
+    assert_eq!(got.len(), 3);
+    for ((msr, bottom, top), (want_msr, want_bottom, want_top)) in got.iter().zip(expected) {
+        assert_eq!(msr, want_msr);
+        assert!(approx(*bottom, want_bottom) && approx(*top, want_top), "{got:?}");
+    }
+    assert!(approx(explanation.total, 147.0));
+    let choice = explanation.outcome.expect("choice");
+    assert_eq!(choice.msr, "msr_2");
+    assert_eq!(choice.contact, "con_1@msr_2");
+    assert!(!choice.media_bridge);
+    // Step 4 kept the first contact of msr_1 by name.
+    assert_eq!(explanation.intervals[0].contact, "con_1@msr_1");
+    let dup = explanation.candidates.iter().find(|c| c.contact == "con_2@msr_1").expect("candidate");
+    assert_eq!(dup.outcome, CandidateOutcome::DuplicateMsr);
+}
+
+#[test]
+fn interval_edges() {
+    let world = worked_example();
+    let query = world.query("default", "local", None);
+    let msr_at = |draw: f64| world.fixed(&query, draw).outcome.expect("choice").msr;
+    assert_eq!(msr_at(0.0), "msr_1");
+    assert_eq!(msr_at(44.999), "msr_1");
+    assert_eq!(msr_at(45.0), "msr_2");
+    assert_eq!(msr_at(99.0), "msr_3");
+    assert_eq!(msr_at(146.999), "msr_3");
+    let out = explain::<StdRng>(&world.table, world.operator.topology(), &query, Draw::Fixed(147.0));
+    assert!(matches!(out, Err(DrawOutOfRange { .. })));
+    let out = explain::<StdRng>(&world.table, world.operator.topology(), &query, Draw::Fixed(-1.0));
+    assert!(matches!(out, Err(DrawOutOfRange { .. })));
+}
+
+#[test]
+fn filter_zone() {
+    let mut world = World::new();
+    world.contact(c("a@msr_1", "default", "local")).contact(c("a@msr_2", "rtk", "local"));
+    let choice = world.pick(&world.query("rtk", "local", None)).expect("choice");
+    assert_eq!(choice.msr, "msr_2");
+    assert_eq!(world.pick(&world.query("nowhere", "local", None)), Err(Refusal::MsrNotFound));
+}
+
+#[test]
+fn filter_registered() {
+    let mut world = World::new();
+    world.contact(c("a@msr_1", "default", "local"));
+    let mut query = world.query("default", "local", None);
+    assert!(world.pick(&query).is_ok());
+    query.now = world.now + Duration::from_secs(3600);
+    assert_eq!(world.pick(&query), Err(Refusal::MsrNotFound));
+}
+
+#[test]
+fn filter_active() {
+    let mut world = World::new();
+    world.contact(c("a@msr_1", "default", "local")).contact(c("a@msr_2", "default", "local"));
+    world.operator.set_active("msr_1", false).expect("active");
+    world.table.apply_operator(&world.operator, "default", "local");
+    for draw in [0.0, 50.0, 99.0] {
+        let choice = world.fixed(&world.query("default", "local", None), draw).outcome.expect("choice");
+        assert_eq!(choice.msr, "msr_2");
+    }
+}
+
+#[test]
+fn only_min_distance_is_kept_and_ties_share() {
+    let mut world = World::new();
+    world
+        .contact(c("a@msr_1", "default", "near"))
+        .contact(c("a@msr_2", "default", "far"))
+        .contact(c("a@msr_3", "default", "near"))
+        .contact(c("a@msr_4", "default", "isolated"));
+    let explanation = world.fixed(&world.query("default", "local", None), 150.0);
+    assert_eq!(explanation.min_distance, Some(10.0));
+    let kept: Vec<_> = explanation.intervals.iter().map(|row| row.msr.as_str()).collect();
+    assert_eq!(kept, ["msr_1", "msr_3"]);
+    let outcome_of = |contact: &str| {
+        explanation.candidates.iter().find(|c| c.contact == contact).map(|c| c.outcome)
+    };
+    assert_eq!(outcome_of("a@msr_2"), Some(CandidateOutcome::Farther));
+    assert_eq!(outcome_of("a@msr_4"), Some(CandidateOutcome::InfiniteDistance));
+    assert_eq!(explanation.outcome.expect("choice").msr, "msr_3");
+}
+
+#[test]
+fn own_site_drained_moves_traffic() {
+    let mut world = World::new();
+    world.contact(c("a@msr_1", "default", "local")).contact(c("a@msr_2", "default", "near"));
+    assert_eq!(world.pick(&world.query("default", "local", None)).expect("choice").msr, "msr_1");
+    world.operator.set_distance("local", "local", 100.0).expect("drain");
+    assert_eq!(world.pick(&world.query("default", "local", None)).expect("choice").msr, "msr_2");
+}
+
+#[test]
+fn msr_preference_kept() {
+    let mut world = World::new();
+    world
+        .contact(c("a@msr_1", "default", "local"))
+        .contact(c("a@msr_2", "default", "near"))
+        .contact(c("b@msr_2", "default", "far"));
+    // msr_2 is farther than msr_1, but preference (step 2) comes first.
+    let explanation = world.fixed(&world.query("default", "local", Some("msr_2")), 0.0);
+    let choice = explanation.outcome.expect("choice");
+    assert_eq!(choice.msr, "msr_2");
+    assert_eq!(choice.contact, "a@msr_2");
+    assert!(!choice.media_bridge);
+    assert!(!explanation.media_bridge);
+    let other = explanation.candidates.iter().find(|c| c.msr == "msr_1").expect("candidate");
+    assert_eq!(other.outcome, CandidateOutcome::OtherMsr);
+}
+
+#[test]
+fn msr_preference_lost_needs_media_bridge() {
+    let mut world = World::new();
+    world.contact(c("a@msr_1", "default", "local")).contact(c("a@msr_2", "rtk", "local"));
+    let choice = world.pick(&world.query("default", "local", Some("msr_2"))).expect("choice");
+    assert_eq!(choice.msr, "msr_1");
+    assert!(choice.media_bridge);
+    // An unknown MSR is lost the same way.
+    let choice = world.pick(&world.query("default", "local", Some("msr_9"))).expect("choice");
+    assert!(choice.media_bridge);
+}
+
+#[test]
+fn all_infinite_is_msr_not_found() {
+    let mut world = World::new();
+    world.contact(c("a@msr_1", "default", "isolated")).contact(c("a@msr_2", "default", "isolated"));
+    let explanation = world.fixed(&world.query("default", "local", None), 0.0);
+    assert_eq!(explanation.outcome, Err(Refusal::MsrNotFound));
+    assert_eq!(explanation.min_distance, None);
+    assert_eq!(Refusal::MsrNotFound.cause(), "msr_not_found");
+}
+
+#[test]
+fn all_full_is_msr_overloaded() {
+    let mut world = World::new();
+    world
+        .contact(c("a@msr_1", "default", "local"))
+        .contact(c("a@msr_2", "default", "local"))
+        .load("msr_1", 100)
+        .load("msr_2", 100);
+    assert_eq!(world.pick(&world.query("default", "local", None)), Err(Refusal::MsrOverloaded));
+    assert_eq!(Refusal::MsrOverloaded.cause(), "msr_overloaded");
+    // One with room left takes every draw.
+    world.load("msr_2", 99);
+    let explanation = world.fixed(&world.query("default", "local", None), 0.5);
+    assert_eq!(explanation.outcome.expect("choice").msr, "msr_2");
+}
+
+#[test]
+fn undeclared_leg_site_is_unknown_site() {
+    let mut world = World::new();
+    world.contact(c("a@msr_1", "default", "local"));
+    assert_eq!(world.pick(&world.query("default", "atlantis", None)), Err(Refusal::UnknownSite));
+    assert_eq!(Refusal::UnknownSite.cause(), "unknown_site");
+}
+
+#[test]
+fn missing_report_counts_as_idle_and_stale_is_used_as_is() {
+    let mut world = World::new();
+    world.contact(c("a@msr_1", "default", "local")).contact(c("a@msr_2", "default", "local")).load("msr_2", 50);
+    let mut query = world.query("default", "local", None);
+    query.now = world.now + Duration::from_secs(600);
+    let explanation = world.fixed(&query, 0.0);
+    let first = &explanation.intervals[0];
+    assert_eq!((first.load, first.reported, first.weight), (0, false, 100.0));
+    let second = &explanation.intervals[1];
+    assert!(second.stale);
+    assert_eq!(second.weight, 50.0);
+}
+
+/// Draws `n` times and returns the observed share of each MSR in the table.
+fn shares(world: &World, query: &Query, seed: u64, n: u32) -> BTreeMap<String, f64> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+    for _ in 0..n {
+        let choice = select(&world.table, world.operator.topology(), query, &mut rng).expect("choice");
+        *counts.entry(choice.msr).or_default() += 1;
+    }
+    counts.into_iter().map(|(msr, count)| (msr, f64::from(count) / f64::from(n))).collect()
+}
+
+#[test]
+fn worked_example_draws_follow_weights() {
+    let world = worked_example();
+    let query = world.query("default", "local", None);
+    let observed = shares(&world, &query, 2017, 100_000);
+    for (msr, weight) in [("msr_1", 45.0), ("msr_2", 54.0), ("msr_3", 48.0)] {
+        let expected = weight / 147.0;
+        let got = observed.get(msr).copied().unwrap_or(0.0);
+        assert!((got - expected).abs() < 0.01, "{msr}: {got} vs {expected}");
+    }
+}
+
+/// One random contact: (msr index, contact index, zone, site, active, registered).
+type ContactGen = (usize, usize, usize, usize, bool, bool);
+
+const ZONES: [&str; 2] = ["z0", "z1"];
+const SITES: [&str; 4] = ["s0", "s1", "s2", "s3"];
+
+fn arbitrary_world(
+    distances: &[Option<u8>],
+    contacts: &[ContactGen],
+    loads: &[u8],
+    coefficients: &[f64],
+) -> World {
+    let mut operator = OperatorConfig::new();
+    for site in SITES {
+        operator.declare_site(site).expect("declare");
+    }
+    let mut k = 0;
+    for (i, a) in SITES.iter().enumerate() {
+        for b in &SITES[i..] {
+            let value = distances.get(k).copied().flatten().map_or(f64::INFINITY, f64::from);
+            operator.set_distance(a, b, value).expect("distance");
+            k += 1;
+        }
+    }
+    let now = Instant::now();
+    let mut table = LoadTable::new("prop".into());
+    for &(m, i, zone, site, active, registered) in contacts {
+        let msr = format!("msr_{m}");
+        let contact = format!("if{i}@{msr}");
+        operator.set_contact_zone(&contact, ZONES[zone]).expect("zone");
+        operator.set_contact_site(&contact, SITES[site]).expect("site");
+        operator.set_active(&msr, active).expect("active");
+        let expires_at = if registered { now + Duration::from_secs(60) } else { now };
+        let binding = ContactBinding { contact, msr: msr.clone(), uri: String::new(), version: None, expires_at };
+        table.upsert_contact(binding, &operator, "z0", "s0");
+    }
+    for (m, load) in loads.iter().enumerate() {
+        let msr = format!("msr_{m}");
+        table.set_load(&msr, LoadReport { msr: msr.clone(), load: *load, cpu: 0, calls: 0, max_calls: 0 }, now);
+    }
+    for (m, coefficient) in coefficients.iter().enumerate() {
+        operator.set_performance_coefficient(&format!("msr_{m}"), *coefficient).expect("coefficient");
+    }
+    table.apply_operator(&operator, "z0", "s0");
+    World { operator, table, now }
+}
+
+proptest! {
+    #[test]
+    fn pick_is_in_zone_registered_active_at_min_distance(
+        distances in proptest::collection::vec(proptest::option::of(0u8..30), 10),
+        contacts in proptest::collection::vec((0usize..5, 0usize..3, 0usize..2, 0usize..4, any::<bool>(), any::<bool>()), 0..15),
+        loads in proptest::collection::vec(0u8..=100, 5),
+        coefficients in proptest::collection::vec(0.1f64..3.0, 5),
+        zone in 0usize..2,
+        site in 0usize..4,
+        seed in any::<u64>(),
+    ) {
+        let world = arbitrary_world(&distances, &contacts, &loads, &coefficients);
+        let query = world.query(ZONES[zone], SITES[site], None);
+        let topology = world.operator.topology();
+        let eligible: Vec<_> = world.table.rows(world.now).into_iter()
+            .filter(|row| row.zone == ZONES[zone] && row.registered && row.active)
+            .collect();
+        let min = eligible.iter()
+            .filter_map(|row| topology.distance(SITES[site], &row.site))
+            .filter(|d| d.is_finite())
+            .reduce(f64::min);
+        let mut rng = StdRng::seed_from_u64(seed);
+        match select(&world.table, topology, &query, &mut rng) {
+            Ok(choice) => {
+                let row = eligible.iter().find(|row| row.contact == choice.contact);
+                prop_assert!(row.is_some(), "picked {} not eligible", choice.contact);
+                let row = row.expect("checked");
+                prop_assert_eq!(&row.msr, &choice.msr);
+                prop_assert_eq!(topology.distance(SITES[site], &row.site), min);
+                prop_assert!(row.load.as_ref().is_none_or(|r| r.load < 100));
+            }
+            Err(Refusal::MsrNotFound) => prop_assert!(min.is_none()),
+            Err(Refusal::MsrOverloaded) => {
+                prop_assert!(min.is_some());
+                for row in &eligible {
+                    if topology.distance(SITES[site], &row.site) == min {
+                        prop_assert_eq!(row.load.as_ref().map(|r| r.load), Some(100));
+                    }
+                }
+            }
+            Err(Refusal::UnknownSite) => prop_assert!(false, "all sites are declared"),
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(6))]
+    #[test]
+    fn draws_land_in_proportion_to_weight(
+        loads in proptest::collection::vec(0u8..=95, 4),
+        coefficients in proptest::collection::vec(0.2f64..3.0, 4),
+        seed in any::<u64>(),
+    ) {
+        let contacts: Vec<ContactGen> = (0..4).map(|m| (m, 0, 0, 0, true, true)).collect();
+        let world = arbitrary_world(&[Some(0)], &contacts, &loads, &coefficients);
+        let query = world.query("z0", "s0", None);
+        let weights: Vec<f64> = loads.iter().zip(&coefficients)
+            .map(|(load, coefficient)| f64::from(100 - load) * coefficient)
+            .collect();
+        let total: f64 = weights.iter().sum();
+        let observed = shares(&world, &query, seed, 100_000);
+        for (m, weight) in weights.iter().enumerate() {
+            let got = observed.get(&format!("msr_{m}")).copied().unwrap_or(0.0);
+            let expected = weight / total;
+            prop_assert!((got - expected).abs() < 0.01, "msr_{}: {} vs {}", m, got, expected);
+        }
+    }
+}

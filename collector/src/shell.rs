@@ -1,0 +1,337 @@
+//! The collector's one async loop: it owns the SIP endpoint and every piece
+//! of state, and feeds the sans-IO cores ([`Registrar`], [`Subscriber`])
+//! and the admin handler ([`admin::handle`]).
+//!
+//! One `tokio::select!` waits for, in turn: shutdown, a SIP event
+//! ([`SipEndpoint::recv`]), an admin command (from [`admin::serve`]), and
+//! the earliest deadline of the cores. Answers to SIP requests are sent from
+//! spawned tasks, so the loop never awaits SIP I/O while answering admin.
+//!
+//! Shutdown: `Expires: 0` for every active subscription, at most
+//! [`SHUTDOWN_GRACE`] waiting for their answers, then the control socket
+//! is removed.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use msr_shared::sip::{self, Method, SipEndpoint, SipEvent, StatusCode};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::admin::{self, AdminCommand, AdminContext};
+use crate::config::CollectorConfig;
+use crate::error::CollectorError;
+use crate::load_table::{ContactBinding, LoadTable};
+use crate::operator::OperatorConfig;
+use crate::registrar::{Registrar, RegistrarEvent, RemovalCause};
+use crate::store::Store;
+use crate::subscriber::{Subscriber, SubscriberConfig, SubscriberEvent, Target};
+
+/// Longest wait for the answers to the final `Expires: 0` SUBSCRIBEs.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// The `User-Agent`/`Server` of the collector.
+const USER_AGENT: &str = concat!("msr-collector/", env!("CARGO_PKG_VERSION"));
+
+/// A running collector (see [`start`]).
+#[derive(Debug)]
+pub struct CollectorHandle {
+    /// The bound SIP (UDP) address.
+    pub sip_addr: SocketAddr,
+    /// The control socket path.
+    pub control_socket: PathBuf,
+    /// Ends when the collector has shut down.
+    pub join: JoinHandle<Result<(), CollectorError>>,
+}
+
+/// Runs the collector until `shutdown` is cancelled (then ends the
+/// subscriptions and removes the control socket).
+///
+/// # Errors
+/// As [`start`]; [`CollectorError::EndpointClosed`] if the SIP endpoint
+/// stops on its own.
+pub async fn run(config: CollectorConfig, shutdown: CancellationToken) -> Result<(), CollectorError> {
+    let handle = start(config, shutdown).await?;
+    handle.join.await.map_err(|e| CollectorError::Task { reason: e.to_string() })?
+}
+
+/// Loads the operator configuration, binds the SIP endpoint and the control
+/// socket, and spawns the collector loop. `[sip] listen` may use port 0.
+///
+/// # Errors
+/// [`CollectorError::Store`], [`CollectorError::Sip`] or
+/// [`CollectorError::ControlSocket`] when a resource cannot be had.
+pub async fn start(config: CollectorConfig, shutdown: CancellationToken) -> Result<CollectorHandle, CollectorError> {
+    let store = Store::new(config.state_path.clone());
+    let operator = store.load()?;
+    let endpoint = SipEndpoint::bind(config.sip.listen, config.sip.tcp(), USER_AGENT, shutdown.child_token()).await?;
+    let sip_addr = endpoint.local_addr();
+    info!(addr = %sip_addr, "listening on udp {sip_addr}");
+    if config.sip.tcp() {
+        info!(addr = %sip_addr, "listening on tcp {sip_addr}");
+    }
+    let control_socket = config.control_socket.clone();
+    let listener = admin::bind_control_socket(&control_socket).map_err(|source| CollectorError::ControlSocket {
+        path: control_socket.clone(),
+        source,
+    })?;
+    info!(path = %control_socket.display(), "control socket on {}", control_socket.display());
+    let (admin_tx, admin_rx) = mpsc::channel(64);
+    let admin_stop = CancellationToken::new();
+    tokio::spawn(admin::serve(listener, admin_tx, admin_stop.clone()));
+
+    let local = format!("sip:collector@{sip_addr}");
+    let mut table = LoadTable::new(config.node.clone());
+    table.apply_operator(&operator, &config.defaults.zone, &config.defaults.site);
+    let mut subscriber = Subscriber::new(SubscriberConfig {
+        local_uri: local.clone(),
+        contact: local,
+        default_expires: config.subscription.expires,
+    });
+    for (msr, settings) in operator.configured_msrs() {
+        subscriber.set_expires_override(msr, settings.subscription_expires);
+    }
+    let shell = Shell {
+        registrar: Registrar::new(&config.sip, &config.accounts),
+        subscriber,
+        table,
+        operator,
+        store,
+        admin_defaults: admin::Defaults {
+            zone: config.defaults.zone.clone(),
+            site: config.defaults.site.clone(),
+            subscription_expires_secs: config.subscription.expires,
+        },
+        rng: StdRng::from_entropy(),
+        endpoint,
+        admin_rx,
+    };
+    let socket_path = control_socket.clone();
+    let join = tokio::spawn(async move {
+        let result = shell.run(shutdown).await;
+        admin_stop.cancel();
+        match std::fs::remove_file(&socket_path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => warn!(path = %socket_path.display(), cause = %e, "cannot remove control socket"),
+        }
+        info!("collector stopped");
+        result
+    });
+    Ok(CollectorHandle { sip_addr, control_socket, join })
+}
+
+struct Shell {
+    registrar: Registrar,
+    subscriber: Subscriber,
+    table: LoadTable,
+    operator: OperatorConfig,
+    store: Store,
+    admin_defaults: admin::Defaults,
+    rng: StdRng,
+    endpoint: SipEndpoint,
+    admin_rx: mpsc::Receiver<AdminCommand>,
+}
+
+impl Shell {
+    async fn run(mut self, shutdown: CancellationToken) -> Result<(), CollectorError> {
+        loop {
+            self.settle(Instant::now());
+            let deadline = [self.registrar.poll_timeout(), self.subscriber.poll_timeout()]
+                .into_iter()
+                .flatten()
+                .min();
+            let sleep = async move {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                event = self.endpoint.recv() => match event {
+                    Some(event) => self.on_sip(event),
+                    None => return Err(CollectorError::EndpointClosed),
+                },
+                Some(command) = self.admin_rx.recv() => self.on_admin(command),
+                () = sleep => {
+                    let now = Instant::now();
+                    self.registrar.handle_timeout(now);
+                    self.subscriber.handle_timeout(now);
+                }
+            }
+        }
+        self.drain().await;
+        Ok(())
+    }
+
+    /// Ends every subscription and waits (bounded) for the answers.
+    async fn drain(&mut self) {
+        let now = Instant::now();
+        let sent = self.subscriber.shutdown(now);
+        info!(subscriptions = sent, "shutting down: ending subscriptions");
+        self.send_transmits(now);
+        let deadline = Instant::now() + SHUTDOWN_GRACE;
+        while self.subscriber.pending_unsubscribes() > 0 {
+            tokio::select! {
+                () = tokio::time::sleep_until(deadline) => {
+                    warn!(unanswered = self.subscriber.pending_unsubscribes(), "unsubscribe answers not received in time");
+                    break;
+                }
+                event = self.endpoint.recv() => match event {
+                    Some(event) => self.on_sip(event),
+                    None => break,
+                },
+            }
+        }
+        self.endpoint.shutdown();
+    }
+
+    fn on_sip(&mut self, event: SipEvent) {
+        let now = Instant::now();
+        match event {
+            SipEvent::Request(tx) => {
+                let req = tx.request();
+                let response = match req.method {
+                    Method::Register => self.registrar.handle_register(now, req, None),
+                    Method::Notify => {
+                        let unix_now = admin::unix_secs(SystemTime::now());
+                        let response = self.subscriber.handle_notify(now, unix_now, req);
+                        if response.status_code != StatusCode::OK {
+                            info!(
+                                call_id = sip::call_id(&req.headers).unwrap_or_default(),
+                                status = %response.status_code,
+                                "notify refused"
+                            );
+                        }
+                        response
+                    }
+                    Method::Options => allow(sip::response(req, StatusCode::OK, Some(&sip::random_token()))),
+                    Method::Ack => return,
+                    _ => allow(sip::response(req, StatusCode::MethodNotAllowed, Some(&sip::random_token()))),
+                };
+                tokio::spawn(tx.respond(response));
+            }
+            SipEvent::Response { id, response } => self.subscriber.handle_response(now, id, &response),
+            SipEvent::Failed { id, reason } => self.subscriber.handle_failure(now, id, &reason),
+        }
+    }
+
+    fn on_admin(&mut self, command: AdminCommand) {
+        let now = Instant::now();
+        let mut ctx = AdminContext {
+            operator: &mut self.operator,
+            table: &mut self.table,
+            store: &self.store,
+            defaults: &self.admin_defaults,
+            rng: &mut self.rng,
+        };
+        let response = admin::handle(command.request, &mut ctx, now);
+        for (msr, settings) in self.operator.configured_msrs() {
+            self.subscriber.set_expires_override(msr, settings.subscription_expires);
+        }
+        if command.reply.send(response).is_err() {
+            debug!("admin client went away before the answer");
+        }
+    }
+
+    /// Applies what the cores produced: table updates, logs, requests to send.
+    fn settle(&mut self, now: Instant) {
+        let zone = self.admin_defaults.zone.clone();
+        let site = self.admin_defaults.site.clone();
+        while let Some(event) = self.registrar.poll_event() {
+            let msr = match event {
+                RegistrarEvent::BindingAdded(b) | RegistrarEvent::BindingRefreshed(b) => {
+                    let msr = b.msr.clone();
+                    if self.table.contains_contact(&b.contact) {
+                        debug!(msr = %b.msr, contact = %b.contact, "binding refreshed");
+                    } else {
+                        info!(msr = %b.msr, contact = %b.contact, uri = %b.uri, version = ?b.version, "binding added");
+                    }
+                    self.table.upsert_contact(
+                        ContactBinding {
+                            contact: b.contact,
+                            msr: b.msr,
+                            uri: b.uri,
+                            version: b.version,
+                            expires_at: b.expires_at,
+                        },
+                        &self.operator,
+                        &zone,
+                        &site,
+                    );
+                    msr
+                }
+                RegistrarEvent::BindingRemoved { binding, cause } => {
+                    match cause {
+                        RemovalCause::Lapsed => info!(msr = %binding.msr, contact = %binding.contact, "binding lapsed"),
+                        RemovalCause::Unregistered => {
+                            info!(msr = %binding.msr, contact = %binding.contact, "binding removed")
+                        }
+                    }
+                    self.table.remove_contact(&binding.contact);
+                    if !self.registrar.is_registered(&binding.msr) {
+                        self.table.remove_msr(&binding.msr);
+                    }
+                    binding.msr
+                }
+            };
+            let targets = self
+                .registrar
+                .contacts_of(&msr)
+                .into_iter()
+                .map(|b| Target { name: b.contact.clone(), uri: b.uri.clone() })
+                .collect();
+            self.subscriber.contacts_changed(now, &msr, targets);
+        }
+        self.send_transmits(now);
+        while let Some(event) = self.subscriber.poll_event() {
+            match event {
+                SubscriberEvent::Active { msr, call_id, contact, expires } => {
+                    info!(%msr, %contact, %call_id, expires, "subscription active")
+                }
+                SubscriberEvent::Refreshed { msr, call_id, expires } => {
+                    info!(%msr, %call_id, expires, "subscription refreshed")
+                }
+                SubscriberEvent::Load { msr, report, at } => {
+                    debug!(%msr, load = report.load, cpu = report.cpu, calls = report.calls, "load report");
+                    self.table.set_load(&msr, report, at);
+                }
+                SubscriberEvent::Terminated { msr, call_id, reason, retry_at } => {
+                    let retry_in = retry_at.map(|t| t.saturating_duration_since(now));
+                    info!(%msr, %call_id, %reason, ?retry_in, "subscription terminated")
+                }
+                SubscriberEvent::Retrying { msr, call_id, cause, delay } => {
+                    info!(%msr, %call_id, %cause, ?delay, "subscription retrying")
+                }
+                SubscriberEvent::Ended { msr, call_id } => {
+                    info!(%msr, call_id = call_id.as_deref().unwrap_or(""), "subscription ended")
+                }
+            }
+        }
+        for (msr, view) in self.subscriber.views() {
+            self.table.set_subscription(&msr, view);
+        }
+    }
+
+    fn send_transmits(&mut self, now: Instant) {
+        while let Some(t) = self.subscriber.poll_transmit() {
+            debug!(msr = %t.msr, call_id = %t.call_id, "sending subscribe");
+            if let Err(e) = self.endpoint.send_request(t.id, t.request) {
+                warn!(msr = %t.msr, call_id = %t.call_id, cause = %e, "cannot send subscribe");
+                self.subscriber.handle_failure(now, t.id, &e.to_string());
+            }
+        }
+    }
+}
+
+fn allow(mut response: msr_shared::sip::Response) -> msr_shared::sip::Response {
+    sip::push_header(&mut response.headers, "Allow", "REGISTER, NOTIFY, OPTIONS");
+    response
+}

@@ -1,0 +1,671 @@
+//! The subscriber side of the `eltex-call-count` event package (SPEC §4,
+//! RFC 6665 §4.1).
+//!
+//! [`Subscriber`] is sans-IO. The shell tells it which contacts each MSR has
+//! registered ([`Subscriber::contacts_changed`]), feeds it the final
+//! responses to the requests it asked to send ([`Subscriber::handle_response`],
+//! [`Subscriber::handle_failure`]) and the NOTIFYs that arrive
+//! ([`Subscriber::handle_notify`], which returns the answer), wakes it at
+//! [`Subscriber::poll_timeout`], and drains [`Subscriber::poll_transmit`]
+//! (requests to send) and [`Subscriber::poll_event`] (what happened).
+//!
+//! One subscription per registered MSR, sent to one of its registered
+//! contacts (the first by contact name) and moved to another when that one
+//! goes. Per subscription:
+//!
+//! ```text
+//!            contacts registered
+//! (none) ───────────────────────────▶ Pending ──2xx──▶ Active ──refresh 2xx──▶ Active
+//!                                      │  ▲              │ NOTIFY terminated
+//!          4xx/5xx/408/481, expiry     │  │ retry_at     ▼
+//!          ───────────▶ Failed ────────┘  └──────── Terminated(reason)
+//!                                                    (rejected/noresource/invariant:
+//!                                                     no retry until a contact registers anew)
+//! ```
+//!
+//! Refresh timing: an in-dialog refresh is sent `min(0.8 × E, E − 5 s)`
+//! after the grant of `E` seconds, but never earlier than `E / 2`
+//! ([`refresh_delay`]). Retries after a refusal or failure wait a capped
+//! exponential backoff of 1 s doubling to 60 s; a `423` is retried at once
+//! with its `Min-Expires`; a `terminated` NOTIFY with a retryable reason
+//! resubscribes at once (after `retry-after` when given).
+//!
+//! Architecture invariant: no I/O, no clock, no task; `now` is always given.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::Duration;
+
+use msr_shared::backoff::Backoff;
+use msr_shared::event_package::{LoadReport, CONTENT_TYPE, EVENT};
+use msr_shared::sip::{self, Method, Request, Response, StatusCode, SubState, SubscriptionState};
+use tokio::time::Instant;
+
+use crate::load_table::{SubscriptionStatus, SubscriptionView};
+
+/// First retry delay after a failed SUBSCRIBE.
+pub const RETRY_BASE: Duration = Duration::from_secs(1);
+/// Longest retry delay after repeated failures.
+pub const RETRY_CAP: Duration = Duration::from_secs(60);
+
+/// When to refresh a subscription granted for `expires` seconds:
+/// `min(0.8 × E, E − 5 s)`, but not earlier than `E / 2`.
+pub fn refresh_delay(expires: u32) -> Duration {
+    let e = Duration::from_secs(u64::from(expires));
+    let eighty = e.mul_f64(0.8);
+    let minus_five = e.saturating_sub(Duration::from_secs(5));
+    eighty.min(minus_five).max(e / 2)
+}
+
+/// The subscriber's own identity and defaults.
+#[derive(Debug, Clone)]
+pub struct SubscriberConfig {
+    /// Our `From` URI, e.g. `sip:collector@127.0.0.1:5060`.
+    pub local_uri: String,
+    /// Our `Contact` URI (where NOTIFYs are sent), e.g. `sip:collector@127.0.0.1:5060`.
+    pub contact: String,
+    /// `Expires` requested unless the operator set one for the MSR, seconds.
+    pub default_expires: u32,
+}
+
+/// A registered contact of an MSR the subscription can be sent to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// Contact name `{iface}@{msr}`.
+    pub name: String,
+    /// Contact URI.
+    pub uri: String,
+}
+
+/// A request the shell must send (`SipEndpoint::send_request(id, request)`)
+/// and whose final response it must hand back with the same `id`.
+#[derive(Debug, Clone)]
+pub struct Transmit {
+    /// Correlates the final response.
+    pub id: u64,
+    /// The MSR the request is for.
+    pub msr: String,
+    /// Its Call-ID.
+    pub call_id: String,
+    /// The SUBSCRIBE (without `Via`; the endpoint adds it).
+    pub request: Request,
+}
+
+/// What happened to a subscription, for logs and the load table.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SubscriberEvent {
+    /// A new dialog was established (2xx to the initial SUBSCRIBE).
+    Active {
+        /// MSR name.
+        msr: String,
+        /// Dialog Call-ID.
+        call_id: String,
+        /// The contact subscribed to.
+        contact: String,
+        /// Granted duration, seconds.
+        expires: u32,
+    },
+    /// A refresh was accepted.
+    Refreshed {
+        /// MSR name.
+        msr: String,
+        /// Dialog Call-ID.
+        call_id: String,
+        /// Granted duration, seconds.
+        expires: u32,
+    },
+    /// A NOTIFY carried a load report.
+    Load {
+        /// MSR name.
+        msr: String,
+        /// The report.
+        report: LoadReport,
+        /// When it arrived.
+        at: Instant,
+    },
+    /// The notifier ended the subscription (`Subscription-State: terminated`).
+    Terminated {
+        /// MSR name.
+        msr: String,
+        /// Dialog Call-ID.
+        call_id: String,
+        /// The `reason` parameter (empty when absent).
+        reason: String,
+        /// When a new subscription is attempted; `None`: not until the MSR
+        /// registers again.
+        retry_at: Option<Instant>,
+    },
+    /// A SUBSCRIBE failed or the subscription expired; a new dialog follows.
+    Retrying {
+        /// MSR name.
+        msr: String,
+        /// The failed dialog's Call-ID.
+        call_id: String,
+        /// Why (`408`, `481`, `expired`, …).
+        cause: String,
+        /// Wait before the new SUBSCRIBE.
+        delay: Duration,
+    },
+    /// The subscription was ended by us (`Expires: 0`) or dropped because
+    /// the MSR has no registered contact left.
+    Ended {
+        /// MSR name.
+        msr: String,
+        /// Dialog Call-ID, if a dialog existed.
+        call_id: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Initial,
+    Refresh,
+    Unsubscribe,
+}
+
+#[derive(Debug, Clone)]
+struct PendingRequest {
+    msr: String,
+    call_id: String,
+    kind: Kind,
+    requested: u32,
+}
+
+#[derive(Debug, Clone)]
+struct Dialog {
+    call_id: String,
+    local_tag: String,
+    /// The notifier's tag; `None` until the 2xx (or an early NOTIFY) arrives.
+    remote_tag: Option<String>,
+    /// Request-URI of in-dialog requests (the notifier's Contact).
+    remote_target: String,
+    /// `To` URI (the contact subscribed to).
+    remote_uri: String,
+    cseq: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Phase {
+    Pending,
+    Active,
+    Terminated(String),
+    Failed,
+}
+
+#[derive(Debug)]
+struct Subscription {
+    contacts: Vec<Target>,
+    target: Option<Target>,
+    dialog: Option<Dialog>,
+    phase: Phase,
+    /// `Min-Expires` learnt from a 423: never request less.
+    expires_floor: u32,
+    /// Last requested or granted duration, seconds.
+    expires: u32,
+    expires_at: Option<Instant>,
+    refresh_at: Option<Instant>,
+    retry_at: Option<Instant>,
+    backoff: Backoff,
+    notify_count: u64,
+    last_notify_unix: Option<i64>,
+    event_id: String,
+    /// After `rejected`/`noresource`/`invariant`: no retry until a contact
+    /// registers anew.
+    blocked: bool,
+}
+
+impl Subscription {
+    fn new(contacts: Vec<Target>) -> Self {
+        Self {
+            contacts,
+            target: None,
+            dialog: None,
+            phase: Phase::Pending,
+            expires_floor: 0,
+            expires: 0,
+            expires_at: None,
+            refresh_at: None,
+            retry_at: None,
+            backoff: Backoff::new(RETRY_BASE, RETRY_CAP),
+            notify_count: 0,
+            last_notify_unix: None,
+            event_id: sip::random_token(),
+            blocked: false,
+        }
+    }
+
+    fn view(&self) -> SubscriptionView {
+        SubscriptionView {
+            status: match &self.phase {
+                Phase::Pending => SubscriptionStatus::Pending,
+                Phase::Active => SubscriptionStatus::Active,
+                Phase::Terminated(r) => SubscriptionStatus::Terminated(r.clone()),
+                Phase::Failed => SubscriptionStatus::Failed,
+            },
+            expires_secs: self.expires,
+            notify_count: self.notify_count,
+            last_notify_unix: self.last_notify_unix,
+            event_id: self.event_id.clone(),
+        }
+    }
+}
+
+/// The subscriber: one subscription per MSR with registered contacts.
+#[derive(Debug)]
+pub struct Subscriber {
+    config: SubscriberConfig,
+    subs: BTreeMap<String, Subscription>,
+    /// Operator overrides of the requested `Expires` (`subscription set`).
+    overrides: HashMap<String, u32>,
+    pending: HashMap<u64, PendingRequest>,
+    next_id: u64,
+    transmits: VecDeque<Transmit>,
+    events: VecDeque<SubscriberEvent>,
+}
+
+impl Subscriber {
+    /// A subscriber with no subscriptions.
+    pub fn new(config: SubscriberConfig) -> Self {
+        Self {
+            config,
+            subs: BTreeMap::new(),
+            overrides: HashMap::new(),
+            pending: HashMap::new(),
+            next_id: 1,
+            transmits: VecDeque::new(),
+            events: VecDeque::new(),
+        }
+    }
+
+    /// Sets (or clears) the operator's `Expires` for `msr`; it is requested
+    /// from the next refresh or new subscription on.
+    pub fn set_expires_override(&mut self, msr: &str, expires: Option<u32>) {
+        match expires {
+            Some(e) => self.overrides.insert(msr.to_owned(), e),
+            None => self.overrides.remove(msr),
+        };
+    }
+
+    /// The registered contacts of `msr` are now `contacts` (empty: none).
+    ///
+    /// * First contacts: subscribe.
+    /// * No contacts left: end the subscription (`Expires: 0`).
+    /// * The subscribed contact went away: subscribe anew to another one.
+    /// * A contact that was not registered before lifts the no-retry state
+    ///   left by `rejected`/`noresource`/`invariant`.
+    pub fn contacts_changed(&mut self, now: Instant, msr: &str, mut contacts: Vec<Target>) {
+        contacts.sort_by(|a, b| a.name.cmp(&b.name));
+        contacts.dedup_by(|a, b| a.name == b.name);
+        if contacts.is_empty() {
+            if let Some(sub) = self.subs.remove(msr) {
+                let call_id = sub.dialog.as_ref().map(|d| d.call_id.clone());
+                if let Some(dialog) = sub.dialog {
+                    if dialog.remote_tag.is_some() {
+                        self.send(now, msr, dialog, Kind::Unsubscribe, 0);
+                    }
+                }
+                self.events.push_back(SubscriberEvent::Ended { msr: msr.to_owned(), call_id });
+            }
+            return;
+        }
+        let Some(sub) = self.subs.get_mut(msr) else {
+            self.subs.insert(msr.to_owned(), Subscription::new(contacts));
+            self.start(now, msr);
+            return;
+        };
+        if contacts.iter().any(|c| !sub.contacts.iter().any(|o| o.name == c.name)) {
+            sub.blocked = false;
+        }
+        sub.contacts = contacts;
+        let target_gone = sub
+            .target
+            .as_ref()
+            .is_some_and(|t| !sub.contacts.iter().any(|c| c.name == t.name && c.uri == t.uri));
+        if target_gone {
+            // The contact the dialog is with is gone: nothing to unsubscribe from.
+            sub.dialog = None;
+            sub.backoff.reset();
+            self.start(now, msr);
+        } else if sub.dialog.is_none() && sub.retry_at.is_none() && !sub.blocked {
+            self.start(now, msr);
+        }
+    }
+
+    /// Begins a new dialog with the first registered contact of `msr`.
+    fn start(&mut self, now: Instant, msr: &str) {
+        let expires = self.requested_expires(msr);
+        let Some(sub) = self.subs.get_mut(msr) else { return };
+        let Some(target) = sub.contacts.first().cloned() else { return };
+        let dialog = Dialog {
+            call_id: format!("{}@msr-collector", sip::random_token()),
+            local_tag: sip::random_token(),
+            remote_tag: None,
+            remote_target: target.uri.clone(),
+            remote_uri: target.uri.clone(),
+            cseq: 0,
+        };
+        sub.target = Some(target);
+        sub.dialog = Some(dialog.clone());
+        sub.phase = Phase::Pending;
+        sub.expires = expires;
+        sub.expires_at = None;
+        sub.refresh_at = None;
+        sub.retry_at = None;
+        sub.notify_count = 0;
+        sub.event_id = sip::random_token();
+        self.send(now, msr, dialog, Kind::Initial, expires);
+    }
+
+    fn requested_expires(&self, msr: &str) -> u32 {
+        let configured = self.overrides.get(msr).copied().unwrap_or(self.config.default_expires);
+        let floor = self.subs.get(msr).map_or(0, |s| s.expires_floor);
+        configured.max(floor)
+    }
+
+    /// Queues a SUBSCRIBE in `dialog` (bumping its CSeq in the stored dialog).
+    fn send(&mut self, now: Instant, msr: &str, mut dialog: Dialog, kind: Kind, expires: u32) {
+        dialog.cseq += 1;
+        if let Some(d) = self.subs.get_mut(msr).and_then(|s| s.dialog.as_mut()) {
+            if d.call_id == dialog.call_id {
+                d.cseq = dialog.cseq;
+            }
+        }
+        let to = match &dialog.remote_tag {
+            Some(t) => format!("<{}>;tag={t}", dialog.remote_uri),
+            None => format!("<{}>", dialog.remote_uri),
+        };
+        let headers = vec![
+            ("From", format!("<{}>;tag={}", self.config.local_uri, dialog.local_tag)),
+            ("To", to),
+            ("Call-ID", dialog.call_id.clone()),
+            ("CSeq", format!("{} SUBSCRIBE", dialog.cseq)),
+            ("Contact", format!("<{}>", self.config.contact)),
+            ("Event", EVENT.to_owned()),
+            ("Accept", CONTENT_TYPE.to_owned()),
+            ("Expires", expires.to_string()),
+        ];
+        let id = self.next_id;
+        self.next_id += 1;
+        match sip::request(Method::Subscribe, &dialog.remote_target, headers, Vec::new()) {
+            Ok(request) => {
+                self.pending.insert(
+                    id,
+                    PendingRequest { msr: msr.to_owned(), call_id: dialog.call_id.clone(), kind, requested: expires },
+                );
+                self.transmits.push_back(Transmit { id, msr: msr.to_owned(), call_id: dialog.call_id, request });
+            }
+            Err(_) => {
+                // The registrar only keeps parseable contact URIs, so this is
+                // a target learnt from a peer's Contact: treat it as a failure.
+                if kind != Kind::Unsubscribe {
+                    self.fail(now, msr, &dialog.call_id, "bad target uri");
+                }
+            }
+        }
+    }
+
+    /// The final response to the request sent as `id`.
+    pub fn handle_response(&mut self, now: Instant, id: u64, response: &Response) {
+        let Some(p) = self.pending.remove(&id) else { return };
+        if p.kind == Kind::Unsubscribe {
+            return;
+        }
+        let Some(sub) = self.subs.get_mut(&p.msr) else { return };
+        let Some(dialog) = sub.dialog.as_mut().filter(|d| d.call_id == p.call_id) else { return };
+        let code = response.status_code.code();
+        if (200..300).contains(&code) {
+            let granted = sip::expires(&response.headers).unwrap_or(p.requested);
+            if granted == 0 {
+                let call_id = p.call_id.clone();
+                self.fail(now, &p.msr, &call_id, "granted expires 0");
+                return;
+            }
+            if dialog.remote_tag.is_none() {
+                dialog.remote_tag = sip::header(&response.headers, "To").and_then(sip::tag);
+            }
+            if let Some(contact) = sip::header(&response.headers, "Contact") {
+                dialog.remote_target = sip::addr_uri(contact).to_owned();
+            }
+            sub.expires = granted;
+            sub.expires_at = Some(now + Duration::from_secs(u64::from(granted)));
+            sub.refresh_at = Some(now + refresh_delay(granted));
+            sub.backoff.reset();
+            let call_id = dialog.call_id.clone();
+            let event = if p.kind == Kind::Initial {
+                sub.phase = Phase::Active;
+                SubscriberEvent::Active {
+                    msr: p.msr.clone(),
+                    call_id,
+                    contact: sub.target.as_ref().map(|t| t.name.clone()).unwrap_or_default(),
+                    expires: granted,
+                }
+            } else {
+                SubscriberEvent::Refreshed { msr: p.msr.clone(), call_id, expires: granted }
+            };
+            self.events.push_back(event);
+            return;
+        }
+        if code == 423 {
+            let min = sip::header(&response.headers, "Min-Expires").and_then(|v| v.parse::<u32>().ok());
+            if let Some(min) = min.filter(|m| *m > p.requested) {
+                sub.expires_floor = min;
+                match p.kind {
+                    Kind::Initial => self.start(now, &p.msr),
+                    _ => {
+                        let dialog = dialog.clone();
+                        let expires = self.requested_expires(&p.msr);
+                        self.send(now, &p.msr, dialog, Kind::Refresh, expires);
+                    }
+                }
+                return;
+            }
+        }
+        let cause = code.to_string();
+        self.fail(now, &p.msr, &p.call_id, &cause);
+    }
+
+    /// The request sent as `id` ended without a final response (transport
+    /// failure); handled like a `408`.
+    pub fn handle_failure(&mut self, now: Instant, id: u64, reason: &str) {
+        let Some(p) = self.pending.remove(&id) else { return };
+        if p.kind == Kind::Unsubscribe {
+            return;
+        }
+        let current = self
+            .subs
+            .get(&p.msr)
+            .and_then(|s| s.dialog.as_ref())
+            .is_some_and(|d| d.call_id == p.call_id);
+        if current {
+            self.fail(now, &p.msr, &p.call_id, reason);
+        }
+    }
+
+    /// Drops the dialog and schedules a new one after the backoff.
+    fn fail(&mut self, now: Instant, msr: &str, call_id: &str, cause: &str) {
+        let Some(sub) = self.subs.get_mut(msr) else { return };
+        sub.dialog = None;
+        sub.phase = Phase::Failed;
+        sub.expires_at = None;
+        sub.refresh_at = None;
+        let delay = sub.backoff.next_delay();
+        sub.retry_at = Some(now + delay);
+        self.events.push_back(SubscriberEvent::Retrying {
+            msr: msr.to_owned(),
+            call_id: call_id.to_owned(),
+            cause: cause.to_owned(),
+            delay,
+        });
+    }
+
+    /// Handles a NOTIFY received at `now` (`unix_now`: the wall clock in
+    /// seconds, shown by `subscription list`) and returns the answer:
+    /// `200`; `481` outside a dialog we created (nothing changes); `489` for
+    /// another event package; `400` for a missing `Subscription-State` or an
+    /// unreadable body (the last good load stays).
+    pub fn handle_notify(&mut self, now: Instant, unix_now: i64, req: &Request) -> Response {
+        let respond = |status| sip::response(req, status, None);
+        let call_id = sip::call_id(&req.headers).unwrap_or_default();
+        let to_tag = sip::header(&req.headers, "To").and_then(sip::tag);
+        let from_tag = sip::header(&req.headers, "From").and_then(sip::tag);
+        let (Some(to_tag), Some(from_tag)) = (to_tag, from_tag) else {
+            return respond(StatusCode::CallTransactionDoesNotExist);
+        };
+        let found = self.subs.iter_mut().find(|(_, s)| {
+            s.dialog.as_ref().is_some_and(|d| {
+                d.call_id == call_id
+                    && d.local_tag == to_tag
+                    && d.remote_tag.as_ref().is_none_or(|r| *r == from_tag)
+            })
+        });
+        let Some((msr, sub)) = found else {
+            return respond(StatusCode::CallTransactionDoesNotExist);
+        };
+        let msr = msr.clone();
+        if sip::event_package(&req.headers).as_deref() != Some(EVENT) {
+            let mut resp = respond(StatusCode::BadEvent);
+            sip::push_header(&mut resp.headers, "Allow-Events", EVENT);
+            return resp;
+        }
+        let Some(state) = sip::header(&req.headers, "Subscription-State").and_then(SubscriptionState::parse) else {
+            return respond(StatusCode::BadRequest);
+        };
+        let report = if req.body.iter().all(u8::is_ascii_whitespace) {
+            None
+        } else {
+            match LoadReport::decode(&req.body) {
+                Ok(r) => Some(r),
+                Err(_) => return respond(StatusCode::BadRequest),
+            }
+        };
+        let Some(dialog) = sub.dialog.as_mut() else {
+            return respond(StatusCode::CallTransactionDoesNotExist);
+        };
+        // RFC 6665 §4.1.2.4: a NOTIFY may arrive before the 2xx; it fixes the dialog.
+        if dialog.remote_tag.is_none() {
+            dialog.remote_tag = Some(from_tag);
+        }
+        if let Some(contact) = sip::header(&req.headers, "Contact") {
+            dialog.remote_target = sip::addr_uri(contact).to_owned();
+        }
+        let call_id = dialog.call_id.clone();
+        sub.notify_count += 1;
+        sub.last_notify_unix = Some(unix_now);
+        if let Some(report) = report {
+            self.events.push_back(SubscriberEvent::Load { msr: msr.clone(), report, at: now });
+        }
+        match state.state {
+            SubState::Active | SubState::Pending => {
+                if let Some(e) = state.expires {
+                    let at = now + Duration::from_secs(u64::from(e));
+                    if sub.expires_at.is_none_or(|old| at < old) && sub.phase == Phase::Active {
+                        sub.expires_at = Some(at);
+                        let refresh = now + refresh_delay(e);
+                        sub.refresh_at = Some(sub.refresh_at.map_or(refresh, |r| r.min(refresh)));
+                    }
+                }
+            }
+            SubState::Terminated => {
+                let reason = state.reason.clone();
+                sub.dialog = None;
+                sub.expires_at = None;
+                sub.refresh_at = None;
+                let text = reason.as_ref().map(ToString::to_string).unwrap_or_default();
+                sub.phase = Phase::Terminated(text.clone());
+                let retry_at = if reason.as_ref().is_none_or(|r| r.may_retry()) {
+                    let wait = Duration::from_secs(u64::from(state.retry_after.unwrap_or(0)));
+                    Some(now + wait)
+                } else {
+                    sub.blocked = true;
+                    None
+                };
+                sub.retry_at = retry_at;
+                self.events.push_back(SubscriberEvent::Terminated { msr, call_id, reason: text, retry_at });
+            }
+        }
+        respond(StatusCode::OK)
+    }
+
+    /// Sends due refreshes and retries; treats an unrefreshed expiry as a
+    /// failure (new dialog).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let msrs: Vec<String> = self.subs.keys().cloned().collect();
+        for msr in msrs {
+            let Some(sub) = self.subs.get_mut(&msr) else { continue };
+            if sub.retry_at.is_some_and(|t| t <= now) {
+                sub.retry_at = None;
+                if !sub.blocked {
+                    self.start(now, &msr);
+                }
+                continue;
+            }
+            if sub.expires_at.is_some_and(|t| t <= now) {
+                let call_id = sub.dialog.as_ref().map(|d| d.call_id.clone()).unwrap_or_default();
+                self.fail(now, &msr, &call_id, "expired");
+                continue;
+            }
+            if sub.refresh_at.is_some_and(|t| t <= now) {
+                sub.refresh_at = None;
+                if let Some(dialog) = sub.dialog.clone() {
+                    let expires = self.requested_expires(&msr);
+                    self.send(now, &msr, dialog, Kind::Refresh, expires);
+                }
+            }
+        }
+    }
+
+    /// The next instant [`handle_timeout`](Self::handle_timeout) has work.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.subs
+            .values()
+            .flat_map(|s| {
+                let retry = s.retry_at.filter(|_| !s.blocked);
+                [retry, s.expires_at, s.refresh_at]
+            })
+            .flatten()
+            .min()
+    }
+
+    /// The next request to send.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.transmits.pop_front()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<SubscriberEvent> {
+        self.events.pop_front()
+    }
+
+    /// The state of every subscription, by MSR name.
+    pub fn views(&self) -> Vec<(String, SubscriptionView)> {
+        self.subs.iter().map(|(m, s)| (m.clone(), s.view())).collect()
+    }
+
+    /// The state of the subscription to `msr`.
+    pub fn view(&self, msr: &str) -> Option<SubscriptionView> {
+        self.subs.get(msr).map(Subscription::view)
+    }
+
+    /// Ends every subscription with `Expires: 0` (shutdown) and returns how
+    /// many were sent; their answers are awaited via
+    /// [`pending_unsubscribes`](Self::pending_unsubscribes).
+    pub fn shutdown(&mut self, now: Instant) -> usize {
+        let subs = std::mem::take(&mut self.subs);
+        let mut sent = 0;
+        for (msr, sub) in subs {
+            if let Some(dialog) = sub.dialog.filter(|d| d.remote_tag.is_some()) {
+                // `send` stores the CSeq only in live subscriptions; the dialog is sent as-is.
+                self.send(now, &msr, dialog, Kind::Unsubscribe, 0);
+                sent += 1;
+            }
+        }
+        sent
+    }
+
+    /// Unsubscribes sent and not yet answered.
+    pub fn pending_unsubscribes(&self) -> usize {
+        self.pending.values().filter(|p| p.kind == Kind::Unsubscribe).count()
+    }
+}
+
+#[cfg(test)]
+mod tests;

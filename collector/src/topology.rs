@@ -1,0 +1,284 @@
+//! Sites and the site distance matrix (SPEC §6).
+//!
+//! Sites are declared and removed by name. The distance between two sites is
+//! a non-negative finite number or infinity; distances are symmetric. A site's
+//! distance to itself defaults to 0 and can be changed (raising it drains the
+//! site); an unset pair is infinite: that site's MSRs never serve the other's
+//! subscribers.
+//!
+//! Architecture invariant: no I/O, no clock. Stored as a set of names plus the
+//! pairs that differ from the default, keyed by the ordered pair, so symmetry
+//! holds by construction.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Why a topology change was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TopologyError {
+    /// The site is not declared.
+    #[error("site `{name}` is not declared")]
+    UnknownSite {
+        /// Site name.
+        name: String,
+    },
+    /// The site is already declared.
+    #[error("site `{name}` is already declared")]
+    SiteExists {
+        /// Site name.
+        name: String,
+    },
+    /// The name is empty, too long or contains whitespace, `/` or control
+    /// characters.
+    #[error("invalid site name `{name}`: use 1 to 64 characters without whitespace or `/`")]
+    InvalidName {
+        /// The rejected name.
+        name: String,
+    },
+    /// The distance is negative or NaN.
+    #[error("invalid distance {value} between `{a}` and `{b}`: expected a non-negative number or infinity")]
+    InvalidDistance {
+        /// First site.
+        a: String,
+        /// Second site.
+        b: String,
+        /// The rejected value.
+        value: f64,
+    },
+    /// A contact still refers to the site.
+    #[error("site `{name}` is still used by a contact")]
+    SiteInUse {
+        /// Site name.
+        name: String,
+    },
+}
+
+/// Longest accepted site (and zone) name, in bytes.
+pub const MAX_NAME_LEN: usize = 64;
+
+/// Checks a site or zone name: 1–64 bytes, no whitespace, `/` or control
+/// characters (they would break the CLI's argument syntax).
+pub fn is_valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && !name.chars().any(|c| c.is_whitespace() || c.is_control() || c == '/')
+}
+
+/// Declared sites and their distances (SPEC §6).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Topology {
+    /// Declared site names.
+    sites: BTreeSet<String>,
+    /// Distances that differ from the default, stored in both directions
+    /// (`distances[a][b] == distances[b][a]`) so a lookup needs no
+    /// allocation. Absent: 0 for a site to itself, infinity otherwise.
+    /// Values are non-negative, possibly infinite (only for a site to itself).
+    distances: BTreeMap<String, BTreeMap<String, f64>>,
+}
+
+impl Topology {
+    /// An empty topology.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Declares a site.
+    ///
+    /// # Errors
+    /// [`TopologyError::InvalidName`], [`TopologyError::SiteExists`].
+    pub fn declare(&mut self, name: &str) -> Result<(), TopologyError> {
+        if !is_valid_name(name) {
+            return Err(TopologyError::InvalidName { name: name.to_owned() });
+        }
+        if !self.sites.insert(name.to_owned()) {
+            return Err(TopologyError::SiteExists { name: name.to_owned() });
+        }
+        Ok(())
+    }
+
+    /// Removes a site and every distance that involves it. Refused while
+    /// `is_referenced(name)` is true (a contact still carries the site).
+    ///
+    /// # Errors
+    /// [`TopologyError::UnknownSite`], [`TopologyError::SiteInUse`].
+    pub fn remove(&mut self, name: &str, is_referenced: impl Fn(&str) -> bool) -> Result<(), TopologyError> {
+        if !self.sites.contains(name) {
+            return Err(TopologyError::UnknownSite { name: name.to_owned() });
+        }
+        if is_referenced(name) {
+            return Err(TopologyError::SiteInUse { name: name.to_owned() });
+        }
+        self.sites.remove(name);
+        self.distances.remove(name);
+        for row in self.distances.values_mut() {
+            row.remove(name);
+        }
+        self.distances.retain(|_, row| !row.is_empty());
+        Ok(())
+    }
+
+    /// Whether the site is declared.
+    pub fn contains(&self, name: &str) -> bool {
+        self.sites.contains(name)
+    }
+
+    /// Declared sites, sorted by name.
+    pub fn sites(&self) -> impl Iterator<Item = &str> + '_ {
+        self.sites.iter().map(String::as_str)
+    }
+
+    /// Number of declared sites.
+    pub fn len(&self) -> usize {
+        self.sites.len()
+    }
+
+    /// Whether no site is declared.
+    pub fn is_empty(&self) -> bool {
+        self.sites.is_empty()
+    }
+
+    /// Sets the distance between two declared sites (both directions);
+    /// `f64::INFINITY` unsets a pair. Returns the previous distance.
+    ///
+    /// # Errors
+    /// [`TopologyError::UnknownSite`], [`TopologyError::InvalidDistance`]
+    /// (negative or NaN).
+    pub fn set_distance(&mut self, a: &str, b: &str, value: f64) -> Result<f64, TopologyError> {
+        for name in [a, b] {
+            if !self.sites.contains(name) {
+                return Err(TopologyError::UnknownSite { name: name.to_owned() });
+            }
+        }
+        if value.is_nan() || value < 0.0 {
+            return Err(TopologyError::InvalidDistance { a: a.to_owned(), b: b.to_owned(), value });
+        }
+        let previous = self.distance_unchecked(a, b);
+        let default = if a == b { 0.0 } else { f64::INFINITY };
+        if value == default {
+            for (x, y) in [(a, b), (b, a)] {
+                if let Some(row) = self.distances.get_mut(x) {
+                    row.remove(y);
+                    if row.is_empty() {
+                        self.distances.remove(x);
+                    }
+                }
+            }
+        } else {
+            for (x, y) in [(a, b), (b, a)] {
+                self.distances.entry(x.to_owned()).or_default().insert(y.to_owned(), value);
+            }
+        }
+        Ok(previous)
+    }
+
+    /// The distance between two sites; `None` if either is not declared.
+    pub fn distance(&self, a: &str, b: &str) -> Option<f64> {
+        if self.sites.contains(a) && self.sites.contains(b) {
+            Some(self.distance_unchecked(a, b))
+        } else {
+            None
+        }
+    }
+
+    /// The distance between two declared sites, without checking that they
+    /// are declared (an undeclared pair reads as its default).
+    fn distance_unchecked(&self, a: &str, b: &str) -> f64 {
+        match self.distances.get(a).and_then(|row| row.get(b)) {
+            Some(value) => *value,
+            None if a == b => 0.0,
+            None => f64::INFINITY,
+        }
+    }
+
+    /// Every stored distance that differs from its default, as
+    /// `(a, b, distance)` with `a <= b`.
+    pub fn explicit_distances(&self) -> impl Iterator<Item = (&str, &str, f64)> + '_ {
+        self.distances.iter().flat_map(|(a, row)| {
+            row.iter()
+                .filter(move |(b, _)| a.as_str() <= b.as_str())
+                .map(move |(b, value)| (a.as_str(), b.as_str(), *value))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sites(names: &[&str]) -> Topology {
+        let mut topology = Topology::new();
+        for name in names {
+            topology.declare(name).expect("declare");
+        }
+        topology
+    }
+
+    #[test]
+    fn defaults_own_zero_other_infinite() {
+        let topology = sites(&["local", "remote"]);
+        assert_eq!(topology.distance("local", "local"), Some(0.0));
+        assert_eq!(topology.distance("local", "remote"), Some(f64::INFINITY));
+        assert_eq!(topology.distance("local", "nowhere"), None);
+    }
+
+    #[test]
+    fn distance_is_symmetric_and_resettable() {
+        let mut topology = sites(&["local", "remote"]);
+        assert_eq!(topology.set_distance("remote", "local", 32.0), Ok(f64::INFINITY));
+        assert_eq!(topology.distance("local", "remote"), Some(32.0));
+        assert_eq!(topology.distance("remote", "local"), Some(32.0));
+        assert_eq!(topology.set_distance("local", "remote", f64::INFINITY), Ok(32.0));
+        assert_eq!(topology.explicit_distances().count(), 0);
+    }
+
+    #[test]
+    fn own_distance_can_be_raised_to_drain() {
+        let mut topology = sites(&["local"]);
+        topology.set_distance("local", "local", 100.0).expect("set");
+        assert_eq!(topology.distance("local", "local"), Some(100.0));
+        topology.set_distance("local", "local", f64::INFINITY).expect("set");
+        assert_eq!(topology.distance("local", "local"), Some(f64::INFINITY));
+        topology.set_distance("local", "local", 0.0).expect("set");
+        assert_eq!(topology.explicit_distances().count(), 0);
+    }
+
+    #[test]
+    fn invalid_distances_are_refused() {
+        let mut topology = sites(&["a", "b"]);
+        for value in [-1.0, f64::NAN, f64::NEG_INFINITY] {
+            assert!(matches!(
+                topology.set_distance("a", "b", value),
+                Err(TopologyError::InvalidDistance { .. })
+            ));
+        }
+        assert_eq!(
+            topology.set_distance("a", "c", 1.0),
+            Err(TopologyError::UnknownSite { name: "c".into() })
+        );
+    }
+
+    #[test]
+    fn declare_twice_and_bad_names_are_refused() {
+        let mut topology = sites(&["a"]);
+        assert_eq!(topology.declare("a"), Err(TopologyError::SiteExists { name: "a".into() }));
+        for bad in ["", "a b", "a/b", &"x".repeat(65)] {
+            assert!(matches!(topology.declare(bad), Err(TopologyError::InvalidName { .. })));
+        }
+    }
+
+    #[test]
+    fn remove_drops_distances_and_respects_references() {
+        let mut topology = sites(&["a", "b", "c"]);
+        topology.set_distance("a", "b", 1.0).expect("set");
+        topology.set_distance("b", "c", 2.0).expect("set");
+        assert_eq!(topology.remove("b", |s| s == "b"), Err(TopologyError::SiteInUse { name: "b".into() }));
+        assert_eq!(topology.distance("a", "b"), Some(1.0));
+        topology.remove("b", |_| false).expect("remove");
+        assert!(!topology.contains("b"));
+        assert_eq!(topology.explicit_distances().count(), 0);
+        // Declaring it again starts from the defaults.
+        topology.declare("b").expect("declare");
+        assert_eq!(topology.distance("a", "b"), Some(f64::INFINITY));
+        assert_eq!(topology.remove("zz", |_| false), Err(TopologyError::UnknownSite { name: "zz".into() }));
+    }
+}

@@ -1,0 +1,631 @@
+//! The collector control protocol: `msrctl` ⇄ `msr-collector` (SPEC §8).
+//!
+//! Transport: a Unix stream socket carrying newline-delimited JSON. The client
+//! writes one [`Request`] per line; the collector answers each with exactly one
+//! [`Response`] line, in order. A line that is not a valid request gets an
+//! error response and the connection stays open.
+//!
+//! ```text
+//! → {"op":"site_distance","a":"local","b":"remote","distance":32}
+//! ← {"ok":true,"data":{"kind":"changed","entity":"site","name":"local remote","property":"distance","from":"infinity","to":"32"}}
+//! → {"op":"select","zone":"default","site":"local","explain":false}
+//! ← {"ok":false,"error":{"code":"msr_not_found","message":"no registered active msr in zone `default` at a finite distance from site `local`"}}
+//! ```
+//!
+//! Distances on the wire are JSON numbers, or the string `"infinity"`
+//! (JSON has no infinite number).
+//!
+//! Architecture invariant: these are the only serde types that cross a
+//! process boundary; the collector's store format is private to it.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// The name of the only event package a subscription can be set for (SPEC §4).
+pub const EVENT_PACKAGE: &str = crate::event_package::EVENT;
+
+/// One control request (one JSON line).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Declare a site (SPEC §6). Declaring an existing site is refused.
+    SiteDeclare {
+        /// Site name.
+        name: String,
+    },
+    /// Remove a site and its distances. Refused while a contact refers to it.
+    SiteRemove {
+        /// Site name.
+        name: String,
+    },
+    /// List declared sites, sorted by name.
+    SiteList,
+    /// Set the distance between two declared sites (symmetric; `a == b`
+    /// sets the site's own distance).
+    SiteDistance {
+        /// First site.
+        a: String,
+        /// Second site.
+        b: String,
+        /// The new distance, non-negative or infinity.
+        distance: Distance,
+    },
+    /// Show the distance matrix: every site is a row; the columns are the
+    /// named sites (all sites when `names` is empty).
+    SiteMatrix {
+        /// Sites to show as columns; empty = all.
+        #[serde(default)]
+        names: Vec<String>,
+    },
+    /// Set an MSR's performance coefficient (SPEC §6; positive, finite).
+    MsrSetPerformanceCoefficient {
+        /// MSR name.
+        msr: String,
+        /// The new coefficient.
+        value: f64,
+    },
+    /// Set an MSR's admin active flag (SPEC §6).
+    MsrSetActive {
+        /// MSR name.
+        msr: String,
+        /// `false` takes every contact of the MSR out of selection.
+        active: bool,
+    },
+    /// List MSRs (known from registration or from operator configuration).
+    MsrList,
+    /// List the live load table (SPEC §5).
+    ResourceList {
+        /// Only rows that selection may use (registered and active).
+        #[serde(default)]
+        active_only: bool,
+    },
+    /// Set the zone of one contact (`{iface}@{msr}`).
+    ResourceSetZone {
+        /// Contact name, e.g. `bond1.2@msr_1`.
+        contact: String,
+        /// Zone label.
+        zone: String,
+    },
+    /// Set the site of one contact (`{iface}@{msr}`); the site must be declared.
+    ResourceSetSite {
+        /// Contact name, e.g. `bond1.2@msr_1`.
+        contact: String,
+        /// Site name.
+        site: String,
+    },
+    /// Set the `Expires` the collector requests in SUBSCRIBE for one MSR (SPEC §4).
+    SubscriptionSetExpires {
+        /// MSR name.
+        msr: String,
+        /// Event package; only `eltex-call-count` is accepted.
+        event: String,
+        /// Seconds, at least 1.
+        expires: u32,
+    },
+    /// List the load subscriptions, one row per MSR.
+    SubscriptionList,
+    /// Run a selection (SPEC §7) without placing a leg.
+    Select {
+        /// The leg's zone.
+        zone: String,
+        /// The leg's site.
+        site: String,
+        /// The MSR already chosen for the other leg, if any.
+        #[serde(default)]
+        msr: Option<String>,
+        /// A fixed draw in `[0, total)` instead of a random one.
+        #[serde(default)]
+        random: Option<f64>,
+        /// Return the candidates and the interval table.
+        #[serde(default)]
+        explain: bool,
+    },
+}
+
+impl Request {
+    /// Whether the request changes the operator configuration (and is
+    /// therefore persisted before it is acknowledged).
+    pub fn is_mutation(&self) -> bool {
+        matches!(
+            self,
+            Request::SiteDeclare { .. }
+                | Request::SiteRemove { .. }
+                | Request::SiteDistance { .. }
+                | Request::MsrSetPerformanceCoefficient { .. }
+                | Request::MsrSetActive { .. }
+                | Request::ResourceSetZone { .. }
+                | Request::ResourceSetSite { .. }
+                | Request::SubscriptionSetExpires { .. }
+        )
+    }
+}
+
+/// A distance between two sites in the operator's units (SPEC §6):
+/// non-negative and finite, or infinity ("may never serve").
+///
+/// On the wire: a JSON number, or the string `"infinity"`.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub enum Distance {
+    /// A finite, non-negative distance.
+    Finite(f64),
+    /// No path: that site's MSRs never serve the other's subscribers.
+    Infinity,
+}
+
+impl Distance {
+    /// The distance as `f64` (`f64::INFINITY` for [`Distance::Infinity`]).
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Distance::Finite(value) => value,
+            Distance::Infinity => f64::INFINITY,
+        }
+    }
+
+    /// From `f64`: any infinite value becomes [`Distance::Infinity`].
+    pub fn from_f64(value: f64) -> Self {
+        if value.is_infinite() {
+            Distance::Infinity
+        } else {
+            Distance::Finite(value)
+        }
+    }
+}
+
+impl fmt::Display for Distance {
+    /// `infinity`, or the number without a trailing `.0` (e.g. `32`, `2.5`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Distance::Finite(value) => write!(f, "{value}"),
+            Distance::Infinity => f.write_str("infinity"),
+        }
+    }
+}
+
+impl Serialize for Distance {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Distance::Finite(value) => serializer.serialize_f64(*value),
+            Distance::Infinity => serializer.serialize_str("infinity"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Distance {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Repr {
+            Number(f64),
+            Word(String),
+        }
+        match Repr::deserialize(deserializer)? {
+            Repr::Number(value) => Ok(Distance::Finite(value)),
+            Repr::Word(word) if word == "infinity" => Ok(Distance::Infinity),
+            Repr::Word(word) => Err(serde::de::Error::custom(format!(
+                "invalid distance `{word}`, expected a number or \"infinity\""
+            ))),
+        }
+    }
+}
+
+/// One response line: `{"ok":true,"data":{...}}` or
+/// `{"ok":false,"error":{"code":"...","message":"..."}}`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Response {
+    /// The request was carried out (and, if it was a mutation, persisted).
+    Ok(ResponseData),
+    /// The request was refused; nothing changed.
+    Err(ErrorBody),
+}
+
+impl Response {
+    /// An error response.
+    pub fn error(code: ErrorCode, message: impl Into<String>) -> Self {
+        Response::Err(ErrorBody { code, message: message.into(), explain: None })
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct ResponseRepr {
+    ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    data: Option<ResponseData>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    error: Option<ErrorBody>,
+}
+
+impl Serialize for Response {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let repr = match self {
+            Response::Ok(data) => ResponseRepr { ok: true, data: Some(data.clone()), error: None },
+            Response::Err(error) => ResponseRepr { ok: false, data: None, error: Some(error.clone()) },
+        };
+        repr.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Response {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let repr = ResponseRepr::deserialize(deserializer)?;
+        match (repr.ok, repr.data, repr.error) {
+            (true, Some(data), None) => Ok(Response::Ok(data)),
+            (false, None, Some(error)) => Ok(Response::Err(error)),
+            (true, _, _) => Err(serde::de::Error::custom("`ok: true` needs `data` and no `error`")),
+            (false, _, _) => Err(serde::de::Error::custom("`ok: false` needs `error` and no `data`")),
+        }
+    }
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// Machine-readable cause.
+    pub code: ErrorCode,
+    /// Human-readable text, lowercase, no trailing period.
+    pub message: String,
+    /// For a refused `select` with `explain`: how the refusal was reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explain: Option<Explain>,
+}
+
+/// Machine-readable error causes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// The line is not a valid request (bad JSON, unknown `op`, bad field).
+    BadRequest,
+    /// A value is out of range (coefficient, distance, expires, draw).
+    InvalidValue,
+    /// The site is not declared (also the §7 refusal cause `unknown_site`).
+    UnknownSite,
+    /// The site is already declared.
+    SiteExists,
+    /// The site is still referenced by a contact.
+    SiteInUse,
+    /// The event package is not `eltex-call-count`.
+    BadEvent,
+    /// §7 refusal: no candidate left.
+    MsrNotFound,
+    /// §7 refusal: every candidate's weight is zero.
+    MsrOverloaded,
+    /// The change could not be persisted; nothing changed.
+    StoreFailed,
+    /// The collector is shutting down or failed internally.
+    Unavailable,
+    /// A code this client does not know (sent by a newer collector).
+    #[serde(other)]
+    Other,
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::InvalidValue => "invalid_value",
+            ErrorCode::UnknownSite => "unknown_site",
+            ErrorCode::SiteExists => "site_exists",
+            ErrorCode::SiteInUse => "site_in_use",
+            ErrorCode::BadEvent => "bad_event",
+            ErrorCode::MsrNotFound => "msr_not_found",
+            ErrorCode::MsrOverloaded => "msr_overloaded",
+            ErrorCode::StoreFailed => "store_failed",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::Other => "other",
+        })
+    }
+}
+
+/// The payload of a successful response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ResponseData {
+    /// A site was declared.
+    SiteDeclared {
+        /// Site name.
+        name: String,
+    },
+    /// A site was removed.
+    SiteRemoved {
+        /// Site name.
+        name: String,
+    },
+    /// A setting changed (`msr set`, `site distance`, `resource set`,
+    /// `subscription set`), seed style: entity, name, property, from, to.
+    Changed(Change),
+    /// Declared sites, sorted by name.
+    Sites {
+        /// Site names.
+        sites: Vec<String>,
+    },
+    /// The distance matrix.
+    Matrix(SiteMatrix),
+    /// MSRs with their operator settings.
+    Msrs {
+        /// One entry per MSR, sorted by name.
+        msrs: Vec<MsrInfo>,
+    },
+    /// The live load table.
+    Resources {
+        /// One row per contact, sorted by MSR then contact.
+        rows: Vec<ResourceInfo>,
+    },
+    /// Load subscriptions.
+    Subscriptions {
+        /// One row per MSR, sorted by MSR.
+        rows: Vec<SubscriptionInfo>,
+    },
+    /// A selection result.
+    Selected(Selection),
+}
+
+/// A changed setting.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Change {
+    /// `site`, `msr`, `contact` or `subscription`.
+    pub entity: String,
+    /// The entity's name (`A B` for a distance).
+    pub name: String,
+    /// The property set, e.g. `performance_coefficient`.
+    pub property: String,
+    /// The previous value, as text.
+    pub from: String,
+    /// The new value, as text.
+    pub to: String,
+}
+
+/// The site distance matrix (SPEC §6): every declared site is a row; the
+/// columns are a subset of the rows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SiteMatrix {
+    /// Row sites, sorted by name; row `i` is numbered `i + 1`.
+    pub sites: Vec<String>,
+    /// For each column, the 0-based index of its site in `sites`.
+    pub columns: Vec<usize>,
+    /// `cells[row][column]`: the distance from `sites[row]` to
+    /// `sites[columns[column]]`.
+    pub cells: Vec<Vec<Distance>>,
+}
+
+/// An MSR's operator settings and registration state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MsrInfo {
+    /// MSR name.
+    pub name: String,
+    /// Performance coefficient (default 1.0).
+    pub performance_coefficient: f64,
+    /// Admin active flag (default true).
+    pub active: bool,
+    /// Whether at least one contact is registered now.
+    pub registered: bool,
+}
+
+/// One row of the live load table (SPEC §5).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResourceInfo {
+    /// The collector that holds the row.
+    pub node: String,
+    /// MSR name.
+    pub msr: String,
+    /// Agent version from `User-Agent`, if any.
+    pub version: Option<String>,
+    /// Performance coefficient.
+    pub performance_coefficient: f64,
+    /// Last reported load in percent (0–100), if any report arrived.
+    pub load: Option<u8>,
+    /// Last reported CPU in percent.
+    pub cpu: Option<u8>,
+    /// Last reported media sessions.
+    pub calls: Option<u32>,
+    /// Last reported capacity in media sessions.
+    pub max_calls: Option<u32>,
+    /// Seconds since the last load report.
+    pub report_age_secs: Option<u64>,
+    /// The last report is older than the subscription's expiry.
+    pub stale: bool,
+    /// Zone label.
+    pub zone: String,
+    /// Site name.
+    pub site: String,
+    /// Admin active flag of the MSR.
+    pub active: bool,
+    /// Contact name `{iface}@{msr}`.
+    pub contact: String,
+    /// Contact URI.
+    pub uri: String,
+    /// `registered` or `expired`.
+    pub status: String,
+    /// Seconds until the registration expires (0 when expired).
+    pub expires_secs: u64,
+    /// Subscription status of the MSR: `pending`, `active`, `terminated`,
+    /// `failed` or `none`.
+    pub subscription: String,
+}
+
+/// One load subscription (SPEC §8 `subscription list`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubscriptionInfo {
+    /// MSR name.
+    pub msr: String,
+    /// Whether at least one contact of the MSR is registered.
+    pub registered: bool,
+    /// Event package.
+    pub event: String,
+    /// Admin active flag of the MSR.
+    pub active: bool,
+    /// Expires in seconds (granted when subscribed, else configured).
+    pub expires: u32,
+    /// NOTIFYs received on the current subscription.
+    pub notify_count: u64,
+    /// Unix time (seconds) of the last NOTIFY.
+    pub last_notify_unix: Option<i64>,
+    /// Event id (dialog identifier).
+    pub event_id: String,
+    /// `pending`, `active`, `terminated`, `failed` or `none`.
+    pub status: String,
+}
+
+/// The result of a selection (SPEC §7).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Selection {
+    /// The chosen MSR.
+    pub msr: String,
+    /// The chosen contact `{iface}@{msr}`.
+    pub contact: String,
+    /// Its contact URI.
+    pub uri: String,
+    /// The given MSR had no candidate: a media bridge between the two MSRs
+    /// is needed.
+    pub media_bridge: bool,
+    /// The distance from the leg's site to the contact's site.
+    pub distance: f64,
+    /// The draw, in `[0, total)`.
+    pub draw: f64,
+    /// The sum of the weights.
+    pub total: f64,
+    /// How the choice was made, when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explain: Option<Explain>,
+}
+
+/// How a selection was made: every step of SPEC §7.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Explain {
+    /// The leg's zone.
+    pub zone: String,
+    /// The leg's site.
+    pub site: String,
+    /// The MSR given for the other leg.
+    pub msr: Option<String>,
+    /// Step 2: the given MSR had no candidate.
+    pub media_bridge: bool,
+    /// Steps 1–4: every registered, active contact of the zone.
+    pub candidates: Vec<ExplainCandidate>,
+    /// Step 3: the minimum finite distance, if any.
+    pub min_distance: Option<f64>,
+    /// Step 5: the interval table, in order.
+    pub intervals: Vec<Interval>,
+    /// Step 5: the sum of the weights.
+    pub total: f64,
+    /// Step 5: the draw, when one was made.
+    pub draw: Option<f64>,
+}
+
+/// A candidate contact and the step at which it was dropped, if it was.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExplainCandidate {
+    /// Contact name.
+    pub contact: String,
+    /// MSR name.
+    pub msr: String,
+    /// The contact's site.
+    pub site: String,
+    /// Distance from the leg's site.
+    pub distance: Distance,
+    /// `kept`, `other_msr` (step 2), `infinite_distance`, `farther`
+    /// (step 3) or `duplicate_msr` (step 4).
+    pub outcome: String,
+}
+
+/// One row of the interval table (SPEC §7 step 5).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Interval {
+    /// MSR name.
+    pub msr: String,
+    /// The contact kept for it.
+    pub contact: String,
+    /// Load in percent used for the weight (0 when no report yet).
+    pub load: u8,
+    /// Whether a load report exists.
+    pub reported: bool,
+    /// The report is stale.
+    pub stale: bool,
+    /// Performance coefficient.
+    pub performance_coefficient: f64,
+    /// `(100 − load) × performance_coefficient`.
+    pub weight: f64,
+    /// Lower bound (inclusive).
+    pub bottom: f64,
+    /// Upper bound (exclusive), `bottom + weight`.
+    pub top: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_round_trips_and_uses_op_tag() {
+        let request = Request::SiteDistance {
+            a: "local".into(),
+            b: "remote".into(),
+            distance: Distance::Infinity,
+        };
+        let line = serde_json::to_string(&request).expect("serialize");
+        assert_eq!(line, r#"{"op":"site_distance","a":"local","b":"remote","distance":"infinity"}"#);
+        let back: Request = serde_json::from_str(&line).expect("deserialize");
+        assert_eq!(back, request);
+    }
+
+    #[test]
+    fn unknown_op_and_unknown_field_are_rejected() {
+        assert!(serde_json::from_str::<Request>(r#"{"op":"reboot"}"#).is_err());
+        // Misspelt fields of a request with fields are refused, not ignored.
+        assert!(serde_json::from_str::<Request>(r#"{"op":"site_declare","nmae":"a"}"#).is_err());
+    }
+
+    #[test]
+    fn optional_fields_default() {
+        let request: Request =
+            serde_json::from_str(r#"{"op":"select","zone":"z","site":"s"}"#).expect("parse");
+        assert_eq!(
+            request,
+            Request::Select { zone: "z".into(), site: "s".into(), msr: None, random: None, explain: false }
+        );
+        let request: Request = serde_json::from_str(r#"{"op":"site_matrix"}"#).expect("parse");
+        assert_eq!(request, Request::SiteMatrix { names: vec![] });
+    }
+
+    #[test]
+    fn distance_accepts_number_or_infinity_only() {
+        assert_eq!(serde_json::from_str::<Distance>("3.5").expect("num"), Distance::Finite(3.5));
+        assert_eq!(serde_json::from_str::<Distance>("\"infinity\"").expect("inf"), Distance::Infinity);
+        assert!(serde_json::from_str::<Distance>("\"far\"").is_err());
+        assert_eq!(Distance::Finite(32.0).to_string(), "32");
+    }
+
+    #[test]
+    fn response_shapes() {
+        let ok = Response::Ok(ResponseData::Sites { sites: vec!["local".into()] });
+        let line = serde_json::to_string(&ok).expect("serialize");
+        assert_eq!(line, r#"{"ok":true,"data":{"kind":"sites","sites":["local"]}}"#);
+        assert_eq!(serde_json::from_str::<Response>(&line).expect("parse"), ok);
+
+        let err = Response::error(ErrorCode::MsrNotFound, "none");
+        let line = serde_json::to_string(&err).expect("serialize");
+        assert_eq!(line, r#"{"ok":false,"error":{"code":"msr_not_found","message":"none"}}"#);
+        assert_eq!(serde_json::from_str::<Response>(&line).expect("parse"), err);
+
+        let unknown: Response =
+            serde_json::from_str(r#"{"ok":false,"error":{"code":"new_thing","message":"m"}}"#).expect("parse");
+        assert!(matches!(unknown, Response::Err(ErrorBody { code: ErrorCode::Other, .. })));
+        assert!(serde_json::from_str::<Response>(r#"{"ok":true}"#).is_err());
+    }
+
+    #[test]
+    fn changed_is_flattened_into_data() {
+        let data = ResponseData::Changed(Change {
+            entity: "msr".into(),
+            name: "msr_1".into(),
+            property: "performance_coefficient".into(),
+            from: "1.0".into(),
+            to: "2".into(),
+        });
+        let json = serde_json::to_value(&data).expect("serialize");
+        assert_eq!(json["kind"], "changed");
+        assert_eq!(json["entity"], "msr");
+        let back: ResponseData = serde_json::from_value(json).expect("parse");
+        assert_eq!(back, data);
+    }
+}

@@ -1,0 +1,20 @@
+//! Code shared by `msr-agent` and `msr-collector`.
+//!
+//! * [`event_package`] — the `eltex-call-count` event package: names and the
+//!   NOTIFY body codec (SPEC §4).
+//! * [`sip`] — helpers over rsipstack's message model (the one SIP message
+//!   model in the codebase): header access, RFC 6665 `Subscription-State`,
+//!   response construction, and [`sip::SipEndpoint`], the thin async adapter
+//!   that the daemons' shells use to move messages through rsipstack's
+//!   transaction layer.
+//! * [`backoff`] — capped exponential backoff, pure.
+//! * [`admin`] — the collector control protocol (the only serde wire types).
+//!
+//! Architecture invariant: apart from [`sip::SipEndpoint`], nothing in this
+//! crate performs I/O, reads a clock or spawns a task.
+#![warn(missing_docs)]
+
+pub mod admin;
+pub mod backoff;
+pub mod event_package;
+pub mod sip;

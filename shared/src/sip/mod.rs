@@ -1,0 +1,345 @@
+//! SIP helpers over rsipstack's message model.
+//!
+//! rsipstack (`rsipstack::sip`) is the only SIP message model in the
+//! codebase; this module adds what both daemons need on top of it:
+//!
+//! * string-level header access that never panics on peer input
+//!   ([`header`], [`param`], [`tag`], [`cseq`], [`expires`]);
+//! * the RFC 6665 §8.2.3 `Subscription-State` header ([`SubscriptionState`]);
+//! * message construction for the sans-IO cores ([`request`], [`response`]);
+//! * [`SipEndpoint`], the async adapter between a daemon's event loop and
+//!   rsipstack's transaction layer (the only I/O in this crate).
+
+mod endpoint;
+
+pub use endpoint::{EndpointError, ServerTransaction, SipEndpoint, SipEvent};
+pub use rsipstack::sip::{Header, Headers, Method, Request, Response, SipMessage, StatusCode, Uri};
+
+use std::fmt;
+
+/// The value of the first header called `name` (case-insensitive; compact
+/// forms are expanded by the parser), or `None`.
+pub fn header<'a>(headers: &'a Headers, name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|h| h.name().eq_ignore_ascii_case(name))
+        .map(|h| h.value().trim())
+}
+
+/// The values of every header called `name`, in order.
+pub fn header_all<'a>(headers: &'a Headers, name: &str) -> Vec<&'a str> {
+    headers
+        .iter()
+        .filter(|h| h.name().eq_ignore_ascii_case(name))
+        .map(|h| h.value().trim())
+        .collect()
+}
+
+/// Appends `name: value` to `headers`.
+pub fn push_header(headers: &mut Headers, name: &str, value: impl Into<String>) {
+    headers.push(rsipstack::sip::headers::make_header(name, value.into()));
+}
+
+/// Replaces every `name` header with a single `name: value`.
+pub fn set_header(headers: &mut Headers, name: &str, value: impl Into<String>) {
+    headers.retain(|h| !h.name().eq_ignore_ascii_case(name));
+    push_header(headers, name, value);
+}
+
+/// The header parameters of a header value: the `;`-separated parts after
+/// the name-addr (outside `<…>` and quotes), as `(name, value)` with names
+/// lowercased and surrounding quotes removed from values.
+pub fn params(value: &str) -> Vec<(String, Option<String>)> {
+    let tail = match value.rfind('>') {
+        Some(i) => &value[i + 1..],
+        None => match value.find(';') {
+            Some(i) => &value[i..],
+            None => "",
+        },
+    };
+    tail.split(';')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) => (
+                k.trim().to_ascii_lowercase(),
+                Some(v.trim().trim_matches('"').to_owned()),
+            ),
+            None => (p.trim().to_ascii_lowercase(), None),
+        })
+        .collect()
+}
+
+/// The value of header parameter `name` in a header value (see [`params`]).
+pub fn param(value: &str, name: &str) -> Option<String> {
+    params(value)
+        .into_iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .and_then(|(_, v)| v)
+}
+
+/// The `tag` parameter of a `From`/`To` value (RFC 3261 §19.3).
+pub fn tag(value: &str) -> Option<String> {
+    param(value, "tag").filter(|t| !t.is_empty())
+}
+
+/// The URI inside a name-addr (`"x" <sip:a@b>;p=1` → `sip:a@b`), or the
+/// addr-spec up to its header parameters.
+pub fn addr_uri(value: &str) -> &str {
+    if let (Some(start), Some(end)) = (value.find('<'), value.rfind('>')) {
+        if start < end {
+            return value[start + 1..end].trim();
+        }
+    }
+    value.split(';').next().unwrap_or(value).trim()
+}
+
+/// The user part of a SIP URI (`sip:msr_1@host:5060` → `msr_1`).
+pub fn uri_user(uri: &str) -> Option<&str> {
+    let rest = uri.split_once(':').map(|(_, r)| r)?;
+    let (user, _) = rest.split_once('@')?;
+    let user = user.split(':').next().unwrap_or(user);
+    (!user.is_empty()).then_some(user)
+}
+
+/// `Call-ID` of a message.
+pub fn call_id(headers: &Headers) -> Option<&str> {
+    header(headers, "Call-ID").filter(|v| !v.is_empty())
+}
+
+/// `CSeq` as `(number, method)`.
+pub fn cseq(headers: &Headers) -> Option<(u32, String)> {
+    let v = header(headers, "CSeq")?;
+    let mut it = v.split_whitespace();
+    let n = it.next()?.parse().ok()?;
+    let m = it.next()?.to_ascii_uppercase();
+    Some((n, m))
+}
+
+/// The `Expires` header in seconds, if present and numeric.
+pub fn expires(headers: &Headers) -> Option<u32> {
+    header(headers, "Expires")?.parse().ok()
+}
+
+/// The event package of an `Event` header value, without parameters
+/// (`eltex-call-count;id=1` → `eltex-call-count`).
+pub fn event_package(headers: &Headers) -> Option<String> {
+    header(headers, "Event").map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+}
+
+/// `Subscription-State` substate value (RFC 6665 §8.2.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubState {
+    /// The subscription has been accepted.
+    Active,
+    /// Accepted pending authorization (not used by this package).
+    Pending,
+    /// The subscription is over; see the reason.
+    Terminated,
+}
+
+/// `Subscription-State` reason for `terminated` (RFC 6665 §4.1.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TerminationReason {
+    /// Resubscribe at once.
+    Deactivated,
+    /// Resubscribe after `retry-after` if given, else at once.
+    Probation,
+    /// Do not resubscribe.
+    Rejected,
+    /// The subscription expired (or was ended with `Expires: 0`).
+    Timeout,
+    /// Do not resubscribe until told otherwise.
+    Giveup,
+    /// The resource no longer exists: do not resubscribe.
+    Noresource,
+    /// The resource cannot be subscribed: do not resubscribe.
+    Invariant,
+    /// Any other token.
+    Other(String),
+}
+
+impl TerminationReason {
+    fn parse(s: &str) -> Self {
+        match s.to_ascii_lowercase().as_str() {
+            "deactivated" => Self::Deactivated,
+            "probation" => Self::Probation,
+            "rejected" => Self::Rejected,
+            "timeout" => Self::Timeout,
+            "giveup" => Self::Giveup,
+            "noresource" => Self::Noresource,
+            "invariant" => Self::Invariant,
+            other => Self::Other(other.to_owned()),
+        }
+    }
+
+    /// Whether RFC 6665 §4.1.3 lets the subscriber try again.
+    pub fn may_retry(&self) -> bool {
+        !matches!(self, Self::Rejected | Self::Noresource | Self::Invariant)
+    }
+}
+
+impl fmt::Display for TerminationReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Deactivated => "deactivated",
+            Self::Probation => "probation",
+            Self::Rejected => "rejected",
+            Self::Timeout => "timeout",
+            Self::Giveup => "giveup",
+            Self::Noresource => "noresource",
+            Self::Invariant => "invariant",
+            Self::Other(s) => s,
+        })
+    }
+}
+
+/// The `Subscription-State` header (RFC 6665 §8.2.3):
+/// `active;expires=60`, `terminated;reason=timeout;retry-after=5`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriptionState {
+    /// The substate.
+    pub state: SubState,
+    /// Remaining subscription duration, seconds.
+    pub expires: Option<u32>,
+    /// Why it terminated.
+    pub reason: Option<TerminationReason>,
+    /// Seconds the subscriber should wait before retrying.
+    pub retry_after: Option<u32>,
+}
+
+impl SubscriptionState {
+    /// `active;expires=N`.
+    pub fn active(expires: u32) -> Self {
+        Self {
+            state: SubState::Active,
+            expires: Some(expires),
+            reason: None,
+            retry_after: None,
+        }
+    }
+
+    /// `terminated;reason=R`.
+    pub fn terminated(reason: TerminationReason) -> Self {
+        Self {
+            state: SubState::Terminated,
+            expires: None,
+            reason: Some(reason),
+            retry_after: None,
+        }
+    }
+
+    /// Parses a header value; `None` when the substate is missing or unknown.
+    pub fn parse(value: &str) -> Option<Self> {
+        let mut parts = value.split(';');
+        let state = match parts.next()?.trim().to_ascii_lowercase().as_str() {
+            "active" => SubState::Active,
+            "pending" => SubState::Pending,
+            "terminated" => SubState::Terminated,
+            _ => return None,
+        };
+        let mut out = Self {
+            state,
+            expires: None,
+            reason: None,
+            retry_after: None,
+        };
+        for p in parts {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            match k.trim().to_ascii_lowercase().as_str() {
+                "expires" => out.expires = v.trim().parse().ok(),
+                "reason" => out.reason = Some(TerminationReason::parse(v.trim())),
+                "retry-after" => out.retry_after = v.trim().parse().ok(),
+                _ => {}
+            }
+        }
+        Some(out)
+    }
+}
+
+impl fmt::Display for SubscriptionState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self.state {
+            SubState::Active => "active",
+            SubState::Pending => "pending",
+            SubState::Terminated => "terminated",
+        })?;
+        if let Some(r) = &self.reason {
+            write!(f, ";reason={r}")?;
+        }
+        if let Some(e) = self.expires {
+            write!(f, ";expires={e}")?;
+        }
+        if let Some(r) = self.retry_after {
+            write!(f, ";retry-after={r}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Builds a request. `Via` and `Max-Forwards` are added by
+/// [`SipEndpoint::send_request`]; `Content-Length` is computed on send.
+///
+/// # Errors
+/// When `uri` is not a valid SIP URI.
+pub fn request(
+    method: Method,
+    uri: &str,
+    headers: Vec<(&str, String)>,
+    body: Vec<u8>,
+) -> Result<Request, rsipstack::sip::Error> {
+    let uri = Uri::try_from(uri)?;
+    let mut hs = Headers::default();
+    for (name, value) in headers {
+        push_header(&mut hs, name, value);
+    }
+    Ok(Request {
+        method,
+        uri,
+        version: rsipstack::sip::Version::V2,
+        headers: hs,
+        body,
+    })
+}
+
+/// Builds a response to `req` (RFC 3261 §8.2.6.2): copies `Via`, `From`,
+/// `To`, `Call-ID` and `CSeq`; adds `;tag=to_tag` to `To` when the request's
+/// `To` has no tag and `to_tag` is given. `Content-Length` is set from the body.
+pub fn response(req: &Request, status: StatusCode, to_tag: Option<&str>) -> Response {
+    let mut headers = Headers::default();
+    for h in req.headers.iter() {
+        match h {
+            Header::Via(_) | Header::From(_) | Header::CallId(_) | Header::CSeq(_) => {
+                headers.push(h.clone())
+            }
+            Header::To(to) => match to_tag {
+                Some(t) if tag(to.value()).is_none() => {
+                    push_header(&mut headers, "To", format!("{};tag={t}", to.value()))
+                }
+                _ => headers.push(h.clone()),
+            },
+            _ => {}
+        }
+    }
+    Response {
+        status_code: status,
+        wire_reason: None,
+        version: rsipstack::sip::Version::V2,
+        headers,
+        body: Vec::new(),
+    }
+}
+
+/// Sets the body and its `Content-Type`/`Content-Length` on a response or request's headers.
+pub fn set_body(headers: &mut Headers, body_slot: &mut Vec<u8>, content_type: &str, body: Vec<u8>) {
+    set_header(headers, "Content-Type", content_type);
+    set_header(headers, "Content-Length", body.len().to_string());
+    *body_slot = body;
+}
+
+/// A random token for tags, branches and Call-IDs (16 hex digits).
+pub fn random_token() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,66 @@
+use super::*;
+
+fn parse(text: &str) -> Request {
+    Request::try_from(text.replace('\n', "\r\n").as_str()).expect("valid request")
+}
+
+const SUB: &str = "SUBSCRIBE sip:msr_1@127.0.0.1:5070 SIP/2.0
+Via: SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bK1
+From: <sip:collector@127.0.0.1>;tag=abc
+To: \"MSR\" <sip:msr_1@127.0.0.1:5070>
+Call-ID: c1@host
+CSeq: 7 SUBSCRIBE
+Event: eltex-call-count;id=4
+Expires: 60
+Content-Length: 0
+
+";
+
+#[test]
+fn reads_headers() {
+    let r = parse(SUB);
+    assert_eq!(call_id(&r.headers), Some("c1@host"));
+    assert_eq!(cseq(&r.headers), Some((7, "SUBSCRIBE".into())));
+    assert_eq!(expires(&r.headers), Some(60));
+    assert_eq!(event_package(&r.headers).as_deref(), Some("eltex-call-count"));
+    let from = header(&r.headers, "from").expect("from");
+    assert_eq!(tag(from).as_deref(), Some("abc"));
+    assert_eq!(tag(header(&r.headers, "To").expect("to")), None);
+    assert_eq!(addr_uri(from), "sip:collector@127.0.0.1");
+    assert_eq!(uri_user("sip:msr_1@127.0.0.1:5070"), Some("msr_1"));
+}
+
+#[test]
+fn builds_a_response_with_to_tag() {
+    let r = parse(SUB);
+    let resp = response(&r, StatusCode::OK, Some("t1"));
+    let to = header(&resp.headers, "To").expect("to");
+    assert_eq!(tag(to).as_deref(), Some("t1"));
+    assert_eq!(call_id(&resp.headers), Some("c1@host"));
+    let text = String::from_utf8(resp.to_bytes()).expect("utf8");
+    assert!(text.starts_with("SIP/2.0 200 OK\r\n"), "{text}");
+}
+
+#[test]
+fn subscription_state_roundtrip() {
+    let s = SubscriptionState::parse("terminated;reason=timeout;retry-after=5").expect("parse");
+    assert_eq!(s.state, SubState::Terminated);
+    assert_eq!(s.reason, Some(TerminationReason::Timeout));
+    assert_eq!(s.retry_after, Some(5));
+    assert_eq!(SubscriptionState::active(42).to_string(), "active;expires=42");
+    assert_eq!(
+        SubscriptionState::terminated(TerminationReason::Noresource).to_string(),
+        "terminated;reason=noresource"
+    );
+    assert!(SubscriptionState::parse("bogus").is_none());
+    assert!(!TerminationReason::Rejected.may_retry());
+    assert!(TerminationReason::Deactivated.may_retry());
+}
+
+#[test]
+fn params_of_contact() {
+    let p = params("<sip:msr_1@127.0.0.1:5070>;iface=lo;expires=30");
+    assert_eq!(p[0], ("iface".into(), Some("lo".into())));
+    assert_eq!(param("<sip:a@b;transport=udp>;expires=30", "expires").as_deref(), Some("30"));
+    assert_eq!(param("<sip:a@b;transport=udp>", "transport"), None);
+}

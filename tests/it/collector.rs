@@ -1,0 +1,211 @@
+//! System tests of msr-collector (SPEC §3, §4, §5, §8): the collector runs
+//! in-process (`msr_collector::start`) on 127.0.0.1 with an ephemeral port,
+//! a temporary control socket and state file; SIPp plays the MSR (one
+//! instance registers, one answers the SUBSCRIBE and sends the NOTIFY), and
+//! the test reads the load table through the control socket.
+
+use std::net::UdpSocket;
+use std::path::Path;
+use std::time::Duration;
+
+use msr_collector::CollectorHandle;
+use msr_shared::admin::{Request, ResourceInfo, Response, ResponseData};
+use system_tests::{free_udp_port, init_tracing, run_sipp, sipp_scenario, AdminClient};
+use tokio_util::sync::CancellationToken;
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// Starts a collector on 127.0.0.1:0. SIPp 3.6 only computes MD5 digests
+/// and reads the first challenge, so MD5 alone is offered.
+async fn collector(dir: &Path, shutdown: &CancellationToken) -> CollectorHandle {
+    let text = format!(
+        r#"node = "core1@test"
+[sip]
+listen = "127.0.0.1:0"
+realm = "msr.local"
+digest_algorithms = ["MD5"]
+[[accounts]]
+auth_name = "msr"
+password = "msr-secret"
+[control]
+socket = "{}"
+[state]
+path = "{}"
+"#,
+        dir.join("control.sock").display(),
+        dir.join("state.json").display()
+    );
+    let config = msr_collector::config::parse(&text, "test").expect("test config");
+    msr_collector::start(config, shutdown.clone()).await.expect("collector starts")
+}
+
+async fn rows(client: &mut AdminClient) -> Vec<ResourceInfo> {
+    match client.call(&Request::ResourceList { active_only: false }).await.expect("resource list") {
+        Response::Ok(ResponseData::Resources { rows }) => rows,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// Reads the table every 20 ms until `check` accepts it, for at most [`LIMIT`].
+async fn poll_rows<T>(client: &mut AdminClient, check: impl Fn(&[ResourceInfo]) -> Option<T>) -> Option<T> {
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        if let Some(v) = check(&rows(client).await) {
+            return Some(v);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn register_args(collector: std::net::SocketAddr, contact_port: u16, expires: u32) -> Vec<String> {
+    [
+        collector.to_string(),
+        "-sf".into(),
+        sipp_scenario("collector_register_uac.xml").display().to_string(),
+        "-i".into(),
+        "127.0.0.1".into(),
+        "-p".into(),
+        free_udp_port().to_string(),
+        "-s".into(),
+        "msr_1".into(),
+        "-key".into(),
+        "contact_port".into(),
+        contact_port.to_string(),
+        "-key".into(),
+        "expires".into(),
+        expires.to_string(),
+        "-m".into(),
+        "1".into(),
+        "-timeout".into(),
+        "10s".into(),
+        "-timeout_error".into(),
+    ]
+    .into_iter()
+    .collect()
+}
+
+/// A NOTIFY from a stranger: unknown Call-ID and tags. Returns the status
+/// line of the answer.
+fn stray_notify(collector: std::net::SocketAddr) -> String {
+    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    socket.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    let local = socket.local_addr().expect("addr");
+    let body = "msr: msr_1\nload: 99\ncpu: 99\ncalls: 1\nmax-calls: 1\n";
+    let msg = format!(
+        "NOTIFY sip:collector@{collector} SIP/2.0\r\nVia: SIP/2.0/UDP {local};branch=z9hG4bKstray{}\r\n\
+         From: <sip:msr_1@{local}>;tag=stranger\r\nTo: <sip:collector@{collector}>;tag=unknown\r\n\
+         Call-ID: stray-{}@elsewhere\r\nCSeq: 1 NOTIFY\r\nMax-Forwards: 70\r\nEvent: eltex-call-count\r\n\
+         Subscription-State: active;expires=60\r\nContent-Type: application/x-eltex-call-count\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        std::process::id(),
+        std::process::id(),
+        body.len()
+    );
+    socket.send_to(msg.as_bytes(), collector).expect("send");
+    let mut buf = [0u8; 4096];
+    let (n, _) = socket.recv_from(&mut buf).expect("an answer to the stray notify");
+    String::from_utf8_lossy(&buf[..n]).lines().next().unwrap_or_default().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sipp_msr_registers_reports_load_and_unregisters() {
+    init_tracing();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shutdown = CancellationToken::new();
+    let handle = collector(dir.path(), &shutdown).await;
+    let mut client = AdminClient::connect_retry(&handle.control_socket, LIMIT).await.expect("control socket");
+
+    // The MSR's notifier: answers the collector's SUBSCRIBE, sends load 42,
+    // then expects the unsubscribe.
+    let notifier_port = free_udp_port();
+    let notifier_args: Vec<String> = vec![
+        "-sf".into(),
+        sipp_scenario("collector_notifier_uas.xml").display().to_string(),
+        "-i".into(),
+        "127.0.0.1".into(),
+        "-p".into(),
+        notifier_port.to_string(),
+        "-s".into(),
+        "msr_1".into(),
+        "-key".into(),
+        "load".into(),
+        "42".into(),
+        "-m".into(),
+        "1".into(),
+        "-timeout".into(),
+        "15s".into(),
+        "-timeout_error".into(),
+    ];
+    let notifier = tokio::spawn(async move { run_sipp(&notifier_args, LIMIT).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let (code, out) = run_sipp(&register_args(handle.sip_addr, notifier_port, 60), LIMIT).await.expect("sipp");
+    assert_eq!(code, 0, "registration failed:\n{out}");
+
+    let row = poll_rows(&mut client, |rows| rows.iter().find(|r| r.load == Some(42)).cloned())
+        .await
+        .expect("the load from the NOTIFY reaches the table");
+    assert_eq!(row.contact, "lo@msr_1");
+    assert_eq!(row.msr, "msr_1");
+    assert_eq!(row.node, "core1@test");
+    assert_eq!(row.version.as_deref(), Some("9.9.9"));
+    assert_eq!(row.status, "registered");
+    assert_eq!(row.subscription, "active");
+    assert_eq!((row.cpu, row.calls, row.max_calls), (Some(21), Some(303), Some(8192)));
+    assert!(!row.stale);
+    match client.call(&Request::SubscriptionList).await.expect("subscription list") {
+        Response::Ok(ResponseData::Subscriptions { rows }) => {
+            assert_eq!(rows.len(), 1);
+            assert_eq!((rows[0].expires, rows[0].notify_count, rows[0].status.as_str()), (60, 1, "active"));
+            assert_eq!(rows[0].event_id.len(), 16);
+            assert!(rows[0].last_notify_unix.is_some());
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+
+    // A NOTIFY outside any dialog the collector created: 481, no change.
+    let addr = handle.sip_addr;
+    let status = tokio::task::spawn_blocking(move || stray_notify(addr)).await.expect("stray");
+    assert!(status.starts_with("SIP/2.0 481"), "{status}");
+    let after = rows(&mut client).await;
+    assert_eq!(after.len(), 1);
+    assert_eq!(after[0].load, Some(42));
+
+    // Unregister: the rows go and the collector ends the subscription.
+    let (code, out) = run_sipp(&register_args(handle.sip_addr, notifier_port, 0), LIMIT).await.expect("sipp");
+    assert_eq!(code, 0, "unregistration failed:\n{out}");
+    let gone = poll_rows(&mut client, |rows| rows.is_empty().then_some(())).await;
+    assert!(gone.is_some(), "rows removed after Expires: 0");
+    let (code, out) = notifier.await.expect("join").expect("sipp notifier");
+    assert_eq!(code, 0, "notifier scenario (subscribe, notify, unsubscribe) failed:\n{out}");
+
+    shutdown.cancel();
+    let result = tokio::time::timeout(LIMIT, handle.join).await.expect("stops in time").expect("join");
+    assert!(result.is_ok(), "{result:?}");
+    assert!(!handle.control_socket.exists(), "control socket removed at shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_password_is_refused_and_registers_nothing() {
+    init_tracing();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shutdown = CancellationToken::new();
+    let handle = collector(dir.path(), &shutdown).await;
+    let scenario = std::fs::read_to_string(sipp_scenario("collector_register_uac.xml"))
+        .expect("scenario")
+        .replace("password=msr-secret", "password=wrong")
+        .replace("<recv response=\"200\"/>", "<recv response=\"403\"/>");
+    let path = dir.path().join("wrong_password.xml");
+    std::fs::write(&path, scenario).expect("write scenario");
+    let mut args = register_args(handle.sip_addr, free_udp_port(), 60);
+    args[2] = path.display().to_string();
+    let (code, out) = run_sipp(&args, LIMIT).await.expect("sipp");
+    assert_eq!(code, 0, "expected 403:\n{out}");
+    let mut client = AdminClient::connect_retry(&handle.control_socket, LIMIT).await.expect("control socket");
+    assert!(rows(&mut client).await.is_empty());
+    shutdown.cancel();
+    let _ = tokio::time::timeout(LIMIT, handle.join).await.expect("stops in time");
+}

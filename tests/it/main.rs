@@ -1,0 +1,3 @@
+//! System tests: real agents, collectors, msrctl and SIPp over loopback.
+//! One test binary (matklad, "delete cargo integration tests").
+mod agent;

@@ -1,0 +1,206 @@
+//! Support for the system tests in `tests/it/`: process management for the
+//! real binaries, a control-socket client, SIPp, and bounded waiting.
+//!
+//! Every wait here is bounded; nothing sleeps longer than it must.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Once;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+
+pub use msr_shared::admin;
+
+/// Installs a tracing subscriber that writes through the test harness's
+/// capture (once per test binary). `RUST_LOG` filters; default `info`.
+pub fn init_tracing() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .try_init();
+    });
+}
+
+/// The workspace root (the folder holding `config-examples/`).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from(".."))
+}
+
+/// A file under `config-examples/`.
+pub fn example(name: &str) -> PathBuf {
+    workspace_root().join("config-examples").join(name)
+}
+
+/// Path of a workspace binary (`msr-agent`, `msr-collector`, `msrctl`) built
+/// beside this test executable (`cargo test --workspace` builds them).
+pub fn bin_path(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("."));
+    // target/<profile>/deps/it-<hash> → target/<profile>/<name>
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    profile_dir.join(name)
+}
+
+/// A child process killed (SIGKILL) when dropped, so a failing test leaves
+/// nothing running.
+pub struct ChildGuard {
+    /// The process.
+    pub child: Child,
+}
+
+impl ChildGuard {
+    /// Spawns `cmd` with stdout/stderr inherited-to-null unless `RUST_LOG` is set.
+    pub fn spawn(cmd: &mut Command) -> std::io::Result<Self> {
+        if std::env::var_os("TEST_CHILD_OUTPUT").is_none() {
+            cmd.stdout(Stdio::null()).stderr(Stdio::null());
+        }
+        Ok(Self { child: cmd.spawn()? })
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM and waits up to `limit` for the exit status.
+    pub fn terminate(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// SIGKILL now (the `kill -9` of a crash test).
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A UDP port on 127.0.0.1 that was free a moment ago.
+pub fn free_udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
+}
+
+/// Polls `check` every 20 ms until it returns `Some`, for at most `limit`.
+pub async fn wait_for<T, F, Fut>(limit: Duration, mut check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = check().await {
+            return Some(v);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One control-socket connection speaking [`admin`] (newline-delimited JSON).
+pub struct AdminClient {
+    reader: BufReader<tokio::net::unix::OwnedReadHalf>,
+    writer: tokio::net::unix::OwnedWriteHalf,
+}
+
+impl AdminClient {
+    /// Connects to the collector's control socket.
+    pub async fn connect(path: &Path) -> std::io::Result<Self> {
+        let stream = UnixStream::connect(path).await?;
+        let (r, w) = stream.into_split();
+        Ok(Self {
+            reader: BufReader::new(r),
+            writer: w,
+        })
+    }
+
+    /// Connects, retrying for up to `limit` while the collector starts.
+    pub async fn connect_retry(path: &Path, limit: Duration) -> std::io::Result<Self> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            match Self::connect(path).await {
+                Ok(c) => return Ok(c),
+                Err(e) if tokio::time::Instant::now() >= deadline => return Err(e),
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    }
+
+    /// Sends one request and reads its response.
+    pub async fn call(&mut self, request: &admin::Request) -> anyhow::Result<admin::Response> {
+        let line = serde_json::to_string(request)?;
+        self.call_raw(&line).await
+    }
+
+    /// Sends one raw line and reads the response line.
+    pub async fn call_raw(&mut self, line: &str) -> anyhow::Result<admin::Response> {
+        self.writer.write_all(line.as_bytes()).await?;
+        self.writer.write_all(b"\n").await?;
+        let mut reply = String::new();
+        let n = tokio::time::timeout(Duration::from_secs(5), self.reader.read_line(&mut reply)).await??;
+        anyhow::ensure!(n > 0, "control socket closed");
+        Ok(serde_json::from_str(&reply)?)
+    }
+}
+
+/// Runs SIPp with `args` (scenario, ports …) to completion, bounded by
+/// `limit`; returns (exit code, stdout+stderr). SIPp's own `-timeout`
+/// should be set below `limit`.
+pub async fn run_sipp(args: &[String], limit: Duration) -> anyhow::Result<(i32, String)> {
+    let mut cmd = tokio::process::Command::new("sipp");
+    cmd.args(args)
+        .arg("-nostdin")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let child = cmd.spawn()?;
+    let out = tokio::time::timeout(limit, child.wait_with_output()).await??;
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    Ok((out.status.code().unwrap_or(-1), text))
+}
+
+/// Path of a SIPp scenario under `tests/sipp/`.
+pub fn sipp_scenario(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("sipp").join(name)
+}
+
+/// Parses `127.0.0.1:5060`-style text.
+pub fn addr(text: &str) -> SocketAddr {
+    text.parse()
+        .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+}
