@@ -493,7 +493,7 @@ fn parse_contacts(req: &Request, msr: &str) -> Result<ContactsSpec, Malformed> {
     if values.is_empty() {
         return Err(Malformed::NoContact);
     }
-    if values.iter().any(|v| *v == "*") {
+    if values.contains(&"*") {
         return if values.len() == 1 && header_expires == Some(0) {
             Ok(ContactsSpec::Wildcard)
         } else {

@@ -209,3 +209,52 @@ async fn wrong_password_is_refused_and_registers_nothing() {
     shutdown.cancel();
     let _ = tokio::time::timeout(LIMIT, handle.join).await.expect("stops in time");
 }
+
+/// The real agent against the real collector with the default challenge
+/// (SHA-256 first, then MD5): it registers, is subscribed, its load (7 of
+/// 100 calls → 7 %) shows, and its shutdown removes the rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_agent_registers_and_reports_load() {
+    init_tracing();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shutdown = CancellationToken::new();
+    let text = format!(
+        "node = \"core1@test\"\n[sip]\nlisten = \"127.0.0.1:0\"\nrealm = \"msr.local\"\n\
+         [[accounts]]\nauth_name = \"msr\"\npassword = \"msr-secret\"\n[control]\nsocket = \"{}\"\n[state]\npath = \"{}\"\n",
+        dir.path().join("control.sock").display(),
+        dir.path().join("state.json").display()
+    );
+    let config = msr_collector::config::parse(&text, "test").expect("test config");
+    assert_eq!(config.sip.digest_algorithms[0], msr_collector::config::DigestAlgorithm::Sha256);
+    let handle = msr_collector::start(config, shutdown.clone()).await.expect("collector starts");
+    let xml = format!(
+        r#"<?xml version="1.0" encoding="utf-8"?>
+<config date="00:00:00 01.01.2025">
+    <general log-level="3" max-calls="100" load-sensor="calls" load-delta="5"/>
+    <transport bind-addr="127.0.0.1" port="0" transport="udp"/>
+    <media port-start="20000" port-range="1000"/>
+    <accounts><dynamic msr_name="msr_7" realm="sip:{}" auth_name="msr" auth_password="msr-secret" dtmf_mode="rfc"/></accounts>
+    <agent register-expires="60" max-subscription-expires="3600" calls-source="fixed:7" notify-min-interval-ms="1000" sample-interval-ms="200"/>
+</config>
+"#,
+        handle.sip_addr
+    );
+    let agent_config = msr_agent::config::parse(&xml, Path::new("agent.xml")).expect("agent config");
+    let agent_shutdown = CancellationToken::new();
+    let agent = msr_agent::start(agent_config, None, agent_shutdown.clone()).await.expect("agent starts");
+    let mut client = AdminClient::connect_retry(&handle.control_socket, LIMIT).await.expect("control socket");
+    let row = poll_rows(&mut client, |rows| rows.iter().find(|r| r.msr == "msr_7" && r.load.is_some()).cloned())
+        .await
+        .expect("the agent's load reaches the table");
+    assert_eq!(row.contact, "lo@msr_7");
+    assert_eq!(row.load, Some(7));
+    assert_eq!(row.subscription, "active");
+    assert_eq!(row.version.as_deref(), Some(env!("CARGO_PKG_VERSION")));
+
+    agent_shutdown.cancel();
+    let _ = tokio::time::timeout(LIMIT, agent.join).await.expect("agent stops in time");
+    let gone = poll_rows(&mut client, |rows| rows.is_empty().then_some(())).await;
+    assert!(gone.is_some(), "agent shutdown unregisters");
+    shutdown.cancel();
+    let _ = tokio::time::timeout(LIMIT, handle.join).await.expect("collector stops in time");
+}

@@ -1,3 +1,4 @@
 //! System tests: real agents, collectors, msrctl and SIPp over loopback.
 //! One test binary (matklad, "delete cargo integration tests").
 mod agent;
+mod collector;

@@ -165,11 +165,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     println!();
     println!("  {:<8} {:>6} {:>6} {:>8} {:>10} {:>10}", "MSR", "load", "coef", "weight", "predicted", "observed");
     for (msr, w) in &weights {
-        let load = rows.iter().find(|r| &r.msr == msr).and_then(|r| r.load).unwrap_or(0);
+        let row = rows.iter().find(|r| &r.msr == msr);
+        let load = row.and_then(|r| r.load).unwrap_or(0);
+        let coef = row.map_or(1.0, |r| r.performance_coefficient);
         let n = picks.get(msr).copied().unwrap_or(0);
         println!(
             "  {:<8} {:>5}% {:>6.1} {:>8.1} {:>9.1}% {:>9.1}%",
-            msr, load, 1.0, w, 100.0 * w / total, 100.0 * f64::from(n) / f64::from(cli.selections.max(1))
+            msr, load, coef, w, 100.0 * w / total, 100.0 * f64::from(n) / f64::from(cli.selections.max(1))
         );
     }
     println!();

@@ -45,12 +45,15 @@ pub fn example(name: &str) -> PathBuf {
 /// beside this test executable (`cargo test --workspace` builds them).
 pub fn bin_path(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("."));
-    // target/<profile>/deps/it-<hash> → target/<profile>/<name>
-    let profile_dir = exe
+    // A test runs from target/<profile>/deps/it-<hash>, a binary such as
+    // msr-quickstart from target/<profile>/: both resolve to target/<profile>/<name>.
+    let mut profile_dir = exe
         .parent()
-        .and_then(Path::parent)
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."));
+    if profile_dir.file_name().is_some_and(|n| n == "deps") {
+        profile_dir.pop();
+    }
     profile_dir.join(name)
 }
 
