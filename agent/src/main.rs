@@ -146,13 +146,8 @@ fn init_tracing(
     cli: &Cli,
     config: &msr_agent::AgentConfig,
 ) -> anyhow::Result<Option<tracing_appender::non_blocking::WorkerGuard>> {
-    let level = match (cli.verbose, cli.quiet) {
-        (0, 0) => "info",
-        (1, _) => "debug",
-        (v, _) if v >= 2 => "trace",
-        (_, 1) => "warn",
-        _ => "error",
-    };
+    let verbosity = i8::try_from(i16::from(cli.verbose) - i16::from(cli.quiet)).unwrap_or(0);
+    let level = msr_shared::logging::filter_directive(verbosity);
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
     let file = match (&config.general.log_path, &config.general.log_name, cli.log_stderr) {
         (Some(dir), Some(name), false) => Some((dir.clone(), name.clone())),
@@ -182,6 +177,7 @@ fn init_tracing(
         tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .init();
         Ok(None)
     }

@@ -21,24 +21,34 @@ fn world() -> (OperatorConfig, LoadTable, Instant) {
     let mut rng = StdRng::seed_from_u64(42);
     let mut operator = OperatorConfig::new();
     for s in 0..SITES {
-        operator.declare_site(&format!("site_{s}")).expect("declare");
+        operator
+            .declare_site(&format!("site_{s}"))
+            .expect("declare");
     }
     // Each site is 10 from its two neighbours and 20 from the next ones.
     for s in 0..SITES {
         for (step, distance) in [(1, 10.0), (2, 20.0)] {
             let t = (s + step) % SITES;
-            operator.set_distance(&format!("site_{s}"), &format!("site_{t}"), distance).expect("distance");
+            operator
+                .set_distance(&format!("site_{s}"), &format!("site_{t}"), distance)
+                .expect("distance");
         }
     }
     let now = Instant::now();
     let mut table = LoadTable::new("bench".into());
     for m in 0..MSRS {
         let msr = format!("msr_{m}");
-        operator.set_performance_coefficient(&msr, rng.gen_range(0.5..2.0)).expect("coefficient");
+        operator
+            .set_performance_coefficient(&msr, rng.gen_range(0.5..2.0))
+            .expect("coefficient");
         for c in 0..CONTACTS_PER_MSR {
             let contact = format!("eth{c}@{msr}");
-            operator.set_contact_zone(&contact, &format!("zone_{}", (m + c) % ZONES)).expect("zone");
-            operator.set_contact_site(&contact, &format!("site_{}", rng.gen_range(0..SITES))).expect("site");
+            operator
+                .set_contact_zone(&contact, &format!("zone_{}", (m + c) % ZONES))
+                .expect("zone");
+            operator
+                .set_contact_site(&contact, &format!("site_{}", rng.gen_range(0..SITES)))
+                .expect("site");
             let binding = ContactBinding {
                 contact,
                 msr: msr.clone(),
@@ -49,7 +59,17 @@ fn world() -> (OperatorConfig, LoadTable, Instant) {
             table.upsert_contact(binding, &operator, "zone_0", "site_0");
         }
         let load = rng.gen_range(0..=100);
-        table.set_load(&msr, LoadReport { msr: msr.clone(), load, cpu: load, calls: 0, max_calls: 8192 }, now);
+        table.set_load(
+            &msr,
+            LoadReport {
+                msr: msr.clone(),
+                load,
+                cpu: load,
+                calls: 0,
+                max_calls: 8192,
+            },
+            now,
+        );
     }
     table.apply_operator(&operator, "zone_0", "site_0");
     (operator, table, now)
@@ -57,14 +77,36 @@ fn world() -> (OperatorConfig, LoadTable, Instant) {
 
 fn bench_select(c: &mut Criterion) {
     let (operator, table, now) = world();
-    let query = Query { zone: "zone_7".into(), site: "site_13".into(), msr: Some("msr_7".into()), now };
-    let no_preference = Query { msr: None, ..query.clone() };
+    let query = Query {
+        zone: "zone_7".into(),
+        site: "site_13".into(),
+        msr: Some("msr_7".into()),
+        now,
+    };
+    let no_preference = Query {
+        msr: None,
+        ..query.clone()
+    };
     let mut rng = StdRng::seed_from_u64(1);
     c.bench_function("select 1000 msr x 4 contacts, 20 zones, 50 sites", |b| {
-        b.iter(|| select(black_box(&table), operator.topology(), black_box(&no_preference), &mut rng))
+        b.iter(|| {
+            select(
+                black_box(&table),
+                operator.topology(),
+                black_box(&no_preference),
+                &mut rng,
+            )
+        })
     });
     c.bench_function("select with msr preference", |b| {
-        b.iter(|| select(black_box(&table), operator.topology(), black_box(&query), &mut rng))
+        b.iter(|| {
+            select(
+                black_box(&table),
+                operator.topology(),
+                black_box(&query),
+                &mut rng,
+            )
+        })
     });
 }
 

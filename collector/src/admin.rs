@@ -18,8 +18,8 @@ use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use msr_shared::admin::{
-    Change, Distance, ErrorBody, ErrorCode, Explain, ExplainCandidate, Interval, MsrInfo, Request, ResourceInfo,
-    Response, ResponseData, Selection, SiteMatrix, SubscriptionInfo, EVENT_PACKAGE,
+    Change, Distance, ErrorBody, ErrorCode, Explain, ExplainCandidate, Interval, MsrInfo, Request,
+    ResourceInfo, Response, ResponseData, Selection, SiteMatrix, SubscriptionInfo, EVENT_PACKAGE,
 };
 use rand::RngCore;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -129,14 +129,20 @@ pub fn handle(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Res
                 return Response::error(ErrorCode::StoreFailed, error.to_string());
             }
             *ctx.operator = next;
-            ctx.table.apply_operator(ctx.operator, &ctx.defaults.zone, &ctx.defaults.site);
+            ctx.table
+                .apply_operator(ctx.operator, &ctx.defaults.zone, &ctx.defaults.site);
         }
         return response;
     }
     query(request, ctx, now)
 }
 
-fn mutate(request: Request, operator: &mut OperatorConfig, table: &LoadTable, defaults: &Defaults) -> Response {
+fn mutate(
+    request: Request,
+    operator: &mut OperatorConfig,
+    table: &LoadTable,
+    defaults: &Defaults,
+) -> Response {
     match request {
         Request::SiteDeclare { name } => match operator.declare_site(&name) {
             Ok(()) => Response::Ok(ResponseData::SiteDeclared { name }),
@@ -176,7 +182,13 @@ fn mutate(request: Request, operator: &mut OperatorConfig, table: &LoadTable, de
             }
         }
         Request::MsrSetActive { msr, active } => match operator.set_active(&msr, active) {
-            Ok(previous) => changed("msr", &msr, "active", previous.to_string(), active.to_string()),
+            Ok(previous) => changed(
+                "msr",
+                &msr,
+                "active",
+                previous.to_string(),
+                active.to_string(),
+            ),
             Err(e) => operator_error(&e),
         },
         Request::ResourceSetZone { contact, zone } => {
@@ -193,7 +205,11 @@ fn mutate(request: Request, operator: &mut OperatorConfig, table: &LoadTable, de
                 Err(e) => operator_error(&e),
             }
         }
-        Request::SubscriptionSetExpires { msr, event, expires } => {
+        Request::SubscriptionSetExpires {
+            msr,
+            event,
+            expires,
+        } => {
             if event != EVENT_PACKAGE {
                 return Response::error(
                     ErrorCode::BadEvent,
@@ -205,7 +221,9 @@ fn mutate(request: Request, operator: &mut OperatorConfig, table: &LoadTable, de
                     "subscription",
                     &format!("{msr} {event}"),
                     "expires",
-                    previous.unwrap_or(defaults.subscription_expires_secs).to_string(),
+                    previous
+                        .unwrap_or(defaults.subscription_expires_secs)
+                        .to_string(),
                     expires.to_string(),
                 ),
                 Err(e) => operator_error(&e),
@@ -224,9 +242,23 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
         Request::MsrList => msr_list(ctx, now),
         Request::ResourceList { active_only } => resource_list(ctx, now, active_only),
         Request::SubscriptionList => subscription_list(ctx, now),
-        Request::Select { zone, site, msr, random, explain } => {
-            run_select(ctx, Query { zone, site, msr, now }, random, explain)
-        }
+        Request::Select {
+            zone,
+            site,
+            msr,
+            random,
+            explain,
+        } => run_select(
+            ctx,
+            Query {
+                zone,
+                site,
+                msr,
+                now,
+            },
+            random,
+            explain,
+        ),
         other => Response::error(ErrorCode::BadRequest, format!("not a query: {other:?}")),
     }
 }
@@ -243,7 +275,10 @@ fn site_matrix(operator: &OperatorConfig, names: &[String]) -> Response {
                 Some(index) if !columns.contains(&index) => columns.push(index),
                 Some(_) => {}
                 None => {
-                    return Response::error(ErrorCode::UnknownSite, format!("site `{name}` is not declared"));
+                    return Response::error(
+                        ErrorCode::UnknownSite,
+                        format!("site `{name}` is not declared"),
+                    );
                 }
             }
         }
@@ -255,13 +290,19 @@ fn site_matrix(operator: &OperatorConfig, names: &[String]) -> Response {
             columns
                 .iter()
                 .map(|&column| {
-                    let value = topology.distance(row, &sites[column]).unwrap_or(f64::INFINITY);
+                    let value = topology
+                        .distance(row, &sites[column])
+                        .unwrap_or(f64::INFINITY);
                     Distance::from_f64(value)
                 })
                 .collect()
         })
         .collect();
-    Response::Ok(ResponseData::Matrix(SiteMatrix { sites, columns, cells }))
+    Response::Ok(ResponseData::Matrix(SiteMatrix {
+        sites,
+        columns,
+        cells,
+    }))
 }
 
 fn msr_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
@@ -293,7 +334,9 @@ fn msr_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
         info.performance_coefficient = ctx.operator.performance_coefficient(&info.name);
         info.active = ctx.operator.is_active(&info.name);
     }
-    Response::Ok(ResponseData::Msrs { msrs: msrs.into_values().collect() })
+    Response::Ok(ResponseData::Msrs {
+        msrs: msrs.into_values().collect(),
+    })
 }
 
 fn resource_list(ctx: &AdminContext<'_>, now: Instant, active_only: bool) -> Response {
@@ -318,9 +361,16 @@ fn resource_list(ctx: &AdminContext<'_>, now: Instant, active_only: bool) -> Res
             active: row.active,
             contact: row.contact,
             uri: row.uri,
-            status: if row.registered { "registered" } else { "expired" }.into(),
+            status: if row.registered {
+                "registered"
+            } else {
+                "expired"
+            }
+            .into(),
             expires_secs: row.expires_in.as_secs(),
-            subscription: row.subscription.map_or_else(|| "none".to_owned(), |s| s.status.to_string()),
+            subscription: row
+                .subscription
+                .map_or_else(|| "none".to_owned(), |s| s.status.to_string()),
         })
         .collect();
     Response::Ok(ResponseData::Resources { rows })
@@ -418,7 +468,12 @@ fn refusal_message(refusal: Refusal, query: &Query) -> String {
     }
 }
 
-fn run_select(ctx: &mut AdminContext<'_>, query: Query, random: Option<f64>, want_explain: bool) -> Response {
+fn run_select(
+    ctx: &mut AdminContext<'_>,
+    query: Query,
+    random: Option<f64>,
+    want_explain: bool,
+) -> Response {
     let draw = match random {
         Some(value) => Draw::Fixed(value),
         None => Draw::Random(&mut *ctx.rng),
@@ -445,7 +500,11 @@ fn run_select(ctx: &mut AdminContext<'_>, query: Query, random: Option<f64>, wan
                 Refusal::MsrOverloaded => ErrorCode::MsrOverloaded,
                 Refusal::UnknownSite => ErrorCode::UnknownSite,
             };
-            Response::Err(ErrorBody { code, message: refusal_message(refusal, &query), explain })
+            Response::Err(ErrorBody {
+                code,
+                message: refusal_message(refusal, &query),
+                explain,
+            })
         }
     }
 }
@@ -463,7 +522,10 @@ pub fn bind_control_socket(path: &Path) -> io::Result<UnixListener> {
             if std::os::unix::net::UnixStream::connect(path).is_ok() {
                 return Err(io::Error::new(
                     io::ErrorKind::AddrInUse,
-                    format!("control socket {} is in use by a running collector", path.display()),
+                    format!(
+                        "control socket {} is in use by a running collector",
+                        path.display()
+                    ),
                 ));
             }
             std::fs::remove_file(path)?;
@@ -485,7 +547,11 @@ pub fn bind_control_socket(path: &Path) -> io::Result<UnixListener> {
 
 /// Serves control connections until `shutdown` is cancelled: one task per
 /// connection; each request line becomes an [`AdminCommand`] on `tx`.
-pub async fn serve(listener: UnixListener, tx: mpsc::Sender<AdminCommand>, shutdown: CancellationToken) {
+pub async fn serve(
+    listener: UnixListener,
+    tx: mpsc::Sender<AdminCommand>,
+    shutdown: CancellationToken,
+) {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
@@ -514,7 +580,11 @@ fn response_line(response: &Response) -> String {
     line
 }
 
-async fn connection(stream: UnixStream, tx: mpsc::Sender<AdminCommand>, shutdown: CancellationToken) {
+async fn connection(
+    stream: UnixStream,
+    tx: mpsc::Sender<AdminCommand>,
+    shutdown: CancellationToken,
+) {
     let (read, mut write) = stream.into_split();
     let mut reader = BufReader::new(read);
     let mut buf = Vec::new();
@@ -548,19 +618,25 @@ async fn connection(stream: UnixStream, tx: mpsc::Sender<AdminCommand>, shutdown
             continue;
         }
         let response = match serde_json::from_str::<Request>(text) {
-            Err(error) => Response::error(ErrorCode::BadRequest, format!("invalid request: {error}")),
+            Err(error) => {
+                Response::error(ErrorCode::BadRequest, format!("invalid request: {error}"))
+            }
             Ok(request) => {
                 let (reply, answer) = oneshot::channel();
                 if tx.send(AdminCommand { request, reply }).await.is_err() {
                     Response::error(ErrorCode::Unavailable, "collector is shutting down")
                 } else {
-                    answer
-                        .await
-                        .unwrap_or_else(|_| Response::error(ErrorCode::Unavailable, "collector dropped the request"))
+                    answer.await.unwrap_or_else(|_| {
+                        Response::error(ErrorCode::Unavailable, "collector dropped the request")
+                    })
                 }
             }
         };
-        if write.write_all(response_line(&response).as_bytes()).await.is_err() {
+        if write
+            .write_all(response_line(&response).as_bytes())
+            .await
+            .is_err()
+        {
             return;
         }
     }

@@ -185,7 +185,9 @@ struct MsrEntry {
 
 impl MsrEntry {
     fn is_stale(&self, now: Instant) -> bool {
-        let Some((_, at)) = &self.load else { return false };
+        let Some((_, at)) = &self.load else {
+            return false;
+        };
         let limit = self
             .subscription
             .as_ref()
@@ -212,7 +214,12 @@ pub struct LoadTable {
 impl LoadTable {
     /// An empty table; `node` is this collector's name (Node column).
     pub fn new(node: String) -> Self {
-        Self { node, contacts: BTreeMap::new(), by_zone: HashMap::new(), msrs: BTreeMap::new() }
+        Self {
+            node,
+            contacts: BTreeMap::new(),
+            by_zone: HashMap::new(),
+            msrs: BTreeMap::new(),
+        }
     }
 
     /// This collector's name.
@@ -248,8 +255,12 @@ impl LoadTable {
         default_zone: &str,
         default_site: &str,
     ) {
-        let zone = operator.contact_zone(&binding.contact, default_zone).to_owned();
-        let site = operator.contact_site(&binding.contact, default_site).to_owned();
+        let zone = operator
+            .contact_zone(&binding.contact, default_zone)
+            .to_owned();
+        let site = operator
+            .contact_site(&binding.contact, default_site)
+            .to_owned();
         if let Some(old) = self.contacts.get(&binding.contact) {
             let (old_zone, old_msr) = (old.zone.clone(), old.binding.msr.clone());
             self.unindex(&binding.contact, &old_zone);
@@ -259,11 +270,21 @@ impl LoadTable {
                 }
             }
         }
-        self.by_zone.entry(zone.clone()).or_default().insert(binding.contact.clone());
+        self.by_zone
+            .entry(zone.clone())
+            .or_default()
+            .insert(binding.contact.clone());
         let entry = self.msrs.entry(binding.msr.clone()).or_default();
         entry.settings = operator.msr(&binding.msr);
         entry.contacts.insert(binding.contact.clone());
-        self.contacts.insert(binding.contact.clone(), ContactEntry { binding, zone, site });
+        self.contacts.insert(
+            binding.contact.clone(),
+            ContactEntry {
+                binding,
+                zone,
+                site,
+            },
+        );
     }
 
     /// Removes a contact (unregistered or lapsed). The MSR's load and
@@ -301,12 +322,20 @@ impl LoadTable {
 
     /// Re-reads every operator-owned value (zone, site, coefficient, active)
     /// from `operator`. Call after each operator change.
-    pub fn apply_operator(&mut self, operator: &OperatorConfig, default_zone: &str, default_site: &str) {
+    pub fn apply_operator(
+        &mut self,
+        operator: &OperatorConfig,
+        default_zone: &str,
+        default_site: &str,
+    ) {
         self.by_zone.clear();
         for (name, entry) in &mut self.contacts {
             entry.zone = operator.contact_zone(name, default_zone).to_owned();
             entry.site = operator.contact_site(name, default_site).to_owned();
-            self.by_zone.entry(entry.zone.clone()).or_default().insert(name.clone());
+            self.by_zone
+                .entry(entry.zone.clone())
+                .or_default()
+                .insert(name.clone());
         }
         for (name, entry) in &mut self.msrs {
             entry.settings = operator.msr(name);
@@ -328,7 +357,9 @@ impl LoadTable {
         let mut rows = Vec::with_capacity(self.contacts.len());
         for (msr, entry) in &self.msrs {
             for contact in &entry.contacts {
-                let Some(c) = self.contacts.get(contact) else { continue };
+                let Some(c) = self.contacts.get(contact) else {
+                    continue;
+                };
                 rows.push(ResourceRow {
                     node: self.node.clone(),
                     contact: contact.clone(),
@@ -342,7 +373,10 @@ impl LoadTable {
                     registered: now < c.binding.expires_at,
                     expires_in: c.binding.expires_at.saturating_duration_since(now),
                     load: entry.load.as_ref().map(|(report, _)| report.clone()),
-                    report_age: entry.load.as_ref().map(|(_, at)| now.saturating_duration_since(*at)),
+                    report_age: entry
+                        .load
+                        .as_ref()
+                        .map(|(_, at)| now.saturating_duration_since(*at)),
                     stale: entry.is_stale(now),
                     subscription: entry.subscription.clone(),
                 });
@@ -371,26 +405,34 @@ impl LoadTable {
     /// Contacts selection may use (SPEC §7 step 1): in `zone`, registered at
     /// `now`, and of an active MSR; sorted by contact name. Reads only the
     /// zone's index entry.
-    pub fn candidates_in_zone<'a>(&'a self, zone: &str, now: Instant) -> impl Iterator<Item = Candidate<'a>> + 'a {
-        self.by_zone.get(zone).into_iter().flatten().filter_map(move |name| {
-            let c = self.contacts.get(name)?;
-            if now >= c.binding.expires_at {
-                return None;
-            }
-            let msr = self.msrs.get(&c.binding.msr)?;
-            if !msr.settings.active {
-                return None;
-            }
-            Some(Candidate {
-                contact: name,
-                msr: &c.binding.msr,
-                uri: &c.binding.uri,
-                site: &c.site,
-                load: msr.load.as_ref().map(|(report, _)| report.load.min(100)),
-                stale: msr.is_stale(now),
-                performance_coefficient: msr.settings.performance_coefficient,
+    pub fn candidates_in_zone<'a>(
+        &'a self,
+        zone: &str,
+        now: Instant,
+    ) -> impl Iterator<Item = Candidate<'a>> + 'a {
+        self.by_zone
+            .get(zone)
+            .into_iter()
+            .flatten()
+            .filter_map(move |name| {
+                let c = self.contacts.get(name)?;
+                if now >= c.binding.expires_at {
+                    return None;
+                }
+                let msr = self.msrs.get(&c.binding.msr)?;
+                if !msr.settings.active {
+                    return None;
+                }
+                Some(Candidate {
+                    contact: name,
+                    msr: &c.binding.msr,
+                    uri: &c.binding.uri,
+                    site: &c.site,
+                    load: msr.load.as_ref().map(|(report, _)| report.load.min(100)),
+                    stale: msr.is_stale(now),
+                    performance_coefficient: msr.settings.performance_coefficient,
+                })
             })
-        })
     }
 }
 
@@ -409,7 +451,13 @@ mod tests {
     }
 
     fn report(msr: &str, load: u8) -> LoadReport {
-        LoadReport { msr: msr.into(), load, cpu: load, calls: 10, max_calls: 100 }
+        LoadReport {
+            msr: msr.into(),
+            load,
+            cpu: load,
+            calls: 10,
+            max_calls: 100,
+        }
     }
 
     #[tokio::test(start_paused = true)]
@@ -417,7 +465,12 @@ mod tests {
         let now = Instant::now();
         let operator = OperatorConfig::new();
         let mut table = LoadTable::new("core1@ecss1".into());
-        table.upsert_contact(binding("lo@msr_1", "msr_1", now + Duration::from_secs(60)), &operator, "default", "local");
+        table.upsert_contact(
+            binding("lo@msr_1", "msr_1", now + Duration::from_secs(60)),
+            &operator,
+            "default",
+            "local",
+        );
         table.set_load("msr_1", report("msr_1", 37), now);
         table.set_subscription(
             "msr_1",
@@ -451,16 +504,36 @@ mod tests {
         let mut operator = OperatorConfig::new();
         let mut table = LoadTable::new("n".into());
         let far = now + Duration::from_secs(600);
-        table.upsert_contact(binding("eth0@msr_1", "msr_1", far), &operator, "default", "local");
-        table.upsert_contact(binding("eth1@msr_1", "msr_1", far), &operator, "default", "local");
+        table.upsert_contact(
+            binding("eth0@msr_1", "msr_1", far),
+            &operator,
+            "default",
+            "local",
+        );
+        table.upsert_contact(
+            binding("eth1@msr_1", "msr_1", far),
+            &operator,
+            "default",
+            "local",
+        );
         table.set_load("msr_1", report("msr_1", 55), now);
-        let loads: Vec<_> = table.candidates_in_zone("default", now).map(|c| c.load).collect();
+        let loads: Vec<_> = table
+            .candidates_in_zone("default", now)
+            .map(|c| c.load)
+            .collect();
         assert_eq!(loads, vec![Some(55), Some(55)]);
 
-        operator.set_contact_zone("eth1@msr_1", "rtk").expect("zone");
-        operator.set_performance_coefficient("msr_1", 2.0).expect("coef");
+        operator
+            .set_contact_zone("eth1@msr_1", "rtk")
+            .expect("zone");
+        operator
+            .set_performance_coefficient("msr_1", 2.0)
+            .expect("coef");
         table.apply_operator(&operator, "default", "local");
-        let default: Vec<_> = table.candidates_in_zone("default", now).map(|c| c.contact).collect();
+        let default: Vec<_> = table
+            .candidates_in_zone("default", now)
+            .map(|c| c.contact)
+            .collect();
         assert_eq!(default, vec!["eth0@msr_1"]);
         let rtk: Vec<_> = table.candidates_in_zone("rtk", now).collect();
         assert_eq!(rtk.len(), 1);
@@ -484,7 +557,10 @@ mod tests {
         assert_eq!(table.len(), 2);
         table.remove_msr("msr_1");
         assert_eq!(table.len(), 1);
-        let left: Vec<_> = table.candidates_in_zone("z", now).map(|c| c.contact).collect();
+        let left: Vec<_> = table
+            .candidates_in_zone("z", now)
+            .map(|c| c.contact)
+            .collect();
         assert_eq!(left, vec!["a@msr_2"]);
         table.remove_msr("msr_2");
         assert!(table.by_zone.is_empty());
@@ -496,9 +572,19 @@ mod tests {
         let now = Instant::now();
         let operator = OperatorConfig::new();
         let mut table = LoadTable::new("n".into());
-        table.upsert_contact(binding("a@msr_1", "msr_1", now + Duration::from_secs(5)), &operator, "z", "s");
+        table.upsert_contact(
+            binding("a@msr_1", "msr_1", now + Duration::from_secs(5)),
+            &operator,
+            "z",
+            "s",
+        );
         assert_eq!(table.candidates_in_zone("z", now).count(), 1);
-        assert_eq!(table.candidates_in_zone("z", now + Duration::from_secs(5)).count(), 0);
+        assert_eq!(
+            table
+                .candidates_in_zone("z", now + Duration::from_secs(5))
+                .count(),
+            0
+        );
         assert!(!table.msrs(now + Duration::from_secs(5))[0].registered);
     }
 

@@ -36,14 +36,14 @@ struct Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let level = match (cli.quiet, cli.verbose) {
-        (true, _) => "warn",
-        (false, 0) => "info",
-        (false, 1) => "debug",
-        (false, _) => "trace",
-    };
+    let verbosity = if cli.quiet { -1 } else { i8::try_from(cli.verbose).unwrap_or(i8::MAX) };
+    let level = msr_shared::logging::filter_directive(verbosity);
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
 
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

@@ -75,7 +75,11 @@ pub struct MsrSettings {
 
 impl Default for MsrSettings {
     fn default() -> Self {
-        Self { performance_coefficient: DEFAULT_PERFORMANCE_COEFFICIENT, active: true, subscription_expires: None }
+        Self {
+            performance_coefficient: DEFAULT_PERFORMANCE_COEFFICIENT,
+            active: true,
+            subscription_expires: None,
+        }
     }
 }
 
@@ -100,9 +104,14 @@ pub struct OperatorConfig {
 }
 
 fn check_entity_name(what: &'static str, name: &str) -> Result<(), OperatorError> {
-    if name.is_empty() || name.len() > MAX_ENTITY_NAME_LEN || name.chars().any(|c| c.is_whitespace() || c.is_control())
+    if name.is_empty()
+        || name.len() > MAX_ENTITY_NAME_LEN
+        || name.chars().any(|c| c.is_whitespace() || c.is_control())
     {
-        return Err(OperatorError::InvalidName { what, name: name.to_owned() });
+        return Err(OperatorError::InvalidName {
+            what,
+            name: name.to_owned(),
+        });
     }
     Ok(())
 }
@@ -132,10 +141,17 @@ impl OperatorConfig {
     ///
     /// # Errors
     /// [`TopologyError::UnknownSite`], [`TopologyError::SiteInUse`].
-    pub fn remove_site(&mut self, name: &str, live_referenced: impl Fn(&str) -> bool) -> Result<(), OperatorError> {
+    pub fn remove_site(
+        &mut self,
+        name: &str,
+        live_referenced: impl Fn(&str) -> bool,
+    ) -> Result<(), OperatorError> {
         let contacts = &self.contacts;
         let referenced = |site: &str| {
-            live_referenced(site) || contacts.values().any(|settings| settings.site.as_deref() == Some(site))
+            live_referenced(site)
+                || contacts
+                    .values()
+                    .any(|settings| settings.site.as_deref() == Some(site))
         };
         Ok(self.topology.remove(name, referenced)?)
     }
@@ -156,12 +172,18 @@ impl OperatorConfig {
 
     /// MSRs with non-default settings, sorted by name.
     pub fn configured_msrs(&self) -> impl Iterator<Item = (&str, &MsrSettings)> + '_ {
-        self.msrs.iter().map(|(name, settings)| (name.as_str(), settings))
+        self.msrs
+            .iter()
+            .map(|(name, settings)| (name.as_str(), settings))
     }
 
     /// The MSR's performance coefficient (default 1.0).
     pub fn performance_coefficient(&self, msr: &str) -> f64 {
-        self.msrs.get(msr).map_or(DEFAULT_PERFORMANCE_COEFFICIENT, |s| s.performance_coefficient)
+        self.msrs
+            .get(msr)
+            .map_or(DEFAULT_PERFORMANCE_COEFFICIENT, |s| {
+                s.performance_coefficient
+            })
     }
 
     /// The MSR's admin active flag (default true).
@@ -190,10 +212,17 @@ impl OperatorConfig {
     /// # Errors
     /// [`OperatorError::InvalidCoefficient`] unless positive and finite;
     /// [`OperatorError::InvalidName`].
-    pub fn set_performance_coefficient(&mut self, msr: &str, value: f64) -> Result<f64, OperatorError> {
+    pub fn set_performance_coefficient(
+        &mut self,
+        msr: &str,
+        value: f64,
+    ) -> Result<f64, OperatorError> {
         check_entity_name("msr", msr)?;
         if !(value.is_finite() && value > 0.0) {
-            return Err(OperatorError::InvalidCoefficient { msr: msr.to_owned(), value });
+            return Err(OperatorError::InvalidCoefficient {
+                msr: msr.to_owned(),
+                value,
+            });
         }
         let previous = self.performance_coefficient(msr);
         self.update_msr(msr, |s| s.performance_coefficient = value);
@@ -216,10 +245,17 @@ impl OperatorConfig {
     ///
     /// # Errors
     /// [`OperatorError::InvalidExpires`] for 0; [`OperatorError::InvalidName`].
-    pub fn set_subscription_expires(&mut self, msr: &str, secs: u32) -> Result<Option<u32>, OperatorError> {
+    pub fn set_subscription_expires(
+        &mut self,
+        msr: &str,
+        secs: u32,
+    ) -> Result<Option<u32>, OperatorError> {
         check_entity_name("msr", msr)?;
         if secs == 0 {
-            return Err(OperatorError::InvalidExpires { msr: msr.to_owned(), value: secs });
+            return Err(OperatorError::InvalidExpires {
+                msr: msr.to_owned(),
+                value: secs,
+            });
         }
         let previous = self.subscription_expires(msr);
         self.update_msr(msr, |s| s.subscription_expires = Some(secs));
@@ -228,17 +264,25 @@ impl OperatorConfig {
 
     /// The contact's zone: the override, else `default_zone`.
     pub fn contact_zone<'a>(&'a self, contact: &str, default_zone: &'a str) -> &'a str {
-        self.contacts.get(contact).and_then(|c| c.zone.as_deref()).unwrap_or(default_zone)
+        self.contacts
+            .get(contact)
+            .and_then(|c| c.zone.as_deref())
+            .unwrap_or(default_zone)
     }
 
     /// The contact's site: the override, else `default_site`.
     pub fn contact_site<'a>(&'a self, contact: &str, default_site: &'a str) -> &'a str {
-        self.contacts.get(contact).and_then(|c| c.site.as_deref()).unwrap_or(default_site)
+        self.contacts
+            .get(contact)
+            .and_then(|c| c.site.as_deref())
+            .unwrap_or(default_site)
     }
 
     /// Contacts with overrides, sorted by name.
     pub fn configured_contacts(&self) -> impl Iterator<Item = (&str, &ContactSettings)> + '_ {
-        self.contacts.iter().map(|(name, settings)| (name.as_str(), settings))
+        self.contacts
+            .iter()
+            .map(|(name, settings)| (name.as_str(), settings))
     }
 
     /// Sets the contact's zone.
@@ -248,7 +292,9 @@ impl OperatorConfig {
     pub fn set_contact_zone(&mut self, contact: &str, zone: &str) -> Result<(), OperatorError> {
         check_entity_name("contact", contact)?;
         if !crate::topology::is_valid_name(zone) {
-            return Err(OperatorError::InvalidZone { name: zone.to_owned() });
+            return Err(OperatorError::InvalidZone {
+                name: zone.to_owned(),
+            });
         }
         self.contacts.entry(contact.to_owned()).or_default().zone = Some(zone.to_owned());
         Ok(())
@@ -261,7 +307,10 @@ impl OperatorConfig {
     pub fn set_contact_site(&mut self, contact: &str, site: &str) -> Result<(), OperatorError> {
         check_entity_name("contact", contact)?;
         if !self.topology.contains(site) {
-            return Err(TopologyError::UnknownSite { name: site.to_owned() }.into());
+            return Err(TopologyError::UnknownSite {
+                name: site.to_owned(),
+            }
+            .into());
         }
         self.contacts.entry(contact.to_owned()).or_default().site = Some(site.to_owned());
         Ok(())
@@ -296,7 +345,15 @@ impl OperatorConfig {
             contacts: self
                 .contacts
                 .iter()
-                .map(|(name, c)| (name.clone(), StoredContact { zone: c.zone.clone(), site: c.site.clone() }))
+                .map(|(name, c)| {
+                    (
+                        name.clone(),
+                        StoredContact {
+                            zone: c.zone.clone(),
+                            site: c.site.clone(),
+                        },
+                    )
+                })
                 .collect(),
         };
         // Serializing plain structs of strings, numbers and maps with string
@@ -309,9 +366,13 @@ impl OperatorConfig {
     /// # Errors
     /// [`DecodeError`] when the text is not the format or a value is invalid.
     pub(crate) fn decode(text: &str) -> Result<Self, DecodeError> {
-        let stored: StoredConfig = serde_json::from_str(text).map_err(|e| DecodeError::Syntax(e.to_string()))?;
+        let stored: StoredConfig =
+            serde_json::from_str(text).map_err(|e| DecodeError::Syntax(e.to_string()))?;
         if stored.version != STORE_VERSION {
-            return Err(DecodeError::Version { found: stored.version, expected: STORE_VERSION });
+            return Err(DecodeError::Version {
+                found: stored.version,
+                expected: STORE_VERSION,
+            });
         }
         let mut config = OperatorConfig::new();
         for site in &stored.sites {
@@ -440,8 +501,14 @@ mod tests {
         assert!(!config.is_active("msr_1"));
         assert_eq!(config.set_subscription_expires("msr_1", 30), Ok(None));
         assert_eq!(config.subscription_expires("msr_1"), Some(30));
-        assert!(matches!(config.set_subscription_expires("msr_1", 0), Err(OperatorError::InvalidExpires { .. })));
-        assert!(matches!(config.set_active("", true), Err(OperatorError::InvalidName { .. })));
+        assert!(matches!(
+            config.set_subscription_expires("msr_1", 0),
+            Err(OperatorError::InvalidExpires { .. })
+        ));
+        assert!(matches!(
+            config.set_active("", true),
+            Err(OperatorError::InvalidName { .. })
+        ));
     }
 
     #[test]
@@ -460,7 +527,10 @@ mod tests {
             config.remove_site("remote", |_| false),
             Err(OperatorError::Topology(TopologyError::SiteInUse { .. }))
         ));
-        assert!(matches!(config.set_contact_zone("lo@msr_1", "a b"), Err(OperatorError::InvalidZone { .. })));
+        assert!(matches!(
+            config.set_contact_zone("lo@msr_1", "a b"),
+            Err(OperatorError::InvalidZone { .. })
+        ));
     }
 
     #[test]
@@ -470,13 +540,21 @@ mod tests {
             config.declare_site(site).expect("declare");
         }
         config.set_distance("local", "remote_1", 32.0).expect("set");
-        config.set_distance("remote", "remote", f64::INFINITY).expect("set");
+        config
+            .set_distance("remote", "remote", f64::INFINITY)
+            .expect("set");
         config.set_distance("local", "local", 2.5).expect("set");
-        config.set_performance_coefficient("msr_1", 2.0).expect("set");
+        config
+            .set_performance_coefficient("msr_1", 2.0)
+            .expect("set");
         config.set_active("msr_2", false).expect("set");
         config.set_subscription_expires("msr_2", 30).expect("set");
-        config.set_contact_site("bond1.2@msr_1", "remote").expect("set");
-        config.set_contact_zone("bond1.2@msr_2", "rtk").expect("set");
+        config
+            .set_contact_site("bond1.2@msr_1", "remote")
+            .expect("set");
+        config
+            .set_contact_zone("bond1.2@msr_2", "rtk")
+            .expect("set");
         let text = config.encode();
         assert_eq!(OperatorConfig::decode(&text), Ok(config));
     }
@@ -485,10 +563,23 @@ mod tests {
     fn decode_rejects_invalid_values_and_unknown_fields() {
         let bad_coefficient =
             r#"{"version":1,"msrs":{"m":{"performance_coefficient":0.0,"active":true}}}"#;
-        assert!(matches!(OperatorConfig::decode(bad_coefficient), Err(DecodeError::Invalid(_))));
-        assert!(matches!(OperatorConfig::decode(r#"{"version":1,"sitez":[]}"#), Err(DecodeError::Syntax(_))));
-        assert!(matches!(OperatorConfig::decode(r#"{"version":9}"#), Err(DecodeError::Version { .. })));
-        let bad_distance = r#"{"version":1,"sites":["a"],"distances":[{"a":"a","b":"b","distance":1}]}"#;
-        assert!(matches!(OperatorConfig::decode(bad_distance), Err(DecodeError::Invalid(_))));
+        assert!(matches!(
+            OperatorConfig::decode(bad_coefficient),
+            Err(DecodeError::Invalid(_))
+        ));
+        assert!(matches!(
+            OperatorConfig::decode(r#"{"version":1,"sitez":[]}"#),
+            Err(DecodeError::Syntax(_))
+        ));
+        assert!(matches!(
+            OperatorConfig::decode(r#"{"version":9}"#),
+            Err(DecodeError::Version { .. })
+        ));
+        let bad_distance =
+            r#"{"version":1,"sites":["a"],"distances":[{"a":"a","b":"b","distance":1}]}"#;
+        assert!(matches!(
+            OperatorConfig::decode(bad_distance),
+            Err(DecodeError::Invalid(_))
+        ));
     }
 }

@@ -275,7 +275,11 @@ fn run<R: Rng + ?Sized>(
     // Step 3.
     let distances: Vec<f64> = candidates
         .iter()
-        .map(|c| topology.distance(&query.site, c.site).unwrap_or(f64::INFINITY))
+        .map(|c| {
+            topology
+                .distance(&query.site, c.site)
+                .unwrap_or(f64::INFINITY)
+        })
         .collect();
     let min_distance = candidates
         .iter()

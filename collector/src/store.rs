@@ -67,7 +67,11 @@ impl Store {
 
     /// The temp file a save writes before renaming it over the store file.
     pub fn temp_path(&self) -> PathBuf {
-        let mut name = self.path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+        let mut name = self
+            .path
+            .file_name()
+            .map(|n| n.to_os_string())
+            .unwrap_or_default();
         name.push(".tmp");
         self.path.with_file_name(name)
     }
@@ -80,9 +84,17 @@ impl Store {
         let text = match fs::read_to_string(&self.path) {
             Ok(text) => text,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(OperatorConfig::new()),
-            Err(source) => return Err(StoreError::Read { path: self.path.clone(), source }),
+            Err(source) => {
+                return Err(StoreError::Read {
+                    path: self.path.clone(),
+                    source,
+                })
+            }
         };
-        OperatorConfig::decode(&text).map_err(|source| StoreError::Corrupt { path: self.path.clone(), source })
+        OperatorConfig::decode(&text).map_err(|source| StoreError::Corrupt {
+            path: self.path.clone(),
+            source,
+        })
     }
 
     /// Saves the configuration atomically and durably: temp file, fsync,
@@ -103,7 +115,8 @@ impl Store {
             .mode(0o640)
             .open(&temp)
             .map_err(write_err(&temp))?;
-        file.write_all(config.encode().as_bytes()).map_err(write_err(&temp))?;
+        file.write_all(config.encode().as_bytes())
+            .map_err(write_err(&temp))?;
         file.write_all(b"\n").map_err(write_err(&temp))?;
         file.sync_all().map_err(write_err(&temp))?;
         drop(file);
@@ -112,7 +125,9 @@ impl Store {
             Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
             _ => PathBuf::from("."),
         };
-        File::open(&dir).and_then(|d| d.sync_all()).map_err(write_err(&dir))?;
+        File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(write_err(&dir))?;
         Ok(())
     }
 }
@@ -125,8 +140,12 @@ mod tests {
         let mut config = OperatorConfig::new();
         config.declare_site("local").expect("declare");
         config.declare_site("remote").expect("declare");
-        config.set_distance("local", "remote", 64.0).expect("distance");
-        config.set_performance_coefficient("msr_1", 2.0).expect("coefficient");
+        config
+            .set_distance("local", "remote", 64.0)
+            .expect("distance");
+        config
+            .set_performance_coefficient("msr_1", 2.0)
+            .expect("coefficient");
         config
     }
 
@@ -171,13 +190,19 @@ mod tests {
         fs::write(&path, "{ not json").expect("write");
         let err = Store::new(&path).load().expect_err("corrupt");
         assert!(matches!(err, StoreError::Corrupt { .. }));
-        assert!(err.to_string().contains(&path.display().to_string()), "{err}");
+        assert!(
+            err.to_string().contains(&path.display().to_string()),
+            "{err}"
+        );
     }
 
     #[test]
     fn failed_save_is_an_error_not_a_panic() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::new(dir.path().join("missing-dir").join("operator.json"));
-        assert!(matches!(store.save(&sample()), Err(StoreError::Write { .. })));
+        assert!(matches!(
+            store.save(&sample()),
+            Err(StoreError::Write { .. })
+        ));
     }
 }

@@ -61,7 +61,9 @@ pub const MAX_NAME_LEN: usize = 64;
 pub fn is_valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= MAX_NAME_LEN
-        && !name.chars().any(|c| c.is_whitespace() || c.is_control() || c == '/')
+        && !name
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == '/')
 }
 
 /// Declared sites and their distances (SPEC §6).
@@ -88,10 +90,14 @@ impl Topology {
     /// [`TopologyError::InvalidName`], [`TopologyError::SiteExists`].
     pub fn declare(&mut self, name: &str) -> Result<(), TopologyError> {
         if !is_valid_name(name) {
-            return Err(TopologyError::InvalidName { name: name.to_owned() });
+            return Err(TopologyError::InvalidName {
+                name: name.to_owned(),
+            });
         }
         if !self.sites.insert(name.to_owned()) {
-            return Err(TopologyError::SiteExists { name: name.to_owned() });
+            return Err(TopologyError::SiteExists {
+                name: name.to_owned(),
+            });
         }
         Ok(())
     }
@@ -101,12 +107,20 @@ impl Topology {
     ///
     /// # Errors
     /// [`TopologyError::UnknownSite`], [`TopologyError::SiteInUse`].
-    pub fn remove(&mut self, name: &str, is_referenced: impl Fn(&str) -> bool) -> Result<(), TopologyError> {
+    pub fn remove(
+        &mut self,
+        name: &str,
+        is_referenced: impl Fn(&str) -> bool,
+    ) -> Result<(), TopologyError> {
         if !self.sites.contains(name) {
-            return Err(TopologyError::UnknownSite { name: name.to_owned() });
+            return Err(TopologyError::UnknownSite {
+                name: name.to_owned(),
+            });
         }
         if is_referenced(name) {
-            return Err(TopologyError::SiteInUse { name: name.to_owned() });
+            return Err(TopologyError::SiteInUse {
+                name: name.to_owned(),
+            });
         }
         self.sites.remove(name);
         self.distances.remove(name);
@@ -146,11 +160,17 @@ impl Topology {
     pub fn set_distance(&mut self, a: &str, b: &str, value: f64) -> Result<f64, TopologyError> {
         for name in [a, b] {
             if !self.sites.contains(name) {
-                return Err(TopologyError::UnknownSite { name: name.to_owned() });
+                return Err(TopologyError::UnknownSite {
+                    name: name.to_owned(),
+                });
             }
         }
         if value.is_nan() || value < 0.0 {
-            return Err(TopologyError::InvalidDistance { a: a.to_owned(), b: b.to_owned(), value });
+            return Err(TopologyError::InvalidDistance {
+                a: a.to_owned(),
+                b: b.to_owned(),
+                value,
+            });
         }
         let previous = self.distance_unchecked(a, b);
         let default = if a == b { 0.0 } else { f64::INFINITY };
@@ -165,7 +185,10 @@ impl Topology {
             }
         } else {
             for (x, y) in [(a, b), (b, a)] {
-                self.distances.entry(x.to_owned()).or_default().insert(y.to_owned(), value);
+                self.distances
+                    .entry(x.to_owned())
+                    .or_default()
+                    .insert(y.to_owned(), value);
             }
         }
         Ok(previous)
@@ -224,10 +247,16 @@ mod tests {
     #[test]
     fn distance_is_symmetric_and_resettable() {
         let mut topology = sites(&["local", "remote"]);
-        assert_eq!(topology.set_distance("remote", "local", 32.0), Ok(f64::INFINITY));
+        assert_eq!(
+            topology.set_distance("remote", "local", 32.0),
+            Ok(f64::INFINITY)
+        );
         assert_eq!(topology.distance("local", "remote"), Some(32.0));
         assert_eq!(topology.distance("remote", "local"), Some(32.0));
-        assert_eq!(topology.set_distance("local", "remote", f64::INFINITY), Ok(32.0));
+        assert_eq!(
+            topology.set_distance("local", "remote", f64::INFINITY),
+            Ok(32.0)
+        );
         assert_eq!(topology.explicit_distances().count(), 0);
     }
 
@@ -236,7 +265,9 @@ mod tests {
         let mut topology = sites(&["local"]);
         topology.set_distance("local", "local", 100.0).expect("set");
         assert_eq!(topology.distance("local", "local"), Some(100.0));
-        topology.set_distance("local", "local", f64::INFINITY).expect("set");
+        topology
+            .set_distance("local", "local", f64::INFINITY)
+            .expect("set");
         assert_eq!(topology.distance("local", "local"), Some(f64::INFINITY));
         topology.set_distance("local", "local", 0.0).expect("set");
         assert_eq!(topology.explicit_distances().count(), 0);
@@ -260,9 +291,15 @@ mod tests {
     #[test]
     fn declare_twice_and_bad_names_are_refused() {
         let mut topology = sites(&["a"]);
-        assert_eq!(topology.declare("a"), Err(TopologyError::SiteExists { name: "a".into() }));
+        assert_eq!(
+            topology.declare("a"),
+            Err(TopologyError::SiteExists { name: "a".into() })
+        );
         for bad in ["", "a b", "a/b", &"x".repeat(65)] {
-            assert!(matches!(topology.declare(bad), Err(TopologyError::InvalidName { .. })));
+            assert!(matches!(
+                topology.declare(bad),
+                Err(TopologyError::InvalidName { .. })
+            ));
         }
     }
 
@@ -271,7 +308,10 @@ mod tests {
         let mut topology = sites(&["a", "b", "c"]);
         topology.set_distance("a", "b", 1.0).expect("set");
         topology.set_distance("b", "c", 2.0).expect("set");
-        assert_eq!(topology.remove("b", |s| s == "b"), Err(TopologyError::SiteInUse { name: "b".into() }));
+        assert_eq!(
+            topology.remove("b", |s| s == "b"),
+            Err(TopologyError::SiteInUse { name: "b".into() })
+        );
         assert_eq!(topology.distance("a", "b"), Some(1.0));
         topology.remove("b", |_| false).expect("remove");
         assert!(!topology.contains("b"));
@@ -279,6 +319,9 @@ mod tests {
         // Declaring it again starts from the defaults.
         topology.declare("b").expect("declare");
         assert_eq!(topology.distance("a", "b"), Some(f64::INFINITY));
-        assert_eq!(topology.remove("zz", |_| false), Err(TopologyError::UnknownSite { name: "zz".into() }));
+        assert_eq!(
+            topology.remove("zz", |_| false),
+            Err(TopologyError::UnknownSite { name: "zz".into() })
+        );
     }
 }

@@ -222,7 +222,11 @@ pub enum Response {
 impl Response {
     /// An error response.
     pub fn error(code: ErrorCode, message: impl Into<String>) -> Self {
-        Response::Err(ErrorBody { code, message: message.into(), explain: None })
+        Response::Err(ErrorBody {
+            code,
+            message: message.into(),
+            explain: None,
+        })
     }
 }
 
@@ -238,8 +242,16 @@ struct ResponseRepr {
 impl Serialize for Response {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let repr = match self {
-            Response::Ok(data) => ResponseRepr { ok: true, data: Some(data.clone()), error: None },
-            Response::Err(error) => ResponseRepr { ok: false, data: None, error: Some(error.clone()) },
+            Response::Ok(data) => ResponseRepr {
+                ok: true,
+                data: Some(data.clone()),
+                error: None,
+            },
+            Response::Err(error) => ResponseRepr {
+                ok: false,
+                data: None,
+                error: Some(error.clone()),
+            },
         };
         repr.serialize(serializer)
     }
@@ -251,8 +263,12 @@ impl<'de> Deserialize<'de> for Response {
         match (repr.ok, repr.data, repr.error) {
             (true, Some(data), None) => Ok(Response::Ok(data)),
             (false, None, Some(error)) => Ok(Response::Err(error)),
-            (true, _, _) => Err(serde::de::Error::custom("`ok: true` needs `data` and no `error`")),
-            (false, _, _) => Err(serde::de::Error::custom("`ok: false` needs `error` and no `data`")),
+            (true, _, _) => Err(serde::de::Error::custom(
+                "`ok: true` needs `data` and no `error`",
+            )),
+            (false, _, _) => Err(serde::de::Error::custom(
+                "`ok: false` needs `error` and no `data`",
+            )),
         }
     }
 }
@@ -563,7 +579,10 @@ mod tests {
             distance: Distance::Infinity,
         };
         let line = serde_json::to_string(&request).expect("serialize");
-        assert_eq!(line, r#"{"op":"site_distance","a":"local","b":"remote","distance":"infinity"}"#);
+        assert_eq!(
+            line,
+            r#"{"op":"site_distance","a":"local","b":"remote","distance":"infinity"}"#
+        );
         let back: Request = serde_json::from_str(&line).expect("deserialize");
         assert_eq!(back, request);
     }
@@ -581,7 +600,13 @@ mod tests {
             serde_json::from_str(r#"{"op":"select","zone":"z","site":"s"}"#).expect("parse");
         assert_eq!(
             request,
-            Request::Select { zone: "z".into(), site: "s".into(), msr: None, random: None, explain: false }
+            Request::Select {
+                zone: "z".into(),
+                site: "s".into(),
+                msr: None,
+                random: None,
+                explain: false
+            }
         );
         let request: Request = serde_json::from_str(r#"{"op":"site_matrix"}"#).expect("parse");
         assert_eq!(request, Request::SiteMatrix { names: vec![] });
@@ -589,27 +614,48 @@ mod tests {
 
     #[test]
     fn distance_accepts_number_or_infinity_only() {
-        assert_eq!(serde_json::from_str::<Distance>("3.5").expect("num"), Distance::Finite(3.5));
-        assert_eq!(serde_json::from_str::<Distance>("\"infinity\"").expect("inf"), Distance::Infinity);
+        assert_eq!(
+            serde_json::from_str::<Distance>("3.5").expect("num"),
+            Distance::Finite(3.5)
+        );
+        assert_eq!(
+            serde_json::from_str::<Distance>("\"infinity\"").expect("inf"),
+            Distance::Infinity
+        );
         assert!(serde_json::from_str::<Distance>("\"far\"").is_err());
         assert_eq!(Distance::Finite(32.0).to_string(), "32");
     }
 
     #[test]
     fn response_shapes() {
-        let ok = Response::Ok(ResponseData::Sites { sites: vec!["local".into()] });
+        let ok = Response::Ok(ResponseData::Sites {
+            sites: vec!["local".into()],
+        });
         let line = serde_json::to_string(&ok).expect("serialize");
-        assert_eq!(line, r#"{"ok":true,"data":{"kind":"sites","sites":["local"]}}"#);
+        assert_eq!(
+            line,
+            r#"{"ok":true,"data":{"kind":"sites","sites":["local"]}}"#
+        );
         assert_eq!(serde_json::from_str::<Response>(&line).expect("parse"), ok);
 
         let err = Response::error(ErrorCode::MsrNotFound, "none");
         let line = serde_json::to_string(&err).expect("serialize");
-        assert_eq!(line, r#"{"ok":false,"error":{"code":"msr_not_found","message":"none"}}"#);
+        assert_eq!(
+            line,
+            r#"{"ok":false,"error":{"code":"msr_not_found","message":"none"}}"#
+        );
         assert_eq!(serde_json::from_str::<Response>(&line).expect("parse"), err);
 
         let unknown: Response =
-            serde_json::from_str(r#"{"ok":false,"error":{"code":"new_thing","message":"m"}}"#).expect("parse");
-        assert!(matches!(unknown, Response::Err(ErrorBody { code: ErrorCode::Other, .. })));
+            serde_json::from_str(r#"{"ok":false,"error":{"code":"new_thing","message":"m"}}"#)
+                .expect("parse");
+        assert!(matches!(
+            unknown,
+            Response::Err(ErrorBody {
+                code: ErrorCode::Other,
+                ..
+            })
+        ));
         assert!(serde_json::from_str::<Response>(r#"{"ok":true}"#).is_err());
     }
 

@@ -9,6 +9,7 @@
 //!   transaction layer.
 //! * [`backoff`] — capped exponential backoff, pure.
 //! * [`admin`] — the collector control protocol (the only serde wire types).
+//! * [`logging`] — the daemons' default log filter.
 //!
 //! Architecture invariant: apart from [`sip::SipEndpoint`], nothing in this
 //! crate performs I/O, reads a clock or spawns a task.
@@ -17,4 +18,5 @@
 pub mod admin;
 pub mod backoff;
 pub mod event_package;
+pub mod logging;
 pub mod sip;

@@ -220,7 +220,9 @@ fn parse_distance(text: &str) -> Result<Distance, String> {
     }
     match text.parse::<f64>() {
         Ok(value) if value.is_finite() && value >= 0.0 => Ok(Distance::Finite(value)),
-        _ => Err(format!("`{text}` is not a distance: expected a number >= 0 or `infinity`")),
+        _ => Err(format!(
+            "`{text}` is not a distance: expected a number >= 0 or `infinity`"
+        )),
     }
 }
 
@@ -228,34 +230,62 @@ impl Command {
     /// The wire request for this command.
     pub fn to_request(&self) -> Request {
         match self {
-            Command::Site(SiteCommand::Declare { name }) => Request::SiteDeclare { name: name.clone() },
-            Command::Site(SiteCommand::Remove { name }) => Request::SiteRemove { name: name.clone() },
+            Command::Site(SiteCommand::Declare { name }) => {
+                Request::SiteDeclare { name: name.clone() }
+            }
+            Command::Site(SiteCommand::Remove { name }) => {
+                Request::SiteRemove { name: name.clone() }
+            }
             Command::Site(SiteCommand::List) => Request::SiteList,
-            Command::Site(SiteCommand::Distance { a, b, value }) => {
-                Request::SiteDistance { a: a.clone(), b: b.clone(), distance: *value }
-            }
-            Command::Site(SiteCommand::Matrix { names }) => Request::SiteMatrix { names: names.clone() },
-            Command::Msr(MsrCommand::Set { name, property: MsrProperty::PerformanceCoefficient { value } }) => {
-                Request::MsrSetPerformanceCoefficient { msr: name.clone(), value: *value }
-            }
-            Command::Msr(MsrCommand::Set { name, property: MsrProperty::Active { value } }) => {
-                Request::MsrSetActive { msr: name.clone(), active: *value }
-            }
+            Command::Site(SiteCommand::Distance { a, b, value }) => Request::SiteDistance {
+                a: a.clone(),
+                b: b.clone(),
+                distance: *value,
+            },
+            Command::Site(SiteCommand::Matrix { names }) => Request::SiteMatrix {
+                names: names.clone(),
+            },
+            Command::Msr(MsrCommand::Set {
+                name,
+                property: MsrProperty::PerformanceCoefficient { value },
+            }) => Request::MsrSetPerformanceCoefficient {
+                msr: name.clone(),
+                value: *value,
+            },
+            Command::Msr(MsrCommand::Set {
+                name,
+                property: MsrProperty::Active { value },
+            }) => Request::MsrSetActive {
+                msr: name.clone(),
+                active: *value,
+            },
             Command::Msr(MsrCommand::List) => Request::MsrList,
-            Command::Resource(ResourceCommand::List { filter }) => {
-                Request::ResourceList { active_only: filter.is_some() }
-            }
-            Command::Resource(ResourceCommand::Set { contact, property: ResourceProperty::Zone { zone } }) => {
-                Request::ResourceSetZone { contact: contact.clone(), zone: zone.clone() }
-            }
-            Command::Resource(ResourceCommand::Set { contact, property: ResourceProperty::Site { site } }) => {
-                Request::ResourceSetSite { contact: contact.clone(), site: site.clone() }
-            }
+            Command::Resource(ResourceCommand::List { filter }) => Request::ResourceList {
+                active_only: filter.is_some(),
+            },
+            Command::Resource(ResourceCommand::Set {
+                contact,
+                property: ResourceProperty::Zone { zone },
+            }) => Request::ResourceSetZone {
+                contact: contact.clone(),
+                zone: zone.clone(),
+            },
+            Command::Resource(ResourceCommand::Set {
+                contact,
+                property: ResourceProperty::Site { site },
+            }) => Request::ResourceSetSite {
+                contact: contact.clone(),
+                site: site.clone(),
+            },
             Command::Subscription(SubscriptionCommand::Set {
                 msr,
                 event,
                 property: SubscriptionProperty::Expires { secs },
-            }) => Request::SubscriptionSetExpires { msr: msr.clone(), event: event.clone(), expires: *secs },
+            }) => Request::SubscriptionSetExpires {
+                msr: msr.clone(),
+                event: event.clone(),
+                expires: *secs,
+            },
             Command::Subscription(SubscriptionCommand::List) => Request::SubscriptionList,
             Command::Select(args) => Request::Select {
                 zone: args.zone.clone(),
@@ -309,7 +339,11 @@ pub fn rewrite_aliases(args: Vec<OsString>) -> Vec<OsString> {
             Some(rest) => format!("subscription/{rest}"),
             None => path.to_owned(),
         };
-        out.extend(path.split('/').filter(|part| !part.is_empty()).map(OsString::from));
+        out.extend(
+            path.split('/')
+                .filter(|part| !part.is_empty())
+                .map(OsString::from),
+        );
     }
     out
 }
@@ -348,12 +382,19 @@ pub enum TransportError {
 /// # Errors
 /// [`TransportError`].
 pub fn call(socket: &Path, request: &Request) -> Result<Response, TransportError> {
-    let io = |source| TransportError::Io { path: socket.to_owned(), source };
-    let mut stream = UnixStream::connect(socket)
-        .map_err(|source| TransportError::Connect { path: socket.to_owned(), source })?;
+    let io = |source| TransportError::Io {
+        path: socket.to_owned(),
+        source,
+    };
+    let mut stream = UnixStream::connect(socket).map_err(|source| TransportError::Connect {
+        path: socket.to_owned(),
+        source,
+    })?;
     stream.set_read_timeout(Some(REPLY_TIMEOUT)).map_err(io)?;
-    let mut line = serde_json::to_string(request)
-        .map_err(|e| TransportError::BadAnswer { path: socket.to_owned(), reason: e.to_string() })?;
+    let mut line = serde_json::to_string(request).map_err(|e| TransportError::BadAnswer {
+        path: socket.to_owned(),
+        reason: e.to_string(),
+    })?;
     line.push('\n');
     stream.write_all(line.as_bytes()).map_err(io)?;
     let mut answer = String::new();
@@ -364,8 +405,10 @@ pub fn call(socket: &Path, request: &Request) -> Result<Response, TransportError
             reason: "connection closed without a response".into(),
         });
     }
-    serde_json::from_str(&answer)
-        .map_err(|e| TransportError::BadAnswer { path: socket.to_owned(), reason: e.to_string() })
+    serde_json::from_str(&answer).map_err(|e| TransportError::BadAnswer {
+        path: socket.to_owned(),
+        reason: e.to_string(),
+    })
 }
 
 /// What `msrctl` prints and its exit code, computed from a response.
@@ -388,10 +431,17 @@ pub fn output(command: &Command, json: bool, response: &Response) -> Output {
                 text.push('\n');
                 text
             } else {
-                let active_only = matches!(command, Command::Resource(ResourceCommand::List { filter: Some(_) }));
+                let active_only = matches!(
+                    command,
+                    Command::Resource(ResourceCommand::List { filter: Some(_) })
+                );
                 render::response(data, active_only)
             };
-            Output { stdout, stderr: String::new(), code: 0 }
+            Output {
+                stdout,
+                stderr: String::new(),
+                code: 0,
+            }
         }
         Response::Err(body) => {
             let (message, explain) = render::error(body);
@@ -404,7 +454,11 @@ pub fn output(command: &Command, json: bool, response: &Response) -> Output {
             } else {
                 explain.unwrap_or_default()
             };
-            Output { stdout, stderr: message + "\n", code: EXIT_REFUSED }
+            Output {
+                stdout,
+                stderr: message + "\n",
+                code: EXIT_REFUSED,
+            }
         }
     }
 }
@@ -438,39 +492,77 @@ mod tests {
     use super::*;
 
     fn parse(line: &str) -> Result<Cli, clap::Error> {
-        let args: Vec<OsString> = std::iter::once("msrctl").chain(line.split_whitespace()).map(Into::into).collect();
+        let args: Vec<OsString> = std::iter::once("msrctl")
+            .chain(line.split_whitespace())
+            .map(Into::into)
+            .collect();
         Cli::try_parse_from(rewrite_aliases(args))
     }
 
     fn request(line: &str) -> Request {
-        parse(line).map(|cli| cli.command.to_request()).unwrap_or_else(|e| panic!("{line}: {e}"))
+        parse(line)
+            .map(|cli| cli.command.to_request())
+            .unwrap_or_else(|e| panic!("{line}: {e}"))
     }
 
     #[test]
     fn commands_map_to_requests() {
-        assert_eq!(request("site declare local"), Request::SiteDeclare { name: "local".into() });
+        assert_eq!(
+            request("site declare local"),
+            Request::SiteDeclare {
+                name: "local".into()
+            }
+        );
         assert_eq!(
             request("site distance a b infinity"),
-            Request::SiteDistance { a: "a".into(), b: "b".into(), distance: Distance::Infinity }
+            Request::SiteDistance {
+                a: "a".into(),
+                b: "b".into(),
+                distance: Distance::Infinity
+            }
         );
         assert_eq!(
             request("site matrix local remote"),
-            Request::SiteMatrix { names: vec!["local".into(), "remote".into()] }
+            Request::SiteMatrix {
+                names: vec!["local".into(), "remote".into()]
+            }
         );
         assert_eq!(
             request("msr set msr_1 performance_coefficient 2"),
-            Request::MsrSetPerformanceCoefficient { msr: "msr_1".into(), value: 2.0 }
+            Request::MsrSetPerformanceCoefficient {
+                msr: "msr_1".into(),
+                value: 2.0
+            }
         );
-        assert_eq!(request("msr set msr_1 active false"), Request::MsrSetActive { msr: "msr_1".into(), active: false });
-        assert_eq!(request("resource list active"), Request::ResourceList { active_only: true });
-        assert_eq!(request("resource list"), Request::ResourceList { active_only: false });
+        assert_eq!(
+            request("msr set msr_1 active false"),
+            Request::MsrSetActive {
+                msr: "msr_1".into(),
+                active: false
+            }
+        );
+        assert_eq!(
+            request("resource list active"),
+            Request::ResourceList { active_only: true }
+        );
+        assert_eq!(
+            request("resource list"),
+            Request::ResourceList { active_only: false }
+        );
         assert_eq!(
             request("resource set lo@msr_1 site remote"),
-            Request::ResourceSetSite { contact: "lo@msr_1".into(), site: "remote".into() }
+            Request::ResourceSetSite {
+                contact: "lo@msr_1".into(),
+                site: "remote".into()
+            }
         );
         assert_eq!(
             request("subscription set msr_1 eltex-call-count expires 30"),
-            Request::SubscriptionSetExpires { msr: "msr_1".into(), event: "eltex-call-count".into(), expires: 30 }
+            Request::SubscriptionSetExpires {
+                msr: "msr_1".into(),
+                event: "eltex-call-count".into(),
+                expires: 30
+            }
         );
         assert_eq!(
             request("--json select --zone z --site s --msr msr_1 --random 58 --explain"),
@@ -486,22 +578,44 @@ mod tests {
 
     #[test]
     fn seed_slash_paths_are_aliases() {
-        assert_eq!(request("system/media/site/declare remote_side"), Request::SiteDeclare { name: "remote_side".into() });
+        assert_eq!(
+            request("system/media/site/declare remote_side"),
+            Request::SiteDeclare {
+                name: "remote_side".into()
+            }
+        );
         assert_eq!(request("/system/media/site/list"), Request::SiteList);
         assert_eq!(
             request("--socket /tmp/x.sock system/media/site/distance remote_1 local 64"),
-            Request::SiteDistance { a: "remote_1".into(), b: "local".into(), distance: Distance::Finite(64.0) }
+            Request::SiteDistance {
+                a: "remote_1".into(),
+                b: "local".into(),
+                distance: Distance::Finite(64.0)
+            }
         );
         assert_eq!(
             request("system/media/msr/subscription/set msr_1 eltex-call-count expires 30"),
-            Request::SubscriptionSetExpires { msr: "msr_1".into(), event: "eltex-call-count".into(), expires: 30 }
+            Request::SubscriptionSetExpires {
+                msr: "msr_1".into(),
+                event: "eltex-call-count".into(),
+                expires: 30
+            }
         );
-        assert_eq!(request("system/media/msr/subscription/list"), Request::SubscriptionList);
-        assert_eq!(request("system/media/resource/list active"), Request::ResourceList { active_only: true });
+        assert_eq!(
+            request("system/media/msr/subscription/list"),
+            Request::SubscriptionList
+        );
+        assert_eq!(
+            request("system/media/resource/list active"),
+            Request::ResourceList { active_only: true }
+        );
         // Only the command word is rewritten; a later argument keeps its slash.
         assert_eq!(
             request("resource set eth0/1@msr_1 zone rtk"),
-            Request::ResourceSetZone { contact: "eth0/1@msr_1".into(), zone: "rtk".into() }
+            Request::ResourceSetZone {
+                contact: "eth0/1@msr_1".into(),
+                zone: "rtk".into()
+            }
         );
     }
 
@@ -531,24 +645,47 @@ mod tests {
     #[test]
     fn output_codes() {
         let command = Command::Site(SiteCommand::List);
-        let ok = Response::Ok(msr_shared::admin::ResponseData::Sites { sites: vec!["local".into()] });
+        let ok = Response::Ok(msr_shared::admin::ResponseData::Sites {
+            sites: vec!["local".into()],
+        });
         let out = output(&command, false, &ok);
-        assert_eq!((out.stdout.as_str(), out.code), ("List of all sites:\n local\n", 0));
+        assert_eq!(
+            (out.stdout.as_str(), out.code),
+            ("List of all sites:\n local\n", 0)
+        );
         let out = output(&command, true, &ok);
         let value: serde_json::Value = serde_json::from_str(&out.stdout).expect("json");
         assert_eq!(value["sites"][0], "local");
-        let refused = Response::error(msr_shared::admin::ErrorCode::SiteExists, "site `local` is already declared");
+        let refused = Response::error(
+            msr_shared::admin::ErrorCode::SiteExists,
+            "site `local` is already declared",
+        );
         let out = output(&command, false, &refused);
         assert_eq!(out.code, EXIT_REFUSED);
-        assert_eq!(out.stderr, "error: site_exists: site `local` is already declared\n");
+        assert_eq!(
+            out.stderr,
+            "error: site_exists: site `local` is already declared\n"
+        );
     }
 
     #[test]
     fn unreachable_socket_exits_3() {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("none.sock");
-        let args = ["msrctl", "--socket", socket.to_str().expect("utf-8"), "site", "list"];
-        assert_eq!(run(args.iter().map(OsString::from).collect()), EXIT_UNREACHABLE);
-        assert_eq!(run(["msrctl", "nonsense"].iter().map(OsString::from).collect()), EXIT_USAGE);
+        let args = [
+            "msrctl",
+            "--socket",
+            socket.to_str().expect("utf-8"),
+            "site",
+            "list",
+        ];
+        assert_eq!(
+            run(args.iter().map(OsString::from).collect()),
+            EXIT_UNREACHABLE
+        );
+        assert_eq!(
+            run(["msrctl", "nonsense"].iter().map(OsString::from).collect()),
+            EXIT_USAGE
+        );
     }
 }

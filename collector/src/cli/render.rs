@@ -3,8 +3,8 @@
 
 use comfy_table::{Cell, CellAlignment, Table};
 use msr_shared::admin::{
-    Change, Distance, ErrorBody, Explain, MsrInfo, ResourceInfo, ResponseData, Selection, SiteMatrix,
-    SubscriptionInfo,
+    Change, Distance, ErrorBody, Explain, MsrInfo, ResourceInfo, ResponseData, Selection,
+    SiteMatrix, SubscriptionInfo,
 };
 
 /// The seed's box style: `┌─┬┐ │ ├┼┤ └┴┘`, one line under the header, no
@@ -28,12 +28,20 @@ pub enum Align {
 /// headers; they are centred with any odd space on the right, as in the seed
 /// (comfy-table would put it on the left).
 pub fn table(headers: &[&str], aligns: &[Align], rows: Vec<Vec<String>>) -> String {
-    let width = |text: &str| text.lines().map(|line| line.chars().count()).max().unwrap_or(0);
+    let width = |text: &str| {
+        text.lines()
+            .map(|line| line.chars().count())
+            .max()
+            .unwrap_or(0)
+    };
     let widths: Vec<usize> = headers
         .iter()
         .enumerate()
         .map(|(i, header)| {
-            rows.iter().filter_map(|row| row.get(i)).map(|cell| width(cell)).fold(width(header), usize::max)
+            rows.iter()
+                .filter_map(|row| row.get(i))
+                .map(|cell| width(cell))
+                .fold(width(header), usize::max)
         })
         .collect();
     let mut table = Table::new();
@@ -89,7 +97,10 @@ pub fn matrix(matrix: &SiteMatrix) -> String {
         .map(|(i, site)| {
             let mut row = vec![site.clone(), (i + 1).to_string()];
             let cells = matrix.cells.get(i).map(Vec::as_slice).unwrap_or_default();
-            row.extend((0..matrix.columns.len()).map(|c| cells.get(c).copied().map(distance_cell).unwrap_or_default()));
+            row.extend(
+                (0..matrix.columns.len())
+                    .map(|c| cells.get(c).copied().map(distance_cell).unwrap_or_default()),
+            );
             row
         })
         .collect();
@@ -100,7 +111,10 @@ pub fn matrix(matrix: &SiteMatrix) -> String {
 pub fn change(change: &Change) -> String {
     match change.entity.as_str() {
         "site" => {
-            let (a, b) = change.name.split_once(' ').unwrap_or((&change.name, &change.name));
+            let (a, b) = change
+                .name
+                .split_once(' ')
+                .unwrap_or((&change.name, &change.name));
             format!("Distance between {a} and {b} changed to: {}.\n", change.to)
         }
         "subscription" => {
@@ -133,7 +147,12 @@ pub fn msrs(msrs: &[MsrInfo]) -> String {
     let rows = msrs
         .iter()
         .map(|m| {
-            vec![m.name.clone(), coefficient(m.performance_coefficient), m.active.to_string(), m.registered.to_string()]
+            vec![
+                m.name.clone(),
+                coefficient(m.performance_coefficient),
+                m.active.to_string(),
+                m.registered.to_string(),
+            ]
         })
         .collect();
     let headers = ["Name", "Performance\ncoefficient", "Active", "Registered"];
@@ -148,8 +167,20 @@ fn optional<T: ToString>(value: Option<T>) -> String {
 /// `resource list [active]`: one row per contact (SPEC §5).
 pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
     let headers = [
-        "Node", "MSR", "MSR\nversion", "MSR\nperf coef", "MSR\nload", "Active", "Zone", "Site", "Contact", "Status",
-        "Expired", "Subscription", "Report\nage", "Stale",
+        "Node",
+        "MSR",
+        "MSR\nversion",
+        "MSR\nperf coef",
+        "MSR\nload",
+        "Active",
+        "Zone",
+        "Site",
+        "Contact",
+        "Status",
+        "Expired",
+        "Subscription",
+        "Report\nage",
+        "Stale",
     ];
     let aligns = [
         Align::Left,
@@ -172,7 +203,11 @@ pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
         .iter()
         .map(|r| {
             // The seed shows each node once, on its first row.
-            let node = if previous_node == Some(r.node.as_str()) { String::new() } else { r.node.clone() };
+            let node = if previous_node == Some(r.node.as_str()) {
+                String::new()
+            } else {
+                r.node.clone()
+            };
             previous_node = Some(&r.node);
             vec![
                 node,
@@ -188,11 +223,19 @@ pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
                 r.expires_secs.to_string(),
                 r.subscription.clone(),
                 optional(r.report_age_secs),
-                if r.stale { "stale".to_owned() } else { String::new() },
+                if r.stale {
+                    "stale".to_owned()
+                } else {
+                    String::new()
+                },
             ]
         })
         .collect();
-    let title = if active_only { "  Active media resource selected list:" } else { "  Media resource list:" };
+    let title = if active_only {
+        "  Active media resource selected list:"
+    } else {
+        "  Media resource list:"
+    };
     format!("{title}\n{}\n", table(&headers, &aligns, body))
 }
 
@@ -210,13 +253,27 @@ pub fn timestamp(unix: i64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}/{month:02}/{day:02} {:02}:{:02}:{:02}", secs / 3600, secs % 3600 / 60, secs % 60)
+    format!(
+        "{year:04}/{month:02}/{day:02} {:02}:{:02}:{:02}",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60
+    )
 }
 
 /// `subscription list` (columns as in the seed).
 pub fn subscriptions(rows: &[SubscriptionInfo]) -> String {
-    let headers =
-        ["MSR", "Is MSR\nregistered?", "Event", "Active", "Expires", "Notify", "Timestamp", "Event id", "Status"];
+    let headers = [
+        "MSR",
+        "Is MSR\nregistered?",
+        "Event",
+        "Active",
+        "Expires",
+        "Notify",
+        "Timestamp",
+        "Event id",
+        "Status",
+    ];
     let aligns = [
         Align::Left,
         Align::Left,
@@ -244,7 +301,10 @@ pub fn subscriptions(rows: &[SubscriptionInfo]) -> String {
             ]
         })
         .collect();
-    format!(" Subscriptions on msr\n{}\n", table(&headers, &aligns, body))
+    format!(
+        " Subscriptions on msr\n{}\n",
+        table(&headers, &aligns, body)
+    )
 }
 
 fn number(value: f64) -> String {
@@ -273,13 +333,25 @@ pub fn explain(explain: &Explain) -> String {
                 Distance::Infinity => "infinity".to_owned(),
                 Distance::Finite(d) => number(d),
             };
-            vec![c.contact.clone(), c.msr.clone(), c.site.clone(), distance, c.outcome.clone()]
+            vec![
+                c.contact.clone(),
+                c.msr.clone(),
+                c.site.clone(),
+                distance,
+                c.outcome.clone(),
+            ]
         })
         .collect();
     out.push_str("Candidates:\n");
     out.push_str(&table(
         &["Contact", "MSR", "Site", "Distance", "Outcome"],
-        &[Align::Left, Align::Left, Align::Left, Align::Right, Align::Left],
+        &[
+            Align::Left,
+            Align::Left,
+            Align::Left,
+            Align::Right,
+            Align::Left,
+        ],
         candidates,
     ));
     out.push('\n');
@@ -287,8 +359,16 @@ pub fn explain(explain: &Explain) -> String {
         .intervals
         .iter()
         .map(|i| {
-            let load = if i.reported { i.load.to_string() } else { "-".to_owned() };
-            let load = if i.stale { format!("{load} (stale)") } else { load };
+            let load = if i.reported {
+                i.load.to_string()
+            } else {
+                "-".to_owned()
+            };
+            let load = if i.stale {
+                format!("{load} (stale)")
+            } else {
+                load
+            };
             vec![
                 i.msr.clone(),
                 i.contact.clone(),
@@ -302,12 +382,23 @@ pub fn explain(explain: &Explain) -> String {
     out.push_str("Intervals:\n");
     out.push_str(&table(
         &["MSR", "Contact", "Load", "Perf\ncoef", "Weight", "Interval"],
-        &[Align::Left, Align::Left, Align::Right, Align::Right, Align::Right, Align::Left],
+        &[
+            Align::Left,
+            Align::Left,
+            Align::Right,
+            Align::Right,
+            Align::Right,
+            Align::Left,
+        ],
         intervals,
     ));
     out.push('\n');
     match explain.draw {
-        Some(draw) => out.push_str(&format!("Draw {} in [0, {})\n", number(draw), number(explain.total))),
+        Some(draw) => out.push_str(&format!(
+            "Draw {} in [0, {})\n",
+            number(draw),
+            number(explain.total)
+        )),
         None => out.push_str(&format!("No draw (total {})\n", number(explain.total))),
     }
     out
@@ -350,7 +441,10 @@ pub fn response(data: &ResponseData, active_only: bool) -> String {
 /// An error for stderr: `error: <code>: <message>`; a refused `select
 /// --explain` also gets its steps (returned as the second value, for stdout).
 pub fn error(body: &ErrorBody) -> (String, Option<String>) {
-    (format!("error: {}: {}", body.code, body.message), body.explain.as_ref().map(explain))
+    (
+        format!("error: {}: {}", body.code, body.message),
+        body.explain.as_ref().map(explain),
+    )
 }
 
 #[cfg(test)]
@@ -366,7 +460,12 @@ mod tests {
     #[test]
     fn seed_matrix_first_example() {
         let data = SiteMatrix {
-            sites: vec!["local".into(), "site_102".into(), "site_103".into(), "site_104".into()],
+            sites: vec![
+                "local".into(),
+                "site_102".into(),
+                "site_103".into(),
+                "site_104".into(),
+            ],
             columns: vec![0, 1, 2, 3],
             cells: vec![
                 vec![f(0.0), f(10.0), f(20.0), INF],
@@ -394,7 +493,12 @@ Legend:
     #[test]
     fn seed_matrix_second_example_with_named_columns() {
         let data = SiteMatrix {
-            sites: vec!["local".into(), "remote".into(), "remote_1".into(), "remote_side".into()],
+            sites: vec![
+                "local".into(),
+                "remote".into(),
+                "remote_1".into(),
+                "remote_side".into(),
+            ],
             columns: vec![0, 1, 2],
             cells: vec![
                 vec![f(0.0), INF, f(32.0)],
@@ -428,7 +532,10 @@ Legend:
             from: "1.0".into(),
             to: "2".into(),
         };
-        assert_eq!(change(&msr), " msr   msr_1\n set   performance_coefficient\n from  1.0\n to    2\n");
+        assert_eq!(
+            change(&msr),
+            " msr   msr_1\n set   performance_coefficient\n from  1.0\n to    2\n"
+        );
         let sub = Change {
             entity: "subscription".into(),
             name: "msr_1 eltex-call-count".into(),
@@ -436,7 +543,10 @@ Legend:
             from: "60".into(),
             to: "30".into(),
         };
-        assert_eq!(change(&sub), " msr   msr_1\n event eltex-call-count\n set   expires\n from  60\n to    30\n");
+        assert_eq!(
+            change(&sub),
+            " msr   msr_1\n event eltex-call-count\n set   expires\n from  60\n to    30\n"
+        );
         let site = Change {
             entity: "site".into(),
             name: "remote_1 local".into(),
@@ -444,19 +554,41 @@ Legend:
             from: "infinity".into(),
             to: "64".into(),
         };
-        assert_eq!(change(&site), "Distance between remote_1 and local changed to: 64.\n");
+        assert_eq!(
+            change(&site),
+            "Distance between remote_1 and local changed to: 64.\n"
+        );
     }
 
     #[test]
     fn seed_msr_list_layout() {
         let list = [
-            MsrInfo { name: "msr_1".into(), performance_coefficient: 2.0, active: true, registered: true },
-            MsrInfo { name: "msr_2".into(), performance_coefficient: 1.0, active: true, registered: true },
+            MsrInfo {
+                name: "msr_1".into(),
+                performance_coefficient: 2.0,
+                active: true,
+                registered: true,
+            },
+            MsrInfo {
+                name: "msr_2".into(),
+                performance_coefficient: 1.0,
+                active: true,
+                registered: true,
+            },
         ];
         let out = msrs(&list);
-        assert!(out.contains("│ Name  │ Performance │ Active │ Registered │"), "{out}");
-        assert!(out.contains("│       │ coefficient │        │            │"), "{out}");
-        assert!(out.contains("│ msr_1 │         2.0 │ true   │ true       │"), "{out}");
+        assert!(
+            out.contains("│ Name  │ Performance │ Active │ Registered │"),
+            "{out}"
+        );
+        assert!(
+            out.contains("│       │ coefficient │        │            │"),
+            "{out}"
+        );
+        assert!(
+            out.contains("│ msr_1 │         2.0 │ true   │ true       │"),
+            "{out}"
+        );
     }
 
     #[test]
@@ -478,7 +610,10 @@ Legend:
         let expected_row =
             "│ msr_1 │ true        │ eltex-call-count │ true   │      30 │      0 │ 2019/05/14 23:16:34 │ 0615cfa9332fdbbd │ active │";
         assert!(out.contains(expected_row), "{out}");
-        assert!(out.contains("│  MSR  │   Is MSR    │      Event       │ Active │ Expires │ Notify │"), "{out}");
+        assert!(
+            out.contains("│  MSR  │   Is MSR    │      Event       │ Active │ Expires │ Notify │"),
+            "{out}"
+        );
     }
 
     #[test]
@@ -504,9 +639,15 @@ Legend:
             subscription: "active".into(),
         };
         let out = resources(&[row("msr_1"), row("msr_2")], true);
-        assert!(out.starts_with("  Active media resource selected list:\n┌"), "{out}");
+        assert!(
+            out.starts_with("  Active media resource selected list:\n┌"),
+            "{out}"
+        );
         assert_eq!(out.matches("core1@ecss1").count(), 1, "{out}");
-        assert!(out.contains("│ bond1.2@msr_2 │ registered │      58 │"), "{out}");
+        assert!(
+            out.contains("│ bond1.2@msr_2 │ registered │      58 │"),
+            "{out}"
+        );
     }
 
     #[test]
@@ -533,7 +674,10 @@ Legend:
             draw: Some(58.0),
         };
         let out = explain(&e);
-        assert!(out.contains("│ msr_2 │ con_1@msr_2 │   40 │  0.9 │     54 │ [45, 99) │"), "{out}");
+        assert!(
+            out.contains("│ msr_2 │ con_1@msr_2 │   40 │  0.9 │     54 │ [45, 99) │"),
+            "{out}"
+        );
         assert!(out.contains("Draw 58 in [0, 147)"), "{out}");
     }
 }

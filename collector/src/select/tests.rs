@@ -31,15 +31,30 @@ impl World {
         for site in ["local", "near", "far", "isolated"] {
             operator.declare_site(site).expect("declare");
         }
-        operator.set_distance("local", "near", 10.0).expect("distance");
-        operator.set_distance("local", "far", 20.0).expect("distance");
-        Self { operator, table: LoadTable::new("test".into()), now: Instant::now() }
+        operator
+            .set_distance("local", "near", 10.0)
+            .expect("distance");
+        operator
+            .set_distance("local", "far", 20.0)
+            .expect("distance");
+        Self {
+            operator,
+            table: LoadTable::new("test".into()),
+            now: Instant::now(),
+        }
     }
 
     fn contact(&mut self, spec: Spec) -> &mut Self {
-        let msr = spec.contact.split_once('@').map_or(spec.contact, |(_, msr)| msr);
-        self.operator.set_contact_zone(spec.contact, spec.zone).expect("zone");
-        self.operator.set_contact_site(spec.contact, spec.site).expect("site");
+        let msr = spec
+            .contact
+            .split_once('@')
+            .map_or(spec.contact, |(_, msr)| msr);
+        self.operator
+            .set_contact_zone(spec.contact, spec.zone)
+            .expect("zone");
+        self.operator
+            .set_contact_site(spec.contact, spec.site)
+            .expect("site");
         let binding = ContactBinding {
             contact: spec.contact.into(),
             msr: msr.into(),
@@ -47,28 +62,49 @@ impl World {
             version: None,
             expires_at: self.now + Duration::from_secs(3600),
         };
-        self.table.upsert_contact(binding, &self.operator, "default", "local");
+        self.table
+            .upsert_contact(binding, &self.operator, "default", "local");
         self
     }
 
     fn load(&mut self, msr: &str, load: u8) -> &mut Self {
-        let report = LoadReport { msr: msr.into(), load, cpu: load, calls: 0, max_calls: 100 };
+        let report = LoadReport {
+            msr: msr.into(),
+            load,
+            cpu: load,
+            calls: 0,
+            max_calls: 100,
+        };
         self.table.set_load(msr, report, self.now);
         self
     }
 
     fn coefficient(&mut self, msr: &str, value: f64) -> &mut Self {
-        self.operator.set_performance_coefficient(msr, value).expect("coefficient");
-        self.table.apply_operator(&self.operator, "default", "local");
+        self.operator
+            .set_performance_coefficient(msr, value)
+            .expect("coefficient");
+        self.table
+            .apply_operator(&self.operator, "default", "local");
         self
     }
 
     fn query(&self, zone: &str, site: &str, msr: Option<&str>) -> Query {
-        Query { zone: zone.into(), site: site.into(), msr: msr.map(Into::into), now: self.now }
+        Query {
+            zone: zone.into(),
+            site: site.into(),
+            msr: msr.map(Into::into),
+            now: self.now,
+        }
     }
 
     fn fixed(&self, query: &Query, draw: f64) -> Explanation {
-        explain::<StdRng>(&self.table, self.operator.topology(), query, Draw::Fixed(draw)).expect("draw in range")
+        explain::<StdRng>(
+            &self.table,
+            self.operator.topology(),
+            query,
+            Draw::Fixed(draw),
+        )
+        .expect("draw in range")
     }
 
     fn pick(&self, query: &Query) -> Result<Choice, Refusal> {
@@ -78,7 +114,11 @@ impl World {
 }
 
 fn c(contact: &'static str, zone: &'static str, site: &'static str) -> Spec {
-    Spec { contact, zone, site }
+    Spec {
+        contact,
+        zone,
+        site,
+    }
 }
 
 /// Seed 000's worked example as restated in SPEC §7.
@@ -98,7 +138,11 @@ fn worked_example() -> World {
 }
 
 fn bounds(explanation: &Explanation) -> Vec<(String, f64, f64)> {
-    explanation.intervals.iter().map(|row| (row.msr.clone(), row.bottom, row.top)).collect()
+    explanation
+        .intervals
+        .iter()
+        .map(|row| (row.msr.clone(), row.bottom, row.top))
+        .collect()
 }
 
 fn approx(a: f64, b: f64) -> bool {
@@ -110,12 +154,19 @@ fn worked_example_intervals_and_draw() {
     let world = worked_example();
     let query = world.query("default", "local", None);
     let explanation = world.fixed(&query, 58.0);
-    let expected = [("msr_1", 0.0, 45.0), ("msr_2", 45.0, 99.0), ("msr_3", 99.0, 147.0)];
+    let expected = [
+        ("msr_1", 0.0, 45.0),
+        ("msr_2", 45.0, 99.0),
+        ("msr_3", 99.0, 147.0),
+    ];
     let got = bounds(&explanation);
     assert_eq!(got.len(), 3);
     for ((msr, bottom, top), (want_msr, want_bottom, want_top)) in got.iter().zip(expected) {
         assert_eq!(msr, want_msr);
-        assert!(approx(*bottom, want_bottom) && approx(*top, want_top), "{got:?}");
+        assert!(
+            approx(*bottom, want_bottom) && approx(*top, want_top),
+            "{got:?}"
+        );
     }
     assert!(approx(explanation.total, 147.0));
     let choice = explanation.outcome.expect("choice");
@@ -124,7 +175,11 @@ fn worked_example_intervals_and_draw() {
     assert!(!choice.media_bridge);
     // Step 4 kept the first contact of msr_1 by name.
     assert_eq!(explanation.intervals[0].contact, "con_1@msr_1");
-    let dup = explanation.candidates.iter().find(|c| c.contact == "con_2@msr_1").expect("candidate");
+    let dup = explanation
+        .candidates
+        .iter()
+        .find(|c| c.contact == "con_2@msr_1")
+        .expect("candidate");
     assert_eq!(dup.outcome, CandidateOutcome::DuplicateMsr);
 }
 
@@ -138,19 +193,36 @@ fn interval_edges() {
     assert_eq!(msr_at(45.0), "msr_2");
     assert_eq!(msr_at(99.0), "msr_3");
     assert_eq!(msr_at(146.999), "msr_3");
-    let out = explain::<StdRng>(&world.table, world.operator.topology(), &query, Draw::Fixed(147.0));
+    let out = explain::<StdRng>(
+        &world.table,
+        world.operator.topology(),
+        &query,
+        Draw::Fixed(147.0),
+    );
     assert!(matches!(out, Err(DrawOutOfRange { .. })));
-    let out = explain::<StdRng>(&world.table, world.operator.topology(), &query, Draw::Fixed(-1.0));
+    let out = explain::<StdRng>(
+        &world.table,
+        world.operator.topology(),
+        &query,
+        Draw::Fixed(-1.0),
+    );
     assert!(matches!(out, Err(DrawOutOfRange { .. })));
 }
 
 #[test]
 fn filter_zone() {
     let mut world = World::new();
-    world.contact(c("a@msr_1", "default", "local")).contact(c("a@msr_2", "rtk", "local"));
-    let choice = world.pick(&world.query("rtk", "local", None)).expect("choice");
+    world
+        .contact(c("a@msr_1", "default", "local"))
+        .contact(c("a@msr_2", "rtk", "local"));
+    let choice = world
+        .pick(&world.query("rtk", "local", None))
+        .expect("choice");
     assert_eq!(choice.msr, "msr_2");
-    assert_eq!(world.pick(&world.query("nowhere", "local", None)), Err(Refusal::MsrNotFound));
+    assert_eq!(
+        world.pick(&world.query("nowhere", "local", None)),
+        Err(Refusal::MsrNotFound)
+    );
 }
 
 #[test]
@@ -166,11 +238,18 @@ fn filter_registered() {
 #[test]
 fn filter_active() {
     let mut world = World::new();
-    world.contact(c("a@msr_1", "default", "local")).contact(c("a@msr_2", "default", "local"));
+    world
+        .contact(c("a@msr_1", "default", "local"))
+        .contact(c("a@msr_2", "default", "local"));
     world.operator.set_active("msr_1", false).expect("active");
-    world.table.apply_operator(&world.operator, "default", "local");
+    world
+        .table
+        .apply_operator(&world.operator, "default", "local");
     for draw in [0.0, 50.0, 99.0] {
-        let choice = world.fixed(&world.query("default", "local", None), draw).outcome.expect("choice");
+        let choice = world
+            .fixed(&world.query("default", "local", None), draw)
+            .outcome
+            .expect("choice");
         assert_eq!(choice.msr, "msr_2");
     }
 }
@@ -185,23 +264,51 @@ fn only_min_distance_is_kept_and_ties_share() {
         .contact(c("a@msr_4", "default", "isolated"));
     let explanation = world.fixed(&world.query("default", "local", None), 150.0);
     assert_eq!(explanation.min_distance, Some(10.0));
-    let kept: Vec<_> = explanation.intervals.iter().map(|row| row.msr.as_str()).collect();
+    let kept: Vec<_> = explanation
+        .intervals
+        .iter()
+        .map(|row| row.msr.as_str())
+        .collect();
     assert_eq!(kept, ["msr_1", "msr_3"]);
     let outcome_of = |contact: &str| {
-        explanation.candidates.iter().find(|c| c.contact == contact).map(|c| c.outcome)
+        explanation
+            .candidates
+            .iter()
+            .find(|c| c.contact == contact)
+            .map(|c| c.outcome)
     };
     assert_eq!(outcome_of("a@msr_2"), Some(CandidateOutcome::Farther));
-    assert_eq!(outcome_of("a@msr_4"), Some(CandidateOutcome::InfiniteDistance));
+    assert_eq!(
+        outcome_of("a@msr_4"),
+        Some(CandidateOutcome::InfiniteDistance)
+    );
     assert_eq!(explanation.outcome.expect("choice").msr, "msr_3");
 }
 
 #[test]
 fn own_site_drained_moves_traffic() {
     let mut world = World::new();
-    world.contact(c("a@msr_1", "default", "local")).contact(c("a@msr_2", "default", "near"));
-    assert_eq!(world.pick(&world.query("default", "local", None)).expect("choice").msr, "msr_1");
-    world.operator.set_distance("local", "local", 100.0).expect("drain");
-    assert_eq!(world.pick(&world.query("default", "local", None)).expect("choice").msr, "msr_2");
+    world
+        .contact(c("a@msr_1", "default", "local"))
+        .contact(c("a@msr_2", "default", "near"));
+    assert_eq!(
+        world
+            .pick(&world.query("default", "local", None))
+            .expect("choice")
+            .msr,
+        "msr_1"
+    );
+    world
+        .operator
+        .set_distance("local", "local", 100.0)
+        .expect("drain");
+    assert_eq!(
+        world
+            .pick(&world.query("default", "local", None))
+            .expect("choice")
+            .msr,
+        "msr_2"
+    );
 }
 
 #[test]
@@ -218,26 +325,38 @@ fn msr_preference_kept() {
     assert_eq!(choice.contact, "a@msr_2");
     assert!(!choice.media_bridge);
     assert!(!explanation.media_bridge);
-    let other = explanation.candidates.iter().find(|c| c.msr == "msr_1").expect("candidate");
+    let other = explanation
+        .candidates
+        .iter()
+        .find(|c| c.msr == "msr_1")
+        .expect("candidate");
     assert_eq!(other.outcome, CandidateOutcome::OtherMsr);
 }
 
 #[test]
 fn msr_preference_lost_needs_media_bridge() {
     let mut world = World::new();
-    world.contact(c("a@msr_1", "default", "local")).contact(c("a@msr_2", "rtk", "local"));
-    let choice = world.pick(&world.query("default", "local", Some("msr_2"))).expect("choice");
+    world
+        .contact(c("a@msr_1", "default", "local"))
+        .contact(c("a@msr_2", "rtk", "local"));
+    let choice = world
+        .pick(&world.query("default", "local", Some("msr_2")))
+        .expect("choice");
     assert_eq!(choice.msr, "msr_1");
     assert!(choice.media_bridge);
     // An unknown MSR is lost the same way.
-    let choice = world.pick(&world.query("default", "local", Some("msr_9"))).expect("choice");
+    let choice = world
+        .pick(&world.query("default", "local", Some("msr_9")))
+        .expect("choice");
     assert!(choice.media_bridge);
 }
 
 #[test]
 fn all_infinite_is_msr_not_found() {
     let mut world = World::new();
-    world.contact(c("a@msr_1", "default", "isolated")).contact(c("a@msr_2", "default", "isolated"));
+    world
+        .contact(c("a@msr_1", "default", "isolated"))
+        .contact(c("a@msr_2", "default", "isolated"));
     let explanation = world.fixed(&world.query("default", "local", None), 0.0);
     assert_eq!(explanation.outcome, Err(Refusal::MsrNotFound));
     assert_eq!(explanation.min_distance, None);
@@ -252,7 +371,10 @@ fn all_full_is_msr_overloaded() {
         .contact(c("a@msr_2", "default", "local"))
         .load("msr_1", 100)
         .load("msr_2", 100);
-    assert_eq!(world.pick(&world.query("default", "local", None)), Err(Refusal::MsrOverloaded));
+    assert_eq!(
+        world.pick(&world.query("default", "local", None)),
+        Err(Refusal::MsrOverloaded)
+    );
     assert_eq!(Refusal::MsrOverloaded.cause(), "msr_overloaded");
     // One with room left takes every draw.
     world.load("msr_2", 99);
@@ -264,19 +386,28 @@ fn all_full_is_msr_overloaded() {
 fn undeclared_leg_site_is_unknown_site() {
     let mut world = World::new();
     world.contact(c("a@msr_1", "default", "local"));
-    assert_eq!(world.pick(&world.query("default", "atlantis", None)), Err(Refusal::UnknownSite));
+    assert_eq!(
+        world.pick(&world.query("default", "atlantis", None)),
+        Err(Refusal::UnknownSite)
+    );
     assert_eq!(Refusal::UnknownSite.cause(), "unknown_site");
 }
 
 #[test]
 fn missing_report_counts_as_idle_and_stale_is_used_as_is() {
     let mut world = World::new();
-    world.contact(c("a@msr_1", "default", "local")).contact(c("a@msr_2", "default", "local")).load("msr_2", 50);
+    world
+        .contact(c("a@msr_1", "default", "local"))
+        .contact(c("a@msr_2", "default", "local"))
+        .load("msr_2", 50);
     let mut query = world.query("default", "local", None);
     query.now = world.now + Duration::from_secs(600);
     let explanation = world.fixed(&query, 0.0);
     let first = &explanation.intervals[0];
-    assert_eq!((first.load, first.reported, first.weight), (0, false, 100.0));
+    assert_eq!(
+        (first.load, first.reported, first.weight),
+        (0, false, 100.0)
+    );
     let second = &explanation.intervals[1];
     assert!(second.stale);
     assert_eq!(second.weight, 50.0);
@@ -287,10 +418,14 @@ fn shares(world: &World, query: &Query, seed: u64, n: u32) -> BTreeMap<String, f
     let mut rng = StdRng::seed_from_u64(seed);
     let mut counts: BTreeMap<String, u32> = BTreeMap::new();
     for _ in 0..n {
-        let choice = select(&world.table, world.operator.topology(), query, &mut rng).expect("choice");
+        let choice =
+            select(&world.table, world.operator.topology(), query, &mut rng).expect("choice");
         *counts.entry(choice.msr).or_default() += 1;
     }
-    counts.into_iter().map(|(msr, count)| (msr, f64::from(count) / f64::from(n))).collect()
+    counts
+        .into_iter()
+        .map(|(msr, count)| (msr, f64::from(count) / f64::from(n)))
+        .collect()
 }
 
 #[test]
@@ -324,7 +459,11 @@ fn arbitrary_world(
     let mut k = 0;
     for (i, a) in SITES.iter().enumerate() {
         for b in &SITES[i..] {
-            let value = distances.get(k).copied().flatten().map_or(f64::INFINITY, f64::from);
+            let value = distances
+                .get(k)
+                .copied()
+                .flatten()
+                .map_or(f64::INFINITY, f64::from);
             operator.set_distance(a, b, value).expect("distance");
             k += 1;
         }
@@ -334,22 +473,52 @@ fn arbitrary_world(
     for &(m, i, zone, site, active, registered) in contacts {
         let msr = format!("msr_{m}");
         let contact = format!("if{i}@{msr}");
-        operator.set_contact_zone(&contact, ZONES[zone]).expect("zone");
-        operator.set_contact_site(&contact, SITES[site]).expect("site");
+        operator
+            .set_contact_zone(&contact, ZONES[zone])
+            .expect("zone");
+        operator
+            .set_contact_site(&contact, SITES[site])
+            .expect("site");
         operator.set_active(&msr, active).expect("active");
-        let expires_at = if registered { now + Duration::from_secs(60) } else { now };
-        let binding = ContactBinding { contact, msr: msr.clone(), uri: String::new(), version: None, expires_at };
+        let expires_at = if registered {
+            now + Duration::from_secs(60)
+        } else {
+            now
+        };
+        let binding = ContactBinding {
+            contact,
+            msr: msr.clone(),
+            uri: String::new(),
+            version: None,
+            expires_at,
+        };
         table.upsert_contact(binding, &operator, "z0", "s0");
     }
     for (m, load) in loads.iter().enumerate() {
         let msr = format!("msr_{m}");
-        table.set_load(&msr, LoadReport { msr: msr.clone(), load: *load, cpu: 0, calls: 0, max_calls: 0 }, now);
+        table.set_load(
+            &msr,
+            LoadReport {
+                msr: msr.clone(),
+                load: *load,
+                cpu: 0,
+                calls: 0,
+                max_calls: 0,
+            },
+            now,
+        );
     }
     for (m, coefficient) in coefficients.iter().enumerate() {
-        operator.set_performance_coefficient(&format!("msr_{m}"), *coefficient).expect("coefficient");
+        operator
+            .set_performance_coefficient(&format!("msr_{m}"), *coefficient)
+            .expect("coefficient");
     }
     table.apply_operator(&operator, "z0", "s0");
-    World { operator, table, now }
+    World {
+        operator,
+        table,
+        now,
+    }
 }
 
 proptest! {

@@ -1,0 +1,1400 @@
+//! `msr-loadgen`: measures a running `msr-collector` at scale.
+//!
+//! A benchmark tool, not a test: it prints figures and never asserts on time.
+//!
+//! * `notify` plays N fake MSRs over a few UDP sockets on 127.0.0.1: each
+//!   REGISTERs (answering the digest challenge), answers the collector's
+//!   SUBSCRIBE with 200 and then sends `eltex-call-count` NOTIFYs in that
+//!   dialog at a target aggregate rate spread evenly over the MSRs. It counts
+//!   what was sent, answered, retransmitted (own UDP timers: T1 = 500 ms,
+//!   doubling to T2 = 4 s, given up at Timer F = 32 s) and lost, samples the
+//!   collector's CPU and RSS from `/proc`, and finally checks through the
+//!   control socket that every MSR's row shows the last load it sent.
+//! * `select` runs N concurrent control-socket clients issuing `select`
+//!   requests and reports round-trip latency and aggregate selections/s.
+//!
+//! Messages are written as text for throughput (this is a test tool);
+//! everything received is parsed with rsipstack.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use msr_shared::admin::{ErrorCode, Request, Response, ResponseData};
+use msr_shared::event_package::{LoadReport, CONTENT_TYPE, EVENT};
+use msr_shared::sip::{self, Method, SipMessage, StatusCode};
+use rsipstack::dialog::authenticate::compute_digest;
+use rsipstack::sip::headers::auth::{Algorithm, AuthQop};
+use system_tests::AdminClient;
+use tokio::net::UdpSocket;
+
+const USER_AGENT: &str = concat!("msr-loadgen/", env!("CARGO_PKG_VERSION"));
+/// RFC 3261 T1: first retransmission interval of a non-INVITE request over UDP.
+const T1: Duration = Duration::from_millis(500);
+/// RFC 3261 T2: cap of the retransmission interval.
+const T2: Duration = Duration::from_secs(4);
+/// RFC 3261 Timer F: a non-INVITE client transaction gives up after 64 × T1.
+const TIMER_F: Duration = Duration::from_secs(32);
+
+/// Load generator for msr-collector: NOTIFY throughput and selection latency.
+///
+/// Benchmarks only; every figure is printed, nothing is asserted.
+#[derive(Parser, Debug)]
+#[command(
+    name = "msr-loadgen",
+    version,
+    after_help = "Examples:\n  \
+    msr-loadgen notify --collector 127.0.0.1:5060 --msrs 1000 --rate 5000 --duration 30 --socket /tmp/msr-collector.sock\n  \
+    msr-loadgen select --socket /tmp/msr-collector.sock --clients 4 --requests 100000 --declare-site"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Play N fake MSRs: REGISTER, accept SUBSCRIBE, send NOTIFYs at a target rate.
+    ///
+    /// Phases: (1) register every MSR (digest auth), (2) wait until the
+    /// collector has subscribed to every MSR and answered the first NOTIFY of
+    /// each dialog, (3) send NOTIFYs at --rate for --duration seconds,
+    /// round-robin over the MSRs, (4) drain: wait for the answers still
+    /// outstanding (retransmitting as RFC 3261 does, up to Timer F), (5) with
+    /// --socket, compare each MSR's row in `resource list` with the last load
+    /// it sent.
+    Notify(NotifyArgs),
+    /// Run `select` over the control socket from N concurrent clients.
+    Select(SelectArgs),
+}
+
+#[derive(Args, Debug)]
+struct NotifyArgs {
+    /// The collector's SIP UDP address.
+    #[arg(long, default_value = "127.0.0.1:5060")]
+    collector: SocketAddr,
+    /// Number of fake MSRs (`msr_lg_0` …).
+    #[arg(long, default_value_t = 1000)]
+    msrs: usize,
+    /// Target aggregate NOTIFY rate, per second, over all MSRs.
+    #[arg(long, default_value_t = 5000.0)]
+    rate: f64,
+    /// Length of the measured NOTIFY phase, seconds.
+    #[arg(long, default_value_t = 30)]
+    duration: u64,
+    /// Number of local UDP sockets the MSRs are spread over.
+    #[arg(long, default_value_t = 4)]
+    sockets: usize,
+    /// Digest user name.
+    #[arg(long, default_value = "msr")]
+    auth_name: String,
+    /// Digest password.
+    #[arg(long, default_value = "msr-secret")]
+    password: String,
+    /// Digest algorithm to answer with: the first one offered, or a given one.
+    #[arg(long, value_enum, default_value_t = DigestChoice::First)]
+    digest: DigestChoice,
+    /// `Expires` of the REGISTERs (never refreshed: keep it above the run time).
+    #[arg(long, default_value_t = 3600)]
+    register_expires: u32,
+    /// REGISTER transactions started per second in phase 1.
+    #[arg(long, default_value_t = 500.0)]
+    register_rate: f64,
+    /// Longest wait for phases 1 and 2 each, seconds.
+    #[arg(long, default_value_t = 90)]
+    setup_timeout: u64,
+    /// Longest wait for outstanding answers after the measured phase, seconds.
+    #[arg(long, default_value_t = 40)]
+    drain_timeout: u64,
+    /// Largest `Expires` granted to a SUBSCRIBE.
+    #[arg(long, default_value_t = 3600)]
+    max_subscribe_expires: u32,
+    /// Keep at most one NOTIFY in flight per dialog: a slot whose previous
+    /// NOTIFY is unanswered is skipped (counted as "coalesced") instead of
+    /// sending another one (default: open loop, send regardless).
+    #[arg(long)]
+    one_in_flight: bool,
+    /// PID of the collector to sample (default: the `msr-collector` process
+    /// that owns the UDP port of --collector).
+    #[arg(long)]
+    collector_pid: Option<u32>,
+    /// Control socket of the collector: verify the last loads at the end.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Tokio worker threads of the load generator (1 = current-thread runtime).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum DigestChoice {
+    /// The first challenge the collector offers that we support.
+    First,
+    /// MD5.
+    Md5,
+    /// SHA-256.
+    Sha256,
+}
+
+#[derive(Args, Debug)]
+struct SelectArgs {
+    /// Control socket of the collector.
+    #[arg(long, default_value = "/tmp/msr-collector.sock")]
+    socket: PathBuf,
+    /// Concurrent clients (one connection each).
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
+    /// Total selections over all clients.
+    #[arg(long, default_value_t = 100_000)]
+    requests: u64,
+    /// The legs' zone.
+    #[arg(long, default_value = "default")]
+    zone: String,
+    /// The legs' site.
+    #[arg(long, default_value = "local")]
+    site: String,
+    /// Declare --site first (an existing site is fine).
+    #[arg(long)]
+    declare_site: bool,
+    /// Ask for the explanation too (bigger answers).
+    #[arg(long)]
+    explain: bool,
+    /// Tokio worker threads of the load generator (1 = current-thread runtime).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let threads = match &cli.command {
+        Command::Notify(a) => a.threads,
+        Command::Select(a) => a.threads,
+    };
+    let runtime = if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()
+    };
+    let result = runtime.map_err(anyhow::Error::from).and_then(|rt| {
+        rt.block_on(async {
+            match cli.command {
+                Command::Notify(a) => notify(a).await,
+                Command::Select(a) => select(a).await,
+            }
+        })
+    });
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+// ───────────────────────────── /proc sampling ─────────────────────────────
+
+fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse::<f64>().ok())
+        .unwrap_or(100.0)
+}
+
+/// utime + stime of a process, in clock ticks.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces: fields start after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3 (state); utime is field 14, stime 15.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// A `kB` line of /proc/<pid>/status (`VmRSS`, `VmHWM`), in KiB.
+fn status_kib(pid: u32, key: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+}
+
+/// The pid of the `msr-collector` process owning UDP `port` (via /proc/net/udp
+/// inodes and /proc/<pid>/fd), if any.
+fn find_collector_pid(port: u16) -> Option<u32> {
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/udp", "/proc/net/udp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else { continue };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let Some(local) = f.get(1) else { continue };
+            let Some((_, p)) = local.rsplit_once(':') else { continue };
+            if u16::from_str_radix(p, 16).ok() == Some(port) {
+                if let Some(inode) = f.get(9) {
+                    inodes.push(format!("socket:[{inode}]"));
+                }
+            }
+        }
+    }
+    let procs = std::fs::read_dir("/proc").ok()?;
+    for entry in procs.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim() != "msr-collector" {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
+        for fd in fds.flatten() {
+            if let Ok(target) = std::fs::read_link(fd.path()) {
+                if inodes.iter().any(|i| target.to_string_lossy() == *i) {
+                    return Some(pid);
+                }
+            }
+        }
+    }
+    None
+}
+
+#[derive(Default, Debug, Clone)]
+struct ProcSamples {
+    /// CPU% per one-second sample (100 = one core).
+    cpu: Vec<f64>,
+    rss_kib: Vec<u64>,
+    hwm_kib: u64,
+    /// Total CPU seconds over the sampled span.
+    cpu_secs: f64,
+    span_secs: f64,
+}
+
+impl ProcSamples {
+    fn avg_cpu(&self) -> f64 {
+        if self.span_secs > 0.0 {
+            100.0 * self.cpu_secs / self.span_secs
+        } else {
+            0.0
+        }
+    }
+    fn max_cpu(&self) -> f64 {
+        self.cpu.iter().copied().fold(0.0, f64::max)
+    }
+    fn rss_first(&self) -> u64 {
+        self.rss_kib.first().copied().unwrap_or(0)
+    }
+    fn rss_last(&self) -> u64 {
+        self.rss_kib.last().copied().unwrap_or(0)
+    }
+    fn rss_max(&self) -> u64 {
+        self.rss_kib.iter().copied().max().unwrap_or(0)
+    }
+}
+
+/// Samples `pid` once a second until `stop` is cancelled.
+async fn sample_process(pid: u32, stop: tokio_util::sync::CancellationToken) -> ProcSamples {
+    let hz = clock_ticks();
+    let mut out = ProcSamples::default();
+    let start = Instant::now();
+    let first = cpu_ticks(pid).unwrap_or(0);
+    let (mut last_t, mut last_ticks) = (start, first);
+    if let Some(rss) = status_kib(pid, "VmRSS:") {
+        out.rss_kib.push(rss);
+    }
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        let now = Instant::now();
+        let Some(ticks) = cpu_ticks(pid) else { break };
+        let dt = now.duration_since(last_t).as_secs_f64();
+        if dt > 0.0 {
+            out.cpu.push(100.0 * (ticks.saturating_sub(last_ticks)) as f64 / hz / dt);
+        }
+        last_t = now;
+        last_ticks = ticks;
+        if let Some(rss) = status_kib(pid, "VmRSS:") {
+            out.rss_kib.push(rss);
+        }
+    }
+    let end = Instant::now();
+    if let Some(ticks) = cpu_ticks(pid) {
+        last_ticks = ticks;
+    }
+    out.cpu_secs = last_ticks.saturating_sub(first) as f64 / hz;
+    out.span_secs = end.duration_since(start).as_secs_f64();
+    out.hwm_kib = status_kib(pid, "VmHWM:").unwrap_or(0);
+    out
+}
+
+// ───────────────────────────── statistics ─────────────────────────────
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn fmt_us(us: u64) -> String {
+    if us >= 10_000 {
+        format!("{:.1} ms", us as f64 / 1000.0)
+    } else {
+        format!("{us} µs")
+    }
+}
+
+// ───────────────────────────── notify: state ─────────────────────────────
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Register,
+    Notify,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Setup,
+    Measured,
+    Drain,
+}
+
+struct Pending {
+    kind: Kind,
+    msr: usize,
+    sock: usize,
+    bytes: Arc<[u8]>,
+    first_sent: Instant,
+    next_retx: Instant,
+    interval: Duration,
+    retx: u32,
+    /// The load the NOTIFY carries.
+    load: u8,
+    measured: bool,
+}
+
+struct Dialog {
+    call_id: String,
+    /// Our tag (the To-tag of our 200).
+    local_tag: String,
+    /// The SUBSCRIBE's `From` value (URI and the collector's tag): our NOTIFY's `To`.
+    remote_from: String,
+    /// The SUBSCRIBE's `To` URI: our NOTIFY's `From`.
+    local_uri: String,
+    /// Where NOTIFYs go (the SUBSCRIBE's Contact).
+    remote_target: String,
+    cseq: u32,
+    expires: u32,
+    granted_at: Instant,
+    /// The first NOTIFY of the dialog was answered 200.
+    confirmed: bool,
+}
+
+struct Msr {
+    name: String,
+    sock: usize,
+    reg_call_id: String,
+    reg_from_tag: String,
+    reg_cseq: u32,
+    reg_expires: u32,
+    registered: bool,
+    reg_failed: Option<u16>,
+    dialog: Option<Dialog>,
+    /// Dialogs the collector created for this MSR.
+    dialogs: u32,
+    notify_seq: u64,
+    last_load_sent: Option<u8>,
+    /// NOTIFYs of this MSR without a final answer yet.
+    in_flight: u32,
+}
+
+#[derive(Default, Debug, Clone)]
+struct Counters {
+    register_sent: u64,
+    register_retx: u64,
+    register_401: u64,
+    register_423: u64,
+    register_ok: u64,
+    register_other: BTreeMap<u16, u64>,
+    subscribe_initial: u64,
+    subscribe_refresh: u64,
+    subscribe_unsubscribe: u64,
+    subscribe_retransmitted: u64,
+    subscribe_rejected: u64,
+    other_requests: u64,
+    parse_errors: u64,
+    stray_responses: u64,
+}
+
+#[derive(Default, Debug, Clone)]
+struct NotifyCounters {
+    sent: u64,
+    ok: u64,
+    non_ok: BTreeMap<u16, u64>,
+    /// NOTIFYs retransmitted at least once.
+    retransmitted: u64,
+    /// Retransmissions in all.
+    retransmissions: u64,
+    /// Given up at Timer F, or unanswered when the run ended.
+    lost: u64,
+    /// Answers to a transaction already answered or given up (late).
+    late_answers: u64,
+    coalesced: u64,
+    /// Send time → final answer, µs.
+    latency_us: Vec<u64>,
+    last_answer: Option<Instant>,
+}
+
+struct State {
+    collector: SocketAddr,
+    local_addrs: Vec<SocketAddr>,
+    auth_name: String,
+    password: String,
+    digest: DigestChoice,
+    max_sub_expires: u32,
+    msrs: Vec<Msr>,
+    pending: HashMap<String, Pending>,
+    phase: Phase,
+    c: Counters,
+    setup: NotifyCounters,
+    measured: NotifyCounters,
+}
+
+type Out = Vec<(usize, SocketAddr, Arc<[u8]>)>;
+
+fn key(call_id: &str, cseq: u32) -> String {
+    format!("{cseq} {call_id}")
+}
+
+fn branch() -> String {
+    format!("z9hG4bK{}", sip::random_token())
+}
+
+/// The load MSR `i` reports in its `seq`-th NOTIFY: varies every time.
+fn load_for(i: usize, seq: u64) -> u8 {
+    ((seq.wrapping_mul(37) + (i as u64).wrapping_mul(11)) % 101) as u8
+}
+
+impl State {
+    fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+        m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn counters(&mut self, measured: bool) -> &mut NotifyCounters {
+        if measured {
+            &mut self.measured
+        } else {
+            &mut self.setup
+        }
+    }
+
+    fn register_request(&mut self, i: usize, authorization: Option<String>) -> Arc<[u8]> {
+        let collector = self.collector;
+        let local = self.local_addrs[self.msrs[i].sock];
+        let m = &mut self.msrs[i];
+        m.reg_cseq += 1;
+        let ruri = format!("sip:{collector}");
+        let mut text = format!(
+            "REGISTER {ruri} SIP/2.0\r\n\
+             Via: SIP/2.0/UDP {local};branch={};rport\r\n\
+             Max-Forwards: 70\r\n\
+             From: <sip:{name}@{collector}>;tag={tag}\r\n\
+             To: <sip:{name}@{collector}>\r\n\
+             Call-ID: {cid}\r\n\
+             CSeq: {cseq} REGISTER\r\n\
+             Contact: <sip:{name}@{local}>;iface=lo\r\n\
+             Expires: {exp}\r\n\
+             User-Agent: {USER_AGENT}\r\n",
+            branch(),
+            name = m.name,
+            tag = m.reg_from_tag,
+            cid = m.reg_call_id,
+            cseq = m.reg_cseq,
+            exp = m.reg_expires,
+        );
+        if let Some(a) = authorization {
+            text.push_str(&format!("Authorization: {a}\r\n"));
+        }
+        text.push_str("Content-Length: 0\r\n\r\n");
+        Arc::from(text.into_bytes())
+    }
+
+    /// Queues REGISTER for MSR `i` (first attempt or retry) and records it.
+    fn send_register(&mut self, i: usize, authorization: Option<String>, now: Instant, out: &mut Out) {
+        let bytes = self.register_request(i, authorization);
+        let m = &self.msrs[i];
+        let k = key(&m.reg_call_id, m.reg_cseq);
+        let sock = m.sock;
+        self.pending.insert(
+            k,
+            Pending {
+                kind: Kind::Register,
+                msr: i,
+                sock,
+                bytes: bytes.clone(),
+                first_sent: now,
+                next_retx: now + T1,
+                interval: T1,
+                retx: 0,
+                load: 0,
+                measured: false,
+            },
+        );
+        self.c.register_sent += 1;
+        out.push((sock, self.collector, bytes));
+    }
+
+    /// Builds the next NOTIFY of MSR `i`'s dialog; `None` without a dialog.
+    fn send_notify(&mut self, i: usize, now: Instant, out: &mut Out) -> bool {
+        let measured = self.phase == Phase::Measured;
+        let local = self.local_addrs[self.msrs[i].sock];
+        let collector = self.collector;
+        let m = &mut self.msrs[i];
+        let Some(d) = m.dialog.as_mut() else { return false };
+        m.notify_seq += 1;
+        let load = load_for(i, m.notify_seq);
+        d.cseq += 1;
+        let remaining = u64::from(d.expires).saturating_sub(now.duration_since(d.granted_at).as_secs());
+        let body = LoadReport {
+            msr: m.name.clone(),
+            load,
+            cpu: load / 2,
+            calls: u32::from(load) * 80,
+            max_calls: 8192,
+        }
+        .encode();
+        let text = format!(
+            "NOTIFY {target} SIP/2.0\r\n\
+             Via: SIP/2.0/UDP {local};branch={};rport\r\n\
+             Max-Forwards: 70\r\n\
+             From: <{luri}>;tag={ltag}\r\n\
+             To: {rfrom}\r\n\
+             Call-ID: {cid}\r\n\
+             CSeq: {cseq} NOTIFY\r\n\
+             Contact: <sip:{name}@{local}>\r\n\
+             Event: {EVENT}\r\n\
+             Subscription-State: active;expires={remaining}\r\n\
+             User-Agent: {USER_AGENT}\r\n\
+             Content-Type: {CONTENT_TYPE}\r\n\
+             Content-Length: {len}\r\n\r\n{body}",
+            branch(),
+            target = d.remote_target,
+            luri = d.local_uri,
+            ltag = d.local_tag,
+            rfrom = d.remote_from,
+            cid = d.call_id,
+            cseq = d.cseq,
+            name = m.name,
+            len = body.len(),
+        );
+        let bytes: Arc<[u8]> = Arc::from(text.into_bytes());
+        let k = key(&d.call_id, d.cseq);
+        m.last_load_sent = Some(load);
+        m.in_flight += 1;
+        let sock = m.sock;
+        self.pending.insert(
+            k,
+            Pending {
+                kind: Kind::Notify,
+                msr: i,
+                sock,
+                bytes: bytes.clone(),
+                first_sent: now,
+                next_retx: now + T1,
+                interval: T1,
+                retx: 0,
+                load,
+                measured,
+            },
+        );
+        self.counters(measured).sent += 1;
+        out.push((sock, collector, bytes));
+        true
+    }
+
+    fn on_datagram(&mut self, data: &[u8], from: SocketAddr, sock: usize, out: &mut Out) {
+        let now = Instant::now();
+        match SipMessage::try_from(data) {
+            Ok(SipMessage::Response(r)) => self.on_response(&r, now, out),
+            Ok(SipMessage::Request(r)) => self.on_request(&r, from, sock, now, out),
+            Err(_) => self.c.parse_errors += 1,
+        }
+    }
+
+    fn on_response(&mut self, r: &sip::Response, now: Instant, out: &mut Out) {
+        let code = r.status_code.code();
+        if code < 200 {
+            return;
+        }
+        let (Some(call_id), Some((cseq, _))) = (sip::call_id(&r.headers), sip::cseq(&r.headers)) else {
+            self.c.parse_errors += 1;
+            return;
+        };
+        let Some(p) = self.pending.remove(&key(call_id, cseq)) else {
+            // A retransmitted request answered twice, or answered after Timer F.
+            self.c.stray_responses += 1;
+            self.setup.late_answers += 1;
+            return;
+        };
+        match p.kind {
+            Kind::Notify => {
+                let m = &mut self.msrs[p.msr];
+                m.in_flight = m.in_flight.saturating_sub(1);
+                if code == 200 {
+                    if let Some(d) = m.dialog.as_mut().filter(|d| d.call_id == call_id) {
+                        d.confirmed = true;
+                    }
+                }
+                let c = self.counters(p.measured);
+                if code == 200 {
+                    c.ok += 1;
+                } else {
+                    *c.non_ok.entry(code).or_default() += 1;
+                }
+                c.latency_us.push(now.duration_since(p.first_sent).as_micros() as u64);
+                c.last_answer = Some(now);
+            }
+            Kind::Register => self.on_register_response(p.msr, r, code, now, out),
+        }
+    }
+
+    fn on_register_response(&mut self, i: usize, r: &sip::Response, code: u16, now: Instant, out: &mut Out) {
+        match code {
+            200..=299 => {
+                self.c.register_ok += 1;
+                self.msrs[i].registered = true;
+            }
+            401 | 407 if self.msrs[i].reg_cseq < 6 => {
+                self.c.register_401 += 1;
+                let name = if code == 401 { "WWW-Authenticate" } else { "Proxy-Authenticate" };
+                let challenges = sip::header_all(&r.headers, name);
+                match self.authorization(&challenges) {
+                    Some(auth) => self.send_register(i, Some(auth), now, out),
+                    None => self.msrs[i].reg_failed = Some(code),
+                }
+            }
+            423 if self.msrs[i].reg_cseq < 6 => {
+                self.c.register_423 += 1;
+                match sip::header(&r.headers, "Min-Expires").and_then(|v| v.parse::<u32>().ok()) {
+                    Some(min) => {
+                        self.msrs[i].reg_expires = min;
+                        self.send_register(i, None, now, out);
+                    }
+                    None => self.msrs[i].reg_failed = Some(code),
+                }
+            }
+            _ => {
+                *self.c.register_other.entry(code).or_default() += 1;
+                self.msrs[i].reg_failed = Some(code);
+            }
+        }
+    }
+
+    /// The `Authorization` value answering one of `challenges`.
+    fn authorization(&self, challenges: &[&str]) -> Option<String> {
+        let ruri = format!("sip:{}", self.collector);
+        for ch in challenges {
+            let get = |k: &str| auth_param(ch, k);
+            let token = get("algorithm").unwrap_or_else(|| "MD5".into());
+            let algorithm = match token.to_ascii_uppercase().as_str() {
+                "MD5" => Algorithm::Md5,
+                "SHA-256" | "SHA256" => Algorithm::Sha256,
+                _ => continue,
+            };
+            let wanted = match self.digest {
+                DigestChoice::First => true,
+                DigestChoice::Md5 => algorithm == Algorithm::Md5,
+                DigestChoice::Sha256 => algorithm == Algorithm::Sha256,
+            };
+            if !wanted {
+                continue;
+            }
+            let (Some(realm), Some(nonce)) = (get("realm"), get("nonce")) else { continue };
+            let qop_auth = get("qop").is_some_and(|q| q.split(',').any(|t| t.trim() == "auth"));
+            let cnonce = sip::random_token();
+            let qop = qop_auth.then(|| AuthQop::Auth { cnonce: cnonce.clone(), nc: 1 });
+            let response = compute_digest(
+                &self.auth_name,
+                &self.password,
+                &realm,
+                &nonce,
+                &Method::Register,
+                &ruri,
+                algorithm,
+                qop.as_ref(),
+            );
+            let mut v = format!(
+                "Digest username=\"{}\", realm=\"{realm}\", nonce=\"{nonce}\", uri=\"{ruri}\", \
+                 response=\"{response}\", algorithm={token}",
+                self.auth_name
+            );
+            if qop_auth {
+                v.push_str(&format!(", qop=auth, nc=00000001, cnonce=\"{cnonce}\""));
+            }
+            if let Some(opaque) = get("opaque") {
+                v.push_str(&format!(", opaque=\"{opaque}\""));
+            }
+            return Some(v);
+        }
+        None
+    }
+
+    fn on_request(&mut self, r: &sip::Request, from: SocketAddr, sock: usize, now: Instant, out: &mut Out) {
+        let local = self.local_addrs[sock];
+        let tag_for_new = sip::random_token();
+        let respond = |status: StatusCode, to_tag: Option<&str>| sip::response(r, status, to_tag);
+        if r.method != Method::Subscribe {
+            if r.method == Method::Ack {
+                return;
+            }
+            self.c.other_requests += 1;
+            let status = if r.method == Method::Options { StatusCode::OK } else { StatusCode::MethodNotAllowed };
+            out.push((sock, from, Arc::from(respond(status, Some(&tag_for_new)).to_bytes())));
+            return;
+        }
+        let user = sip::uri_user(&r.uri.to_string()).map(str::to_owned).unwrap_or_default();
+        let index = user.strip_prefix("msr_lg_").and_then(|n| n.parse::<usize>().ok()).filter(|i| *i < self.msrs.len());
+        let Some(i) = index else {
+            self.c.subscribe_rejected += 1;
+            out.push((sock, from, Arc::from(respond(StatusCode::NotFound, Some(&tag_for_new)).to_bytes())));
+            return;
+        };
+        if sip::event_package(&r.headers).as_deref() != Some(EVENT) {
+            self.c.subscribe_rejected += 1;
+            let mut resp = respond(StatusCode::BadEvent, Some(&tag_for_new));
+            sip::push_header(&mut resp.headers, "Allow-Events", EVENT);
+            out.push((sock, from, Arc::from(resp.to_bytes())));
+            return;
+        }
+        let call_id = sip::call_id(&r.headers).unwrap_or_default().to_owned();
+        let to = sip::header(&r.headers, "To").unwrap_or_default().to_owned();
+        let requested = sip::expires(&r.headers).unwrap_or(60);
+        let granted = requested.min(self.max_sub_expires);
+        let contact = format!("<sip:{}@{local}>", self.msrs[i].name);
+        let m = &mut self.msrs[i];
+        let to_tag = sip::tag(&to);
+        let same_dialog = m.dialog.as_ref().is_some_and(|d| d.call_id == call_id);
+        let mut send_first_notify = false;
+        let our_tag = match (to_tag, same_dialog) {
+            // A retransmitted initial SUBSCRIBE: the same answer again.
+            (None, true) => {
+                self.c.subscribe_retransmitted += 1;
+                m.dialog.as_ref().map(|d| d.local_tag.clone()).unwrap_or_default()
+            }
+            (None, false) => {
+                self.c.subscribe_initial += 1;
+                m.dialogs += 1;
+                let remote_target = sip::header(&r.headers, "Contact")
+                    .map(|c| sip::addr_uri(c).to_owned())
+                    .unwrap_or_else(|| format!("sip:{}", self.collector));
+                m.dialog = Some(Dialog {
+                    call_id: call_id.clone(),
+                    local_tag: tag_for_new.clone(),
+                    remote_from: sip::header(&r.headers, "From").unwrap_or_default().to_owned(),
+                    local_uri: sip::addr_uri(&to).to_owned(),
+                    remote_target,
+                    cseq: 0,
+                    expires: granted,
+                    granted_at: now,
+                    confirmed: false,
+                });
+                send_first_notify = granted > 0;
+                tag_for_new
+            }
+            (Some(t), true) => {
+                let d = m.dialog.as_mut().filter(|d| d.local_tag == t);
+                match d {
+                    Some(d) if granted == 0 => {
+                        self.c.subscribe_unsubscribe += 1;
+                        let tag = d.local_tag.clone();
+                        m.dialog = None;
+                        tag
+                    }
+                    Some(d) => {
+                        self.c.subscribe_refresh += 1;
+                        d.expires = granted;
+                        d.granted_at = now;
+                        d.local_tag.clone()
+                    }
+                    None => {
+                        self.c.subscribe_rejected += 1;
+                        let resp = respond(StatusCode::CallTransactionDoesNotExist, None);
+                        out.push((sock, from, Arc::from(resp.to_bytes())));
+                        return;
+                    }
+                }
+            }
+            (Some(_), false) => {
+                self.c.subscribe_rejected += 1;
+                let resp = respond(StatusCode::CallTransactionDoesNotExist, None);
+                out.push((sock, from, Arc::from(resp.to_bytes())));
+                return;
+            }
+        };
+        let mut resp = respond(StatusCode::OK, Some(&our_tag));
+        sip::push_header(&mut resp.headers, "Expires", granted.to_string());
+        sip::push_header(&mut resp.headers, "Contact", contact);
+        sip::push_header(&mut resp.headers, "Server", USER_AGENT);
+        sip::push_header(&mut resp.headers, "Content-Length", "0");
+        out.push((sock, from, Arc::from(resp.to_bytes())));
+        if send_first_notify {
+            self.send_notify(i, now, out);
+        }
+    }
+
+    /// Retransmits what is due; gives up at Timer F (or at once when `end`).
+    fn retransmit(&mut self, now: Instant, end: bool, out: &mut Out) {
+        let mut lost = Vec::new();
+        for (k, p) in self.pending.iter_mut() {
+            if end || now.duration_since(p.first_sent) >= TIMER_F {
+                lost.push(k.clone());
+                continue;
+            }
+            if p.next_retx <= now {
+                p.retx += 1;
+                p.interval = (p.interval * 2).min(T2);
+                p.next_retx = now + p.interval;
+                out.push((p.sock, self.collector, p.bytes.clone()));
+                match p.kind {
+                    Kind::Register => self.c.register_retx += 1,
+                    Kind::Notify => {
+                        let c = if p.measured { &mut self.measured } else { &mut self.setup };
+                        c.retransmissions += 1;
+                        if p.retx == 1 {
+                            c.retransmitted += 1;
+                        }
+                    }
+                }
+            }
+        }
+        for k in lost {
+            if let Some(p) = self.pending.remove(&k) {
+                match p.kind {
+                    Kind::Register => self.msrs[p.msr].reg_failed = Some(408),
+                    Kind::Notify => {
+                        self.msrs[p.msr].in_flight = self.msrs[p.msr].in_flight.saturating_sub(1);
+                        self.counters(p.measured).lost += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    fn pending_of(&self, kind: Kind) -> usize {
+        self.pending.values().filter(|p| p.kind == kind).count()
+    }
+}
+
+/// A parameter of a `Digest …` challenge (quotes removed).
+fn auth_param(value: &str, name: &str) -> Option<String> {
+    let rest = value.trim();
+    let rest = rest.strip_prefix("Digest").or_else(|| rest.strip_prefix("digest"))?;
+    let mut parts = Vec::new();
+    let (mut quoted, mut start) = (false, 0);
+    for (i, ch) in rest.char_indices() {
+        match ch {
+            '"' => quoted = !quoted,
+            ',' if !quoted => {
+                parts.push(&rest[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&rest[start..]);
+    parts.into_iter().find_map(|p| {
+        let (k, v) = p.split_once('=')?;
+        k.trim().eq_ignore_ascii_case(name).then(|| v.trim().trim_matches('"').to_owned())
+    })
+}
+
+async fn flush(socks: &[Arc<UdpSocket>], out: Out) {
+    for (sock, to, bytes) in out {
+        // A full socket buffer shows up as a retransmission later.
+        let _ = socks[sock].send_to(&bytes, to).await;
+    }
+}
+
+// ───────────────────────────── notify: driver ─────────────────────────────
+
+async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
+    if args.msrs == 0 || args.sockets == 0 || args.rate <= 0.0 {
+        bail!("--msrs, --sockets and --rate must be positive");
+    }
+    let planned = args.setup_timeout * 2 + args.duration + args.drain_timeout;
+    if u64::from(args.register_expires) < planned {
+        eprintln!(
+            "warning: --register-expires {} is shorter than the longest run ({planned} s); \
+             registrations are not refreshed",
+            args.register_expires
+        );
+    }
+    let mut socks = Vec::new();
+    let mut local_addrs = Vec::new();
+    for _ in 0..args.sockets.min(args.msrs) {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").context("bind udp socket")?;
+        s.set_nonblocking(true)?;
+        local_addrs.push(s.local_addr()?);
+        socks.push(Arc::new(UdpSocket::from_std(s)?));
+    }
+    let nsock = socks.len();
+    let msrs = (0..args.msrs)
+        .map(|i| Msr {
+            name: format!("msr_lg_{i}"),
+            sock: i % nsock,
+            reg_call_id: format!("{}@msr-loadgen", sip::random_token()),
+            reg_from_tag: sip::random_token(),
+            reg_cseq: 0,
+            reg_expires: args.register_expires,
+            registered: false,
+            reg_failed: None,
+            dialog: None,
+            dialogs: 0,
+            notify_seq: 0,
+            last_load_sent: None,
+            in_flight: 0,
+        })
+        .collect();
+    let state = Arc::new(Mutex::new(State {
+        collector: args.collector,
+        local_addrs: local_addrs.clone(),
+        auth_name: args.auth_name.clone(),
+        password: args.password.clone(),
+        digest: args.digest,
+        max_sub_expires: args.max_subscribe_expires,
+        msrs,
+        pending: HashMap::new(),
+        phase: Phase::Setup,
+        c: Counters::default(),
+        setup: NotifyCounters::default(),
+        measured: NotifyCounters::default(),
+    }));
+    let pid = args.collector_pid.or_else(|| find_collector_pid(args.collector.port()));
+    println!(
+        "msr-loadgen notify: {} MSRs on {} socket(s) {:?} → collector {} (pid {})",
+        args.msrs,
+        nsock,
+        local_addrs,
+        args.collector,
+        pid.map_or("unknown: no CPU/RSS figures".into(), |p| p.to_string())
+    );
+
+    // Receivers: one task per socket.
+    let stop = tokio_util::sync::CancellationToken::new();
+    for (idx, sock) in socks.iter().enumerate() {
+        let (sock, state, socks, stop) = (sock.clone(), state.clone(), socks.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 65_536];
+            loop {
+                let (n, from) = tokio::select! {
+                    () = stop.cancelled() => break,
+                    r = sock.recv_from(&mut buf) => match r { Ok(v) => v, Err(_) => continue },
+                };
+                let mut out = Vec::new();
+                State::lock(&state).on_datagram(&buf[..n], from, idx, &mut out);
+                flush(&socks, out).await;
+            }
+        });
+    }
+    // Retransmission timer.
+    {
+        let (state, socks, stop) = (state.clone(), socks.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(20));
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    _ = tick.tick() => {}
+                }
+                let mut out = Vec::new();
+                State::lock(&state).retransmit(Instant::now(), false, &mut out);
+                flush(&socks, out).await;
+            }
+        });
+    }
+    let sampler_stop = tokio_util::sync::CancellationToken::new();
+
+    // Phase 1: register.
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs(args.setup_timeout);
+    let mut started = 0usize;
+    let mut tick = tokio::time::interval(Duration::from_millis(2));
+    loop {
+        tick.tick().await;
+        let now = Instant::now();
+        let due = ((now.duration_since(t0).as_secs_f64() * args.register_rate) as usize + 1).min(args.msrs);
+        let mut out = Vec::new();
+        let (done, failed) = {
+            let mut st = State::lock(&state);
+            while started < due {
+                st.send_register(started, None, now, &mut out);
+                started += 1;
+            }
+            (st.msrs.iter().filter(|m| m.registered).count(), st.msrs.iter().filter(|m| m.reg_failed.is_some()).count())
+        };
+        flush(&socks, out).await;
+        if done + failed == args.msrs || now >= deadline {
+            println!(
+                "phase 1 register: {done}/{} registered, {failed} failed in {:.1} s",
+                args.msrs,
+                now.duration_since(t0).as_secs_f64()
+            );
+            break;
+        }
+    }
+
+    // Phase 2: wait for the subscriptions and their first NOTIFY's answer.
+    let t1 = Instant::now();
+    let deadline = t1 + Duration::from_secs(args.setup_timeout);
+    let registered = State::lock(&state).msrs.iter().filter(|m| m.registered).count();
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let confirmed = State::lock(&state)
+            .msrs
+            .iter()
+            .filter(|m| m.dialog.as_ref().is_some_and(|d| d.confirmed))
+            .count();
+        let now = Instant::now();
+        if confirmed >= registered || now >= deadline {
+            println!(
+                "phase 2 subscribe: {confirmed}/{registered} subscriptions confirmed (first NOTIFY answered 200) in {:.1} s",
+                now.duration_since(t1).as_secs_f64()
+            );
+            break;
+        }
+    }
+
+    // Phase 3: the measured NOTIFY load.
+    let sampler = pid.map(|p| tokio::spawn(sample_process(p, sampler_stop.clone())));
+    let self_sampler = tokio::spawn(sample_process(std::process::id(), sampler_stop.clone()));
+    let window = Duration::from_secs(args.duration);
+    let t2 = Instant::now();
+    State::lock(&state).phase = Phase::Measured;
+    let mut cursor = 0usize;
+    let mut sent = 0u64;
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let burst_cap = ((args.rate / 50.0).ceil() as u64).max(1);
+    let mut next_report = t2 + Duration::from_secs(5);
+    loop {
+        tick.tick().await;
+        let now = Instant::now();
+        let elapsed = now.duration_since(t2);
+        if elapsed >= window {
+            break;
+        }
+        let due = (elapsed.as_secs_f64() * args.rate) as u64;
+        let mut out = Vec::new();
+        {
+            let mut st = State::lock(&state);
+            let n = st.msrs.len();
+            let mut budget = due.saturating_sub(sent).min(burst_cap);
+            let mut scanned = 0usize;
+            while budget > 0 && scanned < n {
+                let i = cursor;
+                cursor = (cursor + 1) % n;
+                scanned += 1;
+                if st.msrs[i].dialog.is_none() {
+                    continue;
+                }
+                scanned = 0;
+                budget -= 1;
+                sent += 1;
+                if args.one_in_flight && st.msrs[i].in_flight > 0 {
+                    st.measured.coalesced += 1;
+                    continue;
+                }
+                st.send_notify(i, now, &mut out);
+            }
+            if now >= next_report {
+                next_report += Duration::from_secs(5);
+                let m = &st.measured;
+                println!(
+                    "  t={:>4.1}s sent {} ok {} non-200 {} retransmitted {} pending {}",
+                    elapsed.as_secs_f64(),
+                    m.sent,
+                    m.ok,
+                    m.non_ok.values().sum::<u64>(),
+                    m.retransmitted,
+                    st.pending_of(Kind::Notify)
+                );
+            }
+        }
+        flush(&socks, out).await;
+    }
+    let t3 = Instant::now();
+    State::lock(&state).phase = Phase::Drain;
+
+    // Phase 4: drain.
+    let deadline = t3 + Duration::from_secs(args.drain_timeout);
+    loop {
+        let pending = State::lock(&state).pending_of(Kind::Notify);
+        if pending == 0 || Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let t4 = Instant::now();
+    sampler_stop.cancel();
+    let collector_samples = match sampler {
+        Some(h) => Some(h.await?),
+        None => None,
+    };
+    let self_samples = self_sampler.await?;
+    {
+        let mut out = Vec::new();
+        State::lock(&state).retransmit(t4, true, &mut out);
+    }
+    // Late answers may still come; stop listening.
+    stop.cancel();
+
+    let st = {
+        let g = State::lock(&state);
+        Snapshot {
+            c: g.c.clone(),
+            setup: g.setup.clone(),
+            measured: g.measured.clone(),
+            registered: g.msrs.iter().filter(|m| m.registered).count(),
+            reg_failed: g.msrs.iter().filter(|m| m.reg_failed.is_some()).count(),
+            subscribed: g.msrs.iter().filter(|m| m.dialog.is_some()).count(),
+            multi_dialog: g.msrs.iter().filter(|m| m.dialogs > 1).count(),
+            last: g.msrs.iter().map(|m| (m.name.clone(), m.last_load_sent)).collect(),
+        }
+    };
+    report_notify(&args, &st, t2, t3, t4, collector_samples.as_ref(), &self_samples);
+
+    if let Some(path) = &args.socket {
+        verify_loads(path, &st.last).await?;
+    }
+    Ok(())
+}
+
+struct Snapshot {
+    c: Counters,
+    setup: NotifyCounters,
+    measured: NotifyCounters,
+    registered: usize,
+    reg_failed: usize,
+    subscribed: usize,
+    multi_dialog: usize,
+    last: Vec<(String, Option<u8>)>,
+}
+
+fn report_notify(
+    args: &NotifyArgs,
+    s: &Snapshot,
+    t2: Instant,
+    t3: Instant,
+    t4: Instant,
+    collector: Option<&ProcSamples>,
+    own: &ProcSamples,
+) {
+    let window = t3.duration_since(t2).as_secs_f64();
+    let m = &s.measured;
+    let mut lat = m.latency_us.clone();
+    lat.sort_unstable();
+    let answered = m.ok + m.non_ok.values().sum::<u64>();
+    let ok_span = m.last_answer.map_or(window, |t| t.duration_since(t2).as_secs_f64()).max(window);
+    println!();
+    println!("═══ msr-loadgen notify summary ═══");
+    println!("MSRs                        {}", args.msrs);
+    println!("registered                  {} (failed {})", s.registered, s.reg_failed);
+    println!(
+        "  REGISTER sent {} (401 challenges {}, 423 {}, 200 {}, retransmissions {}, other {:?})",
+        s.c.register_sent, s.c.register_401, s.c.register_423, s.c.register_ok, s.c.register_retx, s.c.register_other
+    );
+    println!("subscribed (dialog at end)  {}", s.subscribed);
+    println!(
+        "  SUBSCRIBE initial {} refresh {} unsubscribe {} retransmitted {} rejected {}; MSRs re-subscribed (>1 dialog) {}",
+        s.c.subscribe_initial,
+        s.c.subscribe_refresh,
+        s.c.subscribe_unsubscribe,
+        s.c.subscribe_retransmitted,
+        s.c.subscribe_rejected,
+        s.multi_dialog
+    );
+    println!(
+        "setup NOTIFYs (first in each dialog): sent {} ok {} non-200 {:?} retransmitted {} lost {}",
+        s.setup.sent, s.setup.ok, s.setup.non_ok, s.setup.retransmitted, s.setup.lost
+    );
+    println!("measured window             {window:.1} s at target {} NOTIFY/s", args.rate);
+    println!("  NOTIFY sent               {} ({:.0}/s)", m.sent, m.sent as f64 / window);
+    println!("  answered 200              {} ({:.0}/s over {:.1} s)", m.ok, m.ok as f64 / ok_span, ok_span);
+    println!("  answered non-200          {} {:?}", answered - m.ok, m.non_ok);
+    println!("  retransmitted (≥1 resend) {} ({} retransmissions)", m.retransmitted, m.retransmissions);
+    println!("  lost (no answer)          {}", m.lost);
+    if args.one_in_flight {
+        println!("  coalesced (slot skipped)  {}", m.coalesced);
+    }
+    println!(
+        "  latency send→final       median {} p90 {} p99 {} max {}",
+        fmt_us(percentile(&lat, 50.0)),
+        fmt_us(percentile(&lat, 90.0)),
+        fmt_us(percentile(&lat, 99.0)),
+        fmt_us(lat.last().copied().unwrap_or(0))
+    );
+    println!("  drain                     {:.1} s", t4.duration_since(t3).as_secs_f64());
+    println!("  stray/late responses      {}  parse errors {}", s.c.stray_responses, s.c.parse_errors);
+    match collector {
+        Some(p) => println!(
+            "collector CPU               avg {:.0}% max {:.0}% (100% = one core; {:.1} s, window + drain)\n\
+             collector RSS               start {} MiB, max {} MiB, end {} MiB, VmHWM {} MiB",
+            p.avg_cpu(),
+            p.max_cpu(),
+            p.span_secs,
+            p.rss_first() / 1024,
+            p.rss_max() / 1024,
+            p.rss_last() / 1024,
+            p.hwm_kib / 1024
+        ),
+        None => println!("collector CPU/RSS           not sampled (no pid)"),
+    }
+    println!(
+        "msr-loadgen CPU             avg {:.0}% max {:.0}%, RSS max {} MiB",
+        own.avg_cpu(),
+        own.max_cpu(),
+        own.rss_max() / 1024
+    );
+    if let Some(p) = collector {
+        let cpu: Vec<String> = p.cpu.iter().map(|c| format!("{c:.0}")).collect();
+        println!("collector CPU% per second   {}", cpu.join(" "));
+    }
+}
+
+async fn verify_loads(path: &std::path::Path, last: &[(String, Option<u8>)]) -> anyhow::Result<()> {
+    let mut client = AdminClient::connect_retry(path, Duration::from_secs(5))
+        .await
+        .with_context(|| format!("connect to {}", path.display()))?;
+    let rows = match client.call(&Request::ResourceList { active_only: false }).await? {
+        Response::Ok(ResponseData::Resources { rows }) => rows,
+        other => bail!("resource list: unexpected answer {other:?}"),
+    };
+    let by_msr: HashMap<&str, Option<u8>> = rows.iter().map(|r| (r.msr.as_str(), r.load)).collect();
+    let (mut matched, mut mismatched, mut missing, mut never_sent) = (0, 0, 0, 0);
+    let mut examples = Vec::new();
+    for (name, sent) in last {
+        let Some(sent) = sent else {
+            never_sent += 1;
+            continue;
+        };
+        match by_msr.get(name.as_str()) {
+            Some(Some(shown)) if shown == sent => matched += 1,
+            Some(shown) => {
+                mismatched += 1;
+                if examples.len() < 5 {
+                    examples.push(format!("{name}: sent {sent}, row shows {shown:?}"));
+                }
+            }
+            None => missing += 1,
+        }
+    }
+    println!();
+    println!("═══ verification via control socket ({} rows) ═══", rows.len());
+    println!(
+        "last load matches           {matched}/{} (mismatched {mismatched}, no row {missing}, never sent {never_sent})",
+        last.len()
+    );
+    for e in examples {
+        println!("  e.g. {e}");
+    }
+    Ok(())
+}
+
+// ───────────────────────────── select ─────────────────────────────
+
+async fn select(args: SelectArgs) -> anyhow::Result<()> {
+    if args.clients == 0 {
+        bail!("--clients must be positive");
+    }
+    let mut admin = AdminClient::connect_retry(&args.socket, Duration::from_secs(5))
+        .await
+        .with_context(|| format!("connect to {}", args.socket.display()))?;
+    if args.declare_site {
+        match admin.call(&Request::SiteDeclare { name: args.site.clone() }).await? {
+            Response::Ok(_) => println!("declared site `{}`", args.site),
+            Response::Err(e) if e.code == ErrorCode::SiteExists => println!("site `{}` already declared", args.site),
+            Response::Err(e) => bail!("site declare: {}: {}", e.code, e.message),
+        }
+    }
+    let rows = match admin.call(&Request::ResourceList { active_only: true }).await? {
+        Response::Ok(ResponseData::Resources { rows }) => rows.len(),
+        _ => 0,
+    };
+    let line = serde_json::to_string(&Request::Select {
+        zone: args.zone.clone(),
+        site: args.site.clone(),
+        msr: None,
+        random: None,
+        explain: args.explain,
+    })?;
+    println!(
+        "msr-loadgen select: {} clients × {} requests on {} ({} active contacts)",
+        args.clients,
+        args.requests / args.clients as u64,
+        args.socket.display(),
+        rows
+    );
+    let per_client = args.requests / args.clients as u64;
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..args.clients {
+        let (path, line) = (args.socket.clone(), line.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut client = AdminClient::connect(&path).await?;
+            let mut lat = Vec::with_capacity(per_client as usize);
+            let mut outcomes: BTreeMap<String, u64> = BTreeMap::new();
+            let mut picks: BTreeMap<String, u64> = BTreeMap::new();
+            for _ in 0..per_client {
+                let t = Instant::now();
+                let resp = client.call_raw(&line).await?;
+                lat.push(t.elapsed().as_micros() as u64);
+                match resp {
+                    Response::Ok(ResponseData::Selected(s)) => {
+                        *outcomes.entry("ok".into()).or_default() += 1;
+                        *picks.entry(s.msr).or_default() += 1;
+                    }
+                    Response::Ok(_) => *outcomes.entry("ok (unexpected data)".into()).or_default() += 1,
+                    Response::Err(e) => *outcomes.entry(e.code.to_string()).or_default() += 1,
+                }
+            }
+            anyhow::Ok((lat, outcomes, picks))
+        }));
+    }
+    let mut lat = Vec::new();
+    let mut outcomes: BTreeMap<String, u64> = BTreeMap::new();
+    let mut picks: BTreeMap<String, u64> = BTreeMap::new();
+    for t in tasks {
+        let (l, o, p) = t.await??;
+        lat.extend(l);
+        for (k, v) in o {
+            *outcomes.entry(k).or_default() += v;
+        }
+        for (k, v) in p {
+            *picks.entry(k).or_default() += v;
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    lat.sort_unstable();
+    println!();
+    println!("═══ msr-loadgen select summary ═══");
+    println!("requests        {} in {elapsed:.2} s", lat.len());
+    println!("throughput      {:.0} selections/s (all clients)", lat.len() as f64 / elapsed);
+    println!(
+        "round trip      median {} p90 {} p99 {} max {}",
+        fmt_us(percentile(&lat, 50.0)),
+        fmt_us(percentile(&lat, 90.0)),
+        fmt_us(percentile(&lat, 99.0)),
+        fmt_us(lat.last().copied().unwrap_or(0))
+    );
+    println!("outcomes        {outcomes:?}");
+    println!("distinct MSRs   {} picked", picks.len());
+    Ok(())
+}
