@@ -69,7 +69,13 @@ pub async fn run(config: CollectorConfig, shutdown: CancellationToken) -> Result
 /// [`CollectorError::ControlSocket`] when a resource cannot be had.
 pub async fn start(config: CollectorConfig, shutdown: CancellationToken) -> Result<CollectorHandle, CollectorError> {
     let store = Store::new(config.state_path.clone());
-    let operator = store.load()?;
+    let mut operator = store.load()?;
+    // The site new contacts get must exist, or every leg at it is refused
+    // with `unknown_site` until an operator declares it.
+    if !operator.topology().contains(&config.defaults.site) && operator.declare_site(&config.defaults.site).is_ok() {
+        store.save(&operator)?;
+        info!(site = %config.defaults.site, "declared the default site");
+    }
     let endpoint = SipEndpoint::bind(config.sip.listen, config.sip.tcp(), USER_AGENT, shutdown.child_token()).await?;
     let sip_addr = endpoint.local_addr();
     info!(addr = %sip_addr, "listening on udp {sip_addr}");

@@ -2,3 +2,5 @@
 //! One test binary (matklad, "delete cargo integration tests").
 mod agent;
 mod collector;
+mod lifecycle;
+mod selection;

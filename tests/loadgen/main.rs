@@ -125,6 +125,11 @@ struct NotifyArgs {
     /// Control socket of the collector: verify the last loads at the end.
     #[arg(long)]
     socket: Option<PathBuf>,
+    /// After the drain, keep re-reading `resource list` once a second for up
+    /// to this many seconds while rows still differ from the last load sent
+    /// (shows how far the collector's table lags behind).
+    #[arg(long, default_value_t = 30)]
+    verify_wait: u64,
     /// Tokio worker threads of the load generator (1 = current-thread runtime).
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -376,8 +381,6 @@ struct Pending {
     next_retx: Instant,
     interval: Duration,
     retx: u32,
-    /// The load the NOTIFY carries.
-    load: u8,
     measured: bool,
 }
 
@@ -544,7 +547,6 @@ impl State {
                 next_retx: now + T1,
                 interval: T1,
                 retx: 0,
-                load: 0,
                 measured: false,
             },
         );
@@ -611,7 +613,6 @@ impl State {
                 next_retx: now + T1,
                 interval: T1,
                 retx: 0,
-                load,
                 measured,
             },
         );
@@ -1055,6 +1056,9 @@ async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
     let t1 = Instant::now();
     let deadline = t1 + Duration::from_secs(args.setup_timeout);
     let registered = State::lock(&state).msrs.iter().filter(|m| m.registered).count();
+    if registered == 0 {
+        bail!("no MSR registered: is the collector at {} running, with these credentials?", args.collector);
+    }
     loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let confirmed = State::lock(&state)
@@ -1172,7 +1176,7 @@ async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
     report_notify(&args, &st, t2, t3, t4, collector_samples.as_ref(), &self_samples);
 
     if let Some(path) = &args.socket {
-        verify_loads(path, &st.last).await?;
+        verify_loads(path, &st.last, Duration::from_secs(args.verify_wait)).await?;
     }
     Ok(())
 }
@@ -1269,43 +1273,65 @@ fn report_notify(
     }
 }
 
-async fn verify_loads(path: &std::path::Path, last: &[(String, Option<u8>)]) -> anyhow::Result<()> {
+async fn verify_loads(path: &std::path::Path, last: &[(String, Option<u8>)], wait: Duration) -> anyhow::Result<()> {
     let mut client = AdminClient::connect_retry(path, Duration::from_secs(5))
         .await
         .with_context(|| format!("connect to {}", path.display()))?;
-    let rows = match client.call(&Request::ResourceList { active_only: false }).await? {
-        Response::Ok(ResponseData::Resources { rows }) => rows,
-        other => bail!("resource list: unexpected answer {other:?}"),
-    };
-    let by_msr: HashMap<&str, Option<u8>> = rows.iter().map(|r| (r.msr.as_str(), r.load)).collect();
-    let (mut matched, mut mismatched, mut missing, mut never_sent) = (0, 0, 0, 0);
-    let mut examples = Vec::new();
-    for (name, sent) in last {
-        let Some(sent) = sent else {
-            never_sent += 1;
-            continue;
-        };
-        match by_msr.get(name.as_str()) {
-            Some(Some(shown)) if shown == sent => matched += 1,
-            Some(shown) => {
-                mismatched += 1;
-                if examples.len() < 5 {
-                    examples.push(format!("{name}: sent {sent}, row shows {shown:?}"));
-                }
-            }
-            None => missing += 1,
-        }
-    }
+    let start = Instant::now();
     println!();
-    println!("═══ verification via control socket ({} rows) ═══", rows.len());
-    println!(
-        "last load matches           {matched}/{} (mismatched {mismatched}, no row {missing}, never sent {never_sent})",
-        last.len()
-    );
-    for e in examples {
-        println!("  e.g. {e}");
+    println!("═══ verification via control socket ═══");
+    loop {
+        let t = Instant::now();
+        let rows = match client.call(&Request::ResourceList { active_only: false }).await {
+            Ok(Response::Ok(ResponseData::Resources { rows })) => rows,
+            Ok(other) => bail!("resource list: unexpected answer {other:?}"),
+            Err(e) => {
+                println!("  t=+{:>4.1}s resource list failed: {e:#}", start.elapsed().as_secs_f64());
+                if start.elapsed() >= wait {
+                    return Ok(());
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let rtt = t.elapsed();
+        let by_msr: HashMap<&str, (Option<u8>, Option<u64>)> =
+            rows.iter().map(|r| (r.msr.as_str(), (r.load, r.report_age_secs))).collect();
+        let (mut matched, mut mismatched, mut missing, mut never_sent) = (0, 0, 0, 0);
+        let mut examples = Vec::new();
+        for (name, sent) in last {
+            let Some(sent) = sent else {
+                never_sent += 1;
+                continue;
+            };
+            match by_msr.get(name.as_str()) {
+                Some((Some(shown), _)) if shown == sent => matched += 1,
+                Some((shown, age)) => {
+                    mismatched += 1;
+                    if examples.len() < 3 {
+                        examples.push(format!("{name}: last sent {sent}, row shows {shown:?} (report age {age:?} s)"));
+                    }
+                }
+                None => missing += 1,
+            }
+        }
+        println!(
+            "  t=+{:>4.1}s {} rows (resource list took {}): last load matches {matched}/{} \
+             (mismatched {mismatched}, no row {missing}, never sent {never_sent})",
+            start.elapsed().as_secs_f64(),
+            rows.len(),
+            fmt_us(rtt.as_micros() as u64),
+            last.len()
+        );
+        let done = mismatched == 0 && missing == 0;
+        if done || start.elapsed() >= wait {
+            for e in examples {
+                println!("    e.g. {e}");
+            }
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    Ok(())
 }
 
 // ───────────────────────────── select ─────────────────────────────

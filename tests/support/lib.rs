@@ -207,3 +207,4 @@ pub fn addr(text: &str) -> SocketAddr {
     text.parse()
         .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
 }
+pub mod system;

@@ -1,0 +1,472 @@
+//! Whole-system helpers for the lifecycle and selection tests: the real
+//! `msr-collector`, `msr-agent` and `msrctl` binaries, each test in its own
+//! temporary directory with its own ports, control socket, state file,
+//! configs and `file:` calls source.
+//!
+//! Children log to files in the test's directory; when a test panics the
+//! [`Collector`]s and [`Agent`]s still alive print the tail of their logs
+//! (so a failure in CI shows what the processes saw). State is always read
+//! through a fresh control-socket connection per poll, so polls survive a
+//! collector restart.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use msr_shared::admin::{Request, ResourceInfo, Response, ResponseData, SubscriptionInfo};
+
+use crate::{bin_path, free_udp_port, wait_for, AdminClient, ChildGuard};
+
+/// Spawns `bin` with `args`, stdout and stderr appended to `log`.
+fn spawn_logged(bin: &str, args: &[&str], log: &Path) -> ChildGuard {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap_or_else(|e| panic!("cannot open {}: {e}", log.display()));
+    let err = file.try_clone().expect("clone log handle");
+    let child = Command::new(bin_path(bin))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(file)
+        .stderr(err)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin_path(bin).display()));
+    ChildGuard { child }
+}
+
+/// Writes `text` to `path` atomically (temporary file in the same directory,
+/// then rename), as an editor or the media engine would.
+pub fn write_atomic(path: &Path, text: &str) {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = path.with_file_name(format!(".{name}.tmp"));
+    std::fs::write(&tmp, text).unwrap_or_else(|e| panic!("write {}: {e}", tmp.display()));
+    std::fs::rename(&tmp, path).unwrap_or_else(|e| panic!("rename to {}: {e}", path.display()));
+}
+
+/// The log text with ANSI colour sequences removed (the collector colours
+/// its log even into a file).
+pub fn read_log(path: &Path) -> String {
+    let raw = std::fs::read_to_string(path).unwrap_or_default();
+    let mut out = String::with_capacity(raw.len());
+    let mut chars = raw.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' && chars.peek() == Some(&'[') {
+            chars.next();
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The last `n` lines of a log, with raw SIP message dumps shortened.
+fn log_tail(path: &Path, n: usize) -> String {
+    let text = read_log(path);
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines.len().saturating_sub(n);
+    lines[start..]
+        .iter()
+        .map(|l| if l.len() > 400 { format!("{}…", &l[..l.char_indices().nth(400).map_or(l.len(), |(i, _)| i)]) } else { (*l).to_owned() })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Settings of a test collector.
+#[derive(Debug, Clone)]
+pub struct CollectorOpts {
+    /// `node`.
+    pub node: String,
+    /// `sip.min_expires`.
+    pub min_expires: u32,
+    /// `subscription.expires`.
+    pub subscription_expires: u32,
+}
+
+impl Default for CollectorOpts {
+    fn default() -> Self {
+        Self { node: "core1@test".into(), min_expires: 2, subscription_expires: 30 }
+    }
+}
+
+/// A running `msr-collector` with its own port, socket, state and log.
+pub struct Collector {
+    /// Label used in file names and failure output.
+    pub name: String,
+    /// The SIP (UDP) port on 127.0.0.1.
+    pub port: u16,
+    /// The control socket.
+    pub socket: PathBuf,
+    /// The operator-configuration store.
+    pub state: PathBuf,
+    /// The TOML config file.
+    pub config: PathBuf,
+    /// stdout + stderr of every run (appended across restarts).
+    pub log: PathBuf,
+    /// The process, `None` while stopped.
+    pub child: Option<ChildGuard>,
+}
+
+impl Collector {
+    /// Writes a config into `dir` (files prefixed with `name`) and starts
+    /// the collector on a free UDP port; waits for the control socket.
+    pub async fn start(dir: &Path, name: &str, opts: &CollectorOpts) -> Collector {
+        let port = free_udp_port();
+        let socket = dir.join(format!("{name}.sock"));
+        let state = dir.join(format!("{name}-state.json"));
+        let config = dir.join(format!("{name}.toml"));
+        let log = dir.join(format!("{name}.log"));
+        let text = format!(
+            r#"node = "{node}"
+[sip]
+listen = "127.0.0.1:{port}"
+transports = ["udp"]
+realm = "msr.local"
+min_expires = {min}
+max_expires = 3600
+[[accounts]]
+auth_name = "msr"
+password = "msr-secret"
+[defaults]
+zone = "default"
+site = "local"
+[subscription]
+event = "eltex-call-count"
+expires = {sub}
+[control]
+socket = "{socket}"
+[state]
+path = "{state}"
+"#,
+            node = opts.node,
+            min = opts.min_expires,
+            sub = opts.subscription_expires,
+            socket = socket.display(),
+            state = state.display(),
+        );
+        std::fs::write(&config, text).expect("write collector config");
+        let mut c = Collector { name: name.to_owned(), port, socket, state, config, log, child: None };
+        c.spawn().await;
+        c
+    }
+
+    /// Starts the process (again) with the same config and state; waits
+    /// until its control socket answers.
+    pub async fn spawn(&mut self) {
+        assert!(self.child.is_none(), "{} already running", self.name);
+        // A socket file left by a killed collector must not fool the wait.
+        let cfg = self.config.display().to_string();
+        self.child = Some(spawn_logged("msr-collector", &["--config", &cfg], &self.log));
+        let socket = self.socket.clone();
+        let up = wait_for(Duration::from_secs(10), || {
+            let socket = socket.clone();
+            async move {
+                let mut c = AdminClient::connect(&socket).await.ok()?;
+                matches!(c.call(&Request::SiteList).await, Ok(Response::Ok(_))).then_some(())
+            }
+        })
+        .await;
+        assert!(up.is_some(), "{} control socket did not answer within 10 s\n{}", self.name, log_tail(&self.log, 40));
+    }
+
+    /// `kill -9`.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill9();
+        }
+    }
+
+    /// SIGTERM; returns the exit status.
+    pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.take().and_then(|mut c| c.terminate(Duration::from_secs(8)))
+    }
+
+    /// The realm URI agents register to.
+    pub fn realm(&self) -> String {
+        format!("sip:127.0.0.1:{}", self.port)
+    }
+
+    /// One control request on a fresh connection.
+    pub async fn call(&self, request: &Request) -> anyhow::Result<Response> {
+        let mut c = AdminClient::connect(&self.socket).await?;
+        c.call(request).await
+    }
+
+    /// One control request that must succeed.
+    pub async fn ok(&self, request: &Request) -> ResponseData {
+        match self.call(request).await {
+            Ok(Response::Ok(data)) => data,
+            other => panic!("{}: {request:?} → {other:?}", self.name),
+        }
+    }
+
+    /// The live load table, or `None` if the collector does not answer.
+    pub async fn rows(&self) -> Option<Vec<ResourceInfo>> {
+        match self.call(&Request::ResourceList { active_only: false }).await {
+            Ok(Response::Ok(ResponseData::Resources { rows })) => Some(rows),
+            _ => None,
+        }
+    }
+
+    /// The subscription list, or `None` if the collector does not answer.
+    pub async fn subscriptions(&self) -> Option<Vec<SubscriptionInfo>> {
+        match self.call(&Request::SubscriptionList).await {
+            Ok(Response::Ok(ResponseData::Subscriptions { rows })) => Some(rows),
+            _ => None,
+        }
+    }
+
+    /// Polls the load table every 20 ms until `check` accepts it, at most
+    /// `limit`.
+    pub async fn wait_rows<T>(&self, limit: Duration, check: impl Fn(&[ResourceInfo]) -> Option<T>) -> Option<T> {
+        let check = &check;
+        wait_for(limit, || async move { self.rows().await.and_then(|r| check(&r)) }).await
+    }
+
+    /// Polls the subscription list every 20 ms until `check` accepts it.
+    pub async fn wait_subs<T>(
+        &self,
+        limit: Duration,
+        check: impl Fn(&[SubscriptionInfo]) -> Option<T>,
+    ) -> Option<T> {
+        let check = &check;
+        wait_for(limit, || async move { self.subscriptions().await.and_then(|r| check(&r)) }).await
+    }
+
+    /// Runs `msrctl --socket … ARGS`; returns (success, stdout, stderr).
+    pub fn msrctl(&self, args: &[&str]) -> (bool, String, String) {
+        msrctl(&self.socket, args)
+    }
+
+    /// Runs `msrctl --socket … --json ARGS`, which must succeed, and parses
+    /// its output.
+    pub fn msrctl_json(&self, args: &[&str]) -> serde_json::Value {
+        let mut full = vec!["--json"];
+        full.extend_from_slice(args);
+        let (ok, out, err) = self.msrctl(&full);
+        assert!(ok, "msrctl {full:?} failed: {err}");
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("msrctl {full:?}: not json ({e}): {out}"))
+    }
+
+    /// The log so far, without colours.
+    pub fn log_text(&self) -> String {
+        read_log(&self.log)
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("----- {} log (tail) -----\n{}", self.name, log_tail(&self.log, 60));
+        }
+    }
+}
+
+/// Runs `msrctl --socket SOCKET ARGS`; returns (success, stdout, stderr).
+pub fn msrctl(socket: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(bin_path("msrctl"))
+        .arg("--socket")
+        .arg(socket)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run msrctl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// One `<dynamic>` account of a test agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountSpec {
+    /// `msr_name`.
+    pub msr: String,
+    /// `realm`, e.g. `sip:127.0.0.1:5060`.
+    pub realm: String,
+}
+
+impl AccountSpec {
+    /// An account `msr` registering to `collector`.
+    pub fn new(msr: &str, collector: &Collector) -> Self {
+        Self { msr: msr.to_owned(), realm: collector.realm() }
+    }
+}
+
+/// The knobs of a test agent's XML config.
+#[derive(Debug, Clone)]
+pub struct AgentSpec {
+    /// `<dynamic>` accounts, in order.
+    pub accounts: Vec<AccountSpec>,
+    /// `general load-delta`.
+    pub load_delta: u8,
+    /// `general max-calls`.
+    pub max_calls: u32,
+    /// `agent register-expires`.
+    pub register_expires: u32,
+    /// `agent max-subscription-expires`.
+    pub max_subscription_expires: u32,
+    /// `agent sample-interval-ms`.
+    pub sample_interval_ms: u64,
+    /// `agent notify-min-interval-ms`.
+    pub notify_min_interval_ms: u64,
+}
+
+impl Default for AgentSpec {
+    fn default() -> Self {
+        Self {
+            accounts: Vec::new(),
+            load_delta: 5,
+            max_calls: 100,
+            register_expires: 6,
+            max_subscription_expires: 3600,
+            sample_interval_ms: 200,
+            notify_min_interval_ms: 1000,
+        }
+    }
+}
+
+/// The MSR config for `spec`, with `calls-source="file:{calls}"` and an
+/// ephemeral SIP port (`port="0"`: the contact carries the bound port).
+pub fn agent_xml(spec: &AgentSpec, calls: &Path) -> String {
+    let accounts: String = spec
+        .accounts
+        .iter()
+        .map(|a| {
+            format!(
+                "        <dynamic msr_name=\"{}\" realm=\"{}\" auth_name=\"msr\" auth_password=\"msr-secret\" dtmf_mode=\"rfc\"/>\n",
+                a.msr, a.realm
+            )
+        })
+        .collect();
+    format!(
+        r#"<?xml version="1.0" encoding="utf-8"?>
+<config date="00:00:00 01.01.2025">
+    <general log-level="3" log-rotate="no" max-calls="{max_calls}" load-sensor="calls" load-delta="{delta}"/>
+    <transport bind-addr="127.0.0.1" port="0" transport="udp"/>
+    <media port-start="20000" port-range="1000"/>
+    <codec pcma="1" pcmu="2"/>
+    <accounts>
+{accounts}    </accounts>
+    <agent register-expires="{reg}" max-subscription-expires="{maxsub}" calls-source="file:{calls}" notify-min-interval-ms="{nmi}" sample-interval-ms="{sample}"/>
+</config>
+"#,
+        max_calls = spec.max_calls,
+        delta = spec.load_delta,
+        reg = spec.register_expires,
+        maxsub = spec.max_subscription_expires,
+        calls = calls.display(),
+        nmi = spec.notify_min_interval_ms,
+        sample = spec.sample_interval_ms,
+    )
+}
+
+/// A running `msr-agent` with its own config, calls file and log.
+pub struct Agent {
+    /// Label used in file names and failure output.
+    pub name: String,
+    /// The watched XML config.
+    pub config: PathBuf,
+    /// The `file:` calls source.
+    pub calls: PathBuf,
+    /// stdout + stderr of every run.
+    pub log: PathBuf,
+    /// The process, `None` while stopped.
+    pub child: Option<ChildGuard>,
+}
+
+impl Agent {
+    /// Writes the config and a calls file holding `calls`, then starts the
+    /// agent.
+    pub fn start(dir: &Path, name: &str, spec: &AgentSpec, calls: u32) -> Agent {
+        let config = dir.join(format!("{name}.xml"));
+        let calls_path = dir.join(format!("{name}.calls"));
+        let log = dir.join(format!("{name}.log"));
+        write_atomic(&calls_path, &format!("{calls}\n"));
+        std::fs::write(&config, agent_xml(spec, &calls_path)).expect("write agent config");
+        let mut a = Agent { name: name.to_owned(), config, calls: calls_path, log, child: None };
+        a.spawn();
+        a
+    }
+
+    /// Starts the process (again) with its current config.
+    pub fn spawn(&mut self) {
+        assert!(self.child.is_none(), "{} already running", self.name);
+        let cfg = self.config.display().to_string();
+        self.child = Some(spawn_logged("msr-agent", &["--config", &cfg, "--log-stderr"], &self.log));
+    }
+
+    /// The media engine reports `n` sessions.
+    pub fn set_calls(&self, n: u32) {
+        write_atomic(&self.calls, &format!("{n}\n"));
+    }
+
+    /// Rewrites the watched config (atomically).
+    pub fn rewrite(&self, spec: &AgentSpec) {
+        write_atomic(&self.config, &agent_xml(spec, &self.calls));
+    }
+
+    /// Writes arbitrary text as the config (for broken files).
+    pub fn rewrite_raw(&self, text: &str) {
+        write_atomic(&self.config, text);
+    }
+
+    /// Whether the process is still running.
+    pub fn running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.child.try_wait(), Ok(None)))
+    }
+
+    /// `kill -9`.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill9();
+        }
+    }
+
+    /// SIGTERM; returns the exit status (None: did not exit within 8 s).
+    pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.take().and_then(|mut c| c.terminate(Duration::from_secs(8)))
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        read_log(&self.log)
+    }
+
+    /// How many log lines contain every one of `needles`.
+    pub fn log_count(&self, needles: &[&str]) -> usize {
+        self.log_text().lines().filter(|l| needles.iter().all(|n| l.contains(n))).count()
+    }
+
+    /// Waits until more than `before` log lines contain every one of
+    /// `needles`, at most `limit`.
+    pub async fn wait_log(&self, before: usize, needles: &[&str], limit: Duration) -> bool {
+        wait_for(limit, || async move { (self.log_count(needles) > before).then_some(()) }).await.is_some()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("----- {} log (tail) -----\n{}", self.name, log_tail(&self.log, 40));
+        }
+    }
+}
+
+/// The row of contact `lo@{msr}` if it is registered, subscribed and
+/// reporting `load` (any load when `None`).
+pub fn live_row<'a>(rows: &'a [ResourceInfo], msr: &str, load: Option<u8>) -> Option<&'a ResourceInfo> {
+    rows.iter().find(|r| {
+        r.msr == msr
+            && r.status == "registered"
+            && r.subscription == "active"
+            && r.load.is_some()
+            && load.is_none_or(|l| r.load == Some(l))
+    })
+}
