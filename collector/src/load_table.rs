@@ -16,8 +16,31 @@
 //! [`LoadTable::apply_operator`] refreshes after every operator change.
 //!
 //! Architecture invariant: no I/O and no clock; times come from the caller as
-//! `tokio::time::Instant`. `by_zone` always indexes exactly the contacts in
-//! `contacts` under their current zone.
+//! `tokio::time::Instant`.
+//!
+//! # The zone index
+//!
+//! `contacts` and `msrs` are the source of truth. `by_zone` is derived from
+//! them so that selection reads one contiguous slice per query, with no
+//! string-keyed lookup per candidate. Invariant, restored by every `&mut self`
+//! method before it returns:
+//!
+//! * `by_zone[z]` holds exactly one `ZoneMember` per contact of `contacts`
+//!   whose zone is `z`, sorted by contact name; no zone maps to an empty list;
+//! * each member equals `ZoneMember::new` applied to that contact's
+//!   `ContactEntry` and its MSR's `MsrEntry`: the contact part is rewritten
+//!   by `upsert_contact`, the MSR-level part (`MsrSelection`) by `refresh_msr`
+//!   after `upsert_contact`, `set_load` and `set_subscription`;
+//!   `apply_operator` rebuilds the whole index; removals drop members.
+//!
+//! Contact sites are numbered (`SiteNames`) so that selection compares
+//! integers, not strings: per query, [`LoadTable::candidates_by_distance`]
+//! maps the few sites at a finite distance from the leg's site to a dense
+//! table indexed by site number. Numbers are only added between rebuilds of
+//! the index (`apply_operator`), so the list may name sites no contact
+//! carries any more; it never lacks one that a member refers to.
+//!
+//! `check_index` (tests only) rebuilds the index from scratch and compares.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -27,6 +50,7 @@ use msr_shared::event_package::LoadReport;
 use tokio::time::Instant;
 
 use crate::operator::{MsrSettings, OperatorConfig};
+use crate::topology::SiteDistances;
 
 /// SUBSCRIBE `Expires` the collector uses when nothing else is set, seconds
 /// (SPEC §4); also the staleness limit of an MSR without subscription state.
@@ -162,7 +186,7 @@ pub struct MsrView {
     pub subscription: Option<SubscriptionView>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 struct ContactEntry {
     binding: ContactBinding,
     /// Effective zone (override or default).
@@ -185,17 +209,137 @@ struct MsrEntry {
 
 impl MsrEntry {
     fn is_stale(&self, now: Instant) -> bool {
-        let Some((_, at)) = &self.load else {
-            return false;
-        };
+        self.selection().is_stale(now)
+    }
+
+    /// What selection needs of this MSR (copied into the zone index).
+    fn selection(&self) -> MsrSelection {
         let limit = self
             .subscription
             .as_ref()
             .map(|s| s.expires_secs)
             .filter(|secs| *secs > 0)
             .unwrap_or(DEFAULT_SUBSCRIPTION_EXPIRES_SECS);
-        now.saturating_duration_since(*at) > Duration::from_secs(u64::from(limit))
+        let limit = Duration::from_secs(u64::from(limit));
+        MsrSelection {
+            active: self.settings.active,
+            performance_coefficient: self.settings.performance_coefficient,
+            load: self.load.as_ref().map(|(report, _)| report.load.min(100)),
+            // `now - at > limit` exactly when `now > at + limit`; a sum past
+            // the end of time is never reached.
+            stale_after: self.load.as_ref().and_then(|(_, at)| at.checked_add(limit)),
+        }
     }
+}
+
+/// The MSR-level values selection reads, derived from an [`MsrEntry`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct MsrSelection {
+    /// Admin active flag.
+    active: bool,
+    /// Performance coefficient.
+    performance_coefficient: f64,
+    /// Last reported load, capped at 100.
+    load: Option<u8>,
+    /// The last report is stale once `now` is past this: its arrival plus
+    /// the subscription's expiry. `None`: no report, or never stale.
+    stale_after: Option<Instant>,
+}
+
+impl MsrSelection {
+    /// The last report is older than the subscription's expiry at `now`.
+    #[inline]
+    fn is_stale(&self, now: Instant) -> bool {
+        self.stale_after.is_some_and(|limit| now > limit)
+    }
+}
+
+/// Number of a site in [`SiteNames`].
+type SiteId = usize;
+
+/// The sites contacts carry, numbered in order of first use.
+#[derive(Debug, Clone, Default)]
+struct SiteNames {
+    /// Name by number.
+    names: Vec<String>,
+    /// Number by name.
+    ids: HashMap<String, SiteId>,
+}
+
+impl SiteNames {
+    /// The number of `site`, allocated on first use.
+    fn intern(&mut self, site: &str) -> SiteId {
+        if let Some(id) = self.ids.get(site) {
+            return *id;
+        }
+        let id = self.names.len();
+        self.names.push(site.to_owned());
+        self.ids.insert(site.to_owned(), id);
+        id
+    }
+
+    /// The name of site `id` (empty if unknown, which the invariant rules out).
+    #[inline]
+    fn name(&self, id: SiteId) -> &str {
+        self.names.get(id).map_or("", String::as_str)
+    }
+}
+
+/// One contact as selection reads it: an entry of the zone index (see the
+/// module docs for the invariant tying it to `contacts` and `msrs`).
+#[derive(Debug, Clone, PartialEq)]
+struct ZoneMember {
+    /// Contact name (the sort key of the zone's list).
+    contact: String,
+    /// When the registration lapses.
+    expires_at: Instant,
+    /// MSR-level values.
+    msr_selection: MsrSelection,
+    /// MSR name.
+    msr: String,
+    /// The contact's site, numbered in the table's `SiteNames`.
+    site: SiteId,
+    /// Contact URI.
+    uri: String,
+}
+
+impl ZoneMember {
+    /// The member for contact `entry` (whose site is numbered `site`) of MSR
+    /// `msr`.
+    fn new(entry: &ContactEntry, site: SiteId, msr: &MsrEntry) -> Self {
+        Self {
+            contact: entry.binding.contact.clone(),
+            expires_at: entry.binding.expires_at,
+            msr_selection: msr.selection(),
+            msr: entry.binding.msr.clone(),
+            site,
+            uri: entry.binding.uri.clone(),
+        }
+    }
+
+    /// The candidate this member is at `now`, if it is one (SPEC §7 step 1:
+    /// registered and active; the zone is the index's key).
+    #[inline]
+    fn candidate<'a>(&'a self, sites: &'a SiteNames, now: Instant) -> Option<Candidate<'a>> {
+        let msr = &self.msr_selection;
+        if now >= self.expires_at || !msr.active {
+            return None;
+        }
+        Some(Candidate {
+            contact: &self.contact,
+            msr: &self.msr,
+            uri: &self.uri,
+            site: sites.name(self.site),
+            load: msr.load,
+            stale: msr.is_stale(now),
+            performance_coefficient: msr.performance_coefficient,
+        })
+    }
+}
+
+/// Position of `contact` in a zone's member list (sorted by contact name).
+fn member_position(members: &[ZoneMember], contact: &str) -> Result<usize, usize> {
+    members.binary_search_by(|m| m.contact.as_str().cmp(contact))
 }
 
 /// The live load table (SPEC §5).
@@ -205,8 +349,11 @@ pub struct LoadTable {
     node: String,
     /// Rows by contact name.
     contacts: BTreeMap<String, ContactEntry>,
-    /// Zone → contact names in it, so selection reads only the leg's zone.
-    by_zone: HashMap<String, BTreeSet<String>>,
+    /// Zone → what selection needs of each contact in it, sorted by contact
+    /// name; derived from `contacts` and `msrs` (see the module docs).
+    by_zone: HashMap<String, Vec<ZoneMember>>,
+    /// Numbers of the sites the zone index refers to.
+    sites: SiteNames,
     /// Per-MSR state by MSR name.
     msrs: BTreeMap<String, MsrEntry>,
 }
@@ -218,6 +365,7 @@ impl LoadTable {
             node,
             contacts: BTreeMap::new(),
             by_zone: HashMap::new(),
+            sites: SiteNames::default(),
             msrs: BTreeMap::new(),
         }
     }
@@ -237,11 +385,52 @@ impl LoadTable {
         self.contacts.is_empty()
     }
 
+    /// Removes `contact` from the index entry of `zone`.
     fn unindex(&mut self, contact: &str, zone: &str) {
-        if let Some(set) = self.by_zone.get_mut(zone) {
-            set.remove(contact);
-            if set.is_empty() {
+        if let Some(members) = self.by_zone.get_mut(zone) {
+            if let Ok(at) = member_position(members, contact) {
+                members.remove(at);
+            }
+            if members.is_empty() {
                 self.by_zone.remove(zone);
+            }
+        }
+    }
+
+    /// Puts (or replaces) the index entry of `contact`, which must be in
+    /// `contacts` with its MSR in `msrs`, under its current zone.
+    fn index(&mut self, contact: &str) {
+        let Some(entry) = self.contacts.get(contact) else {
+            return;
+        };
+        let Some(msr) = self.msrs.get(&entry.binding.msr) else {
+            return;
+        };
+        let site = self.sites.intern(&entry.site);
+        let member = ZoneMember::new(entry, site, msr);
+        let members = self.by_zone.entry(entry.zone.clone()).or_default();
+        match member_position(members, contact) {
+            Ok(at) => members[at] = member,
+            Err(at) => members.insert(at, member),
+        }
+    }
+
+    /// Copies the MSR-level values of `msr` into the index entries of its
+    /// contacts. Call after any change to the MSR's [`MsrEntry`].
+    fn refresh_msr(&mut self, msr: &str) {
+        let Some(entry) = self.msrs.get(msr) else {
+            return;
+        };
+        let selection = entry.selection();
+        for contact in &entry.contacts {
+            let Some(zone) = self.contacts.get(contact).map(|c| &c.zone) else {
+                continue;
+            };
+            let Some(members) = self.by_zone.get_mut(zone) else {
+                continue;
+            };
+            if let Ok(at) = member_position(members, contact) {
+                members[at].msr_selection = selection;
             }
         }
     }
@@ -263,28 +452,31 @@ impl LoadTable {
             .to_owned();
         if let Some(old) = self.contacts.get(&binding.contact) {
             let (old_zone, old_msr) = (old.zone.clone(), old.binding.msr.clone());
-            self.unindex(&binding.contact, &old_zone);
+            // A refresh in the same zone replaces its entry in place.
+            if old_zone != zone {
+                self.unindex(&binding.contact, &old_zone);
+            }
             if old_msr != binding.msr {
                 if let Some(entry) = self.msrs.get_mut(&old_msr) {
                     entry.contacts.remove(&binding.contact);
                 }
             }
         }
-        self.by_zone
-            .entry(zone.clone())
-            .or_default()
-            .insert(binding.contact.clone());
         let entry = self.msrs.entry(binding.msr.clone()).or_default();
         entry.settings = operator.msr(&binding.msr);
         entry.contacts.insert(binding.contact.clone());
+        let (contact, msr) = (binding.contact.clone(), binding.msr.clone());
         self.contacts.insert(
-            binding.contact.clone(),
+            contact.clone(),
             ContactEntry {
                 binding,
                 zone,
                 site,
             },
         );
+        self.index(&contact);
+        // The settings may have changed: the MSR's other contacts follow.
+        self.refresh_msr(&msr);
     }
 
     /// Removes a contact (unregistered or lapsed). The MSR's load and
@@ -312,12 +504,19 @@ impl LoadTable {
     /// Records a load report (NOTIFY body, SPEC §4) received at `at`.
     /// `report.load` above 100 is read as 100.
     pub fn set_load(&mut self, msr: &str, report: LoadReport, at: Instant) {
-        self.msrs.entry(msr.to_owned()).or_default().load = Some((report, at));
+        self.msr_entry(msr).load = Some((report, at));
+        self.refresh_msr(msr);
     }
 
     /// Records the state of the subscription to an MSR.
     pub fn set_subscription(&mut self, msr: &str, view: SubscriptionView) {
-        self.msrs.entry(msr.to_owned()).or_default().subscription = Some(view);
+        self.msr_entry(msr).subscription = Some(view);
+        self.refresh_msr(msr);
+    }
+
+    /// The MSR's entry, created empty if absent.
+    fn msr_entry(&mut self, msr: &str) -> &mut MsrEntry {
+        self.msrs.entry(msr.to_owned()).or_default()
     }
 
     /// Re-reads every operator-owned value (zone, site, coefficient, active)
@@ -328,17 +527,69 @@ impl LoadTable {
         default_zone: &str,
         default_site: &str,
     ) {
-        self.by_zone.clear();
         for (name, entry) in &mut self.contacts {
             entry.zone = operator.contact_zone(name, default_zone).to_owned();
             entry.site = operator.contact_site(name, default_site).to_owned();
-            self.by_zone
-                .entry(entry.zone.clone())
-                .or_default()
-                .insert(name.clone());
         }
         for (name, entry) in &mut self.msrs {
             entry.settings = operator.msr(name);
+        }
+        (self.by_zone, self.sites) = self.build_index();
+    }
+
+    /// The zone index and its site numbers, derived from scratch from
+    /// `contacts` and `msrs`.
+    fn build_index(&self) -> (HashMap<String, Vec<ZoneMember>>, SiteNames) {
+        let mut by_zone: HashMap<String, Vec<ZoneMember>> = HashMap::new();
+        let mut sites = SiteNames::default();
+        // `contacts` iterates by name, so each list comes out sorted.
+        for entry in self.contacts.values() {
+            if let Some(msr) = self.msrs.get(&entry.binding.msr) {
+                let site = sites.intern(&entry.site);
+                by_zone
+                    .entry(entry.zone.clone())
+                    .or_default()
+                    .push(ZoneMember::new(entry, site, msr));
+            }
+        }
+        (by_zone, sites)
+    }
+
+    /// Panics unless the zone index matches [`LoadTable::build_index`]
+    /// (comparing site names, not numbers).
+    #[cfg(test)]
+    pub(crate) fn check_index(&self) {
+        fn named(
+            by_zone: &HashMap<String, Vec<ZoneMember>>,
+            sites: &SiteNames,
+        ) -> BTreeMap<String, Vec<(ZoneMember, String)>> {
+            by_zone
+                .iter()
+                .map(|(zone, members)| {
+                    let members = members
+                        .iter()
+                        .map(|m| {
+                            (
+                                ZoneMember {
+                                    site: 0,
+                                    ..m.clone()
+                                },
+                                sites.name(m.site).to_owned(),
+                            )
+                        })
+                        .collect();
+                    (zone.clone(), members)
+                })
+                .collect()
+        }
+        let (by_zone, sites) = self.build_index();
+        assert_eq!(
+            named(&self.by_zone, &self.sites),
+            named(&by_zone, &sites),
+            "zone index out of date"
+        );
+        for members in self.by_zone.values() {
+            assert!(members.iter().all(|m| m.site < self.sites.names.len()));
         }
     }
 
@@ -404,35 +655,43 @@ impl LoadTable {
 
     /// Contacts selection may use (SPEC §7 step 1): in `zone`, registered at
     /// `now`, and of an active MSR; sorted by contact name. Reads only the
-    /// zone's index entry.
+    /// zone's index entry: one hash lookup, then a slice scan.
     pub fn candidates_in_zone<'a>(
         &'a self,
         zone: &str,
         now: Instant,
     ) -> impl Iterator<Item = Candidate<'a>> + 'a {
-        self.by_zone
-            .get(zone)
-            .into_iter()
-            .flatten()
-            .filter_map(move |name| {
-                let c = self.contacts.get(name)?;
-                if now >= c.binding.expires_at {
-                    return None;
-                }
-                let msr = self.msrs.get(&c.binding.msr)?;
-                if !msr.settings.active {
-                    return None;
-                }
-                Some(Candidate {
-                    contact: name,
-                    msr: &c.binding.msr,
-                    uri: &c.binding.uri,
-                    site: &c.site,
-                    load: msr.load.as_ref().map(|(report, _)| report.load.min(100)),
-                    stale: msr.is_stale(now),
-                    performance_coefficient: msr.settings.performance_coefficient,
-                })
-            })
+        self.zone_members(zone)
+            .iter()
+            .filter_map(move |member| member.candidate(&self.sites, now))
+    }
+
+    /// [`LoadTable::candidates_in_zone`], each with its distance from the
+    /// site of `from` (`from.to(candidate.site)`). Resolves the few sites at
+    /// a finite distance once, then reads each candidate's distance by site
+    /// number: no string comparison per candidate.
+    pub fn candidates_by_distance<'a>(
+        &'a self,
+        zone: &str,
+        now: Instant,
+        from: &SiteDistances<'_>,
+    ) -> impl Iterator<Item = (Candidate<'a>, f64)> + 'a {
+        let mut distances = vec![f64::INFINITY; self.sites.names.len()];
+        for (site, distance) in from.finite() {
+            if let Some(id) = self.sites.ids.get(site) {
+                distances[*id] = distance;
+            }
+        }
+        self.zone_members(zone).iter().filter_map(move |member| {
+            let candidate = member.candidate(&self.sites, now)?;
+            let distance = distances.get(member.site).copied();
+            Some((candidate, distance.unwrap_or(f64::INFINITY)))
+        })
+    }
+
+    /// The index entry of `zone` (empty if no contact is in it).
+    fn zone_members(&self, zone: &str) -> &[ZoneMember] {
+        self.by_zone.get(zone).map_or(&[], Vec::as_slice)
     }
 }
 
@@ -586,6 +845,79 @@ mod tests {
             0
         );
         assert!(!table.msrs(now + Duration::from_secs(5))[0].registered);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn zone_index_follows_every_change() {
+        let now = Instant::now();
+        let far = now + Duration::from_secs(600);
+        let mut operator = OperatorConfig::new();
+        let mut table = LoadTable::new("n".into());
+        for (contact, msr) in [
+            ("b@msr_1", "msr_1"),
+            ("a@msr_1", "msr_1"),
+            ("a@msr_2", "msr_2"),
+            ("c@msr_3", "msr_3"),
+        ] {
+            table.upsert_contact(binding(contact, msr, far), &operator, "z", "s");
+            table.check_index();
+        }
+        table.set_load("msr_1", report("msr_1", 120), now);
+        table.check_index();
+        table.set_load("msr_9", report("msr_9", 10), now);
+        table.check_index();
+        table.set_subscription(
+            "msr_1",
+            SubscriptionView {
+                status: SubscriptionStatus::Active,
+                expires_secs: 5,
+                notify_count: 1,
+                last_notify_unix: None,
+                event_id: "e".into(),
+            },
+        );
+        table.check_index();
+        let first = table
+            .candidates_in_zone("z", now)
+            .next()
+            .expect("candidate");
+        assert_eq!((first.contact, first.load), ("a@msr_1", Some(100)));
+        assert!(table
+            .candidates_in_zone("z", now + Duration::from_secs(6))
+            .next()
+            .is_some_and(|c| c.stale));
+
+        // A refresh in place, a move to another zone, a move to another MSR.
+        table.upsert_contact(binding("a@msr_2", "msr_2", now), &operator, "z", "s");
+        table.check_index();
+        operator.set_contact_zone("b@msr_1", "y").expect("zone");
+        operator.declare_site("t").expect("declare");
+        operator.set_contact_site("b@msr_1", "t").expect("site");
+        table.upsert_contact(binding("b@msr_1", "msr_1", far), &operator, "z", "s");
+        table.check_index();
+        operator
+            .set_performance_coefficient("msr_3", 0.5)
+            .expect("coef");
+        table.upsert_contact(binding("c@msr_3", "msr_2", far), &operator, "z", "s");
+        table.check_index();
+        operator.set_active("msr_2", false).expect("active");
+        table.apply_operator(&operator, "z", "s");
+        table.check_index();
+        let z: Vec<_> = table
+            .candidates_in_zone("z", now)
+            .map(|c| c.contact)
+            .collect();
+        assert_eq!(z, ["a@msr_1"]);
+        let y: Vec<_> = table.candidates_in_zone("y", now).map(|c| c.site).collect();
+        assert_eq!(y, ["t"]);
+
+        table.remove_contact("a@msr_1");
+        table.check_index();
+        table.remove_msr("msr_2");
+        table.check_index();
+        table.remove_msr("msr_1");
+        table.check_index();
+        assert!(table.by_zone.is_empty());
     }
 
     #[test]

@@ -22,14 +22,13 @@
 //! Architecture invariant: pure. No clock (`now` is part of [`Query`]), no
 //! socket, no RNG of its own (the caller passes one, or a fixed draw).
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 use rand::Rng;
 use tokio::time::Instant;
 
 use crate::load_table::{Candidate, LoadTable};
-use crate::topology::Topology;
+use crate::topology::{SiteDistances, Topology};
 
 /// One selection request: the leg's zone and site, and the MSR chosen for
 /// the other leg of the call, if any.
@@ -235,6 +234,137 @@ pub fn explain<R: Rng + ?Sized>(
     run(table, topology, query, draw, true)
 }
 
+/// The contacts left after steps 1–3: those of the leg's zone (optionally of
+/// one MSR only) at the minimum finite distance, in contact-name order.
+#[derive(Debug)]
+struct Nearest<'a> {
+    /// The minimum finite distance seen so far.
+    distance: Option<f64>,
+    /// The contacts at that distance.
+    contacts: Vec<Candidate<'a>>,
+}
+
+impl<'a> Nearest<'a> {
+    fn new() -> Self {
+        Self {
+            distance: None,
+            contacts: Vec::new(),
+        }
+    }
+
+    /// Offers a candidate at `distance`. The minimum is folded with
+    /// `f64::min` in candidate order, exactly as a `reduce(f64::min)` over all
+    /// finite distances would be, and the kept contacts are those whose
+    /// distance `==` it.
+    #[inline]
+    fn offer(&mut self, candidate: Candidate<'a>, distance: f64) {
+        if distance.is_infinite() {
+            return;
+        }
+        match self.distance {
+            Some(min) if distance > min => {}
+            Some(min) if distance == min => {
+                self.distance = Some(min.min(distance));
+                self.contacts.push(candidate);
+            }
+            _ => {
+                self.distance = Some(self.distance.map_or(distance, |min| min.min(distance)));
+                self.contacts.clear();
+                self.contacts.push(candidate);
+            }
+        }
+    }
+}
+
+/// What became of a step-1 candidate, given the outcome of steps 2–4:
+/// `preferred` (the MSR kept by step 2, if any), the minimum distance and the
+/// contacts kept by step 4.
+fn outcome_of(
+    candidate: &Candidate<'_>,
+    distance: f64,
+    preferred: Option<&str>,
+    min_distance: Option<f64>,
+    kept: &[Candidate<'_>],
+) -> CandidateOutcome {
+    if preferred.is_some_and(|msr| candidate.msr != msr) {
+        CandidateOutcome::OtherMsr
+    } else if distance.is_infinite() {
+        CandidateOutcome::InfiniteDistance
+    } else if Some(distance) != min_distance {
+        CandidateOutcome::Farther
+    } else if kept.iter().any(|k| k.contact == candidate.contact) {
+        CandidateOutcome::Kept
+    } else {
+        CandidateOutcome::DuplicateMsr
+    }
+}
+
+/// The weight of step 5: `(100 − load) × performance coefficient`, a missing
+/// report counting as load 0.
+fn weight(candidate: &Candidate<'_>) -> (u8, f64) {
+    let load = candidate.load.unwrap_or(0).min(100);
+    (
+        load,
+        f64::from(100 - load) * candidate.performance_coefficient,
+    )
+}
+
+/// Steps 1–4 of one selection.
+#[derive(Debug)]
+struct Steps<'a> {
+    /// Step 2: the MSR whose contacts alone are kept, if any.
+    preferred: Option<&'a str>,
+    /// Step 2: an MSR was given and had no candidate.
+    media_bridge: bool,
+    /// Step 3: the minimum finite distance.
+    min_distance: Option<f64>,
+    /// Step 4: one contact per MSR, in MSR-name order.
+    kept: Vec<Candidate<'a>>,
+}
+
+/// Steps 1–4 for a leg at `distances`' site: one pass over the leg's zone.
+/// Not generic, so that it is compiled (and its helpers inlined) once, here.
+fn steps_1_to_4<'a>(
+    table: &'a LoadTable,
+    distances: &SiteDistances<'_>,
+    query: &'a Query,
+) -> Steps<'a> {
+    // Steps 1–3 together: the nearest contacts of any MSR and, when an MSR
+    // was given, the nearest of its own.
+    let wanted = query.msr.as_deref();
+    let mut nearest = Nearest::new();
+    let mut nearest_wanted = Nearest::new();
+    let mut wanted_seen = false;
+    for (candidate, distance) in table.candidates_by_distance(&query.zone, query.now, distances) {
+        if wanted == Some(candidate.msr) {
+            wanted_seen = true;
+            nearest_wanted.offer(candidate, distance);
+        }
+        nearest.offer(candidate, distance);
+    }
+    // Step 2: the given MSR wins if it has a candidate at all.
+    let (preferred, media_bridge, nearest) = if wanted_seen {
+        (wanted, false, nearest_wanted)
+    } else {
+        (None, wanted.is_some(), nearest)
+    };
+
+    // Step 4: one contact per MSR, the first by contact name, in MSR-name
+    // order. Candidates come sorted by contact name and the sort is stable.
+    let mut kept = nearest.contacts;
+    kept.sort_by(|a, b| a.msr.cmp(b.msr));
+    kept.dedup_by(|later, first| later.msr == first.msr);
+    Steps {
+        preferred,
+        media_bridge,
+        min_distance: nearest.distance,
+        kept,
+    }
+}
+
+/// One implementation for [`select`] and [`explain`]; with `record` false
+/// it allocates only the short list of nearest contacts and the choice's
+/// strings.
 fn run<R: Rng + ?Sized>(
     table: &LoadTable,
     topology: &Topology,
@@ -251,108 +381,57 @@ fn run<R: Rng + ?Sized>(
         draw: None,
         outcome: Err(Refusal::UnknownSite),
     };
-    if !topology.contains(&query.site) {
+    let Some(distances) = topology.distances_from(&query.site) else {
         return Ok(explanation);
-    }
+    };
+    let Steps {
+        preferred,
+        media_bridge,
+        min_distance,
+        kept,
+    } = steps_1_to_4(table, &distances, query);
+    explanation.media_bridge = media_bridge;
 
-    // Step 1.
-    let candidates: Vec<Candidate<'_>> = table.candidates_in_zone(&query.zone, query.now).collect();
-    let mut outcomes = vec![CandidateOutcome::Kept; candidates.len()];
-
-    // Step 2.
-    if let Some(preferred) = query.msr.as_deref() {
-        if candidates.iter().any(|c| c.msr == preferred) {
-            for (c, outcome) in candidates.iter().zip(&mut outcomes) {
-                if c.msr != preferred {
-                    *outcome = CandidateOutcome::OtherMsr;
-                }
-            }
-        } else {
-            explanation.media_bridge = true;
-        }
-    }
-
-    // Step 3.
-    let distances: Vec<f64> = candidates
-        .iter()
-        .map(|c| {
-            topology
-                .distance(&query.site, c.site)
-                .unwrap_or(f64::INFINITY)
-        })
-        .collect();
-    let min_distance = candidates
-        .iter()
-        .zip(&outcomes)
-        .zip(&distances)
-        .filter(|((_, outcome), d)| **outcome == CandidateOutcome::Kept && d.is_finite())
-        .map(|(_, d)| *d)
-        .reduce(f64::min);
-    for (outcome, d) in outcomes.iter_mut().zip(&distances) {
-        if *outcome != CandidateOutcome::Kept {
-            continue;
-        }
-        if d.is_infinite() {
-            *outcome = CandidateOutcome::InfiniteDistance;
-        } else if Some(*d) != min_distance {
-            *outcome = CandidateOutcome::Farther;
-        }
-    }
-
-    // Step 4: candidates come sorted by contact name, so the first seen wins;
-    // the map orders the interval table by MSR name.
-    let mut per_msr: BTreeMap<&str, usize> = BTreeMap::new();
-    for (index, (c, outcome)) in candidates.iter().zip(&mut outcomes).enumerate() {
-        if *outcome != CandidateOutcome::Kept {
-            continue;
-        }
-        if per_msr.contains_key(c.msr) {
-            *outcome = CandidateOutcome::DuplicateMsr;
-        } else {
-            per_msr.insert(c.msr, index);
-        }
-    }
-
-    // Step 5.
-    let mut total = 0.0_f64;
-    let mut intervals = Vec::with_capacity(per_msr.len());
-    for index in per_msr.values() {
-        let c = &candidates[*index];
-        let load = c.load.unwrap_or(0).min(100);
-        let weight = f64::from(100 - load) * c.performance_coefficient;
-        intervals.push(IntervalRow {
-            msr: c.msr.to_owned(),
-            contact: c.contact.to_owned(),
-            uri: c.uri.to_owned(),
-            load,
-            reported: c.load.is_some(),
-            stale: c.stale,
-            performance_coefficient: c.performance_coefficient,
-            weight,
-            bottom: total,
-            top: total + weight,
-        });
-        total += weight;
-    }
+    // Step 5: the interval table, in MSR-name order.
+    let total = kept.iter().fold(0.0_f64, |total, c| total + weight(c).1);
     explanation.min_distance = min_distance;
     explanation.total = total;
     if record {
-        explanation.candidates = candidates
-            .iter()
-            .zip(&outcomes)
-            .zip(&distances)
-            .map(|((c, outcome), d)| ExplainedCandidate {
+        explanation.candidates = table
+            .candidates_by_distance(&query.zone, query.now, &distances)
+            .map(|(c, distance)| ExplainedCandidate {
                 contact: c.contact.to_owned(),
                 msr: c.msr.to_owned(),
                 site: c.site.to_owned(),
-                distance: *d,
-                outcome: *outcome,
+                distance,
+                outcome: outcome_of(&c, distance, preferred, min_distance, &kept),
+            })
+            .collect();
+        let mut bottom = 0.0_f64;
+        explanation.intervals = kept
+            .iter()
+            .map(|c| {
+                let (load, weight) = weight(c);
+                let row = IntervalRow {
+                    msr: c.msr.to_owned(),
+                    contact: c.contact.to_owned(),
+                    uri: c.uri.to_owned(),
+                    load,
+                    reported: c.load.is_some(),
+                    stale: c.stale,
+                    performance_coefficient: c.performance_coefficient,
+                    weight,
+                    bottom,
+                    top: bottom + weight,
+                };
+                bottom += weight;
+                row
             })
             .collect();
     }
 
     // Step 6, then the draw.
-    explanation.outcome = if intervals.is_empty() {
+    explanation.outcome = if kept.is_empty() {
         Err(Refusal::MsrNotFound)
     } else if total <= 0.0 {
         Err(Refusal::MsrOverloaded)
@@ -363,16 +442,11 @@ fn run<R: Rng + ?Sized>(
             Draw::Fixed(value) => return Err(DrawOutOfRange { draw: value, total }),
         };
         explanation.draw = Some(value);
-        let picked = intervals
-            .iter()
-            .find(|row| row.weight > 0.0 && value >= row.bottom && value < row.top)
-            // Rounding can leave `value` a hair above the last top.
-            .or_else(|| intervals.iter().rev().find(|row| row.weight > 0.0));
-        match picked {
-            Some(row) => Ok(Choice {
-                msr: row.msr.clone(),
-                contact: row.contact.clone(),
-                uri: row.uri.clone(),
+        match pick(&kept, value) {
+            Some(c) => Ok(Choice {
+                msr: c.msr.to_owned(),
+                contact: c.contact.to_owned(),
+                uri: c.uri.to_owned(),
                 media_bridge: explanation.media_bridge,
                 distance: min_distance.unwrap_or(0.0),
                 draw: value,
@@ -381,10 +455,27 @@ fn run<R: Rng + ?Sized>(
             None => Err(Refusal::MsrOverloaded),
         }
     };
-    if record {
-        explanation.intervals = intervals;
-    }
     Ok(explanation)
+}
+
+/// The contact whose interval `[bottom, top)` holds `value`, skipping empty
+/// intervals; rounding can leave `value` a hair above the last top, so the
+/// last non-empty interval takes it then.
+fn pick<'k, 'a>(kept: &'k [Candidate<'a>], value: f64) -> Option<&'k Candidate<'a>> {
+    let mut bottom = 0.0_f64;
+    let mut last = None;
+    for c in kept {
+        let (_, weight) = weight(c);
+        let top = bottom + weight;
+        if weight > 0.0 {
+            if value >= bottom && value < top {
+                return Some(c);
+            }
+            last = Some(c);
+        }
+        bottom += weight;
+    }
+    last
 }
 
 #[cfg(test)]

@@ -7,8 +7,14 @@
 //! subscribers.
 //!
 //! Architecture invariant: no I/O, no clock. Stored as a set of names plus the
-//! pairs that differ from the default, keyed by the ordered pair, so symmetry
-//! holds by construction.
+//! pairs that differ from the default, in both directions; `set_distance`
+//! writes both, so symmetry holds by construction. Only declared sites appear
+//! in the stored pairs (`set_distance` checks, `remove` drops them), so a
+//! site absent from a declared site's row is either undeclared or unset:
+//! infinite either way, unless it is the site itself (0).
+//!
+//! Selection reads distances from one leg site to many contact sites:
+//! [`Topology::distances_from`] resolves that site's row once per query.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -196,21 +202,36 @@ impl Topology {
 
     /// The distance between two sites; `None` if either is not declared.
     pub fn distance(&self, a: &str, b: &str) -> Option<f64> {
-        if self.sites.contains(a) && self.sites.contains(b) {
-            Some(self.distance_unchecked(a, b))
+        if self.sites.contains(b) {
+            self.distances_from(a).map(|row| row.to(b))
         } else {
             None
+        }
+    }
+
+    /// The distances from a declared site to every other, resolved once for
+    /// many lookups; `None` if `site` is not declared.
+    pub fn distances_from<'a>(&'a self, site: &'a str) -> Option<SiteDistances<'a>> {
+        if self.sites.contains(site) {
+            Some(self.distances_from_unchecked(site))
+        } else {
+            None
+        }
+    }
+
+    /// Like [`Topology::distances_from`] without checking that `site` is
+    /// declared (an undeclared pair reads as its default).
+    fn distances_from_unchecked<'a>(&'a self, site: &'a str) -> SiteDistances<'a> {
+        SiteDistances {
+            site,
+            row: self.distances.get(site),
         }
     }
 
     /// The distance between two declared sites, without checking that they
     /// are declared (an undeclared pair reads as its default).
     fn distance_unchecked(&self, a: &str, b: &str) -> f64 {
-        match self.distances.get(a).and_then(|row| row.get(b)) {
-            Some(value) => *value,
-            None if a == b => 0.0,
-            None => f64::INFINITY,
-        }
+        self.distances_from_unchecked(a).to(b)
     }
 
     /// Every stored distance that differs from its default, as
@@ -221,6 +242,42 @@ impl Topology {
                 .filter(move |(b, _)| a.as_str() <= b.as_str())
                 .map(move |(b, value)| (a.as_str(), b.as_str(), *value))
         })
+    }
+}
+
+/// The distances from one declared site (see [`Topology::distances_from`]).
+#[derive(Debug, Clone, Copy)]
+pub struct SiteDistances<'a> {
+    /// The site the distances are from.
+    site: &'a str,
+    /// Its stored distances that differ from the default, if any.
+    row: Option<&'a BTreeMap<String, f64>>,
+}
+
+impl SiteDistances<'_> {
+    /// The distance to `other`: the stored value, else 0 to the site itself,
+    /// else infinity (an unset pair or an undeclared `other`).
+    pub fn to(&self, other: &str) -> f64 {
+        match self.row.and_then(|row| row.get(other)) {
+            Some(value) => *value,
+            None if other == self.site => 0.0,
+            None => f64::INFINITY,
+        }
+    }
+
+    /// Every site at a finite distance, each once, with that distance; every
+    /// other site (declared or not) is at infinity.
+    pub fn finite(&self) -> impl Iterator<Item = (&str, f64)> + '_ {
+        let others = self
+            .row
+            .into_iter()
+            .flat_map(|row| row.keys())
+            .map(String::as_str)
+            .filter(move |site| *site != self.site);
+        std::iter::once(self.site)
+            .chain(others)
+            .map(move |site| (site, self.to(site)))
+            .filter(|(_, distance)| distance.is_finite())
     }
 }
 

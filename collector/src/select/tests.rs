@@ -1,3 +1,4 @@
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use msr_shared::event_package::LoadReport;
@@ -586,6 +587,207 @@ proptest! {
             let got = observed.get(&format!("msr_{m}")).copied().unwrap_or(0.0);
             let expected = weight / total;
             prop_assert!((got - expected).abs() < 0.01, "msr_{}: {} vs {}", m, got, expected);
+        }
+    }
+}
+
+/// The selection as first written (a direct transcription of SPEC §7, with a
+/// lookup per candidate and owned strings throughout): the model the
+/// optimised [`run`] must match exactly.
+#[allow(clippy::too_many_lines)]
+fn reference_run<R: rand::Rng + ?Sized>(
+    table: &LoadTable,
+    topology: &Topology,
+    query: &Query,
+    draw: Draw<'_, R>,
+    record: bool,
+) -> Result<Explanation, DrawOutOfRange> {
+    let mut explanation = Explanation {
+        media_bridge: false,
+        candidates: Vec::new(),
+        min_distance: None,
+        intervals: Vec::new(),
+        total: 0.0,
+        draw: None,
+        outcome: Err(Refusal::UnknownSite),
+    };
+    if !topology.contains(&query.site) {
+        return Ok(explanation);
+    }
+
+    // Step 1.
+    let candidates: Vec<Candidate<'_>> = table.candidates_in_zone(&query.zone, query.now).collect();
+    let mut outcomes = vec![CandidateOutcome::Kept; candidates.len()];
+
+    // Step 2.
+    if let Some(preferred) = query.msr.as_deref() {
+        if candidates.iter().any(|c| c.msr == preferred) {
+            for (c, outcome) in candidates.iter().zip(&mut outcomes) {
+                if c.msr != preferred {
+                    *outcome = CandidateOutcome::OtherMsr;
+                }
+            }
+        } else {
+            explanation.media_bridge = true;
+        }
+    }
+
+    // Step 3.
+    let distances: Vec<f64> = candidates
+        .iter()
+        .map(|c| {
+            topology
+                .distance(&query.site, c.site)
+                .unwrap_or(f64::INFINITY)
+        })
+        .collect();
+    let min_distance = candidates
+        .iter()
+        .zip(&outcomes)
+        .zip(&distances)
+        .filter(|((_, outcome), d)| **outcome == CandidateOutcome::Kept && d.is_finite())
+        .map(|(_, d)| *d)
+        .reduce(f64::min);
+    for (outcome, d) in outcomes.iter_mut().zip(&distances) {
+        if *outcome != CandidateOutcome::Kept {
+            continue;
+        }
+        if d.is_infinite() {
+            *outcome = CandidateOutcome::InfiniteDistance;
+        } else if Some(*d) != min_distance {
+            *outcome = CandidateOutcome::Farther;
+        }
+    }
+
+    // Step 4: candidates come sorted by contact name, so the first seen wins;
+    // the map orders the interval table by MSR name.
+    let mut per_msr: BTreeMap<&str, usize> = BTreeMap::new();
+    for (index, (c, outcome)) in candidates.iter().zip(&mut outcomes).enumerate() {
+        if *outcome != CandidateOutcome::Kept {
+            continue;
+        }
+        if per_msr.contains_key(c.msr) {
+            *outcome = CandidateOutcome::DuplicateMsr;
+        } else {
+            per_msr.insert(c.msr, index);
+        }
+    }
+
+    // Step 5.
+    let mut total = 0.0_f64;
+    let mut intervals = Vec::with_capacity(per_msr.len());
+    for index in per_msr.values() {
+        let c = &candidates[*index];
+        let load = c.load.unwrap_or(0).min(100);
+        let weight = f64::from(100 - load) * c.performance_coefficient;
+        intervals.push(IntervalRow {
+            msr: c.msr.to_owned(),
+            contact: c.contact.to_owned(),
+            uri: c.uri.to_owned(),
+            load,
+            reported: c.load.is_some(),
+            stale: c.stale,
+            performance_coefficient: c.performance_coefficient,
+            weight,
+            bottom: total,
+            top: total + weight,
+        });
+        total += weight;
+    }
+    explanation.min_distance = min_distance;
+    explanation.total = total;
+    if record {
+        explanation.candidates = candidates
+            .iter()
+            .zip(&outcomes)
+            .zip(&distances)
+            .map(|((c, outcome), d)| ExplainedCandidate {
+                contact: c.contact.to_owned(),
+                msr: c.msr.to_owned(),
+                site: c.site.to_owned(),
+                distance: *d,
+                outcome: *outcome,
+            })
+            .collect();
+    }
+
+    // Step 6, then the draw.
+    explanation.outcome = if intervals.is_empty() {
+        Err(Refusal::MsrNotFound)
+    } else if total <= 0.0 {
+        Err(Refusal::MsrOverloaded)
+    } else {
+        let value = match draw {
+            Draw::Random(rng) => rng.gen_range(0.0..total),
+            Draw::Fixed(value) if (0.0..total).contains(&value) => value,
+            Draw::Fixed(value) => return Err(DrawOutOfRange { draw: value, total }),
+        };
+        explanation.draw = Some(value);
+        let picked = intervals
+            .iter()
+            .find(|row| row.weight > 0.0 && value >= row.bottom && value < row.top)
+            // Rounding can leave `value` a hair above the last top.
+            .or_else(|| intervals.iter().rev().find(|row| row.weight > 0.0));
+        match picked {
+            Some(row) => Ok(Choice {
+                msr: row.msr.clone(),
+                contact: row.contact.clone(),
+                uri: row.uri.clone(),
+                media_bridge: explanation.media_bridge,
+                distance: min_distance.unwrap_or(0.0),
+                draw: value,
+                total,
+            }),
+            None => Err(Refusal::MsrOverloaded),
+        }
+    };
+    if record {
+        explanation.intervals = intervals;
+    }
+    Ok(explanation)
+}
+
+proptest! {
+    #[test]
+    fn run_matches_the_reference(
+        distances in proptest::collection::vec(proptest::option::of(0u8..4), 10),
+        contacts in proptest::collection::vec((0usize..5, 0usize..3, 0usize..2, 0usize..4, any::<bool>(), any::<bool>()), 0..20),
+        loads in proptest::collection::vec(prop_oneof![Just(100u8), 0u8..=100], 5),
+        coefficients in proptest::collection::vec(0.1f64..3.0, 5),
+        zone in 0usize..2,
+        site in 0usize..5,
+        msr in proptest::option::of(0usize..6),
+        fraction in 0.0f64..1.0,
+        seed in any::<u64>(),
+    ) {
+        let world = arbitrary_world(&distances, &contacts, &loads, &coefficients);
+        // Site index 4 is undeclared.
+        let leg_site = SITES.get(site).copied().unwrap_or("nowhere");
+        let mut query = world.query(ZONES[zone], leg_site, None);
+        query.msr = msr.map(|m| format!("msr_{m}"));
+        let topology = world.operator.topology();
+        let table = &world.table;
+
+        // Explanations with a fixed draw (record on).
+        let probe = reference_run::<StdRng>(table, topology, &query, Draw::Fixed(0.0), true);
+        let total = probe.map_or_else(|e| e.total, |e| e.total);
+        let value = total * fraction;
+        let want = reference_run::<StdRng>(table, topology, &query, Draw::Fixed(value), true);
+        let got = run::<StdRng>(table, topology, &query, Draw::Fixed(value), true);
+        prop_assert_eq!(&got, &want);
+        // Record off: same outcome.
+        let got = run::<StdRng>(table, topology, &query, Draw::Fixed(value), false);
+        prop_assert_eq!(got.map(|e| e.outcome), want.map(|e| e.outcome));
+        // Random draws: same generator state, same choice.
+        let mut a = StdRng::seed_from_u64(seed);
+        let mut b = StdRng::seed_from_u64(seed);
+        for _ in 0..3 {
+            let want = reference_run(table, topology, &query, Draw::Random(&mut a), false)
+                .map(|e| e.outcome);
+            prop_assert_eq!(
+                run(table, topology, &query, Draw::Random(&mut b), false).map(|e| e.outcome),
+                want
+            );
         }
     }
 }
