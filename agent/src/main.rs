@@ -92,9 +92,8 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         tokio::pin!(agent);
         tokio::select! {
             result = &mut agent => return result?.map(|()| ExitCode::SUCCESS).map_err(Into::into),
-            signal = wait_for_signal() => {
-                signal?;
-                tracing::info!("signal received, stopping");
+            signal = msr_shared::signals::shutdown_signal("the agent reloads its config when the file changes") => {
+                tracing::info!(signal = signal?, "signal received, stopping");
             }
         }
         shutdown.cancel();
@@ -106,17 +105,6 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
     })
-}
-
-async fn wait_for_signal() -> std::io::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
-    Ok(())
 }
 
 fn print_summary(path: &Path, config: &msr_agent::AgentConfig) {

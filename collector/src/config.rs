@@ -416,6 +416,15 @@ fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, ConfigError
     let listen: SocketAddr = raw.sip.listen.parse().map_err(|_| {
         invalid("sip.listen", quoted(&raw.sip.listen), "an ip:port socket address, e.g. \"127.0.0.1:5060\"")
     })?;
+    if listen.ip().is_unspecified() {
+        // The address goes into the Contact of every SUBSCRIBE: MSRs send
+        // their NOTIFYs there, so it must be one they can reach.
+        return Err(invalid(
+            "sip.listen",
+            quoted(&raw.sip.listen),
+            "a specific ip:port (it is the Contact MSRs send NOTIFYs to), not 0.0.0.0 or [::]",
+        ));
+    }
     let mut transports = BTreeSet::new();
     for t in &raw.sip.transports {
         match t.to_ascii_lowercase().as_str() {

@@ -73,8 +73,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         let shutdown = CancellationToken::new();
         let signals = shutdown.clone();
         tokio::spawn(async move {
-            wait_for_signal().await;
-            tracing::info!("signal received, shutting down");
+            match msr_shared::signals::shutdown_signal("configuration changes need a restart").await {
+                Ok(signal) => tracing::info!(signal, "signal received, shutting down"),
+                Err(e) => tracing::error!(error = %e, "cannot install signal handlers, shutting down"),
+            }
             signals.cancel();
         });
         msr_collector::run(config, shutdown).await
@@ -82,17 +84,3 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        }
-        _ => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
-}

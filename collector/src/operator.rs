@@ -24,6 +24,12 @@ pub const DEFAULT_PERFORMANCE_COEFFICIENT: f64 = 1.0;
 pub const MAX_ENTITY_NAME_LEN: usize = 128;
 
 /// Why an operator change was refused.
+
+/// The largest performance coefficient accepted (SPEC §6 says "any positive
+/// number"; the bound keeps every weight, (100 − load) × coefficient, and
+/// the sum of thousands of them far from overflowing an `f64`).
+pub const MAX_PERFORMANCE_COEFFICIENT: f64 = 1_000_000.0;
+
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum OperatorError {
@@ -31,7 +37,7 @@ pub enum OperatorError {
     #[error(transparent)]
     Topology(#[from] TopologyError),
     /// The coefficient is zero, negative, NaN or infinite.
-    #[error("invalid performance coefficient {value} for msr `{msr}`: expected a positive finite number")]
+    #[error("invalid performance coefficient {value} for msr `{msr}`: expected a number above 0 and at most {MAX_PERFORMANCE_COEFFICIENT}")]
     InvalidCoefficient {
         /// MSR name.
         msr: String,
@@ -210,7 +216,8 @@ impl OperatorConfig {
     /// Sets the performance coefficient; returns the previous one.
     ///
     /// # Errors
-    /// [`OperatorError::InvalidCoefficient`] unless positive and finite;
+    /// [`OperatorError::InvalidCoefficient`] unless above 0 and at most
+    /// [`MAX_PERFORMANCE_COEFFICIENT`];
     /// [`OperatorError::InvalidName`].
     pub fn set_performance_coefficient(
         &mut self,
@@ -218,7 +225,7 @@ impl OperatorConfig {
         value: f64,
     ) -> Result<f64, OperatorError> {
         check_entity_name("msr", msr)?;
-        if !(value.is_finite() && value > 0.0) {
+        if !(value > 0.0 && value <= MAX_PERFORMANCE_COEFFICIENT) {
             return Err(OperatorError::InvalidCoefficient {
                 msr: msr.to_owned(),
                 value,
@@ -479,9 +486,9 @@ mod tests {
     }
 
     #[test]
-    fn coefficient_must_be_positive_finite() {
+    fn coefficient_must_be_positive_and_bounded() {
         let mut config = OperatorConfig::new();
-        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e308, MAX_PERFORMANCE_COEFFICIENT * 2.0] {
             assert!(matches!(
                 config.set_performance_coefficient("msr_1", bad),
                 Err(OperatorError::InvalidCoefficient { .. })

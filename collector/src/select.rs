@@ -435,6 +435,10 @@ fn run<R: Rng + ?Sized>(
         Err(Refusal::MsrNotFound)
     } else if total <= 0.0 {
         Err(Refusal::MsrOverloaded)
+    } else if !total.is_finite() {
+        // Unreachable with validated coefficients (operator.rs bounds them);
+        // a store written by hand must still never make the draw panic.
+        Err(Refusal::MsrNotFound)
     } else {
         let value = match draw {
             Draw::Random(rng) => rng.gen_range(0.0..total),

@@ -10,13 +10,16 @@
 //! * [`backoff`] — capped exponential backoff, pure.
 //! * [`admin`] — the collector control protocol (the only serde wire types).
 //! * [`logging`] — the daemons' default log filter.
+//! * [`signals`] — SIGTERM/SIGINT stop, SIGHUP is ignored.
 //!
-//! Architecture invariant: apart from [`sip::SipEndpoint`], nothing in this
-//! crate performs I/O, reads a clock or spawns a task.
+//! Architecture invariant: apart from [`sip::SipEndpoint`] and
+//! [`signals`], nothing in this crate performs I/O, reads a clock or spawns
+//! a task.
 #![warn(missing_docs)]
 
 pub mod admin;
 pub mod backoff;
 pub mod event_package;
 pub mod logging;
+pub mod signals;
 pub mod sip;

@@ -122,6 +122,7 @@ pub enum MsrProperty {
     #[command(name = "performance_coefficient")]
     PerformanceCoefficient {
         /// The coefficient.
+        #[arg(value_parser = parse_finite)]
         value: f64,
     },
     /// Admin active flag: `false` takes the MSR out of selection.
@@ -207,11 +208,20 @@ pub struct SelectArgs {
     #[arg(long)]
     pub msr: Option<String>,
     /// Fix the draw to R in [0, total) instead of a random one.
-    #[arg(long, value_name = "R")]
+    #[arg(long, value_name = "R", value_parser = parse_finite)]
     pub random: Option<f64>,
     /// Show the candidates, distances and interval table.
     #[arg(long)]
     pub explain: bool,
+}
+
+/// A finite number (JSON has no NaN or infinity: they would travel as
+/// `null` and change the meaning of the request).
+fn parse_finite(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(value) if value.is_finite() => Ok(value),
+        _ => Err(format!("`{text}` is not a finite number")),
+    }
 }
 
 fn parse_distance(text: &str) -> Result<Distance, String> {
@@ -626,6 +636,10 @@ mod tests {
             "site distance a b far",
             "msr set msr_1 active maybe",
             "msr set msr_1 performance_coefficient x",
+            "msr set msr_1 performance_coefficient nan",
+            "msr set msr_1 performance_coefficient inf",
+            "select --zone z --site s --random nan",
+            "select --zone z --site s --random 1e400",
             "subscription set m eltex-call-count expires 0",
             "resource list passive",
             "select --zone z",
