@@ -16,5 +16,9 @@ if ! command -v sipp >/dev/null 2>&1; then
 fi
 echo "== $(sipp -v 2>/dev/null | grep -m1 -i 'sipp v' || echo 'sipp installed')"
 
+# The system tests run the real binaries from target/debug; `cargo test`
+# alone builds only the test targets' own crates, so build every binary first.
+echo "== cargo build (binaries used by the system tests)"
+cargo build --workspace --bins --locked
 echo "== cargo test"
 cargo test --workspace --locked "$@"

@@ -51,6 +51,12 @@ use crate::load::Sample;
 mod tests;
 
 /// The shortest subscription granted, seconds; a shorter non-zero request
+
+/// The most subscriptions the notifier keeps at once; a new SUBSCRIBE past
+/// it gets `503 Service Unavailable` with `Retry-After: 60`. A cluster has
+/// one subscription per core host and MSR name.
+pub const MAX_SUBSCRIPTIONS: usize = 256;
+
 /// gets `423` with `Min-Expires: 1`.
 pub const MIN_EXPIRES: u32 = 1;
 /// The expiry granted when a SUBSCRIBE carries no `Expires` (SPEC §4's
@@ -393,6 +399,15 @@ impl Notifier {
 
         if self.shut_down {
             return reject(StatusCode::ServiceUnavailable, "shutting down");
+        }
+        if self.subs.len() >= MAX_SUBSCRIPTIONS {
+            // Every core host subscribes once per MSR name; far more than
+            // that is a misbehaving or hostile peer, and each subscription
+            // costs NOTIFY traffic towards whatever Contact it named.
+            warn!(limit = MAX_SUBSCRIPTIONS, from = %from, "subscription refused: too many subscriptions");
+            let mut r = sip::response(request, StatusCode::ServiceUnavailable, None);
+            sip::push_header(&mut r.headers, "Retry-After", "60");
+            return finish(r);
         }
         let Some(target) = sip::header(h, "Contact").map(sip::addr_uri).filter(|t| !t.is_empty()) else {
             return reject(StatusCode::BadRequest, "missing contact");

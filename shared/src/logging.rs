@@ -13,7 +13,9 @@ pub fn filter_directive(verbosity: i8) -> &'static str {
         -1 => "warn",
         0 => "info,rsipstack=warn",
         1 => "debug,rsipstack=info",
-        _ => "trace",
+        // notify (the agent's config watcher) traces every inotify event,
+        // including writes to a log file next to the config: a feedback loop.
+        _ => "trace,notify=info",
     }
 }
 
@@ -23,6 +25,6 @@ mod tests {
     fn default_keeps_the_stack_quiet() {
         assert_eq!(super::filter_directive(0), "info,rsipstack=warn");
         assert_eq!(super::filter_directive(-5), "error");
-        assert_eq!(super::filter_directive(9), "trace");
+        assert_eq!(super::filter_directive(9), "trace,notify=info");
     }
 }

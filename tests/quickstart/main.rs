@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use msr_shared::admin::{ErrorCode, Request, ResourceInfo, Response, ResponseData};
+use msr_shared::admin::{Request, ResourceInfo, Response, ResponseData};
 use system_tests::{bin_path, example, workspace_root, AdminClient, ChildGuard};
 
 /// Run a local collector with three agents on 127.0.0.1 and show selection at work.
@@ -69,8 +69,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     std::fs::create_dir_all(&cli.log_dir)
         .with_context(|| format!("cannot create {}", cli.log_dir.display()))?;
-    let collector_config = example("collector.toml");
-    let socket = control_socket(&collector_config)?;
+    // The example config as it is, except for the control socket and the
+    // operator store: a fresh store in the run folder, so that settings made
+    // elsewhere on this machine don't change the report.
+    let socket = cli.log_dir.join("control.sock");
+    let collector_config = run_config(&example("collector.toml"), &socket, &cli.log_dir.join("operator.json"), &cli.log_dir.join("collector.toml"))?;
     for bin in ["msr-collector", "msr-agent", "msrctl"] {
         if !bin_path(bin).exists() {
             bail!("{} not found: build the workspace first (cargo build --release)", bin_path(bin).display());
@@ -89,7 +92,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         step(format!("{}: holding {calls} media sessions on even ports from {}", msr.name, msr.rtp_start));
     }
 
-    step(format!("starting msr-collector --config {}", rel(&collector_config)));
+    step(format!("starting msr-collector --config {} (config-examples/collector.toml with its socket and store in {})", collector_config.display(), cli.log_dir.display()));
     let mut children = Vec::new();
     children.push(("msr-collector".to_owned(), spawn(
         "msr-collector",
@@ -108,12 +111,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         children.push((msr.name.to_owned(), spawn("msr-agent", &["--config", &cfg.to_string_lossy(), "--log-stderr"], &log)?));
     }
 
-    // The operator configuration the share report relies on.
-    match admin.call(&Request::SiteDeclare { name: "local".into() }).await? {
-        Response::Ok(_) => step("declared site local"),
-        Response::Err(e) if e.code == ErrorCode::SiteExists => {}
-        Response::Err(e) => bail!("site declare local: {}", e.message),
-    }
 
     step("waiting for every MSR to register, subscribe and report its load");
     let expected: BTreeMap<&str, u8> = MSRS.iter().zip(&cli.calls).map(|(m, &c)| (m.name, c.min(100) as u8)).collect();
@@ -139,17 +136,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    for msr in &MSRS {
-        let _ = admin.call(&Request::MsrSetPerformanceCoefficient { msr: msr.name.into(), value: 1.0 }).await?;
-        let _ = admin.call(&Request::MsrSetActive { msr: msr.name.into(), active: true }).await?;
-    }
 
     println!();
     msrctl(&socket, &["resource", "list"])?;
     msrctl(&socket, &["subscription", "list"])?;
 
     let rows = resources(&mut admin).await?;
-    let (zone, site) = rows.first().map(|r| (r.zone.clone(), r.site.clone())).unwrap_or_else(|| ("default".into(), "local".into()));
+    let (zone, site) = ("default".to_owned(), "local".to_owned());
     step(format!("{} selections for a leg in zone {zone}, site {site}", cli.selections));
     let mut picks: BTreeMap<String, u32> = BTreeMap::new();
     for _ in 0..cli.selections {
@@ -197,7 +190,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
 
-    step("stopping agents and collector (SIGTERM)");
+    // Agents first, so that their unregisters and final NOTIFYs reach a
+    // running collector; then the collector.
+    step("stopping agents, then the collector (SIGTERM)");
     for (name, mut child) in children.into_iter().rev() {
         match child.terminate(Duration::from_secs(6)) {
             Some(status) if status.success() => println!("    {name} exited cleanly"),
@@ -221,6 +216,9 @@ fn spawn(bin: &str, args: &[&str], log: &Path) -> anyhow::Result<ChildGuard> {
     let file = std::fs::File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
     let mut cmd = Command::new(bin_path(bin));
     cmd.args(args).stdin(Stdio::null()).stdout(file.try_clone()?).stderr(file);
+    // A process group of its own: Ctrl-C in the terminal reaches only the
+    // quickstart, which then stops the children in order.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     let child = cmd.spawn().with_context(|| format!("cannot start {bin}"))?;
     Ok(ChildGuard { child })
 }
@@ -240,15 +238,28 @@ fn msrctl(socket: &Path, args: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn control_socket(config: &Path) -> anyhow::Result<PathBuf> {
-    let text = std::fs::read_to_string(config).with_context(|| format!("cannot read {}", config.display()))?;
-    let value: toml::Value = text.parse().with_context(|| format!("{} is not valid TOML", config.display()))?;
-    value
-        .get("control")
-        .and_then(|c| c.get("socket"))
-        .and_then(|s| s.as_str())
-        .map(PathBuf::from)
-        .with_context(|| format!("{}: no [control] socket", config.display()))
+/// Writes `example` to `out` with `[control] socket` and `[state] path`
+/// replaced, starting from an empty operator store.
+fn run_config(example: &Path, socket: &Path, state: &Path, out: &Path) -> anyhow::Result<PathBuf> {
+    let text = std::fs::read_to_string(example).with_context(|| format!("cannot read {}", example.display()))?;
+    let mut value: toml::Table = text.parse().with_context(|| format!("{} is not valid TOML", example.display()))?;
+    let mut set = |table: &str, key: &str, path: &Path| {
+        let entry = value.entry(table).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if let Some(t) = entry.as_table_mut() {
+            t.insert(key.to_owned(), toml::Value::String(path.to_string_lossy().into_owned()));
+        }
+    };
+    set("control", "socket", socket);
+    set("state", "path", state);
+    for stale in [state.to_path_buf(), state.with_extension("json.tmp")] {
+        match std::fs::remove_file(&stale) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => bail!("cannot remove {}: {e}", stale.display()),
+        }
+    }
+    std::fs::write(out, toml::to_string(&value)?).with_context(|| format!("cannot write {}", out.display()))?;
+    Ok(out.to_path_buf())
 }
 
 fn rel(path: &Path) -> String {

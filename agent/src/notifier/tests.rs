@@ -372,3 +372,18 @@ fn other_requests() {
     msg.method = Method::Message;
     assert_eq!(n.handle_request(t0, &msg).map(|r| r.status_code), Some(StatusCode::MethodNotAllowed));
 }
+
+#[test]
+fn subscriptions_are_capped_and_the_excess_gets_503_with_retry_after() {
+    let t0 = Instant::now();
+    let mut n = Notifier::new(config(), sample(30));
+    for i in 0..MAX_SUBSCRIPTIONS {
+        let resp = n.handle_request(t0, &subscribe(&format!("c{i}"), None, 1, Some(60), EVENT)).expect("response");
+        assert_eq!(resp.status_code, StatusCode::OK);
+    }
+    assert_eq!(drain(&mut n).len(), MAX_SUBSCRIPTIONS);
+    let resp = n.handle_request(t0, &subscribe("one-too-many", None, 1, Some(60), EVENT)).expect("response");
+    assert_eq!(resp.status_code, StatusCode::ServiceUnavailable);
+    assert_eq!(h(&resp.headers, "Retry-After"), "60");
+    assert!(drain(&mut n).is_empty(), "no NOTIFY for a refused subscription");
+}
