@@ -150,7 +150,15 @@ fn mutate(
         },
         Request::SiteRemove { name } => {
             // The default site is referenced by every future contact.
-            let live = |site: &str| site == defaults.site || table.site_in_use(site);
+            let live = |site: &str| {
+                if site == defaults.site {
+                    Some("the collector's default site ([defaults] site)".to_owned())
+                } else if table.site_in_use(site) {
+                    Some("a registered contact (see msrctl resource list)".to_owned())
+                } else {
+                    None
+                }
+            };
             match operator.remove_site(&name, live) {
                 Ok(()) => Response::Ok(ResponseData::SiteRemoved { name }),
                 Err(e) => operator_error(&e),

@@ -30,7 +30,8 @@
 //! * each member equals `ZoneMember::new` applied to that contact's
 //!   `ContactEntry` and its MSR's `MsrEntry`: the contact part is rewritten
 //!   by `upsert_contact`, the MSR-level part (`MsrSelection`) by `refresh_msr`
-//!   after `upsert_contact`, `set_load` and `set_subscription`;
+//!   after `upsert_contact`, `set_load`, and `set_subscription` when it
+//!   changes the `MsrSelection` (the granted expiry bounds staleness);
 //!   `apply_operator` rebuilds the whole index; removals drop members.
 //!
 //! Contact sites are numbered (`SiteNames`) so that selection compares
@@ -509,9 +510,16 @@ impl LoadTable {
     }
 
     /// Records the state of the subscription to an MSR.
+    /// Only the granted expiry matters to selection (it bounds staleness), so
+    /// the zone index is touched only when that changes: the shell calls this
+    /// for every NOTIFY (the counters move), which must stay cheap.
     pub fn set_subscription(&mut self, msr: &str, view: SubscriptionView) {
-        self.msr_entry(msr).subscription = Some(view);
-        self.refresh_msr(msr);
+        let entry = self.msr_entry(msr);
+        let before = entry.selection();
+        entry.subscription = Some(view);
+        if entry.selection() != before {
+            self.refresh_msr(msr);
+        }
     }
 
     /// The MSR's entry, created empty if absent.
@@ -918,6 +926,35 @@ mod tests {
         table.remove_msr("msr_1");
         table.check_index();
         assert!(table.by_zone.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn subscription_updates_touch_the_index_only_when_the_expiry_changes() {
+        let now = Instant::now();
+        let operator = OperatorConfig::new();
+        let mut table = LoadTable::new("n".into());
+        let far = now + Duration::from_secs(600);
+        table.upsert_contact(binding("a@msr_1", "msr_1", far), &operator, "z", "s");
+        table.set_load("msr_1", report("msr_1", 30), now);
+        let view = |count: u64, expires_secs: u32| SubscriptionView {
+            status: SubscriptionStatus::Active,
+            expires_secs,
+            notify_count: count,
+            last_notify_unix: Some(1),
+            event_id: "e".into(),
+        };
+        // Counters move with every NOTIFY; the index stays right.
+        for count in 1..=3 {
+            table.set_subscription("msr_1", view(count, 60));
+            table.check_index();
+        }
+        assert_eq!(table.rows(now)[0].subscription.as_ref().map(|v| v.notify_count), Some(3));
+        let stale_at = |t: &LoadTable, secs| t.candidates_in_zone("z", now + Duration::from_secs(secs)).all(|c| c.stale);
+        assert!(!stale_at(&table, 31));
+        // A shorter grant makes the report stale sooner: selection sees it.
+        table.set_subscription("msr_1", view(4, 30));
+        table.check_index();
+        assert!(stale_at(&table, 31));
     }
 
     #[test]

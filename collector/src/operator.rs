@@ -60,6 +60,12 @@ pub enum OperatorError {
         /// The rejected name.
         name: String,
     },
+    /// A contact name is not `{iface}@{msr}` (SPEC §3), e.g. `bond1.2@msr_1`.
+    #[error("invalid contact name `{name}`: expected IFACE@MSR, e.g. `bond1.2@msr_1` (see `msrctl resource list`)")]
+    InvalidContact {
+        /// The rejected name.
+        name: String,
+    },
     /// A zone label is empty, too long or contains whitespace or `/`.
     #[error("invalid zone `{name}`: use 1 to 64 characters without whitespace or `/`")]
     InvalidZone {
@@ -122,6 +128,17 @@ fn check_entity_name(what: &'static str, name: &str) -> Result<(), OperatorError
     Ok(())
 }
 
+/// Checks a contact name: a valid entity name of the form `{iface}@{msr}`.
+fn check_contact_name(contact: &str) -> Result<(), OperatorError> {
+    check_entity_name("contact", contact)?;
+    match contact.split_once('@') {
+        Some((iface, msr)) if !iface.is_empty() && !msr.is_empty() && !msr.contains('@') => Ok(()),
+        _ => Err(OperatorError::InvalidContact {
+            name: contact.to_owned(),
+        }),
+    }
+}
+
 impl OperatorConfig {
     /// An empty configuration: no sites, every MSR at its defaults.
     pub fn new() -> Self {
@@ -150,14 +167,16 @@ impl OperatorConfig {
     pub fn remove_site(
         &mut self,
         name: &str,
-        live_referenced: impl Fn(&str) -> bool,
+        live_referenced: impl Fn(&str) -> Option<String>,
     ) -> Result<(), OperatorError> {
         let contacts = &self.contacts;
         let referenced = |site: &str| {
-            live_referenced(site)
-                || contacts
-                    .values()
-                    .any(|settings| settings.site.as_deref() == Some(site))
+            live_referenced(site).or_else(|| {
+                contacts
+                    .iter()
+                    .find(|(_, settings)| settings.site.as_deref() == Some(site))
+                    .map(|(contact, _)| format!("contact `{contact}` (msrctl resource set {contact} site …)"))
+            })
         };
         Ok(self.topology.remove(name, referenced)?)
     }
@@ -297,7 +316,7 @@ impl OperatorConfig {
     /// # Errors
     /// [`OperatorError::InvalidName`], [`OperatorError::InvalidZone`].
     pub fn set_contact_zone(&mut self, contact: &str, zone: &str) -> Result<(), OperatorError> {
-        check_entity_name("contact", contact)?;
+        check_contact_name(contact)?;
         if !crate::topology::is_valid_name(zone) {
             return Err(OperatorError::InvalidZone {
                 name: zone.to_owned(),
@@ -312,7 +331,7 @@ impl OperatorConfig {
     /// # Errors
     /// [`OperatorError::InvalidName`], [`TopologyError::UnknownSite`].
     pub fn set_contact_site(&mut self, contact: &str, site: &str) -> Result<(), OperatorError> {
-        check_entity_name("contact", contact)?;
+        check_contact_name(contact)?;
         if !self.topology.contains(site) {
             return Err(TopologyError::UnknownSite {
                 name: site.to_owned(),
@@ -531,7 +550,7 @@ mod tests {
         assert_eq!(config.contact_site("lo@msr_1", "local"), "remote");
         assert_eq!(config.contact_zone("lo@msr_1", "default"), "rtk");
         assert!(matches!(
-            config.remove_site("remote", |_| false),
+            config.remove_site("remote", |_| None),
             Err(OperatorError::Topology(TopologyError::SiteInUse { .. }))
         ));
         assert!(matches!(

@@ -19,9 +19,13 @@
 //! nonce gets a new challenge with `stale=true` (RFC 7616 §3.3). A wrong
 //! password or an unknown user gets `403` and registers nothing.
 //!
+//! Expiries are kept in an ordered set of `(instant, msr, contact)`, in step
+//! with the bindings, so [`Registrar::poll_timeout`] is O(1) and
+//! [`Registrar::handle_timeout`] visits only the bindings that are due.
+//!
 //! Architecture invariant: no I/O, no clock, no task; `now` is always given.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -108,7 +112,14 @@ pub struct Registrar {
     nonce_counter: u64,
     /// msr → contact name → binding.
     aors: BTreeMap<String, BTreeMap<String, Binding>>,
+    /// `(expires_at, msr, contact)` of every binding in `aors`.
+    expiries: BTreeSet<(Instant, String, String)>,
     events: VecDeque<RegistrarEvent>,
+}
+
+/// The `expiries` key of a binding.
+fn expiry_key(b: &Binding) -> (Instant, String, String) {
+    (b.expires_at, b.msr.clone(), b.contact.clone())
 }
 
 /// What was wrong with a REGISTER (answered `400`).
@@ -157,6 +168,7 @@ impl Registrar {
             nonces: HashMap::new(),
             nonce_counter: 0,
             aors: BTreeMap::new(),
+            expiries: BTreeSet::new(),
             events: VecDeque::new(),
         }
     }
@@ -189,6 +201,7 @@ impl Registrar {
             ContactsSpec::Wildcard => {
                 if let Some(bindings) = self.aors.remove(&msr) {
                     for binding in bindings.into_values() {
+                        self.expiries.remove(&expiry_key(&binding));
                         self.events.push_back(RegistrarEvent::BindingRemoved {
                             binding,
                             cause: RemovalCause::Unregistered,
@@ -229,6 +242,7 @@ impl Registrar {
         };
         if c.expires == 0 {
             if let Some(binding) = existing.and_then(|k| aor.remove(&k)) {
+                self.expiries.remove(&expiry_key(&binding));
                 self.events.push_back(RegistrarEvent::BindingRemoved {
                     binding,
                     cause: RemovalCause::Unregistered,
@@ -244,13 +258,19 @@ impl Registrar {
                 call_id: call_id.to_owned(),
                 source,
             };
+            self.expiries.insert(expiry_key(&binding));
             match existing {
                 Some(old_name) if old_name == c.name => {
-                    aor.insert(c.name, binding.clone());
+                    if let Some(old) = aor.insert(c.name, binding.clone()) {
+                        if old.expires_at != binding.expires_at {
+                            self.expiries.remove(&expiry_key(&old));
+                        }
+                    }
                     self.events.push_back(RegistrarEvent::BindingRefreshed(binding));
                 }
                 Some(old_name) => {
                     if let Some(old) = aor.remove(&old_name) {
+                        self.expiries.remove(&expiry_key(&old));
                         self.events.push_back(RegistrarEvent::BindingRemoved {
                             binding: old,
                             cause: RemovalCause::Unregistered,
@@ -289,29 +309,29 @@ impl Registrar {
     /// Lets every binding whose expiry is at or before `now` lapse.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.purge_nonces(now);
-        let mut lapsed = Vec::new();
-        for aor in self.aors.values_mut() {
-            let gone: Vec<String> = aor
-                .iter()
-                .filter(|(_, b)| b.expires_at <= now)
-                .map(|(k, _)| k.clone())
-                .collect();
-            for k in gone {
-                if let Some(b) = aor.remove(&k) {
-                    lapsed.push(b);
+        while self.expiries.first().is_some_and(|(at, _, _)| *at <= now) {
+            let Some((_, msr, contact)) = self.expiries.pop_first() else { break };
+            let Some(aor) = self.aors.get_mut(&msr) else { continue };
+            if let Some(binding) = aor.remove(&contact) {
+                if aor.is_empty() {
+                    self.aors.remove(&msr);
                 }
+                self.events.push_back(RegistrarEvent::BindingRemoved { binding, cause: RemovalCause::Lapsed });
             }
-        }
-        self.aors.retain(|_, aor| !aor.is_empty());
-        for binding in lapsed {
-            self.events.push_back(RegistrarEvent::BindingRemoved { binding, cause: RemovalCause::Lapsed });
         }
     }
 
     /// The next instant [`handle_timeout`](Self::handle_timeout) has work:
-    /// the earliest binding expiry.
+    /// the earliest binding expiry, O(1).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.bindings().map(|b| b.expires_at).min()
+        self.expiries.first().map(|(at, _, _)| *at)
+    }
+
+    /// Panics unless `expiries` holds exactly one entry per binding.
+    #[cfg(test)]
+    fn check_expiries(&self) {
+        let expected: BTreeSet<_> = self.bindings().map(expiry_key).collect();
+        assert_eq!(self.expiries, expected, "expiry index out of date");
     }
 
     /// The next change since the last call.

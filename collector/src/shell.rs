@@ -321,7 +321,8 @@ impl Shell {
                 }
             }
         }
-        for (msr, view) in self.subscriber.views() {
+        // Only the subscriptions that changed: O(changes), not O(MSRs), per event.
+        while let Some((msr, view)) = self.subscriber.poll_view_change() {
             self.table.set_subscription(&msr, view);
         }
     }

@@ -30,9 +30,28 @@
 //! with its `Min-Expires`; a `terminated` NOTIFY with a retryable reason
 //! resubscribes at once (after `retry-after` when given).
 //!
+//! NOTIFY ordering (RFC 3261 §12.2.2): each dialog remembers the CSeq of
+//! the last NOTIFY it accepted. A NOTIFY with a lower CSeq is out of order
+//! and is answered `500` without touching the load or the counters. One with
+//! the same CSeq is answered `200` without any change when it is a
+//! retransmission (same top `Via` branch; rsipstack's server transaction
+//! normally absorbs those before they reach us), else `500` like a lower one.
+//!
+//! Cost per event (what the collector's loop needs at thousands of NOTIFY/s):
+//!
+//! * a NOTIFY finds its dialog through a `Call-ID` → MSR index, then checks
+//!   the tags: O(1) + O(log n);
+//! * deadlines (retry, expiry, refresh) are kept in an ordered set of
+//!   `(instant, msr)`, one entry per subscription with a deadline, kept in
+//!   sync after each change: [`Subscriber::poll_timeout`] reads its first
+//!   entry and [`Subscriber::handle_timeout`] visits only the due ones;
+//! * the MSRs whose [`SubscriptionView`] may have changed are collected in a
+//!   dirty set drained by [`Subscriber::poll_view_change`], so the shell
+//!   pushes only those to the load table.
+//!
 //! Architecture invariant: no I/O, no clock, no task; `now` is always given.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
 use msr_shared::backoff::Backoff;
@@ -181,6 +200,11 @@ struct Dialog {
     /// `To` URI (the contact subscribed to).
     remote_uri: String,
     cseq: u32,
+    /// CSeq of the last NOTIFY accepted in this dialog (RFC 3261 §12.2.2:
+    /// the remote sequence number); `None` before the first.
+    remote_cseq: Option<u32>,
+    /// Top `Via` branch of that NOTIFY, to tell a retransmission.
+    remote_branch: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -211,6 +235,9 @@ struct Subscription {
     /// After `rejected`/`noresource`/`invariant`: no retry until a contact
     /// registers anew.
     blocked: bool,
+    /// The deadline under which this subscription is filed in
+    /// `Subscriber::timers`, if any.
+    armed: Option<Instant>,
 }
 
 impl Subscription {
@@ -230,7 +257,14 @@ impl Subscription {
             last_notify_unix: None,
             event_id: sip::random_token(),
             blocked: false,
+            armed: None,
         }
+    }
+
+    /// When [`Subscriber::handle_timeout`] has work for this subscription.
+    fn next_deadline(&self) -> Option<Instant> {
+        let retry = self.retry_at.filter(|_| !self.blocked);
+        [retry, self.expires_at, self.refresh_at].into_iter().flatten().min()
     }
 
     fn view(&self) -> SubscriptionView {
@@ -260,6 +294,14 @@ pub struct Subscriber {
     next_id: u64,
     transmits: VecDeque<Transmit>,
     events: VecDeque<SubscriberEvent>,
+    /// Call-ID → MSR of every live dialog (the tags are checked on use).
+    dialogs: HashMap<String, String>,
+    /// `(deadline, msr)` for every subscription with a deadline; mirrors
+    /// `Subscription::armed`.
+    timers: BTreeSet<(Instant, String)>,
+    /// MSRs whose view may have changed since the last
+    /// [`poll_view_change`](Subscriber::poll_view_change).
+    dirty: BTreeSet<String>,
 }
 
 impl Subscriber {
@@ -273,6 +315,63 @@ impl Subscriber {
             next_id: 1,
             transmits: VecDeque::new(),
             events: VecDeque::new(),
+            dialogs: HashMap::new(),
+            timers: BTreeSet::new(),
+            dirty: BTreeSet::new(),
+        }
+    }
+
+    /// Brings the indexes in line with the subscription to `msr` after a
+    /// change: its timer entry, its dialog entry, and the dirty set. Every
+    /// public method that changes a subscription ends with this.
+    fn touched(&mut self, msr: &str) {
+        let Some(sub) = self.subs.get_mut(msr) else {
+            self.forget(msr, None);
+            return;
+        };
+        let next = sub.next_deadline();
+        if sub.armed != next {
+            if let Some(old) = sub.armed.take() {
+                self.timers.remove(&(old, msr.to_owned()));
+            }
+            if let Some(at) = next {
+                self.timers.insert((at, msr.to_owned()));
+            }
+            sub.armed = next;
+        }
+        if let Some(d) = &sub.dialog {
+            if self.dialogs.get(&d.call_id).is_none_or(|m| m != msr) {
+                self.dialogs.insert(d.call_id.clone(), msr.to_owned());
+            }
+        }
+        self.dirty.insert(msr.to_owned());
+    }
+
+    /// Drops the timer and dialog entries of a removed subscription (`sub`:
+    /// what it was, if known).
+    fn forget(&mut self, msr: &str, sub: Option<&Subscription>) {
+        if let Some(sub) = sub {
+            if let Some(at) = sub.armed {
+                self.timers.remove(&(at, msr.to_owned()));
+            }
+            if let Some(d) = &sub.dialog {
+                self.unindex_dialog(&d.call_id, msr);
+            }
+        }
+        self.dirty.remove(msr);
+    }
+
+    /// Removes the dialog index entry of `call_id` if it is `msr`'s.
+    fn unindex_dialog(&mut self, call_id: &str, msr: &str) {
+        if self.dialogs.get(call_id).is_some_and(|m| m == msr) {
+            self.dialogs.remove(call_id);
+        }
+    }
+
+    /// Clears the dialog of `msr`'s subscription (and its index entry).
+    fn drop_dialog(&mut self, msr: &str) {
+        if let Some(d) = self.subs.get_mut(msr).and_then(|s| s.dialog.take()) {
+            self.unindex_dialog(&d.call_id, msr);
         }
     }
 
@@ -297,6 +396,7 @@ impl Subscriber {
         contacts.dedup_by(|a, b| a.name == b.name);
         if contacts.is_empty() {
             if let Some(sub) = self.subs.remove(msr) {
+                self.forget(msr, Some(&sub));
                 let call_id = sub.dialog.as_ref().map(|d| d.call_id.clone());
                 if let Some(dialog) = sub.dialog {
                     if dialog.remote_tag.is_some() {
@@ -310,6 +410,7 @@ impl Subscriber {
         let Some(sub) = self.subs.get_mut(msr) else {
             self.subs.insert(msr.to_owned(), Subscription::new(contacts));
             self.start(now, msr);
+            self.touched(msr);
             return;
         };
         if contacts.iter().any(|c| !sub.contacts.iter().any(|o| o.name == c.name)) {
@@ -322,12 +423,13 @@ impl Subscriber {
             .is_some_and(|t| !sub.contacts.iter().any(|c| c.name == t.name && c.uri == t.uri));
         if target_gone {
             // The contact the dialog is with is gone: nothing to unsubscribe from.
-            sub.dialog = None;
             sub.backoff.reset();
+            self.drop_dialog(msr);
             self.start(now, msr);
         } else if sub.dialog.is_none() && sub.retry_at.is_none() && !sub.blocked {
             self.start(now, msr);
         }
+        self.touched(msr);
     }
 
     /// Begins a new dialog with the first registered contact of `msr`.
@@ -342,9 +444,15 @@ impl Subscriber {
             remote_target: target.uri.clone(),
             remote_uri: target.uri.clone(),
             cseq: 0,
+            remote_cseq: None,
+            remote_branch: None,
         };
         sub.target = Some(target);
-        sub.dialog = Some(dialog.clone());
+        if let Some(old) = sub.dialog.replace(dialog.clone()) {
+            self.unindex_dialog(&old.call_id, msr);
+        }
+        self.dialogs.insert(dialog.call_id.clone(), msr.to_owned());
+        let Some(sub) = self.subs.get_mut(msr) else { return };
         sub.phase = Phase::Pending;
         sub.expires = expires;
         sub.expires_at = None;
@@ -406,6 +514,15 @@ impl Subscriber {
     /// The final response to the request sent as `id`.
     pub fn handle_response(&mut self, now: Instant, id: u64, response: &Response) {
         let Some(p) = self.pending.remove(&id) else { return };
+        if p.kind == Kind::Unsubscribe {
+            return;
+        }
+        let msr = p.msr.clone();
+        self.on_response(now, p, response);
+        self.touched(&msr);
+    }
+
+    fn on_response(&mut self, now: Instant, p: PendingRequest, response: &Response) {
         if p.kind == Kind::Unsubscribe {
             return;
         }
@@ -477,13 +594,14 @@ impl Subscriber {
             .is_some_and(|d| d.call_id == p.call_id);
         if current {
             self.fail(now, &p.msr, &p.call_id, reason);
+            self.touched(&p.msr);
         }
     }
 
     /// Drops the dialog and schedules a new one after the backoff.
     fn fail(&mut self, now: Instant, msr: &str, call_id: &str, cause: &str) {
+        self.drop_dialog(msr);
         let Some(sub) = self.subs.get_mut(msr) else { return };
-        sub.dialog = None;
         sub.phase = Phase::Failed;
         sub.expires_at = None;
         sub.refresh_at = None;
@@ -510,21 +628,48 @@ impl Subscriber {
         let (Some(to_tag), Some(from_tag)) = (to_tag, from_tag) else {
             return respond(StatusCode::CallTransactionDoesNotExist);
         };
-        let found = self.subs.iter_mut().find(|(_, s)| {
-            s.dialog.as_ref().is_some_and(|d| {
-                d.call_id == call_id
-                    && d.local_tag == to_tag
-                    && d.remote_tag.as_ref().is_none_or(|r| *r == from_tag)
-            })
-        });
-        let Some((msr, sub)) = found else {
+        let Some(msr) = self.dialogs.get(call_id).cloned() else {
             return respond(StatusCode::CallTransactionDoesNotExist);
         };
-        let msr = msr.clone();
+        let in_dialog = self.subs.get(&msr).and_then(|s| s.dialog.as_ref()).is_some_and(|d| {
+            d.call_id == call_id && d.local_tag == to_tag && d.remote_tag.as_ref().is_none_or(|r| *r == from_tag)
+        });
+        if !in_dialog {
+            return respond(StatusCode::CallTransactionDoesNotExist);
+        }
+        let response = self.on_notify(now, unix_now, req, &msr, from_tag);
+        self.touched(&msr);
+        response
+    }
+
+    /// [`handle_notify`](Self::handle_notify) for a NOTIFY known to be in
+    /// the dialog of `msr`'s subscription.
+    fn on_notify(&mut self, now: Instant, unix_now: i64, req: &Request, msr: &str, from_tag: String) -> Response {
+        let respond = |status| sip::response(req, status, None);
         if sip::event_package(&req.headers).as_deref() != Some(EVENT) {
             let mut resp = respond(StatusCode::BadEvent);
             sip::push_header(&mut resp.headers, "Allow-Events", EVENT);
             return resp;
+        }
+        let Some((cseq, _)) = sip::cseq(&req.headers) else {
+            return respond(StatusCode::BadRequest);
+        };
+        let branch = sip::header(&req.headers, "Via").and_then(|v| sip::param(v, "branch"));
+        let Some(sub) = self.subs.get_mut(msr) else {
+            return respond(StatusCode::CallTransactionDoesNotExist);
+        };
+        let Some(dialog) = sub.dialog.as_mut() else {
+            return respond(StatusCode::CallTransactionDoesNotExist);
+        };
+        // RFC 3261 §12.2.2: a CSeq not above the last accepted one is out of order.
+        if let Some(last) = dialog.remote_cseq {
+            if cseq == last && branch.is_some() && branch == dialog.remote_branch {
+                // A retransmission of the NOTIFY already applied.
+                return respond(StatusCode::OK);
+            }
+            if cseq <= last {
+                return respond(StatusCode::ServerInternalError);
+            }
         }
         let Some(state) = sip::header(&req.headers, "Subscription-State").and_then(SubscriptionState::parse) else {
             return respond(StatusCode::BadRequest);
@@ -537,9 +682,8 @@ impl Subscriber {
                 Err(_) => return respond(StatusCode::BadRequest),
             }
         };
-        let Some(dialog) = sub.dialog.as_mut() else {
-            return respond(StatusCode::CallTransactionDoesNotExist);
-        };
+        dialog.remote_cseq = Some(cseq);
+        dialog.remote_branch = branch;
         // RFC 6665 §4.1.2.4: a NOTIFY may arrive before the 2xx; it fixes the dialog.
         if dialog.remote_tag.is_none() {
             dialog.remote_tag = Some(from_tag);
@@ -551,7 +695,7 @@ impl Subscriber {
         sub.notify_count += 1;
         sub.last_notify_unix = Some(unix_now);
         if let Some(report) = report {
-            self.events.push_back(SubscriberEvent::Load { msr: msr.clone(), report, at: now });
+            self.events.push_back(SubscriberEvent::Load { msr: msr.to_owned(), report, at: now });
         }
         match state.state {
             SubState::Active | SubState::Pending => {
@@ -566,7 +710,6 @@ impl Subscriber {
             }
             SubState::Terminated => {
                 let reason = state.reason.clone();
-                sub.dialog = None;
                 sub.expires_at = None;
                 sub.refresh_at = None;
                 let text = reason.as_ref().map(ToString::to_string).unwrap_or_default();
@@ -579,7 +722,8 @@ impl Subscriber {
                     None
                 };
                 sub.retry_at = retry_at;
-                self.events.push_back(SubscriberEvent::Terminated { msr, call_id, reason: text, retry_at });
+                self.drop_dialog(msr);
+                self.events.push_back(SubscriberEvent::Terminated { msr: msr.to_owned(), call_id, reason: text, retry_at });
             }
         }
         respond(StatusCode::OK)
@@ -588,41 +732,59 @@ impl Subscriber {
     /// Sends due refreshes and retries; treats an unrefreshed expiry as a
     /// failure (new dialog).
     pub fn handle_timeout(&mut self, now: Instant) {
-        let msrs: Vec<String> = self.subs.keys().cloned().collect();
-        for msr in msrs {
-            let Some(sub) = self.subs.get_mut(&msr) else { continue };
-            if sub.retry_at.is_some_and(|t| t <= now) {
-                sub.retry_at = None;
-                if !sub.blocked {
-                    self.start(now, &msr);
-                }
-                continue;
+        // Only the due subscriptions; each is handled once per call (one
+        // that is still due afterwards shows in `poll_timeout` at once).
+        let mut due = Vec::new();
+        while let Some((at, _)) = self.timers.first() {
+            if *at > now {
+                break;
             }
-            if sub.expires_at.is_some_and(|t| t <= now) {
-                let call_id = sub.dialog.as_ref().map(|d| d.call_id.clone()).unwrap_or_default();
-                self.fail(now, &msr, &call_id, "expired");
-                continue;
+            let Some((_, msr)) = self.timers.pop_first() else { break };
+            if let Some(sub) = self.subs.get_mut(&msr) {
+                sub.armed = None;
             }
-            if sub.refresh_at.is_some_and(|t| t <= now) {
-                sub.refresh_at = None;
-                if let Some(dialog) = sub.dialog.clone() {
-                    let expires = self.requested_expires(&msr);
-                    self.send(now, &msr, dialog, Kind::Refresh, expires);
-                }
+            due.push(msr);
+        }
+        for msr in due {
+            self.timeout_one(now, &msr);
+            self.touched(&msr);
+        }
+    }
+
+    fn timeout_one(&mut self, now: Instant, msr: &str) {
+        let Some(sub) = self.subs.get_mut(msr) else { return };
+        if sub.retry_at.is_some_and(|t| t <= now) {
+            sub.retry_at = None;
+            if !sub.blocked {
+                self.start(now, msr);
+            }
+            return;
+        }
+        if sub.expires_at.is_some_and(|t| t <= now) {
+            let call_id = sub.dialog.as_ref().map(|d| d.call_id.clone()).unwrap_or_default();
+            self.fail(now, msr, &call_id, "expired");
+            return;
+        }
+        if sub.refresh_at.is_some_and(|t| t <= now) {
+            sub.refresh_at = None;
+            if let Some(dialog) = sub.dialog.clone() {
+                let expires = self.requested_expires(msr);
+                self.send(now, msr, dialog, Kind::Refresh, expires);
             }
         }
     }
 
-    /// The next instant [`handle_timeout`](Self::handle_timeout) has work.
+    /// The next instant [`handle_timeout`](Self::handle_timeout) has work:
+    /// the first entry of the deadline set, O(1).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.subs
-            .values()
-            .flat_map(|s| {
-                let retry = s.retry_at.filter(|_| !s.blocked);
-                [retry, s.expires_at, s.refresh_at]
-            })
-            .flatten()
-            .min()
+        self.timers.first().map(|(at, _)| *at)
+    }
+
+    /// [`poll_timeout`](Self::poll_timeout) computed by a full scan, to
+    /// check the deadline set against.
+    #[cfg(test)]
+    fn scan_timeout(&self) -> Option<Instant> {
+        self.subs.values().filter_map(Subscription::next_deadline).min()
     }
 
     /// The next request to send.
@@ -640,6 +802,20 @@ impl Subscriber {
         self.subs.iter().map(|(m, s)| (m.clone(), s.view())).collect()
     }
 
+    /// The next subscription whose view may have changed since it was last
+    /// returned here, with its current view. A subscription that went away
+    /// is not reported (the shell removes the MSR from the table when its
+    /// registration goes).
+    pub fn poll_view_change(&mut self) -> Option<(String, SubscriptionView)> {
+        while let Some(msr) = self.dirty.pop_first() {
+            if let Some(sub) = self.subs.get(&msr) {
+                let view = sub.view();
+                return Some((msr, view));
+            }
+        }
+        None
+    }
+
     /// The state of the subscription to `msr`.
     pub fn view(&self, msr: &str) -> Option<SubscriptionView> {
         self.subs.get(msr).map(Subscription::view)
@@ -650,6 +826,9 @@ impl Subscriber {
     /// [`pending_unsubscribes`](Self::pending_unsubscribes).
     pub fn shutdown(&mut self, now: Instant) -> usize {
         let subs = std::mem::take(&mut self.subs);
+        self.timers.clear();
+        self.dialogs.clear();
+        self.dirty.clear();
         let mut sent = 0;
         for (msr, sub) in subs {
             if let Some(dialog) = sub.dialog.filter(|d| d.remote_tag.is_some()) {

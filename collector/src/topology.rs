@@ -52,8 +52,10 @@ pub enum TopologyError {
         value: f64,
     },
     /// A contact still refers to the site.
-    #[error("site `{name}` is still used by a contact")]
+    #[error("site `{name}` is still used by {by}")]
     SiteInUse {
+        /// What uses it, e.g. "contact `lo@msr_1`".
+        by: String,
         /// Site name.
         name: String,
     },
@@ -109,23 +111,25 @@ impl Topology {
     }
 
     /// Removes a site and every distance that involves it. Refused while
-    /// `is_referenced(name)` is true (a contact still carries the site).
+    /// `referenced_by(name)` names a user of the site (a contact still
+    /// carries it).
     ///
     /// # Errors
     /// [`TopologyError::UnknownSite`], [`TopologyError::SiteInUse`].
     pub fn remove(
         &mut self,
         name: &str,
-        is_referenced: impl Fn(&str) -> bool,
+        referenced_by: impl Fn(&str) -> Option<String>,
     ) -> Result<(), TopologyError> {
         if !self.sites.contains(name) {
             return Err(TopologyError::UnknownSite {
                 name: name.to_owned(),
             });
         }
-        if is_referenced(name) {
+        if let Some(by) = referenced_by(name) {
             return Err(TopologyError::SiteInUse {
                 name: name.to_owned(),
+                by,
             });
         }
         self.sites.remove(name);
@@ -366,18 +370,18 @@ mod tests {
         topology.set_distance("a", "b", 1.0).expect("set");
         topology.set_distance("b", "c", 2.0).expect("set");
         assert_eq!(
-            topology.remove("b", |s| s == "b"),
-            Err(TopologyError::SiteInUse { name: "b".into() })
+            topology.remove("b", |s| (s == "b").then(|| "contact `x@m`".to_owned())),
+            Err(TopologyError::SiteInUse { name: "b".into(), by: "contact `x@m`".into() })
         );
         assert_eq!(topology.distance("a", "b"), Some(1.0));
-        topology.remove("b", |_| false).expect("remove");
+        topology.remove("b", |_| None).expect("remove");
         assert!(!topology.contains("b"));
         assert_eq!(topology.explicit_distances().count(), 0);
         // Declaring it again starts from the defaults.
         topology.declare("b").expect("declare");
         assert_eq!(topology.distance("a", "b"), Some(f64::INFINITY));
         assert_eq!(
-            topology.remove("zz", |_| false),
+            topology.remove("zz", |_| None),
             Err(TopologyError::UnknownSite { name: "zz".into() })
         );
     }

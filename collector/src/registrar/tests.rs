@@ -208,6 +208,8 @@ fn two_interfaces_then_expires_zero_then_wildcard() {
     assert_eq!(register(&mut r, now, reg).status_code, StatusCode::OK);
     assert!(!r.is_registered("msr_1"));
     assert_eq!(events(&mut r).len(), 1);
+    r.check_expiries();
+    assert_eq!(r.poll_timeout(), None);
 }
 
 #[test]
@@ -262,4 +264,61 @@ fn version_parsing() {
     assert_eq!(agent_version("msr-agent/0.1.0").as_deref(), Some("0.1.0"));
     assert_eq!(agent_version("msr-agent/1.2 (linux)").as_deref(), Some("1.2"));
     assert_eq!(agent_version("sipp"), None);
+}
+
+#[test]
+fn poll_timeout_with_many_bindings_returns_the_earliest_and_only_due_ones_lapse() {
+    let mut r = registrar();
+    let t0 = Instant::now();
+    let names: Vec<String> = (0..40).map(|i| format!("msr_{i:02}")).collect();
+    // Registered in reverse name order, expiries 60..=99 s in a scrambled order.
+    for (i, msr) in names.iter().enumerate().rev() {
+        let mut reg = Reg::new(msr);
+        let secs = (60 + (i * 17) % 40).to_string();
+        reg.expires = Some(&secs);
+        if i % 4 == 0 {
+            reg.contacts.push(format!("<sip:{msr}@10.0.0.1:5070>;iface=eth0"));
+        }
+        assert_eq!(register(&mut r, t0, reg).status_code, StatusCode::OK);
+        r.check_expiries();
+    }
+    events(&mut r);
+    assert_eq!(r.poll_timeout(), r.bindings().map(|b| b.expires_at).min());
+    assert_eq!(r.poll_timeout(), Some(t0 + Duration::from_secs(60)));
+
+    // Refresh one (moves its expiry), unregister one contact, rename one.
+    let t1 = t0 + Duration::from_secs(10);
+    assert_eq!(register(&mut r, t1, Reg::new("msr_00")).status_code, StatusCode::OK);
+    r.check_expiries();
+    let mut off = Reg::new("msr_04");
+    off.contacts = vec!["<sip:msr_04@10.0.0.1:5070>;iface=eth0;expires=0".into()];
+    assert_eq!(register(&mut r, t1, off).status_code, StatusCode::OK);
+    r.check_expiries();
+    let mut renamed = Reg::new("msr_08");
+    renamed.contacts = vec!["<sip:msr_08@127.0.0.1:5070>;iface=lo2".into()];
+    assert_eq!(register(&mut r, t1, renamed).status_code, StatusCode::OK);
+    r.check_expiries();
+    events(&mut r);
+
+    // Step through every deadline: each lapses exactly the bindings due then.
+    while let Some(at) = r.poll_timeout() {
+        let due: Vec<String> = r.bindings().filter(|b| b.expires_at <= at).map(|b| b.contact.clone()).collect();
+        assert!(!due.is_empty());
+        r.handle_timeout(at);
+        let lapsed: Vec<String> = events(&mut r)
+            .into_iter()
+            .map(|e| match e {
+                RegistrarEvent::BindingRemoved { binding, cause: RemovalCause::Lapsed } => binding.contact,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        let (mut due, mut lapsed) = (due, lapsed);
+        due.sort();
+        lapsed.sort();
+        assert_eq!(lapsed, due);
+        r.check_expiries();
+        assert!(r.bindings().all(|b| b.expires_at > at));
+    }
+    assert_eq!(r.bindings().count(), 0);
+    assert!(names.iter().all(|m| !r.is_registered(m)));
 }

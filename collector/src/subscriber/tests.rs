@@ -1,4 +1,5 @@
 use super::*;
+use std::collections::{BTreeSet, HashMap};
 use crate::load_table::{ContactBinding, LoadTable};
 use crate::operator::OperatorConfig;
 
@@ -394,4 +395,220 @@ fn unanswered_expiry_starts_a_new_dialog() {
     let _refresh_never_answered = one(&mut s);
     s.handle_timeout(now + Duration::from_secs(60));
     assert!(matches!(&events(&mut s)[..], [SubscriberEvent::Retrying { cause, .. }] if cause == "expired"));
+}
+
+fn target(msr: &str) -> Target {
+    Target { name: format!("lo@{msr}"), uri: format!("sip:{msr}@127.0.0.1:5070") }
+}
+
+fn body(msr: &str, load: u8) -> String {
+    format!("msr: {msr}\nload: {load}\ncpu: 1\ncalls: 1\nmax-calls: 100\n")
+}
+
+/// A NOTIFY (active) in the dialog of SUBSCRIBE `t` with the given CSeq and Via branch.
+fn notify_seq(t: &Transmit, cseq: u32, branch: &str, body: &str) -> Request {
+    let text = format!(
+        "NOTIFY sip:collector@127.0.0.1:5060 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bK{branch}\r\n\
+         From: <{}>;tag=agent-tag\r\nTo: {}\r\nCall-ID: {}\r\nCSeq: {cseq} NOTIFY\r\nEvent: eltex-call-count\r\n\
+         Subscription-State: active;expires=60\r\nContent-Type: application/x-eltex-call-count\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        sip::addr_uri(h(t, "To")),
+        h(t, "From"),
+        h(t, "Call-ID"),
+        body.len()
+    );
+    Request::try_from(text.as_str()).expect("notify parses")
+}
+
+fn loads(s: &mut Subscriber) -> Vec<u8> {
+    events(s)
+        .into_iter()
+        .filter_map(|e| match e {
+            SubscriberEvent::Load { report, .. } => Some(report.load),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Panics unless the deadline set and the dialog index match the subscriptions.
+fn check_indexes(s: &Subscriber) {
+    assert_eq!(s.poll_timeout(), s.scan_timeout(), "deadline set out of date");
+    let armed: BTreeSet<(Instant, String)> =
+        s.subs.iter().filter_map(|(m, sub)| sub.next_deadline().map(|t| (t, m.clone()))).collect();
+    assert_eq!(s.timers, armed, "deadline set out of date");
+    let dialogs: HashMap<String, String> = s
+        .subs
+        .iter()
+        .filter_map(|(m, sub)| sub.dialog.as_ref().map(|d| (d.call_id.clone(), m.clone())))
+        .collect();
+    assert_eq!(s.dialogs, dialogs, "dialog index out of date");
+}
+
+#[test]
+fn a_notify_with_an_old_cseq_leaves_the_load_unchanged() {
+    let mut s = subscriber();
+    let now = Instant::now();
+    let t = active(&mut s, now);
+    let ok = |s: &mut Subscriber, n: &Request| s.handle_notify(now, 1, n).status_code;
+    assert_eq!(ok(&mut s, &notify_seq(&t, 5, "a", &body("msr_1", 40))), StatusCode::OK);
+    assert_eq!(loads(&mut s), [40]);
+    // Lower CSeq: out of order (RFC 3261 §12.2.2), 500, nothing changes.
+    assert_eq!(ok(&mut s, &notify_seq(&t, 4, "b", &body("msr_1", 90))), StatusCode::ServerInternalError);
+    assert!(events(&mut s).is_empty());
+    assert_eq!(s.view("msr_1").expect("view").notify_count, 1);
+    // The same NOTIFY again (same CSeq and branch): a retransmission, 200, nothing changes.
+    assert_eq!(ok(&mut s, &notify_seq(&t, 5, "a", &body("msr_1", 40))), StatusCode::OK);
+    assert!(events(&mut s).is_empty());
+    assert_eq!(s.view("msr_1").expect("view").notify_count, 1);
+    // The same CSeq in another transaction: out of order too.
+    assert_eq!(ok(&mut s, &notify_seq(&t, 5, "c", &body("msr_1", 70))), StatusCode::ServerInternalError);
+    assert!(events(&mut s).is_empty());
+    // A higher CSeq is applied, gaps allowed.
+    assert_eq!(ok(&mut s, &notify_seq(&t, 9, "d", &body("msr_1", 55))), StatusCode::OK);
+    assert_eq!(loads(&mut s), [55]);
+    assert_eq!(s.view("msr_1").expect("view").notify_count, 2);
+    // A refused NOTIFY (bad body) does not advance the sequence.
+    assert_eq!(ok(&mut s, &notify_seq(&t, 10, "e", "load: lots\n")), StatusCode::BadRequest);
+    assert_eq!(ok(&mut s, &notify_seq(&t, 10, "f", &body("msr_1", 60))), StatusCode::OK);
+    assert_eq!(loads(&mut s), [60]);
+}
+
+#[test]
+fn a_new_dialog_starts_a_new_cseq_sequence() {
+    let mut s = subscriber();
+    let now = Instant::now();
+    let t = active(&mut s, now);
+    s.handle_notify(now, 1, &notify_seq(&t, 7, "a", &body("msr_1", 10)));
+    let n = notify(&t, h(&t, "Call-ID"), "agent-tag", "terminated;reason=timeout", "");
+    // `notify` sends CSeq 1: below 7, so refused; the dialog stays.
+    assert_eq!(s.handle_notify(now, 1, &n).status_code, StatusCode::ServerInternalError);
+    events(&mut s);
+    s.handle_timeout(now + Duration::from_secs(48));
+    let refresh = one(&mut s);
+    assert_eq!(h(&refresh, "Call-ID"), h(&t, "Call-ID"));
+    // The old dialog ends; the new one accepts CSeq 1 again.
+    let end = notify_seq(&t, 8, "b", "").to_string().replace("active;expires=60", "terminated;reason=timeout");
+    let end = Request::try_from(end.as_str()).expect("parses");
+    assert_eq!(s.handle_notify(now, 1, &end).status_code, StatusCode::OK);
+    s.handle_timeout(now + Duration::from_secs(48));
+    let t2 = one(&mut s);
+    assert_ne!(h(&t2, "Call-ID"), h(&t, "Call-ID"));
+    s.handle_response(now, t2.id, &answer(&t2, StatusCode::OK, Some(60)));
+    events(&mut s);
+    assert_eq!(s.handle_notify(now, 1, &notify_seq(&t2, 1, "c", &body("msr_1", 20))).status_code, StatusCode::OK);
+    assert_eq!(loads(&mut s), [20]);
+    // The old dialog is gone from the index.
+    assert_eq!(
+        s.handle_notify(now, 1, &notify_seq(&t, 9, "d", &body("msr_1", 99))).status_code,
+        StatusCode::CallTransactionDoesNotExist
+    );
+    check_indexes(&s);
+}
+
+#[test]
+fn poll_timeout_with_many_subscriptions_returns_the_earliest() {
+    let mut s = subscriber();
+    let t0 = Instant::now();
+    let n = 100;
+    let mut subs = Vec::new();
+    // Subscribe in reverse order, each granted at a different time, so
+    // neither name nor insertion order is the deadline order.
+    for i in (0..n).rev() {
+        let msr = format!("msr_{i:03}");
+        let at = t0 + Duration::from_millis(10 * i as u64);
+        s.contacts_changed(at, &msr, vec![target(&msr)]);
+        let t = one(&mut s);
+        s.handle_response(at, t.id, &answer(&t, StatusCode::OK, Some(60 + (i % 7) as u32 * 10)));
+        check_indexes(&s);
+        subs.push((msr, t, at));
+    }
+    events(&mut s);
+    let earliest = subs.iter().map(|(_, _, at)| *at + refresh_delay(60)).min();
+    assert_eq!(s.poll_timeout(), earliest);
+    assert_eq!(s.poll_timeout(), Some(t0 + Duration::from_secs(48)));
+
+    // Only what is due is touched: at the earliest deadline, one refresh.
+    let first = s.poll_timeout().expect("deadline");
+    s.handle_timeout(first);
+    let sent = transmits(&mut s);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0].msr, "msr_000");
+    check_indexes(&s);
+    assert!(s.poll_timeout().is_some_and(|t| t > first));
+
+    // Churn: terminate some, fail some, unregister some, re-register one.
+    for (i, (msr, t, at)) in subs.iter().enumerate() {
+        match i % 5 {
+            0 => {
+                let n = notify(t, h(t, "Call-ID"), "agent-tag", "terminated;reason=probation;retry-after=5", "");
+                s.handle_notify(*at, 1, &n);
+            }
+            1 => s.contacts_changed(*at, msr, Vec::new()),
+            2 => {
+                let n = notify(t, h(t, "Call-ID"), "agent-tag", "terminated;reason=noresource", "");
+                s.handle_notify(*at, 1, &n);
+            }
+            _ => {}
+        }
+        check_indexes(&s);
+    }
+    s.contacts_changed(t0, "msr_001", vec![target("msr_001")]);
+    check_indexes(&s);
+    // Run every deadline for 20 minutes of test time; the set stays exact.
+    let end = t0 + Duration::from_secs(1200);
+    let mut steps = 0;
+    while let Some(at) = s.poll_timeout().filter(|t| *t <= end) {
+        s.handle_timeout(at);
+        for t in transmits(&mut s) {
+            if steps % 3 == 0 {
+                s.handle_failure(at, t.id, "timeout");
+            } else {
+                s.handle_response(at, t.id, &answer(&t, StatusCode::OK, Some(60)));
+            }
+        }
+        events(&mut s);
+        check_indexes(&s);
+        steps += 1;
+    }
+    assert!(steps > 50, "{steps}");
+    s.shutdown(end);
+    assert_eq!(s.poll_timeout(), None);
+    check_indexes(&s);
+}
+
+#[test]
+fn only_changed_subscriptions_are_reported() {
+    let mut s = subscriber();
+    let now = Instant::now();
+    let mut dialogs = Vec::new();
+    for msr in ["msr_1", "msr_2", "msr_3"] {
+        s.contacts_changed(now, msr, vec![target(msr)]);
+        let t = one(&mut s);
+        s.handle_response(now, t.id, &answer(&t, StatusCode::OK, Some(60)));
+        dialogs.push(t);
+    }
+    let first: Vec<String> = std::iter::from_fn(|| s.poll_view_change()).map(|(m, _)| m).collect();
+    assert_eq!(first, ["msr_1", "msr_2", "msr_3"]);
+    assert!(s.poll_view_change().is_none(), "nothing changed since");
+
+    let n = notify_seq(&dialogs[1], 1, "x", &body("msr_2", 12));
+    assert_eq!(s.handle_notify(now, 1_700_000_000, &n).status_code, StatusCode::OK);
+    let changed: Vec<_> = std::iter::from_fn(|| s.poll_view_change()).collect();
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    assert_eq!(changed[0].0, "msr_2");
+    assert_eq!((changed[0].1.notify_count, changed[0].1.last_notify_unix), (1, Some(1_700_000_000)));
+
+    // A NOTIFY refused as out of order may be reported, but with the view unchanged.
+    s.handle_notify(now, 1, &notify_seq(&dialogs[1], 1, "y", &body("msr_2", 99)));
+    for (msr, view) in std::iter::from_fn(|| s.poll_view_change()) {
+        assert_eq!(msr, "msr_2");
+        assert_eq!(view.notify_count, 1);
+    }
+    // A removed subscription is not reported.
+    s.contacts_changed(now, "msr_3", Vec::new());
+    assert!(s.poll_view_change().is_none());
+    // Unknown dialogs change nothing.
+    let stray = notify(&dialogs[0], "unknown@elsewhere", "agent-tag", "active", BODY);
+    s.handle_notify(now, 1, &stray);
+    assert!(s.poll_view_change().is_none());
 }

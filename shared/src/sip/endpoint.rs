@@ -14,17 +14,37 @@
 //! configured address (SPEC §4: one address for peers behind symmetric NAT).
 //! Malformed datagrams are dropped by rsipstack's parser before they reach
 //! this adapter.
+//!
+//! Overload: rsipstack queues new server transactions without bound. When
+//! more than [`SipEndpoint::max_backlog`] requests are waiting as the loop
+//! asks for the next one, [`SipEndpoint::recv`] answers the oldest waiting
+//! ones itself with `503 Service Unavailable` and `Retry-After: 1` until the backlog is back at the bound, so a
+//! loop that falls behind serves recent requests, not ones their senders
+//! gave up on long ago, and the queue cannot grow for ever. Shedding is
+//! logged at warn, at most once per 5 s.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
-use rsipstack::sip::{Header, Request, Response, SipMessage, StatusCodeKind};
+use rsipstack::sip::{Header, Method, Request, Response, SipMessage, StatusCode, StatusCodeKind};
 use rsipstack::transaction::key::{TransactionKey, TransactionRole};
 use rsipstack::transaction::{Endpoint, EndpointBuilder, Transaction};
 use rsipstack::transport::udp::UdpConnection;
 use rsipstack::transport::{SipConnection, TcpListenerConnection, TransportLayer};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
+
+/// Default bound on incoming requests waiting for the loop (see the module
+/// docs): about 0.4 s of traffic at 5000 requests/s.
+pub(crate) const DEFAULT_MAX_BACKLOG: usize = 2048;
+
+/// `Retry-After` of a `503` sent when shedding, seconds.
+pub(crate) const SHED_RETRY_AFTER_SECS: u32 = 1;
+
+/// At most one warning about shed requests per this interval.
+pub(crate) const SHED_LOG_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Failure to set up or use the endpoint.
 #[derive(Debug, thiserror::Error)]
@@ -110,6 +130,12 @@ pub struct SipEndpoint {
     local_addr: SocketAddr,
     user_agent: String,
     cancel: CancellationToken,
+    max_backlog: usize,
+    /// Requests shed since the last warning.
+    shed_unlogged: u64,
+    /// Requests shed in all.
+    shed_total: u64,
+    last_shed_log: Option<Instant>,
 }
 
 impl SipEndpoint {
@@ -179,6 +205,10 @@ impl SipEndpoint {
             local_addr,
             user_agent: user_agent.to_owned(),
             cancel,
+            max_backlog: DEFAULT_MAX_BACKLOG,
+            shed_unlogged: 0,
+            shed_total: 0,
+            last_shed_log: None,
         })
     }
 
@@ -246,13 +276,63 @@ impl SipEndpoint {
         Ok(())
     }
 
+    /// The bound on waiting incoming requests (see the module docs).
+    pub fn max_backlog(&self) -> usize {
+        self.max_backlog
+    }
+
+    /// Sets the bound on waiting incoming requests (at least 1).
+    pub fn set_max_backlog(&mut self, max: usize) {
+        self.max_backlog = max.max(1);
+    }
+
+    /// Incoming requests answered `503` because of the backlog bound.
+    pub fn shed_total(&self) -> u64 {
+        self.shed_total
+    }
+
     /// The next event. Cancel-safe (use it in `tokio::select!`). `None`
-    /// when the endpoint has shut down.
+    /// when the endpoint has shut down. Sheds the oldest waiting requests
+    /// beyond [`max_backlog`](Self::max_backlog) first (module docs).
     pub async fn recv(&mut self) -> Option<SipEvent> {
+        self.shed_backlog();
         tokio::select! {
             biased;
             ev = self.events_rx.recv() => ev,
             tx = self.incoming.recv() => tx.map(|tx| SipEvent::Request(ServerTransaction { tx })),
+        }
+    }
+
+    /// Answers `503` to the oldest waiting requests while more than
+    /// `max_backlog` wait. Never awaits: the answers are sent from tasks.
+    fn shed_backlog(&mut self) {
+        let mut shed = 0u64;
+        while self.incoming.len() > self.max_backlog {
+            let Ok(tx) = self.incoming.try_recv() else { break };
+            if tx.original.method == Method::Ack {
+                continue;
+            }
+            let tag = super::random_token();
+            let mut response = super::response(&tx.original, StatusCode::ServiceUnavailable, Some(&tag));
+            super::push_header(&mut response.headers, "Retry-After", SHED_RETRY_AFTER_SECS.to_string());
+            tokio::spawn(ServerTransaction { tx }.respond(response));
+            shed += 1;
+        }
+        if shed == 0 {
+            return;
+        }
+        self.shed_total += shed;
+        self.shed_unlogged += shed;
+        let now = Instant::now();
+        if self.last_shed_log.is_none_or(|t| now.duration_since(t) >= SHED_LOG_INTERVAL) {
+            warn!(
+                shed = self.shed_unlogged,
+                shed_total = self.shed_total,
+                max_backlog = self.max_backlog,
+                "overloaded: answered 503 to the oldest waiting requests"
+            );
+            self.shed_unlogged = 0;
+            self.last_shed_log = Some(now);
         }
     }
 
@@ -265,5 +345,62 @@ impl SipEndpoint {
 impl Drop for SipEndpoint {
     fn drop(&mut self) {
         self.cancel.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(i: usize, from: SocketAddr) -> String {
+        format!(
+            "OPTIONS sip:collector@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP {from};branch=z9hG4bKshed{i}\r\n\
+             From: <sip:probe@{from}>;tag=p{i}\r\nTo: <sip:collector@127.0.0.1>\r\nCall-ID: shed-{i}@test\r\n\
+             CSeq: 1 OPTIONS\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n"
+        )
+    }
+
+    #[tokio::test]
+    async fn a_backlog_beyond_the_bound_is_answered_503_oldest_first() {
+        let cancel = CancellationToken::new();
+        let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+        let mut endpoint = SipEndpoint::bind(addr, false, "test", cancel.clone()).await.expect("bind");
+        endpoint.set_max_backlog(4);
+        assert_eq!(endpoint.max_backlog(), 4);
+        let peer = tokio::net::UdpSocket::bind("127.0.0.1:0").await.expect("peer");
+        let from = peer.local_addr().expect("peer addr");
+        for i in 0..20 {
+            peer.send_to(options(i, from).as_bytes(), endpoint.local_addr()).await.expect("send");
+        }
+        // Let rsipstack queue all 20 without the loop taking any.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while endpoint.incoming.len() < 20 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(endpoint.incoming.len(), 20);
+
+        // The loop gets the 4 newest; the 16 oldest were answered 503.
+        let mut served = Vec::new();
+        for _ in 0..4 {
+            let Some(SipEvent::Request(tx)) = endpoint.recv().await else { panic!("request expected") };
+            served.push(super::super::call_id(&tx.request().headers).unwrap_or_default().to_owned());
+        }
+        assert_eq!(served, ["shed-16@test", "shed-17@test", "shed-18@test", "shed-19@test"]);
+        assert_eq!(endpoint.shed_total(), 16);
+
+        let mut buf = vec![0u8; 4096];
+        let mut shed = Vec::new();
+        while shed.len() < 16 {
+            let (n, _) = tokio::time::timeout(Duration::from_secs(5), peer.recv_from(&mut buf))
+                .await
+                .expect("503 in time")
+                .expect("recv");
+            let text = String::from_utf8_lossy(&buf[..n]).to_string();
+            assert!(text.starts_with("SIP/2.0 503"), "{text}");
+            assert!(text.contains("Retry-After: 1"), "{text}");
+            shed.push(text);
+        }
+        assert!(shed.iter().all(|t| !t.contains("shed-16@") && !t.contains("shed-19@")));
+        cancel.cancel();
     }
 }
