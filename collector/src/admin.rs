@@ -482,16 +482,24 @@ fn run_select(
     random: Option<f64>,
     want_explain: bool,
 ) -> Response {
-    let draw = match random {
-        Some(value) => Draw::Fixed(value),
-        None => Draw::Random(&mut *ctx.rng),
+    // The hot path (a random draw, no explanation) records nothing; the
+    // explanation is built only when asked for or for a fixed draw.
+    let (outcome, explain) = if random.is_none() && !want_explain {
+        let outcome = select::select(ctx.table, ctx.operator.topology(), &query, &mut *ctx.rng);
+        (outcome, None)
+    } else {
+        let draw = match random {
+            Some(value) => Draw::Fixed(value),
+            None => Draw::Random(&mut *ctx.rng),
+        };
+        let explanation = match select::explain(ctx.table, ctx.operator.topology(), &query, draw) {
+            Ok(explanation) => explanation,
+            Err(error) => return Response::error(ErrorCode::InvalidValue, error.to_string()),
+        };
+        let explain = want_explain.then(|| to_wire_explain(&query, &explanation));
+        (explanation.outcome, explain)
     };
-    let explanation = match select::explain(ctx.table, ctx.operator.topology(), &query, draw) {
-        Ok(explanation) => explanation,
-        Err(error) => return Response::error(ErrorCode::InvalidValue, error.to_string()),
-    };
-    let explain = want_explain.then(|| to_wire_explain(&query, &explanation));
-    match explanation.outcome {
+    match outcome {
         Ok(choice) => Response::Ok(ResponseData::Selected(Selection {
             msr: choice.msr,
             contact: choice.contact,

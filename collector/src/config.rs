@@ -171,6 +171,8 @@ pub struct Account {
     pub auth_name: String,
     /// Digest password (`auth_password` in the MSR's `<dynamic>`).
     pub password: String,
+    /// The MSR names (AOR users) this account may register; empty = any.
+    pub msrs: Vec<String>,
 }
 
 impl fmt::Debug for Account {
@@ -178,6 +180,7 @@ impl fmt::Debug for Account {
         f.debug_struct("Account")
             .field("auth_name", &self.auth_name)
             .field("password", &"<redacted>")
+            .field("msrs", &self.msrs)
             .finish()
     }
 }
@@ -258,6 +261,8 @@ impl Default for RawSip {
 struct RawAccount {
     auth_name: String,
     password: String,
+    #[serde(default)]
+    msrs: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -479,7 +484,13 @@ fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, ConfigError
         if accounts.iter().any(|b| b.auth_name == a.auth_name) {
             return Err(invalid(&format!("accounts[{i}].auth_name"), quoted(&a.auth_name), "a name not used by another account"));
         }
-        accounts.push(Account { auth_name: a.auth_name.clone(), password: a.password.clone() });
+        if a.password.is_empty() {
+            return Err(invalid(&format!("accounts[{i}].password"), "\"\"".into(), "a non-empty password (auth_password of the MSR's <dynamic>)"));
+        }
+        if let Some(bad) = a.msrs.iter().find(|m| m.is_empty() || m.chars().any(|c| c.is_whitespace() || c == '@')) {
+            return Err(invalid(&format!("accounts[{i}].msrs"), quoted(bad), "msr names (the msr_name of <dynamic>) without spaces or `@`"));
+        }
+        accounts.push(Account { auth_name: a.auth_name.clone(), password: a.password.clone(), msrs: a.msrs.clone() });
     }
     for (key, value) in [("defaults.zone", &raw.defaults.zone), ("defaults.site", &raw.defaults.site)] {
         if value.trim().is_empty() || value.chars().any(char::is_whitespace) {

@@ -17,7 +17,12 @@
 //! by default, RFC 8760 §2.4), `qop="auth"`. Nonces are accepted for
 //! `nonce_ttl`; a correct response computed with an expired (or unknown)
 //! nonce gets a new challenge with `stale=true` (RFC 7616 §3.3). A wrong
-//! password or an unknown user gets `403` and registers nothing.
+//! password or an unknown user gets `403` and registers nothing, and so does
+//! an account that registers an MSR name its `[[accounts]] msrs` list does
+//! not allow. Against replay (RFC 7616 §5.3, §5.5): the nonce count must
+//! grow with every use of a nonce (a nonce used without `qop` is good once),
+//! and the digest `uri` must be the Request-URI (`400` otherwise). Nonces
+//! are kept in issue order, so purging and evicting them costs O(1) each.
 //!
 //! Expiries are kept in an ordered set of `(instant, msr, contact)`, in step
 //! with the bindings, so [`Registrar::poll_timeout`] is O(1) and
@@ -29,11 +34,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use msr_shared::sip::{self, Method, Request, Response, StatusCode};
-use rsipstack::dialog::authenticate::verify_digest;
-use rsipstack::sip::headers::auth::Algorithm;
-use rsipstack::sip::typed::Authorization;
+use msr_shared::sip::{self, Request, Response, StatusCode, Uri};
 use tokio::time::Instant;
+
+mod digest;
+use digest::Credentials;
 
 use crate::config::{Account, DigestAlgorithm, SipConfig};
 
@@ -105,16 +110,27 @@ pub struct Registrar {
     min_expires: u32,
     max_expires: u32,
     algorithms: Vec<DigestAlgorithm>,
-    /// auth_name → password.
-    credentials: HashMap<String, String>,
-    /// nonce → when it was issued.
-    nonces: HashMap<String, Instant>,
+    /// auth_name → the account (password and the MSR names it may register).
+    credentials: HashMap<String, Account>,
+    /// Outstanding nonces and their use.
+    nonces: HashMap<String, NonceUse>,
+    /// The nonces in issue order (issue times never decrease).
+    nonce_order: VecDeque<(Instant, String)>,
     nonce_counter: u64,
     /// msr → contact name → binding.
     aors: BTreeMap<String, BTreeMap<String, Binding>>,
     /// `(expires_at, msr, contact)` of every binding in `aors`.
     expiries: BTreeSet<(Instant, String, String)>,
     events: VecDeque<RegistrarEvent>,
+}
+
+/// What the registrar remembers of a nonce it issued.
+#[derive(Debug, Clone, Copy)]
+struct NonceUse {
+    issued: Instant,
+    /// The highest nonce count accepted with it; `u32::MAX` once it was
+    /// used without `qop` (such a use cannot be told from a replay).
+    last_nc: Option<u32>,
 }
 
 /// The `expiries` key of a binding.
@@ -161,11 +177,9 @@ impl Registrar {
             min_expires: sip.min_expires,
             max_expires: sip.max_expires,
             algorithms: sip.digest_algorithms.clone(),
-            credentials: accounts
-                .iter()
-                .map(|a| (a.auth_name.clone(), a.password.clone()))
-                .collect(),
+            credentials: accounts.iter().map(|a| (a.auth_name.clone(), a.clone())).collect(),
             nonces: HashMap::new(),
+            nonce_order: VecDeque::new(),
             nonce_counter: 0,
             aors: BTreeMap::new(),
             expiries: BTreeSet::new(),
@@ -185,13 +199,11 @@ impl Registrar {
             Ok(v) => v,
             Err(e) => return bad_request(req, &to_tag, &e),
         };
-        match self.authenticate(now, req) {
+        match self.authenticate(now, req, &msr) {
             AuthOutcome::Ok => {}
             AuthOutcome::Challenge { stale } => return self.challenge(now, req, &to_tag, stale),
             AuthOutcome::Forbidden => return sip::response(req, StatusCode::Forbidden, Some(&to_tag)),
-            AuthOutcome::Malformed => {
-                return bad_request(req, &to_tag, &"malformed authorization header")
-            }
+            AuthOutcome::Malformed(why) => return bad_request(req, &to_tag, &why),
         }
         let contacts = match parse_contacts(req, &msr) {
             Ok(c) => c,
@@ -370,46 +382,64 @@ impl Registrar {
         Ok((msr, call_id))
     }
 
-    fn authenticate(&self, now: Instant, req: &Request) -> AuthOutcome {
+    fn authenticate(&mut self, now: Instant, req: &Request, msr: &str) -> AuthOutcome {
         let Some(raw) = sip::header_all(&req.headers, "Authorization")
             .into_iter()
             .find(|v| sip_realm(v).as_deref() == Some(self.realm.as_str()))
         else {
             return AuthOutcome::Challenge { stale: false };
         };
-        let Ok(auth) = Authorization::parse(&normalize_algorithm(raw)) else {
-            return AuthOutcome::Malformed;
+        let Some(credentials) = Credentials::parse(raw) else {
+            return AuthOutcome::Malformed("malformed authorization header");
         };
-        let algorithm = auth.algorithm.unwrap_or(Algorithm::Md5);
-        let offered = match algorithm {
-            Algorithm::Md5 => DigestAlgorithm::Md5,
-            Algorithm::Sha256 => DigestAlgorithm::Sha256,
-            _ => return AuthOutcome::Challenge { stale: false },
-        };
-        if !self.algorithms.contains(&offered) {
+        // An algorithm we did not offer: challenge again with the ones we do.
+        let Some(algorithm) = credentials.digest_algorithm().filter(|a| self.algorithms.contains(a)) else {
             return AuthOutcome::Challenge { stale: false };
+        };
+        if !same_uri(&credentials.uri, &req.uri) {
+            return AuthOutcome::Malformed("digest uri does not match the request-uri");
         }
-        let Some(password) = self.credentials.get(&auth.username) else {
+        let Some(account) = self.credentials.get(&credentials.username) else {
             return AuthOutcome::Forbidden;
         };
-        if !verify_digest(&auth, password, &Method::Register, raw) {
+        if !credentials.verify(algorithm, &account.password, "REGISTER") {
             return AuthOutcome::Forbidden;
         }
-        match self.nonces.get(&auth.nonce) {
-            Some(issued) if now < *issued + self.nonce_ttl => AuthOutcome::Ok,
-            _ => AuthOutcome::Challenge { stale: true },
+        if !account.msrs.is_empty() && !account.msrs.iter().any(|m| m == msr) {
+            return AuthOutcome::Forbidden;
         }
+        let Some(nonce) = self.nonces.get_mut(&credentials.nonce) else {
+            return AuthOutcome::Challenge { stale: true };
+        };
+        if now >= nonce.issued + self.nonce_ttl {
+            return AuthOutcome::Challenge { stale: true };
+        }
+        let count = match (&credentials.qop, credentials.nonce_count()) {
+            (Some(_), Some(count)) => count,
+            (Some(_), None) => return AuthOutcome::Malformed("qop without a valid nc"),
+            (None, _) => u32::MAX,
+        };
+        if nonce.last_nc.is_some_and(|last| count <= last) {
+            // A replayed (or reordered) use of the nonce.
+            return AuthOutcome::Challenge { stale: true };
+        }
+        nonce.last_nc = Some(count);
+        AuthOutcome::Ok
     }
 
     fn challenge(&mut self, now: Instant, req: &Request, to_tag: &str, stale: bool) -> Response {
         self.nonce_counter += 1;
         let nonce = format!("{}{:08x}", sip::random_token(), self.nonce_counter);
-        if self.nonces.len() >= MAX_NONCES {
-            if let Some(oldest) = self.nonces.iter().min_by_key(|(_, t)| **t).map(|(n, _)| n.clone()) {
-                self.nonces.remove(&oldest);
+        while self.nonces.len() >= MAX_NONCES {
+            match self.nonce_order.pop_front() {
+                Some((_, oldest)) => {
+                    self.nonces.remove(&oldest);
+                }
+                None => break,
             }
         }
-        self.nonces.insert(nonce.clone(), now);
+        self.nonces.insert(nonce.clone(), NonceUse { issued: now, last_nc: None });
+        self.nonce_order.push_back((now, nonce.clone()));
         let mut resp = sip::response(req, StatusCode::Unauthorized, Some(to_tag));
         for alg in &self.algorithms {
             let mut value = format!(
@@ -429,7 +459,14 @@ impl Registrar {
     /// answered `stale=true` rather than as unknown; both get `stale=true`).
     fn purge_nonces(&mut self, now: Instant) {
         let keep = self.nonce_ttl * 2;
-        self.nonces.retain(|_, issued| now < *issued + keep);
+        while let Some((issued, _)) = self.nonce_order.front() {
+            if now < *issued + keep {
+                break;
+            }
+            if let Some((_, nonce)) = self.nonce_order.pop_front() {
+                self.nonces.remove(&nonce);
+            }
+        }
     }
 }
 
@@ -437,7 +474,7 @@ enum AuthOutcome {
     Ok,
     Challenge { stale: bool },
     Forbidden,
-    Malformed,
+    Malformed(&'static str),
 }
 
 fn bad_request(req: &Request, to_tag: &str, why: &dyn std::fmt::Display) -> Response {
@@ -459,25 +496,14 @@ fn auth_param(value: &str, name: &str) -> Option<String> {
     })
 }
 
-/// rsipstack spells SHA-256 `SHA256`; RFC 7616/8760 clients write `SHA-256`.
-fn normalize_algorithm(value: &str) -> String {
-    let rest = value.trim();
-    let Some(params) = rest.strip_prefix("Digest").or_else(|| rest.strip_prefix("digest")) else {
-        return value.to_owned();
-    };
-    let parts: Vec<String> = split_outside_quotes(params, ',')
-        .into_iter()
-        .map(|part| match part.split_once('=') {
-            Some((k, v))
-                if k.trim().eq_ignore_ascii_case("algorithm")
-                    && v.trim().trim_matches('"').eq_ignore_ascii_case("SHA-256") =>
-            {
-                format!("{}=SHA256", k.trim())
-            }
-            _ => part.trim().to_owned(),
-        })
-        .collect();
-    format!("Digest {}", parts.join(", "))
+/// Whether the digest `uri` names the Request-URI (RFC 3261 §22.4: they
+/// must be equal; compared as parsed URIs, so case and parameter order in
+/// the scheme, host or transport do not matter).
+fn same_uri(digest_uri: &str, request_uri: &Uri) -> bool {
+    match Uri::try_from(digest_uri) {
+        Ok(uri) => uri == *request_uri,
+        Err(_) => digest_uri == request_uri.to_string(),
+    }
 }
 
 /// Splits on `sep` outside double quotes and `<…>`.

@@ -292,7 +292,11 @@ fn outcome_of(
         CandidateOutcome::InfiniteDistance
     } else if Some(distance) != min_distance {
         CandidateOutcome::Farther
-    } else if kept.iter().any(|k| k.contact == candidate.contact) {
+    } else if kept
+        // `kept` is sorted by MSR name, one contact per MSR (step 4).
+        .binary_search_by(|k| k.msr.cmp(candidate.msr))
+        .is_ok_and(|i| kept[i].contact == candidate.contact)
+    {
         CandidateOutcome::Kept
     } else {
         CandidateOutcome::DuplicateMsr

@@ -76,7 +76,9 @@ pub async fn start(config: CollectorConfig, shutdown: CancellationToken) -> Resu
         store.save(&operator)?;
         info!(site = %config.defaults.site, "declared the default site");
     }
-    let endpoint = SipEndpoint::bind(config.sip.listen, config.sip.tcp(), USER_AGENT, shutdown.child_token()).await?;
+    // Not a child of `shutdown`: the final `Expires: 0` SUBSCRIBEs go out
+    // after it is cancelled; the endpoint stops when the shell drops it.
+    let endpoint = SipEndpoint::bind(config.sip.listen, config.sip.tcp(), USER_AGENT, CancellationToken::new()).await?;
     let sip_addr = endpoint.local_addr();
     info!(addr = %sip_addr, "listening on udp {sip_addr}");
     if config.sip.tcp() {

@@ -23,7 +23,7 @@ fn empty_file_gets_the_documented_defaults() {
 fn the_example_parses_and_matches_the_loopback_agent() {
     let c = load(&examples_dir().join("collector.toml")).expect("example is valid");
     assert_eq!(c.sip.listen.port(), 5060);
-    assert_eq!(c.accounts, vec![Account { auth_name: "msr".into(), password: "msr-secret".into() }]);
+    assert_eq!(c.accounts, vec![Account { auth_name: "msr".into(), password: "msr-secret".into(), msrs: vec![] }]);
     assert_eq!(c.control_socket, PathBuf::from("/tmp/msr-collector.sock"));
     assert_eq!(c.state_path, PathBuf::from("/tmp/msr-collector-state.json"));
 }
@@ -94,6 +94,6 @@ fn tcp_is_optional_and_algorithms_dedupe() {
 
 #[test]
 fn the_password_is_not_printed_in_debug() {
-    let a = Account { auth_name: "msr".into(), password: "msr-secret".into() };
+    let a = Account { auth_name: "msr".into(), password: "msr-secret".into(), msrs: vec![] };
     assert!(!format!("{a:?}").contains("msr-secret"));
 }

@@ -1,6 +1,7 @@
 use super::*;
 use rsipstack::dialog::authenticate::compute_digest;
-use rsipstack::sip::headers::auth::AuthQop;
+use rsipstack::sip::headers::auth::{Algorithm, AuthQop};
+use rsipstack::sip::Method;
 
 use crate::config::parse;
 
@@ -321,4 +322,89 @@ fn poll_timeout_with_many_bindings_returns_the_earliest_and_only_due_ones_lapse(
     }
     assert_eq!(r.bindings().count(), 0);
     assert!(names.iter().all(|m| !r.is_registered(m)));
+}
+
+/// An MD5 `Authorization` with a given nonce count and digest uri.
+fn authorization_with(nonce: &str, nc: u8, uri: &str) -> String {
+    let qop = AuthQop::Auth { cnonce: "c0ffee".into(), nc };
+    let response = compute_digest("msr", "msr-secret", REALM, nonce, &Method::Register, uri, Algorithm::Md5, Some(&qop));
+    format!(
+        "Digest username=\"msr\", realm=\"{REALM}\", nonce=\"{nonce}\", uri=\"{uri}\", response=\"{response}\", \
+         algorithm=MD5, qop=auth, nc={nc:08}, cnonce=\"c0ffee\""
+    )
+}
+
+#[test]
+fn a_replayed_nonce_count_is_challenged_and_a_higher_one_accepted() {
+    let mut r = registrar();
+    let now = Instant::now();
+    let mut reg = Reg::new("msr_1");
+    let nonce = nonce_of(&challenges(&r.handle_register(now, &reg.build(), None))[1]);
+    reg.auth = Some(authorization_with(&nonce, 1, "sip:127.0.0.1:5060"));
+    assert_eq!(r.handle_register(now, &reg.build(), None).status_code, StatusCode::OK);
+    // The same credentials again (a captured REGISTER replayed, here for
+    // another AOR): a fresh challenge, nothing registered.
+    let mut replay = Reg::new("msr_evil");
+    replay.auth = reg.auth.clone();
+    let resp = r.handle_register(now, &replay.build(), None);
+    assert_eq!(resp.status_code, StatusCode::Unauthorized);
+    assert!(challenges(&resp).iter().all(|c| c.contains("stale=true")));
+    assert!(!r.is_registered("msr_evil"));
+    // The agent's refresh: same nonce, next count.
+    reg.cseq += 1;
+    reg.auth = Some(authorization_with(&nonce, 2, "sip:127.0.0.1:5060"));
+    assert_eq!(r.handle_register(now, &reg.build(), None).status_code, StatusCode::OK);
+}
+
+#[test]
+fn a_digest_uri_other_than_the_request_uri_is_a_bad_request() {
+    let mut r = registrar();
+    let now = Instant::now();
+    let mut reg = Reg::new("msr_1");
+    let nonce = nonce_of(&challenges(&r.handle_register(now, &reg.build(), None))[1]);
+    reg.auth = Some(authorization_with(&nonce, 1, "sip:evil.example"));
+    assert_eq!(r.handle_register(now, &reg.build(), None).status_code, StatusCode::BadRequest);
+    assert!(!r.is_registered("msr_1"));
+}
+
+#[test]
+fn an_unsupported_algorithm_is_challenged_again() {
+    let mut r = registrar();
+    let now = Instant::now();
+    let mut reg = Reg::new("msr_1");
+    let nonce = nonce_of(&challenges(&r.handle_register(now, &reg.build(), None))[1]);
+    reg.auth = Some(authorization_with(&nonce, 1, "sip:127.0.0.1:5060").replace("algorithm=MD5", "algorithm=SHA-512"));
+    let resp = r.handle_register(now, &reg.build(), None);
+    assert_eq!(resp.status_code, StatusCode::Unauthorized);
+    assert!(challenges(&resp).iter().all(|c| !c.contains("stale=true")));
+}
+
+#[test]
+fn an_account_limited_to_some_msrs_cannot_register_others() {
+    let c = parse(
+        "[sip]\nrealm = \"msr.local\"\n[[accounts]]\nauth_name = \"msr\"\npassword = \"msr-secret\"\nmsrs = [\"msr_1\"]\n",
+        "t",
+    )
+    .expect("config");
+    let mut r = Registrar::new(&c.sip, &c.accounts);
+    let now = Instant::now();
+    assert_eq!(register(&mut r, now, Reg::new("msr_1")).status_code, StatusCode::OK);
+    assert_eq!(register(&mut r, now, Reg::new("msr_2")).status_code, StatusCode::Forbidden);
+    assert!(!r.is_registered("msr_2"));
+}
+
+#[test]
+fn nonces_are_bounded_and_forgotten_oldest_first() {
+    let mut r = registrar();
+    let t0 = Instant::now();
+    let first = nonce_of(&challenges(&r.handle_register(t0, &Reg::new("msr_1").build(), None))[1]);
+    for i in 0..MAX_NONCES {
+        let _ = r.handle_register(t0 + Duration::from_millis(i as u64 % 1000), &Reg::new("msr_x").build(), None);
+    }
+    assert_eq!(r.nonces.len(), MAX_NONCES);
+    assert!(!r.nonces.contains_key(&first), "the oldest nonce was evicted");
+    // Two TTLs later every nonce is purged by the next request.
+    let _ = r.handle_register(t0 + Duration::from_secs(601), &Reg::new("msr_1").build(), None);
+    assert_eq!(r.nonces.len(), 1);
+    assert_eq!(r.nonce_order.len(), 1);
 }
