@@ -85,7 +85,9 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let _guard = init_tracing(&cli, &config)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async {
         let shutdown = CancellationToken::new();
         let agent = tokio::spawn(msr_agent::run(config, Some(cli.config.clone()), shutdown.clone()));
@@ -115,7 +117,10 @@ fn print_summary(path: &Path, config: &msr_agent::AgentConfig) {
     );
     println!(
         "load: sensor={} delta={} max-calls={} calls-source={}",
-        config.general.load_sensor, config.general.load_delta, config.general.max_calls, config.agent.calls_source
+        config.general.load_sensor,
+        config.general.load_delta,
+        config.general.max_calls,
+        config.agent.calls_source
     );
     println!(
         "media: ports {}..{}",
@@ -137,7 +142,11 @@ fn init_tracing(
     let verbosity = i8::try_from(i16::from(cli.verbose) - i16::from(cli.quiet)).unwrap_or(0);
     let level = msr_shared::logging::filter_directive(verbosity);
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
-    let file = match (&config.general.log_path, &config.general.log_name, cli.log_stderr) {
+    let file = match (
+        &config.general.log_path,
+        &config.general.log_name,
+        cli.log_stderr,
+    ) {
         (Some(dir), Some(name), false) => Some((dir.clone(), name.clone())),
         _ => None,
     };

@@ -41,7 +41,9 @@ use std::fmt;
 use std::time::Duration;
 
 use msr_shared::event_package::{LoadReport, CONTENT_TYPE, EVENT};
-use msr_shared::sip::{self, Method, Request, Response, StatusCode, SubscriptionState, TerminationReason};
+use msr_shared::sip::{
+    self, Method, Request, Response, StatusCode, SubscriptionState, TerminationReason,
+};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
@@ -50,13 +52,12 @@ use crate::load::Sample;
 #[cfg(test)]
 mod tests;
 
-/// The shortest subscription granted, seconds; a shorter non-zero request
-
 /// The most subscriptions the notifier keeps at once; a new SUBSCRIBE past
 /// it gets `503 Service Unavailable` with `Retry-After: 60`. A cluster has
 /// one subscription per core host and MSR name.
 pub const MAX_SUBSCRIPTIONS: usize = 256;
 
+/// The shortest subscription granted, seconds; a shorter non-zero request
 /// gets `423` with `Min-Expires: 1`.
 pub const MIN_EXPIRES: u32 = 1;
 /// The expiry granted when a SUBSCRIBE carries no `Expires` (SPEC §4's
@@ -212,7 +213,9 @@ impl Notifier {
         let mut ids: Vec<SubscriptionId> = self.subs.keys().copied().collect();
         ids.sort();
         for id in ids {
-            let Some(sub) = self.subs.get(&id) else { continue };
+            let Some(sub) = self.subs.get(&id) else {
+                continue;
+            };
             if now >= sub.expires_at {
                 self.terminate(now, id, TerminationReason::Timeout);
                 continue;
@@ -272,7 +275,12 @@ impl Notifier {
     }
 
     /// The final response to a NOTIFY of subscription `id`.
-    pub fn handle_notify_response(&mut self, _now: Instant, id: SubscriptionId, response: &Response) {
+    pub fn handle_notify_response(
+        &mut self,
+        _now: Instant,
+        id: SubscriptionId,
+        response: &Response,
+    ) {
         let code = response.status_code.code();
         if (200..300).contains(&code) {
             return;
@@ -305,7 +313,8 @@ impl Notifier {
                 let to_tag = sip::header(&request.headers, "To").and_then(sip::tag);
                 let status = match to_tag {
                     Some(local) => {
-                        let known = dialog_key(request, &local).is_some_and(|k| self.dialogs.contains_key(&k));
+                        let known = dialog_key(request, &local)
+                            .is_some_and(|k| self.dialogs.contains_key(&k));
                         if known {
                             StatusCode::MethodNotAllowed
                         } else {
@@ -331,10 +340,17 @@ impl Notifier {
         };
         let from = sip::header(h, "From");
         let remote_tag = from.and_then(sip::tag);
-        let (Some(call_id), Some(from), Some(remote_tag), Some(to), Some((cseq, _))) =
-            (sip::call_id(h), from, remote_tag, sip::header(h, "To"), sip::cseq(h))
-        else {
-            return reject(StatusCode::BadRequest, "missing call-id, from tag, to or cseq");
+        let (Some(call_id), Some(from), Some(remote_tag), Some(to), Some((cseq, _))) = (
+            sip::call_id(h),
+            from,
+            remote_tag,
+            sip::header(h, "To"),
+            sip::cseq(h),
+        ) else {
+            return reject(
+                StatusCode::BadRequest,
+                "missing call-id, from tag, to or cseq",
+            );
         };
         let requested = match sip::header(h, "Expires") {
             None => None,
@@ -350,23 +366,38 @@ impl Notifier {
         }
         if let Some(accept) = sip::header(h, "Accept") {
             let ok = accept.split(',').any(|t| {
-                let t = t.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+                let t = t
+                    .split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_ascii_lowercase();
                 t == CONTENT_TYPE || t == "*/*" || t == "application/*"
             });
             if !ok {
-                let mut r = sip::response(request, StatusCode::NotAcceptable, Some(&sip::random_token()));
+                let mut r = sip::response(
+                    request,
+                    StatusCode::NotAcceptable,
+                    Some(&sip::random_token()),
+                );
                 sip::push_header(&mut r.headers, "Accept", CONTENT_TYPE);
                 return finish(r);
             }
         }
         if let Some(e) = requested {
             if e != 0 && e < MIN_EXPIRES {
-                let mut r = sip::response(request, StatusCode::IntervalTooBrief, Some(&sip::random_token()));
+                let mut r = sip::response(
+                    request,
+                    StatusCode::IntervalTooBrief,
+                    Some(&sip::random_token()),
+                );
                 sip::push_header(&mut r.headers, "Min-Expires", MIN_EXPIRES.to_string());
                 return finish(r);
             }
         }
-        let granted = requested.unwrap_or(DEFAULT_EXPIRES).min(self.config.max_expires);
+        let granted = requested
+            .unwrap_or(DEFAULT_EXPIRES)
+            .min(self.config.max_expires);
 
         if let Some(local_tag) = sip::tag(to) {
             // A refresh (or an unsubscribe) inside an existing dialog.
@@ -409,14 +440,21 @@ impl Notifier {
             sip::push_header(&mut r.headers, "Retry-After", "60");
             return finish(r);
         }
-        let Some(target) = sip::header(h, "Contact").map(sip::addr_uri).filter(|t| !t.is_empty()) else {
+        let Some(target) = sip::header(h, "Contact")
+            .map(sip::addr_uri)
+            .filter(|t| !t.is_empty())
+        else {
             return reject(StatusCode::BadRequest, "missing contact");
         };
         let msr = match sip::uri_user(&request.uri.to_string()) {
             Some(user) if self.config.accounts.contains(user) => user.to_owned(),
-            None if self.config.accounts.len() == 1 => {
-                self.config.accounts.iter().next().cloned().unwrap_or_default()
-            }
+            None if self.config.accounts.len() == 1 => self
+                .config
+                .accounts
+                .iter()
+                .next()
+                .cloned()
+                .unwrap_or_default(),
             _ => return reject(StatusCode::NotFound, "unknown msr"),
         };
         let local_tag = sip::random_token();
@@ -466,7 +504,8 @@ impl Notifier {
     }
 
     fn window_end(&self, sub: &Subscription) -> Option<Instant> {
-        sub.last_notify_at.map(|t| t + self.config.notify_min_interval)
+        sub.last_notify_at
+            .map(|t| t + self.config.notify_min_interval)
     }
 
     /// Whether `load` moved enough since the last NOTIFY (SPEC §4).
@@ -474,7 +513,8 @@ impl Notifier {
         match last {
             None => true,
             Some(last) => {
-                last.abs_diff(load) >= self.config.load_delta.max(1) || ((last >= 100) != (load >= 100))
+                last.abs_diff(load) >= self.config.load_delta.max(1)
+                    || ((last >= 100) != (load >= 100))
             }
         }
     }
@@ -482,7 +522,9 @@ impl Notifier {
     /// Sends the latest load now, holds it for the end of the window, or
     /// clears a held change that no longer matters.
     fn evaluate(&mut self, now: Instant, id: SubscriptionId) {
-        let Some(sub) = self.subs.get(&id) else { return };
+        let Some(sub) = self.subs.get(&id) else {
+            return;
+        };
         if !self.worth_notifying(sub.last_sent_load, self.latest.load) {
             if let Some(sub) = self.subs.get_mut(&id) {
                 sub.pending = false;
@@ -500,7 +542,9 @@ impl Notifier {
     }
 
     fn send_active(&mut self, now: Instant, id: SubscriptionId) {
-        let Some(sub) = self.subs.get(&id) else { return };
+        let Some(sub) = self.subs.get(&id) else {
+            return;
+        };
         let remaining = sub.expires_at.saturating_duration_since(now);
         // Round up so a subscriber never sees 0 while the subscription lives.
         let remaining = u32::try_from(remaining.as_millis().div_ceil(1000)).unwrap_or(u32::MAX);
@@ -532,7 +576,9 @@ impl Notifier {
     fn send_notify(&mut self, now: Instant, id: SubscriptionId, state: SubscriptionState) {
         let contact = self.contact();
         let latest = self.latest;
-        let Some(sub) = self.subs.get_mut(&id) else { return };
+        let Some(sub) = self.subs.get_mut(&id) else {
+            return;
+        };
         sub.local_cseq += 1;
         let body = LoadReport {
             msr: sub.msr.clone(),
@@ -555,7 +601,11 @@ impl Notifier {
         ];
         match sip::request(Method::Notify, &sub.remote_target, headers, Vec::new()) {
             Ok(mut request) => {
-                let Request { headers, body: slot, .. } = &mut request;
+                let Request {
+                    headers,
+                    body: slot,
+                    ..
+                } = &mut request;
                 sip::set_body(headers, slot, CONTENT_TYPE, body);
                 sub.last_notify_at = Some(now);
                 sub.last_sent_load = Some(latest.load);

@@ -94,13 +94,20 @@ impl RegistrationConfig {
     pub fn contact_uri(&self) -> String {
         match self.contact_addr {
             IpAddr::V4(a) => format!("sip:{}@{}:{}", self.account.msr_name, a, self.contact_port),
-            IpAddr::V6(a) => format!("sip:{}@[{}]:{}", self.account.msr_name, a, self.contact_port),
+            IpAddr::V6(a) => format!(
+                "sip:{}@[{}]:{}",
+                self.account.msr_name, a, self.contact_port
+            ),
         }
     }
 
     /// The address of record: `sip:{msr_name}@{realm host[:port]}`.
     pub fn aor(&self) -> String {
-        format!("sip:{}@{}", self.account.msr_name, self.account.realm.host_port())
+        format!(
+            "sip:{}@{}",
+            self.account.msr_name,
+            self.account.realm.host_port()
+        )
     }
 }
 
@@ -339,7 +346,11 @@ impl Registration {
     }
 
     fn on_challenge(&mut self, now: Instant, response: &Response, proxy: bool) {
-        let name = if proxy { "Proxy-Authenticate" } else { "WWW-Authenticate" };
+        let name = if proxy {
+            "Proxy-Authenticate"
+        } else {
+            "WWW-Authenticate"
+        };
         let challenge = sip::header_all(&response.headers, name)
             .into_iter()
             .filter_map(|v| parse_challenge(v, proxy))
@@ -445,7 +456,11 @@ impl Registration {
     /// challenge is cached).
     fn push_register(&mut self, now: Instant) {
         self.cseq = self.cseq.wrapping_add(1).max(1);
-        let expires = if self.unregistering { 0 } else { self.requested };
+        let expires = if self.unregistering {
+            0
+        } else {
+            self.requested
+        };
         let account = &self.config.account;
         let aor = self.config.aor();
         let mut headers = vec![
@@ -455,12 +470,21 @@ impl Registration {
             ("CSeq", format!("{} REGISTER", self.cseq)),
             (
                 "Contact",
-                format!("<{}>;iface={}", self.config.contact_uri(), self.config.iface),
+                format!(
+                    "<{}>;iface={}",
+                    self.config.contact_uri(),
+                    self.config.iface
+                ),
             ),
             ("Expires", expires.to_string()),
             ("User-Agent", user_agent()),
         ];
-        let request = match sip::request(Method::Register, &account.realm.uri, Vec::new(), Vec::new()) {
+        let request = match sip::request(
+            Method::Register,
+            &account.realm.uri,
+            Vec::new(),
+            Vec::new(),
+        ) {
             Ok(r) => r,
             Err(e) => {
                 // The config validated the URI, so this is not expected; do
@@ -479,8 +503,15 @@ impl Registration {
                 self.challenge = None;
             } else {
                 ch.nc += 1;
-                let name = if ch.proxy { "Proxy-Authorization" } else { "Authorization" };
-                headers.push((name, authorization(ch, &account.auth_name, &account.auth_password, &uri)));
+                let name = if ch.proxy {
+                    "Proxy-Authorization"
+                } else {
+                    "Authorization"
+                };
+                headers.push((
+                    name,
+                    authorization(ch, &account.auth_name, &account.auth_password, &uri),
+                ));
                 self.sent_credentials = true;
             }
         }
@@ -538,7 +569,9 @@ fn parse_challenge(value: &str, proxy: bool) -> Option<Challenge> {
     let mut qop_offer = None;
     let mut stale = false;
     for part in split_outside_quotes(rest, ',') {
-        let Some((k, v)) = part.split_once('=') else { continue };
+        let Some((k, v)) = part.split_once('=') else {
+            continue;
+        };
         let v = v.trim().trim_matches('"').to_owned();
         match k.trim().to_ascii_lowercase().as_str() {
             "realm" => realm = Some(v),
@@ -550,7 +583,11 @@ fn parse_challenge(value: &str, proxy: bool) -> Option<Challenge> {
             _ => {}
         }
     }
-    let algorithm = match algorithm_token.as_deref().map(str::to_ascii_uppercase).as_deref() {
+    let algorithm = match algorithm_token
+        .as_deref()
+        .map(str::to_ascii_uppercase)
+        .as_deref()
+    {
         None | Some("MD5") => Algorithm::Md5,
         Some("SHA-256") | Some("SHA256") => Algorithm::Sha256,
         Some(_) => return None,
@@ -558,7 +595,10 @@ fn parse_challenge(value: &str, proxy: bool) -> Option<Challenge> {
     let qop = match qop_offer {
         None => None,
         Some(offer) => {
-            let offered: Vec<String> = offer.split(',').map(|q| q.trim().to_ascii_lowercase()).collect();
+            let offered: Vec<String> = offer
+                .split(',')
+                .map(|q| q.trim().to_ascii_lowercase())
+                .collect();
             if offered.iter().any(|q| q == "auth") {
                 Some("auth")
             } else if offered.iter().any(|q| q == "auth-int") {
@@ -586,8 +626,14 @@ fn parse_challenge(value: &str, proxy: bool) -> Option<Challenge> {
 fn authorization(ch: &Challenge, user: &str, password: &str, uri: &str) -> String {
     let cnonce = sip::random_token();
     let qop = match ch.qop {
-        Some("auth") => Some(AuthQop::Auth { cnonce: cnonce.clone(), nc: ch.nc }),
-        Some(_) => Some(AuthQop::AuthInt { cnonce: cnonce.clone(), nc: ch.nc }),
+        Some("auth") => Some(AuthQop::Auth {
+            cnonce: cnonce.clone(),
+            nc: ch.nc,
+        }),
+        Some(_) => Some(AuthQop::AuthInt {
+            cnonce: cnonce.clone(),
+            nc: ch.nc,
+        }),
         None => None,
     };
     let response = compute_digest(

@@ -60,7 +60,10 @@ pub fn interface_name(addr: IpAddr) -> Option<String> {
             return None;
         }
     };
-    interfaces.into_iter().find(|i| i.ip() == addr).map(|i| i.name)
+    interfaces
+        .into_iter()
+        .find(|i| i.ip() == addr)
+        .map(|i| i.name)
 }
 
 /// The address put in Contacts: `bind-addr`, or for an unspecified
@@ -110,7 +113,11 @@ fn notifier_config(config: &AgentConfig, contact: &str) -> NotifierConfig {
         notify_min_interval: Duration::from_millis(config.agent.notify_min_interval_ms),
         max_expires: config.agent.max_subscription_expires,
         contact_host_port: contact.to_owned(),
-        accounts: config.accounts.iter().map(|a| a.msr_name.clone()).collect::<BTreeSet<_>>(),
+        accounts: config
+            .accounts
+            .iter()
+            .map(|a| a.msr_name.clone())
+            .collect::<BTreeSet<_>>(),
     }
 }
 
@@ -135,7 +142,12 @@ impl Shell {
                 let fresh = LoadSampler::new(&config.media, &config.general, &config.agent);
                 (
                     Some(fresh),
-                    Sample { load: 0, cpu: 0, calls: 0, max_calls: config.general.max_calls },
+                    Sample {
+                        load: 0,
+                        cpu: 0,
+                        calls: 0,
+                        max_calls: config.general.max_calls,
+                    },
                 )
             }
         };
@@ -275,7 +287,9 @@ impl Shell {
                         reg.handle_response(now, &response);
                     }
                 }
-                Some(Origin::Notify(sub)) => self.notifier.handle_notify_response(now, sub, &response),
+                Some(Origin::Notify(sub)) => {
+                    self.notifier.handle_notify_response(now, sub, &response)
+                }
                 None => debug!(id, "response to an unknown request"),
             },
             SipEvent::Failed { id, reason } => match self.requests.remove(&id) {
@@ -334,7 +348,10 @@ impl Shell {
                                 reg.handle_failure(now, &e.to_string());
                             }
                         }
-                        Origin::Notify(sub) => self.notifier.handle_notify_failure(now, sub, &e.to_string()),
+                        Origin::Notify(sub) => {
+                            self.notifier
+                                .handle_notify_failure(now, sub, &e.to_string())
+                        }
                     }
                 }
             }
@@ -350,12 +367,22 @@ impl Shell {
                 "transport change ignored until restart"
             );
         }
-        let old: HashMap<AccountKey, Account> =
-            self.config.accounts.iter().map(|a| (account_key(a), a.clone())).collect();
-        let new: HashMap<AccountKey, Account> =
-            config.accounts.iter().map(|a| (account_key(a), a.clone())).collect();
+        let old: HashMap<AccountKey, Account> = self
+            .config
+            .accounts
+            .iter()
+            .map(|a| (account_key(a), a.clone()))
+            .collect();
+        let new: HashMap<AccountKey, Account> = config
+            .accounts
+            .iter()
+            .map(|a| (account_key(a), a.clone()))
+            .collect();
         let transport = self.config.transport.clone();
-        self.config = AgentConfig { transport, ..config };
+        self.config = AgentConfig {
+            transport,
+            ..config
+        };
         for (key, account) in &old {
             match new.get(key) {
                 None => {
@@ -386,8 +413,13 @@ impl Shell {
             sampler.reconfigure(&self.config.media, &self.config.general, &self.config.agent);
         }
         let contact = host_port(self.contact_addr, self.endpoint.local_addr().port());
-        self.notifier.reconfigure(now, notifier_config(&self.config, &contact));
-        info!(accounts = self.config.accounts.len(), load_delta = self.config.general.load_delta, "config reloaded");
+        self.notifier
+            .reconfigure(now, notifier_config(&self.config, &contact));
+        info!(
+            accounts = self.config.accounts.len(),
+            load_delta = self.config.general.load_delta,
+            "config reloaded"
+        );
     }
 
     async fn graceful_shutdown(&mut self) {

@@ -276,7 +276,10 @@ struct RawDefaults {
 
 impl Default for RawDefaults {
     fn default() -> Self {
-        Self { zone: default_zone(), site: default_site() }
+        Self {
+            zone: default_zone(),
+            site: default_site(),
+        }
     }
 }
 
@@ -291,7 +294,10 @@ struct RawSubscription {
 
 impl Default for RawSubscription {
     fn default() -> Self {
-        Self { event: default_event(), expires: default_subscription_expires() }
+        Self {
+            event: default_event(),
+            expires: default_subscription_expires(),
+        }
     }
 }
 
@@ -304,7 +310,9 @@ struct RawControl {
 
 impl Default for RawControl {
     fn default() -> Self {
-        Self { socket: default_socket() }
+        Self {
+            socket: default_socket(),
+        }
     }
 }
 
@@ -317,7 +325,9 @@ struct RawState {
 
 impl Default for RawState {
     fn default() -> Self {
-        Self { path: default_state_path() }
+        Self {
+            path: default_state_path(),
+        }
     }
 }
 
@@ -416,10 +426,18 @@ fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, ConfigError
     let quoted = |s: &str| format!("{s:?}");
 
     if raw.node.trim().is_empty() || raw.node.chars().any(char::is_whitespace) {
-        return Err(invalid("node", quoted(&raw.node), "a non-empty name without spaces, e.g. \"core1@localhost\""));
+        return Err(invalid(
+            "node",
+            quoted(&raw.node),
+            "a non-empty name without spaces, e.g. \"core1@localhost\"",
+        ));
     }
     let listen: SocketAddr = raw.sip.listen.parse().map_err(|_| {
-        invalid("sip.listen", quoted(&raw.sip.listen), "an ip:port socket address, e.g. \"127.0.0.1:5060\"")
+        invalid(
+            "sip.listen",
+            quoted(&raw.sip.listen),
+            "an ip:port socket address, e.g. \"127.0.0.1:5060\"",
+        )
     })?;
     if listen.ip().is_unspecified() {
         // The address goes into the Contact of every SUBSCRIBE: MSRs send
@@ -447,19 +465,34 @@ fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, ConfigError
     }
     let realm = raw.sip.realm.trim();
     if realm.is_empty() || realm.contains('"') || realm.contains('\\') {
-        return Err(invalid("sip.realm", quoted(&raw.sip.realm), "a non-empty digest realm without quotes, e.g. \"msr.local\""));
+        return Err(invalid(
+            "sip.realm",
+            quoted(&raw.sip.realm),
+            "a non-empty digest realm without quotes, e.g. \"msr.local\"",
+        ));
     }
     if raw.sip.nonce_ttl_secs == 0 || raw.sip.nonce_ttl_secs > 86_400 {
-        return Err(invalid("sip.nonce_ttl_secs", raw.sip.nonce_ttl_secs.to_string(), "seconds, 1 to 86400"));
+        return Err(invalid(
+            "sip.nonce_ttl_secs",
+            raw.sip.nonce_ttl_secs.to_string(),
+            "seconds, 1 to 86400",
+        ));
     }
     if raw.sip.min_expires == 0 {
-        return Err(invalid("sip.min_expires", raw.sip.min_expires.to_string(), "seconds, at least 1"));
+        return Err(invalid(
+            "sip.min_expires",
+            raw.sip.min_expires.to_string(),
+            "seconds, at least 1",
+        ));
     }
     if raw.sip.max_expires < raw.sip.min_expires {
         return Err(invalid(
             "sip.max_expires",
             raw.sip.max_expires.to_string(),
-            &format!("seconds, at least sip.min_expires ({})", raw.sip.min_expires),
+            &format!(
+                "seconds, at least sip.min_expires ({})",
+                raw.sip.min_expires
+            ),
         ));
     }
     let mut digest_algorithms = Vec::new();
@@ -467,47 +500,107 @@ fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, ConfigError
         let alg = match a.to_ascii_uppercase().as_str() {
             "SHA-256" | "SHA256" => DigestAlgorithm::Sha256,
             "MD5" => DigestAlgorithm::Md5,
-            _ => return Err(invalid("sip.digest_algorithms", quoted(a), "\"SHA-256\" or \"MD5\"")),
+            _ => {
+                return Err(invalid(
+                    "sip.digest_algorithms",
+                    quoted(a),
+                    "\"SHA-256\" or \"MD5\"",
+                ))
+            }
         };
         if !digest_algorithms.contains(&alg) {
             digest_algorithms.push(alg);
         }
     }
     if digest_algorithms.is_empty() {
-        return Err(invalid("sip.digest_algorithms", "[]".into(), "at least one of \"SHA-256\", \"MD5\""));
+        return Err(invalid(
+            "sip.digest_algorithms",
+            "[]".into(),
+            "at least one of \"SHA-256\", \"MD5\"",
+        ));
     }
     let mut accounts: Vec<Account> = Vec::new();
     for (i, a) in raw.accounts.iter().enumerate() {
-        if a.auth_name.is_empty() || a.auth_name.contains(['"', '\\']) || a.auth_name.chars().any(char::is_whitespace) {
-            return Err(invalid(&format!("accounts[{i}].auth_name"), quoted(&a.auth_name), "a non-empty user name without spaces or quotes"));
+        if a.auth_name.is_empty()
+            || a.auth_name.contains(['"', '\\'])
+            || a.auth_name.chars().any(char::is_whitespace)
+        {
+            return Err(invalid(
+                &format!("accounts[{i}].auth_name"),
+                quoted(&a.auth_name),
+                "a non-empty user name without spaces or quotes",
+            ));
         }
         if accounts.iter().any(|b| b.auth_name == a.auth_name) {
-            return Err(invalid(&format!("accounts[{i}].auth_name"), quoted(&a.auth_name), "a name not used by another account"));
+            return Err(invalid(
+                &format!("accounts[{i}].auth_name"),
+                quoted(&a.auth_name),
+                "a name not used by another account",
+            ));
         }
         if a.password.is_empty() {
-            return Err(invalid(&format!("accounts[{i}].password"), "\"\"".into(), "a non-empty password (auth_password of the MSR's <dynamic>)"));
+            return Err(invalid(
+                &format!("accounts[{i}].password"),
+                "\"\"".into(),
+                "a non-empty password (auth_password of the MSR's <dynamic>)",
+            ));
         }
-        if let Some(bad) = a.msrs.iter().find(|m| m.is_empty() || m.chars().any(|c| c.is_whitespace() || c == '@')) {
-            return Err(invalid(&format!("accounts[{i}].msrs"), quoted(bad), "msr names (the msr_name of <dynamic>) without spaces or `@`"));
+        if let Some(bad) = a
+            .msrs
+            .iter()
+            .find(|m| m.is_empty() || m.chars().any(|c| c.is_whitespace() || c == '@'))
+        {
+            return Err(invalid(
+                &format!("accounts[{i}].msrs"),
+                quoted(bad),
+                "msr names (the msr_name of <dynamic>) without spaces or `@`",
+            ));
         }
-        accounts.push(Account { auth_name: a.auth_name.clone(), password: a.password.clone(), msrs: a.msrs.clone() });
+        accounts.push(Account {
+            auth_name: a.auth_name.clone(),
+            password: a.password.clone(),
+            msrs: a.msrs.clone(),
+        });
     }
-    for (key, value) in [("defaults.zone", &raw.defaults.zone), ("defaults.site", &raw.defaults.site)] {
+    for (key, value) in [
+        ("defaults.zone", &raw.defaults.zone),
+        ("defaults.site", &raw.defaults.site),
+    ] {
         if value.trim().is_empty() || value.chars().any(char::is_whitespace) {
-            return Err(invalid(key, quoted(value), "a non-empty name without spaces"));
+            return Err(invalid(
+                key,
+                quoted(value),
+                "a non-empty name without spaces",
+            ));
         }
     }
     if raw.subscription.event != msr_shared::event_package::EVENT {
-        return Err(invalid("subscription.event", quoted(&raw.subscription.event), "\"eltex-call-count\""));
+        return Err(invalid(
+            "subscription.event",
+            quoted(&raw.subscription.event),
+            "\"eltex-call-count\"",
+        ));
     }
     if raw.subscription.expires == 0 || raw.subscription.expires > 86_400 {
-        return Err(invalid("subscription.expires", raw.subscription.expires.to_string(), "seconds, 1 to 86400"));
+        return Err(invalid(
+            "subscription.expires",
+            raw.subscription.expires.to_string(),
+            "seconds, 1 to 86400",
+        ));
     }
     if raw.control.socket.as_os_str().is_empty() {
-        return Err(invalid("control.socket", "\"\"".into(), "a path for the unix control socket"));
+        return Err(invalid(
+            "control.socket",
+            "\"\"".into(),
+            "a path for the unix control socket",
+        ));
     }
     if raw.state.path.as_os_str().is_empty() {
-        return Err(invalid("state.path", "\"\"".into(), "a path for the operator configuration file"));
+        return Err(invalid(
+            "state.path",
+            "\"\"".into(),
+            "a path for the operator configuration file",
+        ));
     }
     Ok(CollectorConfig {
         node: raw.node,
@@ -521,8 +614,14 @@ fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, ConfigError
             digest_algorithms,
         },
         accounts,
-        defaults: Defaults { zone: raw.defaults.zone, site: raw.defaults.site },
-        subscription: SubscriptionDefaults { event: raw.subscription.event, expires: raw.subscription.expires },
+        defaults: Defaults {
+            zone: raw.defaults.zone,
+            site: raw.defaults.site,
+        },
+        subscription: SubscriptionDefaults {
+            event: raw.subscription.event,
+            expires: raw.subscription.expires,
+        },
         control_socket: raw.control.socket,
         state_path: raw.state.path,
     })

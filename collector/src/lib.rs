@@ -15,18 +15,18 @@
 //!
 //! Architecture invariant: only [`shell`] (and `admin::serve`) perform I/O or
 //! read a clock; the cores take `now` as an argument.
-pub mod config;
-pub mod registrar;
-pub mod subscriber;
-pub mod shell;
-pub mod error;
-pub mod topology;
-pub mod operator;
-pub mod store;
-pub mod load_table;
-pub mod select;
 pub mod admin;
 pub mod cli;
+pub mod config;
+pub mod error;
+pub mod load_table;
+pub mod operator;
+pub mod registrar;
+pub mod select;
+pub mod shell;
+pub mod store;
+pub mod subscriber;
+pub mod topology;
 
 pub use config::CollectorConfig;
 pub use error::CollectorError;

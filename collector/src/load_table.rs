@@ -948,8 +948,17 @@ mod tests {
             table.set_subscription("msr_1", view(count, 60));
             table.check_index();
         }
-        assert_eq!(table.rows(now)[0].subscription.as_ref().map(|v| v.notify_count), Some(3));
-        let stale_at = |t: &LoadTable, secs| t.candidates_in_zone("z", now + Duration::from_secs(secs)).all(|c| c.stale);
+        assert_eq!(
+            table.rows(now)[0]
+                .subscription
+                .as_ref()
+                .map(|v| v.notify_count),
+            Some(3)
+        );
+        let stale_at = |t: &LoadTable, secs| {
+            t.candidates_in_zone("z", now + Duration::from_secs(secs))
+                .all(|c| c.stale)
+        };
         assert!(!stale_at(&table, 31));
         // A shorter grant makes the report stale sooner: selection sees it.
         table.set_subscription("msr_1", view(4, 30));

@@ -36,7 +36,11 @@ struct Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let verbosity = if cli.quiet { -1 } else { i8::try_from(cli.verbose).unwrap_or(i8::MAX) };
+    let verbosity = if cli.quiet {
+        -1
+    } else {
+        i8::try_from(cli.verbose).unwrap_or(i8::MAX)
+    };
     let level = msr_shared::logging::filter_directive(verbosity);
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
     tracing_subscriber::fmt()
@@ -62,20 +66,30 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             cli.config.display(),
             config.node,
             config.sip.listen,
-            config.sip.transports.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            config
+                .sip
+                .transports
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
             config.accounts.len(),
             config.control_socket.display()
         );
         return Ok(());
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async {
         let shutdown = CancellationToken::new();
         let signals = shutdown.clone();
         tokio::spawn(async move {
-            match msr_shared::signals::shutdown_signal("configuration changes need a restart").await {
+            match msr_shared::signals::shutdown_signal("configuration changes need a restart").await
+            {
                 Ok(signal) => tracing::info!(signal, "signal received, shutting down"),
-                Err(e) => tracing::error!(error = %e, "cannot install signal handlers, shutting down"),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot install signal handlers, shutting down")
+                }
             }
             signals.cancel();
         });
@@ -83,4 +97,3 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     })?;
     Ok(())
 }
-

@@ -23,13 +23,12 @@ pub const DEFAULT_PERFORMANCE_COEFFICIENT: f64 = 1.0;
 /// Longest accepted MSR or contact name, in bytes.
 pub const MAX_ENTITY_NAME_LEN: usize = 128;
 
-/// Why an operator change was refused.
-
 /// The largest performance coefficient accepted (SPEC §6 says "any positive
 /// number"; the bound keeps every weight, (100 − load) × coefficient, and
 /// the sum of thousands of them far from overflowing an `f64`).
 pub const MAX_PERFORMANCE_COEFFICIENT: f64 = 1_000_000.0;
 
+/// Why an operator change was refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum OperatorError {
@@ -175,7 +174,9 @@ impl OperatorConfig {
                 contacts
                     .iter()
                     .find(|(_, settings)| settings.site.as_deref() == Some(site))
-                    .map(|(contact, _)| format!("contact `{contact}` (msrctl resource set {contact} site …)"))
+                    .map(|(contact, _)| {
+                        format!("contact `{contact}` (msrctl resource set {contact} site …)")
+                    })
             })
         };
         Ok(self.topology.remove(name, referenced)?)
@@ -507,7 +508,14 @@ mod tests {
     #[test]
     fn coefficient_must_be_positive_and_bounded() {
         let mut config = OperatorConfig::new();
-        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e308, MAX_PERFORMANCE_COEFFICIENT * 2.0] {
+        for bad in [
+            0.0,
+            -1.0,
+            f64::NAN,
+            f64::INFINITY,
+            1e308,
+            MAX_PERFORMANCE_COEFFICIENT * 2.0,
+        ] {
             assert!(matches!(
                 config.set_performance_coefficient("msr_1", bad),
                 Err(OperatorError::InvalidCoefficient { .. })

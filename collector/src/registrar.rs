@@ -177,7 +177,10 @@ impl Registrar {
             min_expires: sip.min_expires,
             max_expires: sip.max_expires,
             algorithms: sip.digest_algorithms.clone(),
-            credentials: accounts.iter().map(|a| (a.auth_name.clone(), a.clone())).collect(),
+            credentials: accounts
+                .iter()
+                .map(|a| (a.auth_name.clone(), a.clone()))
+                .collect(),
             nonces: HashMap::new(),
             nonce_order: VecDeque::new(),
             nonce_counter: 0,
@@ -192,7 +195,12 @@ impl Registrar {
     /// `401` (challenge), `403` (bad credentials), `423` (too brief, with
     /// `Min-Expires`) or `400` (malformed). Changes are reported as
     /// [`RegistrarEvent`]s.
-    pub fn handle_register(&mut self, now: Instant, req: &Request, source: Option<SocketAddr>) -> Response {
+    pub fn handle_register(
+        &mut self,
+        now: Instant,
+        req: &Request,
+        source: Option<SocketAddr>,
+    ) -> Response {
         self.purge_nonces(now);
         let to_tag = sip::random_token();
         let (msr, call_id) = match self.check_structure(req) {
@@ -202,7 +210,9 @@ impl Registrar {
         match self.authenticate(now, req, &msr) {
             AuthOutcome::Ok => {}
             AuthOutcome::Challenge { stale } => return self.challenge(now, req, &to_tag, stale),
-            AuthOutcome::Forbidden => return sip::response(req, StatusCode::Forbidden, Some(&to_tag)),
+            AuthOutcome::Forbidden => {
+                return sip::response(req, StatusCode::Forbidden, Some(&to_tag))
+            }
             AuthOutcome::Malformed(why) => return bad_request(req, &to_tag, &why),
         }
         let contacts = match parse_contacts(req, &msr) {
@@ -222,9 +232,16 @@ impl Registrar {
                 }
             }
             ContactsSpec::List(list) => {
-                if list.iter().any(|c| c.expires != 0 && c.expires < self.min_expires) {
+                if list
+                    .iter()
+                    .any(|c| c.expires != 0 && c.expires < self.min_expires)
+                {
                     let mut resp = sip::response(req, StatusCode::IntervalTooBrief, Some(&to_tag));
-                    sip::push_header(&mut resp.headers, "Min-Expires", self.min_expires.to_string());
+                    sip::push_header(
+                        &mut resp.headers,
+                        "Min-Expires",
+                        self.min_expires.to_string(),
+                    );
                     return resp;
                 }
                 let version = sip::header(&req.headers, "User-Agent").and_then(agent_version);
@@ -250,7 +267,9 @@ impl Registrar {
         let existing = if aor.contains_key(&c.name) {
             Some(c.name.clone())
         } else {
-            aor.iter().find(|(_, b)| b.uri == c.uri).map(|(k, _)| k.clone())
+            aor.iter()
+                .find(|(_, b)| b.uri == c.uri)
+                .map(|(k, _)| k.clone())
         };
         if c.expires == 0 {
             if let Some(binding) = existing.and_then(|k| aor.remove(&k)) {
@@ -278,7 +297,8 @@ impl Registrar {
                             self.expiries.remove(&expiry_key(&old));
                         }
                     }
-                    self.events.push_back(RegistrarEvent::BindingRefreshed(binding));
+                    self.events
+                        .push_back(RegistrarEvent::BindingRefreshed(binding));
                 }
                 Some(old_name) => {
                     if let Some(old) = aor.remove(&old_name) {
@@ -307,7 +327,10 @@ impl Registrar {
         if let Some(aor) = self.aors.get(msr) {
             for b in aor.values() {
                 let secs = b.expires_at.saturating_duration_since(now).as_secs();
-                let iface = b.contact.rsplit_once('@').map_or(b.contact.as_str(), |(i, _)| i);
+                let iface = b
+                    .contact
+                    .rsplit_once('@')
+                    .map_or(b.contact.as_str(), |(i, _)| i);
                 sip::push_header(
                     &mut resp.headers,
                     "Contact",
@@ -322,13 +345,20 @@ impl Registrar {
     pub fn handle_timeout(&mut self, now: Instant) {
         self.purge_nonces(now);
         while self.expiries.first().is_some_and(|(at, _, _)| *at <= now) {
-            let Some((_, msr, contact)) = self.expiries.pop_first() else { break };
-            let Some(aor) = self.aors.get_mut(&msr) else { continue };
+            let Some((_, msr, contact)) = self.expiries.pop_first() else {
+                break;
+            };
+            let Some(aor) = self.aors.get_mut(&msr) else {
+                continue;
+            };
             if let Some(binding) = aor.remove(&contact) {
                 if aor.is_empty() {
                     self.aors.remove(&msr);
                 }
-                self.events.push_back(RegistrarEvent::BindingRemoved { binding, cause: RemovalCause::Lapsed });
+                self.events.push_back(RegistrarEvent::BindingRemoved {
+                    binding,
+                    cause: RemovalCause::Lapsed,
+                });
             }
         }
     }
@@ -358,7 +388,10 @@ impl Registrar {
 
     /// The bindings of one MSR, by contact name.
     pub fn contacts_of(&self, msr: &str) -> Vec<&Binding> {
-        self.aors.get(msr).map(|aor| aor.values().collect()).unwrap_or_default()
+        self.aors
+            .get(msr)
+            .map(|aor| aor.values().collect())
+            .unwrap_or_default()
     }
 
     /// Whether at least one contact of `msr` is registered.
@@ -368,8 +401,12 @@ impl Registrar {
 
     fn check_structure(&self, req: &Request) -> Result<(String, String), Malformed> {
         let to = sip::header(&req.headers, "To").ok_or(Malformed::NoToUser)?;
-        let msr = sip::uri_user(sip::addr_uri(to)).ok_or(Malformed::NoToUser)?.to_owned();
-        let call_id = sip::call_id(&req.headers).ok_or(Malformed::NoCallId)?.to_owned();
+        let msr = sip::uri_user(sip::addr_uri(to))
+            .ok_or(Malformed::NoToUser)?
+            .to_owned();
+        let call_id = sip::call_id(&req.headers)
+            .ok_or(Malformed::NoCallId)?
+            .to_owned();
         sip::cseq(&req.headers).ok_or(Malformed::NoCallId)?;
         if let Some(e) = sip::header(&req.headers, "Expires") {
             if e.parse::<u32>().is_err() {
@@ -393,7 +430,10 @@ impl Registrar {
             return AuthOutcome::Malformed("malformed authorization header");
         };
         // An algorithm we did not offer: challenge again with the ones we do.
-        let Some(algorithm) = credentials.digest_algorithm().filter(|a| self.algorithms.contains(a)) else {
+        let Some(algorithm) = credentials
+            .digest_algorithm()
+            .filter(|a| self.algorithms.contains(a))
+        else {
             return AuthOutcome::Challenge { stale: false };
         };
         if !same_uri(&credentials.uri, &req.uri) {
@@ -438,7 +478,13 @@ impl Registrar {
                 None => break,
             }
         }
-        self.nonces.insert(nonce.clone(), NonceUse { issued: now, last_nc: None });
+        self.nonces.insert(
+            nonce.clone(),
+            NonceUse {
+                issued: now,
+                last_nc: None,
+            },
+        );
         self.nonce_order.push_back((now, nonce.clone()));
         let mut resp = sip::response(req, StatusCode::Unauthorized, Some(to_tag));
         for alg in &self.algorithms {
@@ -489,11 +535,18 @@ fn sip_realm(value: &str) -> Option<String> {
 }
 
 fn auth_param(value: &str, name: &str) -> Option<String> {
-    let rest = value.trim().strip_prefix("Digest").or_else(|| value.trim().strip_prefix("digest"))?;
-    split_outside_quotes(rest, ',').into_iter().find_map(|part| {
-        let (k, v) = part.split_once('=')?;
-        k.trim().eq_ignore_ascii_case(name).then(|| v.trim().trim_matches('"').to_owned())
-    })
+    let rest = value
+        .trim()
+        .strip_prefix("Digest")
+        .or_else(|| value.trim().strip_prefix("digest"))?;
+    split_outside_quotes(rest, ',')
+        .into_iter()
+        .find_map(|part| {
+            let (k, v) = part.split_once('=')?;
+            k.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().trim_matches('"').to_owned())
+        })
 }
 
 /// Whether the digest `uri` names the Request-URI (RFC 3261 §22.4: they
@@ -528,7 +581,10 @@ fn split_outside_quotes(s: &str, sep: char) -> Vec<&str> {
 
 fn parse_contacts(req: &Request, msr: &str) -> Result<ContactsSpec, Malformed> {
     let header_expires = match sip::header(&req.headers, "Expires") {
-        Some(v) => Some(v.parse::<u32>().map_err(|_| Malformed::BadExpires(v.to_owned()))?),
+        Some(v) => Some(
+            v.parse::<u32>()
+                .map_err(|_| Malformed::BadExpires(v.to_owned()))?,
+        ),
         None => None,
     };
     let values: Vec<&str> = sip::header_all(&req.headers, "Contact")
@@ -555,14 +611,22 @@ fn parse_contacts(req: &Request, msr: &str) -> Result<ContactsSpec, Malformed> {
             return Err(Malformed::BadContact(v.to_owned()));
         }
         let expires = match sip::param(v, "expires") {
-            Some(e) => e.parse::<u32>().map_err(|_| Malformed::BadExpires(e.clone()))?,
+            Some(e) => e
+                .parse::<u32>()
+                .map_err(|_| Malformed::BadExpires(e.clone()))?,
             None => header_expires.unwrap_or(DEFAULT_EXPIRES),
         };
-        let iface = sip::param(v, "iface").filter(|i| !i.is_empty()).unwrap_or_else(|| {
-            let host = uri.split_once('@').map_or(uri, |(_, h)| h);
-            host.split(';').next().unwrap_or(host).to_owned()
+        let iface = sip::param(v, "iface")
+            .filter(|i| !i.is_empty())
+            .unwrap_or_else(|| {
+                let host = uri.split_once('@').map_or(uri, |(_, h)| h);
+                host.split(';').next().unwrap_or(host).to_owned()
+            });
+        list.push(ContactSpec {
+            name: format!("{iface}@{msr}"),
+            uri: uri.to_owned(),
+            expires,
         });
-        list.push(ContactSpec { name: format!("{iface}@{msr}"), uri: uri.to_owned(), expires });
     }
     Ok(ContactsSpec::List(list))
 }

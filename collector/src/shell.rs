@@ -56,9 +56,14 @@ pub struct CollectorHandle {
 /// # Errors
 /// As [`start`]; [`CollectorError::EndpointClosed`] if the SIP endpoint
 /// stops on its own.
-pub async fn run(config: CollectorConfig, shutdown: CancellationToken) -> Result<(), CollectorError> {
+pub async fn run(
+    config: CollectorConfig,
+    shutdown: CancellationToken,
+) -> Result<(), CollectorError> {
     let handle = start(config, shutdown).await?;
-    handle.join.await.map_err(|e| CollectorError::Task { reason: e.to_string() })?
+    handle.join.await.map_err(|e| CollectorError::Task {
+        reason: e.to_string(),
+    })?
 }
 
 /// Loads the operator configuration, binds the SIP endpoint and the control
@@ -67,27 +72,40 @@ pub async fn run(config: CollectorConfig, shutdown: CancellationToken) -> Result
 /// # Errors
 /// [`CollectorError::Store`], [`CollectorError::Sip`] or
 /// [`CollectorError::ControlSocket`] when a resource cannot be had.
-pub async fn start(config: CollectorConfig, shutdown: CancellationToken) -> Result<CollectorHandle, CollectorError> {
+pub async fn start(
+    config: CollectorConfig,
+    shutdown: CancellationToken,
+) -> Result<CollectorHandle, CollectorError> {
     let store = Store::new(config.state_path.clone());
     let mut operator = store.load()?;
     // The site new contacts get must exist, or every leg at it is refused
     // with `unknown_site` until an operator declares it.
-    if !operator.topology().contains(&config.defaults.site) && operator.declare_site(&config.defaults.site).is_ok() {
+    if !operator.topology().contains(&config.defaults.site)
+        && operator.declare_site(&config.defaults.site).is_ok()
+    {
         store.save(&operator)?;
         info!(site = %config.defaults.site, "declared the default site");
     }
     // Not a child of `shutdown`: the final `Expires: 0` SUBSCRIBEs go out
     // after it is cancelled; the endpoint stops when the shell drops it.
-    let endpoint = SipEndpoint::bind(config.sip.listen, config.sip.tcp(), USER_AGENT, CancellationToken::new()).await?;
+    let endpoint = SipEndpoint::bind(
+        config.sip.listen,
+        config.sip.tcp(),
+        USER_AGENT,
+        CancellationToken::new(),
+    )
+    .await?;
     let sip_addr = endpoint.local_addr();
     info!(addr = %sip_addr, "listening on udp {sip_addr}");
     if config.sip.tcp() {
         info!(addr = %sip_addr, "listening on tcp {sip_addr}");
     }
     let control_socket = config.control_socket.clone();
-    let listener = admin::bind_control_socket(&control_socket).map_err(|source| CollectorError::ControlSocket {
-        path: control_socket.clone(),
-        source,
+    let listener = admin::bind_control_socket(&control_socket).map_err(|source| {
+        CollectorError::ControlSocket {
+            path: control_socket.clone(),
+            source,
+        }
     })?;
     info!(path = %control_socket.display(), "control socket on {}", control_socket.display());
     let (admin_tx, admin_rx) = mpsc::channel(64);
@@ -127,12 +145,18 @@ pub async fn start(config: CollectorConfig, shutdown: CancellationToken) -> Resu
         match std::fs::remove_file(&socket_path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => warn!(path = %socket_path.display(), cause = %e, "cannot remove control socket"),
+            Err(e) => {
+                warn!(path = %socket_path.display(), cause = %e, "cannot remove control socket")
+            }
         }
         info!("collector stopped");
         result
     });
-    Ok(CollectorHandle { sip_addr, control_socket, join })
+    Ok(CollectorHandle {
+        sip_addr,
+        control_socket,
+        join,
+    })
 }
 
 struct Shell {
@@ -151,10 +175,13 @@ impl Shell {
     async fn run(mut self, shutdown: CancellationToken) -> Result<(), CollectorError> {
         loop {
             self.settle(Instant::now());
-            let deadline = [self.registrar.poll_timeout(), self.subscriber.poll_timeout()]
-                .into_iter()
-                .flatten()
-                .min();
+            let deadline = [
+                self.registrar.poll_timeout(),
+                self.subscriber.poll_timeout(),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
             let sleep = async move {
                 match deadline {
                     Some(at) => tokio::time::sleep_until(at).await,
@@ -220,13 +247,23 @@ impl Shell {
                         }
                         response
                     }
-                    Method::Options => allow(sip::response(req, StatusCode::OK, Some(&sip::random_token()))),
+                    Method::Options => allow(sip::response(
+                        req,
+                        StatusCode::OK,
+                        Some(&sip::random_token()),
+                    )),
                     Method::Ack => return,
-                    _ => allow(sip::response(req, StatusCode::MethodNotAllowed, Some(&sip::random_token()))),
+                    _ => allow(sip::response(
+                        req,
+                        StatusCode::MethodNotAllowed,
+                        Some(&sip::random_token()),
+                    )),
                 };
                 tokio::spawn(tx.respond(response));
             }
-            SipEvent::Response { id, response } => self.subscriber.handle_response(now, id, &response),
+            SipEvent::Response { id, response } => {
+                self.subscriber.handle_response(now, id, &response)
+            }
             SipEvent::Failed { id, reason } => self.subscriber.handle_failure(now, id, &reason),
         }
     }
@@ -242,7 +279,8 @@ impl Shell {
         };
         let response = admin::handle(command.request, &mut ctx, now);
         for (msr, settings) in self.operator.configured_msrs() {
-            self.subscriber.set_expires_override(msr, settings.subscription_expires);
+            self.subscriber
+                .set_expires_override(msr, settings.subscription_expires);
         }
         if command.reply.send(response).is_err() {
             debug!("admin client went away before the answer");
@@ -278,7 +316,9 @@ impl Shell {
                 }
                 RegistrarEvent::BindingRemoved { binding, cause } => {
                     match cause {
-                        RemovalCause::Lapsed => info!(msr = %binding.msr, contact = %binding.contact, "binding lapsed"),
+                        RemovalCause::Lapsed => {
+                            info!(msr = %binding.msr, contact = %binding.contact, "binding lapsed")
+                        }
                         RemovalCause::Unregistered => {
                             info!(msr = %binding.msr, contact = %binding.contact, "binding removed")
                         }
@@ -294,28 +334,50 @@ impl Shell {
                 .registrar
                 .contacts_of(&msr)
                 .into_iter()
-                .map(|b| Target { name: b.contact.clone(), uri: b.uri.clone() })
+                .map(|b| Target {
+                    name: b.contact.clone(),
+                    uri: b.uri.clone(),
+                })
                 .collect();
             self.subscriber.contacts_changed(now, &msr, targets);
         }
         self.send_transmits(now);
         while let Some(event) = self.subscriber.poll_event() {
             match event {
-                SubscriberEvent::Active { msr, call_id, contact, expires } => {
+                SubscriberEvent::Active {
+                    msr,
+                    call_id,
+                    contact,
+                    expires,
+                } => {
                     info!(%msr, %contact, %call_id, expires, "subscription active")
                 }
-                SubscriberEvent::Refreshed { msr, call_id, expires } => {
+                SubscriberEvent::Refreshed {
+                    msr,
+                    call_id,
+                    expires,
+                } => {
                     info!(%msr, %call_id, expires, "subscription refreshed")
                 }
                 SubscriberEvent::Load { msr, report, at } => {
                     debug!(%msr, load = report.load, cpu = report.cpu, calls = report.calls, "load report");
                     self.table.set_load(&msr, report, at);
                 }
-                SubscriberEvent::Terminated { msr, call_id, reason, retry_at } => {
+                SubscriberEvent::Terminated {
+                    msr,
+                    call_id,
+                    reason,
+                    retry_at,
+                } => {
                     let retry_in = retry_at.map(|t| t.saturating_duration_since(now));
                     info!(%msr, %call_id, %reason, ?retry_in, "subscription terminated")
                 }
-                SubscriberEvent::Retrying { msr, call_id, cause, delay } => {
+                SubscriberEvent::Retrying {
+                    msr,
+                    call_id,
+                    cause,
+                    delay,
+                } => {
                     info!(%msr, %call_id, %cause, ?delay, "subscription retrying")
                 }
                 SubscriberEvent::Ended { msr, call_id } => {

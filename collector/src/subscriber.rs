@@ -264,7 +264,10 @@ impl Subscription {
     /// When [`Subscriber::handle_timeout`] has work for this subscription.
     fn next_deadline(&self) -> Option<Instant> {
         let retry = self.retry_at.filter(|_| !self.blocked);
-        [retry, self.expires_at, self.refresh_at].into_iter().flatten().min()
+        [retry, self.expires_at, self.refresh_at]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn view(&self) -> SubscriptionView {
@@ -403,24 +406,32 @@ impl Subscriber {
                         self.send(now, msr, dialog, Kind::Unsubscribe, 0);
                     }
                 }
-                self.events.push_back(SubscriberEvent::Ended { msr: msr.to_owned(), call_id });
+                self.events.push_back(SubscriberEvent::Ended {
+                    msr: msr.to_owned(),
+                    call_id,
+                });
             }
             return;
         }
         let Some(sub) = self.subs.get_mut(msr) else {
-            self.subs.insert(msr.to_owned(), Subscription::new(contacts));
+            self.subs
+                .insert(msr.to_owned(), Subscription::new(contacts));
             self.start(now, msr);
             self.touched(msr);
             return;
         };
-        if contacts.iter().any(|c| !sub.contacts.iter().any(|o| o.name == c.name)) {
+        if contacts
+            .iter()
+            .any(|c| !sub.contacts.iter().any(|o| o.name == c.name))
+        {
             sub.blocked = false;
         }
         sub.contacts = contacts;
-        let target_gone = sub
-            .target
-            .as_ref()
-            .is_some_and(|t| !sub.contacts.iter().any(|c| c.name == t.name && c.uri == t.uri));
+        let target_gone = sub.target.as_ref().is_some_and(|t| {
+            !sub.contacts
+                .iter()
+                .any(|c| c.name == t.name && c.uri == t.uri)
+        });
         if target_gone {
             // The contact the dialog is with is gone: nothing to unsubscribe from.
             sub.backoff.reset();
@@ -435,8 +446,12 @@ impl Subscriber {
     /// Begins a new dialog with the first registered contact of `msr`.
     fn start(&mut self, now: Instant, msr: &str) {
         let expires = self.requested_expires(msr);
-        let Some(sub) = self.subs.get_mut(msr) else { return };
-        let Some(target) = sub.contacts.first().cloned() else { return };
+        let Some(sub) = self.subs.get_mut(msr) else {
+            return;
+        };
+        let Some(target) = sub.contacts.first().cloned() else {
+            return;
+        };
         let dialog = Dialog {
             call_id: format!("{}@msr-collector", sip::random_token()),
             local_tag: sip::random_token(),
@@ -452,7 +467,9 @@ impl Subscriber {
             self.unindex_dialog(&old.call_id, msr);
         }
         self.dialogs.insert(dialog.call_id.clone(), msr.to_owned());
-        let Some(sub) = self.subs.get_mut(msr) else { return };
+        let Some(sub) = self.subs.get_mut(msr) else {
+            return;
+        };
         sub.phase = Phase::Pending;
         sub.expires = expires;
         sub.expires_at = None;
@@ -464,7 +481,11 @@ impl Subscriber {
     }
 
     fn requested_expires(&self, msr: &str) -> u32 {
-        let configured = self.overrides.get(msr).copied().unwrap_or(self.config.default_expires);
+        let configured = self
+            .overrides
+            .get(msr)
+            .copied()
+            .unwrap_or(self.config.default_expires);
         let floor = self.subs.get(msr).map_or(0, |s| s.expires_floor);
         configured.max(floor)
     }
@@ -482,7 +503,10 @@ impl Subscriber {
             None => format!("<{}>", dialog.remote_uri),
         };
         let headers = vec![
-            ("From", format!("<{}>;tag={}", self.config.local_uri, dialog.local_tag)),
+            (
+                "From",
+                format!("<{}>;tag={}", self.config.local_uri, dialog.local_tag),
+            ),
             ("To", to),
             ("Call-ID", dialog.call_id.clone()),
             ("CSeq", format!("{} SUBSCRIBE", dialog.cseq)),
@@ -493,13 +517,28 @@ impl Subscriber {
         ];
         let id = self.next_id;
         self.next_id += 1;
-        match sip::request(Method::Subscribe, &dialog.remote_target, headers, Vec::new()) {
+        match sip::request(
+            Method::Subscribe,
+            &dialog.remote_target,
+            headers,
+            Vec::new(),
+        ) {
             Ok(request) => {
                 self.pending.insert(
                     id,
-                    PendingRequest { msr: msr.to_owned(), call_id: dialog.call_id.clone(), kind, requested: expires },
+                    PendingRequest {
+                        msr: msr.to_owned(),
+                        call_id: dialog.call_id.clone(),
+                        kind,
+                        requested: expires,
+                    },
                 );
-                self.transmits.push_back(Transmit { id, msr: msr.to_owned(), call_id: dialog.call_id, request });
+                self.transmits.push_back(Transmit {
+                    id,
+                    msr: msr.to_owned(),
+                    call_id: dialog.call_id,
+                    request,
+                });
             }
             Err(_) => {
                 // The registrar only keeps parseable contact URIs, so this is
@@ -513,7 +552,9 @@ impl Subscriber {
 
     /// The final response to the request sent as `id`.
     pub fn handle_response(&mut self, now: Instant, id: u64, response: &Response) {
-        let Some(p) = self.pending.remove(&id) else { return };
+        let Some(p) = self.pending.remove(&id) else {
+            return;
+        };
         if p.kind == Kind::Unsubscribe {
             return;
         }
@@ -526,8 +567,12 @@ impl Subscriber {
         if p.kind == Kind::Unsubscribe {
             return;
         }
-        let Some(sub) = self.subs.get_mut(&p.msr) else { return };
-        let Some(dialog) = sub.dialog.as_mut().filter(|d| d.call_id == p.call_id) else { return };
+        let Some(sub) = self.subs.get_mut(&p.msr) else {
+            return;
+        };
+        let Some(dialog) = sub.dialog.as_mut().filter(|d| d.call_id == p.call_id) else {
+            return;
+        };
         let code = response.status_code.code();
         if (200..300).contains(&code) {
             let granted = sip::expires(&response.headers).unwrap_or(p.requested);
@@ -552,17 +597,26 @@ impl Subscriber {
                 SubscriberEvent::Active {
                     msr: p.msr.clone(),
                     call_id,
-                    contact: sub.target.as_ref().map(|t| t.name.clone()).unwrap_or_default(),
+                    contact: sub
+                        .target
+                        .as_ref()
+                        .map(|t| t.name.clone())
+                        .unwrap_or_default(),
                     expires: granted,
                 }
             } else {
-                SubscriberEvent::Refreshed { msr: p.msr.clone(), call_id, expires: granted }
+                SubscriberEvent::Refreshed {
+                    msr: p.msr.clone(),
+                    call_id,
+                    expires: granted,
+                }
             };
             self.events.push_back(event);
             return;
         }
         if code == 423 {
-            let min = sip::header(&response.headers, "Min-Expires").and_then(|v| v.parse::<u32>().ok());
+            let min =
+                sip::header(&response.headers, "Min-Expires").and_then(|v| v.parse::<u32>().ok());
             if let Some(min) = min.filter(|m| *m > p.requested) {
                 sub.expires_floor = min;
                 match p.kind {
@@ -583,7 +637,9 @@ impl Subscriber {
     /// The request sent as `id` ended without a final response (transport
     /// failure); handled like a `408`.
     pub fn handle_failure(&mut self, now: Instant, id: u64, reason: &str) {
-        let Some(p) = self.pending.remove(&id) else { return };
+        let Some(p) = self.pending.remove(&id) else {
+            return;
+        };
         if p.kind == Kind::Unsubscribe {
             return;
         }
@@ -601,7 +657,9 @@ impl Subscriber {
     /// Drops the dialog and schedules a new one after the backoff.
     fn fail(&mut self, now: Instant, msr: &str, call_id: &str, cause: &str) {
         self.drop_dialog(msr);
-        let Some(sub) = self.subs.get_mut(msr) else { return };
+        let Some(sub) = self.subs.get_mut(msr) else {
+            return;
+        };
         sub.phase = Phase::Failed;
         sub.expires_at = None;
         sub.refresh_at = None;
@@ -631,9 +689,15 @@ impl Subscriber {
         let Some(msr) = self.dialogs.get(call_id).cloned() else {
             return respond(StatusCode::CallTransactionDoesNotExist);
         };
-        let in_dialog = self.subs.get(&msr).and_then(|s| s.dialog.as_ref()).is_some_and(|d| {
-            d.call_id == call_id && d.local_tag == to_tag && d.remote_tag.as_ref().is_none_or(|r| *r == from_tag)
-        });
+        let in_dialog = self
+            .subs
+            .get(&msr)
+            .and_then(|s| s.dialog.as_ref())
+            .is_some_and(|d| {
+                d.call_id == call_id
+                    && d.local_tag == to_tag
+                    && d.remote_tag.as_ref().is_none_or(|r| *r == from_tag)
+            });
         if !in_dialog {
             return respond(StatusCode::CallTransactionDoesNotExist);
         }
@@ -644,7 +708,14 @@ impl Subscriber {
 
     /// [`handle_notify`](Self::handle_notify) for a NOTIFY known to be in
     /// the dialog of `msr`'s subscription.
-    fn on_notify(&mut self, now: Instant, unix_now: i64, req: &Request, msr: &str, from_tag: String) -> Response {
+    fn on_notify(
+        &mut self,
+        now: Instant,
+        unix_now: i64,
+        req: &Request,
+        msr: &str,
+        from_tag: String,
+    ) -> Response {
         let respond = |status| sip::response(req, status, None);
         if sip::event_package(&req.headers).as_deref() != Some(EVENT) {
             let mut resp = respond(StatusCode::BadEvent);
@@ -671,7 +742,9 @@ impl Subscriber {
                 return respond(StatusCode::ServerInternalError);
             }
         }
-        let Some(state) = sip::header(&req.headers, "Subscription-State").and_then(SubscriptionState::parse) else {
+        let Some(state) =
+            sip::header(&req.headers, "Subscription-State").and_then(SubscriptionState::parse)
+        else {
             return respond(StatusCode::BadRequest);
         };
         let report = if req.body.iter().all(u8::is_ascii_whitespace) {
@@ -695,7 +768,11 @@ impl Subscriber {
         sub.notify_count += 1;
         sub.last_notify_unix = Some(unix_now);
         if let Some(report) = report {
-            self.events.push_back(SubscriberEvent::Load { msr: msr.to_owned(), report, at: now });
+            self.events.push_back(SubscriberEvent::Load {
+                msr: msr.to_owned(),
+                report,
+                at: now,
+            });
         }
         match state.state {
             SubState::Active | SubState::Pending => {
@@ -723,7 +800,12 @@ impl Subscriber {
                 };
                 sub.retry_at = retry_at;
                 self.drop_dialog(msr);
-                self.events.push_back(SubscriberEvent::Terminated { msr: msr.to_owned(), call_id, reason: text, retry_at });
+                self.events.push_back(SubscriberEvent::Terminated {
+                    msr: msr.to_owned(),
+                    call_id,
+                    reason: text,
+                    retry_at,
+                });
             }
         }
         respond(StatusCode::OK)
@@ -739,7 +821,9 @@ impl Subscriber {
             if *at > now {
                 break;
             }
-            let Some((_, msr)) = self.timers.pop_first() else { break };
+            let Some((_, msr)) = self.timers.pop_first() else {
+                break;
+            };
             if let Some(sub) = self.subs.get_mut(&msr) {
                 sub.armed = None;
             }
@@ -752,7 +836,9 @@ impl Subscriber {
     }
 
     fn timeout_one(&mut self, now: Instant, msr: &str) {
-        let Some(sub) = self.subs.get_mut(msr) else { return };
+        let Some(sub) = self.subs.get_mut(msr) else {
+            return;
+        };
         if sub.retry_at.is_some_and(|t| t <= now) {
             sub.retry_at = None;
             if !sub.blocked {
@@ -761,7 +847,11 @@ impl Subscriber {
             return;
         }
         if sub.expires_at.is_some_and(|t| t <= now) {
-            let call_id = sub.dialog.as_ref().map(|d| d.call_id.clone()).unwrap_or_default();
+            let call_id = sub
+                .dialog
+                .as_ref()
+                .map(|d| d.call_id.clone())
+                .unwrap_or_default();
             self.fail(now, msr, &call_id, "expired");
             return;
         }
@@ -784,7 +874,10 @@ impl Subscriber {
     /// check the deadline set against.
     #[cfg(test)]
     fn scan_timeout(&self) -> Option<Instant> {
-        self.subs.values().filter_map(Subscription::next_deadline).min()
+        self.subs
+            .values()
+            .filter_map(Subscription::next_deadline)
+            .min()
     }
 
     /// The next request to send.
@@ -799,7 +892,10 @@ impl Subscriber {
 
     /// The state of every subscription, by MSR name.
     pub fn views(&self) -> Vec<(String, SubscriptionView)> {
-        self.subs.iter().map(|(m, s)| (m.clone(), s.view())).collect()
+        self.subs
+            .iter()
+            .map(|(m, s)| (m.clone(), s.view()))
+            .collect()
     }
 
     /// The next subscription whose view may have changed since it was last
@@ -842,7 +938,10 @@ impl Subscriber {
 
     /// Unsubscribes sent and not yet answered.
     pub fn pending_unsubscribes(&self) -> usize {
-        self.pending.values().filter(|p| p.kind == Kind::Unsubscribe).count()
+        self.pending
+            .values()
+            .filter(|p| p.kind == Kind::Unsubscribe)
+            .count()
     }
 }
 

@@ -371,7 +371,10 @@ mod tests {
         topology.set_distance("b", "c", 2.0).expect("set");
         assert_eq!(
             topology.remove("b", |s| (s == "b").then(|| "contact `x@m`".to_owned())),
-            Err(TopologyError::SiteInUse { name: "b".into(), by: "contact `x@m`".into() })
+            Err(TopologyError::SiteInUse {
+                name: "b".into(),
+                by: "contact `x@m`".into()
+            })
         );
         assert_eq!(topology.distance("a", "b"), Some(1.0));
         topology.remove("b", |_| None).expect("remove");

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use msr_agent::AgentHandle;
 use msr_shared::event_package::{LoadReport, CONTENT_TYPE, EVENT};
-use msr_shared::sip::{self, Method, Response, SipEndpoint, SipEvent, StatusCode, SubState, SubscriptionState};
+use msr_shared::sip::{
+    self, Method, Response, SipEndpoint, SipEvent, StatusCode, SubState, SubscriptionState,
+};
 use system_tests::{free_udp_port, init_tracing, run_sipp, sipp_scenario};
 use tokio_util::sync::CancellationToken;
 
@@ -80,7 +82,8 @@ struct Agent {
 impl Agent {
     async fn start(text: &str, watch: Option<&Path>) -> Agent {
         init_tracing();
-        let config = msr_agent::config::parse(text, Path::new("test.xml")).expect("valid test config");
+        let config =
+            msr_agent::config::parse(text, Path::new("test.xml")).expect("valid test config");
         let shutdown = CancellationToken::new();
         let handle = msr_agent::start(config, watch.map(Path::to_path_buf), shutdown.clone())
             .await
@@ -118,9 +121,14 @@ struct Subscriber {
 impl Subscriber {
     async fn new() -> Subscriber {
         let cancel = CancellationToken::new();
-        let endpoint = SipEndpoint::bind("127.0.0.1:0".parse().expect("addr"), false, "test-subscriber", cancel.clone())
-            .await
-            .expect("bind subscriber");
+        let endpoint = SipEndpoint::bind(
+            "127.0.0.1:0".parse().expect("addr"),
+            false,
+            "test-subscriber",
+            cancel.clone(),
+        )
+        .await
+        .expect("bind subscriber");
         Subscriber {
             endpoint,
             _cancel: cancel,
@@ -148,7 +156,10 @@ impl Subscriber {
             Method::Subscribe,
             &target,
             vec![
-                ("From", format!("<sip:collector@{me}>;tag={}", self.from_tag)),
+                (
+                    "From",
+                    format!("<sip:collector@{me}>;tag={}", self.from_tag),
+                ),
                 ("To", to),
                 ("Call-ID", self.call_id.clone()),
                 ("CSeq", format!("{} SUBSCRIBE", self.cseq)),
@@ -163,7 +174,9 @@ impl Subscriber {
         .expect("subscribe");
         let id = self.next_id;
         self.next_id += 1;
-        self.endpoint.send_request(id, request).expect("send subscribe");
+        self.endpoint
+            .send_request(id, request)
+            .expect("send subscribe");
         let response = tokio::time::timeout(Duration::from_secs(10), async {
             loop {
                 if let Some(pos) = self.responses.iter().position(|(i, _)| *i == id) {
@@ -259,7 +272,14 @@ async fn agent_registers_with_digest_and_unregisters_at_shutdown() {
     // Let SIPp bind before the first REGISTER (a lost one is retransmitted
     // anyway, and failures back off from 1 s).
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let agent = Agent::start(&config_xml(&Cfg { realm_port: sipp_port, ..Cfg::default() }), None).await;
+    let agent = Agent::start(
+        &config_xml(&Cfg {
+            realm_port: sipp_port,
+            ..Cfg::default()
+        }),
+        None,
+    )
+    .await;
     // The registration round trips take milliseconds; leave ample time
     // before the unregister.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -273,7 +293,11 @@ async fn agent_registers_with_digest_and_unregisters_at_shutdown() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sipp_subscribes_gets_notify_and_unsubscribes() {
     let agent = Agent::start(&config_xml(&Cfg::default()), None).await;
-    let args = sipp_args("agent_subscribe_uac.xml", free_udp_port(), Some(agent.addr()));
+    let args = sipp_args(
+        "agent_subscribe_uac.xml",
+        free_udp_port(),
+        Some(agent.addr()),
+    );
     let (code, out) = run_sipp(&args, LIMIT).await.expect("sipp ran");
     assert_eq!(code, 0, "sipp subscriber scenario failed:\n{out}");
     agent.stop().await;
@@ -283,7 +307,11 @@ async fn sipp_subscribes_gets_notify_and_unsubscribes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn other_event_gets_489() {
     let agent = Agent::start(&config_xml(&Cfg::default()), None).await;
-    let args = sipp_args("agent_bad_event_uac.xml", free_udp_port(), Some(agent.addr()));
+    let args = sipp_args(
+        "agent_bad_event_uac.xml",
+        free_udp_port(),
+        Some(agent.addr()),
+    );
     let (code, out) = run_sipp(&args, LIMIT).await.expect("sipp ran");
     assert_eq!(code, 0, "sipp bad-event scenario failed:\n{out}");
     agent.stop().await;
@@ -333,7 +361,9 @@ async fn bound_rtp_sockets_raise_calls_and_shutdown_deactivates() {
 
     agent.shutdown.cancel();
     let (state, _) = sub
-        .notify_where(Duration::from_secs(5), |s, _| s.state == SubState::Terminated)
+        .notify_where(Duration::from_secs(5), |s, _| {
+            s.state == SubState::Terminated
+        })
         .await
         .expect("final notify at shutdown");
     assert_eq!(state.reason, Some(sip::TerminationReason::Deactivated));
@@ -368,8 +398,16 @@ async fn malformed_datagrams_do_not_hurt() {
         b"SUBSCRIBE sip:msr_1@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:9;bra".to_vec(),
         vec![b'A'; 65_000],
         format!("{}Content-Length: 0\r\n\r\n", valid_head("")).into_bytes(),
-        format!("{}Call-ID: cl@test\r\nContent-Length: 500\r\n\r\nshort", valid_head("")).into_bytes(),
-        format!("{}Call-ID: neg@test\r\nContent-Length: -3\r\n\r\n", valid_head("")).into_bytes(),
+        format!(
+            "{}Call-ID: cl@test\r\nContent-Length: 500\r\n\r\nshort",
+            valid_head("")
+        )
+        .into_bytes(),
+        format!(
+            "{}Call-ID: neg@test\r\nContent-Length: -3\r\n\r\n",
+            valid_head("")
+        )
+        .into_bytes(),
         b"SIP/2.0 200 OK\r\n\r\n".to_vec(),
         b"\r\n\r\n".to_vec(),
     ];
@@ -398,16 +436,32 @@ async fn hot_reload_removed_account_ends_with_noresource() {
     // Give the watcher a moment to be set up.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut sub = Subscriber::new().await;
-    assert_eq!(sub.subscribe(agent.addr(), 60).await.status_code, StatusCode::OK);
+    assert_eq!(
+        sub.subscribe(agent.addr(), 60).await.status_code,
+        StatusCode::OK
+    );
 
     // A broken file changes nothing.
     std::fs::write(&path, "<config><general").expect("write broken config");
     tokio::time::sleep(Duration::from_millis(800)).await;
-    assert_eq!(sub.subscribe(agent.addr(), 60).await.status_code, StatusCode::OK, "refresh still works");
+    assert_eq!(
+        sub.subscribe(agent.addr(), 60).await.status_code,
+        StatusCode::OK,
+        "refresh still works"
+    );
 
-    std::fs::write(&path, config_xml(&Cfg { accounts: false, ..cfg })).expect("write config");
+    std::fs::write(
+        &path,
+        config_xml(&Cfg {
+            accounts: false,
+            ..cfg
+        }),
+    )
+    .expect("write config");
     let (state, _) = sub
-        .notify_where(Duration::from_secs(10), |s, _| s.state == SubState::Terminated)
+        .notify_where(Duration::from_secs(10), |s, _| {
+            s.state == SubState::Terminated
+        })
         .await
         .expect("terminated notify after reload");
     assert_eq!(state.reason, Some(sip::TerminationReason::Noresource));

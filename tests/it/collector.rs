@@ -36,18 +36,27 @@ path = "{}"
         dir.join("state.json").display()
     );
     let config = msr_collector::config::parse(&text, "test").expect("test config");
-    msr_collector::start(config, shutdown.clone()).await.expect("collector starts")
+    msr_collector::start(config, shutdown.clone())
+        .await
+        .expect("collector starts")
 }
 
 async fn rows(client: &mut AdminClient) -> Vec<ResourceInfo> {
-    match client.call(&Request::ResourceList { active_only: false }).await.expect("resource list") {
+    match client
+        .call(&Request::ResourceList { active_only: false })
+        .await
+        .expect("resource list")
+    {
         Response::Ok(ResponseData::Resources { rows }) => rows,
         other => panic!("unexpected {other:?}"),
     }
 }
 
 /// Reads the table every 20 ms until `check` accepts it, for at most [`LIMIT`].
-async fn poll_rows<T>(client: &mut AdminClient, check: impl Fn(&[ResourceInfo]) -> Option<T>) -> Option<T> {
+async fn poll_rows<T>(
+    client: &mut AdminClient,
+    check: impl Fn(&[ResourceInfo]) -> Option<T>,
+) -> Option<T> {
     let deadline = tokio::time::Instant::now() + LIMIT;
     loop {
         if let Some(v) = check(&rows(client).await) {
@@ -64,7 +73,9 @@ fn register_args(collector: std::net::SocketAddr, contact_port: u16, expires: u3
     [
         collector.to_string(),
         "-sf".into(),
-        sipp_scenario("collector_register_uac.xml").display().to_string(),
+        sipp_scenario("collector_register_uac.xml")
+            .display()
+            .to_string(),
         "-i".into(),
         "127.0.0.1".into(),
         "-p".into(),
@@ -91,7 +102,9 @@ fn register_args(collector: std::net::SocketAddr, contact_port: u16, expires: u3
 /// line of the answer.
 fn stray_notify(collector: std::net::SocketAddr) -> String {
     let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    socket.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    socket
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
     let local = socket.local_addr().expect("addr");
     let body = "msr: msr_1\nload: 99\ncpu: 99\ncalls: 1\nmax-calls: 1\n";
     let msg = format!(
@@ -106,8 +119,14 @@ fn stray_notify(collector: std::net::SocketAddr) -> String {
     );
     socket.send_to(msg.as_bytes(), collector).expect("send");
     let mut buf = [0u8; 4096];
-    let (n, _) = socket.recv_from(&mut buf).expect("an answer to the stray notify");
-    String::from_utf8_lossy(&buf[..n]).lines().next().unwrap_or_default().to_owned()
+    let (n, _) = socket
+        .recv_from(&mut buf)
+        .expect("an answer to the stray notify");
+    String::from_utf8_lossy(&buf[..n])
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -116,14 +135,18 @@ async fn sipp_msr_registers_reports_load_and_unregisters() {
     let dir = tempfile::tempdir().expect("tempdir");
     let shutdown = CancellationToken::new();
     let handle = collector(dir.path(), &shutdown).await;
-    let mut client = AdminClient::connect_retry(&handle.control_socket, LIMIT).await.expect("control socket");
+    let mut client = AdminClient::connect_retry(&handle.control_socket, LIMIT)
+        .await
+        .expect("control socket");
 
     // The MSR's notifier: answers the collector's SUBSCRIBE, sends load 42,
     // then expects the unsubscribe.
     let notifier_port = free_udp_port();
     let notifier_args: Vec<String> = vec![
         "-sf".into(),
-        sipp_scenario("collector_notifier_uas.xml").display().to_string(),
+        sipp_scenario("collector_notifier_uas.xml")
+            .display()
+            .to_string(),
         "-i".into(),
         "127.0.0.1".into(),
         "-p".into(),
@@ -142,24 +165,42 @@ async fn sipp_msr_registers_reports_load_and_unregisters() {
     let notifier = tokio::spawn(async move { run_sipp(&notifier_args, LIMIT).await });
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    let (code, out) = run_sipp(&register_args(handle.sip_addr, notifier_port, 60), LIMIT).await.expect("sipp");
+    let (code, out) = run_sipp(&register_args(handle.sip_addr, notifier_port, 60), LIMIT)
+        .await
+        .expect("sipp");
     assert_eq!(code, 0, "registration failed:\n{out}");
 
-    let row = poll_rows(&mut client, |rows| rows.iter().find(|r| r.load == Some(42)).cloned())
-        .await
-        .expect("the load from the NOTIFY reaches the table");
+    let row = poll_rows(&mut client, |rows| {
+        rows.iter().find(|r| r.load == Some(42)).cloned()
+    })
+    .await
+    .expect("the load from the NOTIFY reaches the table");
     assert_eq!(row.contact, "lo@msr_1");
     assert_eq!(row.msr, "msr_1");
     assert_eq!(row.node, "core1@test");
     assert_eq!(row.version.as_deref(), Some("9.9.9"));
     assert_eq!(row.status, "registered");
     assert_eq!(row.subscription, "active");
-    assert_eq!((row.cpu, row.calls, row.max_calls), (Some(21), Some(303), Some(8192)));
+    assert_eq!(
+        (row.cpu, row.calls, row.max_calls),
+        (Some(21), Some(303), Some(8192))
+    );
     assert!(!row.stale);
-    match client.call(&Request::SubscriptionList).await.expect("subscription list") {
+    match client
+        .call(&Request::SubscriptionList)
+        .await
+        .expect("subscription list")
+    {
         Response::Ok(ResponseData::Subscriptions { rows }) => {
             assert_eq!(rows.len(), 1);
-            assert_eq!((rows[0].expires, rows[0].notify_count, rows[0].status.as_str()), (60, 1, "active"));
+            assert_eq!(
+                (
+                    rows[0].expires,
+                    rows[0].notify_count,
+                    rows[0].status.as_str()
+                ),
+                (60, 1, "active")
+            );
             assert_eq!(rows[0].event_id.len(), 16);
             assert!(rows[0].last_notify_unix.is_some());
         }
@@ -168,24 +209,37 @@ async fn sipp_msr_registers_reports_load_and_unregisters() {
 
     // A NOTIFY outside any dialog the collector created: 481, no change.
     let addr = handle.sip_addr;
-    let status = tokio::task::spawn_blocking(move || stray_notify(addr)).await.expect("stray");
+    let status = tokio::task::spawn_blocking(move || stray_notify(addr))
+        .await
+        .expect("stray");
     assert!(status.starts_with("SIP/2.0 481"), "{status}");
     let after = rows(&mut client).await;
     assert_eq!(after.len(), 1);
     assert_eq!(after[0].load, Some(42));
 
     // Unregister: the rows go and the collector ends the subscription.
-    let (code, out) = run_sipp(&register_args(handle.sip_addr, notifier_port, 0), LIMIT).await.expect("sipp");
+    let (code, out) = run_sipp(&register_args(handle.sip_addr, notifier_port, 0), LIMIT)
+        .await
+        .expect("sipp");
     assert_eq!(code, 0, "unregistration failed:\n{out}");
     let gone = poll_rows(&mut client, |rows| rows.is_empty().then_some(())).await;
     assert!(gone.is_some(), "rows removed after Expires: 0");
     let (code, out) = notifier.await.expect("join").expect("sipp notifier");
-    assert_eq!(code, 0, "notifier scenario (subscribe, notify, unsubscribe) failed:\n{out}");
+    assert_eq!(
+        code, 0,
+        "notifier scenario (subscribe, notify, unsubscribe) failed:\n{out}"
+    );
 
     shutdown.cancel();
-    let result = tokio::time::timeout(LIMIT, handle.join).await.expect("stops in time").expect("join");
+    let result = tokio::time::timeout(LIMIT, handle.join)
+        .await
+        .expect("stops in time")
+        .expect("join");
     assert!(result.is_ok(), "{result:?}");
-    assert!(!handle.control_socket.exists(), "control socket removed at shutdown");
+    assert!(
+        !handle.control_socket.exists(),
+        "control socket removed at shutdown"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -204,10 +258,14 @@ async fn wrong_password_is_refused_and_registers_nothing() {
     args[2] = path.display().to_string();
     let (code, out) = run_sipp(&args, LIMIT).await.expect("sipp");
     assert_eq!(code, 0, "expected 403:\n{out}");
-    let mut client = AdminClient::connect_retry(&handle.control_socket, LIMIT).await.expect("control socket");
+    let mut client = AdminClient::connect_retry(&handle.control_socket, LIMIT)
+        .await
+        .expect("control socket");
     assert!(rows(&mut client).await.is_empty());
     shutdown.cancel();
-    let _ = tokio::time::timeout(LIMIT, handle.join).await.expect("stops in time");
+    let _ = tokio::time::timeout(LIMIT, handle.join)
+        .await
+        .expect("stops in time");
 }
 
 /// The real agent against the real collector with the default challenge
@@ -225,8 +283,13 @@ async fn real_agent_registers_and_reports_load() {
         dir.path().join("state.json").display()
     );
     let config = msr_collector::config::parse(&text, "test").expect("test config");
-    assert_eq!(config.sip.digest_algorithms[0], msr_collector::config::DigestAlgorithm::Sha256);
-    let handle = msr_collector::start(config, shutdown.clone()).await.expect("collector starts");
+    assert_eq!(
+        config.sip.digest_algorithms[0],
+        msr_collector::config::DigestAlgorithm::Sha256
+    );
+    let handle = msr_collector::start(config, shutdown.clone())
+        .await
+        .expect("collector starts");
     let xml = format!(
         r#"<?xml version="1.0" encoding="utf-8"?>
 <config date="00:00:00 01.01.2025">
@@ -239,22 +302,35 @@ async fn real_agent_registers_and_reports_load() {
 "#,
         handle.sip_addr
     );
-    let agent_config = msr_agent::config::parse(&xml, Path::new("agent.xml")).expect("agent config");
+    let agent_config =
+        msr_agent::config::parse(&xml, Path::new("agent.xml")).expect("agent config");
     let agent_shutdown = CancellationToken::new();
-    let agent = msr_agent::start(agent_config, None, agent_shutdown.clone()).await.expect("agent starts");
-    let mut client = AdminClient::connect_retry(&handle.control_socket, LIMIT).await.expect("control socket");
-    let row = poll_rows(&mut client, |rows| rows.iter().find(|r| r.msr == "msr_7" && r.load.is_some()).cloned())
+    let agent = msr_agent::start(agent_config, None, agent_shutdown.clone())
         .await
-        .expect("the agent's load reaches the table");
+        .expect("agent starts");
+    let mut client = AdminClient::connect_retry(&handle.control_socket, LIMIT)
+        .await
+        .expect("control socket");
+    let row = poll_rows(&mut client, |rows| {
+        rows.iter()
+            .find(|r| r.msr == "msr_7" && r.load.is_some())
+            .cloned()
+    })
+    .await
+    .expect("the agent's load reaches the table");
     assert_eq!(row.contact, "lo@msr_7");
     assert_eq!(row.load, Some(7));
     assert_eq!(row.subscription, "active");
     assert_eq!(row.version.as_deref(), Some(env!("CARGO_PKG_VERSION")));
 
     agent_shutdown.cancel();
-    let _ = tokio::time::timeout(LIMIT, agent.join).await.expect("agent stops in time");
+    let _ = tokio::time::timeout(LIMIT, agent.join)
+        .await
+        .expect("agent stops in time");
     let gone = poll_rows(&mut client, |rows| rows.is_empty().then_some(())).await;
     assert!(gone.is_some(), "agent shutdown unregisters");
     shutdown.cancel();
-    let _ = tokio::time::timeout(LIMIT, handle.join).await.expect("collector stops in time");
+    let _ = tokio::time::timeout(LIMIT, handle.join)
+        .await
+        .expect("collector stops in time");
 }

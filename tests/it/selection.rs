@@ -22,11 +22,26 @@ fn msrctl_ok(c: &Collector, args: &[&str]) -> String {
 }
 
 fn select_req(site: &str, random: Option<f64>, explain: bool) -> Request {
-    Request::Select { zone: "default".into(), site: site.into(), msr: None, random, explain }
+    Request::Select {
+        zone: "default".into(),
+        site: site.into(),
+        msr: None,
+        random,
+        explain,
+    }
 }
 
-async fn select(client: &mut AdminClient, site: &str, random: Option<f64>, explain: bool) -> Selection {
-    match client.call(&select_req(site, random, explain)).await.expect("select") {
+async fn select(
+    client: &mut AdminClient,
+    site: &str,
+    random: Option<f64>,
+    explain: bool,
+) -> Selection {
+    match client
+        .call(&select_req(site, random, explain))
+        .await
+        .expect("select")
+    {
         Response::Ok(ResponseData::Selected(s)) => s,
         other => panic!("select at {site}: {other:?}"),
     }
@@ -38,15 +53,25 @@ async fn select(client: &mut AdminClient, site: &str, random: Option<f64>, expla
 async fn selection_follows_weights_sites_and_draws() {
     let dir = tempfile::tempdir().expect("tempdir");
     // A long subscription: the loads must not move during the test.
-    let opts = CollectorOpts { subscription_expires: 120, ..CollectorOpts::default() };
+    let opts = CollectorOpts {
+        subscription_expires: 120,
+        ..CollectorOpts::default()
+    };
     let c = Collector::start(dir.path(), "core1", &opts).await;
     let mut agents = Vec::new();
     for (msr, calls) in [("msr_1", 55), ("msr_2", 40), ("msr_3", 60)] {
-        let spec = AgentSpec { accounts: vec![AccountSpec::new(msr, &c)], register_expires: 30, ..AgentSpec::default() };
+        let spec = AgentSpec {
+            accounts: vec![AccountSpec::new(msr, &c)],
+            register_expires: 30,
+            ..AgentSpec::default()
+        };
         agents.push(Agent::start(dir.path(), msr, &spec, calls));
     }
     c.wait_rows(secs(10), |rows| {
-        [("msr_1", 55), ("msr_2", 40), ("msr_3", 60)].iter().all(|&(m, l)| live_row(rows, m, Some(l)).is_some()).then_some(())
+        [("msr_1", 55), ("msr_2", 40), ("msr_3", 60)]
+            .iter()
+            .all(|&(m, l)| live_row(rows, m, Some(l)).is_some())
+            .then_some(())
     })
     .await
     .expect("three MSRs live with loads 55/40/60");
@@ -57,28 +82,52 @@ async fn selection_follows_weights_sites_and_draws() {
     assert!(ok || err.contains("site_exists"), "{err}");
     msrctl_ok(&c, &["site", "declare", "remote"]);
     msrctl_ok(&c, &["site", "distance", "local", "remote", "10"]);
-    let out = msrctl_ok(&c, &["msr", "set", "msr_2", "performance_coefficient", "0.9"]);
-    assert!(out.contains("performance_coefficient") && out.contains("0.9"), "{out}");
-    msrctl_ok(&c, &["msr", "set", "msr_3", "performance_coefficient", "1.2"]);
+    let out = msrctl_ok(
+        &c,
+        &["msr", "set", "msr_2", "performance_coefficient", "0.9"],
+    );
+    assert!(
+        out.contains("performance_coefficient") && out.contains("0.9"),
+        "{out}"
+    );
+    msrctl_ok(
+        &c,
+        &["msr", "set", "msr_3", "performance_coefficient", "1.2"],
+    );
     let msrs = c.msrctl_json(&["msr", "list"]);
     let coef: BTreeMap<String, f64> = msrs["msrs"]
         .as_array()
         .expect("msrs")
         .iter()
-        .map(|m| (m["name"].as_str().unwrap_or_default().to_owned(), m["performance_coefficient"].as_f64().unwrap_or(0.0)))
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap_or_default().to_owned(),
+                m["performance_coefficient"].as_f64().unwrap_or(0.0),
+            )
+        })
         .collect();
     assert_eq!(coef.get("msr_1"), Some(&1.0));
     assert_eq!(coef.get("msr_2"), Some(&0.9));
     assert_eq!(coef.get("msr_3"), Some(&1.2));
 
     // The interval table (explain), JSON: SPEC §7's worked example.
-    let mut client = AdminClient::connect_retry(&c.socket, secs(5)).await.expect("control socket");
+    let mut client = AdminClient::connect_retry(&c.socket, secs(5))
+        .await
+        .expect("control socket");
     let s = select(&mut client, "local", Some(58.0), true).await;
     assert_eq!(s.msr, "msr_2", "SPEC §7: the draw 58 picks msr_2");
     assert_eq!(s.total, 147.0);
     let explain: Explain = s.explain.expect("explain");
-    let table: Vec<(String, f64, f64, f64)> = explain.intervals.iter().map(|i| (i.msr.clone(), i.weight, i.bottom, i.top)).collect();
-    let expected = [("msr_1", 45.0, 0.0, 45.0), ("msr_2", 54.0, 45.0, 99.0), ("msr_3", 48.0, 99.0, 147.0)];
+    let table: Vec<(String, f64, f64, f64)> = explain
+        .intervals
+        .iter()
+        .map(|i| (i.msr.clone(), i.weight, i.bottom, i.top))
+        .collect();
+    let expected = [
+        ("msr_1", 45.0, 0.0, 45.0),
+        ("msr_2", 54.0, 45.0, 99.0),
+        ("msr_3", 48.0, 99.0, 147.0),
+    ];
     assert_eq!(table.len(), 3, "{table:?}");
     for ((m, w, b, t), (em, ew, eb, et)) in table.iter().zip(expected) {
         assert_eq!(m, em);
@@ -87,32 +136,72 @@ async fn selection_follows_weights_sites_and_draws() {
         }
     }
     // The same table as an operator reads it.
-    let human = msrctl_ok(&c, &["select", "--zone", "default", "--site", "local", "--random", "58", "--explain"]);
+    let human = msrctl_ok(
+        &c,
+        &[
+            "select",
+            "--zone",
+            "default",
+            "--site",
+            "local",
+            "--random",
+            "58",
+            "--explain",
+        ],
+    );
     for needle in ["Intervals", "[0, 45)", "[45, 99)", "[99, 147)", "msr_2"] {
-        assert!(human.contains(needle), "`{needle}` missing from select --explain:\n{human}");
+        assert!(
+            human.contains(needle),
+            "`{needle}` missing from select --explain:\n{human}"
+        );
     }
     let lines: Vec<&str> = human.lines().collect();
-    for (msr, interval) in [("msr_1", "[0, 45)"), ("msr_2", "[45, 99)"), ("msr_3", "[99, 147)")] {
+    for (msr, interval) in [
+        ("msr_1", "[0, 45)"),
+        ("msr_2", "[45, 99)"),
+        ("msr_3", "[99, 147)"),
+    ] {
         assert!(
-            lines.iter().any(|l| l.contains(&format!("│ {msr} ")) && l.contains(interval)),
+            lines
+                .iter()
+                .any(|l| l.contains(&format!("│ {msr} ")) && l.contains(interval)),
             "row {msr} {interval} in:\n{human}"
         );
     }
 
     // A fixed draw is reproducible, through msrctl and the socket, and
     // boundaries are half-open.
-    for (r, want) in [(0.0, "msr_1"), (44.99, "msr_1"), (45.0, "msr_2"), (98.5, "msr_2"), (99.0, "msr_3"), (146.9, "msr_3")] {
+    for (r, want) in [
+        (0.0, "msr_1"),
+        (44.99, "msr_1"),
+        (45.0, "msr_2"),
+        (98.5, "msr_2"),
+        (99.0, "msr_3"),
+        (146.9, "msr_3"),
+    ] {
         let a = select(&mut client, "local", Some(r), false).await;
         let b = select(&mut client, "local", Some(r), false).await;
         assert_eq!((a.msr.as_str(), b.msr.as_str()), (want, want), "draw {r}");
         assert_eq!(a.draw, r);
     }
     let runs: Vec<String> = (0..3)
-        .map(|_| c.msrctl_json(&["select", "--zone", "default", "--site", "local", "--random", "100"])["msr"].as_str().unwrap_or_default().to_owned())
+        .map(|_| {
+            c.msrctl_json(&[
+                "select", "--zone", "default", "--site", "local", "--random", "100",
+            ])["msr"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
         .collect();
     assert_eq!(runs, ["msr_3", "msr_3", "msr_3"]);
-    let (ok, _, err) = c.msrctl(&["select", "--zone", "default", "--site", "local", "--random", "147"]);
-    assert!(!ok && !err.is_empty(), "a draw outside [0, total) is refused");
+    let (ok, _, err) = c.msrctl(&[
+        "select", "--zone", "default", "--site", "local", "--random", "147",
+    ]);
+    assert!(
+        !ok && !err.is_empty(),
+        "a draw outside [0, total) is refused"
+    );
 
     // 1,000 random draws (socket) + 20 via msrctl: shares follow the weights.
     const N: usize = 1000;
@@ -135,7 +224,11 @@ async fn selection_follows_weights_sites_and_draws() {
         let p: f64 = w / 147.0;
         let sd = (p * (1.0 - p) / N as f64).sqrt();
         let got = picks.get(msr).copied().unwrap_or(0) as f64 / N as f64;
-        assert!((got - p).abs() <= 5.0 * sd, "{msr}: share {got:.3}, expected {p:.3} ± {:.3} (5 s.d.): {picks:?}", 5.0 * sd);
+        assert!(
+            (got - p).abs() <= 5.0 * sd,
+            "{msr}: share {got:.3}, expected {p:.3} ± {:.3} (5 s.d.): {picks:?}",
+            5.0 * sd
+        );
     }
 
     // Sites: msr_3's contact moved to `remote` (10 away from `local`).
@@ -146,19 +239,43 @@ async fn selection_follows_weights_sites_and_draws() {
     let msrs: Vec<&str> = explain.intervals.iter().map(|i| i.msr.as_str()).collect();
     assert_eq!(msrs, ["msr_1", "msr_2"], "msr_3 is farther from local");
     assert_eq!(s.total, 99.0);
-    let c3 = explain.candidates.iter().find(|x| x.msr == "msr_3").expect("msr_3 candidate");
+    let c3 = explain
+        .candidates
+        .iter()
+        .find(|x| x.msr == "msr_3")
+        .expect("msr_3 candidate");
     assert_eq!(c3.outcome, "farther");
-    let human = msrctl_ok(&c, &["select", "--zone", "default", "--site", "local", "--explain"]);
-    assert!(human.contains("farther") && human.contains("[45, 99)"), "{human}");
+    let human = msrctl_ok(
+        &c,
+        &[
+            "select",
+            "--zone",
+            "default",
+            "--site",
+            "local",
+            "--explain",
+        ],
+    );
+    assert!(
+        human.contains("farther") && human.contains("[45, 99)"),
+        "{human}"
+    );
     // From `remote` only msr_3 is at the minimum distance (0).
     for _ in 0..20 {
-        assert_eq!(select(&mut client, "remote", None, false).await.msr, "msr_3");
+        assert_eq!(
+            select(&mut client, "remote", None, false).await.msr,
+            "msr_3"
+        );
     }
     // Infinity: `remote` unreachable from `local` and vice versa.
     msrctl_ok(&c, &["site", "distance", "local", "remote", "infinity"]);
     msrctl_ok(&c, &["resource", "set", "lo@msr_1", "site", "remote"]);
     msrctl_ok(&c, &["resource", "set", "lo@msr_2", "site", "remote"]);
-    match client.call(&select_req("local", None, false)).await.expect("select") {
+    match client
+        .call(&select_req("local", None, false))
+        .await
+        .expect("select")
+    {
         Response::Err(e) => assert_eq!(e.code, ErrorCode::MsrNotFound, "{e:?}"),
         other => panic!("no finite distance: expected msr_not_found, got {other:?}"),
     }
@@ -174,7 +291,12 @@ fn table_rows(text: &str) -> Vec<Vec<String>> {
     text.lines()
         .map(str::trim)
         .filter(|l| l.starts_with('│'))
-        .map(|l| l.trim_matches('│').split('│').map(|c| c.trim().to_owned()).collect())
+        .map(|l| {
+            l.trim_matches('│')
+                .split('│')
+                .map(|c| c.trim().to_owned())
+                .collect()
+        })
         .collect()
 }
 
@@ -205,12 +327,26 @@ const SEED_MATRIX_2: &str = "\
 /// second table), so no alignment difference is tolerated; trailing
 /// whitespace and the transcript's indentation are ignored.
 fn assert_matrix_like_seed(out: &str, seed: &str) {
-    assert_eq!(table_rows(out), table_rows(seed), "cells differ:\n{out}\nseed:\n{seed}");
+    assert_eq!(
+        table_rows(out),
+        table_rows(seed),
+        "cells differ:\n{out}\nseed:\n{seed}"
+    );
     let box_lines = |t: &str| -> Vec<String> {
-        t.lines().map(|l| l.trim().to_owned()).filter(|l| l.starts_with(['┌', '├', '└', '│'])).collect()
+        t.lines()
+            .map(|l| l.trim().to_owned())
+            .filter(|l| l.starts_with(['┌', '├', '└', '│']))
+            .collect()
     };
-    assert_eq!(box_lines(out), box_lines(seed), "table differs:\n{out}\nseed:\n{seed}");
-    assert!(out.contains("empty distance - infinity distance between sites"), "legend missing:\n{out}");
+    assert_eq!(
+        box_lines(out),
+        box_lines(seed),
+        "table differs:\n{out}\nseed:\n{seed}"
+    );
+    assert!(
+        out.contains("empty distance - infinity distance between sites"),
+        "legend missing:\n{out}"
+    );
 }
 
 /// `site matrix` reproduces the seed's two tables. SPEC §6 makes a site's
@@ -243,9 +379,19 @@ async fn site_matrix_reproduces_the_seed_tables() {
     let out = msrctl_ok(&c, &["site", "matrix"]);
     assert_matrix_like_seed(&out, SEED_MATRIX_1);
     let json = c.msrctl_json(&["site", "matrix"]);
-    assert_eq!(json["sites"], serde_json::json!(["local", "site_102", "site_103", "site_104"]));
-    assert_eq!(json["cells"][0], serde_json::json!([0.0, 10.0, 20.0, "infinity"]));
-    assert_eq!(json["cells"][2][0], serde_json::json!(20.0), "distances are symmetric");
+    assert_eq!(
+        json["sites"],
+        serde_json::json!(["local", "site_102", "site_103", "site_104"])
+    );
+    assert_eq!(
+        json["cells"][0],
+        serde_json::json!([0.0, 10.0, 20.0, "infinity"])
+    );
+    assert_eq!(
+        json["cells"][2][0],
+        serde_json::json!(20.0),
+        "distances are symmetric"
+    );
 
     // Seed example 2: the sites of the second transcript, then
     // `system/media/site/matrix local remote remote_1` (3 columns).
@@ -256,14 +402,24 @@ async fn site_matrix_reproduces_the_seed_tables() {
         msrctl_ok(&c, &["site", "declare", s]);
     }
     msrctl_ok(&c, &["site", "distance", "remote_1", "local", "32"]);
-    msrctl_ok(&c, &["site", "distance", "remote_side", "remote_side", "infinity"]);
+    msrctl_ok(
+        &c,
+        &["site", "distance", "remote_side", "remote_side", "infinity"],
+    );
     let sites = c.msrctl_json(&["site", "list"]);
-    assert_eq!(sites["sites"], serde_json::json!(["local", "remote", "remote_1", "remote_side"]));
+    assert_eq!(
+        sites["sites"],
+        serde_json::json!(["local", "remote", "remote_1", "remote_side"])
+    );
     let out = msrctl_ok(&c, &["site", "matrix", "local", "remote", "remote_1"]);
     assert_matrix_like_seed(&out, SEED_MATRIX_2);
     let json = c.msrctl_json(&["site", "matrix", "local", "remote", "remote_1"]);
     assert_eq!(json["columns"], serde_json::json!([0, 1, 2]));
-    assert_eq!(json["cells"].as_array().map(Vec::len), Some(4), "every site is a row");
+    assert_eq!(
+        json["cells"].as_array().map(Vec::len),
+        Some(4),
+        "every site is a row"
+    );
     // The slash-path spelling of the seed, if accepted, gives the same table.
     let (ok, alias, _) = c.msrctl(&["system/media/site/matrix", "local", "remote", "remote_1"]);
     if ok {

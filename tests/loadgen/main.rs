@@ -180,9 +180,14 @@ fn main() {
         Command::Select(a) => a.threads,
     };
     let runtime = if threads <= 1 {
-        tokio::runtime::Builder::new_current_thread().enable_all().build()
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
     } else {
-        tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
     };
     let result = runtime.map_err(anyhow::Error::from).and_then(|rt| {
         rt.block_on(async {
@@ -205,7 +210,12 @@ fn clock_ticks() -> f64 {
         .arg("CLK_TCK")
         .output()
         .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse::<f64>().ok())
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
         .unwrap_or(100.0)
 }
 
@@ -236,11 +246,15 @@ fn status_kib(pid: u32, key: &str) -> Option<u64> {
 fn find_collector_pid(port: u16) -> Option<u32> {
     let mut inodes = Vec::new();
     for table in ["/proc/net/udp", "/proc/net/udp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else { continue };
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
         for line in text.lines().skip(1) {
             let f: Vec<&str> = line.split_whitespace().collect();
             let Some(local) = f.get(1) else { continue };
-            let Some((_, p)) = local.rsplit_once(':') else { continue };
+            let Some((_, p)) = local.rsplit_once(':') else {
+                continue;
+            };
             if u16::from_str_radix(p, 16).ok() == Some(port) {
                 if let Some(inode) = f.get(9) {
                     inodes.push(format!("socket:[{inode}]"));
@@ -250,12 +264,16 @@ fn find_collector_pid(port: u16) -> Option<u32> {
     }
     let procs = std::fs::read_dir("/proc").ok()?;
     for entry in procs.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
         if comm.trim() != "msr-collector" {
             continue;
         }
-        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
         for fd in fds.flatten() {
             if let Ok(target) = std::fs::read_link(fd.path()) {
                 if inodes.iter().any(|i| target.to_string_lossy() == *i) {
@@ -321,7 +339,8 @@ async fn sample_process(pid: u32, stop: tokio_util::sync::CancellationToken) -> 
         let Some(ticks) = cpu_ticks(pid) else { break };
         let dt = now.duration_since(last_t).as_secs_f64();
         if dt > 0.0 {
-            out.cpu.push(100.0 * (ticks.saturating_sub(last_ticks)) as f64 / hz / dt);
+            out.cpu
+                .push(100.0 * (ticks.saturating_sub(last_ticks)) as f64 / hz / dt);
         }
         last_t = now;
         last_ticks = ticks;
@@ -531,7 +550,13 @@ impl State {
     }
 
     /// Queues REGISTER for MSR `i` (first attempt or retry) and records it.
-    fn send_register(&mut self, i: usize, authorization: Option<String>, now: Instant, out: &mut Out) {
+    fn send_register(
+        &mut self,
+        i: usize,
+        authorization: Option<String>,
+        now: Instant,
+        out: &mut Out,
+    ) {
         let bytes = self.register_request(i, authorization);
         let m = &self.msrs[i];
         let k = key(&m.reg_call_id, m.reg_cseq);
@@ -560,11 +585,14 @@ impl State {
         let local = self.local_addrs[self.msrs[i].sock];
         let collector = self.collector;
         let m = &mut self.msrs[i];
-        let Some(d) = m.dialog.as_mut() else { return false };
+        let Some(d) = m.dialog.as_mut() else {
+            return false;
+        };
         m.notify_seq += 1;
         let load = load_for(i, m.notify_seq);
         d.cseq += 1;
-        let remaining = u64::from(d.expires).saturating_sub(now.duration_since(d.granted_at).as_secs());
+        let remaining =
+            u64::from(d.expires).saturating_sub(now.duration_since(d.granted_at).as_secs());
         let body = LoadReport {
             msr: m.name.clone(),
             load,
@@ -635,7 +663,8 @@ impl State {
         if code < 200 {
             return;
         }
-        let (Some(call_id), Some((cseq, _))) = (sip::call_id(&r.headers), sip::cseq(&r.headers)) else {
+        let (Some(call_id), Some((cseq, _))) = (sip::call_id(&r.headers), sip::cseq(&r.headers))
+        else {
             self.c.parse_errors += 1;
             return;
         };
@@ -660,14 +689,22 @@ impl State {
                 } else {
                     *c.non_ok.entry(code).or_default() += 1;
                 }
-                c.latency_us.push(now.duration_since(p.first_sent).as_micros() as u64);
+                c.latency_us
+                    .push(now.duration_since(p.first_sent).as_micros() as u64);
                 c.last_answer = Some(now);
             }
             Kind::Register => self.on_register_response(p.msr, r, code, now, out),
         }
     }
 
-    fn on_register_response(&mut self, i: usize, r: &sip::Response, code: u16, now: Instant, out: &mut Out) {
+    fn on_register_response(
+        &mut self,
+        i: usize,
+        r: &sip::Response,
+        code: u16,
+        now: Instant,
+        out: &mut Out,
+    ) {
         match code {
             200..=299 => {
                 self.c.register_ok += 1;
@@ -675,7 +712,11 @@ impl State {
             }
             401 | 407 if self.msrs[i].reg_cseq < 6 => {
                 self.c.register_401 += 1;
-                let name = if code == 401 { "WWW-Authenticate" } else { "Proxy-Authenticate" };
+                let name = if code == 401 {
+                    "WWW-Authenticate"
+                } else {
+                    "Proxy-Authenticate"
+                };
                 let challenges = sip::header_all(&r.headers, name);
                 match self.authorization(&challenges) {
                     Some(auth) => self.send_register(i, Some(auth), now, out),
@@ -718,10 +759,15 @@ impl State {
             if !wanted {
                 continue;
             }
-            let (Some(realm), Some(nonce)) = (get("realm"), get("nonce")) else { continue };
+            let (Some(realm), Some(nonce)) = (get("realm"), get("nonce")) else {
+                continue;
+            };
             let qop_auth = get("qop").is_some_and(|q| q.split(',').any(|t| t.trim() == "auth"));
             let cnonce = sip::random_token();
-            let qop = qop_auth.then(|| AuthQop::Auth { cnonce: cnonce.clone(), nc: 1 });
+            let qop = qop_auth.then(|| AuthQop::Auth {
+                cnonce: cnonce.clone(),
+                nc: 1,
+            });
             let response = compute_digest(
                 &self.auth_name,
                 &self.password,
@@ -748,7 +794,14 @@ impl State {
         None
     }
 
-    fn on_request(&mut self, r: &sip::Request, from: SocketAddr, sock: usize, now: Instant, out: &mut Out) {
+    fn on_request(
+        &mut self,
+        r: &sip::Request,
+        from: SocketAddr,
+        sock: usize,
+        now: Instant,
+        out: &mut Out,
+    ) {
         let local = self.local_addrs[sock];
         let tag_for_new = sip::random_token();
         let respond = |status: StatusCode, to_tag: Option<&str>| sip::response(r, status, to_tag);
@@ -757,15 +810,32 @@ impl State {
                 return;
             }
             self.c.other_requests += 1;
-            let status = if r.method == Method::Options { StatusCode::OK } else { StatusCode::MethodNotAllowed };
-            out.push((sock, from, Arc::from(respond(status, Some(&tag_for_new)).to_bytes())));
+            let status = if r.method == Method::Options {
+                StatusCode::OK
+            } else {
+                StatusCode::MethodNotAllowed
+            };
+            out.push((
+                sock,
+                from,
+                Arc::from(respond(status, Some(&tag_for_new)).to_bytes()),
+            ));
             return;
         }
-        let user = sip::uri_user(&r.uri.to_string()).map(str::to_owned).unwrap_or_default();
-        let index = user.strip_prefix("msr_lg_").and_then(|n| n.parse::<usize>().ok()).filter(|i| *i < self.msrs.len());
+        let user = sip::uri_user(&r.uri.to_string())
+            .map(str::to_owned)
+            .unwrap_or_default();
+        let index = user
+            .strip_prefix("msr_lg_")
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|i| *i < self.msrs.len());
         let Some(i) = index else {
             self.c.subscribe_rejected += 1;
-            out.push((sock, from, Arc::from(respond(StatusCode::NotFound, Some(&tag_for_new)).to_bytes())));
+            out.push((
+                sock,
+                from,
+                Arc::from(respond(StatusCode::NotFound, Some(&tag_for_new)).to_bytes()),
+            ));
             return;
         };
         if sip::event_package(&r.headers).as_deref() != Some(EVENT) {
@@ -788,7 +858,10 @@ impl State {
             // A retransmitted initial SUBSCRIBE: the same answer again.
             (None, true) => {
                 self.c.subscribe_retransmitted += 1;
-                m.dialog.as_ref().map(|d| d.local_tag.clone()).unwrap_or_default()
+                m.dialog
+                    .as_ref()
+                    .map(|d| d.local_tag.clone())
+                    .unwrap_or_default()
             }
             (None, false) => {
                 self.c.subscribe_initial += 1;
@@ -799,7 +872,9 @@ impl State {
                 m.dialog = Some(Dialog {
                     call_id: call_id.clone(),
                     local_tag: tag_for_new.clone(),
-                    remote_from: sip::header(&r.headers, "From").unwrap_or_default().to_owned(),
+                    remote_from: sip::header(&r.headers, "From")
+                        .unwrap_or_default()
+                        .to_owned(),
                     local_uri: sip::addr_uri(&to).to_owned(),
                     remote_target,
                     cseq: 0,
@@ -867,7 +942,11 @@ impl State {
                 match p.kind {
                     Kind::Register => self.c.register_retx += 1,
                     Kind::Notify => {
-                        let c = if p.measured { &mut self.measured } else { &mut self.setup };
+                        let c = if p.measured {
+                            &mut self.measured
+                        } else {
+                            &mut self.setup
+                        };
                         c.retransmissions += 1;
                         if p.retx == 1 {
                             c.retransmitted += 1;
@@ -897,7 +976,9 @@ impl State {
 /// A parameter of a `Digest …` challenge (quotes removed).
 fn auth_param(value: &str, name: &str) -> Option<String> {
     let rest = value.trim();
-    let rest = rest.strip_prefix("Digest").or_else(|| rest.strip_prefix("digest"))?;
+    let rest = rest
+        .strip_prefix("Digest")
+        .or_else(|| rest.strip_prefix("digest"))?;
     let mut parts = Vec::new();
     let (mut quoted, mut start) = (false, 0);
     for (i, ch) in rest.char_indices() {
@@ -913,7 +994,9 @@ fn auth_param(value: &str, name: &str) -> Option<String> {
     parts.push(&rest[start..]);
     parts.into_iter().find_map(|p| {
         let (k, v) = p.split_once('=')?;
-        k.trim().eq_ignore_ascii_case(name).then(|| v.trim().trim_matches('"').to_owned())
+        k.trim()
+            .eq_ignore_ascii_case(name)
+            .then(|| v.trim().trim_matches('"').to_owned())
     })
 }
 
@@ -978,7 +1061,9 @@ async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
         setup: NotifyCounters::default(),
         measured: NotifyCounters::default(),
     }));
-    let pid = args.collector_pid.or_else(|| find_collector_pid(args.collector.port()));
+    let pid = args
+        .collector_pid
+        .or_else(|| find_collector_pid(args.collector.port()));
     println!(
         "msr-loadgen notify: {} MSRs on {} socket(s) {:?} → collector {} (pid {})",
         args.msrs,
@@ -1031,7 +1116,8 @@ async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
     loop {
         tick.tick().await;
         let now = Instant::now();
-        let due = ((now.duration_since(t0).as_secs_f64() * args.register_rate) as usize + 1).min(args.msrs);
+        let due = ((now.duration_since(t0).as_secs_f64() * args.register_rate) as usize + 1)
+            .min(args.msrs);
         let mut out = Vec::new();
         let (done, failed) = {
             let mut st = State::lock(&state);
@@ -1039,7 +1125,10 @@ async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
                 st.send_register(started, None, now, &mut out);
                 started += 1;
             }
-            (st.msrs.iter().filter(|m| m.registered).count(), st.msrs.iter().filter(|m| m.reg_failed.is_some()).count())
+            (
+                st.msrs.iter().filter(|m| m.registered).count(),
+                st.msrs.iter().filter(|m| m.reg_failed.is_some()).count(),
+            )
         };
         flush(&socks, out).await;
         if done + failed == args.msrs || now >= deadline {
@@ -1055,9 +1144,16 @@ async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
     // Phase 2: wait for the subscriptions and their first NOTIFY's answer.
     let t1 = Instant::now();
     let deadline = t1 + Duration::from_secs(args.setup_timeout);
-    let registered = State::lock(&state).msrs.iter().filter(|m| m.registered).count();
+    let registered = State::lock(&state)
+        .msrs
+        .iter()
+        .filter(|m| m.registered)
+        .count();
     if registered == 0 {
-        bail!("no MSR registered: is the collector at {} running, with these credentials?", args.collector);
+        bail!(
+            "no MSR registered: is the collector at {} running, with these credentials?",
+            args.collector
+        );
     }
     loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -1170,10 +1266,22 @@ async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
             reg_failed: g.msrs.iter().filter(|m| m.reg_failed.is_some()).count(),
             subscribed: g.msrs.iter().filter(|m| m.dialog.is_some()).count(),
             multi_dialog: g.msrs.iter().filter(|m| m.dialogs > 1).count(),
-            last: g.msrs.iter().map(|m| (m.name.clone(), m.last_load_sent)).collect(),
+            last: g
+                .msrs
+                .iter()
+                .map(|m| (m.name.clone(), m.last_load_sent))
+                .collect(),
         }
     };
-    report_notify(&args, &st, t2, t3, t4, collector_samples.as_ref(), &self_samples);
+    report_notify(
+        &args,
+        &st,
+        t2,
+        t3,
+        t4,
+        collector_samples.as_ref(),
+        &self_samples,
+    );
 
     if let Some(path) = &args.socket {
         verify_loads(path, &st.last, Duration::from_secs(args.verify_wait)).await?;
@@ -1206,14 +1314,25 @@ fn report_notify(
     let mut lat = m.latency_us.clone();
     lat.sort_unstable();
     let answered = m.ok + m.non_ok.values().sum::<u64>();
-    let ok_span = m.last_answer.map_or(window, |t| t.duration_since(t2).as_secs_f64()).max(window);
+    let ok_span = m
+        .last_answer
+        .map_or(window, |t| t.duration_since(t2).as_secs_f64())
+        .max(window);
     println!();
     println!("═══ msr-loadgen notify summary ═══");
     println!("MSRs                        {}", args.msrs);
-    println!("registered                  {} (failed {})", s.registered, s.reg_failed);
+    println!(
+        "registered                  {} (failed {})",
+        s.registered, s.reg_failed
+    );
     println!(
         "  REGISTER sent {} (401 challenges {}, 423 {}, 200 {}, retransmissions {}, other {:?})",
-        s.c.register_sent, s.c.register_401, s.c.register_423, s.c.register_ok, s.c.register_retx, s.c.register_other
+        s.c.register_sent,
+        s.c.register_401,
+        s.c.register_423,
+        s.c.register_ok,
+        s.c.register_retx,
+        s.c.register_other
     );
     println!("subscribed (dialog at end)  {}", s.subscribed);
     println!(
@@ -1229,11 +1348,30 @@ fn report_notify(
         "setup NOTIFYs (first in each dialog): sent {} ok {} non-200 {:?} retransmitted {} lost {}",
         s.setup.sent, s.setup.ok, s.setup.non_ok, s.setup.retransmitted, s.setup.lost
     );
-    println!("measured window             {window:.1} s at target {} NOTIFY/s", args.rate);
-    println!("  NOTIFY sent               {} ({:.0}/s)", m.sent, m.sent as f64 / window);
-    println!("  answered 200              {} ({:.0}/s over {:.1} s)", m.ok, m.ok as f64 / ok_span, ok_span);
-    println!("  answered non-200          {} {:?}", answered - m.ok, m.non_ok);
-    println!("  retransmitted (≥1 resend) {} ({} retransmissions)", m.retransmitted, m.retransmissions);
+    println!(
+        "measured window             {window:.1} s at target {} NOTIFY/s",
+        args.rate
+    );
+    println!(
+        "  NOTIFY sent               {} ({:.0}/s)",
+        m.sent,
+        m.sent as f64 / window
+    );
+    println!(
+        "  answered 200              {} ({:.0}/s over {:.1} s)",
+        m.ok,
+        m.ok as f64 / ok_span,
+        ok_span
+    );
+    println!(
+        "  answered non-200          {} {:?}",
+        answered - m.ok,
+        m.non_ok
+    );
+    println!(
+        "  retransmitted (≥1 resend) {} ({} retransmissions)",
+        m.retransmitted, m.retransmissions
+    );
     println!("  lost (no answer)          {}", m.lost);
     if args.one_in_flight {
         println!("  coalesced (slot skipped)  {}", m.coalesced);
@@ -1245,8 +1383,14 @@ fn report_notify(
         fmt_us(percentile(&lat, 99.0)),
         fmt_us(lat.last().copied().unwrap_or(0))
     );
-    println!("  drain                     {:.1} s", t4.duration_since(t3).as_secs_f64());
-    println!("  stray/late responses      {}  parse errors {}", s.c.stray_responses, s.c.parse_errors);
+    println!(
+        "  drain                     {:.1} s",
+        t4.duration_since(t3).as_secs_f64()
+    );
+    println!(
+        "  stray/late responses      {}  parse errors {}",
+        s.c.stray_responses, s.c.parse_errors
+    );
     match collector {
         Some(p) => println!(
             "collector CPU               avg {:.0}% max {:.0}% (100% = one core; {:.1} s, window + drain)\n\
@@ -1273,7 +1417,11 @@ fn report_notify(
     }
 }
 
-async fn verify_loads(path: &std::path::Path, last: &[(String, Option<u8>)], wait: Duration) -> anyhow::Result<()> {
+async fn verify_loads(
+    path: &std::path::Path,
+    last: &[(String, Option<u8>)],
+    wait: Duration,
+) -> anyhow::Result<()> {
     let mut client = AdminClient::connect_retry(path, Duration::from_secs(5))
         .await
         .with_context(|| format!("connect to {}", path.display()))?;
@@ -1282,11 +1430,17 @@ async fn verify_loads(path: &std::path::Path, last: &[(String, Option<u8>)], wai
     println!("═══ verification via control socket ═══");
     loop {
         let t = Instant::now();
-        let rows = match client.call(&Request::ResourceList { active_only: false }).await {
+        let rows = match client
+            .call(&Request::ResourceList { active_only: false })
+            .await
+        {
             Ok(Response::Ok(ResponseData::Resources { rows })) => rows,
             Ok(other) => bail!("resource list: unexpected answer {other:?}"),
             Err(e) => {
-                println!("  t=+{:>4.1}s resource list failed: {e:#}", start.elapsed().as_secs_f64());
+                println!(
+                    "  t=+{:>4.1}s resource list failed: {e:#}",
+                    start.elapsed().as_secs_f64()
+                );
                 if start.elapsed() >= wait {
                     return Ok(());
                 }
@@ -1295,8 +1449,10 @@ async fn verify_loads(path: &std::path::Path, last: &[(String, Option<u8>)], wai
             }
         };
         let rtt = t.elapsed();
-        let by_msr: HashMap<&str, (Option<u8>, Option<u64>)> =
-            rows.iter().map(|r| (r.msr.as_str(), (r.load, r.report_age_secs))).collect();
+        let by_msr: HashMap<&str, (Option<u8>, Option<u64>)> = rows
+            .iter()
+            .map(|r| (r.msr.as_str(), (r.load, r.report_age_secs)))
+            .collect();
         let (mut matched, mut mismatched, mut missing, mut never_sent) = (0, 0, 0, 0);
         let mut examples = Vec::new();
         for (name, sent) in last {
@@ -1309,7 +1465,9 @@ async fn verify_loads(path: &std::path::Path, last: &[(String, Option<u8>)], wai
                 Some((shown, age)) => {
                     mismatched += 1;
                     if examples.len() < 3 {
-                        examples.push(format!("{name}: last sent {sent}, row shows {shown:?} (report age {age:?} s)"));
+                        examples.push(format!(
+                            "{name}: last sent {sent}, row shows {shown:?} (report age {age:?} s)"
+                        ));
                     }
                 }
                 None => missing += 1,
@@ -1344,13 +1502,23 @@ async fn select(args: SelectArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("connect to {}", args.socket.display()))?;
     if args.declare_site {
-        match admin.call(&Request::SiteDeclare { name: args.site.clone() }).await? {
+        match admin
+            .call(&Request::SiteDeclare {
+                name: args.site.clone(),
+            })
+            .await?
+        {
             Response::Ok(_) => println!("declared site `{}`", args.site),
-            Response::Err(e) if e.code == ErrorCode::SiteExists => println!("site `{}` already declared", args.site),
+            Response::Err(e) if e.code == ErrorCode::SiteExists => {
+                println!("site `{}` already declared", args.site)
+            }
             Response::Err(e) => bail!("site declare: {}: {}", e.code, e.message),
         }
     }
-    let rows = match admin.call(&Request::ResourceList { active_only: true }).await? {
+    let rows = match admin
+        .call(&Request::ResourceList { active_only: true })
+        .await?
+    {
         Response::Ok(ResponseData::Resources { rows }) => rows.len(),
         _ => 0,
     };
@@ -1387,7 +1555,9 @@ async fn select(args: SelectArgs) -> anyhow::Result<()> {
                         *outcomes.entry("ok".into()).or_default() += 1;
                         *picks.entry(s.msr).or_default() += 1;
                     }
-                    Response::Ok(_) => *outcomes.entry("ok (unexpected data)".into()).or_default() += 1,
+                    Response::Ok(_) => {
+                        *outcomes.entry("ok (unexpected data)".into()).or_default() += 1
+                    }
                     Response::Err(e) => *outcomes.entry(e.code.to_string()).or_default() += 1,
                 }
             }
@@ -1412,7 +1582,10 @@ async fn select(args: SelectArgs) -> anyhow::Result<()> {
     println!();
     println!("═══ msr-loadgen select summary ═══");
     println!("requests        {} in {elapsed:.2} s", lat.len());
-    println!("throughput      {:.0} selections/s (all clients)", lat.len() as f64 / elapsed);
+    println!(
+        "throughput      {:.0} selections/s (all clients)",
+        lat.len() as f64 / elapsed
+    );
     println!(
         "round trip      median {} p90 {} p99 {} max {}",
         fmt_us(percentile(&lat, 50.0)),

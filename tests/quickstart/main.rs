@@ -45,9 +45,21 @@ struct Msr {
 }
 
 const MSRS: [Msr; 3] = [
-    Msr { name: "msr_1", config: "msr-loopback.xml", rtp_start: 20000 },
-    Msr { name: "msr_2", config: "msr-loopback-2.xml", rtp_start: 21000 },
-    Msr { name: "msr_3", config: "msr-loopback-3.xml", rtp_start: 22000 },
+    Msr {
+        name: "msr_1",
+        config: "msr-loopback.xml",
+        rtp_start: 20000,
+    },
+    Msr {
+        name: "msr_2",
+        config: "msr-loopback-2.xml",
+        rtp_start: 21000,
+    },
+    Msr {
+        name: "msr_3",
+        config: "msr-loopback-3.xml",
+        rtp_start: 22000,
+    },
 ];
 
 #[tokio::main]
@@ -65,7 +77,11 @@ fn step(text: impl AsRef<str>) {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     if cli.calls.len() != MSRS.len() {
-        bail!("--calls needs {} numbers, got {}", MSRS.len(), cli.calls.len());
+        bail!(
+            "--calls needs {} numbers, got {}",
+            MSRS.len(),
+            cli.calls.len()
+        );
     }
     std::fs::create_dir_all(&cli.log_dir)
         .with_context(|| format!("cannot create {}", cli.log_dir.display()))?;
@@ -73,10 +89,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     // operator store: a fresh store in the run folder, so that settings made
     // elsewhere on this machine don't change the report.
     let socket = cli.log_dir.join("control.sock");
-    let collector_config = run_config(&example("collector.toml"), &socket, &cli.log_dir.join("operator.json"), &cli.log_dir.join("collector.toml"))?;
+    let collector_config = run_config(
+        &example("collector.toml"),
+        &socket,
+        &cli.log_dir.join("operator.json"),
+        &cli.log_dir.join("collector.toml"),
+    )?;
     for bin in ["msr-collector", "msr-agent", "msrctl"] {
         if !bin_path(bin).exists() {
-            bail!("{} not found: build the workspace first (cargo build --release)", bin_path(bin).display());
+            bail!(
+                "{} not found: build the workspace first (cargo build --release)",
+                bin_path(bin).display()
+            );
         }
     }
 
@@ -89,50 +113,89 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .with_context(|| format!("cannot hold rtp port {port} for {}", msr.name))?;
             held.push(s);
         }
-        step(format!("{}: holding {calls} media sessions on even ports from {}", msr.name, msr.rtp_start));
+        step(format!(
+            "{}: holding {calls} media sessions on even ports from {}",
+            msr.name, msr.rtp_start
+        ));
     }
 
     step(format!("starting msr-collector --config {} (config-examples/collector.toml with its socket and store in {})", collector_config.display(), cli.log_dir.display()));
     let mut children = Vec::new();
-    children.push(("msr-collector".to_owned(), spawn(
-        "msr-collector",
-        &["--config", &collector_config.to_string_lossy()],
-        &cli.log_dir.join("collector.log"),
-    )?));
+    children.push((
+        "msr-collector".to_owned(),
+        spawn(
+            "msr-collector",
+            &["--config", &collector_config.to_string_lossy()],
+            &cli.log_dir.join("collector.log"),
+        )?,
+    ));
     let mut admin = AdminClient::connect_retry(&socket, Duration::from_secs(10))
         .await
-        .with_context(|| format!("collector control socket {} did not appear (see {})", socket.display(), cli.log_dir.join("collector.log").display()))?;
-    step(format!("collector is up, control socket {}", socket.display()));
+        .with_context(|| {
+            format!(
+                "collector control socket {} did not appear (see {})",
+                socket.display(),
+                cli.log_dir.join("collector.log").display()
+            )
+        })?;
+    step(format!(
+        "collector is up, control socket {}",
+        socket.display()
+    ));
 
     for msr in &MSRS {
         let cfg = example(msr.config);
         step(format!("starting msr-agent --config {}", rel(&cfg)));
         let log = cli.log_dir.join(format!("{}.log", msr.name));
-        children.push((msr.name.to_owned(), spawn("msr-agent", &["--config", &cfg.to_string_lossy(), "--log-stderr"], &log)?));
+        children.push((
+            msr.name.to_owned(),
+            spawn(
+                "msr-agent",
+                &["--config", &cfg.to_string_lossy(), "--log-stderr"],
+                &log,
+            )?,
+        ));
     }
 
-
     step("waiting for every MSR to register, subscribe and report its load");
-    let expected: BTreeMap<&str, u8> = MSRS.iter().zip(&cli.calls).map(|(m, &c)| (m.name, c.min(100) as u8)).collect();
+    let expected: BTreeMap<&str, u8> = MSRS
+        .iter()
+        .zip(&cli.calls)
+        .map(|(m, &c)| (m.name, c.min(100) as u8))
+        .collect();
     let mut seen: BTreeMap<String, String> = BTreeMap::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         let rows = resources(&mut admin).await?;
         for r in &rows {
-            let state = format!("{} {}, subscription {}, load {}", r.contact, r.status, r.subscription, r.load.map_or("-".into(), |l| format!("{l}%")));
+            let state = format!(
+                "{} {}, subscription {}, load {}",
+                r.contact,
+                r.status,
+                r.subscription,
+                r.load.map_or("-".into(), |l| format!("{l}%"))
+            );
             if seen.get(&r.msr) != Some(&state) {
                 println!("    {state}");
                 seen.insert(r.msr.clone(), state);
             }
         }
         let ready = expected.iter().all(|(name, load)| {
-            rows.iter().any(|r| r.msr == *name && r.status == "registered" && r.subscription == "active" && r.load == Some(*load))
+            rows.iter().any(|r| {
+                r.msr == *name
+                    && r.status == "registered"
+                    && r.subscription == "active"
+                    && r.load == Some(*load)
+            })
         });
         if ready {
             break;
         }
         if tokio::time::Instant::now() > deadline {
-            bail!("not every MSR reported its load within 60 s; logs in {}", cli.log_dir.display());
+            bail!(
+                "not every MSR reported its load within 60 s; logs in {}",
+                cli.log_dir.display()
+            );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -143,20 +206,40 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
     let rows = resources(&mut admin).await?;
     let (zone, site) = ("default".to_owned(), "local".to_owned());
-    step(format!("{} selections for a leg in zone {zone}, site {site}", cli.selections));
+    step(format!(
+        "{} selections for a leg in zone {zone}, site {site}",
+        cli.selections
+    ));
     let mut picks: BTreeMap<String, u32> = BTreeMap::new();
     for _ in 0..cli.selections {
-        let req = Request::Select { zone: zone.clone(), site: site.clone(), msr: None, random: None, explain: false };
+        let req = Request::Select {
+            zone: zone.clone(),
+            site: site.clone(),
+            msr: None,
+            random: None,
+            explain: false,
+        };
         match admin.call(&req).await? {
             Response::Ok(ResponseData::Selected(s)) => *picks.entry(s.msr).or_default() += 1,
             Response::Ok(other) => bail!("unexpected reply to select: {other:?}"),
             Response::Err(e) => bail!("select refused: {} ({})", e.message, e.code),
         }
     }
-    let weights: BTreeMap<String, f64> = rows.iter().map(|r| (r.msr.clone(), (100.0 - f64::from(r.load.unwrap_or(0))) * r.performance_coefficient)).collect();
+    let weights: BTreeMap<String, f64> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.msr.clone(),
+                (100.0 - f64::from(r.load.unwrap_or(0))) * r.performance_coefficient,
+            )
+        })
+        .collect();
     let total: f64 = weights.values().sum();
     println!();
-    println!("  {:<8} {:>6} {:>6} {:>8} {:>10} {:>10}", "MSR", "load", "coef", "weight", "predicted", "observed");
+    println!(
+        "  {:<8} {:>6} {:>6} {:>8} {:>10} {:>10}",
+        "MSR", "load", "coef", "weight", "predicted", "observed"
+    );
     for (msr, w) in &weights {
         let row = rows.iter().find(|r| &r.msr == msr);
         let load = row.and_then(|r| r.load).unwrap_or(0);
@@ -164,15 +247,27 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         let n = picks.get(msr).copied().unwrap_or(0);
         println!(
             "  {:<8} {:>5}% {:>6.1} {:>8.1} {:>9.1}% {:>9.1}%",
-            msr, load, coef, w, 100.0 * w / total, 100.0 * f64::from(n) / f64::from(cli.selections.max(1))
+            msr,
+            load,
+            coef,
+            w,
+            100.0 * w / total,
+            100.0 * f64::from(n) / f64::from(cli.selections.max(1))
         );
     }
     println!();
 
     if !cli.once {
         step("watching load changes; Ctrl-C stops everything");
-        step(format!("try: {} --socket {} select --zone {zone} --site {site} --explain", bin_path("msrctl").display(), socket.display()));
-        let mut last: BTreeMap<String, (Option<u8>, String)> = rows.iter().map(|r| (r.contact.clone(), (r.load, r.status.clone()))).collect();
+        step(format!(
+            "try: {} --socket {} select --zone {zone} --site {site} --explain",
+            bin_path("msrctl").display(),
+            socket.display()
+        ));
+        let mut last: BTreeMap<String, (Option<u8>, String)> = rows
+            .iter()
+            .map(|r| (r.contact.clone(), (r.load, r.status.clone())))
+            .collect();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
@@ -205,7 +300,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn resources(admin: &mut AdminClient) -> anyhow::Result<Vec<ResourceInfo>> {
-    match admin.call(&Request::ResourceList { active_only: false }).await? {
+    match admin
+        .call(&Request::ResourceList { active_only: false })
+        .await?
+    {
         Response::Ok(ResponseData::Resources { rows }) => Ok(rows),
         Response::Ok(other) => bail!("unexpected reply to resource list: {other:?}"),
         Response::Err(e) => bail!("resource list: {}", e.message),
@@ -213,9 +311,13 @@ async fn resources(admin: &mut AdminClient) -> anyhow::Result<Vec<ResourceInfo>>
 }
 
 fn spawn(bin: &str, args: &[&str], log: &Path) -> anyhow::Result<ChildGuard> {
-    let file = std::fs::File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
+    let file =
+        std::fs::File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
     let mut cmd = Command::new(bin_path(bin));
-    cmd.args(args).stdin(Stdio::null()).stdout(file.try_clone()?).stderr(file);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(file.try_clone()?)
+        .stderr(file);
     // A process group of its own: Ctrl-C in the terminal reaches only the
     // quickstart, which then stops the children in order.
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
@@ -241,12 +343,20 @@ fn msrctl(socket: &Path, args: &[&str]) -> anyhow::Result<()> {
 /// Writes `example` to `out` with `[control] socket` and `[state] path`
 /// replaced, starting from an empty operator store.
 fn run_config(example: &Path, socket: &Path, state: &Path, out: &Path) -> anyhow::Result<PathBuf> {
-    let text = std::fs::read_to_string(example).with_context(|| format!("cannot read {}", example.display()))?;
-    let mut value: toml::Table = text.parse().with_context(|| format!("{} is not valid TOML", example.display()))?;
+    let text = std::fs::read_to_string(example)
+        .with_context(|| format!("cannot read {}", example.display()))?;
+    let mut value: toml::Table = text
+        .parse()
+        .with_context(|| format!("{} is not valid TOML", example.display()))?;
     let mut set = |table: &str, key: &str, path: &Path| {
-        let entry = value.entry(table).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let entry = value
+            .entry(table)
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
         if let Some(t) = entry.as_table_mut() {
-            t.insert(key.to_owned(), toml::Value::String(path.to_string_lossy().into_owned()));
+            t.insert(
+                key.to_owned(),
+                toml::Value::String(path.to_string_lossy().into_owned()),
+            );
         }
     };
     set("control", "socket", socket);
@@ -258,10 +368,14 @@ fn run_config(example: &Path, socket: &Path, state: &Path, out: &Path) -> anyhow
             Err(e) => bail!("cannot remove {}: {e}", stale.display()),
         }
     }
-    std::fs::write(out, toml::to_string(&value)?).with_context(|| format!("cannot write {}", out.display()))?;
+    std::fs::write(out, toml::to_string(&value)?)
+        .with_context(|| format!("cannot write {}", out.display()))?;
     Ok(out.to_path_buf())
 }
 
 fn rel(path: &Path) -> String {
-    path.strip_prefix(workspace_root()).unwrap_or(path).display().to_string()
+    path.strip_prefix(workspace_root())
+        .unwrap_or(path)
+        .display()
+        .to_string()
 }

@@ -70,7 +70,9 @@ impl ChildGuard {
         if std::env::var_os("TEST_CHILD_OUTPUT").is_none() {
             cmd.stdout(Stdio::null()).stderr(Stdio::null());
         }
-        Ok(Self { child: cmd.spawn()? })
+        Ok(Self {
+            child: cmd.spawn()?,
+        })
     }
 
     /// The process id.
@@ -173,7 +175,8 @@ impl AdminClient {
         self.writer.write_all(line.as_bytes()).await?;
         self.writer.write_all(b"\n").await?;
         let mut reply = String::new();
-        let n = tokio::time::timeout(Duration::from_secs(5), self.reader.read_line(&mut reply)).await??;
+        let n = tokio::time::timeout(Duration::from_secs(5), self.reader.read_line(&mut reply))
+            .await??;
         anyhow::ensure!(n > 0, "control socket closed");
         Ok(serde_json::from_str(&reply)?)
     }
@@ -199,7 +202,9 @@ pub async fn run_sipp(args: &[String], limit: Duration) -> anyhow::Result<(i32, 
 
 /// Path of a SIPp scenario under `tests/sipp/`.
 pub fn sipp_scenario(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("sipp").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("sipp")
+        .join(name)
 }
 
 /// Parses `127.0.0.1:5060`-style text.

@@ -72,7 +72,16 @@ fn log_tail(path: &Path, n: usize) -> String {
     let start = lines.len().saturating_sub(n);
     lines[start..]
         .iter()
-        .map(|l| if l.len() > 400 { format!("{}…", &l[..l.char_indices().nth(400).map_or(l.len(), |(i, _)| i)]) } else { (*l).to_owned() })
+        .map(|l| {
+            if l.len() > 400 {
+                format!(
+                    "{}…",
+                    &l[..l.char_indices().nth(400).map_or(l.len(), |(i, _)| i)]
+                )
+            } else {
+                (*l).to_owned()
+            }
+        })
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -90,7 +99,11 @@ pub struct CollectorOpts {
 
 impl Default for CollectorOpts {
     fn default() -> Self {
-        Self { node: "core1@test".into(), min_expires: 2, subscription_expires: 30 }
+        Self {
+            node: "core1@test".into(),
+            min_expires: 2,
+            subscription_expires: 30,
+        }
     }
 }
 
@@ -150,7 +163,15 @@ path = "{state}"
             state = state.display(),
         );
         std::fs::write(&config, text).expect("write collector config");
-        let mut c = Collector { name: name.to_owned(), port, socket, state, config, log, child: None };
+        let mut c = Collector {
+            name: name.to_owned(),
+            port,
+            socket,
+            state,
+            config,
+            log,
+            child: None,
+        };
         c.spawn().await;
         c
     }
@@ -161,7 +182,11 @@ path = "{state}"
         assert!(self.child.is_none(), "{} already running", self.name);
         // A socket file left by a killed collector must not fool the wait.
         let cfg = self.config.display().to_string();
-        self.child = Some(spawn_logged("msr-collector", &["--config", &cfg], &self.log));
+        self.child = Some(spawn_logged(
+            "msr-collector",
+            &["--config", &cfg],
+            &self.log,
+        ));
         let socket = self.socket.clone();
         let up = wait_for(Duration::from_secs(10), || {
             let socket = socket.clone();
@@ -171,7 +196,12 @@ path = "{state}"
             }
         })
         .await;
-        assert!(up.is_some(), "{} control socket did not answer within 10 s\n{}", self.name, log_tail(&self.log, 40));
+        assert!(
+            up.is_some(),
+            "{} control socket did not answer within 10 s\n{}",
+            self.name,
+            log_tail(&self.log, 40)
+        );
     }
 
     /// `kill -9`.
@@ -183,7 +213,9 @@ path = "{state}"
 
     /// SIGTERM; returns the exit status.
     pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.take().and_then(|mut c| c.terminate(Duration::from_secs(8)))
+        self.child
+            .take()
+            .and_then(|mut c| c.terminate(Duration::from_secs(8)))
     }
 
     /// The realm URI agents register to.
@@ -207,7 +239,10 @@ path = "{state}"
 
     /// The live load table, or `None` if the collector does not answer.
     pub async fn rows(&self) -> Option<Vec<ResourceInfo>> {
-        match self.call(&Request::ResourceList { active_only: false }).await {
+        match self
+            .call(&Request::ResourceList { active_only: false })
+            .await
+        {
             Ok(Response::Ok(ResponseData::Resources { rows })) => Some(rows),
             _ => None,
         }
@@ -223,9 +258,16 @@ path = "{state}"
 
     /// Polls the load table every 20 ms until `check` accepts it, at most
     /// `limit`.
-    pub async fn wait_rows<T>(&self, limit: Duration, check: impl Fn(&[ResourceInfo]) -> Option<T>) -> Option<T> {
+    pub async fn wait_rows<T>(
+        &self,
+        limit: Duration,
+        check: impl Fn(&[ResourceInfo]) -> Option<T>,
+    ) -> Option<T> {
         let check = &check;
-        wait_for(limit, || async move { self.rows().await.and_then(|r| check(&r)) }).await
+        wait_for(limit, || async move {
+            self.rows().await.and_then(|r| check(&r))
+        })
+        .await
     }
 
     /// Polls the subscription list every 20 ms until `check` accepts it.
@@ -235,7 +277,10 @@ path = "{state}"
         check: impl Fn(&[SubscriptionInfo]) -> Option<T>,
     ) -> Option<T> {
         let check = &check;
-        wait_for(limit, || async move { self.subscriptions().await.and_then(|r| check(&r)) }).await
+        wait_for(limit, || async move {
+            self.subscriptions().await.and_then(|r| check(&r))
+        })
+        .await
     }
 
     /// Runs `msrctl --socket … ARGS`; returns (success, stdout, stderr).
@@ -250,7 +295,8 @@ path = "{state}"
         full.extend_from_slice(args);
         let (ok, out, err) = self.msrctl(&full);
         assert!(ok, "msrctl {full:?} failed: {err}");
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("msrctl {full:?}: not json ({e}): {out}"))
+        serde_json::from_str(&out)
+            .unwrap_or_else(|e| panic!("msrctl {full:?}: not json ({e}): {out}"))
     }
 
     /// The log so far, without colours.
@@ -262,7 +308,11 @@ path = "{state}"
 impl Drop for Collector {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!("----- {} log (tail) -----\n{}", self.name, log_tail(&self.log, 60));
+            eprintln!(
+                "----- {} log (tail) -----\n{}",
+                self.name,
+                log_tail(&self.log, 60)
+            );
         }
     }
 }
@@ -295,7 +345,10 @@ pub struct AccountSpec {
 impl AccountSpec {
     /// An account `msr` registering to `collector`.
     pub fn new(msr: &str, collector: &Collector) -> Self {
-        Self { msr: msr.to_owned(), realm: collector.realm() }
+        Self {
+            msr: msr.to_owned(),
+            realm: collector.realm(),
+        }
     }
 }
 
@@ -390,7 +443,13 @@ impl Agent {
         let log = dir.join(format!("{name}.log"));
         write_atomic(&calls_path, &format!("{calls}\n"));
         std::fs::write(&config, agent_xml(spec, &calls_path)).expect("write agent config");
-        let mut a = Agent { name: name.to_owned(), config, calls: calls_path, log, child: None };
+        let mut a = Agent {
+            name: name.to_owned(),
+            config,
+            calls: calls_path,
+            log,
+            child: None,
+        };
         a.spawn();
         a
     }
@@ -399,7 +458,11 @@ impl Agent {
     pub fn spawn(&mut self) {
         assert!(self.child.is_none(), "{} already running", self.name);
         let cfg = self.config.display().to_string();
-        self.child = Some(spawn_logged("msr-agent", &["--config", &cfg, "--log-stderr"], &self.log));
+        self.child = Some(spawn_logged(
+            "msr-agent",
+            &["--config", &cfg, "--log-stderr"],
+            &self.log,
+        ));
     }
 
     /// The media engine reports `n` sessions.
@@ -419,7 +482,9 @@ impl Agent {
 
     /// Whether the process is still running.
     pub fn running(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|c| matches!(c.child.try_wait(), Ok(None)))
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.child.try_wait(), Ok(None)))
     }
 
     /// `kill -9`.
@@ -431,7 +496,9 @@ impl Agent {
 
     /// SIGTERM; returns the exit status (None: did not exit within 8 s).
     pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.take().and_then(|mut c| c.terminate(Duration::from_secs(8)))
+        self.child
+            .take()
+            .and_then(|mut c| c.terminate(Duration::from_secs(8)))
     }
 
     /// The log so far.
@@ -441,27 +508,42 @@ impl Agent {
 
     /// How many log lines contain every one of `needles`.
     pub fn log_count(&self, needles: &[&str]) -> usize {
-        self.log_text().lines().filter(|l| needles.iter().all(|n| l.contains(n))).count()
+        self.log_text()
+            .lines()
+            .filter(|l| needles.iter().all(|n| l.contains(n)))
+            .count()
     }
 
     /// Waits until more than `before` log lines contain every one of
     /// `needles`, at most `limit`.
     pub async fn wait_log(&self, before: usize, needles: &[&str], limit: Duration) -> bool {
-        wait_for(limit, || async move { (self.log_count(needles) > before).then_some(()) }).await.is_some()
+        wait_for(limit, || async move {
+            (self.log_count(needles) > before).then_some(())
+        })
+        .await
+        .is_some()
     }
 }
 
 impl Drop for Agent {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!("----- {} log (tail) -----\n{}", self.name, log_tail(&self.log, 40));
+            eprintln!(
+                "----- {} log (tail) -----\n{}",
+                self.name,
+                log_tail(&self.log, 40)
+            );
         }
     }
 }
 
 /// The row of contact `lo@{msr}` if it is registered, subscribed and
 /// reporting `load` (any load when `None`).
-pub fn live_row<'a>(rows: &'a [ResourceInfo], msr: &str, load: Option<u8>) -> Option<&'a ResourceInfo> {
+pub fn live_row<'a>(
+    rows: &'a [ResourceInfo],
+    msr: &str,
+    load: Option<u8>,
+) -> Option<&'a ResourceInfo> {
     rows.iter().find(|r| {
         r.msr == msr
             && r.status == "registered"

@@ -21,16 +21,30 @@ fn config() -> NotifierConfig {
 }
 
 fn sample(load: u8) -> Sample {
-    Sample { load, cpu: 5, calls: u32::from(load), max_calls: 100 }
+    Sample {
+        load,
+        cpu: 5,
+        calls: u32::from(load),
+        max_calls: 100,
+    }
 }
 
-fn subscribe(call_id: &str, to_tag: Option<&str>, cseq: u32, expires: Option<u32>, event: &str) -> Request {
+fn subscribe(
+    call_id: &str,
+    to_tag: Option<&str>,
+    cseq: u32,
+    expires: Option<u32>,
+    event: &str,
+) -> Request {
     let to = match to_tag {
         Some(t) => format!("<sip:msr_1@127.0.0.1:5070>;tag={t}"),
         None => "<sip:msr_1@127.0.0.1:5070>".to_owned(),
     };
     let mut headers = vec![
-        ("Via", "SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bK1".to_owned()),
+        (
+            "Via",
+            "SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bK1".to_owned(),
+        ),
         ("From", "<sip:collector@127.0.0.1:5060>;tag=sub1".to_owned()),
         ("To", to),
         ("Call-ID", call_id.to_owned()),
@@ -42,7 +56,13 @@ fn subscribe(call_id: &str, to_tag: Option<&str>, cseq: u32, expires: Option<u32
     if let Some(e) = expires {
         headers.push(("Expires", e.to_string()));
     }
-    sip::request(Method::Subscribe, "sip:msr_1@127.0.0.1:5070", headers, Vec::new()).expect("request")
+    sip::request(
+        Method::Subscribe,
+        "sip:msr_1@127.0.0.1:5070",
+        headers,
+        Vec::new(),
+    )
+    .expect("request")
 }
 
 fn h<'a>(headers: &'a msr_shared::sip::Headers, name: &str) -> &'a str {
@@ -50,7 +70,8 @@ fn h<'a>(headers: &'a msr_shared::sip::Headers, name: &str) -> &'a str {
 }
 
 fn state(n: &NotifyTransmit) -> SubscriptionState {
-    SubscriptionState::parse(h(&n.request.headers, "Subscription-State")).expect("subscription-state")
+    SubscriptionState::parse(h(&n.request.headers, "Subscription-State"))
+        .expect("subscription-state")
 }
 
 fn body(n: &NotifyTransmit) -> LoadReport {
@@ -65,7 +86,9 @@ fn drain(n: &mut Notifier) -> Vec<NotifyTransmit> {
 fn subscribed(expires: u32) -> (Notifier, Instant, Response) {
     let t0 = Instant::now();
     let mut n = Notifier::new(config(), sample(30));
-    let resp = n.handle_request(t0, &subscribe("c1", None, 1, Some(expires), EVENT)).expect("response");
+    let resp = n
+        .handle_request(t0, &subscribe("c1", None, 1, Some(expires), EVENT))
+        .expect("response");
     assert_eq!(drain(&mut n).len(), 1);
     (n, t0, resp)
 }
@@ -74,9 +97,15 @@ fn subscribed(expires: u32) -> (Notifier, Instant, Response) {
 fn subscribe_gets_200_dialog_and_immediate_notify() {
     let t0 = Instant::now();
     let mut n = Notifier::new(config(), sample(37));
-    let resp = n.handle_request(t0, &subscribe("c1", None, 1, Some(7200), EVENT)).expect("response");
+    let resp = n
+        .handle_request(t0, &subscribe("c1", None, 1, Some(7200), EVENT))
+        .expect("response");
     assert_eq!(resp.status_code, StatusCode::OK);
-    assert_eq!(h(&resp.headers, "Expires"), "3600", "capped at max-subscription-expires");
+    assert_eq!(
+        h(&resp.headers, "Expires"),
+        "3600",
+        "capped at max-subscription-expires"
+    );
     let to_tag = sip::tag(h(&resp.headers, "To")).expect("to-tag");
     assert!(h(&resp.headers, "Contact").contains("127.0.0.1:5070"));
 
@@ -85,7 +114,11 @@ fn subscribe_gets_200_dialog_and_immediate_notify() {
     let notify = &sent[0];
     let r = &notify.request;
     assert_eq!(r.method, Method::Notify);
-    assert_eq!(r.uri.to_string(), "sip:collector@127.0.0.1:5060", "sent to the subscriber's contact");
+    assert_eq!(
+        r.uri.to_string(),
+        "sip:collector@127.0.0.1:5060",
+        "sent to the subscriber's contact"
+    );
     assert_eq!(h(&r.headers, "Call-ID"), "c1");
     assert_eq!(sip::tag(h(&r.headers, "From")), Some(to_tag));
     assert_eq!(sip::tag(h(&r.headers, "To")).as_deref(), Some("sub1"));
@@ -96,7 +129,13 @@ fn subscribe_gets_200_dialog_and_immediate_notify() {
     assert_eq!(state(notify), SubscriptionState::active(3600));
     assert_eq!(
         body(notify),
-        LoadReport { msr: "msr_1".into(), load: 37, cpu: 5, calls: 37, max_calls: 100 }
+        LoadReport {
+            msr: "msr_1".into(),
+            load: 37,
+            cpu: 5,
+            calls: 37,
+            max_calls: 100
+        }
     );
 }
 
@@ -105,7 +144,9 @@ fn refresh_gets_200_and_notify_with_new_expiry() {
     let (mut n, t0, resp) = subscribed(60);
     let tag = sip::tag(h(&resp.headers, "To")).expect("tag");
     let t1 = t0 + Duration::from_secs(40);
-    let resp = n.handle_request(t1, &subscribe("c1", Some(&tag), 2, Some(60), EVENT)).expect("response");
+    let resp = n
+        .handle_request(t1, &subscribe("c1", Some(&tag), 2, Some(60), EVENT))
+        .expect("response");
     assert_eq!(resp.status_code, StatusCode::OK);
     assert_eq!(h(&resp.headers, "Expires"), "60");
     let sent = drain(&mut n);
@@ -134,7 +175,10 @@ fn expiry_sends_terminated_timeout_at_the_right_instant() {
     n.handle_timeout(t0 + Duration::from_secs(30));
     let sent = drain(&mut n);
     assert_eq!(sent.len(), 1);
-    assert_eq!(state(&sent[0]), SubscriptionState::terminated(TerminationReason::Timeout));
+    assert_eq!(
+        state(&sent[0]),
+        SubscriptionState::terminated(TerminationReason::Timeout)
+    );
     assert_eq!(n.poll_timeout(), None);
 }
 
@@ -142,15 +186,22 @@ fn expiry_sends_terminated_timeout_at_the_right_instant() {
 fn expires_zero_ends_with_timeout() {
     let (mut n, t0, resp) = subscribed(60);
     let tag = sip::tag(h(&resp.headers, "To")).expect("tag");
-    let resp = n.handle_request(t0, &subscribe("c1", Some(&tag), 2, Some(0), EVENT)).expect("response");
+    let resp = n
+        .handle_request(t0, &subscribe("c1", Some(&tag), 2, Some(0), EVENT))
+        .expect("response");
     assert_eq!(resp.status_code, StatusCode::OK);
     assert_eq!(h(&resp.headers, "Expires"), "0");
     let sent = drain(&mut n);
     assert_eq!(sent.len(), 1);
-    assert_eq!(state(&sent[0]), SubscriptionState::terminated(TerminationReason::Timeout));
+    assert_eq!(
+        state(&sent[0]),
+        SubscriptionState::terminated(TerminationReason::Timeout)
+    );
     assert!(n.subscriptions().is_empty());
     // The dialog is gone: a further request in it gets 481.
-    let resp = n.handle_request(t0, &subscribe("c1", Some(&tag), 3, Some(60), EVENT)).expect("response");
+    let resp = n
+        .handle_request(t0, &subscribe("c1", Some(&tag), 3, Some(60), EVENT))
+        .expect("response");
     assert_eq!(resp.status_code, StatusCode::CallTransactionDoesNotExist);
 }
 
@@ -158,11 +209,16 @@ fn expires_zero_ends_with_timeout() {
 fn initial_expires_zero_is_a_fetch() {
     let t0 = Instant::now();
     let mut n = Notifier::new(config(), sample(30));
-    let resp = n.handle_request(t0, &subscribe("c1", None, 1, Some(0), EVENT)).expect("response");
+    let resp = n
+        .handle_request(t0, &subscribe("c1", None, 1, Some(0), EVENT))
+        .expect("response");
     assert_eq!(resp.status_code, StatusCode::OK);
     let sent = drain(&mut n);
     assert_eq!(sent.len(), 1);
-    assert_eq!(state(&sent[0]), SubscriptionState::terminated(TerminationReason::Timeout));
+    assert_eq!(
+        state(&sent[0]),
+        SubscriptionState::terminated(TerminationReason::Timeout)
+    );
     assert_eq!(body(&sent[0]).load, 30);
 }
 
@@ -170,20 +226,30 @@ fn initial_expires_zero_is_a_fetch() {
 fn rejections() {
     let t0 = Instant::now();
     let mut n = Notifier::new(config(), sample(30));
-    let resp = n.handle_request(t0, &subscribe("c1", None, 1, Some(60), "presence")).expect("response");
+    let resp = n
+        .handle_request(t0, &subscribe("c1", None, 1, Some(60), "presence"))
+        .expect("response");
     assert_eq!(resp.status_code, StatusCode::BadEvent);
     assert_eq!(h(&resp.headers, "Allow-Events"), EVENT);
 
-    let resp = n.handle_request(t0, &subscribe("c2", Some("nope"), 1, Some(60), EVENT)).expect("response");
+    let resp = n
+        .handle_request(t0, &subscribe("c2", Some("nope"), 1, Some(60), EVENT))
+        .expect("response");
     assert_eq!(resp.status_code, StatusCode::CallTransactionDoesNotExist);
 
     let mut no_call_id = subscribe("c3", None, 1, Some(60), EVENT);
-    no_call_id.headers.retain(|h| !h.name().eq_ignore_ascii_case("Call-ID"));
+    no_call_id
+        .headers
+        .retain(|h| !h.name().eq_ignore_ascii_case("Call-ID"));
     let resp = n.handle_request(t0, &no_call_id).expect("response");
     assert_eq!(resp.status_code, StatusCode::BadRequest);
 
     let mut no_from_tag = subscribe("c4", None, 1, Some(60), EVENT);
-    sip::set_header(&mut no_from_tag.headers, "From", "<sip:collector@127.0.0.1:5060>");
+    sip::set_header(
+        &mut no_from_tag.headers,
+        "From",
+        "<sip:collector@127.0.0.1:5060>",
+    );
     let resp = n.handle_request(t0, &no_from_tag).expect("response");
     assert_eq!(resp.status_code, StatusCode::BadRequest);
 
@@ -207,7 +273,9 @@ fn min_expires_is_one_second() {
     // so 423 only applies when MIN_EXPIRES is raised; check the boundary.
     let t0 = Instant::now();
     let mut n = Notifier::new(config(), sample(30));
-    let resp = n.handle_request(t0, &subscribe("c1", None, 1, Some(MIN_EXPIRES), EVENT)).expect("response");
+    let resp = n
+        .handle_request(t0, &subscribe("c1", None, 1, Some(MIN_EXPIRES), EVENT))
+        .expect("response");
     assert_eq!(resp.status_code, StatusCode::OK);
     assert_eq!(h(&resp.headers, "Expires"), MIN_EXPIRES.to_string());
 }
@@ -269,11 +337,16 @@ fn the_100_edge_is_always_reported() {
     cfg.load_delta = 50;
     let t0 = Instant::now();
     let mut n = Notifier::new(cfg, sample(98));
-    n.handle_request(t0, &subscribe("c1", None, 1, Some(600), EVENT)).expect("response");
+    n.handle_request(t0, &subscribe("c1", None, 1, Some(600), EVENT))
+        .expect("response");
     drain(&mut n);
     n.on_sample(t0 + MS(1500), sample(100));
     let sent = drain(&mut n);
-    assert_eq!(sent.len(), 1, "reaching 100 is reported although delta is 50");
+    assert_eq!(
+        sent.len(),
+        1,
+        "reaching 100 is reported although delta is 50"
+    );
     assert_eq!(body(&sent[0]).load, 100);
     n.on_sample(t0 + MS(3000), sample(99));
     let sent = drain(&mut n);
@@ -288,7 +361,9 @@ fn shutdown_deactivates_every_subscription() {
     let t0 = Instant::now();
     let mut n = Notifier::new(config(), sample(30));
     for i in 0..5 {
-        let resp = n.handle_request(t0, &subscribe(&format!("c{i}"), None, 1, Some(60), EVENT)).expect("response");
+        let resp = n
+            .handle_request(t0, &subscribe(&format!("c{i}"), None, 1, Some(60), EVENT))
+            .expect("response");
         assert_eq!(resp.status_code, StatusCode::OK);
     }
     assert_eq!(drain(&mut n).len(), 5);
@@ -296,11 +371,16 @@ fn shutdown_deactivates_every_subscription() {
     let sent = drain(&mut n);
     assert_eq!(sent.len(), 5);
     for s in &sent {
-        assert_eq!(state(s), SubscriptionState::terminated(TerminationReason::Deactivated));
+        assert_eq!(
+            state(s),
+            SubscriptionState::terminated(TerminationReason::Deactivated)
+        );
         assert_eq!(h(&s.request.headers, "CSeq"), "2 NOTIFY");
     }
     assert!(n.subscriptions().is_empty());
-    let resp = n.handle_request(t0, &subscribe("late", None, 1, Some(60), EVENT)).expect("response");
+    let resp = n
+        .handle_request(t0, &subscribe("late", None, 1, Some(60), EVENT))
+        .expect("response");
     assert_eq!(resp.status_code, StatusCode::ServiceUnavailable);
 }
 
@@ -313,14 +393,21 @@ fn removed_account_ends_with_noresource_and_new_delta_applies_at_once() {
     assert!(drain(&mut n).is_empty());
     n.reconfigure(t0 + MS(2500), cfg.clone());
     let sent = drain(&mut n);
-    assert_eq!(sent.len(), 1, "the held 3-point move is worth a NOTIFY with delta 2");
+    assert_eq!(
+        sent.len(),
+        1,
+        "the held 3-point move is worth a NOTIFY with delta 2"
+    );
     assert_eq!(body(&sent[0]).load, 33);
 
     cfg.accounts = BTreeSet::new();
     n.reconfigure(t0 + MS(3000), cfg);
     let sent = drain(&mut n);
     assert_eq!(sent.len(), 1);
-    assert_eq!(state(&sent[0]), SubscriptionState::terminated(TerminationReason::Noresource));
+    assert_eq!(
+        state(&sent[0]),
+        SubscriptionState::terminated(TerminationReason::Noresource)
+    );
     assert!(n.subscriptions().is_empty());
 }
 
@@ -328,11 +415,15 @@ fn removed_account_ends_with_noresource_and_new_delta_applies_at_once() {
 fn notify_answered_481_or_lost_drops_the_subscription() {
     let t0 = Instant::now();
     let mut n = Notifier::new(config(), sample(30));
-    n.handle_request(t0, &subscribe("a", None, 1, Some(60), EVENT)).expect("response");
-    n.handle_request(t0, &subscribe("b", None, 1, Some(60), EVENT)).expect("response");
-    n.handle_request(t0, &subscribe("c", None, 1, Some(60), EVENT)).expect("response");
+    n.handle_request(t0, &subscribe("a", None, 1, Some(60), EVENT))
+        .expect("response");
+    n.handle_request(t0, &subscribe("b", None, 1, Some(60), EVENT))
+        .expect("response");
+    n.handle_request(t0, &subscribe("c", None, 1, Some(60), EVENT))
+        .expect("response");
     let sent = drain(&mut n);
-    let reply = |t: &NotifyTransmit, code: u16| sip::response(&t.request, StatusCode::from(code), None);
+    let reply =
+        |t: &NotifyTransmit, code: u16| sip::response(&t.request, StatusCode::from(code), None);
     n.handle_notify_response(t0, sent[0].subscription, &reply(&sent[0], 481));
     n.handle_notify_failure(t0, sent[1].subscription, "timeout");
     n.handle_notify_response(t0, sent[2].subscription, &reply(&sent[2], 200));
@@ -346,7 +437,9 @@ fn many_subscribers_each_get_their_own_dialog() {
     let mut n = Notifier::new(config(), sample(30));
     let mut tags = BTreeSet::new();
     for i in 0..50 {
-        let resp = n.handle_request(t0, &subscribe(&format!("c{i}"), None, 1, Some(60), EVENT)).expect("response");
+        let resp = n
+            .handle_request(t0, &subscribe(&format!("c{i}"), None, 1, Some(60), EVENT))
+            .expect("response");
         tags.insert(sip::tag(h(&resp.headers, "To")).expect("tag"));
     }
     assert_eq!(tags.len(), 50);
@@ -361,7 +454,10 @@ fn other_requests() {
     let mut n = Notifier::new(config(), sample(30));
     let mut opt = subscribe("o", None, 1, None, EVENT);
     opt.method = Method::Options;
-    assert_eq!(n.handle_request(t0, &opt).map(|r| r.status_code), Some(StatusCode::OK));
+    assert_eq!(
+        n.handle_request(t0, &opt).map(|r| r.status_code),
+        Some(StatusCode::OK)
+    );
     let mut bye = subscribe("o", Some("x"), 2, None, EVENT);
     bye.method = Method::Bye;
     assert_eq!(
@@ -370,7 +466,10 @@ fn other_requests() {
     );
     let mut msg = subscribe("o", None, 3, None, EVENT);
     msg.method = Method::Message;
-    assert_eq!(n.handle_request(t0, &msg).map(|r| r.status_code), Some(StatusCode::MethodNotAllowed));
+    assert_eq!(
+        n.handle_request(t0, &msg).map(|r| r.status_code),
+        Some(StatusCode::MethodNotAllowed)
+    );
 }
 
 #[test]
@@ -378,12 +477,19 @@ fn subscriptions_are_capped_and_the_excess_gets_503_with_retry_after() {
     let t0 = Instant::now();
     let mut n = Notifier::new(config(), sample(30));
     for i in 0..MAX_SUBSCRIPTIONS {
-        let resp = n.handle_request(t0, &subscribe(&format!("c{i}"), None, 1, Some(60), EVENT)).expect("response");
+        let resp = n
+            .handle_request(t0, &subscribe(&format!("c{i}"), None, 1, Some(60), EVENT))
+            .expect("response");
         assert_eq!(resp.status_code, StatusCode::OK);
     }
     assert_eq!(drain(&mut n).len(), MAX_SUBSCRIPTIONS);
-    let resp = n.handle_request(t0, &subscribe("one-too-many", None, 1, Some(60), EVENT)).expect("response");
+    let resp = n
+        .handle_request(t0, &subscribe("one-too-many", None, 1, Some(60), EVENT))
+        .expect("response");
     assert_eq!(resp.status_code, StatusCode::ServiceUnavailable);
     assert_eq!(h(&resp.headers, "Retry-After"), "60");
-    assert!(drain(&mut n).is_empty(), "no NOTIFY for a refused subscription");
+    assert!(
+        drain(&mut n).is_empty(),
+        "no NOTIFY for a refused subscription"
+    );
 }

@@ -66,7 +66,10 @@ fn first_register_has_the_spec_headers() {
     assert_eq!(req.method, Method::Register);
     assert_eq!(req.uri.to_string(), "sip:192.168.2.21:5000");
     assert_eq!(sip::addr_uri(h(&req, "To")), "sip:msr_1@192.168.2.21:5000");
-    assert_eq!(sip::addr_uri(h(&req, "From")), "sip:msr_1@192.168.2.21:5000");
+    assert_eq!(
+        sip::addr_uri(h(&req, "From")),
+        "sip:msr_1@192.168.2.21:5000"
+    );
     assert!(sip::tag(h(&req, "From")).is_some());
     assert_eq!(h(&req, "Contact"), "<sip:msr_1@127.0.0.1:5070>;iface=lo");
     assert_eq!(h(&req, "Expires"), "300");
@@ -74,7 +77,11 @@ fn first_register_has_the_spec_headers() {
     assert_eq!(h(&req, "Call-ID"), reg.call_id());
     assert!(h(&req, "User-Agent").starts_with("msr-agent/"));
     assert_eq!(reg.state(), RegistrationState::Registering);
-    assert_eq!(reg.poll_timeout(), None, "no timer while the request is in flight");
+    assert_eq!(
+        reg.poll_timeout(),
+        None,
+        "no timer while the request is in flight"
+    );
 }
 
 #[test]
@@ -87,7 +94,11 @@ fn digest_md5_retry_then_refresh_with_the_same_call_id() {
     assert_eq!(h(&retry, "Call-ID"), h(&req, "Call-ID"));
     assert_eq!(h(&retry, "From"), h(&req, "From"));
     let auth = h(&retry, "Authorization");
-    assert_eq!(auth_param(auth, "realm").as_deref(), Some("core.example"), "digest realm from the challenge");
+    assert_eq!(
+        auth_param(auth, "realm").as_deref(),
+        Some("core.example"),
+        "digest realm from the challenge"
+    );
     assert_eq!(auth_param(auth, "username").as_deref(), Some("alice"));
     assert_eq!(auth_param(auth, "qop").as_deref(), Some("auth"));
     assert_eq!(auth_param(auth, "nc").as_deref(), Some("00000001"));
@@ -119,8 +130,15 @@ fn digest_md5_retry_then_refresh_with_the_same_call_id() {
     let refresh = reg.poll_transmit().expect("refresh");
     assert_eq!(h(&refresh, "CSeq"), "3 REGISTER");
     assert_eq!(h(&refresh, "Call-ID"), h(&req, "Call-ID"));
-    assert_eq!(auth_param(h(&refresh, "Authorization"), "nc").as_deref(), Some("00000002"));
-    assert_eq!(reg.state(), RegistrationState::Registered, "refreshing keeps the binding");
+    assert_eq!(
+        auth_param(h(&refresh, "Authorization"), "nc").as_deref(),
+        Some("00000002")
+    );
+    assert_eq!(
+        reg.state(),
+        RegistrationState::Registered,
+        "refreshing keeps the binding"
+    );
 }
 
 #[test]
@@ -174,7 +192,10 @@ fn failures_back_off_exponentially_up_to_the_cap() {
         let next = reg.poll_timeout().expect("retry scheduled");
         delays.push((next - now).as_secs());
         reg.handle_timeout(next - Duration::from_millis(1));
-        assert!(reg.poll_transmit().is_none(), "no retry before the backoff elapsed");
+        assert!(
+            reg.poll_transmit().is_none(),
+            "no retry before the backoff elapsed"
+        );
         now = next;
         reg.handle_timeout(now);
         req = reg.poll_transmit().expect("retry");
@@ -184,7 +205,11 @@ fn failures_back_off_exponentially_up_to_the_cap() {
     // A success resets the backoff.
     reg.handle_response(now, &reply(&req, 200, &[]));
     assert_eq!(reg.state(), RegistrationState::Registered);
-    assert_eq!(reg.expires_at(), Some(now + Duration::from_secs(300)), "requested expiry when none granted");
+    assert_eq!(
+        reg.expires_at(),
+        Some(now + Duration::from_secs(300)),
+        "requested expiry when none granted"
+    );
     assert_eq!(reg.poll_timeout(), Some(now + Duration::from_secs(270)));
 }
 
@@ -211,8 +236,12 @@ fn interval_too_brief_retries_with_min_expires() {
 #[test]
 fn granted_expiry_prefers_our_contact_parameter() {
     let (mut reg, t0, req) = start();
-    let contacts = "<sip:other@10.0.0.1:5060>;expires=10, <sip:msr_1@127.0.0.1:5070>;iface=lo;expires=120";
-    reg.handle_response(t0, &reply(&req, 200, &[("Contact", contacts), ("Expires", "3600")]));
+    let contacts =
+        "<sip:other@10.0.0.1:5060>;expires=10, <sip:msr_1@127.0.0.1:5070>;iface=lo;expires=120";
+    reg.handle_response(
+        t0,
+        &reply(&req, 200, &[("Contact", contacts), ("Expires", "3600")]),
+    );
     assert_eq!(reg.expires_at(), Some(t0 + Duration::from_secs(120)));
     assert_eq!(reg.poll_timeout(), Some(t0 + Duration::from_secs(90)));
 }
@@ -220,7 +249,14 @@ fn granted_expiry_prefers_our_contact_parameter() {
 #[test]
 fn stale_responses_are_ignored() {
     let (mut reg, t0, req) = start();
-    reg.handle_response(t0, &reply(&req, 401, &[("WWW-Authenticate", r#"Digest realm="r", nonce="n""#)]));
+    reg.handle_response(
+        t0,
+        &reply(
+            &req,
+            401,
+            &[("WWW-Authenticate", r#"Digest realm="r", nonce="n""#)],
+        ),
+    );
     let _retry = reg.poll_transmit().expect("retry");
     // A late retransmission answer for CSeq 1 changes nothing.
     reg.handle_response(t0, &reply(&req, 500, &[]));
@@ -239,7 +275,14 @@ fn unregister_sends_expires_zero_and_finishes() {
     assert_eq!(reg.state(), RegistrationState::Unregistering);
     assert!(!reg.is_finished());
     // Challenged: the credentials retry still says Expires: 0.
-    reg.handle_response(t0, &reply(&unreg, 401, &[("WWW-Authenticate", r#"Digest realm="r", nonce="n""#)]));
+    reg.handle_response(
+        t0,
+        &reply(
+            &unreg,
+            401,
+            &[("WWW-Authenticate", r#"Digest realm="r", nonce="n""#)],
+        ),
+    );
     let unreg2 = reg.poll_transmit().expect("unregister with credentials");
     assert_eq!(h(&unreg2, "Expires"), "0");
     reg.handle_response(t0, &reply(&unreg2, 200, &[]));
@@ -261,10 +304,15 @@ fn refresh_delay_policy() {
 
 #[test]
 fn challenge_parsing() {
-    let c = parse_challenge(r#"Digest realm="a, b", nonce="x", qop="auth-int""#, false).expect("parsed");
+    let c = parse_challenge(r#"Digest realm="a, b", nonce="x", qop="auth-int""#, false)
+        .expect("parsed");
     assert_eq!(c.realm, "a, b");
     assert_eq!(c.qop, Some("auth-int"));
     assert!(parse_challenge(r#"Basic realm="x""#, false).is_none());
-    assert!(parse_challenge(r#"Digest realm="x", nonce="n", algorithm=SHA-512-256"#, false).is_none());
+    assert!(parse_challenge(
+        r#"Digest realm="x", nonce="n", algorithm=SHA-512-256"#,
+        false
+    )
+    .is_none());
     assert!(parse_challenge(r#"Digest nonce="n""#, false).is_none());
 }

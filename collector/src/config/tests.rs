@@ -8,14 +8,35 @@ fn examples_dir() -> PathBuf {
 fn empty_file_gets_the_documented_defaults() {
     let c = parse("", "<string>").expect("empty config is valid");
     assert_eq!(c.node, "core1@localhost");
-    assert_eq!(c.sip.listen, "127.0.0.1:5060".parse::<SocketAddr>().expect("addr"));
+    assert_eq!(
+        c.sip.listen,
+        "127.0.0.1:5060".parse::<SocketAddr>().expect("addr")
+    );
     assert_eq!(c.sip.transports, vec![Transport::Udp]);
     assert_eq!(c.sip.nonce_ttl, Duration::from_secs(300));
     assert_eq!((c.sip.min_expires, c.sip.max_expires), (10, 3600));
-    assert_eq!(c.sip.digest_algorithms, vec![DigestAlgorithm::Sha256, DigestAlgorithm::Md5]);
-    assert_eq!(c.defaults, Defaults { zone: "default".into(), site: "local".into() });
-    assert_eq!(c.subscription, SubscriptionDefaults { event: "eltex-call-count".into(), expires: 60 });
-    assert_eq!(c.control_socket, PathBuf::from("/run/msr-collector/control.sock"));
+    assert_eq!(
+        c.sip.digest_algorithms,
+        vec![DigestAlgorithm::Sha256, DigestAlgorithm::Md5]
+    );
+    assert_eq!(
+        c.defaults,
+        Defaults {
+            zone: "default".into(),
+            site: "local".into()
+        }
+    );
+    assert_eq!(
+        c.subscription,
+        SubscriptionDefaults {
+            event: "eltex-call-count".into(),
+            expires: 60
+        }
+    );
+    assert_eq!(
+        c.control_socket,
+        PathBuf::from("/run/msr-collector/control.sock")
+    );
     assert!(c.accounts.is_empty());
 }
 
@@ -23,7 +44,14 @@ fn empty_file_gets_the_documented_defaults() {
 fn the_example_parses_and_matches_the_loopback_agent() {
     let c = load(&examples_dir().join("collector.toml")).expect("example is valid");
     assert_eq!(c.sip.listen.port(), 5060);
-    assert_eq!(c.accounts, vec![Account { auth_name: "msr".into(), password: "msr-secret".into(), msrs: vec![] }]);
+    assert_eq!(
+        c.accounts,
+        vec![Account {
+            auth_name: "msr".into(),
+            password: "msr-secret".into(),
+            msrs: vec![]
+        }]
+    );
     assert_eq!(c.control_socket, PathBuf::from("/tmp/msr-collector.sock"));
     assert_eq!(c.state_path, PathBuf::from("/tmp/msr-collector-state.json"));
 }
@@ -54,8 +82,16 @@ fn every_invalid_example_fails_with_its_expected_error() {
             .unwrap_or_else(|e| panic!("{}: no .expected: {e}", path.display()));
         let err = load(&path).expect_err(&format!("{} must be rejected", path.display()));
         let text = err.to_string();
-        assert!(text.contains(expected.trim()), "{}: `{text}` lacks `{}`", path.display(), expected.trim());
-        assert!(text.contains(&path.display().to_string()), "error names the file: {text}");
+        assert!(
+            text.contains(expected.trim()),
+            "{}: `{text}` lacks `{}`",
+            path.display(),
+            expected.trim()
+        );
+        assert!(
+            text.contains(&path.display().to_string()),
+            "error names the file: {text}"
+        );
         n += 1;
     }
     assert!(n >= 10);
@@ -64,7 +100,14 @@ fn every_invalid_example_fails_with_its_expected_error() {
 #[test]
 fn a_spurious_key_in_any_table_is_rejected() {
     let text = std::fs::read_to_string(examples_dir().join("collector.toml")).expect("example");
-    for table in ["[sip]", "[[accounts]]", "[defaults]", "[subscription]", "[control]", "[state]"] {
+    for table in [
+        "[sip]",
+        "[[accounts]]",
+        "[defaults]",
+        "[subscription]",
+        "[control]",
+        "[state]",
+    ] {
         let injected = text.replacen(table, &format!("{table}\nbogus_key = 1"), 1);
         let err = parse(&injected, "x.toml").expect_err(table);
         assert!(err.to_string().contains("bogus_key"), "{table}: {err}");
@@ -87,13 +130,21 @@ fn syntax_errors_carry_line_and_column() {
 
 #[test]
 fn tcp_is_optional_and_algorithms_dedupe() {
-    let c = parse("[sip]\ntransports = [\"tcp\", \"udp\"]\ndigest_algorithms = [\"md5\", \"MD5\"]\n", "s").expect("valid");
+    let c = parse(
+        "[sip]\ntransports = [\"tcp\", \"udp\"]\ndigest_algorithms = [\"md5\", \"MD5\"]\n",
+        "s",
+    )
+    .expect("valid");
     assert!(c.sip.tcp());
     assert_eq!(c.sip.digest_algorithms, vec![DigestAlgorithm::Md5]);
 }
 
 #[test]
 fn the_password_is_not_printed_in_debug() {
-    let a = Account { auth_name: "msr".into(), password: "msr-secret".into(), msrs: vec![] };
+    let a = Account {
+        auth_name: "msr".into(),
+        password: "msr-secret".into(),
+        msrs: vec![],
+    };
     assert!(!format!("{a:?}").contains("msr-secret"));
 }

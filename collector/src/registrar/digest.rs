@@ -58,7 +58,12 @@ impl Credentials {
 
     /// The algorithm named, if it is one this registrar knows.
     pub(super) fn digest_algorithm(&self) -> Option<DigestAlgorithm> {
-        match self.algorithm.as_deref().map(str::to_ascii_uppercase).as_deref() {
+        match self
+            .algorithm
+            .as_deref()
+            .map(str::to_ascii_uppercase)
+            .as_deref()
+        {
             None | Some("MD5") => Some(DigestAlgorithm::Md5),
             Some("SHA-256") | Some("SHA256") => Some(DigestAlgorithm::Sha256),
             _ => None,
@@ -84,7 +89,10 @@ impl Credentials {
             }
             _ => return false,
         };
-        constant_time_eq(expected.as_bytes(), self.response.to_ascii_lowercase().as_bytes())
+        constant_time_eq(
+            expected.as_bytes(),
+            self.response.to_ascii_lowercase().as_bytes(),
+        )
     }
 }
 
@@ -108,12 +116,16 @@ mod tests {
     const RFC7616: &str = r#"Digest username="Mufasa", realm="http-auth@example.org", uri="/dir/index.html", algorithm=ALGO, nonce="7ypf/xlj9XXwfDPEoM4URrv/xwf94BcCAzFZH4GiTo0v", nc=00000001, cnonce="f2/wE4q74E6zIJEtWaHKaf5wv/H5QzzpXusqGemxURZJ", qop=auth, response="RESP", opaque="FQhe/qaU925kfnzjCev0ciny7QMkPqMAFRtzCUYo5tdS""#;
 
     fn example(algo: &str, response: &str) -> Credentials {
-        Credentials::parse(&RFC7616.replace("ALGO", algo).replace("RESP", response)).expect("parses")
+        Credentials::parse(&RFC7616.replace("ALGO", algo).replace("RESP", response))
+            .expect("parses")
     }
 
     #[test]
     fn rfc_7616_examples_verify() {
-        let sha = example("SHA-256", "753927fa0e85d155564e2e272a28d1802ca10daf4496794697cf8db5856cb6c1");
+        let sha = example(
+            "SHA-256",
+            "753927fa0e85d155564e2e272a28d1802ca10daf4496794697cf8db5856cb6c1",
+        );
         assert_eq!(sha.digest_algorithm(), Some(DigestAlgorithm::Sha256));
         assert!(sha.verify(DigestAlgorithm::Sha256, "Circle of Life", "GET"));
         assert!(!sha.verify(DigestAlgorithm::Sha256, "circle of life", "GET"));
@@ -124,8 +136,12 @@ mod tests {
 
     #[test]
     fn nonce_count_is_hex_and_hashed_as_sent() {
-        let c = Credentials::parse(&RFC7616.replace("nc=00000001", "nc=0000000a").replace("ALGO", "MD5"))
-            .expect("parses");
+        let c = Credentials::parse(
+            &RFC7616
+                .replace("nc=00000001", "nc=0000000a")
+                .replace("ALGO", "MD5"),
+        )
+        .expect("parses");
         assert_eq!(c.nonce_count(), Some(10));
         assert_eq!(c.nc.as_deref(), Some("0000000a"));
     }
@@ -135,8 +151,15 @@ mod tests {
         assert!(Credentials::parse("Basic dXNlcjpwYXNz").is_none());
         assert!(Credentials::parse(r#"Digest username="a", realm="r", nonce="n""#).is_none());
         assert_eq!(example("SHA-512", "x").digest_algorithm(), None);
-        let no_cnonce = Credentials::parse(&RFC7616.replace(r#"cnonce="f2/wE4q74E6zIJEtWaHKaf5wv/H5QzzpXusqGemxURZJ", "#, "").replace("ALGO", "MD5"))
-            .expect("parses");
+        let no_cnonce = Credentials::parse(
+            &RFC7616
+                .replace(
+                    r#"cnonce="f2/wE4q74E6zIJEtWaHKaf5wv/H5QzzpXusqGemxURZJ", "#,
+                    "",
+                )
+                .replace("ALGO", "MD5"),
+        )
+        .expect("parses");
         assert!(!no_cnonce.verify(DigestAlgorithm::Md5, "Circle of Life", "GET"));
     }
 }

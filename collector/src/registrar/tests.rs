@@ -59,17 +59,38 @@ impl<'a> Reg<'a> {
 }
 
 fn challenges(resp: &Response) -> Vec<String> {
-    sip::header_all(&resp.headers, "WWW-Authenticate").into_iter().map(str::to_owned).collect()
+    sip::header_all(&resp.headers, "WWW-Authenticate")
+        .into_iter()
+        .map(str::to_owned)
+        .collect()
 }
 
 fn nonce_of(challenge: &str) -> String {
     auth_param(challenge, "nonce").expect("nonce")
 }
 
-fn authorization(user: &str, password: &str, nonce: &str, algorithm: Algorithm, token: &str) -> String {
+fn authorization(
+    user: &str,
+    password: &str,
+    nonce: &str,
+    algorithm: Algorithm,
+    token: &str,
+) -> String {
     let uri = "sip:127.0.0.1:5060";
-    let qop = AuthQop::Auth { cnonce: "c0ffee".into(), nc: 1 };
-    let response = compute_digest(user, password, REALM, nonce, &Method::Register, uri, algorithm, Some(&qop));
+    let qop = AuthQop::Auth {
+        cnonce: "c0ffee".into(),
+        nc: 1,
+    };
+    let response = compute_digest(
+        user,
+        password,
+        REALM,
+        nonce,
+        &Method::Register,
+        uri,
+        algorithm,
+        Some(&qop),
+    );
     format!(
         "Digest username=\"{user}\", realm=\"{REALM}\", nonce=\"{nonce}\", uri=\"{uri}\", response=\"{response}\", \
          algorithm={token}, qop=auth, nc=00000001, cnonce=\"c0ffee\""
@@ -82,7 +103,13 @@ fn register(r: &mut Registrar, now: Instant, mut reg: Reg<'_>) -> Response {
     assert_eq!(first.status_code, StatusCode::Unauthorized);
     let nonce = nonce_of(&challenges(&first)[0]);
     reg.cseq += 1;
-    reg.auth = Some(authorization("msr", "msr-secret", &nonce, Algorithm::Md5, "MD5"));
+    reg.auth = Some(authorization(
+        "msr",
+        "msr-secret",
+        &nonce,
+        Algorithm::Md5,
+        "MD5",
+    ));
     r.handle_register(now, &reg.build(), None)
 }
 
@@ -97,9 +124,15 @@ fn challenge_offers_sha256_then_md5_with_qop_auth() {
     assert_eq!(resp.status_code, StatusCode::Unauthorized);
     let c = challenges(&resp);
     assert_eq!(c.len(), 2);
-    assert!(c[0].contains("algorithm=SHA-256") && c[1].contains("algorithm=MD5"), "{c:?}");
+    assert!(
+        c[0].contains("algorithm=SHA-256") && c[1].contains("algorithm=MD5"),
+        "{c:?}"
+    );
     for h in &c {
-        assert!(h.contains("realm=\"msr.local\"") && h.contains("qop=\"auth\"") && !h.contains("stale"), "{h}");
+        assert!(
+            h.contains("realm=\"msr.local\"") && h.contains("qop=\"auth\"") && !h.contains("stale"),
+            "{h}"
+        );
     }
     assert!(r.bindings().next().is_none());
 }
@@ -111,10 +144,15 @@ fn md5_registration_adds_a_named_contact_with_version() {
     let resp = register(&mut r, now, Reg::new("msr_1"));
     assert_eq!(resp.status_code, StatusCode::OK);
     let contacts = sip::header_all(&resp.headers, "Contact");
-    assert_eq!(contacts, vec!["<sip:msr_1@127.0.0.1:5070>;iface=lo;expires=60"]);
+    assert_eq!(
+        contacts,
+        vec!["<sip:msr_1@127.0.0.1:5070>;iface=lo;expires=60"]
+    );
     let ev = events(&mut r);
     assert_eq!(ev.len(), 1);
-    let RegistrarEvent::BindingAdded(b) = &ev[0] else { panic!("{ev:?}") };
+    let RegistrarEvent::BindingAdded(b) = &ev[0] else {
+        panic!("{ev:?}")
+    };
     assert_eq!(b.contact, "lo@msr_1");
     assert_eq!(b.msr, "msr_1");
     assert_eq!(b.uri, "sip:msr_1@127.0.0.1:5070");
@@ -129,8 +167,17 @@ fn sha256_registration_is_accepted() {
     let now = Instant::now();
     let mut reg = Reg::new("msr_1");
     let nonce = nonce_of(&challenges(&r.handle_register(now, &reg.build(), None))[0]);
-    reg.auth = Some(authorization("msr", "msr-secret", &nonce, Algorithm::Sha256, "SHA-256"));
-    assert_eq!(r.handle_register(now, &reg.build(), None).status_code, StatusCode::OK);
+    reg.auth = Some(authorization(
+        "msr",
+        "msr-secret",
+        &nonce,
+        Algorithm::Sha256,
+        "SHA-256",
+    ));
+    assert_eq!(
+        r.handle_register(now, &reg.build(), None).status_code,
+        StatusCode::OK
+    );
 }
 
 #[test]
@@ -141,7 +188,10 @@ fn wrong_password_or_unknown_user_gets_403_and_registers_nothing() {
         let mut reg = Reg::new("msr_1");
         let nonce = nonce_of(&challenges(&r.handle_register(now, &reg.build(), None))[1]);
         reg.auth = Some(authorization(user, password, &nonce, Algorithm::Md5, "MD5"));
-        assert_eq!(r.handle_register(now, &reg.build(), None).status_code, StatusCode::Forbidden);
+        assert_eq!(
+            r.handle_register(now, &reg.build(), None).status_code,
+            StatusCode::Forbidden
+        );
     }
     assert!(r.bindings().next().is_none());
     assert!(events(&mut r).is_empty());
@@ -153,14 +203,27 @@ fn an_expired_nonce_gets_a_stale_challenge() {
     let t0 = Instant::now();
     let mut reg = Reg::new("msr_1");
     let nonce = nonce_of(&challenges(&r.handle_register(t0, &reg.build(), None))[1]);
-    reg.auth = Some(authorization("msr", "msr-secret", &nonce, Algorithm::Md5, "MD5"));
+    reg.auth = Some(authorization(
+        "msr",
+        "msr-secret",
+        &nonce,
+        Algorithm::Md5,
+        "MD5",
+    ));
     // Still valid just before the TTL …
-    assert_eq!(r.handle_register(t0 + Duration::from_secs(299), &reg.build(), None).status_code, StatusCode::OK);
+    assert_eq!(
+        r.handle_register(t0 + Duration::from_secs(299), &reg.build(), None)
+            .status_code,
+        StatusCode::OK
+    );
     // … stale after it, and also long after it was forgotten.
     for later in [301, 5000] {
         let resp = r.handle_register(t0 + Duration::from_secs(later), &reg.build(), None);
         assert_eq!(resp.status_code, StatusCode::Unauthorized);
-        assert!(challenges(&resp).iter().all(|c| c.contains("stale=true")), "{later}");
+        assert!(
+            challenges(&resp).iter().all(|c| c.contains("stale=true")),
+            "{later}"
+        );
     }
 }
 
@@ -179,7 +242,9 @@ fn too_brief_gets_423_and_long_is_capped() {
     reg.expires = Some("7200");
     let resp = register(&mut r, now, reg);
     assert_eq!(resp.status_code, StatusCode::OK);
-    assert!(sip::header(&resp.headers, "Contact").expect("contact").ends_with(";expires=3600"));
+    assert!(sip::header(&resp.headers, "Contact")
+        .expect("contact")
+        .ends_with(";expires=3600"));
 }
 
 #[test]
@@ -192,7 +257,11 @@ fn two_interfaces_then_expires_zero_then_wildcard() {
         "<sip:msr_1@10.0.0.1:5070>;iface=bond1.2".into(),
     ];
     assert_eq!(register(&mut r, now, reg).status_code, StatusCode::OK);
-    let names: Vec<&str> = r.contacts_of("msr_1").iter().map(|b| b.contact.as_str()).collect();
+    let names: Vec<&str> = r
+        .contacts_of("msr_1")
+        .iter()
+        .map(|b| b.contact.as_str())
+        .collect();
     assert_eq!(names, vec!["bond1.2@msr_1", "lo@msr_1"]);
     events(&mut r);
 
@@ -201,7 +270,9 @@ fn two_interfaces_then_expires_zero_then_wildcard() {
     let resp = register(&mut r, now, reg);
     assert_eq!(resp.status_code, StatusCode::OK);
     assert_eq!(sip::header_all(&resp.headers, "Contact").len(), 1);
-    assert!(matches!(&events(&mut r)[..], [RegistrarEvent::BindingRemoved { cause: RemovalCause::Unregistered, binding }] if binding.contact == "bond1.2@msr_1"));
+    assert!(
+        matches!(&events(&mut r)[..], [RegistrarEvent::BindingRemoved { cause: RemovalCause::Unregistered, binding }] if binding.contact == "bond1.2@msr_1")
+    );
 
     let mut reg = Reg::new("msr_1");
     reg.contacts = vec!["*".into()];
@@ -221,12 +292,21 @@ fn refresh_is_reported_and_lapse_removes_the_binding() {
     let t1 = t0 + Duration::from_secs(30);
     register(&mut r, t1, Reg::new("msr_1"));
     let ev = events(&mut r);
-    assert!(matches!(ev[1], RegistrarEvent::BindingRefreshed(_)), "{ev:?}");
+    assert!(
+        matches!(ev[1], RegistrarEvent::BindingRefreshed(_)),
+        "{ev:?}"
+    );
     r.handle_timeout(t1 + Duration::from_secs(59));
     assert!(r.is_registered("msr_1"));
     r.handle_timeout(t1 + Duration::from_secs(60));
     assert!(!r.is_registered("msr_1"));
-    assert!(matches!(&events(&mut r)[..], [RegistrarEvent::BindingRemoved { cause: RemovalCause::Lapsed, .. }]));
+    assert!(matches!(
+        &events(&mut r)[..],
+        [RegistrarEvent::BindingRemoved {
+            cause: RemovalCause::Lapsed,
+            ..
+        }]
+    ));
     assert_eq!(r.poll_timeout(), None);
 }
 
@@ -243,27 +323,43 @@ fn malformed_registers_get_400_never_a_panic() {
     let mut bad_wildcard = Reg::new("msr_1");
     bad_wildcard.contacts = vec!["*".into()];
     for reg in [no_contact, bad_expires] {
-        assert_eq!(r.handle_register(now, &reg.build(), None).status_code, StatusCode::BadRequest);
+        assert_eq!(
+            r.handle_register(now, &reg.build(), None).status_code,
+            StatusCode::BadRequest
+        );
     }
     for reg in [bad_contact, bad_wildcard] {
-        assert_eq!(register(&mut r, now, reg).status_code, StatusCode::BadRequest);
+        assert_eq!(
+            register(&mut r, now, reg).status_code,
+            StatusCode::BadRequest
+        );
     }
     let no_user = Request::try_from(
         "REGISTER sip:127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 1.2.3.4;branch=z9hG4bKx\r\nFrom: <sip:127.0.0.1>;tag=1\r\n\
          To: <sip:127.0.0.1>\r\nCall-ID: x\r\nCSeq: 1 REGISTER\r\nContact: <sip:a@1.2.3.4>\r\nContent-Length: 0\r\n\r\n",
     )
     .expect("parse");
-    assert_eq!(r.handle_register(now, &no_user, None).status_code, StatusCode::BadRequest);
+    assert_eq!(
+        r.handle_register(now, &no_user, None).status_code,
+        StatusCode::BadRequest
+    );
     let mut garbage_auth = Reg::new("msr_1");
     garbage_auth.auth = Some("Digest realm=\"msr.local\", junk".into());
-    assert_eq!(r.handle_register(now, &garbage_auth.build(), None).status_code, StatusCode::BadRequest);
+    assert_eq!(
+        r.handle_register(now, &garbage_auth.build(), None)
+            .status_code,
+        StatusCode::BadRequest
+    );
     assert!(r.bindings().next().is_none());
 }
 
 #[test]
 fn version_parsing() {
     assert_eq!(agent_version("msr-agent/0.1.0").as_deref(), Some("0.1.0"));
-    assert_eq!(agent_version("msr-agent/1.2 (linux)").as_deref(), Some("1.2"));
+    assert_eq!(
+        agent_version("msr-agent/1.2 (linux)").as_deref(),
+        Some("1.2")
+    );
     assert_eq!(agent_version("sipp"), None);
 }
 
@@ -278,7 +374,8 @@ fn poll_timeout_with_many_bindings_returns_the_earliest_and_only_due_ones_lapse(
         let secs = (60 + (i * 17) % 40).to_string();
         reg.expires = Some(&secs);
         if i % 4 == 0 {
-            reg.contacts.push(format!("<sip:{msr}@10.0.0.1:5070>;iface=eth0"));
+            reg.contacts
+                .push(format!("<sip:{msr}@10.0.0.1:5070>;iface=eth0"));
         }
         assert_eq!(register(&mut r, t0, reg).status_code, StatusCode::OK);
         r.check_expiries();
@@ -289,7 +386,10 @@ fn poll_timeout_with_many_bindings_returns_the_earliest_and_only_due_ones_lapse(
 
     // Refresh one (moves its expiry), unregister one contact, rename one.
     let t1 = t0 + Duration::from_secs(10);
-    assert_eq!(register(&mut r, t1, Reg::new("msr_00")).status_code, StatusCode::OK);
+    assert_eq!(
+        register(&mut r, t1, Reg::new("msr_00")).status_code,
+        StatusCode::OK
+    );
     r.check_expiries();
     let mut off = Reg::new("msr_04");
     off.contacts = vec!["<sip:msr_04@10.0.0.1:5070>;iface=eth0;expires=0".into()];
@@ -303,13 +403,20 @@ fn poll_timeout_with_many_bindings_returns_the_earliest_and_only_due_ones_lapse(
 
     // Step through every deadline: each lapses exactly the bindings due then.
     while let Some(at) = r.poll_timeout() {
-        let due: Vec<String> = r.bindings().filter(|b| b.expires_at <= at).map(|b| b.contact.clone()).collect();
+        let due: Vec<String> = r
+            .bindings()
+            .filter(|b| b.expires_at <= at)
+            .map(|b| b.contact.clone())
+            .collect();
         assert!(!due.is_empty());
         r.handle_timeout(at);
         let lapsed: Vec<String> = events(&mut r)
             .into_iter()
             .map(|e| match e {
-                RegistrarEvent::BindingRemoved { binding, cause: RemovalCause::Lapsed } => binding.contact,
+                RegistrarEvent::BindingRemoved {
+                    binding,
+                    cause: RemovalCause::Lapsed,
+                } => binding.contact,
                 other => panic!("{other:?}"),
             })
             .collect();
@@ -326,8 +433,20 @@ fn poll_timeout_with_many_bindings_returns_the_earliest_and_only_due_ones_lapse(
 
 /// An MD5 `Authorization` with a given nonce count and digest uri.
 fn authorization_with(nonce: &str, nc: u8, uri: &str) -> String {
-    let qop = AuthQop::Auth { cnonce: "c0ffee".into(), nc };
-    let response = compute_digest("msr", "msr-secret", REALM, nonce, &Method::Register, uri, Algorithm::Md5, Some(&qop));
+    let qop = AuthQop::Auth {
+        cnonce: "c0ffee".into(),
+        nc,
+    };
+    let response = compute_digest(
+        "msr",
+        "msr-secret",
+        REALM,
+        nonce,
+        &Method::Register,
+        uri,
+        Algorithm::Md5,
+        Some(&qop),
+    );
     format!(
         "Digest username=\"msr\", realm=\"{REALM}\", nonce=\"{nonce}\", uri=\"{uri}\", response=\"{response}\", \
          algorithm=MD5, qop=auth, nc={nc:08}, cnonce=\"c0ffee\""
@@ -341,7 +460,10 @@ fn a_replayed_nonce_count_is_challenged_and_a_higher_one_accepted() {
     let mut reg = Reg::new("msr_1");
     let nonce = nonce_of(&challenges(&r.handle_register(now, &reg.build(), None))[1]);
     reg.auth = Some(authorization_with(&nonce, 1, "sip:127.0.0.1:5060"));
-    assert_eq!(r.handle_register(now, &reg.build(), None).status_code, StatusCode::OK);
+    assert_eq!(
+        r.handle_register(now, &reg.build(), None).status_code,
+        StatusCode::OK
+    );
     // The same credentials again (a captured REGISTER replayed, here for
     // another AOR): a fresh challenge, nothing registered.
     let mut replay = Reg::new("msr_evil");
@@ -353,7 +475,10 @@ fn a_replayed_nonce_count_is_challenged_and_a_higher_one_accepted() {
     // The agent's refresh: same nonce, next count.
     reg.cseq += 1;
     reg.auth = Some(authorization_with(&nonce, 2, "sip:127.0.0.1:5060"));
-    assert_eq!(r.handle_register(now, &reg.build(), None).status_code, StatusCode::OK);
+    assert_eq!(
+        r.handle_register(now, &reg.build(), None).status_code,
+        StatusCode::OK
+    );
 }
 
 #[test]
@@ -363,7 +488,10 @@ fn a_digest_uri_other_than_the_request_uri_is_a_bad_request() {
     let mut reg = Reg::new("msr_1");
     let nonce = nonce_of(&challenges(&r.handle_register(now, &reg.build(), None))[1]);
     reg.auth = Some(authorization_with(&nonce, 1, "sip:evil.example"));
-    assert_eq!(r.handle_register(now, &reg.build(), None).status_code, StatusCode::BadRequest);
+    assert_eq!(
+        r.handle_register(now, &reg.build(), None).status_code,
+        StatusCode::BadRequest
+    );
     assert!(!r.is_registered("msr_1"));
 }
 
@@ -373,7 +501,10 @@ fn an_unsupported_algorithm_is_challenged_again() {
     let now = Instant::now();
     let mut reg = Reg::new("msr_1");
     let nonce = nonce_of(&challenges(&r.handle_register(now, &reg.build(), None))[1]);
-    reg.auth = Some(authorization_with(&nonce, 1, "sip:127.0.0.1:5060").replace("algorithm=MD5", "algorithm=SHA-512"));
+    reg.auth = Some(
+        authorization_with(&nonce, 1, "sip:127.0.0.1:5060")
+            .replace("algorithm=MD5", "algorithm=SHA-512"),
+    );
     let resp = r.handle_register(now, &reg.build(), None);
     assert_eq!(resp.status_code, StatusCode::Unauthorized);
     assert!(challenges(&resp).iter().all(|c| !c.contains("stale=true")));
@@ -388,8 +519,14 @@ fn an_account_limited_to_some_msrs_cannot_register_others() {
     .expect("config");
     let mut r = Registrar::new(&c.sip, &c.accounts);
     let now = Instant::now();
-    assert_eq!(register(&mut r, now, Reg::new("msr_1")).status_code, StatusCode::OK);
-    assert_eq!(register(&mut r, now, Reg::new("msr_2")).status_code, StatusCode::Forbidden);
+    assert_eq!(
+        register(&mut r, now, Reg::new("msr_1")).status_code,
+        StatusCode::OK
+    );
+    assert_eq!(
+        register(&mut r, now, Reg::new("msr_2")).status_code,
+        StatusCode::Forbidden
+    );
     assert!(!r.is_registered("msr_2"));
 }
 
@@ -399,12 +536,23 @@ fn nonces_are_bounded_and_forgotten_oldest_first() {
     let t0 = Instant::now();
     let first = nonce_of(&challenges(&r.handle_register(t0, &Reg::new("msr_1").build(), None))[1]);
     for i in 0..MAX_NONCES {
-        let _ = r.handle_register(t0 + Duration::from_millis(i as u64 % 1000), &Reg::new("msr_x").build(), None);
+        let _ = r.handle_register(
+            t0 + Duration::from_millis(i as u64 % 1000),
+            &Reg::new("msr_x").build(),
+            None,
+        );
     }
     assert_eq!(r.nonces.len(), MAX_NONCES);
-    assert!(!r.nonces.contains_key(&first), "the oldest nonce was evicted");
+    assert!(
+        !r.nonces.contains_key(&first),
+        "the oldest nonce was evicted"
+    );
     // Two TTLs later every nonce is purged by the next request.
-    let _ = r.handle_register(t0 + Duration::from_secs(601), &Reg::new("msr_1").build(), None);
+    let _ = r.handle_register(
+        t0 + Duration::from_secs(601),
+        &Reg::new("msr_1").build(),
+        None,
+    );
     assert_eq!(r.nonces.len(), 1);
     assert_eq!(r.nonce_order.len(), 1);
 }

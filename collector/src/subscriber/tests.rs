@@ -1,7 +1,7 @@
 use super::*;
-use std::collections::{BTreeSet, HashMap};
 use crate::load_table::{ContactBinding, LoadTable};
 use crate::operator::OperatorConfig;
+use std::collections::{BTreeSet, HashMap};
 
 const BODY: &str = "msr: msr_1\nload: 37\ncpu: 21\ncalls: 303\nmax-calls: 8192\n";
 
@@ -14,11 +14,17 @@ fn subscriber() -> Subscriber {
 }
 
 fn lo() -> Target {
-    Target { name: "lo@msr_1".into(), uri: "sip:msr_1@127.0.0.1:5070".into() }
+    Target {
+        name: "lo@msr_1".into(),
+        uri: "sip:msr_1@127.0.0.1:5070".into(),
+    }
 }
 
 fn eth() -> Target {
-    Target { name: "eth0@msr_1".into(), uri: "sip:msr_1@10.0.0.1:5070".into() }
+    Target {
+        name: "eth0@msr_1".into(),
+        uri: "sip:msr_1@10.0.0.1:5070".into(),
+    }
 }
 
 fn transmits(s: &mut Subscriber) -> Vec<Transmit> {
@@ -87,7 +93,10 @@ fn registration_triggers_the_first_subscribe() {
     assert_eq!(h(&t, "CSeq"), "1 SUBSCRIBE");
     assert!(sip::tag(h(&t, "From")).is_some());
     assert!(sip::tag(h(&t, "To")).is_none());
-    assert_eq!(s.view("msr_1").expect("view").status, SubscriptionStatus::Pending);
+    assert_eq!(
+        s.view("msr_1").expect("view").status,
+        SubscriptionStatus::Pending
+    );
     assert_eq!(s.view("msr_1").expect("view").event_id.len(), 16);
     // A refresh of the same registration sends nothing new.
     s.contacts_changed(now, "msr_1", vec![lo()]);
@@ -111,7 +120,10 @@ fn grant_then_refresh_in_dialog_at_eighty_percent() {
     assert_eq!(h(&r, "CSeq"), "2 SUBSCRIBE");
     let t1 = t0 + Duration::from_secs(48);
     s.handle_response(t1, r.id, &answer(&r, StatusCode::OK, Some(30)));
-    assert!(matches!(&events(&mut s)[..], [SubscriberEvent::Refreshed { expires: 30, .. }]));
+    assert!(matches!(
+        &events(&mut s)[..],
+        [SubscriberEvent::Refreshed { expires: 30, .. }]
+    ));
     assert_eq!(s.poll_timeout(), Some(t1 + Duration::from_secs(24)));
 }
 
@@ -132,10 +144,15 @@ fn notify_in_dialog_updates_load_and_counters() {
     let resp = s.handle_notify(now, 1_700_000_000, &n);
     assert_eq!(resp.status_code, StatusCode::OK);
     let ev = events(&mut s);
-    let [SubscriberEvent::Load { msr, report, at }] = &ev[..] else { panic!("{ev:?}") };
+    let [SubscriberEvent::Load { msr, report, at }] = &ev[..] else {
+        panic!("{ev:?}")
+    };
     assert_eq!((msr.as_str(), report.load, *at), ("msr_1", 37, now));
     let v = s.view("msr_1").expect("view");
-    assert_eq!((v.notify_count, v.last_notify_unix), (1, Some(1_700_000_000)));
+    assert_eq!(
+        (v.notify_count, v.last_notify_unix),
+        (1, Some(1_700_000_000))
+    );
 }
 
 #[test]
@@ -147,7 +164,10 @@ fn notify_outside_our_dialogs_gets_481_and_changes_nothing() {
         notify(&t, "unknown@elsewhere", "agent-tag", "active", BODY),
         notify(&t, h(&t, "Call-ID"), "another-tag", "active", BODY),
     ] {
-        assert_eq!(s.handle_notify(now, 1, &n).status_code, StatusCode::CallTransactionDoesNotExist);
+        assert_eq!(
+            s.handle_notify(now, 1, &n).status_code,
+            StatusCode::CallTransactionDoesNotExist
+        );
     }
     assert!(events(&mut s).is_empty());
     assert_eq!(s.view("msr_1").expect("view").notify_count, 0);
@@ -159,7 +179,10 @@ fn unreadable_body_gets_400_and_keeps_the_last_load() {
     let now = Instant::now();
     let t = active(&mut s, now);
     let bad = notify(&t, h(&t, "Call-ID"), "agent-tag", "active", "load: lots\n");
-    assert_eq!(s.handle_notify(now, 1, &bad).status_code, StatusCode::BadRequest);
+    assert_eq!(
+        s.handle_notify(now, 1, &bad).status_code,
+        StatusCode::BadRequest
+    );
     assert!(events(&mut s).is_empty());
     assert_eq!(s.view("msr_1").expect("view").notify_count, 0);
 }
@@ -174,7 +197,13 @@ fn a_notify_racing_ahead_of_the_200_is_accepted() {
     assert_eq!(s.handle_notify(now, 1, &n).status_code, StatusCode::OK);
     s.handle_response(now, t.id, &answer(&t, StatusCode::OK, Some(60)));
     let ev = events(&mut s);
-    assert!(matches!(&ev[..], [SubscriberEvent::Load { .. }, SubscriberEvent::Active { .. }]), "{ev:?}");
+    assert!(
+        matches!(
+            &ev[..],
+            [SubscriberEvent::Load { .. }, SubscriberEvent::Active { .. }]
+        ),
+        "{ev:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -196,7 +225,11 @@ async fn no_notify_within_expiry_makes_the_row_stale() {
         "local",
     );
     let t = active(&mut s, t0);
-    s.handle_notify(t0, 1, &notify(&t, h(&t, "Call-ID"), "agent-tag", "active;expires=60", BODY));
+    s.handle_notify(
+        t0,
+        1,
+        &notify(&t, h(&t, "Call-ID"), "agent-tag", "active;expires=60", BODY),
+    );
     for ev in events(&mut s) {
         if let SubscriberEvent::Load { msr, report, at } = ev {
             table.set_load(&msr, report, at);
@@ -218,9 +251,17 @@ fn terminated_timeout_resubscribes_at_once_with_a_new_dialog() {
     let mut s = subscriber();
     let now = Instant::now();
     let t = active(&mut s, now);
-    let n = notify(&t, h(&t, "Call-ID"), "agent-tag", "terminated;reason=timeout", "");
+    let n = notify(
+        &t,
+        h(&t, "Call-ID"),
+        "agent-tag",
+        "terminated;reason=timeout",
+        "",
+    );
     assert_eq!(s.handle_notify(now, 1, &n).status_code, StatusCode::OK);
-    assert!(matches!(&events(&mut s)[..], [SubscriberEvent::Terminated { retry_at: Some(at), .. }] if *at == now));
+    assert!(
+        matches!(&events(&mut s)[..], [SubscriberEvent::Terminated { retry_at: Some(at), .. }] if *at == now)
+    );
     assert_eq!(s.poll_timeout(), Some(now));
     s.handle_timeout(now);
     let again = one(&mut s);
@@ -233,7 +274,13 @@ fn terminated_probation_honours_retry_after() {
     let mut s = subscriber();
     let now = Instant::now();
     let t = active(&mut s, now);
-    let n = notify(&t, h(&t, "Call-ID"), "agent-tag", "terminated;reason=probation;retry-after=30", "");
+    let n = notify(
+        &t,
+        h(&t, "Call-ID"),
+        "agent-tag",
+        "terminated;reason=probation;retry-after=30",
+        "",
+    );
     s.handle_notify(now, 1, &n);
     assert_eq!(s.poll_timeout(), Some(now + Duration::from_secs(30)));
     s.handle_timeout(now + Duration::from_secs(29));
@@ -247,13 +294,28 @@ fn terminated_noresource_waits_for_a_new_registration() {
     let mut s = subscriber();
     let now = Instant::now();
     let t = active(&mut s, now);
-    let n = notify(&t, h(&t, "Call-ID"), "agent-tag", "terminated;reason=noresource", "");
+    let n = notify(
+        &t,
+        h(&t, "Call-ID"),
+        "agent-tag",
+        "terminated;reason=noresource",
+        "",
+    );
     s.handle_notify(now, 1, &n);
-    assert!(matches!(&events(&mut s)[..], [SubscriberEvent::Terminated { retry_at: None, .. }]));
+    assert!(matches!(
+        &events(&mut s)[..],
+        [SubscriberEvent::Terminated { retry_at: None, .. }]
+    ));
     assert_eq!(s.poll_timeout(), None);
-    assert_eq!(s.view("msr_1").expect("view").status, SubscriptionStatus::Terminated("noresource".into()));
+    assert_eq!(
+        s.view("msr_1").expect("view").status,
+        SubscriptionStatus::Terminated("noresource".into())
+    );
     s.contacts_changed(now, "msr_1", vec![lo()]);
-    assert!(transmits(&mut s).is_empty(), "a registration refresh is not a new registration");
+    assert!(
+        transmits(&mut s).is_empty(),
+        "a registration refresh is not a new registration"
+    );
     s.contacts_changed(now, "msr_1", vec![lo(), eth()]);
     assert_eq!(transmits(&mut s).len(), 1);
 }
@@ -265,13 +327,22 @@ fn refused_and_481_and_timeouts_back_off_then_reset() {
     s.contacts_changed(t0, "msr_1", vec![lo()]);
     let mut now = t0;
     let mut delays = Vec::new();
-    for status in [StatusCode::ServiceUnavailable, StatusCode::RequestTimeout, StatusCode::Forbidden] {
+    for status in [
+        StatusCode::ServiceUnavailable,
+        StatusCode::RequestTimeout,
+        StatusCode::Forbidden,
+    ] {
         let t = one(&mut s);
         s.handle_response(now, t.id, &answer(&t, status, None));
         let ev = events(&mut s);
-        let [SubscriberEvent::Retrying { delay, .. }] = &ev[..] else { panic!("{ev:?}") };
+        let [SubscriberEvent::Retrying { delay, .. }] = &ev[..] else {
+            panic!("{ev:?}")
+        };
         delays.push(delay.as_secs());
-        assert_eq!(s.view("msr_1").expect("view").status, SubscriptionStatus::Failed);
+        assert_eq!(
+            s.view("msr_1").expect("view").status,
+            SubscriptionStatus::Failed
+        );
         now += *delay;
         s.handle_timeout(now);
     }
@@ -289,9 +360,16 @@ fn refused_and_481_and_timeouts_back_off_then_reset() {
     // 481 to a refresh: a new dialog after a reset backoff (1 s).
     s.handle_timeout(now + Duration::from_secs(48));
     let r = one(&mut s);
-    s.handle_response(now, r.id, &answer(&r, StatusCode::CallTransactionDoesNotExist, None));
+    s.handle_response(
+        now,
+        r.id,
+        &answer(&r, StatusCode::CallTransactionDoesNotExist, None),
+    );
     let ev = events(&mut s);
-    assert!(matches!(&ev[..], [SubscriberEvent::Retrying { delay, cause, .. }] if delay.as_secs() == 1 && cause == "481"), "{ev:?}");
+    assert!(
+        matches!(&ev[..], [SubscriberEvent::Retrying { delay, cause, .. }] if delay.as_secs() == 1 && cause == "481"),
+        "{ev:?}"
+    );
     s.handle_timeout(now + Duration::from_secs(1));
     let fresh = one(&mut s);
     assert_ne!(h(&fresh, "Call-ID"), h(&t, "Call-ID"));
@@ -307,7 +385,9 @@ fn backoff_is_capped_at_sixty_seconds() {
         let t = one(&mut s);
         s.handle_failure(now, t.id, "no route");
         let ev = events(&mut s);
-        let [SubscriberEvent::Retrying { delay, .. }] = &ev[..] else { panic!("{ev:?}") };
+        let [SubscriberEvent::Retrying { delay, .. }] = &ev[..] else {
+            panic!("{ev:?}")
+        };
         last = *delay;
         now += *delay;
         s.handle_timeout(now);
@@ -351,12 +431,24 @@ fn unregistration_ends_the_dialog_with_expires_zero() {
     assert_eq!(h(&u, "Expires"), "0");
     assert_eq!(h(&u, "Call-ID"), h(&t, "Call-ID"));
     assert_eq!(sip::tag(h(&u, "To")).as_deref(), Some("agent-tag"));
-    assert!(matches!(&events(&mut s)[..], [SubscriberEvent::Ended { .. }]));
+    assert!(matches!(
+        &events(&mut s)[..],
+        [SubscriberEvent::Ended { .. }]
+    ));
     assert!(s.view("msr_1").is_none());
     assert_eq!(s.poll_timeout(), None);
     // A late NOTIFY in the ended dialog gets 481.
-    let n = notify(&t, h(&t, "Call-ID"), "agent-tag", "terminated;reason=timeout", "");
-    assert_eq!(s.handle_notify(now, 1, &n).status_code, StatusCode::CallTransactionDoesNotExist);
+    let n = notify(
+        &t,
+        h(&t, "Call-ID"),
+        "agent-tag",
+        "terminated;reason=timeout",
+        "",
+    );
+    assert_eq!(
+        s.handle_notify(now, 1, &n).status_code,
+        StatusCode::CallTransactionDoesNotExist
+    );
 }
 
 #[test]
@@ -365,7 +457,11 @@ fn the_subscription_moves_when_its_contact_goes() {
     let now = Instant::now();
     s.contacts_changed(now, "msr_1", vec![lo(), eth()]);
     let t = one(&mut s);
-    assert_eq!(t.request.uri.to_string(), eth().uri, "first contact by name");
+    assert_eq!(
+        t.request.uri.to_string(),
+        eth().uri,
+        "first contact by name"
+    );
     s.handle_response(now, t.id, &answer(&t, StatusCode::OK, Some(60)));
     s.contacts_changed(now, "msr_1", vec![lo()]);
     let moved = one(&mut s);
@@ -394,11 +490,16 @@ fn unanswered_expiry_starts_a_new_dialog() {
     s.handle_timeout(now + Duration::from_secs(48));
     let _refresh_never_answered = one(&mut s);
     s.handle_timeout(now + Duration::from_secs(60));
-    assert!(matches!(&events(&mut s)[..], [SubscriberEvent::Retrying { cause, .. }] if cause == "expired"));
+    assert!(
+        matches!(&events(&mut s)[..], [SubscriberEvent::Retrying { cause, .. }] if cause == "expired")
+    );
 }
 
 fn target(msr: &str) -> Target {
-    Target { name: format!("lo@{msr}"), uri: format!("sip:{msr}@127.0.0.1:5070") }
+    Target {
+        name: format!("lo@{msr}"),
+        uri: format!("sip:{msr}@127.0.0.1:5070"),
+    }
 }
 
 fn body(msr: &str, load: u8) -> String {
@@ -432,9 +533,16 @@ fn loads(s: &mut Subscriber) -> Vec<u8> {
 
 /// Panics unless the deadline set and the dialog index match the subscriptions.
 fn check_indexes(s: &Subscriber) {
-    assert_eq!(s.poll_timeout(), s.scan_timeout(), "deadline set out of date");
-    let armed: BTreeSet<(Instant, String)> =
-        s.subs.iter().filter_map(|(m, sub)| sub.next_deadline().map(|t| (t, m.clone()))).collect();
+    assert_eq!(
+        s.poll_timeout(),
+        s.scan_timeout(),
+        "deadline set out of date"
+    );
+    let armed: BTreeSet<(Instant, String)> = s
+        .subs
+        .iter()
+        .filter_map(|(m, sub)| sub.next_deadline().map(|t| (t, m.clone())))
+        .collect();
     assert_eq!(s.timers, armed, "deadline set out of date");
     let dialogs: HashMap<String, String> = s
         .subs
@@ -450,26 +558,47 @@ fn a_notify_with_an_old_cseq_leaves_the_load_unchanged() {
     let now = Instant::now();
     let t = active(&mut s, now);
     let ok = |s: &mut Subscriber, n: &Request| s.handle_notify(now, 1, n).status_code;
-    assert_eq!(ok(&mut s, &notify_seq(&t, 5, "a", &body("msr_1", 40))), StatusCode::OK);
+    assert_eq!(
+        ok(&mut s, &notify_seq(&t, 5, "a", &body("msr_1", 40))),
+        StatusCode::OK
+    );
     assert_eq!(loads(&mut s), [40]);
     // Lower CSeq: out of order (RFC 3261 §12.2.2), 500, nothing changes.
-    assert_eq!(ok(&mut s, &notify_seq(&t, 4, "b", &body("msr_1", 90))), StatusCode::ServerInternalError);
+    assert_eq!(
+        ok(&mut s, &notify_seq(&t, 4, "b", &body("msr_1", 90))),
+        StatusCode::ServerInternalError
+    );
     assert!(events(&mut s).is_empty());
     assert_eq!(s.view("msr_1").expect("view").notify_count, 1);
     // The same NOTIFY again (same CSeq and branch): a retransmission, 200, nothing changes.
-    assert_eq!(ok(&mut s, &notify_seq(&t, 5, "a", &body("msr_1", 40))), StatusCode::OK);
+    assert_eq!(
+        ok(&mut s, &notify_seq(&t, 5, "a", &body("msr_1", 40))),
+        StatusCode::OK
+    );
     assert!(events(&mut s).is_empty());
     assert_eq!(s.view("msr_1").expect("view").notify_count, 1);
     // The same CSeq in another transaction: out of order too.
-    assert_eq!(ok(&mut s, &notify_seq(&t, 5, "c", &body("msr_1", 70))), StatusCode::ServerInternalError);
+    assert_eq!(
+        ok(&mut s, &notify_seq(&t, 5, "c", &body("msr_1", 70))),
+        StatusCode::ServerInternalError
+    );
     assert!(events(&mut s).is_empty());
     // A higher CSeq is applied, gaps allowed.
-    assert_eq!(ok(&mut s, &notify_seq(&t, 9, "d", &body("msr_1", 55))), StatusCode::OK);
+    assert_eq!(
+        ok(&mut s, &notify_seq(&t, 9, "d", &body("msr_1", 55))),
+        StatusCode::OK
+    );
     assert_eq!(loads(&mut s), [55]);
     assert_eq!(s.view("msr_1").expect("view").notify_count, 2);
     // A refused NOTIFY (bad body) does not advance the sequence.
-    assert_eq!(ok(&mut s, &notify_seq(&t, 10, "e", "load: lots\n")), StatusCode::BadRequest);
-    assert_eq!(ok(&mut s, &notify_seq(&t, 10, "f", &body("msr_1", 60))), StatusCode::OK);
+    assert_eq!(
+        ok(&mut s, &notify_seq(&t, 10, "e", "load: lots\n")),
+        StatusCode::BadRequest
+    );
+    assert_eq!(
+        ok(&mut s, &notify_seq(&t, 10, "f", &body("msr_1", 60))),
+        StatusCode::OK
+    );
     assert_eq!(loads(&mut s), [60]);
 }
 
@@ -479,15 +608,26 @@ fn a_new_dialog_starts_a_new_cseq_sequence() {
     let now = Instant::now();
     let t = active(&mut s, now);
     s.handle_notify(now, 1, &notify_seq(&t, 7, "a", &body("msr_1", 10)));
-    let n = notify(&t, h(&t, "Call-ID"), "agent-tag", "terminated;reason=timeout", "");
+    let n = notify(
+        &t,
+        h(&t, "Call-ID"),
+        "agent-tag",
+        "terminated;reason=timeout",
+        "",
+    );
     // `notify` sends CSeq 1: below 7, so refused; the dialog stays.
-    assert_eq!(s.handle_notify(now, 1, &n).status_code, StatusCode::ServerInternalError);
+    assert_eq!(
+        s.handle_notify(now, 1, &n).status_code,
+        StatusCode::ServerInternalError
+    );
     events(&mut s);
     s.handle_timeout(now + Duration::from_secs(48));
     let refresh = one(&mut s);
     assert_eq!(h(&refresh, "Call-ID"), h(&t, "Call-ID"));
     // The old dialog ends; the new one accepts CSeq 1 again.
-    let end = notify_seq(&t, 8, "b", "").to_string().replace("active;expires=60", "terminated;reason=timeout");
+    let end = notify_seq(&t, 8, "b", "")
+        .to_string()
+        .replace("active;expires=60", "terminated;reason=timeout");
     let end = Request::try_from(end.as_str()).expect("parses");
     assert_eq!(s.handle_notify(now, 1, &end).status_code, StatusCode::OK);
     s.handle_timeout(now + Duration::from_secs(48));
@@ -495,11 +635,16 @@ fn a_new_dialog_starts_a_new_cseq_sequence() {
     assert_ne!(h(&t2, "Call-ID"), h(&t, "Call-ID"));
     s.handle_response(now, t2.id, &answer(&t2, StatusCode::OK, Some(60)));
     events(&mut s);
-    assert_eq!(s.handle_notify(now, 1, &notify_seq(&t2, 1, "c", &body("msr_1", 20))).status_code, StatusCode::OK);
+    assert_eq!(
+        s.handle_notify(now, 1, &notify_seq(&t2, 1, "c", &body("msr_1", 20)))
+            .status_code,
+        StatusCode::OK
+    );
     assert_eq!(loads(&mut s), [20]);
     // The old dialog is gone from the index.
     assert_eq!(
-        s.handle_notify(now, 1, &notify_seq(&t, 9, "d", &body("msr_1", 99))).status_code,
+        s.handle_notify(now, 1, &notify_seq(&t, 9, "d", &body("msr_1", 99)))
+            .status_code,
         StatusCode::CallTransactionDoesNotExist
     );
     check_indexes(&s);
@@ -518,7 +663,11 @@ fn poll_timeout_with_many_subscriptions_returns_the_earliest() {
         let at = t0 + Duration::from_millis(10 * i as u64);
         s.contacts_changed(at, &msr, vec![target(&msr)]);
         let t = one(&mut s);
-        s.handle_response(at, t.id, &answer(&t, StatusCode::OK, Some(60 + (i % 7) as u32 * 10)));
+        s.handle_response(
+            at,
+            t.id,
+            &answer(&t, StatusCode::OK, Some(60 + (i % 7) as u32 * 10)),
+        );
         check_indexes(&s);
         subs.push((msr, t, at));
     }
@@ -540,12 +689,24 @@ fn poll_timeout_with_many_subscriptions_returns_the_earliest() {
     for (i, (msr, t, at)) in subs.iter().enumerate() {
         match i % 5 {
             0 => {
-                let n = notify(t, h(t, "Call-ID"), "agent-tag", "terminated;reason=probation;retry-after=5", "");
+                let n = notify(
+                    t,
+                    h(t, "Call-ID"),
+                    "agent-tag",
+                    "terminated;reason=probation;retry-after=5",
+                    "",
+                );
                 s.handle_notify(*at, 1, &n);
             }
             1 => s.contacts_changed(*at, msr, Vec::new()),
             2 => {
-                let n = notify(t, h(t, "Call-ID"), "agent-tag", "terminated;reason=noresource", "");
+                let n = notify(
+                    t,
+                    h(t, "Call-ID"),
+                    "agent-tag",
+                    "terminated;reason=noresource",
+                    "",
+                );
                 s.handle_notify(*at, 1, &n);
             }
             _ => {}
@@ -587,16 +748,24 @@ fn only_changed_subscriptions_are_reported() {
         s.handle_response(now, t.id, &answer(&t, StatusCode::OK, Some(60)));
         dialogs.push(t);
     }
-    let first: Vec<String> = std::iter::from_fn(|| s.poll_view_change()).map(|(m, _)| m).collect();
+    let first: Vec<String> = std::iter::from_fn(|| s.poll_view_change())
+        .map(|(m, _)| m)
+        .collect();
     assert_eq!(first, ["msr_1", "msr_2", "msr_3"]);
     assert!(s.poll_view_change().is_none(), "nothing changed since");
 
     let n = notify_seq(&dialogs[1], 1, "x", &body("msr_2", 12));
-    assert_eq!(s.handle_notify(now, 1_700_000_000, &n).status_code, StatusCode::OK);
+    assert_eq!(
+        s.handle_notify(now, 1_700_000_000, &n).status_code,
+        StatusCode::OK
+    );
     let changed: Vec<_> = std::iter::from_fn(|| s.poll_view_change()).collect();
     assert_eq!(changed.len(), 1, "{changed:?}");
     assert_eq!(changed[0].0, "msr_2");
-    assert_eq!((changed[0].1.notify_count, changed[0].1.last_notify_unix), (1, Some(1_700_000_000)));
+    assert_eq!(
+        (changed[0].1.notify_count, changed[0].1.last_notify_unix),
+        (1, Some(1_700_000_000))
+    );
 
     // A NOTIFY refused as out of order may be reported, but with the view unchanged.
     s.handle_notify(now, 1, &notify_seq(&dialogs[1], 1, "y", &body("msr_2", 99)));
@@ -608,7 +777,13 @@ fn only_changed_subscriptions_are_reported() {
     s.contacts_changed(now, "msr_3", Vec::new());
     assert!(s.poll_view_change().is_none());
     // Unknown dialogs change nothing.
-    let stray = notify(&dialogs[0], "unknown@elsewhere", "agent-tag", "active", BODY);
+    let stray = notify(
+        &dialogs[0],
+        "unknown@elsewhere",
+        "agent-tag",
+        "active",
+        BODY,
+    );
     s.handle_notify(now, 1, &stray);
     assert!(s.poll_view_change().is_none());
 }

@@ -73,8 +73,9 @@ pub enum EndpointError {
 /// One event from the SIP side of a daemon.
 #[derive(Debug)]
 pub enum SipEvent {
-    /// A new request (a new server transaction) to answer.
-    Request(ServerTransaction),
+    /// A new request (a new server transaction) to answer. Boxed: the
+    /// transaction is large and most events are responses.
+    Request(Box<ServerTransaction>),
     /// The final response to the request sent with this id. A transaction
     /// that times out (Timer F) is reported as a locally generated 408.
     Response {
@@ -100,7 +101,9 @@ pub struct ServerTransaction {
 
 impl std::fmt::Debug for ServerTransaction {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerTransaction").field("key", &self.tx.key).finish()
+        f.debug_struct("ServerTransaction")
+            .field("key", &self.tx.key)
+            .finish()
     }
 }
 
@@ -161,21 +164,24 @@ impl SipEndpoint {
                 addr,
                 reason: e.to_string(),
             })?;
-        let local_addr = udp.get_addr().get_socketaddr().map_err(|e| EndpointError::Bind {
-            transport: "udp",
-            addr,
-            reason: e.to_string(),
-        })?;
+        let local_addr = udp
+            .get_addr()
+            .get_socketaddr()
+            .map_err(|e| EndpointError::Bind {
+                transport: "udp",
+                addr,
+                reason: e.to_string(),
+            })?;
         transport_layer.add_transport(udp.into());
         if tcp {
             let tcp_addr = SocketAddr::new(addr.ip(), local_addr.port());
-            let listener = TcpListenerConnection::new(tcp_addr, None).await.map_err(|e| {
-                EndpointError::Bind {
+            let listener = TcpListenerConnection::new(tcp_addr, None)
+                .await
+                .map_err(|e| EndpointError::Bind {
                     transport: "tcp",
                     addr: tcp_addr,
                     reason: e.to_string(),
-                }
-            })?;
+                })?;
             transport_layer.add_transport(SipConnection::from(listener));
         }
         let endpoint = EndpointBuilder::new()
@@ -299,7 +305,7 @@ impl SipEndpoint {
         tokio::select! {
             biased;
             ev = self.events_rx.recv() => ev,
-            tx = self.incoming.recv() => tx.map(|tx| SipEvent::Request(ServerTransaction { tx })),
+            tx = self.incoming.recv() => tx.map(|tx| SipEvent::Request(Box::new(ServerTransaction { tx }))),
         }
     }
 
@@ -308,13 +314,20 @@ impl SipEndpoint {
     fn shed_backlog(&mut self) {
         let mut shed = 0u64;
         while self.incoming.len() > self.max_backlog {
-            let Ok(tx) = self.incoming.try_recv() else { break };
+            let Ok(tx) = self.incoming.try_recv() else {
+                break;
+            };
             if tx.original.method == Method::Ack {
                 continue;
             }
             let tag = super::random_token();
-            let mut response = super::response(&tx.original, StatusCode::ServiceUnavailable, Some(&tag));
-            super::push_header(&mut response.headers, "Retry-After", SHED_RETRY_AFTER_SECS.to_string());
+            let mut response =
+                super::response(&tx.original, StatusCode::ServiceUnavailable, Some(&tag));
+            super::push_header(
+                &mut response.headers,
+                "Retry-After",
+                SHED_RETRY_AFTER_SECS.to_string(),
+            );
             tokio::spawn(ServerTransaction { tx }.respond(response));
             shed += 1;
         }
@@ -324,7 +337,10 @@ impl SipEndpoint {
         self.shed_total += shed;
         self.shed_unlogged += shed;
         let now = Instant::now();
-        if self.last_shed_log.is_none_or(|t| now.duration_since(t) >= SHED_LOG_INTERVAL) {
+        if self
+            .last_shed_log
+            .is_none_or(|t| now.duration_since(t) >= SHED_LOG_INTERVAL)
+        {
             warn!(
                 shed = self.shed_unlogged,
                 shed_total = self.shed_total,
@@ -364,13 +380,19 @@ mod tests {
     async fn a_backlog_beyond_the_bound_is_answered_503_oldest_first() {
         let cancel = CancellationToken::new();
         let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
-        let mut endpoint = SipEndpoint::bind(addr, false, "test", cancel.clone()).await.expect("bind");
+        let mut endpoint = SipEndpoint::bind(addr, false, "test", cancel.clone())
+            .await
+            .expect("bind");
         endpoint.set_max_backlog(4);
         assert_eq!(endpoint.max_backlog(), 4);
-        let peer = tokio::net::UdpSocket::bind("127.0.0.1:0").await.expect("peer");
+        let peer = tokio::net::UdpSocket::bind("127.0.0.1:0")
+            .await
+            .expect("peer");
         let from = peer.local_addr().expect("peer addr");
         for i in 0..20 {
-            peer.send_to(options(i, from).as_bytes(), endpoint.local_addr()).await.expect("send");
+            peer.send_to(options(i, from).as_bytes(), endpoint.local_addr())
+                .await
+                .expect("send");
         }
         // Let rsipstack queue all 20 without the loop taking any.
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -382,10 +404,24 @@ mod tests {
         // The loop gets the 4 newest; the 16 oldest were answered 503.
         let mut served = Vec::new();
         for _ in 0..4 {
-            let Some(SipEvent::Request(tx)) = endpoint.recv().await else { panic!("request expected") };
-            served.push(super::super::call_id(&tx.request().headers).unwrap_or_default().to_owned());
+            let Some(SipEvent::Request(tx)) = endpoint.recv().await else {
+                panic!("request expected")
+            };
+            served.push(
+                super::super::call_id(&tx.request().headers)
+                    .unwrap_or_default()
+                    .to_owned(),
+            );
         }
-        assert_eq!(served, ["shed-16@test", "shed-17@test", "shed-18@test", "shed-19@test"]);
+        assert_eq!(
+            served,
+            [
+                "shed-16@test",
+                "shed-17@test",
+                "shed-18@test",
+                "shed-19@test"
+            ]
+        );
         assert_eq!(endpoint.shed_total(), 16);
 
         let mut buf = vec![0u8; 4096];
@@ -400,7 +436,9 @@ mod tests {
             assert!(text.contains("Retry-After: 1"), "{text}");
             shed.push(text);
         }
-        assert!(shed.iter().all(|t| !t.contains("shed-16@") && !t.contains("shed-19@")));
+        assert!(shed
+            .iter()
+            .all(|t| !t.contains("shed-16@") && !t.contains("shed-19@")));
         cancel.cancel();
     }
 }

@@ -123,7 +123,13 @@ pub fn expires(headers: &Headers) -> Option<u32> {
 /// The event package of an `Event` header value, without parameters
 /// (`eltex-call-count;id=1` → `eltex-call-count`).
 pub fn event_package(headers: &Headers) -> Option<String> {
-    header(headers, "Event").map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+    header(headers, "Event").map(|v| {
+        v.split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase()
+    })
 }
 
 /// `Subscription-State` substate value (RFC 6665 §8.2.3).

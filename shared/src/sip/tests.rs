@@ -22,7 +22,10 @@ fn reads_headers() {
     assert_eq!(call_id(&r.headers), Some("c1@host"));
     assert_eq!(cseq(&r.headers), Some((7, "SUBSCRIBE".into())));
     assert_eq!(expires(&r.headers), Some(60));
-    assert_eq!(event_package(&r.headers).as_deref(), Some("eltex-call-count"));
+    assert_eq!(
+        event_package(&r.headers).as_deref(),
+        Some("eltex-call-count")
+    );
     let from = header(&r.headers, "from").expect("from");
     assert_eq!(tag(from).as_deref(), Some("abc"));
     assert_eq!(tag(header(&r.headers, "To").expect("to")), None);
@@ -47,7 +50,10 @@ fn subscription_state_roundtrip() {
     assert_eq!(s.state, SubState::Terminated);
     assert_eq!(s.reason, Some(TerminationReason::Timeout));
     assert_eq!(s.retry_after, Some(5));
-    assert_eq!(SubscriptionState::active(42).to_string(), "active;expires=42");
+    assert_eq!(
+        SubscriptionState::active(42).to_string(),
+        "active;expires=42"
+    );
     assert_eq!(
         SubscriptionState::terminated(TerminationReason::Noresource).to_string(),
         "terminated;reason=noresource"
@@ -61,6 +67,9 @@ fn subscription_state_roundtrip() {
 fn params_of_contact() {
     let p = params("<sip:msr_1@127.0.0.1:5070>;iface=lo;expires=30");
     assert_eq!(p[0], ("iface".into(), Some("lo".into())));
-    assert_eq!(param("<sip:a@b;transport=udp>;expires=30", "expires").as_deref(), Some("30"));
+    assert_eq!(
+        param("<sip:a@b;transport=udp>;expires=30", "expires").as_deref(),
+        Some("30")
+    );
     assert_eq!(param("<sip:a@b;transport=udp>", "transport"), None);
 }
