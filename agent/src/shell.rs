@@ -361,9 +361,11 @@ impl Shell {
     /// Applies a new, valid config (SPEC §2 hot reload).
     fn reload(&mut self, now: Instant, config: AgentConfig) {
         if config.transport != self.config.transport {
+            let show =
+                |t: &config::TransportConfig| format!("{} {}:{}", t.transport, t.bind_addr, t.port);
             warn!(
-                old = ?self.config.transport,
-                new = ?config.transport,
+                old = %show(&self.config.transport),
+                new = %show(&config.transport),
                 "transport change ignored until restart"
             );
         }

@@ -26,6 +26,14 @@ pub enum CollectorError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The control socket path cannot be used (no such directory, too long).
+    #[error("control socket {path}: {reason}")]
+    ControlSocketPath {
+        /// The socket path.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The SIP endpoint stopped while the collector was running.
     #[error("sip endpoint stopped unexpectedly")]
     EndpointClosed,

@@ -30,4 +30,4 @@ pub mod topology;
 
 pub use config::CollectorConfig;
 pub use error::CollectorError;
-pub use shell::{run, start, CollectorHandle};
+pub use shell::{check_environment, run, start, CollectorHandle};

@@ -29,18 +29,14 @@ struct Cli {
     /// More logging (-v debug, -vv trace).
     #[arg(short, long, action = clap::ArgAction::Count, conflicts_with = "quiet")]
     verbose: u8,
-    /// Less logging (warnings and errors only).
-    #[arg(short, long)]
-    quiet: bool,
+    /// Less logging (-q warnings, -qq errors only).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    quiet: u8,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let verbosity = if cli.quiet {
-        -1
-    } else {
-        i8::try_from(cli.verbose).unwrap_or(i8::MAX)
-    };
+    let verbosity = i8::try_from(i16::from(cli.verbose) - i16::from(cli.quiet)).unwrap_or(0);
     let level = msr_shared::logging::filter_directive(verbosity);
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
     tracing_subscriber::fmt()
@@ -52,7 +48,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {e}");
             ExitCode::FAILURE
         }
     }
@@ -61,6 +57,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     let config = msr_collector::config::load(&cli.config)?;
     if cli.check_config {
+        msr_collector::check_environment(&config)?;
         println!(
             "{}: ok (node {}, sip {} {:?}, {} account(s), control socket {})",
             cli.config.display(),

@@ -28,6 +28,10 @@ pub const MAX_ENTITY_NAME_LEN: usize = 128;
 /// the sum of thousands of them far from overflowing an `f64`).
 pub const MAX_PERFORMANCE_COEFFICIENT: f64 = 1_000_000.0;
 
+/// The longest per-MSR subscription expiry, seconds (as `[subscription]
+/// expires` of the collector config).
+pub const MAX_SUBSCRIPTION_EXPIRES: u32 = 86_400;
+
 /// Why an operator change was refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
@@ -43,8 +47,8 @@ pub enum OperatorError {
         /// The rejected value.
         value: f64,
     },
-    /// The subscription expiry is zero.
-    #[error("invalid subscription expires {value} for msr `{msr}`: expected at least 1 second")]
+    /// The subscription expiry is 0 or above [`MAX_SUBSCRIPTION_EXPIRES`].
+    #[error("invalid subscription expires {value} for msr `{msr}`: expected 1 to {MAX_SUBSCRIPTION_EXPIRES} seconds")]
     InvalidExpires {
         /// MSR name.
         msr: String,
@@ -278,7 +282,7 @@ impl OperatorConfig {
         secs: u32,
     ) -> Result<Option<u32>, OperatorError> {
         check_entity_name("msr", msr)?;
-        if secs == 0 {
+        if !(1..=MAX_SUBSCRIPTION_EXPIRES).contains(&secs) {
             return Err(OperatorError::InvalidExpires {
                 msr: msr.to_owned(),
                 value: secs,

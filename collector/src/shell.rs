@@ -66,6 +66,37 @@ pub async fn run(
     })?
 }
 
+/// The checks `--check-config` adds to the config file's own validation,
+/// for what the collector needs from the host at start: the operator store
+/// is readable and valid (a missing file is an empty store), and the
+/// control socket's directory exists and its path fits a Unix socket
+/// address (107 bytes).
+///
+/// # Errors
+/// [`CollectorError::Store`] or [`CollectorError::ControlSocketPath`].
+pub fn check_environment(config: &CollectorConfig) -> Result<(), CollectorError> {
+    Store::new(config.state_path.clone()).load()?;
+    let path = &config.control_socket;
+    let bad = |reason: String| CollectorError::ControlSocketPath {
+        path: path.clone(),
+        reason,
+    };
+    if path.as_os_str().len() > 107 {
+        return Err(bad(format!(
+            "the path is {} bytes, a unix socket path holds at most 107",
+            path.as_os_str().len()
+        )));
+    }
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !dir.is_dir() {
+        return Err(bad(format!("directory {} does not exist", dir.display())));
+    }
+    Ok(())
+}
+
 /// Loads the operator configuration, binds the SIP endpoint and the control
 /// socket, and spawns the collector loop. `[sip] listen` may use port 0.
 ///
@@ -76,6 +107,7 @@ pub async fn start(
     config: CollectorConfig,
     shutdown: CancellationToken,
 ) -> Result<CollectorHandle, CollectorError> {
+    check_environment(&config)?;
     let store = Store::new(config.state_path.clone());
     let mut operator = store.load()?;
     // The site new contacts get must exist, or every leg at it is refused
@@ -298,7 +330,7 @@ impl Shell {
                     if self.table.contains_contact(&b.contact) {
                         debug!(msr = %b.msr, contact = %b.contact, "binding refreshed");
                     } else {
-                        info!(msr = %b.msr, contact = %b.contact, uri = %b.uri, version = ?b.version, "binding added");
+                        info!(msr = %b.msr, contact = %b.contact, uri = %b.uri, version = b.version.as_deref().unwrap_or("unknown"), "binding added");
                     }
                     self.table.upsert_contact(
                         ContactBinding {
@@ -368,10 +400,12 @@ impl Shell {
                     call_id,
                     reason,
                     retry_at,
-                } => {
-                    let retry_in = retry_at.map(|t| t.saturating_duration_since(now));
-                    info!(%msr, %call_id, %reason, ?retry_in, "subscription terminated")
-                }
+                } => match retry_at.map(|t| t.saturating_duration_since(now)) {
+                    Some(wait) => {
+                        info!(%msr, %call_id, %reason, retry_in_ms = wait.as_millis() as u64, "subscription terminated")
+                    }
+                    None => info!(%msr, %call_id, %reason, "subscription terminated, not retrying"),
+                },
                 SubscriberEvent::Retrying {
                     msr,
                     call_id,

@@ -190,7 +190,7 @@ pub enum SubscriptionProperty {
     /// The `Expires` requested in SUBSCRIBE, seconds.
     Expires {
         /// Seconds (at least 1).
-        #[arg(value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(value_parser = clap::value_parser!(u32).range(1..=86_400))]
         secs: u32,
     },
 }
