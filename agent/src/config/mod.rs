@@ -256,10 +256,10 @@ pub struct AgentSettings {
     pub max_subscription_expires: u32,
     /// `calls-source`: where media sessions are counted (SPEC §2).
     pub calls_source: CallsSource,
-    /// `notify-min-interval-ms`: minimum milliseconds between two NOTIFYs of
+    /// `notify-min-interval-ms` (1000 to 3600000): minimum milliseconds between two NOTIFYs of
     /// one subscription; default [`DEFAULT_NOTIFY_MIN_INTERVAL_MS`] (SPEC §4).
     pub notify_min_interval_ms: u64,
-    /// `sample-interval-ms`: milliseconds between two load samples, > 0;
+    /// `sample-interval-ms` (100 to 60000): milliseconds between two load samples;
     /// default [`DEFAULT_SAMPLE_INTERVAL_MS`]. It is also the CPU sampling
     /// window.
     pub sample_interval_ms: u64,

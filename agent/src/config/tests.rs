@@ -375,7 +375,7 @@ fn agent_element_is_parsed_strictly() -> TestResult {
         &doc(
             GOOD_GENERAL,
             r#"<agent register-expires="60" max-subscription-expires="120" calls-source="fixed:7"
-                notify-min-interval-ms="0" sample-interval-ms="250" node-name="core1@ecss1"/>"#,
+                notify-min-interval-ms="1500" sample-interval-ms="250" node-name="core1@ecss1"/>"#,
         ),
         origin(),
     )?;
@@ -385,7 +385,7 @@ fn agent_element_is_parsed_strictly() -> TestResult {
             register_expires: 60,
             max_subscription_expires: 120,
             calls_source: CallsSource::Fixed(7),
-            notify_min_interval_ms: 0,
+            notify_min_interval_ms: 1500,
             sample_interval_ms: 250,
             node_name: Some("core1@ecss1".to_owned()),
         }
@@ -672,4 +672,16 @@ fn interleaved_account_elements() {
             Err(e) => panic!("{accounts}: {e}"),
         }
     }
+}
+
+#[test]
+fn rate_limits_cannot_be_disabled() {
+    // SPEC §4: at most one NOTIFY per second per subscription.
+    let m = err(&doc(GOOD_GENERAL, r#"<agent notify-min-interval-ms="0"/>"#));
+    assert!(
+        m.contains("notify-min-interval-ms") && m.contains("1000"),
+        "{m}"
+    );
+    let m = err(&doc(GOOD_GENERAL, r#"<agent sample-interval-ms="1"/>"#));
+    assert!(m.contains("sample-interval-ms") && m.contains("100"), "{m}");
 }

@@ -394,11 +394,11 @@ fn agent(cx: &Ctx<'_>, raw: &RawAgent) -> Result<AgentSettings, ConfigError> {
     };
     let notify_min_interval_ms = match raw.notify_min_interval_ms.as_deref() {
         None => d.notify_min_interval_ms,
-        Some(v) => cx.int::<u64>(v, E, "notify-min-interval-ms", 0, u64::MAX)?,
+        Some(v) => cx.int::<u64>(v, E, "notify-min-interval-ms", 1000, 3_600_000)?,
     };
     let sample_interval_ms = match raw.sample_interval_ms.as_deref() {
         None => d.sample_interval_ms,
-        Some(v) => cx.int::<u64>(v, E, "sample-interval-ms", 1, u64::MAX)?,
+        Some(v) => cx.int::<u64>(v, E, "sample-interval-ms", 100, 60_000)?,
     };
     let calls_source = match raw.calls_source.as_deref() {
         None => d.calls_source,
