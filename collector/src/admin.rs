@@ -557,9 +557,14 @@ pub fn bind_control_socket(path: &Path) -> io::Result<UnixListener> {
     }
     let listener = UnixListener::bind(path)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE))?;
-    tracing::info!(path = %path.display(), "control socket listening");
+    tracing::debug!(path = %path.display(), "control socket listening");
     Ok(listener)
 }
+
+/// The most control connections served at once; one more is answered
+/// with an `unavailable` error line and closed, so idle clients cannot use
+/// up the collector's file descriptors.
+pub const MAX_CONNECTIONS: usize = 256;
 
 /// Serves control connections until `shutdown` is cancelled: one task per
 /// connection; each request line becomes an [`AdminCommand`] on `tx`.
@@ -573,6 +578,17 @@ pub async fn serve(
         tokio::select! {
             () = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
+                Ok((stream, _)) if connections.len() >= MAX_CONNECTIONS => {
+                    tracing::warn!(limit = MAX_CONNECTIONS, "control connection refused: too many open");
+                    let line = response_line(&Response::error(
+                        ErrorCode::Unavailable,
+                        format!("too many control connections (at most {MAX_CONNECTIONS})"),
+                    ));
+                    tokio::spawn(async move {
+                        let mut stream = stream;
+                        let _ = tokio::io::AsyncWriteExt::write_all(&mut stream, line.as_bytes()).await;
+                    });
+                }
                 Ok((stream, _)) => {
                     connections.spawn(connection(stream, tx.clone(), shutdown.clone()));
                 }

@@ -453,3 +453,41 @@ fn bind_refuses_a_regular_file() {
         io::ErrorKind::AlreadyExists
     );
 }
+
+#[tokio::test]
+async fn connections_past_the_limit_get_an_error_line_and_are_closed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("control.sock");
+    let listener = bind_control_socket(&path).expect("bind");
+    let (tx, _rx) = mpsc::channel::<AdminCommand>(8);
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn(serve(listener, tx, shutdown.clone()));
+    let mut idle = Vec::new();
+    for _ in 0..MAX_CONNECTIONS {
+        idle.push(UnixStream::connect(&path).await.expect("connect"));
+    }
+    // The server accepts in order: the first 256 are being served when it
+    // accepts this one.
+    let extra = UnixStream::connect(&path).await.expect("connect");
+    let mut lines = BufReader::new(extra).lines();
+    let line = lines
+        .next_line()
+        .await
+        .expect("read")
+        .expect("an error line");
+    let response: Response = serde_json::from_str(&line).expect("json");
+    assert!(
+        matches!(
+            response,
+            Response::Err(ErrorBody {
+                code: ErrorCode::Unavailable,
+                ..
+            })
+        ),
+        "{line}"
+    );
+    assert_eq!(lines.next_line().await.expect("read"), None, "then closed");
+    drop(idle);
+    shutdown.cancel();
+    server.await.expect("server");
+}
