@@ -21,4 +21,11 @@ echo "== $(sipp -v 2>/dev/null | grep -m1 -i 'sipp v' || echo 'sipp installed')"
 echo "== cargo build (binaries used by the system tests)"
 cargo build --workspace --bins --locked
 echo "== cargo test"
-cargo test --workspace --locked "$@"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace --locked "$@" 2>&1 | tee "$log" || status=$?
+# One closing line for the whole run: the sum of every test binary's result.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+exit "$status"
