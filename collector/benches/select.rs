@@ -1,5 +1,7 @@
 //! One selection (SPEC §7) over 1,000 MSRs × 4 contacts spread over 20 zones
-//! and 50 sites.
+//! and 50 sites; and the worst case for steps 1–4: 1,000 MSRs × 1 contact,
+//! all in one zone and one site (every contact is a candidate at the minimum
+//! distance).
 
 use std::time::Duration;
 
@@ -110,5 +112,60 @@ fn bench_select(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench_select);
+/// 1,000 MSRs × 1 contact, all in zone "default" and site "local".
+fn one_zone_world() -> (OperatorConfig, LoadTable, Instant) {
+    let mut rng = StdRng::seed_from_u64(42);
+    let mut operator = OperatorConfig::new();
+    operator.declare_site("local").expect("declare");
+    let now = Instant::now();
+    let mut table = LoadTable::new("bench".into());
+    for m in 0..MSRS {
+        let msr = format!("msr_{m}");
+        let binding = ContactBinding {
+            contact: format!("eth0@{msr}"),
+            msr: msr.clone(),
+            uri: format!("sip:{msr}@10.0.0.1:5040"),
+            version: None,
+            expires_at: now + Duration::from_secs(3600),
+        };
+        table.upsert_contact(binding, &operator, "default", "local");
+        let load = rng.gen_range(0..=100);
+        table.set_load(
+            &msr,
+            LoadReport {
+                msr: msr.clone(),
+                load,
+                cpu: load,
+                calls: 0,
+                max_calls: 8192,
+            },
+            now,
+        );
+    }
+    table.apply_operator(&operator, "default", "local");
+    (operator, table, now)
+}
+
+fn bench_select_one_zone(c: &mut Criterion) {
+    let (operator, table, now) = one_zone_world();
+    let query = Query {
+        zone: "default".into(),
+        site: "local".into(),
+        msr: None,
+        now,
+    };
+    let mut rng = StdRng::seed_from_u64(1);
+    c.bench_function("select 1000 msr x 1 contact, 1 zone, 1 site", |b| {
+        b.iter(|| {
+            select(
+                black_box(&table),
+                operator.topology(),
+                black_box(&query),
+                &mut rng,
+            )
+        })
+    });
+}
+
+criterion_group!(benches, bench_select, bench_select_one_zone);
 criterion_main!(benches);

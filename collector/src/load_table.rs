@@ -26,7 +26,10 @@
 //! method before it returns:
 //!
 //! * `by_zone[z]` holds exactly one `ZoneMember` per contact of `contacts`
-//!   whose zone is `z`, sorted by contact name; no zone maps to an empty list;
+//!   whose zone is `z`, sorted by (MSR name, contact name) — so each MSR's
+//!   contacts are adjacent, by contact name, and selection's step 4 (one
+//!   contact per MSR, the first by name) needs no sort; no zone maps to an
+//!   empty list;
 //! * each member equals `ZoneMember::new` applied to that contact's
 //!   `ContactEntry` and its MSR's `MsrEntry`: the contact part is rewritten
 //!   by `upsert_contact`, the MSR-level part (`MsrSelection`) by `refresh_msr`
@@ -290,13 +293,13 @@ impl SiteNames {
 /// module docs for the invariant tying it to `contacts` and `msrs`).
 #[derive(Debug, Clone, PartialEq)]
 struct ZoneMember {
-    /// Contact name (the sort key of the zone's list).
+    /// Contact name (the second sort key of the zone's list).
     contact: String,
     /// When the registration lapses.
     expires_at: Instant,
     /// MSR-level values.
     msr_selection: MsrSelection,
-    /// MSR name.
+    /// MSR name (the first sort key of the zone's list).
     msr: String,
     /// The contact's site, numbered in the table's `SiteNames`.
     site: SiteId,
@@ -338,9 +341,16 @@ impl ZoneMember {
     }
 }
 
-/// Position of `contact` in a zone's member list (sorted by contact name).
-fn member_position(members: &[ZoneMember], contact: &str) -> Result<usize, usize> {
-    members.binary_search_by(|m| m.contact.as_str().cmp(contact))
+/// The sort key of a zone's member list: (MSR name, contact name).
+#[inline]
+fn member_key(member: &ZoneMember) -> (&str, &str) {
+    (member.msr.as_str(), member.contact.as_str())
+}
+
+/// Position of `contact` of MSR `msr` in a zone's member list (sorted by
+/// MSR name, then contact name).
+fn member_position(members: &[ZoneMember], msr: &str, contact: &str) -> Result<usize, usize> {
+    members.binary_search_by(|m| member_key(m).cmp(&(msr, contact)))
 }
 
 /// The live load table (SPEC §5).
@@ -350,8 +360,8 @@ pub struct LoadTable {
     node: String,
     /// Rows by contact name.
     contacts: BTreeMap<String, ContactEntry>,
-    /// Zone → what selection needs of each contact in it, sorted by contact
-    /// name; derived from `contacts` and `msrs` (see the module docs).
+    /// Zone → what selection needs of each contact in it, sorted by MSR
+    /// name, then contact name; derived from `contacts` and `msrs` (see the module docs).
     by_zone: HashMap<String, Vec<ZoneMember>>,
     /// Numbers of the sites the zone index refers to.
     sites: SiteNames,
@@ -386,10 +396,11 @@ impl LoadTable {
         self.contacts.is_empty()
     }
 
-    /// Removes `contact` from the index entry of `zone`.
-    fn unindex(&mut self, contact: &str, zone: &str) {
+    /// Removes `contact`, indexed under MSR `msr`, from the index entry of
+    /// `zone`.
+    fn unindex(&mut self, contact: &str, msr: &str, zone: &str) {
         if let Some(members) = self.by_zone.get_mut(zone) {
-            if let Ok(at) = member_position(members, contact) {
+            if let Ok(at) = member_position(members, msr, contact) {
                 members.remove(at);
             }
             if members.is_empty() {
@@ -410,7 +421,7 @@ impl LoadTable {
         let site = self.sites.intern(&entry.site);
         let member = ZoneMember::new(entry, site, msr);
         let members = self.by_zone.entry(entry.zone.clone()).or_default();
-        match member_position(members, contact) {
+        match member_position(members, &entry.binding.msr, contact) {
             Ok(at) => members[at] = member,
             Err(at) => members.insert(at, member),
         }
@@ -430,7 +441,7 @@ impl LoadTable {
             let Some(members) = self.by_zone.get_mut(zone) else {
                 continue;
             };
-            if let Ok(at) = member_position(members, contact) {
+            if let Ok(at) = member_position(members, msr, contact) {
                 members[at].msr_selection = selection;
             }
         }
@@ -453,9 +464,10 @@ impl LoadTable {
             .to_owned();
         if let Some(old) = self.contacts.get(&binding.contact) {
             let (old_zone, old_msr) = (old.zone.clone(), old.binding.msr.clone());
-            // A refresh in the same zone replaces its entry in place.
-            if old_zone != zone {
-                self.unindex(&binding.contact, &old_zone);
+            // A refresh in the same zone and MSR replaces its entry in
+            // place; otherwise its position (or list) changes.
+            if old_zone != zone || old_msr != binding.msr {
+                self.unindex(&binding.contact, &old_msr, &old_zone);
             }
             if old_msr != binding.msr {
                 if let Some(entry) = self.msrs.get_mut(&old_msr) {
@@ -484,7 +496,7 @@ impl LoadTable {
     /// subscription state stay until [`LoadTable::remove_msr`].
     pub fn remove_contact(&mut self, contact: &str) {
         if let Some(old) = self.contacts.remove(contact) {
-            self.unindex(contact, &old.zone);
+            self.unindex(contact, &old.binding.msr, &old.zone);
             if let Some(entry) = self.msrs.get_mut(&old.binding.msr) {
                 entry.contacts.remove(contact);
             }
@@ -496,7 +508,7 @@ impl LoadTable {
         if let Some(entry) = self.msrs.remove(msr) {
             for contact in &entry.contacts {
                 if let Some(old) = self.contacts.remove(contact) {
-                    self.unindex(contact, &old.zone);
+                    self.unindex(contact, &old.binding.msr, &old.zone);
                 }
             }
         }
@@ -550,7 +562,6 @@ impl LoadTable {
     fn build_index(&self) -> (HashMap<String, Vec<ZoneMember>>, SiteNames) {
         let mut by_zone: HashMap<String, Vec<ZoneMember>> = HashMap::new();
         let mut sites = SiteNames::default();
-        // `contacts` iterates by name, so each list comes out sorted.
         for entry in self.contacts.values() {
             if let Some(msr) = self.msrs.get(&entry.binding.msr) {
                 let site = sites.intern(&entry.site);
@@ -559,6 +570,11 @@ impl LoadTable {
                     .or_default()
                     .push(ZoneMember::new(entry, site, msr));
             }
+        }
+        // `contacts` iterates by contact name; the lists are kept by MSR
+        // name, then contact name (keys are unique: contact names are).
+        for members in by_zone.values_mut() {
+            members.sort_unstable_by(|a, b| member_key(a).cmp(&member_key(b)));
         }
         (by_zone, sites)
     }
@@ -662,7 +678,8 @@ impl LoadTable {
     }
 
     /// Contacts selection may use (SPEC §7 step 1): in `zone`, registered at
-    /// `now`, and of an active MSR; sorted by contact name. Reads only the
+    /// `now`, and of an active MSR; sorted by MSR name, then contact name
+    /// (each MSR's contacts adjacent, by contact name). Reads only the
     /// zone's index entry: one hash lookup, then a slice scan.
     pub fn candidates_in_zone<'a>(
         &'a self,

@@ -234,13 +234,19 @@ pub fn explain<R: Rng + ?Sized>(
     run(table, topology, query, draw, true)
 }
 
-/// The contacts left after steps 1–3: those of the leg's zone (optionally of
-/// one MSR only) at the minimum finite distance, in contact-name order.
+/// The contacts left after steps 1–4: those of the leg's zone (optionally of
+/// one MSR only) at the minimum finite distance, one per MSR (the first by
+/// contact name), in MSR-name order.
+///
+/// Relies on the candidate order of [`LoadTable::candidates_by_distance`]:
+/// by MSR name, then contact name. The contacts kept at the current minimum
+/// are a subsequence of that order, so a candidate at the minimum whose MSR
+/// is the last kept one's is a later contact of that MSR: step 4 drops it.
 #[derive(Debug)]
 struct Nearest<'a> {
     /// The minimum finite distance seen so far.
     distance: Option<f64>,
-    /// The contacts at that distance.
+    /// The contacts at that distance, one per MSR, in MSR-name order.
     contacts: Vec<Candidate<'a>>,
 }
 
@@ -252,10 +258,11 @@ impl<'a> Nearest<'a> {
         }
     }
 
-    /// Offers a candidate at `distance`. The minimum is folded with
-    /// `f64::min` in candidate order, exactly as a `reduce(f64::min)` over all
-    /// finite distances would be, and the kept contacts are those whose
-    /// distance `==` it.
+    /// Offers a candidate at `distance` (candidates in MSR-name, then
+    /// contact-name order). The minimum is folded with `f64::min` in
+    /// candidate order, exactly as a `reduce(f64::min)` over all finite
+    /// distances would be, and the kept contacts are those whose distance
+    /// `==` it, the first of each MSR; a new minimum restarts the list.
     #[inline]
     fn offer(&mut self, candidate: Candidate<'a>, distance: f64) {
         if distance.is_infinite() {
@@ -265,6 +272,10 @@ impl<'a> Nearest<'a> {
             Some(min) if distance > min => {}
             Some(min) if distance == min => {
                 self.distance = Some(min.min(distance));
+                // Step 4: a later contact of the last kept MSR.
+                if self.contacts.last().is_some_and(|k| k.msr == candidate.msr) {
+                    return;
+                }
                 self.contacts.push(candidate);
             }
             _ => {
@@ -353,16 +364,13 @@ fn steps_1_to_4<'a>(
         (None, wanted.is_some(), nearest)
     };
 
-    // Step 4: one contact per MSR, the first by contact name, in MSR-name
-    // order. Candidates come sorted by contact name and the sort is stable.
-    let mut kept = nearest.contacts;
-    kept.sort_by(|a, b| a.msr.cmp(b.msr));
-    kept.dedup_by(|later, first| later.msr == first.msr);
+    // Step 4 was done while scanning (see `Nearest::offer`): one contact per
+    // MSR, the first by contact name, in MSR-name order.
     Steps {
         preferred,
         media_bridge,
         min_distance: nearest.distance,
-        kept,
+        kept: nearest.contacts,
     }
 }
 
@@ -401,7 +409,7 @@ fn run<R: Rng + ?Sized>(
     explanation.min_distance = min_distance;
     explanation.total = total;
     if record {
-        explanation.candidates = table
+        let mut candidates: Vec<ExplainedCandidate> = table
             .candidates_by_distance(&query.zone, query.now, &distances)
             .map(|(c, distance)| ExplainedCandidate {
                 contact: c.contact.to_owned(),
@@ -411,6 +419,10 @@ fn run<R: Rng + ?Sized>(
                 outcome: outcome_of(&c, distance, preferred, min_distance, &kept),
             })
             .collect();
+        // The index yields them by MSR, then contact; explain lists them by
+        // contact name (names are unique).
+        candidates.sort_unstable_by(|a, b| a.contact.cmp(&b.contact));
+        explanation.candidates = candidates;
         let mut bottom = 0.0_f64;
         explanation.intervals = kept
             .iter()

@@ -615,8 +615,10 @@ fn reference_run<R: rand::Rng + ?Sized>(
         return Ok(explanation);
     }
 
-    // Step 1.
-    let candidates: Vec<Candidate<'_>> = table.candidates_in_zone(&query.zone, query.now).collect();
+    // Step 1, by contact name (the index yields them by MSR, then contact).
+    let mut candidates: Vec<Candidate<'_>> =
+        table.candidates_in_zone(&query.zone, query.now).collect();
+    candidates.sort_by(|a, b| a.contact.cmp(b.contact));
     let mut outcomes = vec![CandidateOutcome::Kept; candidates.len()];
 
     // Step 2.
