@@ -60,18 +60,7 @@ fn world() -> (OperatorConfig, LoadTable, Instant) {
             };
             table.upsert_contact(binding, &operator, "zone_0", "site_0");
         }
-        let load = rng.gen_range(0..=100);
-        table.set_load(
-            &msr,
-            LoadReport {
-                msr: msr.clone(),
-                load,
-                cpu: load,
-                calls: 0,
-                max_calls: 8192,
-            },
-            now,
-        );
+        report_random_load(&mut table, &msr, &mut rng, now);
     }
     table.apply_operator(&operator, "zone_0", "site_0");
     (operator, table, now)
@@ -112,6 +101,19 @@ fn bench_select(c: &mut Criterion) {
     });
 }
 
+/// Gives `msr` a load report with a random load (0–100 %).
+fn report_random_load(table: &mut LoadTable, msr: &str, rng: &mut StdRng, now: Instant) {
+    let load = rng.gen_range(0..=100);
+    let report = LoadReport {
+        msr: msr.to_owned(),
+        load,
+        cpu: load,
+        calls: 0,
+        max_calls: 8192,
+    };
+    table.set_load(msr, report, now);
+}
+
 /// 1,000 MSRs × 1 contact, all in zone "default" and site "local".
 fn one_zone_world() -> (OperatorConfig, LoadTable, Instant) {
     let mut rng = StdRng::seed_from_u64(42);
@@ -129,18 +131,7 @@ fn one_zone_world() -> (OperatorConfig, LoadTable, Instant) {
             expires_at: now + Duration::from_secs(3600),
         };
         table.upsert_contact(binding, &operator, "default", "local");
-        let load = rng.gen_range(0..=100);
-        table.set_load(
-            &msr,
-            LoadReport {
-                msr: msr.clone(),
-                load,
-                cpu: load,
-                calls: 0,
-                max_calls: 8192,
-            },
-            now,
-        );
+        report_random_load(&mut table, &msr, &mut rng, now);
     }
     table.apply_operator(&operator, "default", "local");
     (operator, table, now)
