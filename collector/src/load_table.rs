@@ -4,7 +4,7 @@
 //! [`LoadTable::remove_contact`], [`LoadTable::remove_msr`]), NOTIFY bodies
 //! ([`LoadTable::set_load`]) and subscription state
 //! ([`LoadTable::set_subscription`]) — and selection reads it
-//! ([`LoadTable::candidates_in_zone`]).
+//! ([`LoadTable::zone`]).
 //!
 //! Load is per MSR (one NOTIFY per MSR) and shown on each of its contacts.
 //! Registration status, the admin active flag, the subscription state and
@@ -30,6 +30,9 @@
 //!   contacts are adjacent, by contact name, and selection's step 4 (one
 //!   contact per MSR, the first by name) needs no sort; no zone maps to an
 //!   empty list;
+//! * a member's `msr_start` is true exactly when it is first in its list or
+//!   its predecessor belongs to another MSR, so a scan tells MSRs apart
+//!   without comparing names;
 //! * each member equals `ZoneMember::new` applied to that contact's
 //!   `ContactEntry` and its MSR's `MsrEntry`: the contact part is rewritten
 //!   by `upsert_contact`, the MSR-level part (`MsrSelection`) by `refresh_msr`
@@ -38,7 +41,7 @@
 //!   `apply_operator` rebuilds the whole index; removals drop members.
 //!
 //! Contact sites are numbered (`SiteNames`) so that selection compares
-//! integers, not strings: per query, [`LoadTable::candidates_by_distance`]
+//! integers, not strings: per query, [`ZoneView::distances`]
 //! maps the few sites at a finite distance from the leg's site to a dense
 //! table indexed by site number. Numbers are only added between rebuilds of
 //! the index (`apply_operator`), so the list may name sites no contact
@@ -301,6 +304,10 @@ struct ZoneMember {
     msr_selection: MsrSelection,
     /// MSR name (the first sort key of the zone's list).
     msr: String,
+    /// The first member of its MSR in the zone's list (the previous member,
+    /// if any, is another MSR's): lets a scan tell MSRs apart without
+    /// comparing names. Stamped by `stamp_msr_starts`.
+    msr_start: bool,
     /// The contact's site, numbered in the table's `SiteNames`.
     site: SiteId,
     /// Contact URI.
@@ -316,6 +323,8 @@ impl ZoneMember {
             expires_at: entry.binding.expires_at,
             msr_selection: msr.selection(),
             msr: entry.binding.msr.clone(),
+            // Placeholder until the member is in its list.
+            msr_start: true,
             site,
             uri: entry.binding.uri.clone(),
         }
@@ -351,6 +360,16 @@ fn member_key(member: &ZoneMember) -> (&str, &str) {
 /// MSR name, then contact name).
 fn member_position(members: &[ZoneMember], msr: &str, contact: &str) -> Result<usize, usize> {
     members.binary_search_by(|m| member_key(m).cmp(&(msr, contact)))
+}
+
+/// Recomputes `msr_start` of the members at `positions` (those past the end
+/// are skipped). A member's flag depends only on its predecessor, so after
+/// an insertion or replacement at `at` restamp `at..at + 2`, after a removal
+/// at `at` restamp `at..at + 1`.
+fn stamp_msr_starts(members: &mut [ZoneMember], positions: std::ops::Range<usize>) {
+    for i in positions.start..positions.end.min(members.len()) {
+        members[i].msr_start = i == 0 || members[i - 1].msr != members[i].msr;
+    }
 }
 
 /// The live load table (SPEC §5).
@@ -402,6 +421,7 @@ impl LoadTable {
         if let Some(members) = self.by_zone.get_mut(zone) {
             if let Ok(at) = member_position(members, msr, contact) {
                 members.remove(at);
+                stamp_msr_starts(members, at..at + 1);
             }
             if members.is_empty() {
                 self.by_zone.remove(zone);
@@ -421,10 +441,17 @@ impl LoadTable {
         let site = self.sites.intern(&entry.site);
         let member = ZoneMember::new(entry, site, msr);
         let members = self.by_zone.entry(entry.zone.clone()).or_default();
-        match member_position(members, &entry.binding.msr, contact) {
-            Ok(at) => members[at] = member,
-            Err(at) => members.insert(at, member),
-        }
+        let at = match member_position(members, &entry.binding.msr, contact) {
+            Ok(at) => {
+                members[at] = member;
+                at
+            }
+            Err(at) => {
+                members.insert(at, member);
+                at
+            }
+        };
+        stamp_msr_starts(members, at..at + 2);
     }
 
     /// Copies the MSR-level values of `msr` into the index entries of its
@@ -575,6 +602,8 @@ impl LoadTable {
         // name, then contact name (keys are unique: contact names are).
         for members in by_zone.values_mut() {
             members.sort_unstable_by(|a, b| member_key(a).cmp(&member_key(b)));
+            let len = members.len();
+            stamp_msr_starts(members, 0..len);
         }
         (by_zone, sites)
     }
@@ -691,32 +720,141 @@ impl LoadTable {
             .filter_map(move |member| member.candidate(&self.sites, now))
     }
 
-    /// [`LoadTable::candidates_in_zone`], each with its distance from the
-    /// site of `from` (`from.to(candidate.site)`). Resolves the few sites at
-    /// a finite distance once, then reads each candidate's distance by site
-    /// number: no string comparison per candidate.
-    pub fn candidates_by_distance<'a>(
-        &'a self,
-        zone: &str,
-        now: Instant,
-        from: &SiteDistances<'_>,
-    ) -> impl Iterator<Item = (Candidate<'a>, f64)> + 'a {
-        let mut distances = vec![f64::INFINITY; self.sites.names.len()];
-        for (site, distance) in from.finite() {
-            if let Some(id) = self.sites.ids.get(site) {
-                distances[*id] = distance;
-            }
+    /// Selection's view of `zone`'s index (SPEC §7 steps 1–4); empty if no
+    /// contact is in the zone. One hash lookup; everything after it reads
+    /// the zone's contiguous member list by position.
+    pub fn zone(&self, zone: &str) -> ZoneView<'_> {
+        ZoneView {
+            members: self.zone_members(zone),
+            sites: &self.sites,
         }
-        self.zone_members(zone).iter().filter_map(move |member| {
-            let candidate = member.candidate(&self.sites, now)?;
-            let distance = distances.get(member.site).copied();
-            Some((candidate, distance.unwrap_or(f64::INFINITY)))
-        })
     }
 
     /// The index entry of `zone` (empty if no contact is in it).
     fn zone_members(&self, zone: &str) -> &[ZoneMember] {
         self.by_zone.get(zone).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// Selection's read access to one zone of a [`LoadTable`] (SPEC §7 steps
+/// 1–4), from [`LoadTable::zone`].
+///
+/// Members are addressed by *position* in the zone's index, which is sorted
+/// by MSR name, then contact name: each MSR's contacts are adjacent, by
+/// contact name. A position is valid only with the view it came from.
+/// [`ZoneView::scan`] yields the step-1 candidates with their distance and
+/// an MSR identity that costs no string comparison; selection reads the
+/// strings ([`ZoneView::candidate`]) only of the contacts it keeps.
+#[derive(Debug, Clone, Copy)]
+pub struct ZoneView<'a> {
+    /// The zone's members, sorted by (MSR name, contact name).
+    members: &'a [ZoneMember],
+    /// The table's site numbers.
+    sites: &'a SiteNames,
+}
+
+/// One step-1 candidate found by [`ZoneView::scan`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scanned {
+    /// Position in the zone's index.
+    pub position: usize,
+    /// Distance from the leg's site to the contact's site (infinite when
+    /// unset, or when the contact's site is not declared).
+    pub distance: f64,
+    /// Equal for the contacts of one MSR within one scan, different for
+    /// different MSRs, never decreasing along the scan.
+    pub msr_group: u32,
+}
+
+/// The distance from one leg's site to every site of a [`LoadTable`], by
+/// site number; from [`ZoneView::distances`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct DistanceColumn(Vec<f64>);
+
+impl<'a> ZoneView<'a> {
+    /// Number of contacts in the zone (registered or not).
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether the zone has no contact.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// The positions of `msr`'s contacts (empty if it has none in the
+    /// zone): two binary searches.
+    pub fn msr_range(&self, msr: &str) -> std::ops::Range<usize> {
+        let start = self.members.partition_point(|m| m.msr.as_str() < msr);
+        let end = start + self.members[start..].partition_point(|m| m.msr == msr);
+        start..end
+    }
+
+    /// The distance from the leg's site (`from`) to each site the table
+    /// numbers: the few sites at a finite distance are resolved once, every
+    /// other one is infinite.
+    pub fn distances(&self, from: &SiteDistances<'_>) -> DistanceColumn {
+        let mut column = vec![f64::INFINITY; self.sites.names.len()];
+        for (site, distance) in from.finite() {
+            if let Some(id) = self.sites.ids.get(site) {
+                column[*id] = distance;
+            }
+        }
+        DistanceColumn(column)
+    }
+
+    /// The step-1 candidates among the members at `positions` (a range of
+    /// [`ZoneView::len`], e.g. a [`ZoneView::msr_range`]): registered at
+    /// `now` and of an active MSR, in index order, each with its distance
+    /// read from `distances` by site number.
+    pub fn scan<'s>(
+        &'s self,
+        positions: std::ops::Range<usize>,
+        now: Instant,
+        distances: &'s DistanceColumn,
+    ) -> impl Iterator<Item = Scanned> + 's {
+        let first = positions.start;
+        let members = self.members.get(positions).unwrap_or(&[]);
+        let mut group = 0_u32;
+        members
+            .iter()
+            .enumerate()
+            .filter_map(move |(offset, member)| {
+                if member.msr_start && offset > 0 {
+                    group += 1;
+                }
+                if now >= member.expires_at || !member.msr_selection.active {
+                    return None;
+                }
+                Some(Scanned {
+                    position: first + offset,
+                    distance: distances
+                        .0
+                        .get(member.site)
+                        .copied()
+                        .unwrap_or(f64::INFINITY),
+                    msr_group: group,
+                })
+            })
+    }
+
+    /// The member at `position` as a [`Candidate`] at `now` (`None` if the
+    /// position is out of range, the contact not registered at `now` or its
+    /// MSR inactive).
+    pub fn candidate(&self, position: usize, now: Instant) -> Option<Candidate<'a>> {
+        self.members.get(position)?.candidate(self.sites, now)
+    }
+
+    /// The load (capped at 100; `None` before the first report) and the
+    /// performance coefficient of the member's MSR: the inputs of the step-5
+    /// weight. `(None, 1.0)` for a position out of range.
+    pub fn weight_inputs(&self, position: usize) -> (Option<u8>, f64) {
+        self.members.get(position).map_or((None, 1.0), |m| {
+            (
+                m.msr_selection.load,
+                m.msr_selection.performance_coefficient,
+            )
+        })
     }
 }
 
@@ -981,6 +1119,70 @@ mod tests {
         table.set_subscription("msr_1", view(4, 30));
         table.check_index();
         assert!(stale_at(&table, 31));
+    }
+
+    /// One change to the table, for the index property test.
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// Register contact `if{i}@msr_{m}` under MSR `msr_{n}` in zone `z{zone}`.
+        Upsert(u8, u8, u8, u8),
+        Remove(u8, u8),
+        RemoveMsr(u8),
+        Load(u8, u8),
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => (0u8..4, 0u8..3, 0u8..4, 0u8..2).prop_map(|(m, i, n, z)| Op::Upsert(m, i, n, z)),
+            2 => (0u8..4, 0u8..3).prop_map(|(m, i)| Op::Remove(m, i)),
+            1 => (0u8..4).prop_map(Op::RemoveMsr),
+            1 => (0u8..4, 0u8..=100).prop_map(|(m, load)| Op::Load(m, load)),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Every change leaves the zone index (order and MSR starts) equal
+        /// to a rebuild from scratch, and a scan's MSR groups tell exactly
+        /// the MSRs apart.
+        #[test]
+        fn index_survives_any_change_sequence(ops in proptest::collection::vec(op(), 0..40)) {
+            let now = Instant::now();
+            let far = now + Duration::from_secs(600);
+            let mut operator = OperatorConfig::new();
+            let mut table = LoadTable::new("n".into());
+            for op in ops {
+                match op {
+                    Op::Upsert(m, i, n, z) => {
+                        let contact = format!("if{i}@msr_{m}");
+                        operator.set_contact_zone(&contact, &format!("z{z}")).expect("zone");
+                        table.upsert_contact(
+                            binding(&contact, &format!("msr_{n}"), far),
+                            &operator,
+                            "z0",
+                            "s",
+                        );
+                    }
+                    Op::Remove(m, i) => table.remove_contact(&format!("if{i}@msr_{m}")),
+                    Op::RemoveMsr(m) => table.remove_msr(&format!("msr_{m}")),
+                    Op::Load(m, load) => {
+                        let msr = format!("msr_{m}");
+                        table.set_load(&msr, report(&msr, load), now);
+                    }
+                }
+                table.check_index();
+                for zone in ["z0", "z1"] {
+                    let view = table.zone(zone);
+                    let column = DistanceColumn(Vec::new());
+                    let scanned: Vec<_> = view.scan(0..view.len(), now, &column).collect();
+                    for pair in scanned.windows(2) {
+                        let a = view.candidate(pair[0].position, now).expect("candidate");
+                        let b = view.candidate(pair[1].position, now).expect("candidate");
+                        proptest::prop_assert_eq!(a.msr == b.msr, pair[0].msr_group == pair[1].msr_group);
+                    }
+                }
+            }
+        }
     }
 
     #[test]

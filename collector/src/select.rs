@@ -27,8 +27,8 @@ use std::fmt;
 use rand::Rng;
 use tokio::time::Instant;
 
-use crate::load_table::{Candidate, LoadTable};
-use crate::topology::{SiteDistances, Topology};
+use crate::load_table::{Candidate, DistanceColumn, LoadTable, Scanned, ZoneView};
+use crate::topology::Topology;
 
 /// One selection request: the leg's zone and site, and the MSR chosen for
 /// the other leg of the call, if any.
@@ -234,54 +234,57 @@ pub fn explain<R: Rng + ?Sized>(
     run(table, topology, query, draw, true)
 }
 
-/// The contacts left after steps 1–4: those of the leg's zone (optionally of
-/// one MSR only) at the minimum finite distance, one per MSR (the first by
-/// contact name), in MSR-name order.
+/// The contacts at the minimum finite distance seen so far, one per MSR
+/// (the first by contact name), in index order (MSR name, then contact
+/// name): steps 3 and 4, folded over one [`ZoneView::scan`].
 ///
-/// Relies on the candidate order of [`LoadTable::candidates_by_distance`]:
-/// by MSR name, then contact name. The contacts kept at the current minimum
-/// are a subsequence of that order, so a candidate at the minimum whose MSR
-/// is the last kept one's is a later contact of that MSR: step 4 drops it.
+/// The scan yields candidates by MSR name, then contact name, so the
+/// contacts kept at the current minimum are a subsequence of that order: a
+/// candidate at the minimum whose MSR is the last kept one's is a later
+/// contact of that MSR, and step 4 drops it.
 #[derive(Debug)]
-struct Nearest<'a> {
+struct Nearest {
     /// The minimum finite distance seen so far.
     distance: Option<f64>,
-    /// The contacts at that distance, one per MSR, in MSR-name order.
-    contacts: Vec<Candidate<'a>>,
+    /// The contacts at that distance, one per MSR: (position, MSR group).
+    kept: Vec<(usize, u32)>,
 }
 
-impl<'a> Nearest<'a> {
+impl Nearest {
     fn new() -> Self {
         Self {
             distance: None,
-            contacts: Vec::new(),
+            kept: Vec::new(),
         }
     }
 
-    /// Offers a candidate at `distance` (candidates in MSR-name, then
-    /// contact-name order). The minimum is folded with `f64::min` in
-    /// candidate order, exactly as a `reduce(f64::min)` over all finite
-    /// distances would be, and the kept contacts are those whose distance
-    /// `==` it, the first of each MSR; a new minimum restarts the list.
+    /// Offers a scanned candidate. The minimum is folded with `f64::min` in
+    /// scan order, exactly as a `reduce(f64::min)` over all finite distances
+    /// would be, and the kept contacts are those whose distance `==` it, the
+    /// first of each MSR; a new minimum restarts the list.
     #[inline]
-    fn offer(&mut self, candidate: Candidate<'a>, distance: f64) {
+    fn offer(&mut self, scanned: Scanned) {
+        let Scanned {
+            position,
+            distance,
+            msr_group,
+        } = scanned;
         if distance.is_infinite() {
             return;
         }
         match self.distance {
             Some(min) if distance > min => {}
             Some(min) if distance == min => {
-                self.distance = Some(min.min(distance));
                 // Step 4: a later contact of the last kept MSR.
-                if self.contacts.last().is_some_and(|k| k.msr == candidate.msr) {
+                if self.kept.last().is_some_and(|(_, g)| *g == msr_group) {
                     return;
                 }
-                self.contacts.push(candidate);
+                self.kept.push((position, msr_group));
             }
             _ => {
                 self.distance = Some(self.distance.map_or(distance, |min| min.min(distance)));
-                self.contacts.clear();
-                self.contacts.push(candidate);
+                self.kept.clear();
+                self.kept.push((position, msr_group));
             }
         }
     }
@@ -289,94 +292,94 @@ impl<'a> Nearest<'a> {
 
 /// What became of a step-1 candidate, given the outcome of steps 2–4:
 /// `preferred` (the MSR kept by step 2, if any), the minimum distance and the
-/// contacts kept by step 4.
+/// positions kept by step 4 (ascending).
 fn outcome_of(
     candidate: &Candidate<'_>,
-    distance: f64,
+    scanned: &Scanned,
     preferred: Option<&str>,
     min_distance: Option<f64>,
-    kept: &[Candidate<'_>],
+    kept: &[usize],
 ) -> CandidateOutcome {
     if preferred.is_some_and(|msr| candidate.msr != msr) {
         CandidateOutcome::OtherMsr
-    } else if distance.is_infinite() {
+    } else if scanned.distance.is_infinite() {
         CandidateOutcome::InfiniteDistance
-    } else if Some(distance) != min_distance {
+    } else if Some(scanned.distance) != min_distance {
         CandidateOutcome::Farther
-    } else if kept
-        // `kept` is sorted by MSR name, one contact per MSR (step 4).
-        .binary_search_by(|k| k.msr.cmp(candidate.msr))
-        .is_ok_and(|i| kept[i].contact == candidate.contact)
-    {
+    } else if kept.binary_search(&scanned.position).is_ok() {
         CandidateOutcome::Kept
     } else {
         CandidateOutcome::DuplicateMsr
     }
 }
 
-/// The weight of step 5: `(100 − load) × performance coefficient`, a missing
-/// report counting as load 0.
-fn weight(candidate: &Candidate<'_>) -> (u8, f64) {
-    let load = candidate.load.unwrap_or(0).min(100);
-    (
-        load,
-        f64::from(100 - load) * candidate.performance_coefficient,
-    )
+/// The weight of step 5 from a load and a performance coefficient:
+/// `(100 − load) × coefficient`, a missing report counting as load 0.
+/// Returns the load used (percent) and the weight.
+fn weight((load, performance_coefficient): (Option<u8>, f64)) -> (u8, f64) {
+    let load = load.unwrap_or(0).min(100);
+    (load, f64::from(100 - load) * performance_coefficient)
 }
 
 /// Steps 1–4 of one selection.
 #[derive(Debug)]
-struct Steps<'a> {
+struct Steps<'q> {
     /// Step 2: the MSR whose contacts alone are kept, if any.
-    preferred: Option<&'a str>,
+    preferred: Option<&'q str>,
     /// Step 2: an MSR was given and had no candidate.
     media_bridge: bool,
     /// Step 3: the minimum finite distance.
     min_distance: Option<f64>,
-    /// Step 4: one contact per MSR, in MSR-name order.
-    kept: Vec<Candidate<'a>>,
+    /// Step 4: one contact per MSR, positions in the zone's index
+    /// (ascending, so in MSR-name order).
+    kept: Vec<usize>,
 }
 
-/// Steps 1–4 for a leg at `distances`' site: one pass over the leg's zone.
-/// Not generic, so that it is compiled (and its helpers inlined) once, here.
-fn steps_1_to_4<'a>(
-    table: &'a LoadTable,
-    distances: &SiteDistances<'_>,
-    query: &'a Query,
-) -> Steps<'a> {
-    // Steps 1–3 together: the nearest contacts of any MSR and, when an MSR
-    // was given, the nearest of its own.
-    let wanted = query.msr.as_deref();
-    let mut nearest = Nearest::new();
-    let mut nearest_wanted = Nearest::new();
-    let mut wanted_seen = false;
-    for (candidate, distance) in table.candidates_by_distance(&query.zone, query.now, distances) {
-        if wanted == Some(candidate.msr) {
-            wanted_seen = true;
-            nearest_wanted.offer(candidate, distance);
+/// Steps 1–4 for a leg whose site is at `distances`: with a given MSR, two
+/// binary searches find its contacts and only they are scanned; otherwise
+/// (or when it has no candidate) one pass over the zone.
+fn steps_1_to_4<'q>(
+    view: &ZoneView<'_>,
+    distances: &DistanceColumn,
+    query: &'q Query,
+) -> Steps<'q> {
+    let nearest_in = |positions: std::ops::Range<usize>| {
+        let mut nearest = Nearest::new();
+        for scanned in view.scan(positions, query.now, distances) {
+            nearest.offer(scanned);
         }
-        nearest.offer(candidate, distance);
-    }
-    // Step 2: the given MSR wins if it has a candidate at all.
-    let (preferred, media_bridge, nearest) = if wanted_seen {
-        (wanted, false, nearest_wanted)
-    } else {
-        (None, wanted.is_some(), nearest)
+        nearest
     };
-
-    // Step 4 was done while scanning (see `Nearest::offer`): one contact per
-    // MSR, the first by contact name, in MSR-name order.
+    let wanted = query.msr.as_deref();
+    // Step 2: the given MSR wins if it has a step-1 candidate at all (at
+    // any distance, infinite included).
+    let own = wanted.map(|msr| (msr, view.msr_range(msr)));
+    let (preferred, media_bridge, nearest) = match own {
+        Some((msr, range))
+            if view
+                .scan(range.clone(), query.now, distances)
+                .next()
+                .is_some() =>
+        {
+            (Some(msr), false, nearest_in(range))
+        }
+        _ => (None, wanted.is_some(), nearest_in(0..view.len())),
+    };
     Steps {
         preferred,
         media_bridge,
         min_distance: nearest.distance,
-        kept: nearest.contacts,
+        kept: nearest
+            .kept
+            .into_iter()
+            .map(|(position, _)| position)
+            .collect(),
     }
 }
 
 /// One implementation for [`select`] and [`explain`]; with `record` false
-/// it allocates only the short list of nearest contacts and the choice's
-/// strings.
+/// it allocates only the short list of nearest contacts, their weights and
+/// the choice's strings.
 fn run<R: Rng + ?Sized>(
     table: &LoadTable,
     topology: &Topology,
@@ -393,30 +396,39 @@ fn run<R: Rng + ?Sized>(
         draw: None,
         outcome: Err(Refusal::UnknownSite),
     };
-    let Some(distances) = topology.distances_from(&query.site) else {
+    let Some(from) = topology.distances_from(&query.site) else {
         return Ok(explanation);
     };
+    let view = table.zone(&query.zone);
+    let distances = view.distances(&from);
     let Steps {
         preferred,
         media_bridge,
         min_distance,
         kept,
-    } = steps_1_to_4(table, &distances, query);
+    } = steps_1_to_4(&view, &distances, query);
     explanation.media_bridge = media_bridge;
 
     // Step 5: the interval table, in MSR-name order.
-    let total = kept.iter().fold(0.0_f64, |total, c| total + weight(c).1);
+    let weights: Vec<f64> = kept
+        .iter()
+        .map(|&position| weight(view.weight_inputs(position)).1)
+        .collect();
+    let total = weights.iter().fold(0.0_f64, |total, w| total + w);
     explanation.min_distance = min_distance;
     explanation.total = total;
     if record {
-        let mut candidates: Vec<ExplainedCandidate> = table
-            .candidates_by_distance(&query.zone, query.now, &distances)
-            .map(|(c, distance)| ExplainedCandidate {
-                contact: c.contact.to_owned(),
-                msr: c.msr.to_owned(),
-                site: c.site.to_owned(),
-                distance,
-                outcome: outcome_of(&c, distance, preferred, min_distance, &kept),
+        let mut candidates: Vec<ExplainedCandidate> = view
+            .scan(0..view.len(), query.now, &distances)
+            .filter_map(|scanned| {
+                let c = view.candidate(scanned.position, query.now)?;
+                Some(ExplainedCandidate {
+                    contact: c.contact.to_owned(),
+                    msr: c.msr.to_owned(),
+                    site: c.site.to_owned(),
+                    distance: scanned.distance,
+                    outcome: outcome_of(&c, &scanned, preferred, min_distance, &kept),
+                })
             })
             .collect();
         // The index yields them by MSR, then contact; explain lists them by
@@ -426,8 +438,9 @@ fn run<R: Rng + ?Sized>(
         let mut bottom = 0.0_f64;
         explanation.intervals = kept
             .iter()
+            .filter_map(|&position| view.candidate(position, query.now))
             .map(|c| {
-                let (load, weight) = weight(c);
+                let (load, weight) = weight((c.load, c.performance_coefficient));
                 let row = IntervalRow {
                     msr: c.msr.to_owned(),
                     contact: c.contact.to_owned(),
@@ -462,7 +475,7 @@ fn run<R: Rng + ?Sized>(
             Draw::Fixed(value) => return Err(DrawOutOfRange { draw: value, total }),
         };
         explanation.draw = Some(value);
-        match pick(&kept, value) {
+        match pick(&weights, value).and_then(|i| view.candidate(kept[i], query.now)) {
             Some(c) => Ok(Choice {
                 msr: c.msr.to_owned(),
                 contact: c.contact.to_owned(),
@@ -478,20 +491,20 @@ fn run<R: Rng + ?Sized>(
     Ok(explanation)
 }
 
-/// The contact whose interval `[bottom, top)` holds `value`, skipping empty
-/// intervals; rounding can leave `value` a hair above the last top, so the
-/// last non-empty interval takes it then.
-fn pick<'k, 'a>(kept: &'k [Candidate<'a>], value: f64) -> Option<&'k Candidate<'a>> {
+/// The index of the interval `[bottom, top)` (bottoms and tops summed from
+/// `weights` in order) that holds `value`, skipping empty intervals;
+/// rounding can leave `value` a hair above the last top, so the last
+/// non-empty interval takes it then. `None` when every weight is zero.
+fn pick(weights: &[f64], value: f64) -> Option<usize> {
     let mut bottom = 0.0_f64;
     let mut last = None;
-    for c in kept {
-        let (_, weight) = weight(c);
+    for (i, &weight) in weights.iter().enumerate() {
         let top = bottom + weight;
         if weight > 0.0 {
             if value >= bottom && value < top {
-                return Some(c);
+                return Some(i);
             }
-            last = Some(c);
+            last = Some(i);
         }
         bottom += weight;
     }
