@@ -19,7 +19,7 @@ pub enum CollectorError {
     #[error(transparent)]
     Sip(#[from] msr_shared::sip::EndpointError),
     /// The control socket could not be bound.
-    #[error("cannot bind control socket {path}: {source}")]
+    #[error("cannot bind [control] socket {path}: {source}")]
     ControlSocket {
         /// The socket path.
         path: PathBuf,
@@ -27,7 +27,7 @@ pub enum CollectorError {
         source: std::io::Error,
     },
     /// The control socket path cannot be used (no such directory, too long).
-    #[error("control socket {path}: {reason}")]
+    #[error("[control] socket {path}: {reason}")]
     ControlSocketPath {
         /// The socket path.
         path: PathBuf,

@@ -57,7 +57,13 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     let config = msr_collector::config::load(&cli.config)?;
     if cli.check_config {
-        msr_collector::check_environment(&config)?;
+        // The error's own text already ends in its cause (no chain to print).
+        msr_collector::check_environment(&config).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: the config is valid, but this host is not ready for it: {e}",
+                cli.config.display()
+            )
+        })?;
         println!(
             "{}: ok (node {}, sip {} {:?}, {} account(s), control socket {})",
             cli.config.display(),

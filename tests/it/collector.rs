@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use msr_collector::CollectorHandle;
 use msr_shared::admin::{Request, ResourceInfo, Response, ResponseData};
-use system_tests::{free_udp_port, init_tracing, run_sipp, sipp_scenario, AdminClient};
+use system_tests::{
+    bin_path, example, free_udp_port, init_tracing, run_sipp, sipp_scenario, AdminClient,
+};
 use tokio_util::sync::CancellationToken;
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -333,4 +335,48 @@ async fn real_agent_registers_and_reports_load() {
     let _ = tokio::time::timeout(LIMIT, handle.join)
         .await
         .expect("collector stops in time");
+}
+
+/// `msr-collector --check-config`, as an operator runs it before a deploy:
+/// the loopback example is ok; a config whose control socket directory is
+/// missing on this host is reported with the file, the key and the path.
+#[test]
+fn check_config_names_the_file_and_what_the_host_lacks() {
+    let ok = std::process::Command::new(bin_path("msr-collector"))
+        .arg("--config")
+        .arg(example("collector.toml"))
+        .arg("--check-config")
+        .output()
+        .expect("run msr-collector");
+    assert!(ok.status.success(), "{ok:?}");
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("collector.toml: ok"));
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = std::fs::read_to_string(example("collector.toml")).expect("example");
+    let missing = dir.path().join("no-such-dir").join("control.sock");
+    let text = text
+        .replace(
+            "/tmp/msr-collector.sock",
+            missing.to_str().expect("utf-8 path"),
+        )
+        .replace(
+            "/tmp/msr-collector-state.json",
+            dir.path().join("state.json").to_str().expect("utf-8 path"),
+        );
+    let config = dir.path().join("collector.toml");
+    std::fs::write(&config, text).expect("write config");
+    let out = std::process::Command::new(bin_path("msr-collector"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--check-config")
+        .output()
+        .expect("run msr-collector");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("{}: the config is valid", config.display()))
+            && stderr.contains("[control] socket")
+            && stderr.contains("no-such-dir does not exist"),
+        "{stderr}"
+    );
 }

@@ -21,7 +21,12 @@ use system_tests::{bin_path, example, workspace_root, AdminClient, ChildGuard};
 
 /// Run a local collector with three agents on 127.0.0.1 and show selection at work.
 #[derive(Parser, Debug)]
-#[command(version, about, long_about = None)]
+#[command(
+    name = "msr-quickstart",
+    version,
+    after_help = "Run by scripts/quickstart.sh (which builds the release binaries first).\n\
+                  While it watches, try: msrctl --socket /tmp/msr-quickstart/control.sock resource list"
+)]
 struct Cli {
     /// Exit after the report instead of watching for changes.
     #[arg(long)]
@@ -32,7 +37,8 @@ struct Cli {
     /// Simulated media sessions per agent (max-calls is 100 in the examples).
     #[arg(long, value_delimiter = ',', default_value = "10,40,70")]
     calls: Vec<u16>,
-    /// Where the children's logs go.
+    /// The run folder: the children's logs, the collector's control socket
+    /// (`control.sock`) and its fresh operator store.
     #[arg(long, default_value = "/tmp/msr-quickstart")]
     log_dir: PathBuf,
 }

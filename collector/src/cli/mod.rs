@@ -36,7 +36,22 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Admin CLI of msr-collector: sites, distances, MSR settings, the load table,
 /// subscriptions and selection.
 #[derive(Debug, Parser)]
-#[command(name = "msrctl", version)]
+#[command(
+    name = "msrctl",
+    version,
+    after_help = "Examples:
+  msrctl --socket /tmp/msr-quickstart/control.sock resource list
+  msrctl site declare remote_side
+  msrctl site distance local remote_side 64
+  msrctl msr set msr_1 performance_coefficient 1.5
+  msrctl select --zone default --site local --explain
+
+The seed's ECSS paths are aliases: `msrctl system/media/site/declare NAME`
+is `msrctl site declare NAME`.
+
+Exit codes: 0 done; 1 the collector refused the request (the reason on
+stderr); 2 usage error; 3 the collector could not be reached."
+)]
 pub struct Cli {
     /// Control socket of the collector.
     #[arg(long, global = true, env = "MSRCTL_SOCKET", default_value = DEFAULT_SOCKET)]
@@ -90,7 +105,7 @@ pub enum SiteCommand {
         /// Second site (the same as the first sets a site's own distance).
         b: String,
         /// Distance, or `infinity`.
-        #[arg(value_parser = parse_distance)]
+        #[arg(value_parser = parse_distance, allow_negative_numbers = true)]
         value: Distance,
     },
     /// Show the distance matrix; columns limited to the named sites if given.
@@ -122,7 +137,7 @@ pub enum MsrProperty {
     #[command(name = "performance_coefficient")]
     PerformanceCoefficient {
         /// The coefficient.
-        #[arg(value_parser = parse_finite)]
+        #[arg(value_parser = parse_finite, allow_negative_numbers = true)]
         value: f64,
     },
     /// Admin active flag: `false` takes the MSR out of selection.
@@ -208,7 +223,7 @@ pub struct SelectArgs {
     #[arg(long)]
     pub msr: Option<String>,
     /// Fix the draw to R in [0, total) instead of a random one.
-    #[arg(long, value_name = "R", value_parser = parse_finite)]
+    #[arg(long, value_name = "R", value_parser = parse_finite, allow_negative_numbers = true)]
     pub random: Option<f64>,
     /// Show the candidates, distances and interval table.
     #[arg(long)]
@@ -362,7 +377,10 @@ pub fn rewrite_aliases(args: Vec<OsString>) -> Vec<OsString> {
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
     /// Connecting to the socket failed.
-    #[error("cannot connect to {path}: {source}")]
+    #[error(
+        "cannot connect to {path}: {source} (is msr-collector running? \
+         give its [control] socket with --socket PATH or MSRCTL_SOCKET)"
+    )]
     Connect {
         /// Socket path.
         path: PathBuf,
@@ -454,7 +472,13 @@ pub fn output(command: &Command, json: bool, response: &Response) -> Output {
             }
         }
         Response::Err(body) => {
-            let (message, explain) = render::error(body);
+            let (mut message, explain) = render::error(body);
+            if json {
+                // The protocol's error object, without the explanation
+                // (which goes to stdout).
+                message =
+                    serde_json::json!({ "code": body.code, "message": body.message }).to_string();
+            }
             let stdout = if json {
                 body.explain
                     .as_ref()
@@ -679,6 +703,31 @@ mod tests {
         assert_eq!(
             out.stderr,
             "error: site_exists: site `local` is already declared\n"
+        );
+        // With --json a script reads the refusal as the protocol's error object.
+        let out = output(&command, true, &refused);
+        assert_eq!(out.code, EXIT_REFUSED);
+        let value: serde_json::Value = serde_json::from_str(&out.stderr).expect("json");
+        assert_eq!(
+            value,
+            serde_json::json!({"code": "site_exists", "message": "site `local` is already declared"})
+        );
+    }
+
+    #[test]
+    fn negative_values_reach_validation() {
+        // Not mistaken for flags: the value's own check explains the error.
+        let error = parse("site distance a b -5").expect_err("negative distance");
+        assert!(
+            error.to_string().contains("expected a number >= 0"),
+            "{error}"
+        );
+        assert_eq!(
+            request("msr set msr_1 performance_coefficient -1"),
+            Request::MsrSetPerformanceCoefficient {
+                msr: "msr_1".into(),
+                value: -1.0
+            }
         );
     }
 
