@@ -9,6 +9,8 @@
 //!
 //! * [`config`] — XML → validated [`config::AgentConfig`], hot reload;
 //! * [`load`] — CPU and media-session sampling, the `load` figure;
+//! * [`log_file`] — the config's log file: opened by the daemon, checked
+//!   (without creating it) by `--check-config`;
 //! * [`registration`] — sans-IO REGISTER client, one per account;
 //! * [`notifier`] — sans-IO RFC 6665 notifier;
 //! * `shell` — the one async loop owning the SIP endpoint and driving the
@@ -20,6 +22,7 @@
 
 pub mod config;
 pub mod load;
+pub mod log_file;
 
 mod error;
 pub mod notifier;
@@ -44,8 +47,9 @@ pub struct AgentHandle {
     /// The bound SIP (UDP) address; with `port="0"` in the config this is
     /// where the ephemeral port shows.
     pub local_addr: SocketAddr,
-    /// The agent task; it ends after `shutdown` is cancelled and the final
-    /// NOTIFYs and unregisters are sent (at most [`SHUTDOWN_GRACE`] later).
+    /// The agent task; it ends after `shutdown` is cancelled, the final
+    /// NOTIFYs are answered and then the unregisters are answered (at most
+    /// [`notifier::FINAL_NOTIFY_GRACE`] + [`SHUTDOWN_GRACE`] later).
     pub join: JoinHandle<Result<(), AgentError>>,
 }
 

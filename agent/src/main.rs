@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use msr_agent::log_file::LogFile;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -15,6 +16,13 @@ const DEFAULT_CONFIG: &str = "/etc/ecss/ecss-media-server/config.xml";
 /// How long after SIGTERM/SIGINT the process exits even if the graceful
 /// shutdown has not finished.
 const EXIT_DEADLINE: Duration = Duration::from_secs(5);
+
+// The graceful shutdown (final NOTIFYs answered, then unregisters answered)
+// must fit in the exit deadline.
+const _: () = assert!(
+    msr_agent::notifier::FINAL_NOTIFY_GRACE.as_millis() + msr_agent::SHUTDOWN_GRACE.as_millis()
+        < EXIT_DEADLINE.as_millis()
+);
 
 /// MSR host agent: registers the media server's accounts with the core and
 /// reports its load (SIP event package eltex-call-count).
@@ -50,7 +58,8 @@ struct Cli {
     #[arg(short, long, value_name = "FILE", default_value = DEFAULT_CONFIG)]
     config: PathBuf,
 
-    /// Validate the config, print a summary and exit (0 valid, 1 invalid).
+    /// Validate the config and check that the log file can be opened
+    /// (without creating it), print a summary and exit (0 ok, 1 not).
     #[arg(long)]
     check_config: bool,
 
@@ -80,11 +89,15 @@ fn main() -> ExitCode {
 
 fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
     let config = msr_agent::config::load(&cli.config)?;
+    let log_file = LogFile::from_config(&config.general).filter(|_| !cli.log_stderr);
     if cli.check_config {
-        print_summary(&cli.config, &config);
+        if let Some(file) = &log_file {
+            file.check()?;
+        }
+        print_summary(&cli.config, &config, log_file.as_ref());
         return Ok(ExitCode::SUCCESS);
     }
-    let _guard = init_tracing(&cli, &config)?;
+    let _guard = init_tracing(&cli, &config, log_file)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -109,8 +122,12 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn print_summary(path: &Path, config: &msr_agent::AgentConfig) {
+fn print_summary(path: &Path, config: &msr_agent::AgentConfig, log_file: Option<&LogFile>) {
     println!("{}: ok", path.display());
+    match log_file {
+        Some(file) => println!("log: {}", file.path().display()),
+        None => println!("log: stderr"),
+    }
     println!(
         "transport: {} {}:{}",
         config.transport.transport, config.transport.bind_addr, config.transport.port
@@ -133,35 +150,23 @@ fn print_summary(path: &Path, config: &msr_agent::AgentConfig) {
     }
 }
 
-/// Installs the tracing subscriber: stderr, or the config's log file.
-/// Returns the appender guard that flushes the file on drop.
+/// Installs the tracing subscriber: stderr, or `log_file` (the config's,
+/// unless `--log-stderr`). Returns the appender guard that flushes the file
+/// on drop.
 fn init_tracing(
     cli: &Cli,
     config: &msr_agent::AgentConfig,
+    log_file: Option<LogFile>,
 ) -> anyhow::Result<Option<tracing_appender::non_blocking::WorkerGuard>> {
     let verbosity = i8::try_from(i16::from(cli.verbose) - i16::from(cli.quiet)).unwrap_or(0);
     let level = msr_shared::logging::filter_directive(verbosity);
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
-    let file = match (
-        &config.general.log_path,
-        &config.general.log_name,
-        cli.log_stderr,
-    ) {
-        (Some(dir), Some(name), false) => Some((dir.clone(), name.clone())),
-        _ => None,
-    };
-    if let Some((dir, name)) = file {
-        let path = dir.join(&name);
-        // Fail early with a clear message instead of losing every log line.
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| anyhow::anyhow!("{}: cannot open log file: {e}", path.display()))?;
+    if let Some(file) = log_file {
+        file.open()?;
         let appender = if config.general.log_rotate {
-            tracing_appender::rolling::daily(&dir, &name)
+            tracing_appender::rolling::daily(&file.dir, &file.name)
         } else {
-            tracing_appender::rolling::never(&dir, &name)
+            tracing_appender::rolling::never(&file.dir, &file.name)
         };
         let (writer, guard) = tracing_appender::non_blocking(appender);
         tracing_subscriber::fmt()

@@ -31,7 +31,12 @@
 //!   → 481; a SUBSCRIBE without Call-ID, From tag, CSeq or Contact → 400; a
 //!   SUBSCRIBE for an MSR name that is not one of our accounts → 404;
 //! * a NOTIFY answered 481 or 408, or lost (transport failure), drops the
-//!   subscription (RFC 6665 §4.2.2); other errors are logged only.
+//!   subscription (RFC 6665 §4.2.2); other errors are logged only;
+//! * every final (`terminated`) NOTIFY is tracked until it is answered or
+//!   fails ([`Notifier::finals_in_flight`]). After [`Notifier::shutdown`]
+//!   the shell waits for them, at most [`FINAL_NOTIFY_GRACE`], before it
+//!   unregisters: a registrar that handles the unregister first ends the
+//!   subscription and answers the `deactivated` NOTIFY 481.
 //!
 //! Route sets (`Record-Route`) are not supported: NOTIFYs go straight to the
 //! subscriber's Contact, which is how the collector subscribes.
@@ -63,6 +68,10 @@ pub const MIN_EXPIRES: u32 = 1;
 /// The expiry granted when a SUBSCRIBE carries no `Expires` (SPEC §4's
 /// default subscription length).
 pub const DEFAULT_EXPIRES: u32 = 60;
+/// How long after [`Notifier::shutdown`] the final NOTIFYs may stay
+/// unanswered: past it [`Notifier::handle_timeout`] stops waiting for them
+/// (a subscriber that is gone must not hold up the shutdown).
+pub const FINAL_NOTIFY_GRACE: Duration = Duration::from_secs(2);
 
 /// What the notifier needs from the config (SPEC §2, §4).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,8 +104,11 @@ impl fmt::Display for SubscriptionId {
 /// A NOTIFY to send, with the subscription it belongs to.
 #[derive(Debug)]
 pub struct NotifyTransmit {
-    /// The subscription; pass it back with the response.
+    /// The subscription; pass it back with the response or failure.
     pub subscription: SubscriptionId,
+    /// The NOTIFY's CSeq number; pass it back with a failure (a response
+    /// carries its own).
+    pub cseq: u32,
     /// The request (Via and Max-Forwards are the endpoint's).
     pub request: Request,
 }
@@ -153,6 +165,11 @@ pub struct Notifier {
     next_id: u64,
     transmit: VecDeque<NotifyTransmit>,
     shut_down: bool,
+    /// Final NOTIFYs sent and not answered yet: subscription → CSeq. The
+    /// subscription itself is already gone.
+    finals: HashMap<SubscriptionId, u32>,
+    /// Set by [`Notifier::shutdown`]: when waiting for `finals` ends.
+    finals_deadline: Option<Instant>,
 }
 
 impl Notifier {
@@ -166,6 +183,8 @@ impl Notifier {
             next_id: 1,
             transmit: VecDeque::new(),
             shut_down: false,
+            finals: HashMap::new(),
+            finals_deadline: None,
         }
     }
 
@@ -197,19 +216,42 @@ impl Notifier {
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) must be called next:
-    /// the earliest expiry or end of a rate-limit window with a held change.
+    /// the earliest expiry or end of a rate-limit window with a held change,
+    /// and after [`shutdown`](Self::shutdown) the end of the wait for the
+    /// final NOTIFYs while some are unanswered.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        let finals = self.finals_deadline.filter(|_| !self.finals.is_empty());
         self.subs
             .values()
             .map(|s| {
                 let window = if s.pending { self.window_end(s) } else { None };
                 window.map_or(s.expires_at, |w| w.min(s.expires_at))
             })
+            .chain(finals)
             .min()
     }
 
-    /// Expires subscriptions and sends held load changes whose window ended.
+    /// How many final (`terminated`) NOTIFYs are sent and neither answered
+    /// nor failed yet; 0 once [`handle_timeout`](Self::handle_timeout) has
+    /// run [`FINAL_NOTIFY_GRACE`] after [`shutdown`](Self::shutdown).
+    pub fn finals_in_flight(&self) -> usize {
+        self.finals.len()
+    }
+
+    /// Expires subscriptions and sends held load changes whose window ended;
+    /// after [`shutdown`](Self::shutdown), stops waiting for unanswered final
+    /// NOTIFYs once [`FINAL_NOTIFY_GRACE`] is over.
     pub fn handle_timeout(&mut self, now: Instant) {
+        if self
+            .finals_deadline
+            .is_some_and(|d| now >= d && !self.finals.is_empty())
+        {
+            warn!(
+                unanswered = self.finals.len(),
+                "final notifies not answered in time, going on"
+            );
+            self.finals.clear();
+        }
         let mut ids: Vec<SubscriptionId> = self.subs.keys().copied().collect();
         ids.sort();
         for id in ids {
@@ -264,9 +306,12 @@ impl Notifier {
     }
 
     /// Ends every subscription with `terminated;reason=deactivated`; new
-    /// SUBSCRIBEs are refused with 503 from now on.
+    /// SUBSCRIBEs are refused with 503 from now on. The final NOTIFYs are
+    /// waited for (see [`finals_in_flight`](Self::finals_in_flight)) until
+    /// `now + FINAL_NOTIFY_GRACE`.
     pub fn shutdown(&mut self, now: Instant) {
         self.shut_down = true;
+        self.finals_deadline = Some(now + FINAL_NOTIFY_GRACE);
         let mut ids: Vec<SubscriptionId> = self.subs.keys().copied().collect();
         ids.sort();
         for id in ids {
@@ -274,13 +319,17 @@ impl Notifier {
         }
     }
 
-    /// The final response to a NOTIFY of subscription `id`.
+    /// The final response to a NOTIFY of subscription `id` (a locally
+    /// generated 408 for a transaction timeout included).
     pub fn handle_notify_response(
         &mut self,
         _now: Instant,
         id: SubscriptionId,
         response: &Response,
     ) {
+        if let Some((cseq, _)) = sip::cseq(&response.headers) {
+            self.final_answered(id, cseq);
+        }
         let code = response.status_code.code();
         if (200..300).contains(&code) {
             return;
@@ -292,9 +341,25 @@ impl Notifier {
         }
     }
 
-    /// A NOTIFY of subscription `id` got no response at all.
-    pub fn handle_notify_failure(&mut self, _now: Instant, id: SubscriptionId, reason: &str) {
+    /// The NOTIFY of subscription `id` with CSeq `cseq` got no response at
+    /// all (transport failure).
+    pub fn handle_notify_failure(
+        &mut self,
+        _now: Instant,
+        id: SubscriptionId,
+        cseq: u32,
+        reason: &str,
+    ) {
+        self.final_answered(id, cseq);
         self.drop_subscription(id, reason);
+    }
+
+    /// The NOTIFY `(id, cseq)` is over; if it was a final one, it is no
+    /// longer in flight.
+    fn final_answered(&mut self, id: SubscriptionId, cseq: u32) {
+        if self.finals.get(&id) == Some(&cseq) {
+            self.finals.remove(&id);
+        }
     }
 
     /// Answers an incoming request; `None` for ACK (never answered).
@@ -556,6 +621,11 @@ impl Notifier {
             info!(subscription = %id, msr = %sub.msr, call_id = %sub.call_id, %reason, "subscription terminated");
         }
         self.send_notify(now, id, SubscriptionState::terminated(reason));
+        // `send_notify` removes the subscription when the NOTIFY cannot be
+        // built; then there is nothing to wait for.
+        if let Some(sub) = self.subs.get(&id) {
+            self.finals.insert(id, sub.local_cseq);
+        }
         self.remove(id);
     }
 
@@ -614,6 +684,7 @@ impl Notifier {
                 debug!(subscription = %id, state = %state, load = latest.load, "notify");
                 self.transmit.push_back(NotifyTransmit {
                     subscription: id,
+                    cseq: sub.local_cseq,
                     request,
                 });
             }

@@ -21,7 +21,9 @@
 //!   own `Contact` in the response, else the `Expires` header, else what was
 //!   requested). The refresh is sent [`refresh_delay`] after the response:
 //!   `max(granted / 2, granted − 30 s)`, i.e. half-way for short expiries and
-//!   30 s before expiry for long ones;
+//!   30 s before expiry for long ones. `registration confirmed` is logged at
+//!   info when the account becomes registered (first success, first after a
+//!   failure or a lapse) and at debug for a routine refresh;
 //! * anything else (408 from Timer F, 5xx, a transport failure, wrong
 //!   credentials…) → [`RegistrationState::Failed`] and a new attempt after a
 //!   capped exponential backoff ([`BACKOFF_BASE`] doubling up to
@@ -40,7 +42,7 @@ use msr_shared::sip::{self, Method, Request, Response};
 use rsipstack::dialog::authenticate::compute_digest;
 use rsipstack::sip::headers::auth::{Algorithm, AuthQop};
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::config::Account;
 
@@ -334,15 +336,26 @@ impl Registration {
         }
         self.expires_at = Some(now + Duration::from_secs(u64::from(granted)));
         self.next_attempt = Some(now + refresh_delay(granted));
-        if self.state != RegistrationState::Registered {
+        if self.state == RegistrationState::Registered {
+            // A routine refresh: every few tens of seconds per account.
+            debug!(
+                msr = %self.config.account.msr_name,
+                realm = %self.config.account.realm,
+                expires = granted,
+                "registration confirmed"
+            );
+        } else {
+            // The account becomes registered: the first time in this run
+            // (an account whose config changed gets a new client), or again
+            // after a failure or a lapse.
             self.set_state(RegistrationState::Registered);
+            info!(
+                msr = %self.config.account.msr_name,
+                realm = %self.config.account.realm,
+                expires = granted,
+                "registration confirmed"
+            );
         }
-        info!(
-            msr = %self.config.account.msr_name,
-            realm = %self.config.account.realm,
-            expires = granted,
-            "registration confirmed"
-        );
     }
 
     fn on_challenge(&mut self, now: Instant, response: &Response, proxy: bool) {

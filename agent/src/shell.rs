@@ -14,8 +14,18 @@
 //!
 //! After every event each core's transmit queue is flushed into the endpoint.
 //!
-//! Shutdown: final `deactivated` NOTIFYs, `Expires: 0` REGISTERs for every
-//! account, then up to [`SHUTDOWN_GRACE`] for the unregisters to be answered.
+//! Shutdown, in two steps so that a registrar never sees an unregister
+//! before the final NOTIFY of a subscription it holds (it would end the
+//! subscription and answer that NOTIFY 481):
+//!
+//! 1. the final `deactivated` NOTIFYs, then until each is answered (any
+//!    final response, a transaction timeout or a transport failure), at most
+//!    [`FINAL_NOTIFY_GRACE`](crate::notifier::FINAL_NOTIFY_GRACE);
+//! 2. the `Expires: 0` REGISTERs for every account, then until each is
+//!    answered, at most [`SHUTDOWN_GRACE`].
+//!
+//! The whole shutdown thus takes at most `FINAL_NOTIFY_GRACE +
+//! SHUTDOWN_GRACE` (4 s), within `main.rs`'s exit deadline.
 //!
 //! Architecture Invariant: only this module (and `lib.rs`) touches the
 //! clock, sockets and tasks; the cores receive `now` as an argument.
@@ -37,7 +47,9 @@ use crate::load::{LoadSampler, Sample};
 use crate::notifier::{Notifier, NotifierConfig, SubscriptionId};
 use crate::registration::{Registration, RegistrationConfig};
 
-/// How long shutdown waits for the unregisters to be answered.
+/// How long shutdown waits for the unregisters to be answered (after up to
+/// [`FINAL_NOTIFY_GRACE`](crate::notifier::FINAL_NOTIFY_GRACE) for the
+/// final NOTIFYs).
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// An account's identity across reloads: `(msr_name, realm URI)`.
@@ -47,7 +59,8 @@ type AccountKey = (String, String);
 #[derive(Debug, Clone)]
 enum Origin {
     Register(AccountKey),
-    Notify(SubscriptionId),
+    /// A NOTIFY: its subscription and CSeq number.
+    Notify(SubscriptionId, u32),
 }
 
 /// The name of the interface owning `addr` (`lo` on loopback); `None` when
@@ -287,7 +300,7 @@ impl Shell {
                         reg.handle_response(now, &response);
                     }
                 }
-                Some(Origin::Notify(sub)) => {
+                Some(Origin::Notify(sub, _)) => {
                     self.notifier.handle_notify_response(now, sub, &response)
                 }
                 None => debug!(id, "response to an unknown request"),
@@ -298,7 +311,9 @@ impl Shell {
                         reg.handle_failure(now, &reason);
                     }
                 }
-                Some(Origin::Notify(sub)) => self.notifier.handle_notify_failure(now, sub, &reason),
+                Some(Origin::Notify(sub, cseq)) => {
+                    self.notifier.handle_notify_failure(now, sub, cseq, &reason)
+                }
                 None => debug!(id, "failure of an unknown request"),
             },
         }
@@ -330,7 +345,7 @@ impl Shell {
             }
         }
         while let Some(t) = self.notifier.poll_transmit() {
-            out.push((Origin::Notify(t.subscription), t.request));
+            out.push((Origin::Notify(t.subscription, t.cseq), t.request));
         }
         let now = Instant::now();
         for (origin, request) in out {
@@ -348,9 +363,9 @@ impl Shell {
                                 reg.handle_failure(now, &e.to_string());
                             }
                         }
-                        Origin::Notify(sub) => {
+                        Origin::Notify(sub, cseq) => {
                             self.notifier
-                                .handle_notify_failure(now, sub, &e.to_string())
+                                .handle_notify_failure(now, sub, cseq, &e.to_string())
                         }
                     }
                 }
@@ -424,10 +439,34 @@ impl Shell {
         );
     }
 
+    /// The two-step shutdown of the module docs.
     async fn graceful_shutdown(&mut self) {
-        let now = Instant::now();
         info!("shutting down");
-        self.notifier.shutdown(now);
+        self.notifier.shutdown(Instant::now());
+        // Step 1: the final NOTIFYs, answered before any unregister leaves.
+        // The notifier bounds the wait (its deadline is `poll_timeout`).
+        loop {
+            self.flush();
+            if self.notifier.finals_in_flight() == 0 {
+                break;
+            }
+            let Some(deadline) = self.notifier.poll_timeout() else {
+                break;
+            };
+            tokio::select! {
+                () = sleep_until(deadline) => self.notifier.handle_timeout(Instant::now()),
+                event = self.endpoint.recv() => match event {
+                    Some(event) => self.on_sip_event(event).await,
+                    None => {
+                        self.endpoint.shutdown();
+                        info!("stopped");
+                        return;
+                    }
+                },
+            }
+        }
+        // Step 2: the unregisters.
+        let now = Instant::now();
         for reg in self.registrations.values_mut() {
             reg.unregister(now);
         }

@@ -24,6 +24,16 @@
 //! and the digest `uri` must be the Request-URI (`400` otherwise). Nonces
 //! are kept in issue order, so purging and evicting them costs O(1) each.
 //!
+//! Refused REGISTERs — `403` for credentials or an MSR name the account
+//! may not register, `400` for a malformed request — are reported as
+//! [`RefusalLog`]s ([`Registrar::poll_refusal`]) for the shell to log at
+//! warn. They are rate-limited on the `now` given: one line per username
+//! (else MSR name) per [`REFUSAL_WINDOW`], with the count of those held
+//! back; at most [`MAX_REFUSAL_KEYS`] keys tracked; at most
+//! [`MAX_REFUSAL_LINES_PER_WINDOW`] lines per window in all, the rest
+//! counted. Challenges, stale nonces included, are the normal course of
+//! digest authentication and are not reported.
+//!
 //! Expiries are kept in an ordered set of `(instant, msr, contact)`, in step
 //! with the bindings, so [`Registrar::poll_timeout`] is O(1) and
 //! [`Registrar::handle_timeout`] visits only the bindings that are due.
@@ -39,6 +49,12 @@ use tokio::time::Instant;
 
 mod digest;
 use digest::Credentials;
+mod refusals;
+use refusals::RefusalLimiter;
+pub use refusals::{
+    Refusal, RefusalLog, RefusalReason, MAX_FIELD_CHARS, MAX_KEYS as MAX_REFUSAL_KEYS,
+    MAX_LINES_PER_WINDOW as MAX_REFUSAL_LINES_PER_WINDOW, WINDOW as REFUSAL_WINDOW,
+};
 
 use crate::config::{Account, DigestAlgorithm, SipConfig};
 
@@ -122,6 +138,8 @@ pub struct Registrar {
     /// `(expires_at, msr, contact)` of every binding in `aors`.
     expiries: BTreeSet<(Instant, String, String)>,
     events: VecDeque<RegistrarEvent>,
+    /// Refused REGISTERs, rate-limited for the log.
+    refusals: RefusalLimiter,
 }
 
 /// What the registrar remembers of a nonce it issued.
@@ -187,6 +205,7 @@ impl Registrar {
             aors: BTreeMap::new(),
             expiries: BTreeSet::new(),
             events: VecDeque::new(),
+            refusals: RefusalLimiter::default(),
         }
     }
 
@@ -194,7 +213,7 @@ impl Registrar {
     /// to send: `200` (listing every current contact with `;expires=N`),
     /// `401` (challenge), `403` (bad credentials), `423` (too brief, with
     /// `Min-Expires`) or `400` (malformed). Changes are reported as
-    /// [`RegistrarEvent`]s.
+    /// [`RegistrarEvent`]s, `403`s and `400`s as [`RefusalLog`]s.
     pub fn handle_register(
         &mut self,
         now: Instant,
@@ -205,19 +224,23 @@ impl Registrar {
         let to_tag = sip::random_token();
         let (msr, call_id) = match self.check_structure(req) {
             Ok(v) => v,
-            Err(e) => return bad_request(req, &to_tag, &e),
+            Err(e) => return self.bad_request(now, req, source, &to_tag, &e),
         };
         match self.authenticate(now, req, &msr) {
             AuthOutcome::Ok => {}
             AuthOutcome::Challenge { stale } => return self.challenge(now, req, &to_tag, stale),
-            AuthOutcome::Forbidden => {
-                return sip::response(req, StatusCode::Forbidden, Some(&to_tag))
+            AuthOutcome::Forbidden(reason) => {
+                let resp = sip::response(req, StatusCode::Forbidden, Some(&to_tag));
+                self.refuse(now, req, source, reason, &resp);
+                return resp;
             }
-            AuthOutcome::Malformed(why) => return bad_request(req, &to_tag, &why),
+            AuthOutcome::Malformed(why) => {
+                return self.bad_request(now, req, source, &to_tag, &why)
+            }
         }
         let contacts = match parse_contacts(req, &msr) {
             Ok(c) => c,
-            Err(e) => return bad_request(req, &to_tag, &e),
+            Err(e) => return self.bad_request(now, req, source, &to_tag, &e),
         };
         match contacts {
             ContactsSpec::Wildcard => {
@@ -341,9 +364,74 @@ impl Registrar {
         resp
     }
 
-    /// Lets every binding whose expiry is at or before `now` lapse.
+    /// Answers `400` to `req` and reports the refusal.
+    fn bad_request(
+        &mut self,
+        now: Instant,
+        req: &Request,
+        source: Option<SocketAddr>,
+        to_tag: &str,
+        why: &dyn std::fmt::Display,
+    ) -> Response {
+        let resp = bad_request(req, to_tag, why);
+        self.refuse(
+            now,
+            req,
+            source,
+            RefusalReason::Malformed(why.to_string()),
+            &resp,
+        );
+        resp
+    }
+
+    /// Reports a refused REGISTER (answered with `resp`) to the rate limit.
+    fn refuse(
+        &mut self,
+        now: Instant,
+        req: &Request,
+        source: Option<SocketAddr>,
+        reason: RefusalReason,
+        resp: &Response,
+    ) {
+        let msr = sip::header(&req.headers, "To").and_then(|to| sip::uri_user(sip::addr_uri(to)));
+        let auth_name = self.auth_username(req);
+        let refusal = Refusal::new(
+            msr,
+            auth_name.as_deref(),
+            reason,
+            resp.status_code.clone(),
+            source,
+        );
+        self.refusals.record(now, refusal);
+    }
+
+    /// The digest username of `req`: from the `Authorization` for our
+    /// realm, else from the first one.
+    fn auth_username(&self, req: &Request) -> Option<String> {
+        let all = sip::header_all(&req.headers, "Authorization");
+        let ours = all
+            .iter()
+            .find(|v| sip_realm(v).as_deref() == Some(self.realm.as_str()));
+        ours.or(all.first()).and_then(|v| auth_param(v, "username"))
+    }
+
+    /// The next refused REGISTER (or count of refusals) to log, as the
+    /// rate limit lets them through.
+    pub fn poll_refusal(&mut self) -> Option<RefusalLog> {
+        self.refusals.poll()
+    }
+
+    /// Releases the refusals the rate limit holds back (at shutdown), for
+    /// [`poll_refusal`](Self::poll_refusal); still within the line budget.
+    pub fn flush_refusals(&mut self, now: Instant) {
+        self.refusals.finish(now);
+    }
+
+    /// Lets every binding whose expiry is at or before `now` lapse, and
+    /// ends the refusal rate-limit windows that are over.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.purge_nonces(now);
+        self.refusals.advance(now);
         while self.expiries.first().is_some_and(|(at, _, _)| *at <= now) {
             let Some((_, msr, contact)) = self.expiries.pop_first() else {
                 break;
@@ -364,9 +452,10 @@ impl Registrar {
     }
 
     /// The next instant [`handle_timeout`](Self::handle_timeout) has work:
-    /// the earliest binding expiry, O(1).
+    /// the earliest binding expiry or end of a refusal rate-limit window, O(1).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.expiries.first().map(|(at, _, _)| *at)
+        let expiry = self.expiries.first().map(|(at, _, _)| *at);
+        expiry.into_iter().chain(self.refusals.poll_timeout()).min()
     }
 
     /// Panics unless `expiries` holds exactly one entry per binding.
@@ -440,13 +529,13 @@ impl Registrar {
             return AuthOutcome::Malformed("digest uri does not match the request-uri");
         }
         let Some(account) = self.credentials.get(&credentials.username) else {
-            return AuthOutcome::Forbidden;
+            return AuthOutcome::Forbidden(RefusalReason::UnknownAuthName);
         };
         if !credentials.verify(algorithm, &account.password, "REGISTER") {
-            return AuthOutcome::Forbidden;
+            return AuthOutcome::Forbidden(RefusalReason::WrongPassword);
         }
         if !account.msrs.is_empty() && !account.msrs.iter().any(|m| m == msr) {
-            return AuthOutcome::Forbidden;
+            return AuthOutcome::Forbidden(RefusalReason::MsrNotAllowed);
         }
         let Some(nonce) = self.nonces.get_mut(&credentials.nonce) else {
             return AuthOutcome::Challenge { stale: true };
@@ -519,7 +608,7 @@ impl Registrar {
 enum AuthOutcome {
     Ok,
     Challenge { stale: bool },
-    Forbidden,
+    Forbidden(RefusalReason),
     Malformed(&'static str),
 }
 

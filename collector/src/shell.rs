@@ -8,8 +8,9 @@
 //! spawned tasks, so the loop never awaits SIP I/O while answering admin.
 //!
 //! Shutdown: `Expires: 0` for every active subscription, at most
-//! [`SHUTDOWN_GRACE`] waiting for their answers, then the control socket
-//! is removed.
+//! [`SHUTDOWN_GRACE`] waiting for the answers to those (and only those:
+//! not to an unsubscribe sent earlier for an MSR that unregistered), then
+//! the control socket is removed.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -29,7 +30,7 @@ use crate::config::CollectorConfig;
 use crate::error::CollectorError;
 use crate::load_table::{ContactBinding, LoadTable};
 use crate::operator::OperatorConfig;
-use crate::registrar::{Registrar, RegistrarEvent, RemovalCause};
+use crate::registrar::{RefusalLog, Registrar, RegistrarEvent, RemovalCause, REFUSAL_WINDOW};
 use crate::store::Store;
 use crate::subscriber::{Subscriber, SubscriberConfig, SubscriberEvent, Target};
 
@@ -238,17 +239,23 @@ impl Shell {
         Ok(())
     }
 
-    /// Ends every subscription and waits (bounded) for the answers.
+    /// Ends every subscription and waits (bounded) for the answers to
+    /// these unsubscribes, and no others ([`Subscriber::awaited_unsubscribes`]);
+    /// then logs the registration refusals the rate limit still holds back.
     async fn drain(&mut self) {
         let now = Instant::now();
         let sent = self.subscriber.shutdown(now);
         info!(subscriptions = sent, "shutting down: ending subscriptions");
         self.send_transmits(now);
         let deadline = Instant::now() + SHUTDOWN_GRACE;
-        while self.subscriber.pending_unsubscribes() > 0 {
+        while self.subscriber.awaited_unsubscribes() > 0 {
             tokio::select! {
                 () = tokio::time::sleep_until(deadline) => {
-                    warn!(unanswered = self.subscriber.pending_unsubscribes(), "unsubscribe answers not received in time");
+                    warn!(
+                        unanswered = self.subscriber.awaited_unsubscribes(),
+                        subscriptions = sent,
+                        "unsubscribe answers not received in time"
+                    );
                     break;
                 }
                 event = self.endpoint.recv() => match event {
@@ -257,6 +264,9 @@ impl Shell {
                 },
             }
         }
+        // What the refusal rate limit still holds back.
+        self.registrar.flush_refusals(Instant::now());
+        self.log_refusals();
         self.endpoint.shutdown();
     }
 
@@ -266,13 +276,13 @@ impl Shell {
             SipEvent::Request(tx) => {
                 let req = tx.request();
                 let response = match req.method {
-                    Method::Register => self.registrar.handle_register(now, req, None),
+                    Method::Register => self.registrar.handle_register(now, req, source_of(req)),
                     Method::Notify => {
                         let unix_now = admin::unix_secs(SystemTime::now());
                         let response = self.subscriber.handle_notify(now, unix_now, req);
                         if response.status_code != StatusCode::OK {
                             info!(
-                                call_id = sip::call_id(&req.headers).unwrap_or_default(),
+                                call_id = sip::call_id(&req.headers).map(tracing::field::display),
                                 status = %response.status_code,
                                 "notify refused"
                             );
@@ -415,13 +425,39 @@ impl Shell {
                     info!(%msr, %call_id, %cause, ?delay, "subscription retrying")
                 }
                 SubscriberEvent::Ended { msr, call_id } => {
-                    info!(%msr, call_id = call_id.as_deref().unwrap_or(""), "subscription ended")
+                    // No `call_id` field when no dialog was open.
+                    info!(%msr, call_id = call_id.as_deref().map(tracing::field::display), "subscription ended")
                 }
             }
         }
+        self.log_refusals();
         // Only the subscriptions that changed: O(changes), not O(MSRs), per event.
         while let Some((msr, view)) = self.subscriber.poll_view_change() {
             self.table.set_subscription(&msr, view);
+        }
+    }
+
+    /// Logs the refused REGISTERs the registrar's rate limit lets through.
+    fn log_refusals(&mut self) {
+        while let Some(log) = self.registrar.poll_refusal() {
+            match log {
+                RefusalLog::Refused(r) => warn!(
+                    msr = r.msr.as_deref().map(tracing::field::display),
+                    auth_name = r.auth_name.as_deref().map(tracing::field::display),
+                    reason = %r.reason,
+                    detail = r.reason.detail(),
+                    status = %r.status,
+                    source = r.source.map(tracing::field::display),
+                    suppressed = r.suppressed,
+                    "registration refused"
+                ),
+                // Over MAX_REFUSAL_LINES_PER_WINDOW lines in the window.
+                RefusalLog::Unlogged { count } => warn!(
+                    count,
+                    window_secs = REFUSAL_WINDOW.as_secs(),
+                    "registration refusals not logged individually"
+                ),
+            }
         }
     }
 
@@ -434,6 +470,16 @@ impl Shell {
             }
         }
     }
+}
+
+/// Where a request came from, as the transport recorded it in the top
+/// `Via` (`received`/`rport` when the sent-by differs from the source,
+/// RFC 3261 §18.2.1, RFC 3581); `None` for a host name.
+fn source_of(req: &sip::Request) -> Option<SocketAddr> {
+    use rsipstack::sip::prelude::HeadersExt;
+    let via = req.via_header().ok()?;
+    let (_, target) = rsipstack::transport::SipConnection::parse_target_from_via(via).ok()?;
+    SocketAddr::try_from(target).ok()
 }
 
 fn allow(mut response: msr_shared::sip::Response) -> msr_shared::sip::Response {

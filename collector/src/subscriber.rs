@@ -169,7 +169,9 @@ pub enum SubscriberEvent {
     Ended {
         /// MSR name.
         msr: String,
-        /// Dialog Call-ID, if a dialog existed.
+        /// Call-ID of the dialog that ended; `None` when there was none at
+        /// the time (before the first SUBSCRIBE, or between a terminated or
+        /// failed dialog and the next).
         call_id: Option<String>,
     },
 }
@@ -187,6 +189,9 @@ struct PendingRequest {
     call_id: String,
     kind: Kind,
     requested: u32,
+    /// An unsubscribe sent by [`Subscriber::shutdown`], whose answer the
+    /// shell waits for ([`Subscriber::awaited_unsubscribes`]).
+    awaited: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -490,8 +495,17 @@ impl Subscriber {
         configured.max(floor)
     }
 
-    /// Queues a SUBSCRIBE in `dialog` (bumping its CSeq in the stored dialog).
-    fn send(&mut self, now: Instant, msr: &str, mut dialog: Dialog, kind: Kind, expires: u32) {
+    /// Queues a SUBSCRIBE in `dialog` (bumping its CSeq in the stored dialog)
+    /// and returns its id; `None` when no request could be built from the
+    /// dialog's target (not queued).
+    fn send(
+        &mut self,
+        now: Instant,
+        msr: &str,
+        mut dialog: Dialog,
+        kind: Kind,
+        expires: u32,
+    ) -> Option<u64> {
         dialog.cseq += 1;
         if let Some(d) = self.subs.get_mut(msr).and_then(|s| s.dialog.as_mut()) {
             if d.call_id == dialog.call_id {
@@ -531,6 +545,7 @@ impl Subscriber {
                         call_id: dialog.call_id.clone(),
                         kind,
                         requested: expires,
+                        awaited: false,
                     },
                 );
                 self.transmits.push_back(Transmit {
@@ -539,6 +554,7 @@ impl Subscriber {
                     call_id: dialog.call_id,
                     request,
                 });
+                Some(id)
             }
             Err(_) => {
                 // The registrar only keeps parseable contact URIs, so this is
@@ -546,6 +562,7 @@ impl Subscriber {
                 if kind != Kind::Unsubscribe {
                     self.fail(now, msr, &dialog.call_id, "bad target uri");
                 }
+                None
             }
         }
     }
@@ -918,8 +935,9 @@ impl Subscriber {
     }
 
     /// Ends every subscription with `Expires: 0` (shutdown) and returns how
-    /// many were sent; their answers are awaited via
-    /// [`pending_unsubscribes`](Self::pending_unsubscribes).
+    /// many unsubscribes were queued; their answers are awaited via
+    /// [`awaited_unsubscribes`](Self::awaited_unsubscribes). A subscription
+    /// whose dialog is not established (no answer yet) gets none.
     pub fn shutdown(&mut self, now: Instant) -> usize {
         let subs = std::mem::take(&mut self.subs);
         self.timers.clear();
@@ -929,19 +947,25 @@ impl Subscriber {
         for (msr, sub) in subs {
             if let Some(dialog) = sub.dialog.filter(|d| d.remote_tag.is_some()) {
                 // `send` stores the CSeq only in live subscriptions; the dialog is sent as-is.
-                self.send(now, &msr, dialog, Kind::Unsubscribe, 0);
-                sent += 1;
+                let id = self.send(now, &msr, dialog, Kind::Unsubscribe, 0);
+                if let Some(p) = id.and_then(|id| self.pending.get_mut(&id)) {
+                    p.awaited = true;
+                    sent += 1;
+                }
             }
         }
         sent
     }
 
-    /// Unsubscribes sent and not yet answered.
-    pub fn pending_unsubscribes(&self) -> usize {
-        self.pending
-            .values()
-            .filter(|p| p.kind == Kind::Unsubscribe)
-            .count()
+    /// The unsubscribes queued by [`shutdown`](Self::shutdown) that have no
+    /// final response (nor failure) yet: at most what it returned.
+    ///
+    /// An unsubscribe sent earlier, when an MSR unregistered, is not
+    /// counted: its subscription is already gone, its answer changes
+    /// nothing, and the MSR has usually stopped (its transaction would only
+    /// end at Timer F, 32 s later).
+    pub fn awaited_unsubscribes(&self) -> usize {
+        self.pending.values().filter(|p| p.awaited).count()
     }
 }
 

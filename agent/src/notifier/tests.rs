@@ -384,6 +384,98 @@ fn shutdown_deactivates_every_subscription() {
     assert_eq!(resp.status_code, StatusCode::ServiceUnavailable);
 }
 
+/// Five subscriptions, one NOTIFY each drained; the notifier at `t0`.
+fn five_subscriptions() -> (Notifier, Instant, Vec<NotifyTransmit>) {
+    let t0 = Instant::now();
+    let mut n = Notifier::new(config(), sample(30));
+    for i in 0..5 {
+        n.handle_request(t0, &subscribe(&format!("c{i}"), None, 1, Some(60), EVENT))
+            .expect("response");
+    }
+    let initial = drain(&mut n);
+    assert_eq!(initial.len(), 5);
+    (n, t0, initial)
+}
+
+fn reply(t: &NotifyTransmit, code: u16) -> Response {
+    sip::response(&t.request, StatusCode::from(code), None)
+}
+
+#[test]
+fn shutdown_waits_for_every_final_notify_to_be_answered() {
+    let (mut n, t0, initial) = five_subscriptions();
+    assert_eq!(n.finals_in_flight(), 0);
+    let t1 = t0 + MS(10);
+    n.shutdown(t1);
+    let finals = drain(&mut n);
+    assert_eq!(finals.len(), 5);
+    assert_eq!(n.finals_in_flight(), 5);
+    assert_eq!(n.poll_timeout(), Some(t1 + FINAL_NOTIFY_GRACE));
+
+    // The answer to an earlier NOTIFY of the same subscription (still in
+    // flight at shutdown) is not the answer to its final one.
+    n.handle_notify_response(t1, initial[0].subscription, &reply(&initial[0], 200));
+    n.handle_notify_failure(t1, initial[1].subscription, initial[1].cseq, "lost");
+    assert_eq!(n.finals_in_flight(), 5);
+
+    // Any final outcome counts: 200, an error (481 from a subscriber that
+    // forgot the dialog), the transaction layer's 408, a transport failure.
+    n.handle_notify_response(t1, finals[0].subscription, &reply(&finals[0], 200));
+    n.handle_notify_response(t1, finals[1].subscription, &reply(&finals[1], 481));
+    n.handle_notify_response(t1, finals[2].subscription, &reply(&finals[2], 408));
+    n.handle_notify_failure(t1, finals[3].subscription, finals[3].cseq, "unreachable");
+    assert_eq!(n.finals_in_flight(), 1);
+    n.handle_notify_response(t1, finals[4].subscription, &reply(&finals[4], 500));
+    assert_eq!(n.finals_in_flight(), 0);
+    assert_eq!(n.poll_timeout(), None, "nothing left to wait for");
+}
+
+#[test]
+fn unanswered_final_notifies_are_waited_for_at_most_the_grace_period() {
+    let (mut n, t0, _) = five_subscriptions();
+    n.shutdown(t0);
+    let finals = drain(&mut n);
+    n.handle_notify_response(t0, finals[0].subscription, &reply(&finals[0], 200));
+    assert_eq!(n.finals_in_flight(), 4);
+    let end = t0 + FINAL_NOTIFY_GRACE;
+    assert_eq!(n.poll_timeout(), Some(end));
+    n.handle_timeout(end - MS(1));
+    assert_eq!(n.finals_in_flight(), 4, "still waiting 1 ms before the end");
+    n.handle_timeout(end);
+    assert_eq!(n.finals_in_flight(), 0, "the wait is over");
+    assert_eq!(n.poll_timeout(), None);
+    // A late answer changes nothing.
+    n.handle_notify_response(end, finals[1].subscription, &reply(&finals[1], 200));
+    assert_eq!(n.finals_in_flight(), 0);
+}
+
+#[test]
+fn shutdown_without_subscriptions_has_nothing_to_wait_for() {
+    let t0 = Instant::now();
+    let mut n = Notifier::new(config(), sample(30));
+    n.shutdown(t0);
+    assert!(drain(&mut n).is_empty());
+    assert_eq!(n.finals_in_flight(), 0);
+    assert_eq!(n.poll_timeout(), None);
+}
+
+#[test]
+fn other_final_notifies_are_tracked_too() {
+    // Expiry (timeout) and a removed account (noresource) end subscriptions
+    // with final NOTIFYs as well; they count until answered.
+    let (mut n, t0, _) = subscribed(60);
+    n.handle_timeout(t0 + MS(60_000));
+    let sent = drain(&mut n);
+    assert_eq!(
+        state(&sent[0]),
+        SubscriptionState::terminated(TerminationReason::Timeout)
+    );
+    assert_eq!(n.finals_in_flight(), 1);
+    assert_eq!(n.poll_timeout(), None, "no deadline before shutdown");
+    n.handle_notify_response(t0 + MS(60_010), sent[0].subscription, &reply(&sent[0], 200));
+    assert_eq!(n.finals_in_flight(), 0);
+}
+
 #[test]
 fn removed_account_ends_with_noresource_and_new_delta_applies_at_once() {
     let (mut n, t0, _) = subscribed(600);
@@ -425,7 +517,7 @@ fn notify_answered_481_or_lost_drops_the_subscription() {
     let reply =
         |t: &NotifyTransmit, code: u16| sip::response(&t.request, StatusCode::from(code), None);
     n.handle_notify_response(t0, sent[0].subscription, &reply(&sent[0], 481));
-    n.handle_notify_failure(t0, sent[1].subscription, "timeout");
+    n.handle_notify_failure(t0, sent[1].subscription, sent[1].cseq, "timeout");
     n.handle_notify_response(t0, sent[2].subscription, &reply(&sent[2], 200));
     let left: Vec<String> = n.subscriptions().into_iter().map(|s| s.call_id).collect();
     assert_eq!(left, vec!["c".to_owned()]);

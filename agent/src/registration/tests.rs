@@ -316,3 +316,102 @@ fn challenge_parsing() {
     .is_none());
     assert!(parse_challenge(r#"Digest nonce="n""#, false).is_none());
 }
+
+/// A `MakeWriter` collecting formatted log lines.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .map_err(|_| std::io::Error::other("poisoned"))?
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    /// Runs `f` with this thread's logs (every level) going here.
+    fn during(&self, f: impl FnOnce()) {
+        let writer = self.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+    }
+
+    /// The level of every `registration confirmed` line so far, in order.
+    fn confirmations(&self) -> Vec<&'static str> {
+        let text = String::from_utf8_lossy(&self.0.lock().expect("lock")).into_owned();
+        text.lines()
+            .filter(|l| l.contains("registration confirmed"))
+            .map(|l| {
+                ["TRACE", "DEBUG", "INFO", "WARN", "ERROR"]
+                    .into_iter()
+                    .find(|level| l.split_whitespace().any(|w| w == *level))
+                    .unwrap_or("?")
+            })
+            .collect()
+    }
+}
+
+/// `registration confirmed` is an info line when the account becomes
+/// registered (first success, first after a failure) and a debug line for
+/// routine refreshes, challenged ones included.
+#[test]
+fn only_the_first_confirmation_and_the_first_after_a_failure_are_info() {
+    let log = Captured::default();
+    log.during(|| {
+        let (mut reg, t0, req) = start();
+        reg.handle_response(t0, &reply(&req, 200, &[("Expires", "60")]));
+        let mut now = t0;
+        let mut refresh = |reg: &mut Registration, code: u16| {
+            now = reg.poll_timeout().expect("a refresh is scheduled");
+            reg.handle_timeout(now);
+            let req = reg.poll_transmit().expect("refresh");
+            reg.handle_response(now, &reply(&req, code, &[("Expires", "60")]));
+        };
+        refresh(&mut reg, 200);
+        refresh(&mut reg, 200);
+        // A refresh refused: the registration failed.
+        refresh(&mut reg, 503);
+        assert_eq!(reg.state(), RegistrationState::Failed);
+        // The retry after the backoff succeeds: registered again.
+        refresh(&mut reg, 200);
+        assert_eq!(reg.state(), RegistrationState::Registered);
+        refresh(&mut reg, 200);
+    });
+    assert_eq!(
+        log.confirmations(),
+        ["INFO", "DEBUG", "DEBUG", "INFO", "DEBUG"],
+        "first, two refreshes, first after the failure, a refresh"
+    );
+}
+
+#[test]
+fn a_challenged_refresh_is_still_a_routine_confirmation() {
+    let log = Captured::default();
+    log.during(|| {
+        let (mut reg, t0, req) = start();
+        reg.handle_response(t0, &reply(&req, 200, &[("Expires", "60")]));
+        let t1 = reg.poll_timeout().expect("refresh scheduled");
+        reg.handle_timeout(t1);
+        let refresh = reg.poll_transmit().expect("refresh");
+        let challenge = r#"Digest realm="r", nonce="n1", qop="auth""#;
+        reg.handle_response(
+            t1,
+            &reply(&refresh, 401, &[("WWW-Authenticate", challenge)]),
+        );
+        let retry = reg.poll_transmit().expect("refresh with credentials");
+        assert_eq!(reg.state(), RegistrationState::Registered);
+        reg.handle_response(t1, &reply(&retry, 200, &[("Expires", "60")]));
+    });
+    assert_eq!(log.confirmations(), ["INFO", "DEBUG"]);
+}

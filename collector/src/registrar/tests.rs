@@ -556,3 +556,222 @@ fn nonces_are_bounded_and_forgotten_oldest_first() {
     assert_eq!(r.nonces.len(), 1);
     assert_eq!(r.nonce_order.len(), 1);
 }
+
+fn refusals(r: &mut Registrar) -> Vec<RefusalLog> {
+    std::iter::from_fn(|| r.poll_refusal()).collect()
+}
+
+/// A REGISTER for `msr` answering a fresh challenge with `user`/`password`.
+fn refused(r: &mut Registrar, now: Instant, msr: &str, user: &str, password: &str) -> Response {
+    let mut reg = Reg::new(msr);
+    let nonce = nonce_of(&challenges(&r.handle_register(now, &reg.build(), None))[1]);
+    reg.cseq += 1;
+    reg.auth = Some(authorization(user, password, &nonce, Algorithm::Md5, "MD5"));
+    let source = "192.0.2.7:5070".parse().ok();
+    r.handle_register(now, &reg.build(), source)
+}
+
+fn expected(msr: &str, user: &str, reason: RefusalReason, status: StatusCode) -> Refusal {
+    Refusal {
+        msr: Some(msr.into()),
+        auth_name: Some(user.into()),
+        reason,
+        status,
+        source: "192.0.2.7:5070".parse().ok(),
+        suppressed: 0,
+    }
+}
+
+#[test]
+fn refused_credentials_and_msr_names_are_reported_with_what_an_operator_needs() {
+    let c = parse(
+        "[sip]\nrealm = \"msr.local\"\n[[accounts]]\nauth_name = \"msr\"\npassword = \"msr-secret\"\nmsrs = [\"msr_1\"]\n",
+        "t",
+    )
+    .expect("config");
+    let mut r = Registrar::new(&c.sip, &c.accounts);
+    let now = Instant::now();
+    let cases = [
+        ("msr_1", "msr", "wrong", RefusalReason::WrongPassword),
+        (
+            "msr_1",
+            "nobody",
+            "msr-secret",
+            RefusalReason::UnknownAuthName,
+        ),
+        ("msr_2", "msr2", "x", RefusalReason::UnknownAuthName),
+    ];
+    for (msr, user, password, reason) in cases {
+        let resp = refused(&mut r, now, msr, user, password);
+        assert_eq!(resp.status_code, StatusCode::Forbidden);
+        assert_eq!(
+            refusals(&mut r),
+            vec![RefusalLog::Refused(expected(
+                msr,
+                user,
+                reason,
+                StatusCode::Forbidden
+            ))]
+        );
+    }
+    // The right password for an MSR the account may not register (a
+    // window later: the username `msr` was just reported).
+    r.handle_timeout(now + REFUSAL_WINDOW);
+    assert!(refusals(&mut r).is_empty());
+    let now = now + REFUSAL_WINDOW;
+    assert_eq!(
+        register(&mut r, now, Reg::new("msr_9")).status_code,
+        StatusCode::Forbidden
+    );
+    let logs = refusals(&mut r);
+    assert_eq!(
+        logs,
+        vec![{
+            let mut e = expected(
+                "msr_9",
+                "msr",
+                RefusalReason::MsrNotAllowed,
+                StatusCode::Forbidden,
+            );
+            e.source = None;
+            RefusalLog::Refused(e)
+        }]
+    );
+}
+
+#[test]
+fn challenges_stale_nonces_and_successes_are_not_refusals() {
+    let mut r = registrar();
+    let t0 = Instant::now();
+    // Plain challenge, then success.
+    assert_eq!(
+        register(&mut r, t0, Reg::new("msr_1")).status_code,
+        StatusCode::OK
+    );
+    // A stale nonce, a replayed count, an algorithm not offered: challenges.
+    let mut reg = Reg::new("msr_1");
+    let nonce = nonce_of(&challenges(&r.handle_register(t0, &reg.build(), None))[1]);
+    reg.auth = Some(authorization_with(&nonce, 1, "sip:127.0.0.1:5060"));
+    assert_eq!(
+        r.handle_register(t0, &reg.build(), None).status_code,
+        StatusCode::OK
+    );
+    assert_eq!(
+        r.handle_register(t0, &reg.build(), None).status_code,
+        StatusCode::Unauthorized
+    );
+    let late = t0 + Duration::from_secs(400);
+    reg.auth = Some(authorization_with(&nonce, 2, "sip:127.0.0.1:5060"));
+    assert_eq!(
+        r.handle_register(late, &reg.build(), None).status_code,
+        StatusCode::Unauthorized
+    );
+    reg.auth = Some(
+        authorization_with(&nonce, 3, "sip:127.0.0.1:5060")
+            .replace("algorithm=MD5", "algorithm=SHA-512"),
+    );
+    assert_eq!(
+        r.handle_register(late, &reg.build(), None).status_code,
+        StatusCode::Unauthorized
+    );
+    // 423 is negotiated (the agent retries with Min-Expires): not a refusal.
+    let mut brief = Reg::new("msr_1");
+    brief.expires = Some("5");
+    assert_eq!(
+        register(&mut r, late, brief).status_code,
+        StatusCode::IntervalTooBrief
+    );
+    assert!(refusals(&mut r).is_empty());
+    // Only the binding's expiry is a deadline.
+    assert_eq!(r.poll_timeout(), Some(t0 + Duration::from_secs(60)));
+}
+
+#[test]
+fn malformed_registers_are_reported_with_the_detail() {
+    let mut r = registrar();
+    let now = Instant::now();
+    let mut bad_expires = Reg::new("msr_1");
+    bad_expires.expires = Some("soon");
+    assert_eq!(
+        r.handle_register(now, &bad_expires.build(), None)
+            .status_code,
+        StatusCode::BadRequest
+    );
+    let mut other_uri = Reg::new("msr_2");
+    let nonce = nonce_of(&challenges(&r.handle_register(now, &other_uri.build(), None))[1]);
+    other_uri.auth = Some(authorization_with(&nonce, 1, "sip:evil.example"));
+    assert_eq!(
+        r.handle_register(now, &other_uri.build(), None).status_code,
+        StatusCode::BadRequest
+    );
+    let logs = refusals(&mut r);
+    let [RefusalLog::Refused(a), RefusalLog::Refused(b)] = &logs[..] else {
+        panic!("{logs:?}")
+    };
+    assert_eq!(
+        (a.msr.as_deref(), a.auth_name.as_deref(), a.reason.detail()),
+        (Some("msr_1"), None, Some("bad expires value `soon`"))
+    );
+    assert_eq!(a.status, StatusCode::BadRequest);
+    assert_eq!(
+        (b.msr.as_deref(), b.auth_name.as_deref(), b.reason.detail()),
+        (
+            Some("msr_2"),
+            Some("msr"),
+            Some("digest uri does not match the request-uri")
+        )
+    );
+}
+
+/// An agent with a wrong password retrying, and an attacker with a new
+/// username in every REGISTER: a bounded number of lines, on test time.
+#[test]
+fn refusal_lines_are_rate_limited_on_the_given_time() {
+    let mut r = registrar();
+    let t0 = Instant::now();
+    for s in 0..10 {
+        refused(&mut r, t0 + Duration::from_secs(s), "msr_1", "msr", "wrong");
+    }
+    assert_eq!(refusals(&mut r).len(), 1);
+    assert_eq!(r.poll_timeout(), Some(t0 + REFUSAL_WINDOW));
+    r.handle_timeout(t0 + REFUSAL_WINDOW);
+    let logs = refusals(&mut r);
+    assert!(
+        matches!(&logs[..], [RefusalLog::Refused(x)] if x.suppressed == 8 && x.reason == RefusalReason::WrongPassword),
+        "{logs:?}"
+    );
+    // A quiet window later the key is forgotten and nothing is pending.
+    r.handle_timeout(t0 + REFUSAL_WINDOW * 2);
+    assert!(refusals(&mut r).is_empty());
+    assert_eq!(r.poll_timeout(), None);
+
+    let t1 = t0 + REFUSAL_WINDOW * 3;
+    let total = 3_000u64;
+    let mut lines = 0;
+    let mut counted = 0;
+    for i in 0..total {
+        refused(&mut r, t1, "msr_1", &format!("guess{i}"), "x");
+        for log in refusals(&mut r) {
+            match log {
+                RefusalLog::Refused(x) => {
+                    lines += 1;
+                    counted += 1 + x.suppressed;
+                }
+                RefusalLog::Unlogged { count } => counted += count,
+            }
+        }
+    }
+    assert_eq!(lines, u64::from(MAX_REFUSAL_LINES_PER_WINDOW));
+    r.handle_timeout(t1 + REFUSAL_WINDOW);
+    let logs = refusals(&mut r);
+    assert_eq!(
+        logs,
+        vec![RefusalLog::Unlogged {
+            count: total - u64::from(MAX_REFUSAL_LINES_PER_WINDOW)
+        }]
+    );
+    counted += total - u64::from(MAX_REFUSAL_LINES_PER_WINDOW);
+    assert_eq!(counted, total);
+    assert_eq!(r.poll_timeout(), None);
+    assert!(r.bindings().next().is_none());
+}

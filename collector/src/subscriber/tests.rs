@@ -477,9 +477,98 @@ fn shutdown_unsubscribes_every_active_dialog() {
     assert_eq!(s.shutdown(now), 1);
     let u = one(&mut s);
     assert_eq!(h(&u, "Expires"), "0");
-    assert_eq!(s.pending_unsubscribes(), 1);
+    assert_eq!(s.awaited_unsubscribes(), 1);
     s.handle_response(now, u.id, &answer(&u, StatusCode::OK, Some(0)));
-    assert_eq!(s.pending_unsubscribes(), 0);
+    assert_eq!(s.awaited_unsubscribes(), 0);
+}
+
+/// The user's case: every MSR had unregistered (its unsubscribe left
+/// unanswered, the agent gone) when the collector shut down. Shutdown sends
+/// nothing and awaits nothing: the counts agree.
+#[test]
+fn shutdown_awaits_only_the_unsubscribes_it_sent() {
+    let mut s = subscriber();
+    let now = Instant::now();
+    let t = active(&mut s, now);
+    s.contacts_changed(now, "msr_1", vec![]);
+    let earlier = one(&mut s);
+    assert_eq!(h(&earlier, "Expires"), "0");
+    assert!(matches!(
+        &events(&mut s)[..],
+        [SubscriberEvent::Ended { call_id: Some(c), .. }] if c == h(&t, "Call-ID")
+    ));
+    assert_eq!(s.shutdown(now), 0);
+    assert!(transmits(&mut s).is_empty());
+    assert_eq!(s.awaited_unsubscribes(), 0);
+
+    // With one MSR still subscribed: one sent, one awaited; the answer to
+    // the earlier unsubscribe does not count for it.
+    let mut s = subscriber();
+    active(&mut s, now);
+    s.contacts_changed(now, "msr_1", vec![]);
+    let earlier = one(&mut s);
+    s.contacts_changed(now, "msr_2", vec![target("msr_2")]);
+    let t2 = one(&mut s);
+    s.handle_response(now, t2.id, &answer(&t2, StatusCode::OK, Some(60)));
+    assert_eq!(s.shutdown(now), 1);
+    let u = one(&mut s);
+    assert_eq!(
+        (h(&u, "Expires"), h(&u, "Call-ID")),
+        ("0", h(&t2, "Call-ID"))
+    );
+    assert_eq!(s.awaited_unsubscribes(), 1);
+    s.handle_response(now, earlier.id, &answer(&earlier, StatusCode::OK, Some(0)));
+    assert_eq!(s.awaited_unsubscribes(), 1);
+    s.handle_failure(now, u.id, "timeout");
+    assert_eq!(s.awaited_unsubscribes(), 0);
+}
+
+/// A dialog whose target cannot make a request gets no unsubscribe, and
+/// shutdown does not count it as sent.
+#[test]
+fn shutdown_counts_only_the_unsubscribes_queued() {
+    let mut s = subscriber();
+    let now = Instant::now();
+    s.contacts_changed(now, "msr_1", vec![lo()]);
+    let t = one(&mut s);
+    let mut ok = answer(&t, StatusCode::OK, Some(60));
+    sip::set_header(&mut ok.headers, "Contact", "<sip:msr_1@127.0.0.1:99999>");
+    s.handle_response(now, t.id, &ok);
+    assert_eq!(s.shutdown(now), 0);
+    assert!(transmits(&mut s).is_empty());
+    assert_eq!(s.awaited_unsubscribes(), 0);
+}
+
+/// `Ended` carries the Call-ID of the open dialog, and none between a
+/// terminated dialog and the next.
+#[test]
+fn ended_names_the_dialog_only_when_one_is_open() {
+    let mut s = subscriber();
+    let now = Instant::now();
+    let t = active(&mut s, now);
+    let n = notify(
+        &t,
+        h(&t, "Call-ID"),
+        "agent-tag",
+        "terminated;reason=noresource",
+        "",
+    );
+    assert_eq!(s.handle_notify(now, 1, &n).status_code, StatusCode::OK);
+    events(&mut s);
+    s.contacts_changed(now, "msr_1", vec![]);
+    assert!(transmits(&mut s).is_empty());
+    assert!(matches!(
+        &events(&mut s)[..],
+        [SubscriberEvent::Ended { call_id: None, .. }]
+    ));
+    // A pending initial SUBSCRIBE is a dialog being set up: it is named.
+    s.contacts_changed(now, "msr_1", vec![lo()]);
+    let t = one(&mut s);
+    s.contacts_changed(now, "msr_1", vec![]);
+    assert!(matches!(
+        &events(&mut s)[..],
+        [SubscriberEvent::Ended { call_id: Some(c), .. }] if c == h(&t, "Call-ID")
+    ));
 }
 
 #[test]
