@@ -9,7 +9,9 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+
+use msr_shared::fs::cannot_create_in;
 
 use crate::config::General;
 
@@ -109,20 +111,4 @@ impl LogFile {
         }
         Ok(())
     }
-}
-
-/// Why this process could not create a file in the directory `dir`, or
-/// `None` when it could: `faccessat(2)` for write and search permission
-/// with the effective ids (`AT_EACCESS`), so the kernel judges owner, group,
-/// ACLs, capabilities and read-only mounts exactly as it will for `open`.
-fn cannot_create_in(dir: &Path) -> Option<io::Error> {
-    use rustix::fs::{accessat, Access, AtFlags, CWD};
-    accessat(
-        CWD,
-        dir,
-        Access::WRITE_OK | Access::EXEC_OK,
-        AtFlags::EACCESS,
-    )
-    .err()
-    .map(io::Error::from)
 }

@@ -7,7 +7,9 @@
 //!   nothing.
 //! * [`serve`] is the Unix-socket server: one task per connection, one JSON
 //!   request per line, one JSON response per line. It owns no state; each
-//!   request goes to the collector's main loop as an [`AdminCommand`].
+//!   request goes to the collector's main loop as an [`AdminCommand`]. At
+//!   most [`MAX_CONNECTIONS`] connections are served at once, and one that
+//!   sends no complete request line for [`IDLE_TIMEOUT`] is closed.
 //!
 //! Architecture invariant: [`handle`] reads no clock (the caller passes `now`)
 //! and uses only the RNG in [`AdminContext`].
@@ -15,16 +17,19 @@
 use std::io;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use msr_shared::admin::{
-    Change, Distance, ErrorBody, ErrorCode, Explain, ExplainCandidate, Interval, MsrInfo, Request,
-    ResourceInfo, Response, ResponseData, Selection, SiteMatrix, SubscriptionInfo, EVENT_PACKAGE,
+    format_coefficient, normalize_zero, Change, ContactProperty, Distance, ErrorBody, ErrorCode,
+    Explain, ExplainCandidate, Interval, MsrInfo, Request, ResourceInfo, Response, ResponseData,
+    Selection, SiteMatrix, SubscriptionInfo, EVENT_PACKAGE,
 };
 use rand::RngCore;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -35,7 +40,9 @@ use crate::select::{self, Draw, Explanation, Query, Refusal};
 use crate::store::Store;
 use crate::topology::TopologyError;
 
-/// Longest accepted request line, in bytes.
+/// Longest accepted request line, in bytes, not counting its newline: a
+/// line of exactly this many bytes is read; one byte more is refused and
+/// the connection closed.
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
 
 /// Mode of the control socket: owner and group may connect.
@@ -102,16 +109,9 @@ fn operator_error(error: &OperatorError) -> Response {
         OperatorError::Topology(TopologyError::SiteInUse { .. }) => ErrorCode::SiteInUse,
         _ => ErrorCode::InvalidValue,
     };
-    Response::error(code, error.to_string())
-}
-
-/// Formats a coefficient seed-style: `1.0`, `2.0`, `0.9`.
-pub fn format_coefficient(value: f64) -> String {
-    if value.fract() == 0.0 && value.abs() < 1e15 {
-        format!("{value:.1}")
-    } else {
-        format!("{value}")
-    }
+    // The error's text shows numbers as msrctl does (`1e308`, not 309 digits).
+    let message = error.to_string();
+    Response::error(code, message)
 }
 
 /// Carries out one control request at `now` (SPEC §8).
@@ -165,19 +165,21 @@ fn mutate(
             }
         }
         Request::SiteDistance { a, b, distance } => {
-            let value = distance.as_f64();
+            // `-0` is stored, and shown, as `0`.
+            let value = normalize_zero(distance.as_f64());
             match operator.set_distance(&a, &b, value) {
                 Ok(previous) => changed(
                     "site",
                     &format!("{a} {b}"),
                     "distance",
                     Distance::from_f64(previous).to_string(),
-                    distance.to_string(),
+                    Distance::from_f64(value).to_string(),
                 ),
                 Err(e) => operator_error(&e),
             }
         }
         Request::MsrSetPerformanceCoefficient { msr, value } => {
+            let value = normalize_zero(value);
             match operator.set_performance_coefficient(&msr, value) {
                 Ok(previous) => changed(
                     "msr",
@@ -210,6 +212,23 @@ fn mutate(
             let previous = operator.contact_site(&contact, &defaults.site).to_owned();
             match operator.set_contact_site(&contact, &site) {
                 Ok(()) => changed("contact", &contact, "site", previous, site),
+                Err(e) => operator_error(&e),
+            }
+        }
+        Request::ResourceUnset { contact, property } => {
+            let (previous, default) = match property {
+                ContactProperty::Zone => (
+                    operator.contact_zone(&contact, &defaults.zone),
+                    &defaults.zone,
+                ),
+                ContactProperty::Site => (
+                    operator.contact_site(&contact, &defaults.site),
+                    &defaults.site,
+                ),
+            };
+            let (previous, default) = (previous.to_owned(), default.clone());
+            match operator.unset_contact(&contact, property == ContactProperty::Site) {
+                Ok(_) => changed("contact", &contact, property.as_str(), previous, default),
                 Err(e) => operator_error(&e),
             }
         }
@@ -264,7 +283,7 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
                 msr,
                 now,
             },
-            random,
+            random.map(normalize_zero),
             explain,
         ),
         other => Response::error(ErrorCode::BadRequest, format!("not a query: {other:?}")),
@@ -563,45 +582,122 @@ pub fn bind_control_socket(path: &Path) -> io::Result<UnixListener> {
 
 /// The most control connections served at once; one more is answered
 /// with an `unavailable` error line and closed, so idle clients cannot use
-/// up the collector's file descriptors.
+/// up the collector's file descriptors. Only live connections count: a
+/// connection's slot is free again as soon as it is closed.
 pub const MAX_CONNECTIONS: usize = 256;
+
+/// How long a control connection may go without sending a complete request
+/// line: 60 s. The timer starts when the connection is accepted and again
+/// after each response; when it runs out the connection gets an
+/// `unavailable` error line and is closed. Writing one response is bounded
+/// by the same time (a client that does not read its answers is closed).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The limits [`serve_with`] applies; [`serve`] uses the default
+/// ([`MAX_CONNECTIONS`], [`IDLE_TIMEOUT`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeLimits {
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// Longest wait for a complete request line, and for writing one
+    /// response line.
+    pub idle_timeout: Duration,
+}
+
+impl Default for ServeLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: MAX_CONNECTIONS,
+            idle_timeout: IDLE_TIMEOUT,
+        }
+    }
+}
 
 /// Serves control connections until `shutdown` is cancelled: one task per
 /// connection; each request line becomes an [`AdminCommand`] on `tx`.
+/// Applies the default [`ServeLimits`].
 pub async fn serve(
     listener: UnixListener,
     tx: mpsc::Sender<AdminCommand>,
     shutdown: CancellationToken,
 ) {
+    serve_with(listener, tx, shutdown, ServeLimits::default()).await;
+}
+
+/// [`serve`] with the given limits.
+pub async fn serve_with(
+    listener: UnixListener,
+    tx: mpsc::Sender<AdminCommand>,
+    shutdown: CancellationToken,
+    limits: ServeLimits,
+) {
+    // Each connection task holds one permit until it ends, so the count is
+    // of live connections whether or not its task has been reaped yet.
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
     let mut connections = JoinSet::new();
     loop {
+        // The set keeps finished tasks until they are joined.
+        while connections.try_join_next().is_some() {}
         tokio::select! {
             () = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) if connections.len() >= MAX_CONNECTIONS => {
-                    tracing::warn!(limit = MAX_CONNECTIONS, "control connection refused: too many open");
-                    let line = response_line(&Response::error(
-                        ErrorCode::Unavailable,
-                        format!("too many control connections (at most {MAX_CONNECTIONS})"),
-                    ));
-                    tokio::spawn(async move {
-                        let mut stream = stream;
-                        let _ = tokio::io::AsyncWriteExt::write_all(&mut stream, line.as_bytes()).await;
-                    });
-                }
-                Ok((stream, _)) => {
-                    connections.spawn(connection(stream, tx.clone(), shutdown.clone()));
-                }
+                Ok((stream, _)) => match admit(&permits).await {
+                    Some(permit) => {
+                        let task = connection(stream, tx.clone(), shutdown.clone(), limits.idle_timeout);
+                        connections.spawn(async move {
+                            task.await;
+                            drop(permit);
+                        });
+                    }
+                    None => refuse(stream, limits),
+                },
                 Err(error) => {
                     tracing::warn!(cause = %error, "control socket accept failed");
                     // Avoids a hot loop on persistent errors such as EMFILE.
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
     }
     connections.shutdown().await;
+}
+
+/// How long a connection past the limit waits for a place before it is
+/// refused: 100 ms. Connections whose clients have closed them keep their
+/// place until their task has seen the end of the stream; under a flood of
+/// connect(); close() those tasks may not have run yet.
+const ADMIT_GRACE: Duration = Duration::from_millis(100);
+
+/// A place for a new connection: at once if one is free, else the first
+/// freed within [`ADMIT_GRACE`].
+async fn admit(permits: &Arc<Semaphore>) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    if let Ok(permit) = Arc::clone(permits).try_acquire_owned() {
+        return Some(permit);
+    }
+    tokio::time::timeout(ADMIT_GRACE, Arc::clone(permits).acquire_owned())
+        .await
+        .ok()?
+        .ok()
+}
+
+/// Answers a connection past the limit with an `unavailable` line and
+/// closes it.
+fn refuse(stream: UnixStream, limits: ServeLimits) {
+    tracing::warn!(
+        limit = limits.max_connections,
+        "control connection refused: too many open"
+    );
+    let line = response_line(&Response::error(
+        ErrorCode::Unavailable,
+        format!(
+            "too many control connections (at most {})",
+            limits.max_connections
+        ),
+    ));
+    tokio::spawn(async move {
+        let mut stream = stream;
+        let _ = tokio::time::timeout(limits.idle_timeout, stream.write_all(line.as_bytes())).await;
+    });
 }
 
 fn response_line(response: &Response) -> String {
@@ -612,63 +708,122 @@ fn response_line(response: &Response) -> String {
     line
 }
 
+/// `60 s`, or `250 ms` for a duration that is not whole seconds.
+pub(crate) fn describe_duration(duration: Duration) -> String {
+    if duration.subsec_nanos() == 0 {
+        format!("{} s", duration.as_secs())
+    } else {
+        format!("{} ms", duration.as_millis())
+    }
+}
+
+/// Writes one response line, within `limit`; `false` when the connection
+/// should be closed (write failed or timed out).
+async fn send(write: &mut OwnedWriteHalf, response: &Response, limit: Duration) -> bool {
+    let line = response_line(response);
+    matches!(
+        tokio::time::timeout(limit, write.write_all(line.as_bytes())).await,
+        Ok(Ok(()))
+    )
+}
+
+/// What one read of a request line gave.
+enum Line<'a> {
+    /// The line's content, without its newline.
+    Request(&'a [u8]),
+    /// More than [`MAX_LINE_BYTES`] without a newline.
+    TooLong,
+}
+
+/// Splits what `read_until` gave, reading at most `MAX_LINE_BYTES + 1`
+/// bytes: the content of a line ends before its newline; a last line may
+/// end at end of file instead.
+fn split_line(buf: &[u8]) -> Line<'_> {
+    match buf.strip_suffix(b"\n") {
+        Some(content) => Line::Request(content),
+        None if buf.len() > MAX_LINE_BYTES => Line::TooLong,
+        None => Line::Request(buf),
+    }
+}
+
 async fn connection(
     stream: UnixStream,
     tx: mpsc::Sender<AdminCommand>,
     shutdown: CancellationToken,
+    idle_timeout: Duration,
 ) {
     let (read, mut write) = stream.into_split();
     let mut reader = BufReader::new(read);
     let mut buf = Vec::new();
+    // The content of a line plus its newline.
     let limit = u64::try_from(MAX_LINE_BYTES).unwrap_or(u64::MAX) + 1;
     loop {
         buf.clear();
         let mut limited = (&mut reader).take(limit);
         let read = tokio::select! {
             () = shutdown.cancelled() => return,
-            read = limited.read_until(b'\n', &mut buf) => read,
+            read = tokio::time::timeout(idle_timeout, limited.read_until(b'\n', &mut buf)) => read,
         };
         match read {
-            Ok(0) => return,
-            Ok(_) => {}
-            Err(error) => {
+            Err(_) => {
+                tracing::debug!(
+                    idle_timeout = %describe_duration(idle_timeout),
+                    "control connection idle, closing"
+                );
+                let response = Response::error(
+                    ErrorCode::Unavailable,
+                    format!(
+                        "no complete request line within {}: connection closed",
+                        describe_duration(idle_timeout)
+                    ),
+                );
+                send(&mut write, &response, idle_timeout).await;
+                return;
+            }
+            Ok(Ok(0)) => return,
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => {
                 tracing::debug!(cause = %error, "control connection read failed");
                 return;
             }
         }
-        if buf.len() > MAX_LINE_BYTES {
-            let response = Response::error(
-                ErrorCode::BadRequest,
-                format!("request line longer than {MAX_LINE_BYTES} bytes"),
-            );
-            let _ = write.write_all(response_line(&response).as_bytes()).await;
-            return;
-        }
-        let text = String::from_utf8_lossy(&buf);
-        let text = text.trim();
-        if text.is_empty() {
-            continue;
-        }
-        let response = match serde_json::from_str::<Request>(text) {
-            Err(error) => {
-                Response::error(ErrorCode::BadRequest, format!("invalid request: {error}"))
-            }
-            Ok(request) => {
-                let (reply, answer) = oneshot::channel();
-                if tx.send(AdminCommand { request, reply }).await.is_err() {
-                    Response::error(ErrorCode::Unavailable, "collector is shutting down")
-                } else {
-                    answer.await.unwrap_or_else(|_| {
-                        Response::error(ErrorCode::Unavailable, "collector dropped the request")
-                    })
-                }
+        let content = match split_line(&buf) {
+            Line::Request(content) => content,
+            Line::TooLong => {
+                let response = Response::error(
+                    ErrorCode::BadRequest,
+                    format!("request line longer than {MAX_LINE_BYTES} bytes"),
+                );
+                send(&mut write, &response, idle_timeout).await;
+                return;
             }
         };
-        if write
-            .write_all(response_line(&response).as_bytes())
-            .await
-            .is_err()
-        {
+        let response = match std::str::from_utf8(content) {
+            Err(error) => Response::error(
+                ErrorCode::BadRequest,
+                format!(
+                    "invalid request: not valid utf-8 (at byte {})",
+                    error.valid_up_to()
+                ),
+            ),
+            Ok(text) if text.trim().is_empty() => continue,
+            Ok(text) => match serde_json::from_str::<Request>(text.trim()) {
+                Err(error) => {
+                    Response::error(ErrorCode::BadRequest, format!("invalid request: {error}"))
+                }
+                Ok(request) => {
+                    let (reply, answer) = oneshot::channel();
+                    if tx.send(AdminCommand { request, reply }).await.is_err() {
+                        Response::error(ErrorCode::Unavailable, "collector is shutting down")
+                    } else {
+                        answer.await.unwrap_or_else(|_| {
+                            Response::error(ErrorCode::Unavailable, "collector dropped the request")
+                        })
+                    }
+                }
+            },
+        };
+        if !send(&mut write, &response, idle_timeout).await {
             return;
         }
     }

@@ -31,6 +31,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::names::{self, CharName, NameKind};
+
 /// The default config file path (also `msr-collector --config`'s default).
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/msr-collector/collector.toml";
 
@@ -409,6 +411,27 @@ pub fn parse(text: &str, origin: &str) -> Result<CollectorConfig, ConfigError> {
     validate(raw, origin)
 }
 
+/// What keeps `realm` from being written inside the quoted string of a
+/// `WWW-Authenticate` header (RFC 3261 §25.1 `quoted-string`), if anything:
+/// it must be non-empty, without `"` or `\`, and of printable characters
+/// (no control, format or invisible characters, no whitespace but the
+/// space), so that it cannot end the string or the header.
+fn realm_problem(realm: &str) -> Option<String> {
+    if realm.is_empty() {
+        return Some("it is empty".into());
+    }
+    realm
+        .chars()
+        .find(|&c| {
+            c == '"'
+                || c == '\\'
+                || c.is_control()
+                || names::is_invisible(c)
+                || (c.is_whitespace() && c != ' ')
+        })
+        .map(|c| format!("character {} is not allowed", CharName(c)))
+}
+
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = text.get(..offset).unwrap_or(text);
     let line = before.matches('\n').count() + 1;
@@ -463,12 +486,15 @@ fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, ConfigError
             "a list containing \"udp\" (requests are sent over udp), optionally \"tcp\"",
         ));
     }
-    let realm = raw.sip.realm.trim();
-    if realm.is_empty() || realm.contains('"') || realm.contains('\\') {
+    let realm = raw.sip.realm.trim_matches(' ');
+    if let Some(problem) = realm_problem(realm) {
         return Err(invalid(
             "sip.realm",
             quoted(&raw.sip.realm),
-            "a non-empty digest realm without quotes, e.g. \"msr.local\"",
+            &format!(
+                "a non-empty digest realm of printable characters without `\"` or `\\`, \
+                 e.g. \"msr.local\" ({problem})"
+            ),
         ));
     }
     if raw.sip.nonce_ttl_secs == 0 || raw.sip.nonce_ttl_secs > 86_400 {
@@ -545,16 +571,14 @@ fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, ConfigError
                 "a non-empty password (auth_password of the MSR's <dynamic>)",
             ));
         }
-        if let Some(bad) = a
-            .msrs
-            .iter()
-            .find(|m| m.is_empty() || m.chars().any(|c| c.is_whitespace() || c == '@'))
-        {
-            return Err(invalid(
-                &format!("accounts[{i}].msrs"),
-                quoted(bad),
-                "msr names (the msr_name of <dynamic>) without spaces or `@`",
-            ));
+        for (j, msr) in a.msrs.iter().enumerate() {
+            if let Some(problem) = names::problem(NameKind::Msr, msr) {
+                return Err(invalid(
+                    &format!("accounts[{i}].msrs[{j}]"),
+                    quoted(msr),
+                    &format!("an msr name of {} ({problem})", NameKind::Msr.accepted()),
+                ));
+            }
         }
         accounts.push(Account {
             auth_name: a.auth_name.clone(),
@@ -562,15 +586,15 @@ fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, ConfigError
             msrs: a.msrs.clone(),
         });
     }
-    for (key, value) in [
-        ("defaults.zone", &raw.defaults.zone),
-        ("defaults.site", &raw.defaults.site),
+    for (key, kind, value) in [
+        ("defaults.zone", NameKind::Zone, &raw.defaults.zone),
+        ("defaults.site", NameKind::Site, &raw.defaults.site),
     ] {
-        if value.trim().is_empty() || value.chars().any(char::is_whitespace) {
+        if let Some(problem) = names::problem(kind, value) {
             return Err(invalid(
                 key,
                 quoted(value),
-                "a non-empty name without spaces",
+                &format!("a {kind} name of {} ({problem})", kind.accepted()),
             ));
         }
     }

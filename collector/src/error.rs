@@ -12,7 +12,9 @@ pub enum CollectorError {
     /// The configuration file is unusable.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// The operator configuration store could not be read.
+    /// The operator configuration store cannot be used: unreadable or
+    /// corrupt, its directory missing or not writable, or locked by another
+    /// collector running on it.
     #[error(transparent)]
     Store(#[from] StoreError),
     /// The SIP endpoint could not be bound.
@@ -26,7 +28,9 @@ pub enum CollectorError {
         /// The OS error.
         source: std::io::Error,
     },
-    /// The control socket path cannot be used (no such directory, too long).
+    /// The control socket path cannot be used (no such directory, a
+    /// directory this process cannot create the socket in, too long, or
+    /// something other than a socket already there).
     #[error("[control] socket {path}: {reason}")]
     ControlSocketPath {
         /// The socket path.

@@ -20,6 +20,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod load_table;
+pub mod names;
 pub mod operator;
 pub mod registrar;
 pub mod select;

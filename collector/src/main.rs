@@ -64,6 +64,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 cli.config.display()
             )
         })?;
+        // A collector running on this store is what a check on a live host
+        // finds: the config may still be checked, but not started beside it.
+        if let Err(e) = msr_collector::store::Store::new(config.state_path.clone()).check_unlocked()
+        {
+            eprintln!("note: {e}");
+        }
         println!(
             "{}: ok (node {}, sip {} {:?}, {} account(s), control socket {})",
             cli.config.display(),

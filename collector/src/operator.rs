@@ -6,22 +6,22 @@
 //! load table ([`crate::load_table::LoadTable`]) holds a derived copy that is
 //! refreshed with [`crate::load_table::LoadTable::apply_operator`] after
 //! every change. Persisted by [`crate::store`]; the file format is private to
-//! this module ([`OperatorConfig::encode`], [`OperatorConfig::decode`]).
+//! this module (`OperatorConfig::encode`, `OperatorConfig::decode`).
 //!
-//! Architecture invariant: every value held here has been validated; a stored
-//! file is re-validated value by value when it is decoded.
+//! Architecture invariant: every value held here has been validated (names
+//! by the rules of [`crate::names`]); a stored file is re-validated value by
+//! value when it is decoded, and an entry listed twice is refused.
 
 use std::collections::BTreeMap;
 
+use msr_shared::admin::format_number;
 use serde::{Deserialize, Serialize};
 
-use crate::topology::{Topology, TopologyError};
+use crate::names::{self, NameError, NameKind};
+use crate::topology::{Topology, TopologyError, MAX_SITES};
 
 /// Default performance coefficient of an MSR (SPEC §6).
 pub const DEFAULT_PERFORMANCE_COEFFICIENT: f64 = 1.0;
-
-/// Longest accepted MSR or contact name, in bytes.
-pub const MAX_ENTITY_NAME_LEN: usize = 128;
 
 /// The largest performance coefficient accepted (SPEC §6 says "any positive
 /// number"; the bound keeps every weight, (100 − load) × coefficient, and
@@ -40,7 +40,11 @@ pub enum OperatorError {
     #[error(transparent)]
     Topology(#[from] TopologyError),
     /// The coefficient is zero, negative, NaN or infinite.
-    #[error("invalid performance coefficient {value} for msr `{msr}`: expected a number above 0 and at most {MAX_PERFORMANCE_COEFFICIENT}")]
+    #[error(
+        "invalid performance coefficient {} for msr `{msr}`: expected a number above 0 and at most {}",
+        format_number(*value),
+        format_number(MAX_PERFORMANCE_COEFFICIENT)
+    )]
     InvalidCoefficient {
         /// MSR name.
         msr: String,
@@ -55,26 +59,10 @@ pub enum OperatorError {
         /// The rejected value, seconds.
         value: u32,
     },
-    /// An MSR or contact name is empty, too long or contains whitespace.
-    #[error("invalid {what} name `{name}`: use 1 to 128 characters without whitespace")]
-    InvalidName {
-        /// `msr` or `contact`.
-        what: &'static str,
-        /// The rejected name.
-        name: String,
-    },
-    /// A contact name is not `{iface}@{msr}` (SPEC §3), e.g. `bond1.2@msr_1`.
-    #[error("invalid contact name `{name}`: expected IFACE@MSR, e.g. `bond1.2@msr_1` (see `msrctl resource list`)")]
-    InvalidContact {
-        /// The rejected name.
-        name: String,
-    },
-    /// A zone label is empty, too long or contains whitespace or `/`.
-    #[error("invalid zone `{name}`: use 1 to 64 characters without whitespace or `/`")]
-    InvalidZone {
-        /// The rejected zone.
-        name: String,
-    },
+    /// An MSR, contact, zone or site name breaks the rules of
+    /// [`crate::names`].
+    #[error(transparent)]
+    Name(#[from] NameError),
 }
 
 /// What the operator set for one MSR.
@@ -118,30 +106,6 @@ pub struct OperatorConfig {
     contacts: BTreeMap<String, ContactSettings>,
 }
 
-fn check_entity_name(what: &'static str, name: &str) -> Result<(), OperatorError> {
-    if name.is_empty()
-        || name.len() > MAX_ENTITY_NAME_LEN
-        || name.chars().any(|c| c.is_whitespace() || c.is_control())
-    {
-        return Err(OperatorError::InvalidName {
-            what,
-            name: name.to_owned(),
-        });
-    }
-    Ok(())
-}
-
-/// Checks a contact name: a valid entity name of the form `{iface}@{msr}`.
-fn check_contact_name(contact: &str) -> Result<(), OperatorError> {
-    check_entity_name("contact", contact)?;
-    match contact.split_once('@') {
-        Some((iface, msr)) if !iface.is_empty() && !msr.is_empty() && !msr.contains('@') => Ok(()),
-        _ => Err(OperatorError::InvalidContact {
-            name: contact.to_owned(),
-        }),
-    }
-}
-
 impl OperatorConfig {
     /// An empty configuration: no sites, every MSR at its defaults.
     pub fn new() -> Self {
@@ -156,7 +120,8 @@ impl OperatorConfig {
     /// Declares a site.
     ///
     /// # Errors
-    /// [`TopologyError::InvalidName`], [`TopologyError::SiteExists`].
+    /// [`TopologyError::Name`], [`TopologyError::SiteExists`],
+    /// [`TopologyError::TooManySites`].
     pub fn declare_site(&mut self, name: &str) -> Result<(), OperatorError> {
         Ok(self.topology.declare(name)?)
     }
@@ -242,13 +207,13 @@ impl OperatorConfig {
     /// # Errors
     /// [`OperatorError::InvalidCoefficient`] unless above 0 and at most
     /// [`MAX_PERFORMANCE_COEFFICIENT`];
-    /// [`OperatorError::InvalidName`].
+    /// [`OperatorError::Name`].
     pub fn set_performance_coefficient(
         &mut self,
         msr: &str,
         value: f64,
     ) -> Result<f64, OperatorError> {
-        check_entity_name("msr", msr)?;
+        names::check(NameKind::Msr, msr)?;
         if !(value > 0.0 && value <= MAX_PERFORMANCE_COEFFICIENT) {
             return Err(OperatorError::InvalidCoefficient {
                 msr: msr.to_owned(),
@@ -263,9 +228,9 @@ impl OperatorConfig {
     /// Sets the admin active flag; returns the previous one.
     ///
     /// # Errors
-    /// [`OperatorError::InvalidName`].
+    /// [`OperatorError::Name`].
     pub fn set_active(&mut self, msr: &str, active: bool) -> Result<bool, OperatorError> {
-        check_entity_name("msr", msr)?;
+        names::check(NameKind::Msr, msr)?;
         let previous = self.is_active(msr);
         self.update_msr(msr, |s| s.active = active);
         Ok(previous)
@@ -275,13 +240,13 @@ impl OperatorConfig {
     /// previous override.
     ///
     /// # Errors
-    /// [`OperatorError::InvalidExpires`] for 0; [`OperatorError::InvalidName`].
+    /// [`OperatorError::InvalidExpires`] for 0; [`OperatorError::Name`].
     pub fn set_subscription_expires(
         &mut self,
         msr: &str,
         secs: u32,
     ) -> Result<Option<u32>, OperatorError> {
-        check_entity_name("msr", msr)?;
+        names::check(NameKind::Msr, msr)?;
         if !(1..=MAX_SUBSCRIPTION_EXPIRES).contains(&secs) {
             return Err(OperatorError::InvalidExpires {
                 msr: msr.to_owned(),
@@ -319,14 +284,10 @@ impl OperatorConfig {
     /// Sets the contact's zone.
     ///
     /// # Errors
-    /// [`OperatorError::InvalidName`], [`OperatorError::InvalidZone`].
+    /// [`OperatorError::Name`].
     pub fn set_contact_zone(&mut self, contact: &str, zone: &str) -> Result<(), OperatorError> {
-        check_contact_name(contact)?;
-        if !crate::topology::is_valid_name(zone) {
-            return Err(OperatorError::InvalidZone {
-                name: zone.to_owned(),
-            });
-        }
+        names::check_contact(contact)?;
+        names::check(NameKind::Zone, zone)?;
         self.contacts.entry(contact.to_owned()).or_default().zone = Some(zone.to_owned());
         Ok(())
     }
@@ -334,9 +295,11 @@ impl OperatorConfig {
     /// Sets the contact's site, which must be declared.
     ///
     /// # Errors
-    /// [`OperatorError::InvalidName`], [`TopologyError::UnknownSite`].
+    /// [`OperatorError::Name`] for the contact, [`TopologyError::Name`]
+    /// for the site, [`TopologyError::UnknownSite`].
     pub fn set_contact_site(&mut self, contact: &str, site: &str) -> Result<(), OperatorError> {
-        check_contact_name(contact)?;
+        names::check_contact(contact)?;
+        names::check(NameKind::Site, site).map_err(TopologyError::from)?;
         if !self.topology.contains(site) {
             return Err(TopologyError::UnknownSite {
                 name: site.to_owned(),
@@ -345,6 +308,29 @@ impl OperatorConfig {
         }
         self.contacts.entry(contact.to_owned()).or_default().site = Some(site.to_owned());
         Ok(())
+    }
+
+    /// Removes the contact's zone (`site` false) or site (`site` true)
+    /// override; the contact then takes the collector's default. Returns
+    /// whether there was one. A contact left without overrides is
+    /// forgotten.
+    ///
+    /// # Errors
+    /// [`OperatorError::Name`] for a contact name that breaks the rules.
+    pub fn unset_contact(&mut self, contact: &str, site: bool) -> Result<bool, OperatorError> {
+        names::check_contact(contact)?;
+        let Some(settings) = self.contacts.get_mut(contact) else {
+            return Ok(false);
+        };
+        let had = if site {
+            settings.site.take().is_some()
+        } else {
+            settings.zone.take().is_some()
+        };
+        if settings.zone.is_none() && settings.site.is_none() {
+            self.contacts.remove(contact);
+        }
+        Ok(had)
     }
 
     /// Encodes the configuration in the store's private format (JSON).
@@ -361,31 +347,33 @@ impl OperatorConfig {
                     distance: value.is_finite().then_some(value),
                 })
                 .collect(),
-            msrs: self
-                .msrs
-                .iter()
-                .map(|(name, s)| {
-                    let stored = StoredMsr {
-                        performance_coefficient: s.performance_coefficient,
-                        active: s.active,
-                        subscription_expires: s.subscription_expires,
-                    };
-                    (name.clone(), stored)
-                })
-                .collect(),
-            contacts: self
-                .contacts
-                .iter()
-                .map(|(name, c)| {
-                    (
-                        name.clone(),
-                        StoredContact {
-                            zone: c.zone.clone(),
-                            site: c.site.clone(),
-                        },
-                    )
-                })
-                .collect(),
+            msrs: Entries(
+                self.msrs
+                    .iter()
+                    .map(|(name, s)| {
+                        let stored = StoredMsr {
+                            performance_coefficient: s.performance_coefficient,
+                            active: s.active,
+                            subscription_expires: s.subscription_expires,
+                        };
+                        (name.clone(), stored)
+                    })
+                    .collect(),
+            ),
+            contacts: Entries(
+                self.contacts
+                    .iter()
+                    .map(|(name, c)| {
+                        (
+                            name.clone(),
+                            StoredContact {
+                                zone: c.zone.clone(),
+                                site: c.site.clone(),
+                            },
+                        )
+                    })
+                    .collect(),
+            ),
         };
         // Serializing plain structs of strings, numbers and maps with string
         // keys cannot fail; the fallback keeps this path panic-free.
@@ -394,8 +382,16 @@ impl OperatorConfig {
 
     /// Decodes and validates the store's private format.
     ///
+    /// A hand-edited file is read strictly: a site, MSR or contact listed
+    /// twice, or two `distances` entries for the same pair of sites (in
+    /// either order), are refused rather than letting the last one win. A
+    /// file with more than [`MAX_SITES`] sites (written before the cap)
+    /// loads, with a warning: the operator's state is kept, and
+    /// `site declare` is refused until sites are removed.
+    ///
     /// # Errors
-    /// [`DecodeError`] when the text is not the format or a value is invalid.
+    /// [`DecodeError`] when the text is not the format, an entry is listed
+    /// twice or a value is invalid.
     pub(crate) fn decode(text: &str) -> Result<Self, DecodeError> {
         let stored: StoredConfig =
             serde_json::from_str(text).map_err(|e| DecodeError::Syntax(e.to_string()))?;
@@ -407,19 +403,67 @@ impl OperatorConfig {
         }
         let mut config = OperatorConfig::new();
         for site in &stored.sites {
-            config.declare_site(site)?;
+            if config.topology.contains(site) {
+                return Err(DecodeError::Duplicate {
+                    section: "sites",
+                    name: site.clone(),
+                });
+            }
+            config
+                .topology
+                .declare_uncapped(site)
+                .map_err(OperatorError::from)?;
         }
-        for d in &stored.distances {
-            config.set_distance(&d.a, &d.b, d.distance.unwrap_or(f64::INFINITY))?;
+        if stored.sites.len() > MAX_SITES {
+            tracing::warn!(
+                sites = stored.sites.len(),
+                max = MAX_SITES,
+                "the operator store holds more sites than allowed; they are kept, \
+                 but site declare is refused until sites are removed (msrctl site remove)"
+            );
         }
-        for (name, msr) in &stored.msrs {
+        let mut pairs: BTreeMap<(&str, &str), DistanceEntry> = BTreeMap::new();
+        for (index, d) in stored.distances.iter().enumerate() {
+            let entry = DistanceEntry {
+                index,
+                a: d.a.clone(),
+                b: d.b.clone(),
+                distance: d.distance.unwrap_or(f64::INFINITY),
+            };
+            let pair = if d.a <= d.b {
+                (d.a.as_str(), d.b.as_str())
+            } else {
+                (d.b.as_str(), d.a.as_str())
+            };
+            if let Some(first) = pairs.get(&pair) {
+                return Err(DecodeError::DuplicateDistance {
+                    first: Box::new(first.clone()),
+                    second: Box::new(entry),
+                });
+            }
+            config.set_distance(&d.a, &d.b, entry.distance)?;
+            pairs.insert(pair, entry);
+        }
+        for (section, entries) in [
+            ("msrs", stored.msrs.names()),
+            ("contacts", stored.contacts.names()),
+        ] {
+            let mut seen = std::collections::BTreeSet::new();
+            if let Some(name) = entries.into_iter().find(|name| !seen.insert(*name)) {
+                return Err(DecodeError::Duplicate {
+                    section,
+                    name: name.to_owned(),
+                });
+            }
+        }
+        for (name, msr) in &stored.msrs.0 {
             config.set_performance_coefficient(name, msr.performance_coefficient)?;
             config.set_active(name, msr.active)?;
             if let Some(secs) = msr.subscription_expires {
                 config.set_subscription_expires(name, secs)?;
             }
         }
-        for (name, contact) in &stored.contacts {
+        for (name, contact) in &stored.contacts.0 {
             if let Some(zone) = &contact.zone {
                 config.set_contact_zone(name, zone)?;
             }
@@ -449,6 +493,47 @@ pub enum DecodeError {
     /// A value is invalid.
     #[error(transparent)]
     Invalid(#[from] OperatorError),
+    /// A site, MSR or contact is listed twice.
+    #[error("`{section}` lists `{name}` twice; keep one")]
+    Duplicate {
+        /// `sites`, `msrs` or `contacts`.
+        section: &'static str,
+        /// The name listed twice.
+        name: String,
+    },
+    /// Two `distances` entries set the distance between the same two sites
+    /// (in the same or the other order).
+    #[error("{first} and {second} set the distance between the same two sites; keep one")]
+    DuplicateDistance {
+        /// The earlier entry.
+        first: Box<DistanceEntry>,
+        /// The later entry.
+        second: Box<DistanceEntry>,
+    },
+}
+
+/// One entry of the stored `distances` list, as a [`DecodeError`] names it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DistanceEntry {
+    /// Its position in the list, from 0.
+    pub index: usize,
+    /// First site.
+    pub a: String,
+    /// Second site.
+    pub b: String,
+    /// The distance (infinite for `null`).
+    pub distance: f64,
+}
+
+impl std::fmt::Display for DistanceEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "`distances[{}]` (`{}`/`{}` ", self.index, self.a, self.b)?;
+        if self.distance.is_finite() {
+            write!(f, "{})", self.distance)
+        } else {
+            f.write_str("infinity)")
+        }
+    }
 }
 
 /// Version of the store format written by this build.
@@ -463,9 +548,59 @@ struct StoredConfig {
     #[serde(default)]
     distances: Vec<StoredDistance>,
     #[serde(default)]
-    msrs: BTreeMap<String, StoredMsr>,
+    msrs: Entries<StoredMsr>,
     #[serde(default)]
-    contacts: BTreeMap<String, StoredContact>,
+    contacts: Entries<StoredContact>,
+}
+
+/// A JSON object's entries in file order, duplicate keys kept (serde's maps
+/// keep the last of them silently; `decode` refuses them).
+struct Entries<T>(Vec<(String, T)>);
+
+impl<T> Default for Entries<T> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
+}
+
+impl<T> Entries<T> {
+    fn names(&self) -> Vec<&str> {
+        self.0.iter().map(|(name, _)| name.as_str()).collect()
+    }
+}
+
+impl<T: Serialize> Serialize for Entries<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (name, value) in &self.0 {
+            map.serialize_entry(name, value)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Entries<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Visitor<T> {
+            type Value = Entries<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    entries.push(entry);
+                }
+                Ok(Entries(entries))
+            }
+        }
+        deserializer.deserialize_map(Visitor(std::marker::PhantomData))
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -545,7 +680,7 @@ mod tests {
         ));
         assert!(matches!(
             config.set_active("", true),
-            Err(OperatorError::InvalidName { .. })
+            Err(OperatorError::Name(_))
         ));
     }
 
@@ -567,7 +702,7 @@ mod tests {
         ));
         assert!(matches!(
             config.set_contact_zone("lo@msr_1", "a b"),
-            Err(OperatorError::InvalidZone { .. })
+            Err(OperatorError::Name(_))
         ));
     }
 
@@ -619,5 +754,151 @@ mod tests {
             OperatorConfig::decode(bad_distance),
             Err(DecodeError::Invalid(_))
         ));
+    }
+
+    /// Every name the registrar accepts can be set by the operator, and the
+    /// names the adversarial tester registered are refused by both.
+    #[test]
+    fn operator_commands_use_the_name_rules() {
+        let mut config = OperatorConfig::new();
+        config.declare_site("remote_side").expect("declare");
+        for msr in ["msr_1", "m"] {
+            config.set_active(msr, false).expect("valid msr");
+            config
+                .set_performance_coefficient(msr, 2.0)
+                .expect("valid msr");
+        }
+        for contact in ["lo@msr_1", "bond1.2@msr_1", "127.0.0.1:5070@msr_1"] {
+            config.set_contact_zone(contact, "rtk").expect("valid");
+            config
+                .set_contact_site(contact, "remote_side")
+                .expect("valid");
+        }
+        let long = "m".repeat(140);
+        for msr in [long.as_str(), "a@b", "a/b", "a\u{200B}b", "a b"] {
+            assert!(
+                matches!(config.set_active(msr, false), Err(OperatorError::Name(_))),
+                "{msr:?}"
+            );
+            assert!(matches!(
+                config.set_subscription_expires(msr, 30),
+                Err(OperatorError::Name(_))
+            ));
+        }
+        for contact in ["a b@evil4", "x@y@evil5", "lo@a/b"] {
+            assert!(matches!(
+                config.set_contact_zone(contact, "rtk"),
+                Err(OperatorError::Name(_))
+            ));
+        }
+        for zone in ["\u{200B}", "\u{202E}x", "\u{FEFF}", "a/b", ""] {
+            let err = config
+                .set_contact_zone("lo@msr_1", zone)
+                .expect_err("invisible zone");
+            assert!(err.to_string().contains("invalid zone name"), "{err}");
+        }
+        assert_eq!(config.contact_zone("lo@msr_1", "default"), "rtk");
+        let err = config
+            .set_contact_site("lo@msr_1", "\u{200B}")
+            .expect_err("invisible site");
+        assert!(err.to_string().contains("U+200B"), "{err}");
+    }
+
+    #[test]
+    fn decode_refuses_entries_listed_twice() {
+        let msr_twice = r#"{"version":1,"msrs":{
+            "m":{"performance_coefficient":-5,"active":true},
+            "m":{"performance_coefficient":2,"active":true}}}"#;
+        let err = OperatorConfig::decode(msr_twice).expect_err("msr twice");
+        assert_eq!(
+            err,
+            DecodeError::Duplicate {
+                section: "msrs",
+                name: "m".into()
+            }
+        );
+        assert_eq!(err.to_string(), "`msrs` lists `m` twice; keep one");
+        let contact_twice = r#"{"version":1,"contacts":{
+            "lo@m":{"zone":"a"},"lo@m":{"zone":"b"}}}"#;
+        assert_eq!(
+            OperatorConfig::decode(contact_twice),
+            Err(DecodeError::Duplicate {
+                section: "contacts",
+                name: "lo@m".into()
+            })
+        );
+        let site_twice = r#"{"version":1,"sites":["local","local"]}"#;
+        assert_eq!(
+            OperatorConfig::decode(site_twice),
+            Err(DecodeError::Duplicate {
+                section: "sites",
+                name: "local".into()
+            })
+        );
+    }
+
+    #[test]
+    fn decode_refuses_a_pair_of_sites_with_two_distances() {
+        let conflicting = r#"{"version":1,"sites":["local","r"],"distances":[
+            {"a":"local","b":"r","distance":1},{"a":"r","b":"local","distance":2}]}"#;
+        let err = OperatorConfig::decode(conflicting).expect_err("conflict");
+        assert_eq!(
+            err,
+            DecodeError::DuplicateDistance {
+                first: Box::new(DistanceEntry {
+                    index: 0,
+                    a: "local".into(),
+                    b: "r".into(),
+                    distance: 1.0
+                }),
+                second: Box::new(DistanceEntry {
+                    index: 1,
+                    a: "r".into(),
+                    b: "local".into(),
+                    distance: 2.0
+                }),
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "`distances[0]` (`local`/`r` 1) and `distances[1]` (`r`/`local` 2) \
+             set the distance between the same two sites; keep one"
+        );
+        let same_twice = r#"{"version":1,"sites":["a"],"distances":[
+            {"a":"a","b":"a","distance":null},{"a":"a","b":"a","distance":null}]}"#;
+        assert!(matches!(
+            OperatorConfig::decode(same_twice),
+            Err(DecodeError::DuplicateDistance { .. })
+        ));
+    }
+
+    #[test]
+    fn a_store_with_more_sites_than_the_cap_loads_but_takes_no_more() {
+        let sites: Vec<String> = (0..MAX_SITES + 10).map(|i| format!("s{i}")).collect();
+        let text = serde_json::json!({"version": 1, "sites": sites}).to_string();
+        let mut config = OperatorConfig::decode(&text).expect("loads");
+        assert_eq!(config.topology().len(), MAX_SITES + 10);
+        assert!(matches!(
+            config.declare_site("one_more"),
+            Err(OperatorError::Topology(TopologyError::TooManySites { .. }))
+        ));
+        // What is there still works, and round-trips.
+        config.set_distance("s0", "s1", 3.0).expect("distance");
+        assert_eq!(OperatorConfig::decode(&config.encode()), Ok(config));
+    }
+
+    #[test]
+    fn decode_refuses_names_the_operator_would_refuse() {
+        for text in [
+            r#"{"version":1,"msrs":{"a@b":{"performance_coefficient":2,"active":true}}}"#,
+            r#"{"version":1,"contacts":{"x@y@z":{"zone":"a"}}}"#,
+            r#"{"version":1,"contacts":{"lo@m":{"zone":"\u200b"}}}"#,
+            r#"{"version":1,"sites":["a\u202eb"]}"#,
+        ] {
+            assert!(
+                matches!(OperatorConfig::decode(text), Err(DecodeError::Invalid(_))),
+                "{text}"
+            );
+        }
     }
 }

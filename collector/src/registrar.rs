@@ -10,7 +10,10 @@
 //! Bindings are kept per AOR — the MSR name, the user part of the `To`
 //! URI — with one contact per interface: the contact `<sip:msr_1@10.0.0.1:5040>;iface=bond1.2`
 //! is named `bond1.2@msr_1`. A contact without `iface` is named after its
-//! `host:port`.
+//! `host:port`. The MSR name and the interface name must follow the name
+//! rules of [`crate::names`] — the ones `msrctl` applies, so every MSR and
+//! contact that registers can be drained and moved — or the REGISTER gets
+//! `400` with the rule broken in the reason phrase.
 //!
 //! Authentication: a REGISTER without valid credentials is challenged with
 //! `401` and one `WWW-Authenticate` per configured algorithm (SHA-256 first
@@ -57,6 +60,7 @@ pub use refusals::{
 };
 
 use crate::config::{Account, DigestAlgorithm, SipConfig};
+use crate::names::{self, NameKind, NameProblem};
 
 /// Upper bound on outstanding nonces (older ones are forgotten first).
 const MAX_NONCES: usize = 10_000;
@@ -171,6 +175,14 @@ enum Malformed {
     BadContact(String),
     #[error("contact `*` needs expires 0 and no other contact")]
     BadWildcard,
+    /// The `To` user or a contact's interface breaks the name rules.
+    #[error("bad {field}: {problem}")]
+    BadName {
+        /// `msr name` (the `To` user), `iface` or `contact host:port`.
+        field: &'static str,
+        /// The rule broken.
+        problem: NameProblem,
+    },
 }
 
 /// One contact of a REGISTER, parsed.
@@ -493,6 +505,12 @@ impl Registrar {
         let msr = sip::uri_user(sip::addr_uri(to))
             .ok_or(Malformed::NoToUser)?
             .to_owned();
+        if let Some(problem) = names::problem(NameKind::Msr, &msr) {
+            return Err(Malformed::BadName {
+                field: "msr name",
+                problem,
+            });
+        }
         let call_id = sip::call_id(&req.headers)
             .ok_or(Malformed::NoCallId)?
             .to_owned();
@@ -705,14 +723,20 @@ fn parse_contacts(req: &Request, msr: &str) -> Result<ContactsSpec, Malformed> {
                 .map_err(|_| Malformed::BadExpires(e.clone()))?,
             None => header_expires.unwrap_or(DEFAULT_EXPIRES),
         };
-        let iface = sip::param(v, "iface")
-            .filter(|i| !i.is_empty())
-            .unwrap_or_else(|| {
-                let host = uri.split_once('@').map_or(uri, |(_, h)| h);
-                host.split(';').next().unwrap_or(host).to_owned()
-            });
+        let (iface, field) = match sip::param(v, "iface").filter(|i| !i.is_empty()) {
+            Some(iface) => (iface, "iface"),
+            None => {
+                let rest = uri.split_once(':').map_or(uri, |(_, r)| r);
+                let host = rest.split_once('@').map_or(rest, |(_, h)| h);
+                let host = host.split([';', '?']).next().unwrap_or(host);
+                (host.to_owned(), "contact host:port")
+            }
+        };
+        if let Some(problem) = names::problem(NameKind::Interface, &iface) {
+            return Err(Malformed::BadName { field, problem });
+        }
         list.push(ContactSpec {
-            name: format!("{iface}@{msr}"),
+            name: names::contact_name(&iface, msr),
             uri: uri.to_owned(),
             expires,
         });

@@ -24,6 +24,7 @@
 
 use std::fmt;
 
+use msr_shared::admin::format_number;
 use rand::Rng;
 use tokio::time::Instant;
 
@@ -91,7 +92,7 @@ impl Refusal {
 
 /// A fixed draw outside `[0, total)`.
 #[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
-#[error("draw {draw} is outside [0, {total})")]
+#[error("draw {} is outside [0, {})", format_number(*draw), format_number(*total))]
 pub struct DrawOutOfRange {
     /// The requested draw.
     pub draw: f64,

@@ -8,19 +8,21 @@
 //! spawned tasks, so the loop never awaits SIP I/O while answering admin.
 //!
 //! Shutdown: `Expires: 0` for every active subscription, at most
-//! [`SHUTDOWN_GRACE`] waiting for the answers to those (and only those:
-//! not to an unsubscribe sent earlier for an MSR that unregistered), then
-//! the control socket is removed.
+//! [`SHUTDOWN_GRACE`] waiting for the answers to those and for the final
+//! NOTIFYs (`terminated`) that follow them, answered 200 (and only those:
+//! not for an unsubscribe sent earlier for an MSR that unregistered), then
+//! the control socket is removed and the operator store's lock released.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use msr_shared::sip::{self, Method, SipEndpoint, SipEvent, StatusCode};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -33,9 +35,15 @@ use crate::operator::OperatorConfig;
 use crate::registrar::{RefusalLog, Registrar, RegistrarEvent, RemovalCause, REFUSAL_WINDOW};
 use crate::store::Store;
 use crate::subscriber::{Subscriber, SubscriberConfig, SubscriberEvent, Target};
+use msr_shared::fs::cannot_create_in;
 
-/// Longest wait for the answers to the final `Expires: 0` SUBSCRIBEs.
+/// Longest wait at shutdown for the answers to the final `Expires: 0`
+/// SUBSCRIBEs and for the final NOTIFYs that follow them.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// At shutdown, how long answers to SIP requests still being sent may take
+/// when [`SHUTDOWN_GRACE`] is already over.
+const REPLY_FLUSH: Duration = Duration::from_millis(100);
 
 /// The `User-Agent`/`Server` of the collector.
 const USER_AGENT: &str = concat!("msr-collector/", env!("CARGO_PKG_VERSION"));
@@ -68,18 +76,32 @@ pub async fn run(
 }
 
 /// The checks `--check-config` adds to the config file's own validation,
-/// for what the collector needs from the host at start: the operator store
-/// is readable and valid (a missing file is an empty store), and the
-/// control socket's directory exists and its path fits a Unix socket
-/// address (107 bytes).
+/// for what the collector needs from the host at start:
+///
+/// * the operator store's directory exists and this process may create
+///   files in it ([`Store::check_dir`]);
+/// * (not here: whether another collector holds the store's lock, which
+///   `--check-config` reports as a note, [`Store::check_unlocked`], and
+///   [`start`] refuses);
+/// * the store is readable and valid (a missing file is an empty store);
+/// * the control socket's directory exists and this process may create the
+///   socket in it, its path fits a Unix socket address (107 bytes), and
+///   nothing but a socket (one a previous run left, which the start
+///   replaces) is at that path.
 ///
 /// # Errors
 /// [`CollectorError::Store`] or [`CollectorError::ControlSocketPath`].
 pub fn check_environment(config: &CollectorConfig) -> Result<(), CollectorError> {
-    Store::new(config.state_path.clone()).load()?;
-    let path = &config.control_socket;
+    let store = Store::new(config.state_path.clone());
+    store.check_dir()?;
+    store.load()?;
+    check_control_socket(&config.control_socket)
+}
+
+/// The control socket checks of [`check_environment`].
+fn check_control_socket(path: &Path) -> Result<(), CollectorError> {
     let bad = |reason: String| CollectorError::ControlSocketPath {
-        path: path.clone(),
+        path: path.to_owned(),
         reason,
     };
     if path.as_os_str().len() > 107 {
@@ -95,29 +117,70 @@ pub fn check_environment(config: &CollectorConfig) -> Result<(), CollectorError>
     if !dir.is_dir() {
         return Err(bad(format!("directory {} does not exist", dir.display())));
     }
+    if let Some(e) = cannot_create_in(&dir) {
+        return Err(bad(format!("directory {}: {e}", dir.display())));
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) => {
+            let kind = meta.file_type();
+            if !kind.is_socket() {
+                let what = if kind.is_dir() {
+                    "a directory"
+                } else if kind.is_file() {
+                    "a regular file"
+                } else if kind.is_symlink() {
+                    "a symbolic link"
+                } else {
+                    "a special file"
+                };
+                return Err(bad(format!("the path exists and is {what}, not a socket")));
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(bad(format!("cannot inspect the path: {e}"))),
+    }
     Ok(())
 }
 
-/// Loads the operator configuration, binds the SIP endpoint and the control
-/// socket, and spawns the collector loop. `[sip] listen` may use port 0.
+/// Takes the operator store's lock, loads the operator configuration, binds
+/// the SIP endpoint and the control socket, and spawns the collector loop,
+/// which holds the lock until it has stopped. `[sip] listen` may use port 0.
+///
+/// The lock is taken before anything else is bound, so a second collector
+/// on the same store stops there, without touching the first one's control
+/// socket.
 ///
 /// # Errors
-/// [`CollectorError::Store`], [`CollectorError::Sip`] or
-/// [`CollectorError::ControlSocket`] when a resource cannot be had.
+/// [`CollectorError::Store`] (with [`StoreError::Locked`](crate::store::StoreError::Locked)
+/// when another collector runs on the same store), [`CollectorError::Sip`],
+/// [`CollectorError::ControlSocket`] or [`CollectorError::ControlSocketPath`]
+/// when a resource cannot be had.
 pub async fn start(
     config: CollectorConfig,
     shutdown: CancellationToken,
 ) -> Result<CollectorHandle, CollectorError> {
-    check_environment(&config)?;
     let store = Store::new(config.state_path.clone());
+    store.check_dir()?;
+    check_control_socket(&config.control_socket)?;
+    let lock = store.lock()?;
+    debug!(lock = %lock.path().display(), "operator store locked");
     let mut operator = store.load()?;
     // The site new contacts get must exist, or every leg at it is refused
     // with `unknown_site` until an operator declares it.
-    if !operator.topology().contains(&config.defaults.site)
-        && operator.declare_site(&config.defaults.site).is_ok()
-    {
-        store.save(&operator)?;
-        info!(site = %config.defaults.site, "declared the default site");
+    if !operator.topology().contains(&config.defaults.site) {
+        match operator.declare_site(&config.defaults.site) {
+            Ok(()) => {
+                store.save(&operator)?;
+                info!(site = %config.defaults.site, "declared the default site");
+            }
+            // Only the site cap can refuse it (the config checked the name):
+            // legs at the default site get `unknown_site` until it is declared.
+            Err(error) => tracing::warn!(
+                site = %config.defaults.site,
+                %error,
+                "cannot declare the default site; new contacts' legs get unknown_site until it is"
+            ),
+        }
     }
     // Not a child of `shutdown`: the final `Expires: 0` SUBSCRIBEs go out
     // after it is cancelled; the endpoint stops when the shell drops it.
@@ -170,6 +233,7 @@ pub async fn start(
         rng: StdRng::from_entropy(),
         endpoint,
         admin_rx,
+        replies: JoinSet::new(),
     };
     let socket_path = control_socket.clone();
     let join = tokio::spawn(async move {
@@ -183,6 +247,8 @@ pub async fn start(
             }
         }
         info!("collector stopped");
+        // Only now may another collector take the store.
+        drop(lock);
         result
     });
     Ok(CollectorHandle {
@@ -202,12 +268,16 @@ struct Shell {
     rng: StdRng,
     endpoint: SipEndpoint,
     admin_rx: mpsc::Receiver<AdminCommand>,
+    /// The tasks sending answers to SIP requests; reaped as they finish,
+    /// and waited for (bounded) before the endpoint stops at shutdown.
+    replies: JoinSet<()>,
 }
 
 impl Shell {
     async fn run(mut self, shutdown: CancellationToken) -> Result<(), CollectorError> {
         loop {
             self.settle(Instant::now());
+            while self.replies.try_join_next().is_some() {}
             let deadline = [
                 self.registrar.poll_timeout(),
                 self.subscriber.poll_timeout(),
@@ -240,22 +310,38 @@ impl Shell {
     }
 
     /// Ends every subscription and waits (bounded) for the answers to
-    /// these unsubscribes, and no others ([`Subscriber::awaited_unsubscribes`]);
-    /// then logs the registration refusals the rate limit still holds back.
+    /// these unsubscribes and for the final NOTIFYs that follow them, and
+    /// no others ([`Subscriber::awaited_unsubscribes`],
+    /// [`Subscriber::awaited_final_notifies`]), answering every SIP request
+    /// that arrives meanwhile; then logs the registration refusals the rate
+    /// limit still holds back.
     async fn drain(&mut self) {
         let now = Instant::now();
         let sent = self.subscriber.shutdown(now);
         info!(subscriptions = sent, "shutting down: ending subscriptions");
         self.send_transmits(now);
         let deadline = Instant::now() + SHUTDOWN_GRACE;
-        while self.subscriber.awaited_unsubscribes() > 0 {
+        while self.subscriber.awaited_unsubscribes() > 0
+            || self.subscriber.awaited_final_notifies() > 0
+        {
             tokio::select! {
                 () = tokio::time::sleep_until(deadline) => {
-                    warn!(
-                        unanswered = self.subscriber.awaited_unsubscribes(),
-                        subscriptions = sent,
-                        "unsubscribe answers not received in time"
-                    );
+                    let unanswered = self.subscriber.awaited_unsubscribes();
+                    let final_notifies = self.subscriber.awaited_final_notifies();
+                    if unanswered > 0 {
+                        warn!(
+                            unanswered,
+                            final_notifies,
+                            subscriptions = sent,
+                            "unsubscribe answers not received in time"
+                        );
+                    } else {
+                        warn!(
+                            final_notifies,
+                            subscriptions = sent,
+                            "final notifies not received in time"
+                        );
+                    }
                     break;
                 }
                 event = self.endpoint.recv() => match event {
@@ -263,6 +349,20 @@ impl Shell {
                     None => break,
                 },
             }
+        }
+        // The answers just given (the last final NOTIFY's 200 among them)
+        // leave before the endpoint stops.
+        let flush_until = deadline.max(Instant::now() + REPLY_FLUSH);
+        let replies = &mut self.replies;
+        let flushed = tokio::time::timeout_at(flush_until, async {
+            while replies.join_next().await.is_some() {}
+        })
+        .await;
+        if flushed.is_err() {
+            warn!(
+                unsent = self.replies.len(),
+                "answers to sip requests not sent before shutdown"
+            );
         }
         // What the refusal rate limit still holds back.
         self.registrar.flush_refusals(Instant::now());
@@ -301,7 +401,7 @@ impl Shell {
                         Some(&sip::random_token()),
                     )),
                 };
-                tokio::spawn(tx.respond(response));
+                self.replies.spawn(tx.respond(response));
             }
             SipEvent::Response { id, response } => {
                 self.subscriber.handle_response(now, id, &response)
@@ -485,4 +585,141 @@ fn source_of(req: &sip::Request) -> Option<SocketAddr> {
 fn allow(mut response: msr_shared::sip::Response) -> msr_shared::sip::Response {
     sip::push_header(&mut response.headers, "Allow", "REGISTER, NOTIFY, OPTIONS");
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreError;
+
+    /// A loopback config with the control socket and the store at the
+    /// given paths.
+    fn config(socket: &Path, state: &Path) -> CollectorConfig {
+        let text = format!(
+            "node = \"core1@test\"\n[sip]\nlisten = \"127.0.0.1:0\"\nrealm = \"msr.local\"\n\
+             [[accounts]]\nauth_name = \"msr\"\npassword = \"msr-secret\"\n\
+             [control]\nsocket = \"{}\"\n[state]\npath = \"{}\"\n",
+            socket.display(),
+            state.display()
+        );
+        crate::config::parse(&text, "test").expect("test config")
+    }
+
+    async fn stop(handle: CollectorHandle, shutdown: &CancellationToken) {
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(10), handle.join)
+            .await
+            .expect("stops in time")
+            .expect("join")
+            .expect("clean stop");
+    }
+
+    /// Two collectors on one store would each overwrite the other's
+    /// acknowledged changes: the second refuses to start, naming the lock
+    /// file, and leaves the first one's control socket alone; once the
+    /// first has stopped, it starts.
+    #[tokio::test]
+    async fn a_second_collector_on_the_same_store_refuses_to_start() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = dir.path().join("state.json");
+        let a = config(&dir.path().join("a.sock"), &state);
+        let b = config(&dir.path().join("b.sock"), &state);
+        let shutdown_a = CancellationToken::new();
+        let handle_a = start(a, shutdown_a.clone()).await.expect("a starts");
+
+        let err = start(b.clone(), CancellationToken::new())
+            .await
+            .expect_err("b must not start on a's store");
+        let lock = dir.path().join("state.json.lock");
+        assert!(
+            matches!(&err, CollectorError::Store(StoreError::Locked { lock: l, .. }) if *l == lock),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains(&lock.display().to_string()) && text.contains("another collector holds"),
+            "{text}"
+        );
+        assert!(!dir.path().join("b.sock").exists(), "b bound nothing");
+        assert!(handle_a.control_socket.exists(), "a's socket untouched");
+        // `--check-config` for b checks the config on this live host (the
+        // held lock is only a note there, from `Store::check_unlocked`).
+        check_environment(&b).expect("b's config checks out beside a");
+        assert!(matches!(
+            Store::new(dir.path().join("state.json")).check_unlocked(),
+            Err(StoreError::Locked { .. })
+        ));
+
+        stop(handle_a, &shutdown_a).await;
+        assert!(lock.exists(), "the lock file is never deleted");
+        check_environment(&b).expect("free once a has stopped");
+        let shutdown_b = CancellationToken::new();
+        let handle_b = start(b, shutdown_b.clone()).await.expect("b starts now");
+        stop(handle_b, &shutdown_b).await;
+    }
+
+    /// `[state] path` in a missing directory used to pass the check, and the
+    /// start then failed writing `state.json.tmp`.
+    #[test]
+    fn check_refuses_a_store_in_a_missing_directory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let missing = dir.path().join("no-such-dir");
+        let c = config(&dir.path().join("c.sock"), &missing.join("state.json"));
+        let err = check_environment(&c).expect_err("missing store directory");
+        assert!(
+            matches!(err, CollectorError::Store(StoreError::Directory { .. })),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("directory {}: does not exist", missing.display())),
+            "{text}"
+        );
+        assert!(!missing.exists(), "the check creates nothing");
+    }
+
+    #[tokio::test]
+    async fn start_refuses_a_store_in_a_missing_directory_before_binding() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("c.sock");
+        let c = config(&socket, &dir.path().join("no-such-dir").join("state.json"));
+        let err = start(c, CancellationToken::new())
+            .await
+            .expect_err("missing store directory");
+        assert!(
+            matches!(err, CollectorError::Store(StoreError::Directory { .. })),
+            "{err:?}"
+        );
+        assert!(!socket.exists());
+    }
+
+    /// A regular file or a directory at `[control] socket` used to pass the
+    /// check, and the start then failed to bind. A socket left by a previous
+    /// run is fine: the start replaces it.
+    #[test]
+    fn check_refuses_a_control_socket_path_that_is_not_a_socket() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = dir.path().join("state.json");
+        let file = dir.path().join("file.sock");
+        std::fs::write(&file, "").expect("write");
+        let subdir = dir.path().join("dir.sock");
+        std::fs::create_dir(&subdir).expect("mkdir");
+        for (path, what) in [(&file, "a regular file"), (&subdir, "a directory")] {
+            let err = check_environment(&config(path, &state)).expect_err("not a socket");
+            let CollectorError::ControlSocketPath { path: p, reason } = &err else {
+                panic!("{err:?}")
+            };
+            assert_eq!(p, path);
+            assert_eq!(
+                reason,
+                &format!("the path exists and is {what}, not a socket")
+            );
+            assert!(err.to_string().starts_with("[control] socket "), "{err}");
+        }
+        let left = dir.path().join("left.sock");
+        drop(std::os::unix::net::UnixListener::bind(&left).expect("bind"));
+        assert!(left.exists());
+        check_environment(&config(&left, &state)).expect("a stale socket is replaced at start");
+        check_environment(&config(&dir.path().join("new.sock"), &state)).expect("no file yet");
+    }
 }

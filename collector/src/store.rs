@@ -6,13 +6,24 @@
 //! was acknowledged (saved before the reply) survives. A leftover temp file
 //! from a crash is ignored when loading and overwritten by the next save.
 //!
+//! One collector per store: a running collector holds an exclusive advisory
+//! lock ([`Store::lock`], `flock(2)` through [`File::try_lock`]) on the lock
+//! file beside the store, `<file>.lock`, for as long as it runs, and a second
+//! collector on the same store refuses to start. Two collectors saving the
+//! same file would each overwrite the other's acknowledged changes. The lock
+//! file is created when missing and never deleted: deleting it would let a
+//! collector lock a new file while another still holds the old one. The
+//! kernel releases the lock when the holder exits, however it exits.
+//!
 //! Architecture invariant: the file format is private to the collector
 //! ([`crate::operator`]); nothing else reads it.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+
+use msr_shared::fs::cannot_create_in;
 
 use crate::operator::{DecodeError, OperatorConfig};
 
@@ -45,6 +56,56 @@ pub enum StoreError {
         /// The I/O error.
         source: io::Error,
     },
+    /// Another collector holds the store's lock: it runs on the same store.
+    #[error(
+        "operator store {path} is in use: another collector holds the lock on {lock} \
+         (stop that collector, or give this one another [state] path)"
+    )]
+    Locked {
+        /// The store file.
+        path: PathBuf,
+        /// The lock file.
+        lock: PathBuf,
+    },
+    /// The lock file could not be opened, created or locked.
+    #[error("cannot lock operator store {path} with {lock}: {source}")]
+    LockFile {
+        /// The store file.
+        path: PathBuf,
+        /// The lock file.
+        lock: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// The store's directory is missing, or this process cannot create
+    /// files in it (a save writes a temp file there).
+    #[error("operator store {path}: directory {dir}: {source}")]
+    Directory {
+        /// The store file.
+        path: PathBuf,
+        /// Its directory.
+        dir: PathBuf,
+        /// Why the directory cannot be used.
+        source: io::Error,
+    },
+}
+
+/// The exclusive lock of a [`Store`], held until dropped: closing the lock
+/// file releases it (see the module docs).
+#[derive(Debug)]
+#[must_use = "the lock is released when this is dropped"]
+pub struct StoreLock {
+    /// The lock file, locked; only held, never read.
+    _file: File,
+    /// Its path.
+    path: PathBuf,
+}
+
+impl StoreLock {
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
 }
 
 /// The operator configuration store: one JSON file.
@@ -67,13 +128,130 @@ impl Store {
 
     /// The temp file a save writes before renaming it over the store file.
     pub fn temp_path(&self) -> PathBuf {
+        self.sibling(".tmp")
+    }
+
+    /// The lock file beside the store file: `<file>.lock`.
+    pub fn lock_path(&self) -> PathBuf {
+        self.sibling(".lock")
+    }
+
+    /// The directory of the store file.
+    pub fn dir(&self) -> PathBuf {
+        match self.path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
+            _ => PathBuf::from("."),
+        }
+    }
+
+    fn sibling(&self, suffix: &str) -> PathBuf {
         let mut name = self
             .path
             .file_name()
             .map(|n| n.to_os_string())
             .unwrap_or_default();
-        name.push(".tmp");
+        name.push(suffix);
         self.path.with_file_name(name)
+    }
+
+    /// Takes the store's exclusive lock, creating the lock file if it is
+    /// missing, and holds it until the returned [`StoreLock`] is dropped.
+    /// Does not wait: a lock held elsewhere is an error at once.
+    ///
+    /// # Errors
+    /// [`StoreError::Locked`] when another collector (another open of the
+    /// lock file, in this process or another) holds it;
+    /// [`StoreError::LockFile`] when the lock file cannot be opened or locked.
+    pub fn lock(&self) -> Result<StoreLock, StoreError> {
+        let lock = self.lock_path();
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o640)
+            .open(&lock)
+            .map_err(|source| StoreError::LockFile {
+                path: self.path.clone(),
+                lock: lock.clone(),
+                source,
+            })?;
+        self.try_lock(&file, &lock)?;
+        Ok(StoreLock {
+            _file: file,
+            path: lock,
+        })
+    }
+
+    /// Checks that [`lock`](Self::lock) would succeed now, without creating
+    /// the lock file: an existing one is locked and released at once; a
+    /// missing one is held by nobody.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn check_unlocked(&self) -> Result<(), StoreError> {
+        let lock = self.lock_path();
+        let file = match OpenOptions::new().write(true).open(&lock) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => {
+                return Err(StoreError::LockFile {
+                    path: self.path.clone(),
+                    lock,
+                    source,
+                })
+            }
+        };
+        // Dropping `file` closes it, which releases the lock.
+        self.try_lock(&file, &lock)
+    }
+
+    fn try_lock(&self, file: &File, lock: &Path) -> Result<(), StoreError> {
+        match file.try_lock() {
+            Ok(()) => Ok(()),
+            Err(TryLockError::WouldBlock) => Err(StoreError::Locked {
+                path: self.path.clone(),
+                lock: lock.to_owned(),
+            }),
+            Err(TryLockError::Error(source)) => Err(StoreError::LockFile {
+                path: self.path.clone(),
+                lock: lock.to_owned(),
+                source,
+            }),
+        }
+    }
+
+    /// Checks that a save could create its temp file: the store's directory
+    /// exists, is a directory, and this process may create files in it
+    /// (`faccessat(2)` for write and search permission with the effective
+    /// ids, so the kernel judges owner, group, ACLs, capabilities and
+    /// read-only mounts as it will for the save). Creates nothing.
+    ///
+    /// # Errors
+    /// [`StoreError::Directory`] with the reason.
+    pub fn check_dir(&self) -> Result<(), StoreError> {
+        let dir = self.dir();
+        let fail = |source: io::Error| StoreError::Directory {
+            path: self.path.clone(),
+            dir: dir.clone(),
+            source,
+        };
+        let meta = fs::metadata(&dir).map_err(|e| {
+            if e.kind() == io::ErrorKind::NotFound {
+                fail(io::Error::new(io::ErrorKind::NotFound, "does not exist"))
+            } else {
+                fail(e)
+            }
+        })?;
+        if !meta.is_dir() {
+            return Err(fail(io::Error::new(
+                io::ErrorKind::NotADirectory,
+                "not a directory",
+            )));
+        }
+        match cannot_create_in(&dir) {
+            Some(e) => Err(fail(e)),
+            None => Ok(()),
+        }
     }
 
     /// Loads the configuration; a missing file is an empty configuration.
@@ -121,10 +299,7 @@ impl Store {
         file.sync_all().map_err(write_err(&temp))?;
         drop(file);
         fs::rename(&temp, &self.path).map_err(write_err(&self.path))?;
-        let dir = match self.path.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
-            _ => PathBuf::from("."),
-        };
+        let dir = self.dir();
         File::open(&dir)
             .and_then(|d| d.sync_all())
             .map_err(write_err(&dir))?;
@@ -204,5 +379,107 @@ mod tests {
             store.save(&sample()),
             Err(StoreError::Write { .. })
         ));
+    }
+
+    #[test]
+    fn a_second_lock_on_the_same_store_is_refused_naming_the_lock_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("operator.json");
+        let first = Store::new(&path).lock().expect("first lock");
+        let lock = dir.path().join("operator.json.lock");
+        assert_eq!(first.path(), lock);
+        assert!(lock.exists(), "the lock file is created");
+        // Another open of the lock file (as another collector would make).
+        let err = Store::new(&path).lock().expect_err("second lock");
+        let StoreError::Locked { path: p, lock: l } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!((p, l), (&path, &lock));
+        let text = err.to_string();
+        assert!(
+            text.contains(&lock.display().to_string()) && text.contains("another collector holds"),
+            "{text}"
+        );
+        assert!(matches!(
+            Store::new(&path).check_unlocked(),
+            Err(StoreError::Locked { .. })
+        ));
+        // Released when dropped; the lock file stays.
+        drop(first);
+        assert!(lock.exists(), "the lock file is never deleted");
+        Store::new(&path).check_unlocked().expect("free again");
+        let _again = Store::new(&path).lock().expect("lock again");
+    }
+
+    #[test]
+    fn checking_the_lock_creates_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::new(dir.path().join("operator.json"));
+        store.check_unlocked().expect("no lock file: free");
+        assert!(!store.lock_path().exists());
+        let held = store.lock().expect("lock");
+        assert!(matches!(
+            store.check_unlocked(),
+            Err(StoreError::Locked { .. })
+        ));
+        drop(held);
+        store.check_unlocked().expect("released");
+    }
+
+    #[test]
+    fn lock_in_a_missing_directory_is_an_error_naming_the_lock_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::new(dir.path().join("missing-dir").join("operator.json"));
+        let err = store.lock().expect_err("no directory");
+        assert!(matches!(err, StoreError::LockFile { .. }), "{err:?}");
+        assert!(
+            err.to_string()
+                .contains(&store.lock_path().display().to_string()),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn check_dir_refuses_a_missing_directory_and_a_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        Store::new(dir.path().join("operator.json"))
+            .check_dir()
+            .expect("tempdir is writable");
+        let missing = dir.path().join("no-such-dir");
+        let err = Store::new(missing.join("operator.json"))
+            .check_dir()
+            .expect_err("missing");
+        assert!(matches!(err, StoreError::Directory { .. }), "{err:?}");
+        assert!(
+            err.to_string()
+                .contains(&format!("directory {}: does not exist", missing.display())),
+            "{err}"
+        );
+        let file = dir.path().join("a-file");
+        fs::write(&file, "").expect("write");
+        let err = Store::new(file.join("operator.json"))
+            .check_dir()
+            .expect_err("a file is no directory");
+        assert!(err.to_string().contains("not a directory"), "{err}");
+    }
+
+    #[test]
+    fn check_dir_refuses_a_directory_this_process_cannot_write() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ro = dir.path().join("read-only");
+        fs::create_dir(&ro).expect("mkdir");
+        fs::set_permissions(&ro, fs::Permissions::from_mode(0o555)).expect("chmod");
+        let store = Store::new(ro.join("operator.json"));
+        let result = store.check_dir();
+        // Root (CAP_DAC_OVERRIDE) may write anyway: then the check must agree.
+        let writable = fs::write(ro.join("probe"), "").is_ok();
+        assert_eq!(result.is_ok(), writable, "{result:?}");
+        if !writable {
+            let err = result.expect_err("read-only");
+            assert!(matches!(err, StoreError::Directory { .. }), "{err:?}");
+            assert!(store.save(&sample()).is_err());
+        }
+        fs::set_permissions(&ro, fs::Permissions::from_mode(0o755)).expect("chmod back");
     }
 }

@@ -30,6 +30,18 @@
 //! with its `Min-Expires`; a `terminated` NOTIFY with a retryable reason
 //! resubscribes at once (after `retry-after` when given).
 //!
+//! Ending a subscription (RFC 6665 §4.1.2.3, §4.4.1): when we send
+//! `Expires: 0` (the MSR unregistered, or [`Subscriber::shutdown`]) the
+//! notifier answers it and then sends a final NOTIFY with
+//! `Subscription-State: terminated`. The subscription is gone by then, so
+//! its dialog is kept apart as an *ended* dialog until that NOTIFY arrives,
+//! the unsubscribe fails (a non-2xx answer or no answer: no NOTIFY will
+//! follow), or [`FINAL_NOTIFY_WAIT`] passes, whichever is first. A NOTIFY in
+//! an ended dialog is answered `200` and changes nothing: no load, no
+//! counters, no new SUBSCRIBE. Ended dialogs are kept in their own index
+//! and deadline set, so they cost O(log n) each and never outlive their
+//! deadline.
+//!
 //! NOTIFY ordering (RFC 3261 §12.2.2): each dialog remembers the CSeq of
 //! the last NOTIFY it accepted. A NOTIFY with a lower CSeq is out of order
 //! and is answered `500` without touching the load or the counters. One with
@@ -65,6 +77,10 @@ use crate::load_table::{SubscriptionStatus, SubscriptionView};
 pub const RETRY_BASE: Duration = Duration::from_secs(1);
 /// Longest retry delay after repeated failures.
 pub const RETRY_CAP: Duration = Duration::from_secs(60);
+/// How long a dialog ended by our `Expires: 0` stays known for its final
+/// NOTIFY: Timer F (64 × T1), by which the unsubscribe's own transaction
+/// has ended.
+pub const FINAL_NOTIFY_WAIT: Duration = Duration::from_secs(32);
 
 /// When to refresh a subscription granted for `expires` seconds:
 /// `min(0.8 × E, E − 5 s)`, but not earlier than `E / 2`.
@@ -212,6 +228,19 @@ struct Dialog {
     remote_branch: Option<String>,
 }
 
+/// A dialog we ended with `Expires: 0`, kept for its final NOTIFY (module
+/// docs).
+#[derive(Debug, Clone)]
+struct EndedDialog {
+    local_tag: String,
+    remote_tag: String,
+    /// When it is forgotten if no final NOTIFY came.
+    deadline: Instant,
+    /// Ended by [`Subscriber::shutdown`], whose wait includes its NOTIFY
+    /// ([`Subscriber::awaited_final_notifies`]).
+    awaited: bool,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Phase {
     Pending,
@@ -310,6 +339,10 @@ pub struct Subscriber {
     /// MSRs whose view may have changed since the last
     /// [`poll_view_change`](Subscriber::poll_view_change).
     dirty: BTreeSet<String>,
+    /// Call-ID → dialog ended by our `Expires: 0`, until its final NOTIFY.
+    ended: HashMap<String, EndedDialog>,
+    /// `(deadline, call_id)` of every ended dialog; mirrors `ended`.
+    ended_timers: BTreeSet<(Instant, String)>,
 }
 
 impl Subscriber {
@@ -326,6 +359,8 @@ impl Subscriber {
             dialogs: HashMap::new(),
             timers: BTreeSet::new(),
             dirty: BTreeSet::new(),
+            ended: HashMap::new(),
+            ended_timers: BTreeSet::new(),
         }
     }
 
@@ -407,9 +442,7 @@ impl Subscriber {
                 self.forget(msr, Some(&sub));
                 let call_id = sub.dialog.as_ref().map(|d| d.call_id.clone());
                 if let Some(dialog) = sub.dialog {
-                    if dialog.remote_tag.is_some() {
-                        self.send(now, msr, dialog, Kind::Unsubscribe, 0);
-                    }
+                    self.unsubscribe(now, msr, dialog, false);
                 }
                 self.events.push_back(SubscriberEvent::Ended {
                     msr: msr.to_owned(),
@@ -446,6 +479,46 @@ impl Subscriber {
             self.start(now, msr);
         }
         self.touched(msr);
+    }
+
+    /// Ends `dialog` (no longer a subscription's) with `Expires: 0` and keeps
+    /// it as an ended dialog for its final NOTIFY; returns the request's id.
+    /// A dialog without the notifier's tag (no answer yet) gets nothing.
+    fn unsubscribe(
+        &mut self,
+        now: Instant,
+        msr: &str,
+        dialog: Dialog,
+        awaited: bool,
+    ) -> Option<u64> {
+        let remote_tag = dialog.remote_tag.clone()?;
+        let call_id = dialog.call_id.clone();
+        let local_tag = dialog.local_tag.clone();
+        // `send` stores the CSeq only in live subscriptions; the dialog is sent as-is.
+        let id = self.send(now, msr, dialog, Kind::Unsubscribe, 0)?;
+        if let Some(p) = self.pending.get_mut(&id) {
+            p.awaited = awaited;
+        }
+        let deadline = now + FINAL_NOTIFY_WAIT;
+        self.forget_ended(&call_id);
+        self.ended_timers.insert((deadline, call_id.clone()));
+        self.ended.insert(
+            call_id,
+            EndedDialog {
+                local_tag,
+                remote_tag,
+                deadline,
+                awaited,
+            },
+        );
+        Some(id)
+    }
+
+    /// Drops the ended dialog `call_id` and its deadline, if it is known.
+    fn forget_ended(&mut self, call_id: &str) {
+        if let Some(e) = self.ended.remove(call_id) {
+            self.ended_timers.remove(&(e.deadline, call_id.to_owned()));
+        }
     }
 
     /// Begins a new dialog with the first registered contact of `msr`.
@@ -573,6 +646,10 @@ impl Subscriber {
             return;
         };
         if p.kind == Kind::Unsubscribe {
+            // Refused (481, or any other failure): no final NOTIFY follows.
+            if !(200..300).contains(&response.status_code.code()) {
+                self.forget_ended(&p.call_id);
+            }
             return;
         }
         let msr = p.msr.clone();
@@ -658,6 +735,8 @@ impl Subscriber {
             return;
         };
         if p.kind == Kind::Unsubscribe {
+            // Never reached the notifier (or no answer): no final NOTIFY.
+            self.forget_ended(&p.call_id);
             return;
         }
         let current = self
@@ -704,7 +783,7 @@ impl Subscriber {
             return respond(StatusCode::CallTransactionDoesNotExist);
         };
         let Some(msr) = self.dialogs.get(call_id).cloned() else {
-            return respond(StatusCode::CallTransactionDoesNotExist);
+            return self.on_ended_notify(req, call_id, &to_tag, &from_tag);
         };
         let in_dialog = self
             .subs
@@ -721,6 +800,43 @@ impl Subscriber {
         let response = self.on_notify(now, unix_now, req, &msr, from_tag);
         self.touched(&msr);
         response
+    }
+
+    /// [`handle_notify`](Self::handle_notify) for a NOTIFY outside every
+    /// live dialog: `200` in a dialog we ended (module docs), which is
+    /// forgotten once its `terminated` NOTIFY is in; else `481`. Nothing
+    /// else changes.
+    fn on_ended_notify(
+        &mut self,
+        req: &Request,
+        call_id: &str,
+        to_tag: &str,
+        from_tag: &str,
+    ) -> Response {
+        let respond = |status| sip::response(req, status, None);
+        let known = self
+            .ended
+            .get(call_id)
+            .is_some_and(|e| e.local_tag == to_tag && e.remote_tag == from_tag);
+        if !known {
+            return respond(StatusCode::CallTransactionDoesNotExist);
+        }
+        if sip::event_package(&req.headers).as_deref() != Some(EVENT) {
+            let mut resp = respond(StatusCode::BadEvent);
+            sip::push_header(&mut resp.headers, "Allow-Events", EVENT);
+            return resp;
+        }
+        let Some(state) =
+            sip::header(&req.headers, "Subscription-State").and_then(SubscriptionState::parse)
+        else {
+            return respond(StatusCode::BadRequest);
+        };
+        // An `active` one was sent before the notifier saw the unsubscribe;
+        // the `terminated` one is the last.
+        if state.state == SubState::Terminated {
+            self.forget_ended(call_id);
+        }
+        respond(StatusCode::OK)
     }
 
     /// [`handle_notify`](Self::handle_notify) for a NOTIFY known to be in
@@ -850,6 +966,15 @@ impl Subscriber {
             self.timeout_one(now, &msr);
             self.touched(&msr);
         }
+        // Ended dialogs whose final NOTIFY did not come in time.
+        while let Some((at, _)) = self.ended_timers.first() {
+            if *at > now {
+                break;
+            }
+            if let Some((_, call_id)) = self.ended_timers.pop_first() {
+                self.ended.remove(&call_id);
+            }
+        }
     }
 
     fn timeout_one(&mut self, now: Instant, msr: &str) {
@@ -882,9 +1007,11 @@ impl Subscriber {
     }
 
     /// The next instant [`handle_timeout`](Self::handle_timeout) has work:
-    /// the first entry of the deadline set, O(1).
+    /// the first entry of the deadline sets, O(1).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.timers.first().map(|(at, _)| *at)
+        let subs = self.timers.first().map(|(at, _)| *at);
+        let ended = self.ended_timers.first().map(|(at, _)| *at);
+        subs.into_iter().chain(ended).min()
     }
 
     /// [`poll_timeout`](Self::poll_timeout) computed by a full scan, to
@@ -894,6 +1021,7 @@ impl Subscriber {
         self.subs
             .values()
             .filter_map(Subscription::next_deadline)
+            .chain(self.ended.values().map(|e| e.deadline))
             .min()
     }
 
@@ -936,8 +1064,11 @@ impl Subscriber {
 
     /// Ends every subscription with `Expires: 0` (shutdown) and returns how
     /// many unsubscribes were queued; their answers are awaited via
-    /// [`awaited_unsubscribes`](Self::awaited_unsubscribes). A subscription
-    /// whose dialog is not established (no answer yet) gets none.
+    /// [`awaited_unsubscribes`](Self::awaited_unsubscribes), and the final
+    /// NOTIFYs that follow them via
+    /// [`awaited_final_notifies`](Self::awaited_final_notifies). A
+    /// subscription whose dialog is not established (no answer yet) gets
+    /// none.
     pub fn shutdown(&mut self, now: Instant) -> usize {
         let subs = std::mem::take(&mut self.subs);
         self.timers.clear();
@@ -945,11 +1076,8 @@ impl Subscriber {
         self.dirty.clear();
         let mut sent = 0;
         for (msr, sub) in subs {
-            if let Some(dialog) = sub.dialog.filter(|d| d.remote_tag.is_some()) {
-                // `send` stores the CSeq only in live subscriptions; the dialog is sent as-is.
-                let id = self.send(now, &msr, dialog, Kind::Unsubscribe, 0);
-                if let Some(p) = id.and_then(|id| self.pending.get_mut(&id)) {
-                    p.awaited = true;
+            if let Some(dialog) = sub.dialog {
+                if self.unsubscribe(now, &msr, dialog, true).is_some() {
                     sent += 1;
                 }
             }
@@ -966,6 +1094,21 @@ impl Subscriber {
     /// end at Timer F, 32 s later).
     pub fn awaited_unsubscribes(&self) -> usize {
         self.pending.values().filter(|p| p.awaited).count()
+    }
+
+    /// The dialogs ended by [`shutdown`](Self::shutdown) whose final NOTIFY
+    /// has not arrived, while their unsubscribe is unanswered or was
+    /// accepted (a refused or failed one expects no NOTIFY): at most what
+    /// it returned. Like [`awaited_unsubscribes`](Self::awaited_unsubscribes),
+    /// dialogs ended earlier are not counted.
+    pub fn awaited_final_notifies(&self) -> usize {
+        self.ended.values().filter(|e| e.awaited).count()
+    }
+
+    /// How many dialogs ended by our `Expires: 0` are kept for their final
+    /// NOTIFY (module docs).
+    pub fn ended_dialogs(&self) -> usize {
+        self.ended.len()
     }
 }
 

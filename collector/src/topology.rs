@@ -1,6 +1,7 @@
 //! Sites and the site distance matrix (SPEC §6).
 //!
-//! Sites are declared and removed by name. The distance between two sites is
+//! Sites are declared and removed by name (the rules of [`crate::names`]), at
+//! most [`MAX_SITES`] of them. The distance between two sites is
 //! a non-negative finite number or infinity; distances are symmetric. A site's
 //! distance to itself defaults to 0 and can be changed (raising it drains the
 //! site); an unset pair is infinite: that site's MSRs never serve the other's
@@ -18,6 +19,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use msr_shared::admin::format_number;
+
+use crate::names::{self, NameError, NameKind};
+
 /// Why a topology change was refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
@@ -34,15 +39,24 @@ pub enum TopologyError {
         /// Site name.
         name: String,
     },
-    /// The name is empty, too long or contains whitespace, `/` or control
-    /// characters.
-    #[error("invalid site name `{name}`: use 1 to 64 characters without whitespace or `/`")]
-    InvalidName {
-        /// The rejected name.
+    /// The name breaks the site name rules ([`crate::names`]).
+    #[error(transparent)]
+    Name(#[from] NameError),
+    /// [`MAX_SITES`] sites are declared already.
+    #[error("cannot declare site `{name}`: {declared} sites are declared and at most {max} are allowed; remove one first (msrctl site remove)")]
+    TooManySites {
+        /// The site that was to be declared.
         name: String,
+        /// How many sites are declared.
+        declared: usize,
+        /// The cap, [`MAX_SITES`].
+        max: usize,
     },
     /// The distance is negative or NaN.
-    #[error("invalid distance {value} between `{a}` and `{b}`: expected a non-negative number or infinity")]
+    #[error(
+        "invalid distance {} between `{a}` and `{b}`: expected a non-negative number or infinity",
+        format_number(*value)
+    )]
     InvalidDistance {
         /// First site.
         a: String,
@@ -61,18 +75,17 @@ pub enum TopologyError {
     },
 }
 
-/// Longest accepted site (and zone) name, in bytes.
-pub const MAX_NAME_LEN: usize = 64;
-
-/// Checks a site or zone name: 1–64 bytes, no whitespace, `/` or control
-/// characters (they would break the CLI's argument syntax).
-pub fn is_valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_NAME_LEN
-        && !name
-            .chars()
-            .any(|c| c.is_whitespace() || c.is_control() || c == '/')
-}
+/// The most sites [`Topology::declare`] accepts.
+///
+/// The distance matrix grows with the square of the sites, and the
+/// collector's main loop builds `site matrix` and saves the store between
+/// SIP events. With 256 sites, every pair set, `site matrix` is 65,536
+/// cells (about 330 KB of JSON, some 40 ms) and the store about 3 MB (some
+/// 15 ms to encode); twice the sites would be four times that. A store that
+/// holds more sites (written before the cap) still loads, with a warning,
+/// so no operator setting is lost; `site declare` is then refused until
+/// sites are removed below the cap.
+pub const MAX_SITES: usize = 256;
 
 /// Declared sites and their distances (SPEC §6).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -95,13 +108,27 @@ impl Topology {
     /// Declares a site.
     ///
     /// # Errors
-    /// [`TopologyError::InvalidName`], [`TopologyError::SiteExists`].
+    /// [`TopologyError::Name`], [`TopologyError::SiteExists`],
+    /// [`TopologyError::TooManySites`] when [`MAX_SITES`] are declared.
     pub fn declare(&mut self, name: &str) -> Result<(), TopologyError> {
-        if !is_valid_name(name) {
-            return Err(TopologyError::InvalidName {
+        names::check(NameKind::Site, name)?;
+        if self.sites.len() >= MAX_SITES && !self.sites.contains(name) {
+            return Err(TopologyError::TooManySites {
                 name: name.to_owned(),
+                declared: self.sites.len(),
+                max: MAX_SITES,
             });
         }
+        self.declare_uncapped(name)
+    }
+
+    /// Declares a site without the [`MAX_SITES`] cap: for a stored
+    /// configuration written before the cap, which must not be lost.
+    ///
+    /// # Errors
+    /// [`TopologyError::Name`], [`TopologyError::SiteExists`].
+    pub(crate) fn declare_uncapped(&mut self, name: &str) -> Result<(), TopologyError> {
+        names::check(NameKind::Site, name)?;
         if !self.sites.insert(name.to_owned()) {
             return Err(TopologyError::SiteExists {
                 name: name.to_owned(),
@@ -356,12 +383,47 @@ mod tests {
             topology.declare("a"),
             Err(TopologyError::SiteExists { name: "a".into() })
         );
-        for bad in ["", "a b", "a/b", &"x".repeat(65)] {
-            assert!(matches!(
-                topology.declare(bad),
-                Err(TopologyError::InvalidName { .. })
-            ));
+        for bad in [
+            "",
+            "a b",
+            "a/b",
+            &"x".repeat(65),
+            "\u{200B}",
+            "a\u{202E}b",
+            "\u{FEFF}x",
+        ] {
+            assert!(matches!(topology.declare(bad), Err(TopologyError::Name(_))));
         }
+    }
+
+    #[test]
+    fn declaring_beyond_the_cap_is_refused() {
+        let mut topology = Topology::new();
+        for i in 0..MAX_SITES {
+            topology.declare(&format!("s{i}")).expect("declare");
+        }
+        let err = topology.declare("one_more").expect_err("over the cap");
+        assert_eq!(
+            err,
+            TopologyError::TooManySites {
+                name: "one_more".into(),
+                declared: MAX_SITES,
+                max: MAX_SITES,
+            }
+        );
+        assert!(
+            err.to_string()
+                .contains(&format!("at most {MAX_SITES} are allowed")),
+            "{err}"
+        );
+        // A site already declared is still reported as such.
+        assert_eq!(
+            topology.declare("s0"),
+            Err(TopologyError::SiteExists { name: "s0".into() })
+        );
+        // Removing one makes room again.
+        topology.remove("s0", |_| None).expect("remove");
+        topology.declare("one_more").expect("declare");
     }
 
     #[test]

@@ -26,8 +26,11 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 pub const EVENT_PACKAGE: &str = crate::event_package::EVENT;
 
 /// One control request (one JSON line).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+///
+/// Unknown fields are refused for every op, including the ops without
+/// fields (`{"op":"msr_list","x":1}` is a `bad_request`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
     /// Declare a site (SPEC §6). Declaring an existing site is refused.
     SiteDeclare {
@@ -54,8 +57,7 @@ pub enum Request {
     /// Show the distance matrix: every site is a row; the columns are the
     /// named sites (all sites when `names` is empty).
     SiteMatrix {
-        /// Sites to show as columns; empty = all.
-        #[serde(default)]
+        /// Sites to show as columns; empty = all (optional on the wire).
         names: Vec<String>,
     },
     /// Set an MSR's performance coefficient (SPEC §6; positive, finite).
@@ -76,8 +78,8 @@ pub enum Request {
     MsrList,
     /// List the live load table (SPEC §5).
     ResourceList {
-        /// Only rows that selection may use (registered and active).
-        #[serde(default)]
+        /// Only rows that selection may use (registered and active); optional
+        /// on the wire, default `false`.
         active_only: bool,
     },
     /// Set the zone of one contact (`{iface}@{msr}`).
@@ -93,6 +95,14 @@ pub enum Request {
         contact: String,
         /// Site name.
         site: String,
+    },
+    /// Remove the operator's zone or site of one contact: it falls back to
+    /// the collector's `[defaults]`.
+    ResourceUnset {
+        /// Contact name, e.g. `bond1.2@msr_1`.
+        contact: String,
+        /// `zone` or `site`.
+        property: ContactProperty,
     },
     /// Set the `Expires` the collector requests in SUBSCRIBE for one MSR (SPEC §4).
     SubscriptionSetExpires {
@@ -111,16 +121,94 @@ pub enum Request {
         zone: String,
         /// The leg's site.
         site: String,
-        /// The MSR already chosen for the other leg, if any.
+        /// The MSR already chosen for the other leg, if any (optional on the
+        /// wire).
+        msr: Option<String>,
+        /// A fixed draw in `[0, total)` instead of a random one (optional on
+        /// the wire).
+        random: Option<f64>,
+        /// Return the candidates and the interval table (optional on the wire,
+        /// default `false`).
+        explain: bool,
+    },
+}
+
+/// The wire form [`Request`] is read from. It mirrors [`Request`] field for
+/// field (serde's `remote` derive checks that), except that the ops without
+/// fields are empty struct variants: serde ignores extra fields of a unit
+/// variant of an internally tagged enum even with `deny_unknown_fields`, but
+/// refuses them for a struct variant.
+#[derive(Deserialize)]
+#[serde(
+    remote = "Request",
+    tag = "op",
+    rename_all = "snake_case",
+    deny_unknown_fields
+)]
+enum RequestRepr {
+    SiteDeclare {
+        name: String,
+    },
+    SiteRemove {
+        name: String,
+    },
+    SiteList {},
+    SiteDistance {
+        a: String,
+        b: String,
+        distance: Distance,
+    },
+    SiteMatrix {
+        #[serde(default)]
+        names: Vec<String>,
+    },
+    MsrSetPerformanceCoefficient {
+        msr: String,
+        value: f64,
+    },
+    MsrSetActive {
+        msr: String,
+        active: bool,
+    },
+    MsrList {},
+    ResourceList {
+        #[serde(default)]
+        active_only: bool,
+    },
+    ResourceSetZone {
+        contact: String,
+        zone: String,
+    },
+    ResourceSetSite {
+        contact: String,
+        site: String,
+    },
+    ResourceUnset {
+        contact: String,
+        property: ContactProperty,
+    },
+    SubscriptionSetExpires {
+        msr: String,
+        event: String,
+        expires: u32,
+    },
+    SubscriptionList {},
+    Select {
+        zone: String,
+        site: String,
         #[serde(default)]
         msr: Option<String>,
-        /// A fixed draw in `[0, total)` instead of a random one.
         #[serde(default)]
         random: Option<f64>,
-        /// Return the candidates and the interval table.
         #[serde(default)]
         explain: bool,
     },
+}
+
+impl<'de> Deserialize<'de> for Request {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        RequestRepr::deserialize(deserializer)
+    }
 }
 
 impl Request {
@@ -136,8 +224,29 @@ impl Request {
                 | Request::MsrSetActive { .. }
                 | Request::ResourceSetZone { .. }
                 | Request::ResourceSetSite { .. }
+                | Request::ResourceUnset { .. }
                 | Request::SubscriptionSetExpires { .. }
         )
+    }
+}
+
+/// A per-contact operator setting (SPEC §6): the contact's zone or site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ContactProperty {
+    /// The contact's zone.
+    Zone,
+    /// The contact's site.
+    Site,
+}
+
+impl ContactProperty {
+    /// `zone` or `site`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContactProperty::Zone => "zone",
+            ContactProperty::Site => "site",
+        }
     }
 }
 
@@ -162,21 +271,88 @@ impl Distance {
         }
     }
 
-    /// From `f64`: any infinite value becomes [`Distance::Infinity`].
+    /// From `f64`: any infinite value becomes [`Distance::Infinity`]; `-0`
+    /// becomes `0`.
     pub fn from_f64(value: f64) -> Self {
         if value.is_infinite() {
             Distance::Infinity
         } else {
-            Distance::Finite(value)
+            Distance::Finite(normalize_zero(value))
         }
     }
 }
 
+/// `value`, with `-0.0` replaced by `0.0` (they compare equal, but `-0`
+/// would be shown). Other values, NaN included, are returned unchanged.
+pub fn normalize_zero(value: f64) -> f64 {
+    if value == 0.0 {
+        0.0
+    } else {
+        value
+    }
+}
+
+/// Magnitude from which [`format_number`] switches to exponent form.
+pub const EXPONENT_ABOVE: f64 = 1e15;
+
+/// Magnitude below which [`format_number`] switches to exponent form
+/// (zero excepted).
+pub const EXPONENT_BELOW: f64 = 1e-6;
+
+/// Significant digits [`format_number`] keeps: enough for any operator
+/// value, few enough to drop binary noise such as `99.00000000000001`.
+const SIGNIFICANT_DIGITS: usize = 12;
+
+/// Formats a number for people (msrctl's tables and the `from`/`to` texts of
+/// a change): a whole number exactly, without a trailing `.0` (`32`);
+/// others with at most 12 significant digits (`2.5`, `99` for
+/// `99.00000000000001`); `-0` is `0`; in exponent
+/// form from 1e15 and below 1e-6 (`1e308`, `5e-324`); `infinity` for an
+/// infinite value.
+pub fn format_number(value: f64) -> String {
+    if value.is_infinite() {
+        return if value > 0.0 { "infinity" } else { "-infinity" }.to_owned();
+    }
+    if value.is_nan() {
+        return "nan".to_owned();
+    }
+    let value = normalize_zero(value);
+    if value.fract() == 0.0 && value.abs() < EXPONENT_ABOVE {
+        // A whole number is shown exactly.
+        return format!("{value}");
+    }
+    // Rounds to SIGNIFICANT_DIGITS through the decimal text; the parse of
+    // text that `{:e}` wrote cannot fail, and keeps `value` if it did.
+    let rounded = format!("{:.*e}", SIGNIFICANT_DIGITS - 1, value)
+        .parse::<f64>()
+        .ok()
+        .filter(|r| r.is_finite())
+        .map_or(value, normalize_zero);
+    let magnitude = rounded.abs();
+    if magnitude >= EXPONENT_ABOVE || (magnitude != 0.0 && magnitude < EXPONENT_BELOW) {
+        format!("{rounded:e}")
+    } else {
+        format!("{rounded}")
+    }
+}
+
+/// Formats a performance coefficient seed-style: a whole number keeps its
+/// `.0` (`1.0`, `2.0`), others as [`format_number`] (`0.9`, `1e20`).
+pub fn format_coefficient(value: f64) -> String {
+    let text = format_number(value);
+    if value.is_finite() && text.bytes().all(|b| b.is_ascii_digit() || b == b'-') {
+        text + ".0"
+    } else {
+        text
+    }
+}
+
 impl fmt::Display for Distance {
-    /// `infinity`, or the number without a trailing `.0` (e.g. `32`, `2.5`).
+    /// `infinity`, or the number as [`format_number`] writes it (e.g. `32`,
+    /// `2.5`, `1e308`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Distance::Finite(value) => write!(f, "{value}"),
+            Distance::Finite(value) => f.write_str(&format_number(*value)),
             Distance::Infinity => f.write_str("infinity"),
         }
     }
@@ -191,21 +367,78 @@ impl Serialize for Distance {
     }
 }
 
+/// What a distance on the wire must be, for error messages.
+const DISTANCE_EXPECTED: &str = "a number >= 0 or \"infinity\"";
+
+struct DistanceVisitor;
+
+impl DistanceVisitor {
+    fn refuse<E: serde::de::Error>(found: &str) -> E {
+        E::custom(format_args!(
+            "distance: expected {DISTANCE_EXPECTED}, not {found}"
+        ))
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for DistanceVisitor {
+    type Value = Distance;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "distance: {DISTANCE_EXPECTED}")
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, value: f64) -> Result<Distance, E> {
+        // JSON has no infinite number; a parser that produced one means
+        // "infinity" all the same.
+        Ok(Distance::from_f64(value))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, value: i64) -> Result<Distance, E> {
+        // A distance is a float; huge integers are rounded like any number.
+        #[allow(clippy::cast_precision_loss)]
+        Ok(Distance::Finite(value as f64))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, value: u64) -> Result<Distance, E> {
+        #[allow(clippy::cast_precision_loss)]
+        Ok(Distance::Finite(value as f64))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, word: &str) -> Result<Distance, E> {
+        if word == "infinity" {
+            Ok(Distance::Infinity)
+        } else {
+            Err(Self::refuse(&format!("{word:?}")))
+        }
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, value: bool) -> Result<Distance, E> {
+        Err(Self::refuse(&value.to_string()))
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Distance, E> {
+        Err(Self::refuse("null"))
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<Distance, E> {
+        Err(Self::refuse("null"))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, _: A) -> Result<Distance, A::Error> {
+        Err(Self::refuse("a list"))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, _: A) -> Result<Distance, A::Error> {
+        Err(Self::refuse("an object"))
+    }
+}
+
 impl<'de> Deserialize<'de> for Distance {
+    /// A JSON number (`-0` read as `0`) or the string `"infinity"`; anything
+    /// else is refused with `distance: expected a number >= 0 or "infinity"`.
+    /// A negative number is read, and refused by the collector's validation.
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Repr {
-            Number(f64),
-            Word(String),
-        }
-        match Repr::deserialize(deserializer)? {
-            Repr::Number(value) => Ok(Distance::Finite(value)),
-            Repr::Word(word) if word == "infinity" => Ok(Distance::Infinity),
-            Repr::Word(word) => Err(serde::de::Error::custom(format!(
-                "invalid distance `{word}`, expected a number or \"infinity\""
-            ))),
-        }
+        deserializer.deserialize_any(DistanceVisitor)
     }
 }
 
@@ -594,6 +827,108 @@ mod tests {
         assert!(serde_json::from_str::<Request>(r#"{"op":"site_declare","nmae":"a"}"#).is_err());
     }
 
+    /// One request of every op. The match is exhaustive: a new op must be
+    /// added here, and so is checked to be readable through `RequestRepr`.
+    fn every_op() -> Vec<Request> {
+        let all = vec![
+            Request::SiteDeclare { name: "a".into() },
+            Request::SiteRemove { name: "a".into() },
+            Request::SiteList,
+            Request::SiteDistance {
+                a: "a".into(),
+                b: "b".into(),
+                distance: Distance::Finite(2.5),
+            },
+            Request::SiteMatrix {
+                names: vec!["a".into()],
+            },
+            Request::MsrSetPerformanceCoefficient {
+                msr: "m".into(),
+                value: 0.9,
+            },
+            Request::MsrSetActive {
+                msr: "m".into(),
+                active: false,
+            },
+            Request::MsrList,
+            Request::ResourceList { active_only: true },
+            Request::ResourceSetZone {
+                contact: "lo@m".into(),
+                zone: "z".into(),
+            },
+            Request::ResourceSetSite {
+                contact: "lo@m".into(),
+                site: "s".into(),
+            },
+            Request::ResourceUnset {
+                contact: "lo@m".into(),
+                property: ContactProperty::Site,
+            },
+            Request::SubscriptionSetExpires {
+                msr: "m".into(),
+                event: EVENT_PACKAGE.into(),
+                expires: 30,
+            },
+            Request::SubscriptionList,
+            Request::Select {
+                zone: "z".into(),
+                site: "s".into(),
+                msr: Some("m".into()),
+                random: Some(1.5),
+                explain: true,
+            },
+        ];
+        for request in &all {
+            match request {
+                Request::SiteDeclare { .. }
+                | Request::SiteRemove { .. }
+                | Request::SiteList
+                | Request::SiteDistance { .. }
+                | Request::SiteMatrix { .. }
+                | Request::MsrSetPerformanceCoefficient { .. }
+                | Request::MsrSetActive { .. }
+                | Request::MsrList
+                | Request::ResourceList { .. }
+                | Request::ResourceSetZone { .. }
+                | Request::ResourceSetSite { .. }
+                | Request::ResourceUnset { .. }
+                | Request::SubscriptionSetExpires { .. }
+                | Request::SubscriptionList
+                | Request::Select { .. } => {}
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn every_op_round_trips() {
+        for request in every_op() {
+            let line = serde_json::to_string(&request).expect("serialize");
+            let back: Request = serde_json::from_str(&line).expect(&line);
+            assert_eq!(back, request, "{line}");
+        }
+        assert_eq!(
+            serde_json::to_string(&Request::MsrList).expect("serialize"),
+            r#"{"op":"msr_list"}"#
+        );
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected_for_every_op() {
+        for request in every_op() {
+            let mut value = serde_json::to_value(&request).expect("serialize");
+            if let Some(map) = value.as_object_mut() {
+                map.insert("x".into(), serde_json::json!(1));
+            }
+            let error = serde_json::from_value::<Request>(value.clone())
+                .expect_err(&format!("accepted {value}"));
+            assert!(error.to_string().contains("unknown field `x`"), "{error}");
+        }
+        let error = serde_json::from_str::<Request>(r#"{"op":"msr_list","x":1}"#)
+            .expect_err("an op without fields takes no field");
+        assert!(error.to_string().contains("unknown field `x`"), "{error}");
+    }
+
     #[test]
     fn optional_fields_default() {
         let request: Request =
@@ -624,6 +959,96 @@ mod tests {
         );
         assert!(serde_json::from_str::<Distance>("\"far\"").is_err());
         assert_eq!(Distance::Finite(32.0).to_string(), "32");
+        // Negative numbers are read; the collector's validation refuses them.
+        assert_eq!(
+            serde_json::from_str::<Distance>("-1").expect("negative"),
+            Distance::Finite(-1.0)
+        );
+    }
+
+    #[test]
+    fn distance_errors_say_what_is_expected() {
+        for (json, found) in [
+            ("null", "null"),
+            ("true", "true"),
+            ("\"far\"", "\"far\""),
+            ("[1]", "a list"),
+            ("{}", "an object"),
+        ] {
+            let error = serde_json::from_str::<Distance>(json).expect_err(json);
+            let text = error.to_string();
+            assert!(
+                text.starts_with(&format!(
+                    "distance: expected a number >= 0 or \"infinity\", not {found}"
+                )),
+                "{json}: {text}"
+            );
+            // The same inside a request, where serde buffers the fields.
+            let line = format!(r#"{{"op":"site_distance","a":"x","b":"y","distance":{json}}}"#);
+            let error = serde_json::from_str::<Request>(&line).expect_err(&line);
+            assert_eq!(
+                error.to_string(),
+                format!("distance: expected a number >= 0 or \"infinity\", not {found}"),
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn negative_zero_is_read_as_zero() {
+        for json in ["-0", "-0.0", "-0e5"] {
+            let Distance::Finite(value) = serde_json::from_str::<Distance>(json).expect(json)
+            else {
+                panic!("{json}: not finite")
+            };
+            assert!(value == 0.0 && value.is_sign_positive(), "{json}: {value}");
+        }
+        assert_eq!(Distance::from_f64(-0.0).to_string(), "0");
+        assert!(normalize_zero(-0.0).is_sign_positive());
+        assert_eq!(normalize_zero(-2.0), -2.0);
+    }
+
+    #[test]
+    fn numbers_are_formatted_compactly() {
+        for (value, text) in [
+            (0.0, "0"),
+            (-0.0, "0"),
+            (32.0, "32"),
+            (2.5, "2.5"),
+            (0.9, "0.9"),
+            (-1.0, "-1"),
+            (99.000_000_000_000_01, "99"),
+            (54.000_000_000_000_01, "54"),
+            (0.1 + 0.2, "0.3"),
+            (999_999_999_999_999.0, "999999999999999"),
+            (123_456_789_012_345.0, "123456789012345"),
+            (1_234_567.891_234_567, "1234567.89123"),
+            (99.999_999_999_999_99, "100"),
+            (1e15, "1e15"),
+            (1e308, "1e308"),
+            (f64::MAX, "1.79769313486e308"),
+            (1.5e20, "1.5e20"),
+            (0.000_001, "0.000001"),
+            (0.000_000_5, "5e-7"),
+            (5e-324, "5e-324"),
+            (-1e300, "-1e300"),
+            (f64::INFINITY, "infinity"),
+        ] {
+            assert_eq!(format_number(value), text, "{value:?}");
+        }
+        assert!(format_number(1e308).len() < 10);
+        assert_eq!(Distance::Finite(1e308).to_string(), "1e308");
+        for (value, text) in [
+            (1.0, "1.0"),
+            (2.0, "2.0"),
+            (0.9, "0.9"),
+            (-0.0, "0.0"),
+            (1e20, "1e20"),
+            (5e-324, "5e-324"),
+            (123_456.0, "123456.0"),
+        ] {
+            assert_eq!(format_coefficient(value), text, "{value:?}");
+        }
     }
 
     #[test]

@@ -20,6 +20,7 @@
 pub mod admin;
 pub mod backoff;
 pub mod event_package;
+pub mod fs;
 pub mod logging;
 pub mod signals;
 pub mod sip;

@@ -9,10 +9,14 @@
 //! bounded.
 
 use std::collections::BTreeSet;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use msr_shared::admin::{Request, ResourceInfo, ResponseData};
 use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts};
+use system_tests::{bin_path, free_udp_port, ChildGuard};
 
 /// SPEC §4: a load change ≥ load-delta is NOTIFYed at most one second after
 /// the previous NOTIFY; with a 200 ms sampler the table follows within 2 s.
@@ -731,4 +735,336 @@ async fn full_msr_edges_are_reported_despite_load_delta() {
     change_load(&collector, &agent, "msr_1", 95, 95).await;
     let (ok, out, err) = collector.msrctl(&["select", "--zone", "default", "--site", "local"]);
     assert!(ok && out.contains("msr_1"), "{out}{err}");
+}
+
+/// Restarts `collector` (stopped with SIGTERM first) with its SIP
+/// datagrams logged (`RUST_LOG=info,rsipstack=info`: one `udp send` /
+/// `udp received` line per datagram) into a log of its own; waits for its
+/// control socket.
+async fn respawn_logging_sip(collector: &mut Collector) {
+    if collector.child.is_some() {
+        let status = collector.terminate().expect("collector exits on SIGTERM");
+        assert!(status.success(), "{status}");
+    }
+    collector.log = collector
+        .log
+        .with_file_name(format!("{}-sip.log", collector.name));
+    let log = std::fs::File::create(&collector.log).expect("create log");
+    let child = Command::new(bin_path("msr-collector"))
+        .arg("--config")
+        .arg(&collector.config)
+        .env("RUST_LOG", "info,rsipstack=info")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("clone log"))
+        .stderr(log)
+        .spawn()
+        .expect("start msr-collector");
+    collector.child = Some(ChildGuard { child });
+    let up = collector.wait_subs(secs(10), |_| Some(())).await;
+    assert!(up.is_some(), "{} did not come back", collector.name);
+}
+
+/// The Call-ID of the last `subscription active` line for `msr`.
+fn active_call_id(log: &str, msr: &str) -> Option<String> {
+    let needle = format!("subscription active msr={msr} ");
+    log.lines()
+        .rev()
+        .filter(|l| l.contains(&needle))
+        .find_map(|l| {
+            let rest = &l[l.find("call_id=")? + "call_id=".len()..];
+            Some(rest.split_whitespace().next()?.trim_matches('"').to_owned())
+        })
+}
+
+/// Whether the collector received a `terminated` NOTIFY in dialog
+/// `call_id` and sent `200` to it (same Call-ID and CSeq; datagram log).
+fn final_notify_answered_200(log: &str, call_id: &str) -> bool {
+    let Some(cseq) = log
+        .lines()
+        .filter(|l| {
+            l.contains("udp received")
+                && l.contains("NOTIFY sip:")
+                && l.contains(call_id)
+                && l.contains("Subscription-State: terminated")
+        })
+        .find_map(|l| {
+            let rest = &l[l.find(" cseq=")? + " cseq=".len()..];
+            rest.split_whitespace().next().map(str::to_owned)
+        })
+    else {
+        return false;
+    };
+    let answer = format!(" cseq={cseq} NOTIFY ");
+    log.lines().any(|l| {
+        l.contains("udp send")
+            && l.contains(&answer)
+            && l.contains("SIP/2.0 200 OK")
+            && l.contains(call_id)
+    })
+}
+
+/// RFC 6665 §4.1.2.3, §4.4.1: the collector's `Expires: 0` is answered
+/// and followed by the notifier's final NOTIFY `terminated`, which the
+/// collector answers 200, not 481 (`notify refused`), although the
+/// subscription is gone by then:
+///
+/// * an MSR whose registration lapsed (its agent stopped with SIGSTOP; on
+///   SIGCONT it answers the retransmitted unsubscribe, then registers
+///   again);
+/// * an agent stopped with SIGTERM (its own `deactivated` NOTIFY first);
+/// * the collector's own SIGTERM: the final NOTIFY is answered within the
+///   shutdown wait, before the collector exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn final_notifies_after_unsubscribes_are_answered_200() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut collector = Collector::start(dir.path(), "core1", &CollectorOpts::default()).await;
+    respawn_logging_sip(&mut collector).await;
+    let spec = AgentSpec {
+        accounts: vec![AccountSpec::new("msr_a", &collector)],
+        register_expires: 6,
+        ..AgentSpec::default()
+    };
+    let mut agent = Agent::start(dir.path(), "agent", &spec, 10);
+    let other_spec = AgentSpec {
+        accounts: vec![AccountSpec::new("msr_c", &collector)],
+        ..AgentSpec::default()
+    };
+    let mut other = Agent::start(dir.path(), "other", &other_spec, 20);
+    collector
+        .wait_rows(secs(10), |rows| {
+            (live_row(rows, "msr_a", Some(10)).is_some()
+                && live_row(rows, "msr_c", Some(20)).is_some())
+            .then_some(())
+        })
+        .await
+        .expect("msr_a and msr_c live");
+
+    // An agent stopped with SIGTERM.
+    let status = other.terminate().expect("agent exits on SIGTERM");
+    assert!(status.success(), "{status}");
+    collector
+        .wait_rows(secs(8), |rows| {
+            rows.iter().all(|r| r.msr != "msr_c").then_some(())
+        })
+        .await
+        .expect("msr_c unregisters at its shutdown");
+
+    // msr_a's registration lapses while its agent is stopped: the
+    // collector unsubscribes (and retransmits until the agent answers).
+    let first = active_call_id(&collector.log_text(), "msr_a").expect("msr_a dialog");
+    let pid = agent
+        .child
+        .as_ref()
+        .expect("agent running")
+        .pid()
+        .to_string();
+    let signal = |sig: &str| {
+        let ok = Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    let gone = collector
+        .wait_rows(secs(10), |rows| {
+            rows.iter().all(|r| r.msr != "msr_a").then_some(())
+        })
+        .await;
+    signal("-CONT");
+    gone.expect("msr_a's registration lapses");
+    let answered = system_tests::wait_for(secs(8), || {
+        let done = final_notify_answered_200(&collector.log_text(), &first);
+        async move { done.then_some(()) }
+    })
+    .await;
+    let log = collector.log_text();
+    let refused: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("notify refused"))
+        .collect();
+    assert!(refused.is_empty(), "NOTIFYs refused: {refused:#?}");
+    assert!(
+        answered.is_some(),
+        "the final NOTIFY of {first} was not answered 200"
+    );
+    // msr_a registers again, in a new dialog.
+    collector
+        .wait_rows(secs(10), |rows| {
+            live_row(rows, "msr_a", Some(10)).map(|_| ())
+        })
+        .await
+        .expect("msr_a registers again");
+    let second = active_call_id(&collector.log_text(), "msr_a").expect("new dialog");
+    assert_ne!(first, second);
+
+    // The collector stops while msr_a is subscribed: its final NOTIFY is
+    // answered before the collector exits.
+    let t0 = Instant::now();
+    let status = collector.terminate().expect("collector exits on SIGTERM");
+    assert!(status.success(), "{status}");
+    let took = t0.elapsed();
+    let log = collector.log_text();
+    let refused: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("notify refused"))
+        .collect();
+    assert!(refused.is_empty(), "NOTIFYs refused: {refused:#?}");
+    assert!(
+        log.contains("shutting down: ending subscriptions subscriptions=1"),
+        "{log}"
+    );
+    assert!(
+        final_notify_answered_200(&log, &second),
+        "the final NOTIFY of {second} was not answered 200 before the exit"
+    );
+    assert!(
+        !log.contains("not received in time"),
+        "the shutdown got every answer and final NOTIFY"
+    );
+    assert!(took < secs(2), "no wait in vain at shutdown: {took:?}");
+    let status = agent.terminate().expect("agent exits on SIGTERM");
+    assert!(status.success(), "{status}");
+}
+
+/// A collector config beside `first`'s, with its own SIP port and control
+/// socket but the same `[state] path`.
+fn config_on_the_same_store(first: &Collector, name: &str) -> Collector {
+    let dir = first.config.parent().expect("config dir");
+    let socket = dir.join(format!("{name}.sock"));
+    let port = free_udp_port();
+    let text = std::fs::read_to_string(&first.config)
+        .expect("read config")
+        .replace(
+            &format!("listen = \"127.0.0.1:{}\"", first.port),
+            &format!("listen = \"127.0.0.1:{port}\""),
+        )
+        .replace(
+            &format!("socket = \"{}\"", first.socket.display()),
+            &format!("socket = \"{}\"", socket.display()),
+        );
+    let config = dir.join(format!("{name}.toml"));
+    std::fs::write(&config, text).expect("write config");
+    Collector {
+        name: name.to_owned(),
+        port,
+        socket,
+        state: first.state.clone(),
+        config,
+        log: dir.join(format!("{name}.log")),
+        child: None,
+    }
+}
+
+/// Runs `msr-collector ARGS` until it exits (at most `limit`; then it is
+/// killed and `None` returned); its exit code and stderr.
+fn run_collector(args: &[&str], limit: Duration) -> Option<(Option<i32>, String)> {
+    let mut guard = ChildGuard {
+        child: Command::new(bin_path("msr-collector"))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run msr-collector"),
+    };
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Ok(Some(status)) = guard.child.try_wait() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    if let Some(mut pipe) = guard.child.stderr.take() {
+        let _ = pipe.read_to_string(&mut stderr);
+    }
+    Some((status.code(), stderr))
+}
+
+fn sites(collector: &Collector) -> serde_json::Value {
+    collector.msrctl_json(&["site", "list"])["sites"].clone()
+}
+
+fn lock_path(state: &Path) -> PathBuf {
+    let mut name = state.file_name().expect("state file name").to_os_string();
+    name.push(".lock");
+    state.with_file_name(name)
+}
+
+/// Two collectors on one state file used to lose acknowledged changes (A
+/// declares `fromA`, B declares `fromB`, the file then holds only `fromB`).
+/// The second refuses to start (`--check-config` notes the lock); once the
+/// first has stopped, the second starts with everything the first saved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_collector_on_the_same_store_refuses_to_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut first = Collector::start(dir.path(), "core1", &CollectorOpts::default()).await;
+    let (ok, out, err) = first.msrctl(&["site", "declare", "fromA"]);
+    assert!(ok, "{out}{err}");
+    let mut second = config_on_the_same_store(&first, "core2");
+    let lock = lock_path(&first.state);
+    let config = second.config.display().to_string();
+
+    // On a live host the config still checks ok, with a note on the lock.
+    let (code, stderr) = run_collector(&["--config", &config, "--check-config"], secs(10))
+        .expect("--check-config returns");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "note: operator store {} is in use: another collector holds the lock on {}",
+            first.state.display(),
+            lock.display()
+        )),
+        "{stderr}"
+    );
+
+    let Some((code, stderr)) = run_collector(&["--config", &config], secs(10)) else {
+        panic!("a second collector on {} started", first.state.display())
+    };
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "operator store {} is in use: another collector holds the lock on {}",
+            first.state.display(),
+            lock.display()
+        )),
+        "{stderr}"
+    );
+    assert!(
+        !second.socket.exists(),
+        "the refused collector bound nothing"
+    );
+    // The first one runs on, untouched, and keeps saving.
+    let (ok, out, err) = first.msrctl(&["site", "declare", "fromA2"]);
+    assert!(ok, "{out}{err}");
+    let saved = std::fs::read_to_string(&first.state).expect("state file");
+    assert!(
+        saved.contains("fromA") && saved.contains("fromA2"),
+        "{saved}"
+    );
+
+    // Stopped, it leaves the store to the next collector.
+    let status = first.terminate().expect("first exits on SIGTERM");
+    assert!(status.success(), "{status}");
+    assert!(lock.exists(), "the lock file stays");
+    let (code, stderr) = run_collector(&["--config", &config, "--check-config"], secs(10))
+        .expect("--check-config returns");
+    assert_eq!(code, Some(0), "{stderr}");
+    second.spawn().await;
+    assert_eq!(
+        sites(&second),
+        serde_json::json!(["fromA", "fromA2", "local"])
+    );
+    let (ok, out, err) = second.msrctl(&["site", "declare", "fromB"]);
+    assert!(ok, "{out}{err}");
+    let status = second.terminate().expect("second exits on SIGTERM");
+    assert!(status.success(), "{status}");
+    let saved = std::fs::read_to_string(&second.state).expect("state file");
+    for site in ["fromA", "fromA2", "fromB"] {
+        assert!(saved.contains(site), "{site} lost: {saved}");
+    }
 }

@@ -426,3 +426,237 @@ async fn site_matrix_reproduces_the_seed_tables() {
         assert_eq!(table_rows(&alias), table_rows(&out));
     }
 }
+
+/// Runs msrctl with `env` set and no `--socket`; returns (exit code,
+/// stdout, stderr).
+fn msrctl_env(env: &[(&str, &str)], args: &[&str]) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(system_tests::bin_path("msrctl"))
+        .envs(env.iter().copied())
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run msrctl");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Writes raw bytes on a fresh control connection and reads one response
+/// line (`None` when the collector closed the connection instead).
+async fn raw_exchange(socket: &std::path::Path, writes: &[&[u8]]) -> Vec<Option<Response>> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let stream = tokio::net::UnixStream::connect(socket)
+        .await
+        .expect("connect");
+    let (read, mut write) = stream.into_split();
+    let mut lines = tokio::io::BufReader::new(read).lines();
+    let mut answers = Vec::new();
+    for bytes in writes {
+        write.write_all(bytes).await.expect("write");
+        let line = tokio::time::timeout(secs(5), lines.next_line())
+            .await
+            .expect("an answer within 5 s")
+            .expect("read");
+        answers.push(line.map(|l| serde_json::from_str(&l).expect("json")));
+    }
+    answers
+}
+
+fn refused_with(response: &Option<Response>) -> (ErrorCode, String) {
+    match response {
+        Some(Response::Err(e)) => (e.code, e.message.clone()),
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+/// The control socket and msrctl against bad input and abusive clients,
+/// through the real binaries: closed connections free their slot, a full
+/// server makes msrctl exit 3, bad UTF-8 and unknown fields are
+/// `bad_request`, a line of exactly 64 KiB is read, and numbers are shown
+/// compactly (`-0` as `0`, `1e308`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_socket_and_msrctl_hold_up_against_bad_clients() {
+    use msr_collector::admin::{MAX_CONNECTIONS, MAX_LINE_BYTES};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = Collector::start(dir.path(), "core1", &CollectorOpts::default()).await;
+
+    // Clients doing connect(); close() in a loop while msrctl is used: the
+    // server counted closed connections that it had not reaped yet and
+    // refused msrctl with `too many control connections`.
+    let stop = Arc::new(AtomicBool::new(false));
+    let cycles = Arc::new(AtomicUsize::new(0));
+    let flood: Vec<_> = (0..2)
+        .map(|_| {
+            let (socket, stop, cycles) = (c.socket.clone(), Arc::clone(&stop), Arc::clone(&cycles));
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
+                        cycles.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    let many = system_tests::wait_for(secs(10), || async {
+        (cycles.load(Ordering::Relaxed) > MAX_CONNECTIONS).then_some(())
+    })
+    .await;
+    assert!(many.is_some(), "the flood did not get going");
+    let mut failures = Vec::new();
+    for _ in 0..15 {
+        let (ok, _, err) = c.msrctl(&["site", "list"]);
+        if !ok {
+            failures.push(err);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for thread in flood {
+        thread.join().expect("flood thread");
+    }
+    assert!(
+        failures.is_empty(),
+        "msrctl failed {} times during {} connect/close cycles: {failures:?}",
+        failures.len(),
+        cycles.load(Ordering::Relaxed)
+    );
+    let (ok, out, err) = c.msrctl(&["site", "list"]);
+    assert!(ok && out.contains("local"), "{out}{err}");
+
+    // A full server: msrctl exits 3 (cannot be reached), not 1.
+    let mut held = Vec::new();
+    for _ in 0..MAX_CONNECTIONS {
+        held.push(
+            tokio::net::UnixStream::connect(&c.socket)
+                .await
+                .expect("connect"),
+        );
+    }
+    // The server has taken every slot once it refuses a probe.
+    let full = system_tests::wait_for(secs(5), || async {
+        let answers = raw_exchange(&c.socket, &[b"{\"op\":\"site_list\"}\n"]).await;
+        matches!(&answers[0], Some(Response::Err(e)) if e.code == ErrorCode::Unavailable)
+            .then_some(())
+    })
+    .await;
+    assert!(full.is_some(), "the server never filled up");
+    let sock = c.socket.to_str().expect("utf-8 path");
+    let (code, _, err) = msrctl_env(&[], &["--socket", sock, "site", "list"]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains("too many control connections"), "{err}");
+    drop(held);
+    let freed = system_tests::wait_for(secs(5), || async {
+        c.msrctl(&["site", "list"]).0.then_some(())
+    })
+    .await;
+    assert!(freed.is_some(), "closing the connections frees their slots");
+
+    // Invalid UTF-8 is a bad request, and the connection stays open.
+    let answers = raw_exchange(
+        &c.socket,
+        &[
+            b"{\"op\":\"site_declare\",\"name\":\"bad\xff\xfeutf\"}\n",
+            b"{\"op\":\"msr_list\",\"x\":1}\n",
+            b"{\"op\":\"site_distance\",\"a\":\"local\",\"b\":\"local\",\"distance\":null}\n",
+            b"{\"op\":\"site_list\"}\n",
+        ],
+    )
+    .await;
+    let (code, message) = refused_with(&answers[0]);
+    assert_eq!(code, ErrorCode::BadRequest, "{message}");
+    assert!(message.contains("not valid utf-8"), "{message}");
+    let (code, message) = refused_with(&answers[1]);
+    assert_eq!(code, ErrorCode::BadRequest, "{message}");
+    assert!(message.contains("unknown field `x`"), "{message}");
+    let (code, message) = refused_with(&answers[2]);
+    assert_eq!(code, ErrorCode::BadRequest, "{message}");
+    assert!(
+        message.contains("distance: expected a number >= 0 or \"infinity\", not null"),
+        "{message}"
+    );
+    match &answers[3] {
+        Some(Response::Ok(ResponseData::Sites { sites })) => {
+            assert!(!sites.iter().any(|s| s.starts_with("bad")), "{sites:?}");
+        }
+        other => panic!("site list after the bad lines: {other:?}"),
+    }
+
+    // A line of exactly MAX_LINE_BYTES is read; one byte more is refused.
+    let mut exact = b"{\"op\":\"site_list\"}".to_vec();
+    exact.resize(MAX_LINE_BYTES, b' ');
+    exact.push(b'\n');
+    let mut long = exact.clone();
+    long.insert(0, b' ');
+    let answers = raw_exchange(&c.socket, &[&exact, &long]).await;
+    assert!(
+        matches!(answers[0], Some(Response::Ok(ResponseData::Sites { .. }))),
+        "{:?}",
+        answers[0]
+    );
+    let (code, message) = refused_with(&answers[1]);
+    assert_eq!(
+        (code, message.as_str()),
+        (
+            ErrorCode::BadRequest,
+            "request line longer than 65536 bytes"
+        )
+    );
+
+    // Numbers: -0 is 0, huge and tiny ones in exponent form.
+    msrctl_ok(&c, &["site", "declare", "far"]);
+    let out = msrctl_ok(&c, &["site", "distance", "local", "local", "-0"]);
+    assert_eq!(out, "Distance between local and local changed to: 0.\n");
+    let out = msrctl_ok(&c, &["site", "distance", "local", "far", "1e308"]);
+    assert_eq!(out, "Distance between local and far changed to: 1e308.\n");
+    let out = msrctl_ok(&c, &["site", "distance", "far", "far", "5e-324"]);
+    assert_eq!(out, "Distance between far and far changed to: 5e-324.\n");
+    let out = msrctl_ok(&c, &["site", "matrix"]);
+    assert_eq!(
+        table_rows(&out)[1..],
+        [
+            ["far", "1", "5e-324", "1e308"],
+            ["local", "2", "1e308", "0"]
+        ],
+        "{out}"
+    );
+    assert!(out.lines().all(|l| l.chars().count() < 60), "{out}");
+    let out = msrctl_ok(
+        &c,
+        &["msr", "set", "m", "performance_coefficient", "1e-300"],
+    );
+    assert!(out.contains(" from  1.0\n to    1e-300\n"), "{out}");
+    let (ok, _, err) = c.msrctl(&["msr", "set", "m", "performance_coefficient", "1e308"]);
+    assert!(
+        !ok && err.contains("invalid performance coefficient 1e308 for msr `m`"),
+        "{err}"
+    );
+    let out = msrctl_ok(&c, &["msr", "list"]);
+    assert!(out.contains("1e-300"), "{out}");
+
+    // --socket that is not a socket; an empty MSRCTL_SOCKET.
+    let (code, _, err) = msrctl_env(
+        &[],
+        &[
+            "--socket",
+            dir.path().to_str().expect("utf-8"),
+            "site",
+            "list",
+        ],
+    );
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains("is a directory, not a socket"), "{err}");
+    let (code, _, err) = msrctl_env(&[("MSRCTL_SOCKET", "")], &["site", "list"]);
+    assert!(
+        err.contains("/run/msr-collector/control.sock") && !err.contains("a value is required"),
+        "an empty MSRCTL_SOCKET means the default socket: {err}"
+    );
+    assert_ne!(code, Some(2), "not a usage error: {err}");
+    let (code, out, err) = msrctl_env(&[("MSRCTL_SOCKET", sock)], &["site", "list"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("far"), "{out}");
+}

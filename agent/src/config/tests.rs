@@ -331,6 +331,15 @@ fn bad_values_name_element_attribute_value_and_accepted() {
     assert!(m.contains("accepted: an integer 1..=536"), "{m}");
     assert!(err(&doc(GOOD_GENERAL, r#"<accounts><dynamic msr_name="a b" realm="sip:h" auth_name="" auth_password=""/></accounts>"#))
         .contains(r#"<dynamic msr_name="a b">: bad msr_name"#));
+    // The collector's registrar refuses longer names (400): refused here first.
+    let long = "m".repeat(msr_shared::sip::MAX_MSR_NAME_LEN + 1);
+    let m = err(&doc(
+        GOOD_GENERAL,
+        &format!(
+            r#"<accounts><dynamic msr_name="{long}" realm="sip:h" auth_name="" auth_password=""/></accounts>"#
+        ),
+    ));
+    assert!(m.contains("a sip token of 1 to 128 bytes"), "{m}");
 }
 
 #[test]

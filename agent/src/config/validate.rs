@@ -7,6 +7,8 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use msr_shared::sip::{is_token_char, MAX_MSR_NAME_LEN};
+
 use super::xml::{
     RawAccounts, RawAgent, RawConfig, RawDynamic, RawGeneral, RawMedia, RawTransport, Scan,
 };
@@ -284,7 +286,10 @@ fn accounts(cx: &Ctx<'_>, raw: &RawAccounts) -> Result<Vec<Account>, ConfigError
 fn account(cx: &Ctx<'_>, raw: &RawDynamic) -> Result<Account, ConfigError> {
     const E: &str = "dynamic";
     let msr_name = cx.required(&raw.msr_name, E, "msr_name")?;
-    if msr_name.is_empty() || !msr_name.chars().all(is_token_char) {
+    if msr_name.is_empty()
+        || msr_name.len() > MAX_MSR_NAME_LEN
+        || !msr_name.chars().all(is_token_char)
+    {
         let problem = if msr_name.is_empty() {
             ValueProblem::Empty
         } else {
@@ -295,7 +300,7 @@ fn account(cx: &Ctx<'_>, raw: &RawDynamic) -> Result<Account, ConfigError> {
             "msr_name",
             msr_name,
             problem,
-            "a non-empty sip token (letters, digits and -.!%*_+`'~)",
+            "a sip token of 1 to 128 bytes (letters, digits and -.!%*_+`'~)",
         ));
     }
     let realm_text = cx.required(&raw.realm, E, "realm")?;
@@ -319,11 +324,6 @@ fn account(cx: &Ctx<'_>, raw: &RawDynamic) -> Result<Account, ConfigError> {
         auth_password,
         dtmf_mode: raw.dtmf_mode.clone(),
     })
-}
-
-/// RFC 3261 §25.1 `token` characters.
-fn is_token_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || "-.!%*_+`'~".contains(c)
 }
 
 /// Parses `sip:[user@]host[:port][;params][?headers]` (RFC 3261 §19.1.1);

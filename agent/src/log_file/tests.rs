@@ -1,6 +1,8 @@
 use std::fs::Permissions;
 use std::os::unix::fs::PermissionsExt;
 
+use std::path::Path;
+
 use super::*;
 
 fn log_file(dir: &Path, name: &str) -> LogFile {

@@ -214,6 +214,40 @@ fn site_in_use_by_live_contact_cannot_be_removed() {
         panic!("resources")
     };
     assert_eq!(rows[0].site, "remote");
+
+    // Unset: the contact takes the default site again, and the site can go.
+    let ResponseData::Changed(change) = h.ok(
+        Request::ResourceUnset {
+            contact: "lo@msr_1".into(),
+            property: ContactProperty::Site,
+        },
+        now,
+    ) else {
+        panic!("changed")
+    };
+    assert_eq!(
+        (change.from.as_str(), change.to.as_str()),
+        ("remote", "local")
+    );
+    let ResponseData::Resources { rows } = h.ok(Request::ResourceList { active_only: false }, now)
+    else {
+        panic!("resources")
+    };
+    assert_eq!(rows[0].site, "local");
+    h.ok(
+        Request::SiteRemove {
+            name: "remote".into(),
+        },
+        now,
+    );
+    // Unsetting what is not set changes nothing and is not an error.
+    h.ok(
+        Request::ResourceUnset {
+            contact: "lo@msr_1".into(),
+            property: ContactProperty::Zone,
+        },
+        now,
+    );
 }
 
 #[test]
@@ -490,4 +524,453 @@ async fn connections_past_the_limit_get_an_error_line_and_are_closed() {
     drop(idle);
     shutdown.cancel();
     server.await.expect("server");
+}
+
+#[test]
+fn negative_zero_is_taken_as_zero() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.ok(declare("local"), now);
+    let ResponseData::Changed(change) = h.ok(
+        Request::SiteDistance {
+            a: "local".into(),
+            b: "local".into(),
+            distance: Distance::Finite(-0.0),
+        },
+        now,
+    ) else {
+        panic!("changed")
+    };
+    assert_eq!(change.to, "0");
+    let stored = h
+        .operator
+        .topology()
+        .distance("local", "local")
+        .expect("distance");
+    assert!(stored == 0.0 && stored.is_sign_positive(), "{stored}");
+    match h.run(
+        Request::MsrSetPerformanceCoefficient {
+            msr: "m".into(),
+            value: -0.0,
+        },
+        now,
+    ) {
+        Response::Err(error) => {
+            assert_eq!(error.code, ErrorCode::InvalidValue);
+            assert!(
+                error
+                    .message
+                    .starts_with("invalid performance coefficient 0 for msr `m`"),
+                "{}",
+                error.message
+            );
+        }
+        Response::Ok(data) => panic!("{data:?}"),
+    }
+    h.register("lo@msr_1", "msr_1", now);
+    let ResponseData::Selected(selection) = h.ok(
+        Request::Select {
+            zone: "default".into(),
+            site: "local".into(),
+            msr: None,
+            random: Some(-0.0),
+            explain: false,
+        },
+        now,
+    ) else {
+        panic!("selected")
+    };
+    assert!(selection.draw == 0.0 && selection.draw.is_sign_positive());
+}
+
+#[test]
+fn huge_values_are_shown_compactly() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.ok(declare("local"), now);
+    h.ok(declare("remote"), now);
+    let ResponseData::Changed(change) = h.ok(
+        Request::SiteDistance {
+            a: "local".into(),
+            b: "remote".into(),
+            distance: Distance::Finite(1e308),
+        },
+        now,
+    ) else {
+        panic!("changed")
+    };
+    assert_eq!(
+        (change.from.as_str(), change.to.as_str()),
+        ("infinity", "1e308")
+    );
+    let ResponseData::Changed(change) = h.ok(
+        Request::SiteDistance {
+            a: "local".into(),
+            b: "remote".into(),
+            distance: Distance::Finite(5e-324),
+        },
+        now,
+    ) else {
+        panic!("changed")
+    };
+    assert_eq!(
+        (change.from.as_str(), change.to.as_str()),
+        ("1e308", "5e-324")
+    );
+    let ResponseData::Changed(change) = h.ok(
+        Request::MsrSetPerformanceCoefficient {
+            msr: "m".into(),
+            value: 1e-300,
+        },
+        now,
+    ) else {
+        panic!("changed")
+    };
+    assert_eq!(
+        (change.from.as_str(), change.to.as_str()),
+        ("1.0", "1e-300")
+    );
+    let message = |response: Response| match response {
+        Response::Err(error) => error.message,
+        Response::Ok(data) => panic!("{data:?}"),
+    };
+    assert_eq!(
+        message(h.run(
+            Request::MsrSetPerformanceCoefficient {
+                msr: "m".into(),
+                value: 1e308,
+            },
+            now,
+        )),
+        "invalid performance coefficient 1e308 for msr `m`: expected a number above 0 and at \
+         most 1000000"
+    );
+    assert_eq!(
+        message(h.run(
+            Request::SiteDistance {
+                a: "local".into(),
+                b: "remote".into(),
+                distance: Distance::Finite(-1e308),
+            },
+            now,
+        )),
+        "invalid distance -1e308 between `local` and `remote`: expected a non-negative number or \
+         infinity"
+    );
+    h.register("lo@msr_1", "msr_1", now);
+    assert_eq!(
+        message(h.run(
+            Request::Select {
+                zone: "default".into(),
+                site: "local".into(),
+                msr: None,
+                random: Some(1e308),
+                explain: false,
+            },
+            now,
+        )),
+        "draw 1e308 is outside [0, 100)"
+    );
+}
+
+/// A control server on a fresh socket with a stand-in main loop that
+/// answers every request with the site list `["local"]`.
+struct Server {
+    path: std::path::PathBuf,
+    shutdown: CancellationToken,
+    server: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start(limits: Option<ServeLimits>) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("control.sock");
+        let listener = bind_control_socket(&path).expect("bind");
+        let (tx, mut rx) = mpsc::channel::<AdminCommand>(8);
+        let shutdown = CancellationToken::new();
+        let server = match limits {
+            Some(limits) => tokio::spawn(serve_with(listener, tx, shutdown.clone(), limits)),
+            None => tokio::spawn(serve(listener, tx, shutdown.clone())),
+        };
+        tokio::spawn(async move {
+            while let Some(command) = rx.recv().await {
+                let _ = command.reply.send(Response::Ok(ResponseData::Sites {
+                    sites: vec!["local".into()],
+                }));
+            }
+        });
+        Self {
+            path,
+            shutdown,
+            server,
+            _dir: dir,
+        }
+    }
+
+    async fn stop(self) {
+        self.shutdown.cancel();
+        self.server.await.expect("server");
+    }
+}
+
+/// Writes `bytes` and reads one response line (`None` at end of stream).
+async fn exchange(
+    write: &mut tokio::net::unix::OwnedWriteHalf,
+    lines: &mut tokio::io::Lines<BufReader<tokio::net::unix::OwnedReadHalf>>,
+    bytes: &[u8],
+) -> Option<Response> {
+    write.write_all(bytes).await.expect("write");
+    let line = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
+        .await
+        .expect("an answer within 5 s")
+        .expect("read")?;
+    Some(serde_json::from_str(&line).expect("json"))
+}
+
+fn split(
+    stream: UnixStream,
+) -> (
+    tokio::net::unix::OwnedWriteHalf,
+    tokio::io::Lines<BufReader<tokio::net::unix::OwnedReadHalf>>,
+) {
+    let (read, write) = stream.into_split();
+    (write, BufReader::new(read).lines())
+}
+
+fn is_sites(response: Option<&Response>) -> bool {
+    matches!(response, Some(Response::Ok(ResponseData::Sites { .. })))
+}
+
+fn error_code(response: Option<&Response>) -> Option<ErrorCode> {
+    match response {
+        Some(Response::Err(error)) => Some(error.code),
+        _ => None,
+    }
+}
+
+/// Connects; while the listen backlog is full (the flood is faster than the
+/// server accepts), a non-blocking connect fails with `EAGAIN`: retries.
+async fn connect_when_backlog_allows(path: &std::path::Path) -> UnixStream {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match UnixStream::connect(path).await {
+            Ok(stream) => return stream,
+            Err(error)
+                if error.kind() == io::ErrorKind::WouldBlock && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            Err(error) => panic!("connect: {error}"),
+        }
+    }
+}
+
+/// Connections that were closed free their slot. The server counted
+/// finished-but-unreaped connection tasks (it reaped at most one per turn
+/// of its loop), so clients doing connect(); close() in a loop locked out
+/// msrctl although at most a few were connected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn closed_connections_do_not_count_toward_the_limit() {
+    let server = Server::start(None);
+    // The flood runs on threads of its own, like clients in other
+    // processes: a blocking connect waits while the backlog is full.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let cycles = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let flood: Vec<_> = (0..3)
+        .map(|_| {
+            let path = server.path.clone();
+            let stop = Arc::clone(&stop);
+            let cycles = Arc::clone(&cycles);
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Ok(stream) = std::os::unix::net::UnixStream::connect(&path) {
+                        drop(stream);
+                        cycles.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    // Legitimate clients, one attempt each, while the flood goes on.
+    let mut refused = 0;
+    for _ in 0..20 {
+        let stream = connect_when_backlog_allows(&server.path).await;
+        let (mut write, mut lines) = split(stream);
+        let response = exchange(&mut write, &mut lines, b"{\"op\":\"site_list\"}\n").await;
+        if !is_sites(response.as_ref()) {
+            refused += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for thread in flood {
+        thread.join().expect("flood thread");
+    }
+    let cycles = cycles.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        cycles > MAX_CONNECTIONS,
+        "only {cycles} connect/close cycles"
+    );
+    assert_eq!(
+        refused, 0,
+        "of 20 clients, during {cycles} connect/close cycles"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn idle_connections_are_closed_busy_ones_are_not() {
+    let limits = ServeLimits {
+        max_connections: 2,
+        idle_timeout: Duration::from_millis(300),
+    };
+    let server = Server::start(Some(limits));
+    // Two idle clients fill the limit; a third is refused for now.
+    let (_idle_write, mut idle) = split(UnixStream::connect(&server.path).await.expect("connect"));
+    let (mut busy_write, mut busy) =
+        split(UnixStream::connect(&server.path).await.expect("connect"));
+    let (_w, mut third) = split(UnixStream::connect(&server.path).await.expect("connect"));
+    let refused = third.next_line().await.expect("read");
+    assert!(
+        refused
+            .as_deref()
+            .is_some_and(|l| l.contains("too many control connections")),
+        "{refused:?}"
+    );
+    // The busy client sends a request every 100 ms for 1 s, three times the
+    // timeout: it is served throughout.
+    let started = Instant::now();
+    for _ in 0..10 {
+        let response = exchange(&mut busy_write, &mut busy, b"{\"op\":\"site_list\"}\n").await;
+        assert!(is_sites(response.as_ref()), "{response:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The idle one got an `unavailable` line after 300 ms and was closed.
+    let line = idle.next_line().await.expect("read").expect("a line");
+    let response: Response = serde_json::from_str(&line).expect("json");
+    assert_eq!(
+        error_code(Some(&response)),
+        Some(ErrorCode::Unavailable),
+        "{line}"
+    );
+    assert!(
+        line.contains("no complete request line within 300 ms"),
+        "{line}"
+    );
+    assert_eq!(idle.next_line().await.expect("read"), None, "then closed");
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    // Its slot is free again.
+    let (mut write, mut lines) = split(UnixStream::connect(&server.path).await.expect("connect"));
+    let response = exchange(&mut write, &mut lines, b"{\"op\":\"site_list\"}\n").await;
+    assert!(is_sites(response.as_ref()), "{response:?}");
+    drop((write, lines, busy_write, busy));
+    // Half a line is not a request: a client dripping one never completes
+    // one and is closed too.
+    let (mut drip_write, mut drip) =
+        split(UnixStream::connect(&server.path).await.expect("connect"));
+    let before = Instant::now();
+    for byte in b"{\"op\":\"si" {
+        if drip_write.write_all(&[*byte]).await.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let line = tokio::time::timeout(Duration::from_secs(5), drip.next_line())
+        .await
+        .expect("closed within 5 s")
+        .expect("read")
+        .unwrap_or_default();
+    assert!(line.contains("no complete request line"), "{line}");
+    assert!(before.elapsed() < Duration::from_secs(2));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_default_idle_timeout_is_a_minute() {
+    assert_eq!(IDLE_TIMEOUT, Duration::from_secs(60));
+    assert_eq!(ServeLimits::default().idle_timeout, IDLE_TIMEOUT);
+    assert_eq!(ServeLimits::default().max_connections, MAX_CONNECTIONS);
+}
+
+#[tokio::test]
+async fn invalid_utf8_is_a_bad_request_and_the_connection_stays_open() {
+    let server = Server::start(None);
+    let (mut write, mut lines) = split(UnixStream::connect(&server.path).await.expect("connect"));
+    let response = exchange(
+        &mut write,
+        &mut lines,
+        b"{\"op\":\"site_declare\",\"name\":\"bad\xff\xfeutf\"}\n",
+    )
+    .await;
+    let Some(Response::Err(error)) = &response else {
+        panic!("{response:?}")
+    };
+    assert_eq!(error.code, ErrorCode::BadRequest);
+    assert_eq!(
+        error.message,
+        "invalid request: not valid utf-8 (at byte 32)"
+    );
+    let response = exchange(&mut write, &mut lines, b"{\"op\":\"site_list\"}\n").await;
+    assert!(is_sites(response.as_ref()), "{response:?}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_line_of_exactly_the_limit_is_read() {
+    let server = Server::start(None);
+    let (mut write, mut lines) = split(UnixStream::connect(&server.path).await.expect("connect"));
+    // A request padded with spaces to exactly MAX_LINE_BYTES, then `\n`.
+    let request = b"{\"op\":\"site_list\"}";
+    let mut line = request.to_vec();
+    line.resize(MAX_LINE_BYTES, b' ');
+    line.push(b'\n');
+    let response = exchange(&mut write, &mut lines, &line).await;
+    assert!(is_sites(response.as_ref()), "{response:?}");
+    // And `\r\n` endings still work at that length.
+    let mut crlf = request.to_vec();
+    crlf.resize(MAX_LINE_BYTES - 1, b' ');
+    crlf.extend_from_slice(b"\r\n");
+    let response = exchange(&mut write, &mut lines, &crlf).await;
+    assert!(is_sites(response.as_ref()), "{response:?}");
+    // One byte more is refused, and the connection closed.
+    let mut long = request.to_vec();
+    long.resize(MAX_LINE_BYTES + 1, b' ');
+    long.push(b'\n');
+    let response = exchange(&mut write, &mut lines, &long).await;
+    let Some(Response::Err(error)) = &response else {
+        panic!("{response:?}")
+    };
+    assert_eq!(error.code, ErrorCode::BadRequest);
+    assert_eq!(error.message, "request line longer than 65536 bytes");
+    assert_eq!(lines.next_line().await.expect("read"), None, "then closed");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_fields_and_bad_distances_are_explained() {
+    let server = Server::start(None);
+    let (mut write, mut lines) = split(UnixStream::connect(&server.path).await.expect("connect"));
+    for (line, want) in [
+        (
+            "{\"op\":\"msr_list\",\"x\":1}\n",
+            "invalid request: unknown field `x`",
+        ),
+        (
+            "{\"op\":\"site_distance\",\"a\":\"a\",\"b\":\"b\",\"distance\":null}\n",
+            "invalid request: distance: expected a number >= 0 or \"infinity\", not null",
+        ),
+        (
+            "{\"op\":\"site_distance\",\"a\":\"a\",\"b\":\"b\",\"distance\":true}\n",
+            "invalid request: distance: expected a number >= 0 or \"infinity\", not true",
+        ),
+    ] {
+        let response = exchange(&mut write, &mut lines, line.as_bytes()).await;
+        let Some(Response::Err(error)) = &response else {
+            panic!("{line}: {response:?}")
+        };
+        assert_eq!(error.code, ErrorCode::BadRequest, "{line}");
+        assert!(error.message.starts_with(want), "{line}: {}", error.message);
+    }
+    server.stop().await;
 }

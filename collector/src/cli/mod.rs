@@ -7,21 +7,28 @@
 //! `system/media/msr/subscription/list` is `subscription list`.
 //!
 //! Exit codes: 0 done; 1 the collector refused the request; 2 usage error;
-//! 3 cannot reach the collector (connect, send or receive failed).
+//! 3 cannot reach the collector (connect, send or receive failed, no
+//! complete answer within [`REPLY_TIMEOUT`]) or it answered `unavailable`
+//! (shutting down, too many connections).
 
 pub mod render;
 
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use msr_shared::admin::{Distance, Request, Response};
+use msr_shared::admin::{normalize_zero, ContactProperty, Distance, ErrorCode, Request, Response};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
 
 /// Default control socket path.
 pub const DEFAULT_SOCKET: &str = "/run/msr-collector/control.sock";
+
+/// The environment variable naming the control socket when `--socket` is
+/// not given; unset or empty means [`DEFAULT_SOCKET`].
+pub const SOCKET_ENV: &str = "MSRCTL_SOCKET";
 
 /// Exit code: the collector refused the request.
 pub const EXIT_REFUSED: i32 = 1;
@@ -30,8 +37,12 @@ pub const EXIT_USAGE: i32 = 2;
 /// Exit code: the collector could not be reached.
 pub const EXIT_UNREACHABLE: i32 = 3;
 
-/// How long to wait for the collector's answer.
-const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest msrctl waits for the whole exchange with the collector
+/// (connect, send the request, read the complete answer): 10 s.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest answer msrctl reads, in bytes (64 MiB, newline not counted).
+pub const MAX_REPLY_BYTES: usize = 64 * 1024 * 1024;
 
 /// Admin CLI of msr-collector: sites, distances, MSR settings, the load table,
 /// subscriptions and selection.
@@ -53,9 +64,10 @@ Exit codes: 0 done; 1 the collector refused the request (the reason on
 stderr); 2 usage error; 3 the collector could not be reached."
 )]
 pub struct Cli {
-    /// Control socket of the collector.
-    #[arg(long, global = true, env = "MSRCTL_SOCKET", default_value = DEFAULT_SOCKET)]
-    pub socket: PathBuf,
+    /// Control socket of the collector [default: $MSRCTL_SOCKET, or
+    /// /run/msr-collector/control.sock when that is unset or empty].
+    #[arg(long, global = true, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
     /// Print the response data as JSON instead of a table.
     #[arg(long, global = true)]
     pub json: bool,
@@ -165,6 +177,15 @@ pub enum ResourceCommand {
         #[command(subcommand)]
         property: ResourceProperty,
     },
+    /// Remove a contact's zone or site setting: it takes the collector's
+    /// `[defaults]` again.
+    Unset {
+        /// Contact name, `{iface}@{msr}`.
+        contact: String,
+        /// `zone` or `site`.
+        #[arg(value_parser = ["zone", "site"])]
+        property: String,
+    },
 }
 
 /// `resource set CONTACT …`
@@ -231,23 +252,45 @@ pub struct SelectArgs {
 }
 
 /// A finite number (JSON has no NaN or infinity: they would travel as
-/// `null` and change the meaning of the request).
+/// `null` and change the meaning of the request); `-0` is read as `0`.
 fn parse_finite(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
-        Ok(value) if value.is_finite() => Ok(value),
+        Ok(value) if value.is_finite() => Ok(normalize_zero(value)),
         _ => Err(format!("`{text}` is not a finite number")),
     }
 }
 
+/// A number >= 0 (`-0` read as `0`) or `infinity`.
 fn parse_distance(text: &str) -> Result<Distance, String> {
     if text.eq_ignore_ascii_case("infinity") || text.eq_ignore_ascii_case("inf") {
         return Ok(Distance::Infinity);
     }
     match text.parse::<f64>() {
-        Ok(value) if value.is_finite() && value >= 0.0 => Ok(Distance::Finite(value)),
+        Ok(value) if value.is_finite() && value >= 0.0 => {
+            Ok(Distance::Finite(normalize_zero(value)))
+        }
         _ => Err(format!(
             "`{text}` is not a distance: expected a number >= 0 or `infinity`"
         )),
+    }
+}
+
+impl Cli {
+    /// The control socket to use: `--socket`, else [`SOCKET_ENV`] from the
+    /// environment, else [`DEFAULT_SOCKET`].
+    pub fn socket_path(&self) -> PathBuf {
+        resolve_socket(self.socket.as_deref(), std::env::var_os(SOCKET_ENV))
+    }
+}
+
+/// The control socket to use: `flag` (`--socket`) if given, else `env` (the
+/// value of [`SOCKET_ENV`]) unless it is unset or empty, else
+/// [`DEFAULT_SOCKET`].
+pub fn resolve_socket(flag: Option<&Path>, env: Option<OsString>) -> PathBuf {
+    match (flag, env) {
+        (Some(path), _) => path.to_owned(),
+        (None, Some(value)) if !value.is_empty() => PathBuf::from(value),
+        (None, _) => PathBuf::from(DEFAULT_SOCKET),
     }
 }
 
@@ -302,6 +345,16 @@ impl Command {
                 contact: contact.clone(),
                 site: site.clone(),
             },
+            Command::Resource(ResourceCommand::Unset { contact, property }) => {
+                Request::ResourceUnset {
+                    contact: contact.clone(),
+                    property: if property == "site" {
+                        ContactProperty::Site
+                    } else {
+                        ContactProperty::Zone
+                    },
+                }
+            }
             Command::Subscription(SubscriptionCommand::Set {
                 msr,
                 event,
@@ -387,6 +440,17 @@ pub enum TransportError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The path exists but is not a socket.
+    #[error(
+        "{path} is {what}, not a socket (give the collector's [control] socket \
+         with --socket PATH or MSRCTL_SOCKET)"
+    )]
+    NotASocket {
+        /// The path given.
+        path: PathBuf,
+        /// What it is: `a directory`, `a regular file`, ….
+        what: &'static str,
+    },
     /// Sending or receiving failed.
     #[error("lost the collector at {path}: {source}")]
     Io {
@@ -394,6 +458,22 @@ pub enum TransportError {
         path: PathBuf,
         /// The I/O error.
         source: std::io::Error,
+    },
+    /// The complete answer did not arrive in time.
+    #[error("no answer from the collector at {path} within {limit}")]
+    NoAnswer {
+        /// Socket path.
+        path: PathBuf,
+        /// The time allowed, as text (`10 s`).
+        limit: String,
+    },
+    /// The answer was longer than [`MAX_REPLY_BYTES`].
+    #[error("the answer from the collector at {path} is longer than {limit} bytes")]
+    TooLong {
+        /// Socket path.
+        path: PathBuf,
+        /// The most msrctl reads, bytes.
+        limit: usize,
     },
     /// The answer was not a response line.
     #[error("bad answer from the collector at {path}: {reason}")]
@@ -403,40 +483,141 @@ pub enum TransportError {
         /// What was wrong.
         reason: String,
     },
+    /// msrctl could not set up its I/O.
+    #[error("cannot start msrctl's i/o: {source}")]
+    Runtime {
+        /// The I/O error.
+        source: std::io::Error,
+    },
 }
 
-/// Sends one request and reads its response.
+/// Sends one request and reads its response, all within [`REPLY_TIMEOUT`].
+///
+/// Blocking: it runs its own single-threaded tokio runtime.
 ///
 /// # Errors
 /// [`TransportError`].
+///
+/// # Panics
+/// When called from async code (inside a tokio runtime).
 pub fn call(socket: &Path, request: &Request) -> Result<Response, TransportError> {
+    call_within(socket, request, REPLY_TIMEOUT)
+}
+
+/// [`call`] with `limit` for the whole exchange (connect, send, the complete
+/// answer) instead of [`REPLY_TIMEOUT`].
+///
+/// # Errors
+/// [`TransportError`]; [`TransportError::NoAnswer`] when `limit` runs out.
+pub fn call_within(
+    socket: &Path,
+    request: &Request,
+    limit: Duration,
+) -> Result<Response, TransportError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(|source| TransportError::Runtime { source })?;
+    runtime.block_on(async {
+        tokio::time::timeout(limit, exchange(socket, request))
+            .await
+            .unwrap_or_else(|_| {
+                Err(TransportError::NoAnswer {
+                    path: socket.to_owned(),
+                    limit: crate::admin::describe_duration(limit),
+                })
+            })
+    })
+}
+
+/// What is at `path` when connecting to it failed: a clearer error when it
+/// exists and is not a socket.
+fn connect_error(path: &Path, source: std::io::Error) -> TransportError {
+    let what = std::fs::metadata(path).ok().and_then(|meta| {
+        let kind = meta.file_type();
+        if kind.is_socket() {
+            None
+        } else if kind.is_dir() {
+            Some("a directory")
+        } else if kind.is_file() {
+            Some("a regular file")
+        } else {
+            Some("a special file")
+        }
+    });
+    match what {
+        Some(what) => TransportError::NotASocket {
+            path: path.to_owned(),
+            what,
+        },
+        None => TransportError::Connect {
+            path: path.to_owned(),
+            source,
+        },
+    }
+}
+
+/// Connects to `socket`. While its listen backlog is full (the collector
+/// is slower to accept than clients connect), a non-blocking connect fails
+/// with `EAGAIN`: retried every 10 ms, until the caller's deadline.
+async fn connect(socket: &Path) -> Result<UnixStream, TransportError> {
+    loop {
+        match UnixStream::connect(socket).await {
+            Ok(stream) => return Ok(stream),
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(error) => return Err(connect_error(socket, error)),
+        }
+    }
+}
+
+async fn exchange(socket: &Path, request: &Request) -> Result<Response, TransportError> {
     let io = |source| TransportError::Io {
         path: socket.to_owned(),
         source,
     };
-    let mut stream = UnixStream::connect(socket).map_err(|source| TransportError::Connect {
+    let bad = |reason: String| TransportError::BadAnswer {
         path: socket.to_owned(),
-        source,
-    })?;
-    stream.set_read_timeout(Some(REPLY_TIMEOUT)).map_err(io)?;
-    let mut line = serde_json::to_string(request).map_err(|e| TransportError::BadAnswer {
-        path: socket.to_owned(),
-        reason: e.to_string(),
-    })?;
+        reason,
+    };
+    let mut stream = connect(socket).await?;
+    let mut line = serde_json::to_string(request).map_err(|e| bad(e.to_string()))?;
     line.push('\n');
-    stream.write_all(line.as_bytes()).map_err(io)?;
-    let mut answer = String::new();
-    BufReader::new(&stream).read_line(&mut answer).map_err(io)?;
+    // A collector that refuses the connection (too many connections)
+    // answers at once and closes: the send may fail, but its answer is
+    // still there to read.
+    let sent = stream.write_all(line.as_bytes()).await;
+    let mut answer = Vec::new();
+    let most = u64::try_from(MAX_REPLY_BYTES).unwrap_or(u64::MAX) + 1;
+    let read = BufReader::new(stream)
+        .take(most)
+        .read_until(b'\n', &mut answer)
+        .await;
+    let cut_short = read.is_err();
     if answer.is_empty() {
-        return Err(TransportError::BadAnswer {
-            path: socket.to_owned(),
-            reason: "connection closed without a response".into(),
-        });
+        sent.map_err(io)?;
+        read.map_err(io)?;
     }
-    serde_json::from_str(&answer).map_err(|e| TransportError::BadAnswer {
-        path: socket.to_owned(),
-        reason: e.to_string(),
-    })
+    let content = match answer.strip_suffix(b"\n") {
+        Some(content) => content,
+        None if answer.is_empty() => {
+            return Err(bad("connection closed without a response".into()));
+        }
+        // Cut short: a partial answer is not one.
+        None if cut_short => {
+            return Err(bad("connection lost in the middle of the response".into()));
+        }
+        None if answer.len() > MAX_REPLY_BYTES => {
+            return Err(TransportError::TooLong {
+                path: socket.to_owned(),
+                limit: MAX_REPLY_BYTES,
+            });
+        }
+        None => &answer,
+    };
+    serde_json::from_slice(content).map_err(|e| bad(e.to_string()))
 }
 
 /// What `msrctl` prints and its exit code, computed from a response.
@@ -488,10 +669,17 @@ pub fn output(command: &Command, json: bool, response: &Response) -> Output {
             } else {
                 explain.unwrap_or_default()
             };
+            // `unavailable`: the collector is shutting down or has too many
+            // connections; it cannot be reached for now.
+            let code = if body.code == ErrorCode::Unavailable {
+                EXIT_UNREACHABLE
+            } else {
+                EXIT_REFUSED
+            };
             Output {
                 stdout,
                 stderr: message + "\n",
-                code: EXIT_REFUSED,
+                code,
             }
         }
     }
@@ -508,7 +696,7 @@ pub fn run(args: Vec<OsString>) -> i32 {
         }
     };
     let request = cli.command.to_request();
-    let response = match call(&cli.socket, &request) {
+    let response = match call(&cli.socket_path(), &request) {
         Ok(response) => response,
         Err(error) => {
             eprintln!("error: {error}");
@@ -541,6 +729,14 @@ mod tests {
 
     #[test]
     fn commands_map_to_requests() {
+        assert_eq!(
+            request("resource unset lo@msr_1 site"),
+            Request::ResourceUnset {
+                contact: "lo@msr_1".into(),
+                property: ContactProperty::Site
+            }
+        );
+        assert!(parse("resource unset lo@msr_1 coefficient").is_err());
         assert_eq!(
             request("site declare local"),
             Request::SiteDeclare {
@@ -677,7 +873,210 @@ mod tests {
     #[test]
     fn socket_default_and_flag() {
         let cli = parse("--socket /tmp/c.sock site list").expect("parse");
-        assert_eq!(cli.socket, PathBuf::from("/tmp/c.sock"));
+        assert_eq!(cli.socket, Some(PathBuf::from("/tmp/c.sock")));
+        let flag = Path::new("/tmp/c.sock");
+        assert_eq!(
+            resolve_socket(Some(flag), Some("/tmp/env.sock".into())),
+            flag
+        );
+        assert_eq!(
+            resolve_socket(None, Some("/tmp/env.sock".into())),
+            PathBuf::from("/tmp/env.sock")
+        );
+        assert_eq!(resolve_socket(None, None), PathBuf::from(DEFAULT_SOCKET));
+    }
+
+    #[test]
+    fn empty_socket_variable_means_the_default() {
+        // clap's `env` took an empty MSRCTL_SOCKET for a missing --socket
+        // value: "a value is required for '--socket <SOCKET>'".
+        let cli = parse("site list").expect("parse");
+        assert_eq!(cli.socket, None);
+        assert_eq!(
+            resolve_socket(None, Some(OsString::new())),
+            PathBuf::from(DEFAULT_SOCKET)
+        );
+    }
+
+    #[test]
+    fn negative_zero_is_read_as_zero() {
+        let Request::SiteDistance {
+            distance: Distance::Finite(distance),
+            ..
+        } = request("site distance a b -0")
+        else {
+            panic!("distance")
+        };
+        assert!(distance == 0.0 && distance.is_sign_positive());
+        let Request::Select {
+            random: Some(draw), ..
+        } = request("select --zone z --site s --random -0")
+        else {
+            panic!("select")
+        };
+        assert!(draw == 0.0 && draw.is_sign_positive());
+        let Request::MsrSetPerformanceCoefficient { value, .. } =
+            request("msr set m performance_coefficient -0.0")
+        else {
+            panic!("coefficient")
+        };
+        assert!(value == 0.0 && value.is_sign_positive());
+        // The JSON a script sees says 0 too.
+        let line = serde_json::to_string(&request("site distance a b -0")).expect("serialize");
+        assert!(line.ends_with(r#""distance":0.0}"#), "{line}");
+    }
+
+    #[test]
+    fn unavailable_exits_3() {
+        let command = Command::Site(SiteCommand::List);
+        let busy = Response::error(
+            msr_shared::admin::ErrorCode::Unavailable,
+            "too many control connections (at most 256)",
+        );
+        for json in [false, true] {
+            let out = output(&command, json, &busy);
+            assert_eq!(out.code, EXIT_UNREACHABLE, "json {json}");
+            assert!(out.stderr.contains("too many control connections"));
+        }
+    }
+
+    #[test]
+    fn a_path_that_is_not_a_socket_is_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("control.sock");
+        std::fs::write(&file, "x").expect("write");
+        for (path, what) in [
+            (dir.path().to_owned(), "a directory"),
+            (file, "a regular file"),
+        ] {
+            let error = call(&path, &Request::SiteList).expect_err("not a socket");
+            let text = error.to_string();
+            assert!(
+                matches!(error, TransportError::NotASocket { .. })
+                    && text.contains(&format!("is {what}, not a socket")),
+                "{text}"
+            );
+        }
+        let missing = dir.path().join("none.sock");
+        let error = call(&missing, &Request::SiteList).expect_err("missing");
+        assert!(matches!(error, TransportError::Connect { .. }), "{error}");
+    }
+
+    /// A stand-in collector on a fresh socket: reads one request line, then
+    /// runs `answer` on the connection.
+    fn fake_collector(
+        answer: impl FnOnce(&mut std::os::unix::net::UnixStream) + Send + 'static,
+    ) -> (tempfile::TempDir, PathBuf, std::thread::JoinHandle<()>) {
+        use std::io::BufRead;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("control.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+        let server = std::thread::spawn(move || {
+            let Ok((mut stream, _)) = listener.accept() else {
+                return;
+            };
+            let mut line = String::new();
+            if let Ok(reader) = stream.try_clone() {
+                let _ = std::io::BufReader::new(reader).read_line(&mut line);
+            }
+            answer(&mut stream);
+        });
+        (dir, path, server)
+    }
+
+    #[test]
+    fn the_reply_deadline_covers_the_whole_answer() {
+        use std::io::Write;
+        // A valid answer, one byte every 20 ms: about 1.1 s in all. Each read
+        // gets a byte long before any per-read timeout.
+        let line = "{\"ok\":true,\"data\":{\"kind\":\"sites\",\"sites\":[\"local\"]}}\n";
+        let (_dir, path, server) = fake_collector(move |stream| {
+            for byte in line.as_bytes() {
+                if stream.write_all(&[*byte]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        let started = std::time::Instant::now();
+        let error = call_within(&path, &Request::SiteList, Duration::from_millis(300))
+            .expect_err("too slow");
+        let elapsed = started.elapsed();
+        assert!(matches!(error, TransportError::NoAnswer { .. }), "{error}");
+        assert!(
+            error.to_string().starts_with(&format!(
+                "no answer from the collector at {}",
+                path.display()
+            )),
+            "{error}"
+        );
+        assert!(error.to_string().ends_with("within 300 ms"), "{error}");
+        assert!(elapsed < Duration::from_millis(900), "{elapsed:?}");
+        server.join().expect("server");
+        assert_eq!(
+            crate::admin::describe_duration(REPLY_TIMEOUT),
+            "10 s",
+            "msrctl says `within 10 s`"
+        );
+        // The same answer at full speed is read.
+        let (_dir, path, server) = fake_collector(move |stream| {
+            let _ = stream.write_all(line.as_bytes());
+        });
+        let response = call(&path, &Request::SiteList).expect("answer");
+        assert_eq!(
+            response,
+            Response::Ok(msr_shared::admin::ResponseData::Sites {
+                sites: vec!["local".into()]
+            })
+        );
+        server.join().expect("server");
+    }
+
+    #[test]
+    fn a_refusal_sent_before_the_request_is_read() {
+        use std::io::Write;
+        // A full collector answers `unavailable` and closes without reading
+        // the request: msrctl's send may fail, the answer is still read.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("control.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+        let server = std::thread::spawn(move || {
+            if let Ok((mut stream, _)) = listener.accept() {
+                let _ = stream.write_all(
+                    b"{\"ok\":false,\"error\":{\"code\":\"unavailable\",\
+                      \"message\":\"too many control connections (at most 256)\"}}\n",
+                );
+            }
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let response = call(&path, &Request::SiteList).expect("the refusal is an answer");
+        let out = output(&Command::Site(SiteCommand::List), false, &response);
+        assert_eq!(out.code, EXIT_UNREACHABLE);
+        assert_eq!(
+            out.stderr,
+            "error: unavailable: too many control connections (at most 256)\n"
+        );
+        server.join().expect("server");
+    }
+
+    #[test]
+    fn the_answer_size_is_bounded() {
+        use std::io::Write;
+        let (_dir, path, server) = fake_collector(|stream| {
+            let chunk = vec![b'x'; 1024 * 1024];
+            for _ in 0..=MAX_REPLY_BYTES / chunk.len() {
+                if stream.write_all(&chunk).is_err() {
+                    return;
+                }
+            }
+        });
+        let error = call(&path, &Request::SiteList).expect_err("too long");
+        assert!(matches!(error, TransportError::TooLong { .. }), "{error}");
+        assert!(
+            error.to_string().contains("longer than 67108864 bytes"),
+            "{error}"
+        );
+        server.join().expect("server");
     }
 
     #[test]

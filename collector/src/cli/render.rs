@@ -3,8 +3,8 @@
 
 use comfy_table::{Cell, CellAlignment, Table};
 use msr_shared::admin::{
-    Change, Distance, ErrorBody, Explain, MsrInfo, ResourceInfo, ResponseData, Selection,
-    SiteMatrix, SubscriptionInfo,
+    format_coefficient, format_number, Change, Distance, ErrorBody, Explain, MsrInfo, ResourceInfo,
+    ResponseData, Selection, SiteMatrix, SubscriptionInfo,
 };
 
 /// The seed's box style: `┌─┬┐ │ ├┼┤ └┴┘`, one line under the header, no
@@ -69,17 +69,18 @@ pub fn table(headers: &[&str], aligns: &[Align], rows: Vec<Vec<String>>) -> Stri
     table.to_string()
 }
 
-/// A distance cell: empty for infinity (SPEC §6), else the number.
+/// A distance cell: empty for infinity (SPEC §6), else the number as
+/// [`format_number`] writes it.
 pub fn distance_cell(distance: Distance) -> String {
     match distance {
         Distance::Infinity => String::new(),
-        Distance::Finite(value) => value.to_string(),
+        Distance::Finite(value) => format_number(value),
     }
 }
 
-/// A coefficient seed-style: `1.0`, `2.0`, `0.9`.
+/// A coefficient seed-style: `1.0`, `2.0`, `0.9` ([`format_coefficient`]).
 pub fn coefficient(value: f64) -> String {
-    crate::admin::format_coefficient(value)
+    format_coefficient(value)
 }
 
 /// The site matrix: `Site-name`, `#`, then one column per shown site,
@@ -307,10 +308,10 @@ pub fn subscriptions(rows: &[SubscriptionInfo]) -> String {
     )
 }
 
+/// Every other number: [`format_number`] (binary noise such as
+/// `99.00000000000001` rounded away, exponent form for huge and tiny values).
 fn number(value: f64) -> String {
-    // Rounds away binary noise such as 99.00000000000001.
-    let rounded = (value * 1e6).round() / 1e6;
-    rounded.to_string()
+    format_number(value)
 }
 
 /// The steps of a selection: candidates with their fate, then the interval
@@ -648,6 +649,42 @@ Legend:
             out.contains("│ bond1.2@msr_2 │ registered │      58 │"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn huge_and_tiny_numbers_are_compact() {
+        // `{}` of 1e308 is a 309-digit number, which made a one-cell matrix
+        // 300 characters wide.
+        let data = SiteMatrix {
+            sites: vec!["a".into(), "b".into()],
+            columns: vec![0, 1],
+            cells: vec![vec![f(-0.0), f(1e308)], vec![f(1e308), f(5e-324)]],
+        };
+        let out = matrix(&data);
+        assert!(out.contains("│ a         │ 1 │     0 │  1e308 │"), "{out}");
+        assert!(out.contains("│ b         │ 2 │ 1e308 │ 5e-324 │"), "{out}");
+        assert!(out.lines().all(|l| l.chars().count() < 60), "{out}");
+        let list = [MsrInfo {
+            name: "m".into(),
+            performance_coefficient: 1e300,
+            active: true,
+            registered: false,
+        }];
+        let out = msrs(&list);
+        assert!(out.contains("│ m    │       1e300 │"), "{out}");
+        let selected = Selection {
+            msr: "m".into(),
+            contact: "lo@m".into(),
+            uri: "sip:m@127.0.0.1".into(),
+            media_bridge: false,
+            distance: 1e20,
+            draw: 5e-324,
+            total: 1e17,
+            explain: None,
+        };
+        let out = selection(&selected);
+        assert!(out.contains(" distance     1e20\n"), "{out}");
+        assert!(out.contains(" draw         5e-324 of 1e17\n"), "{out}");
     }
 
     #[test]

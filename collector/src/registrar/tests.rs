@@ -775,3 +775,102 @@ fn refusal_lines_are_rate_limited_on_the_given_time() {
     assert_eq!(r.poll_timeout(), None);
     assert!(r.bindings().next().is_none());
 }
+
+/// What the adversarial tester registered: each is refused with `400` and
+/// the rule broken, registers nothing, and is reported for the log.
+#[test]
+fn names_the_operator_would_refuse_get_400_with_the_rule() {
+    let now = Instant::now();
+    let long_msr = "m".repeat(140);
+    let mut r = registrar();
+    // Refused before any challenge: the To user is no msr name.
+    let resp = r.handle_register(now, &Reg::new(&long_msr).build(), None);
+    assert_eq!(resp.status_code, StatusCode::BadRequest);
+    assert_eq!(
+        resp.wire_reason.as_deref(),
+        Some("Bad Request (bad msr name: 140 bytes, more than 128)")
+    );
+    let logs = refusals(&mut r);
+    let [RefusalLog::Refused(refusal)] = &logs[..] else {
+        panic!("{logs:?}")
+    };
+    assert_eq!(
+        refusal.reason.detail(),
+        Some("bad msr name: 140 bytes, more than 128")
+    );
+    let long_iface = format!("<sip:evil3@127.0.0.1:5070>;iface={}", "i".repeat(150));
+    let cases = [
+        ("evil3", long_iface, "bad iface: 150 bytes, more than 64"),
+        (
+            "evil4",
+            "<sip:evil4@127.0.0.1:5070>;iface=\"a b\"".to_owned(),
+            "bad iface: character U+0020 (whitespace) is not allowed",
+        ),
+        (
+            "evil5",
+            "<sip:evil5@127.0.0.1:5070>;iface=x@y".to_owned(),
+            "bad iface: character `@` (U+0040) is not allowed",
+        ),
+        (
+            "evil6",
+            "<sip:evil6@127.0.0.1:5070>;iface=a\u{200B}b".to_owned(),
+            "bad iface: character U+200B (invisible) is not allowed",
+        ),
+    ];
+    for (msr, contact, detail) in cases {
+        let mut r = registrar();
+        let mut reg = Reg::new(msr);
+        reg.contacts = vec![contact.clone()];
+        let resp = register(&mut r, now, reg);
+        assert_eq!(resp.status_code, StatusCode::BadRequest, "{contact}");
+        assert_eq!(
+            resp.wire_reason,
+            Some(format!("Bad Request ({detail})")),
+            "{contact}"
+        );
+        assert!(r.bindings().next().is_none(), "{contact}");
+        assert!(events(&mut r).is_empty(), "{contact}");
+        let logs = refusals(&mut r);
+        let [RefusalLog::Refused(refusal)] = &logs[..] else {
+            panic!("{logs:?}")
+        };
+        assert_eq!(
+            (refusal.msr.as_deref(), refusal.reason.detail()),
+            (Some(msr), Some(detail))
+        );
+        assert_eq!(refusal.status, StatusCode::BadRequest);
+    }
+}
+
+/// Whatever registers can be named by the operator: its MSR and contact
+/// names pass the operator's rules.
+#[test]
+fn every_registered_name_is_one_the_operator_accepts() {
+    let mut r = registrar();
+    let now = Instant::now();
+    let longest_msr = "m".repeat(crate::names::MAX_MSR_NAME_LEN);
+    let longest_iface = "i".repeat(crate::names::MAX_INTERFACE_NAME_LEN);
+    let mut reg = Reg::new(&longest_msr);
+    reg.contacts = vec![
+        format!("<sip:{longest_msr}@127.0.0.1:5070>;iface={longest_iface}"),
+        format!("<sip:{longest_msr}@127.0.0.1:5071>;iface=bond1.2"),
+        format!("<sip:{longest_msr}@127.0.0.1:5072>;iface=eth0:1"),
+        format!("<sip:{longest_msr}@127.0.0.1:5073>"),
+        format!("<sip:{longest_msr}@[::1]:5074>"),
+        "<sip:127.0.0.1:5075>".to_owned(),
+    ];
+    assert_eq!(register(&mut r, now, reg).status_code, StatusCode::OK);
+    let contacts: Vec<String> = r.bindings().map(|b| b.contact.clone()).collect();
+    assert_eq!(contacts.len(), 6, "{contacts:?}");
+    assert!(contacts.contains(&format!("127.0.0.1:5075@{longest_msr}")));
+    assert!(contacts.contains(&format!("[::1]:5074@{longest_msr}")));
+    let mut operator = crate::operator::OperatorConfig::new();
+    operator
+        .set_active(&longest_msr, false)
+        .expect("msr name accepted");
+    for contact in &contacts {
+        operator
+            .set_contact_zone(contact, "rtk")
+            .unwrap_or_else(|e| panic!("{contact}: {e}"));
+    }
+}

@@ -436,8 +436,9 @@ fn unregistration_ends_the_dialog_with_expires_zero() {
         [SubscriberEvent::Ended { .. }]
     ));
     assert!(s.view("msr_1").is_none());
-    assert_eq!(s.poll_timeout(), None);
-    // A late NOTIFY in the ended dialog gets 481.
+    // Only the wait for the ended dialog's final NOTIFY is left.
+    assert_eq!(s.poll_timeout(), Some(now + FINAL_NOTIFY_WAIT));
+    // That NOTIFY gets 200 (RFC 6665 §4.1.2.3), and then the dialog is gone.
     let n = notify(
         &t,
         h(&t, "Call-ID"),
@@ -445,10 +446,196 @@ fn unregistration_ends_the_dialog_with_expires_zero() {
         "terminated;reason=timeout",
         "",
     );
+    assert_eq!(s.handle_notify(now, 1, &n).status_code, StatusCode::OK);
+    assert_eq!(s.poll_timeout(), None);
     assert_eq!(
         s.handle_notify(now, 1, &n).status_code,
         StatusCode::CallTransactionDoesNotExist
     );
+}
+
+/// RFC 6665 §4.1.2.3, §4.4.1: the notifier answers our `Expires: 0` and
+/// then sends a final NOTIFY `terminated`. It gets 200 (not 481), and
+/// changes nothing: no load, no new SUBSCRIBE, no event, no view.
+#[test]
+fn the_final_notify_after_an_unregistration_is_answered_200_and_changes_nothing() {
+    let mut s = subscriber();
+    let now = Instant::now();
+    let t = active(&mut s, now);
+    let call_id = h(&t, "Call-ID").to_owned();
+    s.contacts_changed(now, "msr_1", vec![]);
+    let u = one(&mut s);
+    assert_eq!(h(&u, "Expires"), "0");
+    events(&mut s);
+    while s.poll_view_change().is_some() {}
+    assert_eq!(s.ended_dialogs(), 1);
+    check_indexes(&s);
+    let later = now + Duration::from_millis(5);
+    s.handle_response(later, u.id, &answer(&u, StatusCode::OK, Some(0)));
+    // A NOTIFY the notifier sent before it saw the unsubscribe: 200, kept.
+    let racing = notify(&t, &call_id, "agent-tag", "active;expires=50", BODY);
+    assert_eq!(
+        s.handle_notify(later, 1, &racing).status_code,
+        StatusCode::OK
+    );
+    assert_eq!(s.ended_dialogs(), 1);
+    // The final one: 200, and the dialog is forgotten.
+    let last = notify(&t, &call_id, "agent-tag", "terminated;reason=timeout", "");
+    assert_eq!(s.handle_notify(later, 1, &last).status_code, StatusCode::OK);
+    assert_eq!(s.ended_dialogs(), 0);
+    assert!(events(&mut s).is_empty(), "no load, no restart");
+    assert!(transmits(&mut s).is_empty(), "nothing sent");
+    assert!(s.poll_view_change().is_none());
+    assert!(s.view("msr_1").is_none());
+    assert_eq!(s.poll_timeout(), None);
+    check_indexes(&s);
+}
+
+/// Only the dialog itself is answered: other tags, and another event
+/// package, get what they get in a live dialog.
+#[test]
+fn an_ended_dialog_checks_tags_and_event() {
+    let mut s = subscriber();
+    let now = Instant::now();
+    let t = active(&mut s, now);
+    let call_id = h(&t, "Call-ID").to_owned();
+    s.contacts_changed(now, "msr_1", vec![]);
+    one(&mut s);
+    events(&mut s);
+    let stranger = notify(&t, &call_id, "another-tag", "terminated", "");
+    assert_eq!(
+        s.handle_notify(now, 1, &stranger).status_code,
+        StatusCode::CallTransactionDoesNotExist
+    );
+    let text = format!("{}", notify(&t, &call_id, "agent-tag", "terminated", ""))
+        .replace("Event: eltex-call-count", "Event: presence");
+    let other = Request::try_from(text.as_str()).expect("parses");
+    let resp = s.handle_notify(now, 1, &other);
+    assert_eq!(resp.status_code, StatusCode::BadEvent);
+    assert_eq!(
+        sip::header(&resp.headers, "Allow-Events"),
+        Some("eltex-call-count")
+    );
+    assert_eq!(
+        s.ended_dialogs(),
+        1,
+        "still waiting for its own final NOTIFY"
+    );
+    assert!(events(&mut s).is_empty());
+}
+
+/// Bounded memory: an ended dialog whose final NOTIFY never comes is
+/// forgotten at its deadline, [`FINAL_NOTIFY_WAIT`] after the unsubscribe.
+#[test]
+fn ended_dialogs_are_forgotten_at_their_deadline() {
+    let mut s = subscriber();
+    let t0 = Instant::now();
+    let mut firsts = Vec::new();
+    for i in 0..100u64 {
+        let msr = format!("msr_{i:03}");
+        let at = t0 + Duration::from_millis(i);
+        s.contacts_changed(at, &msr, vec![target(&msr)]);
+        let t = one(&mut s);
+        s.handle_response(at, t.id, &answer(&t, StatusCode::OK, Some(60)));
+        firsts.push(t);
+    }
+    for i in 0..100u64 {
+        let msr = format!("msr_{i:03}");
+        s.contacts_changed(t0 + Duration::from_millis(i), &msr, vec![]);
+        let u = one(&mut s);
+        s.handle_response(t0, u.id, &answer(&u, StatusCode::OK, Some(0)));
+    }
+    events(&mut s);
+    assert_eq!(s.ended_dialogs(), 100);
+    check_indexes(&s);
+    assert_eq!(s.poll_timeout(), Some(t0 + FINAL_NOTIFY_WAIT));
+    s.handle_timeout(t0 + FINAL_NOTIFY_WAIT + Duration::from_millis(49));
+    assert_eq!(s.ended_dialogs(), 50);
+    check_indexes(&s);
+    s.handle_timeout(t0 + FINAL_NOTIFY_WAIT + Duration::from_millis(99));
+    assert_eq!(s.ended_dialogs(), 0);
+    assert_eq!(s.poll_timeout(), None);
+    assert!(events(&mut s).is_empty() && transmits(&mut s).is_empty());
+    // A final NOTIFY after the deadline: 481, as for any unknown dialog.
+    let late = notify(
+        &firsts[99],
+        h(&firsts[99], "Call-ID"),
+        "agent-tag",
+        "terminated;reason=timeout",
+        "",
+    );
+    assert_eq!(
+        s.handle_notify(t0 + secs(40), 1, &late).status_code,
+        StatusCode::CallTransactionDoesNotExist
+    );
+}
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// An unsubscribe that is refused or never answered brings no final
+/// NOTIFY: its dialog is forgotten at once.
+#[test]
+fn a_refused_or_failed_unsubscribe_forgets_the_dialog_at_once() {
+    for refused in [true, false] {
+        let mut s = subscriber();
+        let now = Instant::now();
+        active(&mut s, now);
+        s.contacts_changed(now, "msr_1", vec![]);
+        let u = one(&mut s);
+        assert_eq!(s.ended_dialogs(), 1);
+        if refused {
+            s.handle_response(
+                now,
+                u.id,
+                &answer(&u, StatusCode::CallTransactionDoesNotExist, None),
+            );
+        } else {
+            s.handle_failure(now, u.id, "timeout");
+        }
+        assert_eq!(s.ended_dialogs(), 0, "refused: {refused}");
+        assert_eq!(s.poll_timeout(), None);
+        check_indexes(&s);
+    }
+}
+
+/// The MSR registers again while its old dialog waits for its final
+/// NOTIFY: that NOTIFY ends only the old dialog; the new subscription goes
+/// on untouched.
+#[test]
+fn a_final_notify_of_an_old_dialog_leaves_the_new_subscription_alone() {
+    let mut s = subscriber();
+    let now = Instant::now();
+    let old = active(&mut s, now);
+    s.contacts_changed(now, "msr_1", vec![]);
+    one(&mut s);
+    s.contacts_changed(now, "msr_1", vec![lo()]);
+    let new = one(&mut s);
+    assert_ne!(h(&new, "Call-ID"), h(&old, "Call-ID"));
+    events(&mut s);
+    let last = notify(
+        &old,
+        h(&old, "Call-ID"),
+        "agent-tag",
+        "terminated;reason=noresource",
+        "",
+    );
+    assert_eq!(s.handle_notify(now, 1, &last).status_code, StatusCode::OK);
+    assert!(events(&mut s).is_empty());
+    assert!(transmits(&mut s).is_empty());
+    assert_eq!(
+        s.view("msr_1").expect("view").status,
+        SubscriptionStatus::Pending
+    );
+    // The new dialog still works, and `noresource` of the old one did not
+    // block it.
+    s.handle_response(now, new.id, &answer(&new, StatusCode::OK, Some(60)));
+    assert_eq!(
+        s.view("msr_1").expect("view").status,
+        SubscriptionStatus::Active
+    );
+    check_indexes(&s);
 }
 
 #[test]
@@ -480,6 +667,94 @@ fn shutdown_unsubscribes_every_active_dialog() {
     assert_eq!(s.awaited_unsubscribes(), 1);
     s.handle_response(now, u.id, &answer(&u, StatusCode::OK, Some(0)));
     assert_eq!(s.awaited_unsubscribes(), 0);
+}
+
+/// At shutdown the wait covers the final NOTIFYs too: each is answered 200
+/// (not 481) and then no longer awaited. An unsubscribe refused or failed
+/// brings none, so none is awaited for it.
+#[test]
+fn shutdown_awaits_and_answers_the_final_notifies() {
+    let mut s = subscriber();
+    let now = Instant::now();
+    let mut dialogs = Vec::new();
+    for msr in ["msr_1", "msr_2", "msr_3"] {
+        s.contacts_changed(now, msr, vec![target(msr)]);
+        let t = one(&mut s);
+        s.handle_response(now, t.id, &answer(&t, StatusCode::OK, Some(60)));
+        dialogs.push(t);
+    }
+    events(&mut s);
+    assert_eq!(s.shutdown(now), 3);
+    let u = transmits(&mut s);
+    assert_eq!(u.len(), 3);
+    assert_eq!(
+        (s.awaited_unsubscribes(), s.awaited_final_notifies()),
+        (3, 3)
+    );
+    // msr_1: 200, then its final NOTIFY.
+    s.handle_response(now, u[0].id, &answer(&u[0], StatusCode::OK, Some(0)));
+    assert_eq!(
+        (s.awaited_unsubscribes(), s.awaited_final_notifies()),
+        (2, 3)
+    );
+    let last = notify(
+        &dialogs[0],
+        h(&dialogs[0], "Call-ID"),
+        "agent-tag",
+        "terminated;reason=timeout",
+        "",
+    );
+    assert_eq!(s.handle_notify(now, 1, &last).status_code, StatusCode::OK);
+    assert_eq!(
+        (s.awaited_unsubscribes(), s.awaited_final_notifies()),
+        (2, 2)
+    );
+    // msr_2: the final NOTIFY overtakes the 200.
+    let last = notify(
+        &dialogs[1],
+        h(&dialogs[1], "Call-ID"),
+        "agent-tag",
+        "terminated;reason=timeout",
+        "",
+    );
+    assert_eq!(s.handle_notify(now, 1, &last).status_code, StatusCode::OK);
+    s.handle_response(now, u[1].id, &answer(&u[1], StatusCode::OK, Some(0)));
+    assert_eq!(
+        (s.awaited_unsubscribes(), s.awaited_final_notifies()),
+        (1, 1)
+    );
+    // msr_3: no answer at all.
+    s.handle_failure(now, u[2].id, "timeout");
+    assert_eq!(
+        (s.awaited_unsubscribes(), s.awaited_final_notifies()),
+        (0, 0)
+    );
+    assert!(events(&mut s).is_empty());
+    assert!(transmits(&mut s).is_empty());
+}
+
+/// Dialogs ended before the shutdown (their MSR unregistered) are still
+/// answered, but the shutdown does not wait for them.
+#[test]
+fn shutdown_does_not_await_final_notifies_of_earlier_unsubscribes() {
+    let mut s = subscriber();
+    let now = Instant::now();
+    let t = active(&mut s, now);
+    s.contacts_changed(now, "msr_1", vec![]);
+    one(&mut s);
+    assert_eq!(s.shutdown(now), 0);
+    assert_eq!(
+        (s.awaited_unsubscribes(), s.awaited_final_notifies()),
+        (0, 0)
+    );
+    let last = notify(
+        &t,
+        h(&t, "Call-ID"),
+        "agent-tag",
+        "terminated;reason=timeout",
+        "",
+    );
+    assert_eq!(s.handle_notify(now, 1, &last).status_code, StatusCode::OK);
 }
 
 /// The user's case: every MSR had unregistered (its unsubscribe left
@@ -639,6 +914,16 @@ fn check_indexes(s: &Subscriber) {
         .filter_map(|(m, sub)| sub.dialog.as_ref().map(|d| (d.call_id.clone(), m.clone())))
         .collect();
     assert_eq!(s.dialogs, dialogs, "dialog index out of date");
+    let ended: BTreeSet<(Instant, String)> = s
+        .ended
+        .iter()
+        .map(|(c, e)| (e.deadline, c.clone()))
+        .collect();
+    assert_eq!(s.ended_timers, ended, "ended-dialog deadlines out of date");
+    assert!(
+        s.ended.keys().all(|c| !s.dialogs.contains_key(c)),
+        "a dialog both live and ended"
+    );
 }
 
 #[test]
@@ -821,8 +1106,16 @@ fn poll_timeout_with_many_subscriptions_returns_the_earliest() {
         steps += 1;
     }
     assert!(steps > 50, "{steps}");
-    s.shutdown(end);
+    let sent = s.shutdown(end);
+    check_indexes(&s);
+    // Only the waits for the final NOTIFYs of the unsubscribes are left.
+    assert_eq!(
+        s.poll_timeout(),
+        (sent > 0).then_some(end + FINAL_NOTIFY_WAIT)
+    );
+    s.handle_timeout(end + FINAL_NOTIFY_WAIT);
     assert_eq!(s.poll_timeout(), None);
+    assert_eq!(s.ended_dialogs(), 0);
     check_indexes(&s);
 }
 

@@ -17,6 +17,20 @@ pub use rsipstack::sip::{Header, Headers, Method, Request, Response, SipMessage,
 
 use std::fmt;
 
+/// The marks RFC 3261 §25.1 allows in a `token` besides ASCII letters and
+/// digits.
+pub const TOKEN_MARKS: &str = "-.!%*_+`'~";
+
+/// Whether `c` is an RFC 3261 §25.1 `token` character.
+pub fn is_token_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || TOKEN_MARKS.contains(c)
+}
+
+/// Longest MSR name (`<dynamic msr_name>`, the user part of the AOR),
+/// bytes. The agent refuses a longer one in its config; the collector's
+/// registrar answers a REGISTER with a longer one 400.
+pub const MAX_MSR_NAME_LEN: usize = 128;
+
 /// The value of the first header called `name` (case-insensitive; compact
 /// forms are expanded by the parser), or `None`.
 pub fn header<'a>(headers: &'a Headers, name: &str) -> Option<&'a str> {
