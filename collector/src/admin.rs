@@ -708,6 +708,23 @@ fn response_line(response: &Response) -> String {
     line
 }
 
+/// What a path that should be the control socket is instead, for error
+/// messages: `None` for a socket, else `a directory`, `a regular file`,
+/// `a symbolic link` or `a special file`.
+pub(crate) fn not_a_socket(kind: std::fs::FileType) -> Option<&'static str> {
+    if kind.is_socket() {
+        None
+    } else if kind.is_dir() {
+        Some("a directory")
+    } else if kind.is_file() {
+        Some("a regular file")
+    } else if kind.is_symlink() {
+        Some("a symbolic link")
+    } else {
+        Some("a special file")
+    }
+}
+
 /// `60 s`, or `250 ms` for a duration that is not whole seconds.
 pub(crate) fn describe_duration(duration: Duration) -> String {
     if duration.subsec_nanos() == 0 {

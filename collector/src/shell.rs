@@ -14,7 +14,6 @@
 //! the control socket is removed and the operator store's lock released.
 
 use std::net::SocketAddr;
-use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -122,17 +121,7 @@ fn check_control_socket(path: &Path) -> Result<(), CollectorError> {
     }
     match std::fs::symlink_metadata(path) {
         Ok(meta) => {
-            let kind = meta.file_type();
-            if !kind.is_socket() {
-                let what = if kind.is_dir() {
-                    "a directory"
-                } else if kind.is_file() {
-                    "a regular file"
-                } else if kind.is_symlink() {
-                    "a symbolic link"
-                } else {
-                    "a special file"
-                };
+            if let Some(what) = admin::not_a_socket(meta.file_type()) {
                 return Err(bad(format!("the path exists and is {what}, not a socket")));
             }
         }

@@ -14,7 +14,6 @@
 pub mod render;
 
 use std::ffi::OsString;
-use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -534,18 +533,9 @@ pub fn call_within(
 /// What is at `path` when connecting to it failed: a clearer error when it
 /// exists and is not a socket.
 fn connect_error(path: &Path, source: std::io::Error) -> TransportError {
-    let what = std::fs::metadata(path).ok().and_then(|meta| {
-        let kind = meta.file_type();
-        if kind.is_socket() {
-            None
-        } else if kind.is_dir() {
-            Some("a directory")
-        } else if kind.is_file() {
-            Some("a regular file")
-        } else {
-            Some("a special file")
-        }
-    });
+    let what = std::fs::metadata(path)
+        .ok()
+        .and_then(|meta| crate::admin::not_a_socket(meta.file_type()));
     match what {
         Some(what) => TransportError::NotASocket {
             path: path.to_owned(),

@@ -202,14 +202,7 @@ impl RefusalLimiter {
     /// is reported.
     pub(super) fn advance(&mut self, now: Instant) {
         if self.global_since.is_some_and(|s| now >= s + WINDOW) {
-            if self.unlogged > 0 {
-                self.out.push_back(RefusalLog::Unlogged {
-                    count: self.unlogged,
-                });
-            }
-            self.global_since = None;
-            self.lines = 0;
-            self.unlogged = 0;
+            self.close_global_window();
         }
         while self.order.front().is_some_and(|(s, _)| now >= *s + WINDOW) {
             let Some((_, key)) = self.order.pop_front() else {
@@ -235,6 +228,12 @@ impl RefusalLimiter {
                 self.flush(now, entry);
             }
         }
+        self.close_global_window();
+    }
+
+    /// Ends the global window: reports the refusals it dropped, if any, and
+    /// starts counting lines afresh.
+    fn close_global_window(&mut self) {
         if self.unlogged > 0 {
             self.out.push_back(RefusalLog::Unlogged {
                 count: self.unlogged,
