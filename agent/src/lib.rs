@@ -44,8 +44,8 @@ pub use crate::shell::{interface_name, SHUTDOWN_GRACE};
 /// A running agent (see [`start`]).
 #[derive(Debug)]
 pub struct AgentHandle {
-    /// The bound SIP (UDP) address; with `port="0"` in the config this is
-    /// where the ephemeral port shows.
+    /// The agent's bound SIP (UDP) address (`<agent sip-port>`); with port
+    /// 0 this is where the ephemeral port shows.
     pub local_addr: SocketAddr,
     /// The agent task; it ends after `shutdown` is cancelled, the final
     /// NOTIFYs are answered and then the unregisters are answered (at most
@@ -64,7 +64,8 @@ pub async fn start(
     config_path: Option<PathBuf>,
     shutdown: CancellationToken,
 ) -> Result<AgentHandle, AgentError> {
-    let bind = SocketAddr::new(config.transport.bind_addr, config.transport.port);
+    // Our own port beside the engine's (SPEC §1): never `<transport port>`.
+    let bind = SocketAddr::new(config.transport.bind_addr, config.agent.sip_port);
     let endpoint = SipEndpoint::bind(
         bind,
         config.transport.transport.tcp(),

@@ -1,7 +1,9 @@
-//! The agent's log file (SPEC §2 `<general log-path log-name>`): where it
-//! is, opening it for the daemon ([`LogFile::open`]) and checking it for
-//! `--check-config` without creating it ([`LogFile::check`]). Both report
-//! the same [`LogFileError`].
+//! The agent's own log file (SPEC §2: `<agent log-file>` or `--log-file`;
+//! never the engine's `<general log-path log-name>`): opening it for the
+//! daemon behind a writer that SIGHUP reopens after logrotate moved it
+//! ([`LogFile::open_reopening`]), and checking it for `--check-config`
+//! without creating it ([`LogFile::check`]). Both report the same
+//! [`LogFileError`].
 //!
 //! Creating a file needs write and search permission on its directory;
 //! [`LogFile::check`] asks the kernel for exactly that (`faccessat(2)` with
@@ -9,11 +11,12 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use msr_shared::fs::cannot_create_in;
 
-use crate::config::General;
+use crate::config::AgentSettings;
 
 #[cfg(test)]
 mod tests;
@@ -30,32 +33,28 @@ pub struct LogFileError {
     pub source: io::Error,
 }
 
-/// The log file the config names: `<log-path>/<log-name>`.
+/// The agent's own log file (`<agent log-file>` or `--log-file`). The media
+/// engine's `<general log-path log-name>` is the engine's, never this.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogFile {
-    /// `log-path`: the directory.
-    pub dir: PathBuf,
-    /// `log-name`: the file name. With `log-rotate` the appender writes to
-    /// this name with a date suffix.
-    pub name: String,
+    path: PathBuf,
 }
 
 impl LogFile {
-    /// The log file of `general`, when both `log-path` and `log-name` are
-    /// set (otherwise the agent logs to stderr).
-    pub fn from_config(general: &General) -> Option<LogFile> {
-        match (&general.log_path, &general.log_name) {
-            (Some(dir), Some(name)) => Some(LogFile {
-                dir: dir.clone(),
-                name: name.clone(),
-            }),
-            _ => None,
-        }
+    /// The log file at `path`.
+    pub fn new(path: impl Into<PathBuf>) -> LogFile {
+        LogFile { path: path.into() }
     }
 
-    /// `dir/name`.
-    pub fn path(&self) -> PathBuf {
-        self.dir.join(&self.name)
+    /// The log file `settings` name, if any (otherwise the agent logs to
+    /// stderr).
+    pub fn from_config(settings: &AgentSettings) -> Option<LogFile> {
+        settings.log_file.clone().map(LogFile::new)
+    }
+
+    /// Where the file is.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// Opens the file for append, creating it when missing. The daemon does
@@ -65,12 +64,29 @@ impl LogFile {
     /// # Errors
     /// [`LogFileError`] with the OS error.
     pub fn open(&self) -> Result<File, LogFileError> {
-        let path = self.path();
         OpenOptions::new()
             .create(true)
             .append(true)
-            .open(&path)
-            .map_err(|source| LogFileError { path, source })
+            .open(&self.path)
+            .map_err(|source| LogFileError {
+                path: self.path.clone(),
+                source,
+            })
+    }
+
+    /// Opens the file ([`open`](Self::open)) behind a writer that can
+    /// reopen it: after logrotate has moved the file away, SIGHUP makes the
+    /// daemon call [`ReopeningFile::reopen`] and the next lines go to a new
+    /// file at the same path.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn open_reopening(&self) -> Result<ReopeningFile, LogFileError> {
+        let file = self.open()?;
+        Ok(ReopeningFile {
+            log: self.clone(),
+            file: Arc::new(Mutex::new(file)),
+        })
     }
 
     /// Checks that [`open`](Self::open) would succeed, without creating the
@@ -82,7 +98,7 @@ impl LogFile {
     /// [`LogFileError`]: the OS error of the open or of reading the
     /// directory, or why the directory will not take a new file.
     pub fn check(&self) -> Result<(), LogFileError> {
-        let path = self.path();
+        let path = self.path.clone();
         let fail = |source: io::Error| LogFileError {
             path: path.clone(),
             source,
@@ -110,5 +126,47 @@ impl LogFile {
             )));
         }
         Ok(())
+    }
+}
+
+/// A log file writer whose file can be reopened at the same path
+/// ([`LogFile::open_reopening`]); clones share the file.
+#[derive(Debug, Clone)]
+pub struct ReopeningFile {
+    log: LogFile,
+    file: Arc<Mutex<File>>,
+}
+
+impl ReopeningFile {
+    /// Opens the path anew (creating the file) and writes there from now on;
+    /// on error the old file stays in use.
+    ///
+    /// # Errors
+    /// [`LogFileError`] when the path cannot be opened.
+    pub fn reopen(&self) -> Result<(), LogFileError> {
+        let fresh = self.log.open()?;
+        *self.file.lock().unwrap_or_else(PoisonError::into_inner) = fresh;
+        Ok(())
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        self.log.path()
+    }
+}
+
+impl io::Write for ReopeningFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.file
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .flush()
     }
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use msr_agent::log_file::LogFile;
+use msr_agent::log_file::{LogFile, ReopeningFile};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -45,12 +45,21 @@ the last good config stays in force. SIGTERM or SIGINT ends every
 subscription (reason=deactivated), unregisters every account (Expires: 0)
 and exits 0.
 
-Logs go to stderr, or to <general log-path>/<log-name> when both are set and
---log-stderr is not given. RUST_LOG overrides the level.",
+The agent lives beside the media engine and never takes anything of it:
+<transport> is the engine's SIP address, which the agent reports to the core
+(the core sends its INVITEs there) together with <pbyte><mcc>; the agent
+listens on the same bind-addr on its own port, <agent sip-port> or
+--sip-port (default: the <transport> port + 1).
+
+Logs go to stderr (the journal under systemd), or to the agent's own file
+(<agent log-file> or --log-file), which SIGHUP reopens after logrotate has
+moved it. The engine's <general log-path log-name> is never written.
+RUST_LOG overrides the level.",
     after_help = "\
 Examples:
   msr-agent --config /etc/ecss/ecss-media-server/config.xml
-  msr-agent --config config-examples/msr-loopback.xml --log-stderr -v
+  msr-agent --config config-examples/msr-loopback.xml -v
+  msr-agent --config config.xml --sip-port 5090 --log-file /var/log/msr-agent/msr-agent.log
   msr-agent --config config.xml --check-config"
 )]
 struct Cli {
@@ -71,9 +80,19 @@ struct Cli {
     #[arg(short, long, action = clap::ArgAction::Count)]
     quiet: u8,
 
-    /// Log to stderr even when the config names a log file.
-    #[arg(long)]
+    /// Log to stderr even when <agent log-file> names a file.
+    #[arg(long, conflicts_with = "log_file")]
     log_stderr: bool,
+
+    /// The agent's own log file (overrides <agent log-file>); SIGHUP
+    /// reopens it.
+    #[arg(long, value_name = "FILE")]
+    log_file: Option<PathBuf>,
+
+    /// The agent's own SIP port on <transport bind-addr> (overrides <agent
+    /// sip-port>; default: the <transport> port + 1). Never the engine's.
+    #[arg(long, value_name = "PORT")]
+    sip_port: Option<u16>,
 }
 
 fn main() -> ExitCode {
@@ -88,8 +107,14 @@ fn main() -> ExitCode {
 }
 
 fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
-    let config = msr_agent::config::load(&cli.config)?;
-    let log_file = LogFile::from_config(&config.general).filter(|_| !cli.log_stderr);
+    let mut config = msr_agent::config::load(&cli.config)?;
+    if let Some(port) = cli.sip_port {
+        config = config.with_sip_port(port, &cli.config)?;
+    }
+    let log_file = match &cli.log_file {
+        Some(path) => Some(LogFile::new(path)),
+        None => LogFile::from_config(&config.agent).filter(|_| !cli.log_stderr),
+    };
     if cli.check_config {
         if let Some(file) = &log_file {
             file.check()?;
@@ -97,17 +122,21 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         print_summary(&cli.config, &config, log_file.as_ref());
         return Ok(ExitCode::SUCCESS);
     }
-    let _guard = init_tracing(&cli, &config, log_file)?;
+    let (_guard, reopening) = init_tracing(&cli, log_file)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
         let shutdown = CancellationToken::new();
-        let agent = tokio::spawn(msr_agent::run(config, Some(cli.config.clone()), shutdown.clone()));
+        let agent = tokio::spawn(msr_agent::run(
+            config,
+            Some(cli.config.clone()),
+            shutdown.clone(),
+        ));
         tokio::pin!(agent);
         tokio::select! {
             result = &mut agent => return result?.map(|()| ExitCode::SUCCESS).map_err(Into::into),
-            signal = msr_shared::signals::shutdown_signal("the agent reloads its config when the file changes") => {
+            signal = msr_shared::signals::shutdown_signal(|| reopen_log(reopening.as_ref())) => {
                 tracing::info!(signal = signal?, "signal received, stopping");
             }
         }
@@ -129,8 +158,16 @@ fn print_summary(path: &Path, config: &msr_agent::AgentConfig, log_file: Option<
         None => println!("log: stderr"),
     }
     println!(
-        "transport: {} {}:{}",
-        config.transport.transport, config.transport.bind_addr, config.transport.port
+        "engine: sip {} {} mcc {}",
+        config.transport.transport,
+        std::net::SocketAddr::new(config.transport.bind_addr, config.transport.port),
+        config
+            .mcc
+            .map_or_else(|| "none".to_owned(), |m| m.to_string())
+    );
+    println!(
+        "agent: sip udp {}",
+        std::net::SocketAddr::new(config.transport.bind_addr, config.agent.sip_port)
     );
     println!(
         "load: sensor={} delta={} max-calls={} calls-source={}",
@@ -150,37 +187,47 @@ fn print_summary(path: &Path, config: &msr_agent::AgentConfig, log_file: Option<
     }
 }
 
-/// Installs the tracing subscriber: stderr, or `log_file` (the config's,
+/// What SIGHUP does: reopen the agent's own log file (after logrotate moved
+/// it); the text is logged. The config needs no signal: the agent watches
+/// the file.
+fn reopen_log(file: Option<&ReopeningFile>) -> String {
+    match file {
+        Some(file) => match file.reopen() {
+            Ok(()) => format!("log file {} reopened", file.path().display()),
+            Err(e) => format!("{e}; still writing to the file opened before"),
+        },
+        None => "logging to stderr, nothing to reopen; the agent reloads its config when the file changes".to_owned(),
+    }
+}
+
+/// Installs the tracing subscriber: stderr, or `log_file` (the agent's own,
 /// unless `--log-stderr`). Returns the appender guard that flushes the file
-/// on drop.
+/// on drop and the writer SIGHUP reopens.
 fn init_tracing(
     cli: &Cli,
-    config: &msr_agent::AgentConfig,
     log_file: Option<LogFile>,
-) -> anyhow::Result<Option<tracing_appender::non_blocking::WorkerGuard>> {
+) -> anyhow::Result<(
+    Option<tracing_appender::non_blocking::WorkerGuard>,
+    Option<ReopeningFile>,
+)> {
     let verbosity = i8::try_from(i16::from(cli.verbose) - i16::from(cli.quiet)).unwrap_or(0);
     let level = msr_shared::logging::filter_directive(verbosity);
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
     if let Some(file) = log_file {
-        file.open()?;
-        let appender = if config.general.log_rotate {
-            tracing_appender::rolling::daily(&file.dir, &file.name)
-        } else {
-            tracing_appender::rolling::never(&file.dir, &file.name)
-        };
-        let (writer, guard) = tracing_appender::non_blocking(appender);
+        let reopening = file.open_reopening()?;
+        let (writer, guard) = tracing_appender::non_blocking(reopening.clone());
         tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_writer(writer)
             .with_ansi(false)
             .init();
-        Ok(Some(guard))
+        Ok((Some(guard), Some(reopening)))
     } else {
         tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_writer(std::io::stderr)
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .init();
-        Ok(None)
+        Ok((None, None))
     }
 }

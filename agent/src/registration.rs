@@ -38,6 +38,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use msr_shared::backoff::Backoff;
+use msr_shared::engine::EngineAddresses;
 use msr_shared::sip::{self, Method, Request, Response};
 use rsipstack::dialog::authenticate::compute_digest;
 use rsipstack::sip::headers::auth::{Algorithm, AuthQop};
@@ -87,20 +88,24 @@ pub struct RegistrationConfig {
     /// Name of the host interface that owns `contact_addr` (`lo` on
     /// loopback), the Contact's `iface` parameter (SPEC §3).
     pub iface: String,
+    /// The media engine's addresses, carried as Contact URI parameters
+    /// ([`msr_shared::engine`]); `None` when `<transport port>` is 0 (no
+    /// engine to report).
+    pub engine: Option<EngineAddresses>,
     /// Requested expiry in seconds (`<agent register-expires>`).
     pub expires: u32,
 }
 
 impl RegistrationConfig {
-    /// The Contact URI: `sip:{msr_name}@{bind-addr}:{port}`.
+    /// The Contact URI: `sip:{msr_name}@{bind-addr}:{agent port}` and the
+    /// engine's parameters (SPEC §3).
     pub fn contact_uri(&self) -> String {
-        match self.contact_addr {
-            IpAddr::V4(a) => format!("sip:{}@{}:{}", self.account.msr_name, a, self.contact_port),
-            IpAddr::V6(a) => format!(
-                "sip:{}@[{}]:{}",
-                self.account.msr_name, a, self.contact_port
-            ),
-        }
+        let addr = std::net::SocketAddr::new(self.contact_addr, self.contact_port);
+        format!(
+            "sip:{}@{addr}{}",
+            self.account.msr_name,
+            self.engine.map(|e| e.uri_params()).unwrap_or_default()
+        )
     }
 
     /// The address of record: `sip:{msr_name}@{realm host[:port]}`.

@@ -35,13 +35,14 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use msr_shared::engine::{EngineAddresses, EngineTransport};
 use msr_shared::sip::{SipEndpoint, SipEvent};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use crate::config::{self, Account, AgentConfig, ConfigError};
+use crate::config::{self, Account, AgentConfig, ConfigError, Transports};
 use crate::error::AgentError;
 use crate::load::{LoadSampler, Sample};
 use crate::notifier::{Notifier, NotifierConfig, SubscriptionId};
@@ -94,6 +95,33 @@ fn contact_addr(bind: IpAddr) -> IpAddr {
     found.unwrap_or(match bind {
         IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
         IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+    })
+}
+
+/// The media engine's addresses as the core can reach them (SPEC §3): an
+/// unspecified `bind-addr` is reported as the contact address. `None` for
+/// `<transport port="0">`: no engine port to report.
+fn engine_addresses(config: &AgentConfig, contact_addr: IpAddr) -> Option<EngineAddresses> {
+    if config.transport.port == 0 {
+        return None;
+    }
+    let reachable = |ip: IpAddr| {
+        if ip.is_unspecified() {
+            contact_addr
+        } else {
+            ip
+        }
+    };
+    Some(EngineAddresses {
+        sip: SocketAddr::new(reachable(config.transport.bind_addr), config.transport.port),
+        transport: match config.transport.transport {
+            Transports::Udp => EngineTransport::Udp,
+            Transports::Tcp => EngineTransport::Tcp,
+            Transports::UdpTcp => EngineTransport::UdpTcp,
+        },
+        mcc: config
+            .mcc
+            .map(|m| SocketAddr::new(reachable(m.ip()), m.port())),
     })
 }
 
@@ -186,6 +214,7 @@ impl Shell {
             contact_addr: self.contact_addr,
             contact_port: self.endpoint.local_addr().port(),
             iface: self.iface.clone(),
+            engine: engine_addresses(&self.config, self.contact_addr),
             expires: self.config.agent.register_expires,
         }
     }
@@ -395,11 +424,15 @@ impl Shell {
             .iter()
             .map(|a| (account_key(a), a.clone()))
             .collect();
-        let transport = self.config.transport.clone();
-        self.config = AgentConfig {
-            transport,
-            ..config
-        };
+        if config.mcc != self.config.mcc || config.agent.sip_port != self.config.agent.sip_port {
+            warn!("<pbyte><mcc> or <agent sip-port> change ignored until restart");
+        }
+        // What was bound and reported at start stays until a restart.
+        let mut config = config;
+        config.transport = self.config.transport.clone();
+        config.mcc = self.config.mcc;
+        config.agent.sip_port = self.config.agent.sip_port;
+        self.config = config;
         for (key, account) in &old {
             match new.get(key) {
                 None => {

@@ -55,6 +55,7 @@ fn world() -> (OperatorConfig, LoadTable, Instant) {
                 contact,
                 msr: msr.clone(),
                 uri: format!("sip:{msr}@10.0.0.1:5040"),
+                engine: None,
                 version: None,
                 expires_at: now + Duration::from_secs(3600),
             };
@@ -127,6 +128,7 @@ fn one_zone_world() -> (OperatorConfig, LoadTable, Instant) {
             contact: format!("eth0@{msr}"),
             msr: msr.clone(),
             uri: format!("sip:{msr}@10.0.0.1:5040"),
+            engine: None,
             version: None,
             expires_at: now + Duration::from_secs(3600),
         };

@@ -388,6 +388,8 @@ fn resource_list(ctx: &AdminContext<'_>, now: Instant, active_only: bool) -> Res
             active: row.active,
             contact: row.contact,
             uri: row.uri,
+            engine_uri: row.engine.map(|e| e.sip_uri()),
+            mcc: row.engine.and_then(|e| e.mcc).map(|m| m.to_string()),
             status: if row.registered {
                 "registered"
             } else {
@@ -523,6 +525,8 @@ fn run_select(
             msr: choice.msr,
             contact: choice.contact,
             uri: choice.uri,
+            engine_uri: choice.engine.map(|e| e.sip_uri()),
+            mcc: choice.engine.and_then(|e| e.mcc).map(|m| m.to_string()),
             media_bridge: choice.media_bridge,
             distance: choice.distance,
             draw: choice.draw,

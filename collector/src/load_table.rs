@@ -58,6 +58,7 @@ use tokio::time::Instant;
 
 use crate::operator::{MsrSettings, OperatorConfig};
 use crate::topology::SiteDistances;
+use msr_shared::engine::EngineAddresses;
 
 /// SUBSCRIBE `Expires` the collector uses when nothing else is set, seconds
 /// (SPEC §4); also the staleness limit of an MSR without subscription state.
@@ -72,6 +73,8 @@ pub struct ContactBinding {
     pub msr: String,
     /// Contact URI (where SUBSCRIBE goes).
     pub uri: String,
+    /// The media engine's addresses (SPEC §3), if the agent reported them.
+    pub engine: Option<EngineAddresses>,
     /// Agent version from `User-Agent`, if any.
     pub version: Option<String>,
     /// When the registration lapses.
@@ -137,6 +140,8 @@ pub struct ResourceRow {
     pub msr: String,
     /// Contact URI.
     pub uri: String,
+    /// The media engine's addresses (SPEC §3), if reported.
+    pub engine: Option<EngineAddresses>,
     /// Agent version.
     pub version: Option<String>,
     /// Performance coefficient of the MSR.
@@ -170,6 +175,8 @@ pub struct Candidate<'a> {
     pub msr: &'a str,
     /// Contact URI.
     pub uri: &'a str,
+    /// The media engine's addresses, if reported.
+    pub engine: Option<EngineAddresses>,
     /// The contact's site.
     pub site: &'a str,
     /// The MSR's last reported load in percent, if any.
@@ -312,6 +319,8 @@ struct ZoneMember {
     site: SiteId,
     /// Contact URI.
     uri: String,
+    /// The media engine's addresses (what the answer carries).
+    engine: Option<EngineAddresses>,
 }
 
 impl ZoneMember {
@@ -327,6 +336,7 @@ impl ZoneMember {
             msr_start: true,
             site,
             uri: entry.binding.uri.clone(),
+            engine: entry.binding.engine,
         }
     }
 
@@ -342,6 +352,7 @@ impl ZoneMember {
             contact: &self.contact,
             msr: &self.msr,
             uri: &self.uri,
+            engine: self.engine,
             site: sites.name(self.site),
             load: msr.load,
             stale: msr.is_stale(now),
@@ -669,6 +680,7 @@ impl LoadTable {
                     contact: contact.clone(),
                     msr: msr.clone(),
                     uri: c.binding.uri.clone(),
+                    engine: c.binding.engine,
                     version: c.binding.version.clone(),
                     performance_coefficient: entry.settings.performance_coefficient,
                     active: entry.settings.active,
@@ -870,6 +882,7 @@ mod tests {
             contact: contact.into(),
             msr: msr.into(),
             uri: format!("sip:{msr}@127.0.0.1:5040"),
+            engine: None,
             version: Some("msr-agent 0.1.0".into()),
             expires_at,
         }

@@ -93,7 +93,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         let shutdown = CancellationToken::new();
         let signals = shutdown.clone();
         tokio::spawn(async move {
-            match msr_shared::signals::shutdown_signal("configuration changes need a restart").await
+            match msr_shared::signals::shutdown_signal(|| {
+                "ignored: configuration changes need a restart".to_owned()
+            })
+            .await
             {
                 Ok(signal) => tracing::info!(signal, "signal received, shutting down"),
                 Err(e) => {

@@ -47,12 +47,14 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use msr_shared::engine::{EngineAddresses, EngineParamError};
 use msr_shared::sip::{self, Request, Response, StatusCode, Uri};
 use tokio::time::Instant;
 
 mod digest;
 use digest::Credentials;
 mod refusals;
+pub mod saved;
 use refusals::RefusalLimiter;
 pub use refusals::{
     Refusal, RefusalLog, RefusalReason, MAX_FIELD_CHARS, MAX_KEYS as MAX_REFUSAL_KEYS,
@@ -76,14 +78,22 @@ pub struct Binding {
     pub msr: String,
     /// Contact name `{iface}@{msr}` (SPEC §3).
     pub contact: String,
-    /// The contact URI, e.g. `sip:msr_1@127.0.0.1:5070`.
+    /// The contact URI, e.g. `sip:msr_1@127.0.0.1:5071;engine=…`: the
+    /// agent's address (where SUBSCRIBE goes) with the engine's parameters.
     pub uri: String,
+    /// The media engine's addresses, from the contact URI's parameters
+    /// (SPEC §3, [`msr_shared::engine`]); `None` when the agent sent none.
+    pub engine: Option<EngineAddresses>,
     /// The agent version from `User-Agent` (`msr-agent/0.1.0` → `0.1.0`).
     pub version: Option<String>,
     /// When the binding lapses unless refreshed.
     pub expires_at: Instant,
-    /// The registration's Call-ID (RFC 3261 §10.2: constant per account).
+    /// The registration's Call-ID (RFC 3261 §10.2: constant per account;
+    /// a new one means the MSR restarted).
     pub call_id: String,
+    /// The CSeq number of the REGISTER that last changed the binding
+    /// (RFC 3261 §10.3 step 7).
+    pub cseq: u32,
     /// Where the REGISTER came from, when the shell knows it.
     pub source: Option<SocketAddr>,
 }
@@ -113,6 +123,10 @@ pub enum RegistrarEvent {
     BindingAdded(Binding),
     /// A registered contact was refreshed (its URI or version may have changed).
     BindingRefreshed(Binding),
+    /// A registered contact registered again with a new Call-ID: the MSR
+    /// restarted (RFC 3261 §10.2, SPEC §3), so a subscription to it is
+    /// dead and must start anew at once.
+    BindingRestarted(Binding),
     /// A contact went away.
     BindingRemoved {
         /// The binding as it was.
@@ -175,6 +189,18 @@ enum Malformed {
     BadContact(String),
     #[error("contact `*` needs expires 0 and no other contact")]
     BadWildcard,
+    /// The media engine's addresses in a contact URI are wrong (SPEC §3).
+    #[error("{0}")]
+    BadEngine(EngineParamError),
+    /// RFC 3261 §10.3 step 7: same Call-ID as the binding, CSeq not above
+    /// the binding's: the update is aborted.
+    #[error("cseq {got} not above the binding's {last}")]
+    OldCSeq {
+        /// The request's CSeq number.
+        got: u32,
+        /// The binding's.
+        last: u32,
+    },
     /// The `To` user or a contact's interface breaks the name rules.
     #[error("bad {field}: {problem}")]
     BadName {
@@ -185,11 +211,21 @@ enum Malformed {
     },
 }
 
+/// Where a REGISTER's bindings come from: its dialog-less identity
+/// (RFC 3261 §10.2) and its sender.
+struct Origin<'a> {
+    call_id: &'a str,
+    cseq: u32,
+    version: Option<String>,
+    source: Option<SocketAddr>,
+}
+
 /// One contact of a REGISTER, parsed.
 #[derive(Debug)]
 struct ContactSpec {
     name: String,
     uri: String,
+    engine: Option<EngineAddresses>,
     expires: u32,
 }
 
@@ -234,7 +270,7 @@ impl Registrar {
     ) -> Response {
         self.purge_nonces(now);
         let to_tag = sip::random_token();
-        let (msr, call_id) = match self.check_structure(req) {
+        let (msr, call_id, cseq) = match self.check_structure(req) {
             Ok(v) => v,
             Err(e) => return self.bad_request(now, req, source, &to_tag, &e),
         };
@@ -254,6 +290,9 @@ impl Registrar {
             Ok(c) => c,
             Err(e) => return self.bad_request(now, req, source, &to_tag, &e),
         };
+        if let Err(e) = self.check_cseq(&msr, &call_id, cseq, &contacts) {
+            return self.bad_request(now, req, source, &to_tag, &e);
+        }
         match contacts {
             ContactsSpec::Wildcard => {
                 if let Some(bindings) = self.aors.remove(&msr) {
@@ -281,22 +320,55 @@ impl Registrar {
                 }
                 let version = sip::header(&req.headers, "User-Agent").and_then(agent_version);
                 for c in list {
-                    self.apply(now, &msr, &call_id, version.clone(), source, c);
+                    let origin = Origin {
+                        call_id: &call_id,
+                        cseq,
+                        version: version.clone(),
+                        source,
+                    };
+                    self.apply(now, &msr, origin, c);
                 }
             }
         }
         self.ok_response(now, req, &msr, &to_tag)
     }
 
-    fn apply(
-        &mut self,
-        now: Instant,
+    /// RFC 3261 §10.3 step 7: a REGISTER with a binding's Call-ID and a
+    /// CSeq not above the binding's changes nothing (a replay, or a request
+    /// overtaken by a later one); a new Call-ID is always taken.
+    fn check_cseq(
+        &self,
         msr: &str,
         call_id: &str,
-        version: Option<String>,
-        source: Option<SocketAddr>,
-        c: ContactSpec,
-    ) {
+        cseq: u32,
+        contacts: &ContactsSpec,
+    ) -> Result<(), Malformed> {
+        let Some(aor) = self.aors.get(msr) else {
+            return Ok(());
+        };
+        let affected = |b: &Binding| match contacts {
+            ContactsSpec::Wildcard => true,
+            ContactsSpec::List(list) => list.iter().any(|c| c.name == b.contact || c.uri == b.uri),
+        };
+        match aor
+            .values()
+            .find(|b| b.call_id == call_id && b.cseq >= cseq && affected(b))
+        {
+            Some(b) => Err(Malformed::OldCSeq {
+                got: cseq,
+                last: b.cseq,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn apply(&mut self, now: Instant, msr: &str, origin: Origin<'_>, c: ContactSpec) {
+        let Origin {
+            call_id,
+            cseq,
+            version,
+            source,
+        } = origin;
         let aor = self.aors.entry(msr.to_owned()).or_default();
         // A contact is matched by name, or by URI when its interface name changed.
         let existing = if aor.contains_key(&c.name) {
@@ -319,21 +391,30 @@ impl Registrar {
                 msr: msr.to_owned(),
                 contact: c.name.clone(),
                 uri: c.uri,
+                engine: c.engine,
                 version,
                 expires_at: now + Duration::from_secs(u64::from(c.expires.min(self.max_expires))),
                 call_id: call_id.to_owned(),
+                cseq,
                 source,
             };
             self.expiries.insert(expiry_key(&binding));
             match existing {
                 Some(old_name) if old_name == c.name => {
-                    if let Some(old) = aor.insert(c.name, binding.clone()) {
-                        if old.expires_at != binding.expires_at {
-                            self.expiries.remove(&expiry_key(&old));
+                    let restarted = match aor.insert(c.name, binding.clone()) {
+                        Some(old) => {
+                            if old.expires_at != binding.expires_at {
+                                self.expiries.remove(&expiry_key(&old));
+                            }
+                            old.call_id != binding.call_id
                         }
-                    }
-                    self.events
-                        .push_back(RegistrarEvent::BindingRefreshed(binding));
+                        None => false,
+                    };
+                    self.events.push_back(if restarted {
+                        RegistrarEvent::BindingRestarted(binding)
+                    } else {
+                        RegistrarEvent::BindingRefreshed(binding)
+                    });
                 }
                 Some(old_name) => {
                     if let Some(old) = aor.remove(&old_name) {
@@ -477,6 +558,24 @@ impl Registrar {
         assert_eq!(self.expiries, expected, "expiry index out of date");
     }
 
+    /// Takes back bindings saved before a restart ([`saved::decode`]), each
+    /// reported as [`RegistrarEvent::BindingAdded`] so it is subscribed to
+    /// at once (SPEC §3). An expiry beyond `max_expires` from `now` is cut
+    /// to it; a binding already known is left as it is.
+    pub fn restore(&mut self, now: Instant, bindings: Vec<Binding>) {
+        let longest = now + Duration::from_secs(u64::from(self.max_expires));
+        for mut binding in bindings {
+            binding.expires_at = binding.expires_at.min(longest);
+            let aor = self.aors.entry(binding.msr.clone()).or_default();
+            if aor.contains_key(&binding.contact) {
+                continue;
+            }
+            self.expiries.insert(expiry_key(&binding));
+            aor.insert(binding.contact.clone(), binding.clone());
+            self.events.push_back(RegistrarEvent::BindingAdded(binding));
+        }
+    }
+
     /// The next change since the last call.
     pub fn poll_event(&mut self) -> Option<RegistrarEvent> {
         self.events.pop_front()
@@ -500,7 +599,7 @@ impl Registrar {
         self.aors.contains_key(msr)
     }
 
-    fn check_structure(&self, req: &Request) -> Result<(String, String), Malformed> {
+    fn check_structure(&self, req: &Request) -> Result<(String, String, u32), Malformed> {
         let to = sip::header(&req.headers, "To").ok_or(Malformed::NoToUser)?;
         let msr = sip::uri_user(sip::addr_uri(to))
             .ok_or(Malformed::NoToUser)?
@@ -514,7 +613,7 @@ impl Registrar {
         let call_id = sip::call_id(&req.headers)
             .ok_or(Malformed::NoCallId)?
             .to_owned();
-        sip::cseq(&req.headers).ok_or(Malformed::NoCallId)?;
+        let (cseq, _) = sip::cseq(&req.headers).ok_or(Malformed::NoCallId)?;
         if let Some(e) = sip::header(&req.headers, "Expires") {
             if e.parse::<u32>().is_err() {
                 return Err(Malformed::BadExpires(e.to_owned()));
@@ -523,7 +622,7 @@ impl Registrar {
         if sip::header_all(&req.headers, "Contact").is_empty() {
             return Err(Malformed::NoContact);
         }
-        Ok((msr, call_id))
+        Ok((msr, call_id, cseq))
     }
 
     fn authenticate(&mut self, now: Instant, req: &Request, msr: &str) -> AuthOutcome {
@@ -735,9 +834,11 @@ fn parse_contacts(req: &Request, msr: &str) -> Result<ContactsSpec, Malformed> {
         if let Some(problem) = names::problem(NameKind::Interface, &iface) {
             return Err(Malformed::BadName { field, problem });
         }
+        let engine = EngineAddresses::from_uri(uri).map_err(Malformed::BadEngine)?;
         list.push(ContactSpec {
             name: names::contact_name(&iface, msr),
             uri: uri.to_owned(),
+            engine,
             expires,
         });
     }

@@ -22,6 +22,7 @@
 //! Architecture invariant: pure. No clock (`now` is part of [`Query`]), no
 //! socket, no RNG of its own (the caller passes one, or a fixed draw).
 
+use msr_shared::engine::EngineAddresses;
 use std::fmt;
 
 use msr_shared::admin::format_number;
@@ -52,8 +53,10 @@ pub struct Choice {
     pub msr: String,
     /// Contact name `{iface}@{msr}`.
     pub contact: String,
-    /// Contact URI.
+    /// Contact URI (the agent's).
     pub uri: String,
+    /// The media engine's addresses: where the core parks the leg (SPEC §3).
+    pub engine: Option<EngineAddresses>,
     /// An MSR was given but had no candidate: the two legs need a media
     /// bridge between their MSRs.
     pub media_bridge: bool,
@@ -481,6 +484,7 @@ fn run<R: Rng + ?Sized>(
                 msr: c.msr.to_owned(),
                 contact: c.contact.to_owned(),
                 uri: c.uri.to_owned(),
+                engine: c.engine,
                 media_bridge: explanation.media_bridge,
                 distance: min_distance.unwrap_or(0.0),
                 draw: value,

@@ -31,7 +31,9 @@ use crate::config::CollectorConfig;
 use crate::error::CollectorError;
 use crate::load_table::{ContactBinding, LoadTable};
 use crate::operator::OperatorConfig;
-use crate::registrar::{RefusalLog, Registrar, RegistrarEvent, RemovalCause, REFUSAL_WINDOW};
+use crate::registrar::{
+    saved, RefusalLog, Registrar, RegistrarEvent, RemovalCause, REFUSAL_WINDOW,
+};
 use crate::store::Store;
 use crate::subscriber::{Subscriber, SubscriberConfig, SubscriberEvent, Target};
 use msr_shared::fs::cannot_create_in;
@@ -43,6 +45,11 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// At shutdown, how long answers to SIP requests still being sent may take
 /// when [`SHUTDOWN_GRACE`] is already over.
 const REPLY_FLUSH: Duration = Duration::from_millis(100);
+
+/// The shortest time between two saves of the bindings: a kill -9 loses
+/// at most the changes of this last interval (those MSRs come back with
+/// their next REGISTER), and 1,000 MSRs refreshing cost one write a second.
+pub const BINDINGS_SAVE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The `User-Agent`/`Server` of the collector.
 const USER_AGENT: &str = concat!("msr-collector/", env!("CARGO_PKG_VERSION"));
@@ -208,7 +215,7 @@ pub async fn start(
     for (msr, settings) in operator.configured_msrs() {
         subscriber.set_expires_override(msr, settings.subscription_expires);
     }
-    let shell = Shell {
+    let mut shell = Shell {
         registrar: Registrar::new(&config.sip, &config.accounts),
         subscriber,
         table,
@@ -223,7 +230,10 @@ pub async fn start(
         endpoint,
         admin_rx,
         replies: JoinSet::new(),
+        bindings_save_at: None,
+        bindings_saved_at: None,
     };
+    shell.restore_bindings(Instant::now());
     let socket_path = control_socket.clone();
     let join = tokio::spawn(async move {
         let result = shell.run(shutdown).await;
@@ -260,6 +270,11 @@ struct Shell {
     /// The tasks sending answers to SIP requests; reaped as they finish,
     /// and waited for (bounded) before the endpoint stops at shutdown.
     replies: JoinSet<()>,
+    /// When the changed bindings are saved next ([`BINDINGS_SAVE_INTERVAL`]);
+    /// `None`: nothing unsaved.
+    bindings_save_at: Option<Instant>,
+    /// When they were last saved.
+    bindings_saved_at: Option<Instant>,
 }
 
 impl Shell {
@@ -270,6 +285,7 @@ impl Shell {
             let deadline = [
                 self.registrar.poll_timeout(),
                 self.subscriber.poll_timeout(),
+                self.bindings_save_at,
             ]
             .into_iter()
             .flatten()
@@ -291,6 +307,9 @@ impl Shell {
                     let now = Instant::now();
                     self.registrar.handle_timeout(now);
                     self.subscriber.handle_timeout(now);
+                    if self.bindings_save_at.is_some_and(|at| at <= now) {
+                        self.save_bindings(now);
+                    }
                 }
             }
         }
@@ -356,6 +375,8 @@ impl Shell {
         // What the refusal rate limit still holds back.
         self.registrar.flush_refusals(Instant::now());
         self.log_refusals();
+        // The MSRs stay registered: the next collector resumes them.
+        self.save_bindings(Instant::now());
         self.endpoint.shutdown();
     }
 
@@ -423,27 +444,13 @@ impl Shell {
         let zone = self.admin_defaults.zone.clone();
         let site = self.admin_defaults.site.clone();
         while let Some(event) = self.registrar.poll_event() {
+            self.bindings_changed(now);
             let msr = match event {
                 RegistrarEvent::BindingAdded(b) | RegistrarEvent::BindingRefreshed(b) => {
-                    let msr = b.msr.clone();
-                    if self.table.contains_contact(&b.contact) {
-                        debug!(msr = %b.msr, contact = %b.contact, "binding refreshed");
-                    } else {
-                        info!(msr = %b.msr, contact = %b.contact, uri = %b.uri, version = b.version.as_deref().unwrap_or("unknown"), "binding added");
-                    }
-                    self.table.upsert_contact(
-                        ContactBinding {
-                            contact: b.contact,
-                            msr: b.msr,
-                            uri: b.uri,
-                            version: b.version,
-                            expires_at: b.expires_at,
-                        },
-                        &self.operator,
-                        &zone,
-                        &site,
-                    );
-                    msr
+                    self.on_binding(now, b, &zone, &site, Restart::No)
+                }
+                RegistrarEvent::BindingRestarted(b) => {
+                    self.on_binding(now, b, &zone, &site, Restart::Yes)
                 }
                 RegistrarEvent::BindingRemoved { binding, cause } => {
                     match cause {
@@ -526,6 +533,105 @@ impl Shell {
         }
     }
 
+    /// Takes back the bindings saved by the previous run (SPEC §3: resume
+    /// every subscription at once). A file that cannot be read or was not
+    /// written by this build is reported and ignored: the MSRs register
+    /// again at their next refresh.
+    fn restore_bindings(&mut self, now: Instant) {
+        let path = self.store.bindings_path();
+        let text = match self.store.load_bindings() {
+            Ok(Some(text)) => text,
+            Ok(None) => return,
+            Err(error) => {
+                warn!(%error, "cannot read the saved bindings, starting without them");
+                return;
+            }
+        };
+        match saved::decode(&text, now, unix_millis(SystemTime::now())) {
+            Ok(bindings) => {
+                info!(path = %path.display(), bindings = bindings.len(), "bindings restored");
+                self.registrar.restore(now, bindings);
+            }
+            Err(error) => warn!(
+                path = %path.display(),
+                %error,
+                "saved bindings ignored, the msrs register again"
+            ),
+        }
+    }
+
+    /// The bindings changed: save them within [`BINDINGS_SAVE_INTERVAL`].
+    fn bindings_changed(&mut self, now: Instant) {
+        if self.bindings_save_at.is_none() {
+            let next = self
+                .bindings_saved_at
+                .map_or(now, |last| last + BINDINGS_SAVE_INTERVAL);
+            self.bindings_save_at = Some(next.max(now));
+        }
+    }
+
+    /// Saves every binding now; a failure is logged (the collector runs on,
+    /// a restart would then wait for the MSRs' REGISTERs).
+    fn save_bindings(&mut self, now: Instant) {
+        self.bindings_save_at = None;
+        self.bindings_saved_at = Some(now);
+        let text = saved::encode(
+            self.registrar.bindings(),
+            now,
+            unix_millis(SystemTime::now()),
+        );
+        if let Err(error) = self.store.save_bindings(&text) {
+            warn!(%error, "cannot save the bindings");
+        }
+    }
+
+    /// A binding added or refreshed (`Restart::No`) or registered anew with
+    /// a new Call-ID (`Restart::Yes`, SPEC §3: the MSR restarted, subscribe
+    /// anew at once): into the table, logged; returns the MSR.
+    fn on_binding(
+        &mut self,
+        now: Instant,
+        b: crate::registrar::Binding,
+        zone: &str,
+        site: &str,
+        restart: Restart,
+    ) -> String {
+        let msr = b.msr.clone();
+        if restart == Restart::Yes {
+            info!(msr = %b.msr, contact = %b.contact, call_id = %b.call_id, "binding restarted (new call-id), subscribing anew");
+        } else if self.table.contains_contact(&b.contact) {
+            debug!(msr = %b.msr, contact = %b.contact, "binding refreshed");
+        } else {
+            info!(
+                msr = %b.msr,
+                contact = %b.contact,
+                uri = %b.uri,
+                engine = b.engine.map(|e| e.sip_uri()).as_deref().map(tracing::field::display),
+                mcc = b.engine.and_then(|e| e.mcc).map(tracing::field::display),
+                version = b.version.as_deref().unwrap_or("unknown"),
+                "binding added"
+            );
+        }
+        let contact = b.contact.clone();
+        self.table.upsert_contact(
+            ContactBinding {
+                contact: b.contact,
+                msr: b.msr,
+                uri: b.uri,
+                engine: b.engine,
+                version: b.version,
+                expires_at: b.expires_at,
+            },
+            &self.operator,
+            zone,
+            site,
+        );
+        if restart == Restart::Yes {
+            self.subscriber.contact_restarted(now, &msr, &contact);
+        }
+        msr
+    }
+
     /// Logs the refused REGISTERs the registrar's rate limit lets through.
     fn log_refusals(&mut self) {
         while let Some(log) = self.registrar.poll_refusal() {
@@ -559,6 +665,21 @@ impl Shell {
             }
         }
     }
+}
+
+/// Milliseconds since the Unix epoch (negative before it).
+fn unix_millis(t: SystemTime) -> i64 {
+    match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_millis()).unwrap_or(i64::MAX),
+    }
+}
+
+/// Whether a binding's REGISTER came from a restarted MSR (a new Call-ID).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Restart {
+    No,
+    Yes,
 }
 
 /// Where a request came from, as the transport recorded it in the top

@@ -77,6 +77,14 @@ pub enum StoreError {
         /// The I/O error.
         source: io::Error,
     },
+    /// The saved bindings (beside the store) could not be read or written.
+    #[error("saved bindings {path}: {source}")]
+    Bindings {
+        /// The bindings file (or its temp file).
+        path: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
     /// The store's directory is missing, or this process cannot create
     /// files in it (a save writes a temp file there).
     #[error("operator store {path}: directory {dir}: {source}")]
@@ -134,6 +142,43 @@ impl Store {
     /// The lock file beside the store file: `<file>.lock`.
     pub fn lock_path(&self) -> PathBuf {
         self.sibling(".lock")
+    }
+
+    /// The registrar's saved bindings beside the store file:
+    /// `<file>.bindings` (runtime state, not operator configuration: kept
+    /// apart so that neither overwrites the other).
+    pub fn bindings_path(&self) -> PathBuf {
+        self.sibling(".bindings")
+    }
+
+    /// The saved bindings' text; `None` when there is no file.
+    ///
+    /// # Errors
+    /// [`StoreError::Bindings`] when the file exists but cannot be read.
+    pub fn load_bindings(&self) -> Result<Option<String>, StoreError> {
+        let path = self.bindings_path();
+        match fs::read_to_string(&path) {
+            Ok(text) => Ok(Some(text)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(StoreError::Bindings { path, source }),
+        }
+    }
+
+    /// Replaces the saved bindings atomically (temp file, rename), without
+    /// fsync: they must survive the collector's crash (the page cache
+    /// does), not the host's; after a power loss a torn file is reported
+    /// and the MSRs register again. Cheap enough for the loop (a few
+    /// hundred kilobytes for 1,000 MSRs, at most once a second).
+    ///
+    /// # Errors
+    /// [`StoreError::Bindings`]; the previous file is then left unchanged.
+    pub fn save_bindings(&self, text: &str) -> Result<(), StoreError> {
+        let path = self.bindings_path();
+        let mut temp = path.clone().into_os_string();
+        temp.push(".tmp");
+        let temp = PathBuf::from(temp);
+        write_replacing(&temp, &path, text.as_bytes(), Durability::Cached)
+            .map_err(|(path, source)| StoreError::Bindings { path, source })
     }
 
     /// The directory of the store file.
@@ -281,30 +326,63 @@ impl Store {
     /// # Errors
     /// [`StoreError::Write`]; the previous file is then left unchanged.
     pub fn save(&self, config: &OperatorConfig) -> Result<(), StoreError> {
-        let temp = self.temp_path();
-        let write_err = |path: &Path| {
-            let path = path.to_owned();
-            move |source| StoreError::Write { path, source }
+        let mut text = config.encode();
+        text.push('\n');
+        write_replacing(
+            &self.temp_path(),
+            &self.path,
+            text.as_bytes(),
+            Durability::Synced,
+        )
+        .map_err(|(path, source)| StoreError::Write { path, source })
+    }
+}
+
+/// What a write must survive ([`write_replacing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Durability {
+    /// A crash of the host: the file and the directory are fsynced.
+    Synced,
+    /// A crash of the process only (the page cache survives it).
+    Cached,
+}
+
+/// Writes `bytes` to `temp` (mode 0640) and renames it over `path`, so a
+/// reader finds the old or the new content, never a mix; the error names
+/// the file it is about.
+fn write_replacing(
+    temp: &Path,
+    path: &Path,
+    bytes: &[u8],
+    durability: Durability,
+) -> Result<(), (PathBuf, io::Error)> {
+    let at = |p: &Path| {
+        let p = p.to_owned();
+        move |e| (p, e)
+    };
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o640)
+        .open(temp)
+        .map_err(at(temp))?;
+    file.write_all(bytes).map_err(at(temp))?;
+    if durability == Durability::Synced {
+        file.sync_all().map_err(at(temp))?;
+    }
+    drop(file);
+    fs::rename(temp, path).map_err(at(path))?;
+    if durability == Durability::Synced {
+        let dir = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
+            _ => PathBuf::from("."),
         };
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o640)
-            .open(&temp)
-            .map_err(write_err(&temp))?;
-        file.write_all(config.encode().as_bytes())
-            .map_err(write_err(&temp))?;
-        file.write_all(b"\n").map_err(write_err(&temp))?;
-        file.sync_all().map_err(write_err(&temp))?;
-        drop(file);
-        fs::rename(&temp, &self.path).map_err(write_err(&self.path))?;
-        let dir = self.dir();
         File::open(&dir)
             .and_then(|d| d.sync_all())
-            .map_err(write_err(&dir))?;
-        Ok(())
+            .map_err(at(&dir))?;
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -481,6 +481,28 @@ impl Subscriber {
         self.touched(msr);
     }
 
+    /// `contact` of `msr` registered again with a new Call-ID: the agent
+    /// restarted (SPEC §3) and forgot every dialog it had. A dialog with
+    /// that contact is dead: it is dropped without an unsubscribe (nobody
+    /// would answer it) and a new one starts at once, as it does when the
+    /// subscription has no live dialog (a retry waiting out its backoff
+    /// after the agent died); the no-retry state of `rejected`/`noresource`
+    /// is lifted, as for a contact that registers anew. A dialog with
+    /// another contact of the MSR is left alone.
+    pub fn contact_restarted(&mut self, now: Instant, msr: &str, contact: &str) {
+        let Some(sub) = self.subs.get_mut(msr) else {
+            return;
+        };
+        sub.blocked = false;
+        let with_it = sub.target.as_ref().is_some_and(|t| t.name == contact);
+        if with_it || sub.dialog.is_none() {
+            sub.backoff.reset();
+            self.drop_dialog(msr);
+            self.start(now, msr);
+        }
+        self.touched(msr);
+    }
+
     /// Ends `dialog` (no longer a subscription's) with `Expires: 0` and keeps
     /// it as an ended dialog for its final NOTIFY; returns the request's id.
     /// A dialog without the notifier's tag (no answer yet) gets nothing.

@@ -681,8 +681,16 @@ pub struct ResourceInfo {
     pub active: bool,
     /// Contact name `{iface}@{msr}`.
     pub contact: String,
-    /// Contact URI.
+    /// Contact URI (the agent's, with the engine's parameters).
     pub uri: String,
+    /// The media engine's SIP URI, where a core sends the INVITE that parks
+    /// a leg on this MSR (SPEC §3); absent when the agent reported none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_uri: Option<String>,
+    /// The engine's media-control address `host:port` (the seed's
+    /// `Cc-address`), if reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcc: Option<String>,
     /// `registered` or `expired`.
     pub status: String,
     /// Seconds until the registration expires (0 when expired).
@@ -722,8 +730,17 @@ pub struct Selection {
     pub msr: String,
     /// The chosen contact `{iface}@{msr}`.
     pub contact: String,
-    /// Its contact URI.
+    /// Its contact URI: the agent's address (where the collector
+    /// subscribes), not where a leg goes.
     pub uri: String,
+    /// The media engine's SIP URI: where the core sends the INVITE that
+    /// parks the leg (SPEC §3, §7); absent when the MSR's agent reported
+    /// none (then only `uri` is known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_uri: Option<String>,
+    /// The engine's media-control address `host:port`, if reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcc: Option<String>,
     /// The given MSR had no candidate: a media bridge between the two MSRs
     /// is needed.
     pub media_bridge: bool,

@@ -7,10 +7,12 @@
 //!   response construction, and [`sip::SipEndpoint`], the thin async adapter
 //!   that the daemons' shells use to move messages through rsipstack's
 //!   transaction layer.
+//! * [`engine`] — the media engine's addresses and their encoding in the
+//!   REGISTER's Contact URI (SPEC §3).
 //! * [`backoff`] — capped exponential backoff, pure.
 //! * [`admin`] — the collector control protocol (the only serde wire types).
 //! * [`logging`] — the daemons' default log filter.
-//! * [`signals`] — SIGTERM/SIGINT stop, SIGHUP is ignored.
+//! * [`signals`] — SIGTERM/SIGINT stop, SIGHUP never does.
 //!
 //! Architecture invariant: apart from [`sip::SipEndpoint`] and
 //! [`signals`], nothing in this crate performs I/O, reads a clock or spawns
@@ -19,6 +21,7 @@
 
 pub mod admin;
 pub mod backoff;
+pub mod engine;
 pub mod event_package;
 pub mod fs;
 pub mod logging;

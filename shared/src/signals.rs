@@ -1,16 +1,17 @@
 //! The daemons' signal handling: SIGTERM and SIGINT stop them gracefully;
 //! SIGHUP, which would otherwise kill them without their shutdown sequence
-//! (no final NOTIFYs, no `Expires: 0`), is logged and ignored — the agent
-//! reloads its config when the file changes, the collector needs a restart.
+//! (no final NOTIFYs, no `Expires: 0`), never stops them: the daemon says
+//! what it does instead (the agent reopens its own log file; the collector
+//! ignores it, its TOML needs a restart).
 
 use tracing::{info, warn};
 
-/// Waits for SIGTERM or SIGINT and returns its name. SIGHUP is ignored with
-/// an info line naming `on_hup` (what the daemon does instead).
+/// Waits for SIGTERM or SIGINT and returns its name. Each SIGHUP calls
+/// `on_hup` and logs at info what it returns (what the daemon did).
 ///
 /// # Errors
 /// When the signal handlers cannot be installed.
-pub async fn shutdown_signal(on_hup: &str) -> std::io::Result<&'static str> {
+pub async fn shutdown_signal(mut on_hup: impl FnMut() -> String) -> std::io::Result<&'static str> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -24,7 +25,8 @@ pub async fn shutdown_signal(on_hup: &str) -> std::io::Result<&'static str> {
                     warn!("sighup handler closed");
                     std::future::pending::<()>().await;
                 }
-                info!("SIGHUP ignored: {on_hup}");
+                let done = on_hup();
+                info!("SIGHUP: {done}");
             }
         }
     }

@@ -296,10 +296,11 @@ async fn real_agent_registers_and_reports_load() {
         r#"<?xml version="1.0" encoding="utf-8"?>
 <config date="00:00:00 01.01.2025">
     <general log-level="3" max-calls="100" load-sensor="calls" load-delta="5"/>
-    <transport bind-addr="127.0.0.1" port="0" transport="udp"/>
+    <transport bind-addr="127.0.0.1" port="5090" transport="udp+tcp"/>
     <media port-start="20000" port-range="1000"/>
     <accounts><dynamic msr_name="msr_7" realm="sip:{}" auth_name="msr" auth_password="msr-secret" dtmf_mode="rfc"/></accounts>
-    <agent register-expires="60" max-subscription-expires="3600" calls-source="fixed:7" notify-min-interval-ms="1000" sample-interval-ms="200"/>
+    <pbyte><mcc bind-addr="127.0.0.1" port="5700"/></pbyte>
+    <agent sip-port="0" register-expires="60" max-subscription-expires="3600" calls-source="fixed:7" notify-min-interval-ms="1000" sample-interval-ms="200"/>
 </config>
 "#,
         handle.sip_addr
@@ -315,7 +316,7 @@ async fn real_agent_registers_and_reports_load() {
         .expect("control socket");
     let row = poll_rows(&mut client, |rows| {
         rows.iter()
-            .find(|r| r.msr == "msr_7" && r.load.is_some())
+            .find(|r| r.msr == "msr_7" && r.load.is_some() && r.subscription == "active")
             .cloned()
     })
     .await
@@ -324,6 +325,36 @@ async fn real_agent_registers_and_reports_load() {
     assert_eq!(row.load, Some(7));
     assert_eq!(row.subscription, "active");
     assert_eq!(row.version.as_deref(), Some(env!("CARGO_PKG_VERSION")));
+    // SPEC §3: the media engine's addresses came with the REGISTER, and a
+    // selection answers them: the core parks the leg on the engine, not on
+    // the agent.
+    assert_eq!(row.engine_uri.as_deref(), Some("sip:127.0.0.1:5090"));
+    assert_eq!(row.mcc.as_deref(), Some("127.0.0.1:5700"));
+    let selected = client
+        .call(&msr_shared::admin::Request::Select {
+            zone: "default".into(),
+            site: "local".into(),
+            msr: None,
+            random: None,
+            explain: false,
+        })
+        .await
+        .expect("select");
+    match selected {
+        msr_shared::admin::Response::Ok(msr_shared::admin::ResponseData::Selected(s)) => {
+            assert_eq!(s.engine_uri.as_deref(), Some("sip:127.0.0.1:5090"));
+            assert_eq!(s.mcc.as_deref(), Some("127.0.0.1:5700"));
+            assert_eq!(
+                s.uri,
+                format!(
+                    "sip:msr_7@{}{}",
+                    agent.local_addr,
+                    ";engine=127.0.0.1:5090;engine-transport=udp+tcp;mcc=127.0.0.1:5700"
+                )
+            );
+        }
+        other => panic!("{other:?}"),
+    }
 
     agent_shutdown.cancel();
     let _ = tokio::time::timeout(LIMIT, agent.join)

@@ -3,4 +3,5 @@
 mod agent;
 mod collector;
 mod lifecycle;
+mod restart;
 mod selection;

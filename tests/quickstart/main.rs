@@ -217,6 +217,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         cli.selections
     ));
     let mut picks: BTreeMap<String, u32> = BTreeMap::new();
+    let mut example = None;
     for _ in 0..cli.selections {
         let req = Request::Select {
             zone: zone.clone(),
@@ -226,7 +227,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             explain: false,
         };
         match admin.call(&req).await? {
-            Response::Ok(ResponseData::Selected(s)) => *picks.entry(s.msr).or_default() += 1,
+            Response::Ok(ResponseData::Selected(s)) => {
+                *picks.entry(s.msr.clone()).or_default() += 1;
+                example.get_or_insert(s);
+            }
             Response::Ok(other) => bail!("unexpected reply to select: {other:?}"),
             Response::Err(e) => bail!("select refused: {} ({})", e.message, e.code),
         }
@@ -262,6 +266,25 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         );
     }
     println!();
+    if let Some(s) = example {
+        // What a core does with an answer (SPEC §3, §7).
+        println!(
+            "  The first selection chose {} ({}): a core sends the leg's INVITE to {}",
+            s.msr,
+            s.contact,
+            s.engine_uri
+                .as_deref()
+                .unwrap_or("(no engine address reported)")
+        );
+        if let Some(mcc) = &s.mcc {
+            println!("  and drives the media engine through its media-control channel at {mcc}.");
+        }
+        println!(
+            "  ({} is the agent's own address, where the collector subscribes.)",
+            s.uri
+        );
+        println!();
+    }
 
     if !cli.once {
         step("watching load changes; Ctrl-C stops everything");

@@ -369,6 +369,9 @@ pub struct AgentSpec {
     pub sample_interval_ms: u64,
     /// `agent notify-min-interval-ms`.
     pub notify_min_interval_ms: u64,
+    /// `transport port`: the media engine's SIP port (its media-control
+    /// port is the next one); nothing listens there.
+    pub engine_port: u16,
 }
 
 impl Default for AgentSpec {
@@ -381,12 +384,15 @@ impl Default for AgentSpec {
             max_subscription_expires: 3600,
             sample_interval_ms: 200,
             notify_min_interval_ms: 1000,
+            engine_port: 5090,
         }
     }
 }
 
-/// The MSR config for `spec`, with `calls-source="file:{calls}"` and an
-/// ephemeral SIP port (`port="0"`: the contact carries the bound port).
+/// The MSR config for `spec`, with `calls-source="file:{calls}"`, a media
+/// engine on `127.0.0.1:{engine_port}` (nothing listens there) with its
+/// media-control port above it, and an ephemeral SIP port for the agent
+/// (`sip-port="0"`: the contact carries the bound port).
 pub fn agent_xml(spec: &AgentSpec, calls: &Path) -> String {
     let accounts: String = spec
         .accounts
@@ -402,14 +408,19 @@ pub fn agent_xml(spec: &AgentSpec, calls: &Path) -> String {
         r#"<?xml version="1.0" encoding="utf-8"?>
 <config date="00:00:00 01.01.2025">
     <general log-level="3" log-rotate="no" max-calls="{max_calls}" load-sensor="calls" load-delta="{delta}"/>
-    <transport bind-addr="127.0.0.1" port="0" transport="udp"/>
+    <transport bind-addr="127.0.0.1" port="{engine}" transport="udp"/>
     <media port-start="20000" port-range="1000"/>
     <codec pcma="1" pcmu="2"/>
     <accounts>
 {accounts}    </accounts>
-    <agent register-expires="{reg}" max-subscription-expires="{maxsub}" calls-source="file:{calls}" notify-min-interval-ms="{nmi}" sample-interval-ms="{sample}"/>
+    <pbyte>
+        <mcc bind-addr="127.0.0.1" port="{mcc}"/>
+    </pbyte>
+    <agent sip-port="0" register-expires="{reg}" max-subscription-expires="{maxsub}" calls-source="file:{calls}" notify-min-interval-ms="{nmi}" sample-interval-ms="{sample}"/>
 </config>
 "#,
+        engine = spec.engine_port,
+        mcc = spec.engine_port + 1,
         max_calls = spec.max_calls,
         delta = spec.load_delta,
         reg = spec.register_expires,

@@ -21,7 +21,7 @@
 //!
 //! Hot reload lives in [`mod@watch`] ([`watch()`]).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 mod validate;
@@ -49,8 +49,13 @@ pub const DEFAULT_SAMPLE_INTERVAL_MS: u64 = 1000;
 pub struct AgentConfig {
     /// `<general>`: logging, capacity and load reporting.
     pub general: General,
-    /// `<transport>`: where the agent's SIP endpoint listens.
+    /// `<transport>`: the media engine's SIP address (where a core sends
+    /// the INVITE that parks a leg on this MSR, SPEC §3). The agent binds
+    /// the same `bind-addr` on its own port ([`AgentSettings::sip_port`]).
     pub transport: TransportConfig,
+    /// `<pbyte>/<mcc>`: the media engine's media-control address, reported
+    /// to the core with each REGISTER (SPEC §3); `None` without the element.
+    pub mcc: Option<SocketAddr>,
     /// `<media>`: the RTP port range used to count media sessions.
     pub media: MediaConfig,
     /// `<accounts>/<dynamic>`: one registration per element, in file order.
@@ -61,18 +66,25 @@ pub struct AgentConfig {
     pub agent: AgentSettings,
 }
 
+impl AgentConfig {
+    /// This config with the agent's SIP port set to `port` (`--sip-port`),
+    /// checked as `<agent sip-port>` is ([`ConfigError::PortCollision`]);
+    /// `origin` names the file in the error.
+    ///
+    /// # Errors
+    /// [`ConfigError::PortCollision`].
+    pub fn with_sip_port(mut self, port: u16, origin: &Path) -> Result<Self, ConfigError> {
+        self.agent.sip_port = port;
+        validate::check_sip_port(&self, origin)?;
+        Ok(self)
+    }
+}
+
 /// `<general>` (SPEC §2). The element is required.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct General {
     /// `log-level`, media-engine verbosity (0–255), if given.
     pub log_level: Option<u8>,
-    /// `log-path`: directory for log files, if given.
-    pub log_path: Option<PathBuf>,
-    /// `log-name`: log file name, if given.
-    pub log_name: Option<String>,
-    /// `log-rotate` (`yes`/`no`, `true`/`false`, `on`/`off`, `1`/`0`);
-    /// `false` when absent.
-    pub log_rotate: bool,
     /// `max-calls` (required): capacity of the MSR in media sessions, > 0.
     pub max_calls: u32,
     /// `load-sensor` (required): which figure is reported as `load`.
@@ -118,12 +130,14 @@ impl std::fmt::Display for LoadSensor {
     }
 }
 
-/// `<transport>` (SPEC §2). The element is required.
+/// `<transport>` (SPEC §2): the media engine's SIP socket. The element is
+/// required.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransportConfig {
-    /// `bind-addr` (required): IPv4 or IPv6 address to bind the SIP socket to.
+    /// `bind-addr` (required): the engine's IPv4 or IPv6 address; the
+    /// agent binds its own SIP socket on it too.
     pub bind_addr: IpAddr,
-    /// `port` (required): SIP port; 0 binds an ephemeral port (tests).
+    /// `port` (required): the engine's SIP port. The agent never binds it.
     pub port: u16,
     /// `transport`: `udp` when absent.
     pub transport: Transports,
@@ -265,6 +279,15 @@ pub struct AgentSettings {
     pub sample_interval_ms: u64,
     /// `node-name`: non-empty name of this node, if given.
     pub node_name: Option<String>,
+    /// `sip-port` (or `--sip-port`): the agent's own SIP port on
+    /// `<transport bind-addr>`. Default: the `<transport>` port + 1 (0, an
+    /// ephemeral port, when that port is 0). Never the engine's port, its
+    /// media-control port or a port of the RTP range ([`ConfigError::PortCollision`]).
+    pub sip_port: u16,
+    /// `log-file` (or `--log-file`): the agent's own log file, reopened on
+    /// SIGHUP (for logrotate); `None`: standard error (the journal under
+    /// systemd). The engine's `<general log-path log-name>` is never used.
+    pub log_file: Option<PathBuf>,
 }
 
 impl Default for AgentSettings {
@@ -276,6 +299,8 @@ impl Default for AgentSettings {
             notify_min_interval_ms: DEFAULT_NOTIFY_MIN_INTERVAL_MS,
             sample_interval_ms: DEFAULT_SAMPLE_INTERVAL_MS,
             node_name: None,
+            sip_port: 0,
+            log_file: None,
         }
     }
 }
@@ -290,6 +315,8 @@ impl AgentSettings {
         "notify-min-interval-ms",
         "sample-interval-ms",
         "node-name",
+        "sip-port",
+        "log-file",
     ];
 }
 
@@ -486,6 +513,23 @@ pub enum ConfigError {
         /// The account's realm URI.
         realm: String,
     },
+    /// The agent's SIP port is a port of the media engine: the engine's SIP
+    /// port, its media-control port or a port of its RTP range (SPEC §1:
+    /// the agent never binds a port of the media engine).
+    #[error(
+        "{}: <agent sip-port=\"{sip_port}\">: collides with the media engine's {engine}: \
+         the agent needs a port of its own (set <agent sip-port> or --sip-port)",
+        path.display()
+    )]
+    PortCollision {
+        /// The config file.
+        path: PathBuf,
+        /// The agent's SIP port (given, or the default).
+        sip_port: u16,
+        /// What of the engine's it collides with, as written in the file,
+        /// e.g. `<transport port="5040">`.
+        engine: String,
+    },
     /// The document does not have the expected structure (reported by the
     /// deserializer).
     #[error("{}: unexpected structure: {reason}", path.display())]
@@ -520,6 +564,7 @@ impl ConfigError {
             | ConfigError::BadInteger { path, .. }
             | ConfigError::UnknownAttribute { path, .. }
             | ConfigError::DuplicateAccount { path, .. }
+            | ConfigError::PortCollision { path, .. }
             | ConfigError::Structure { path, .. }
             | ConfigError::Watch { path, .. } => path,
         }

@@ -45,15 +45,14 @@ const GOOD_GENERAL: &str = r#"max-calls="100" load-sensor="calls""#;
 fn seed_config_parses() -> TestResult {
     let c = load(&examples_dir().join("msr.xml"))?;
     assert_eq!(c.general.log_level, Some(3));
-    assert!(c.general.log_rotate);
     assert_eq!(c.general.max_calls, 8192);
     assert_eq!(c.general.load_sensor, LoadSensor::Media);
     assert_eq!(c.general.load_delta, 10);
-    assert_eq!(c.general.log_name.as_deref(), Some("msr.log"));
-    assert_eq!(
-        c.general.log_path,
-        Some(PathBuf::from("/var/log/ecss/media-server"))
-    );
+    // The engine's log file is the engine's: the agent logs to stderr.
+    assert_eq!(c.agent.log_file, None);
+    // The engine keeps 5040; the agent takes the next port.
+    assert_eq!(c.agent.sip_port, 5041);
+    assert_eq!(c.mcc, Some("192.168.2.21:5700".parse()?));
     assert_eq!(
         c.transport.bind_addr,
         "192.168.2.21".parse::<std::net::IpAddr>()?
@@ -77,7 +76,13 @@ fn seed_config_parses() -> TestResult {
     assert_eq!(a.auth_password, "password");
     assert_eq!(a.dtmf_mode.as_deref(), Some("rfc+inband+info"));
     assert_eq!(c.accounts[1].realm.host, "192.168.2.22");
-    assert_eq!(c.agent, AgentSettings::default());
+    assert_eq!(
+        c.agent,
+        AgentSettings {
+            sip_port: 5041,
+            ..AgentSettings::default()
+        }
+    );
     Ok(())
 }
 
@@ -307,11 +312,15 @@ fn bad_values_name_element_attribute_value_and_accepted() {
     .contains(
         r#"<general load-delta="101">: load-delta out of range, accepted: an integer 1..=100"#
     ));
-    assert!(err(&doc(
-        r#"max-calls="1" load-sensor="cpu" log-rotate="maybe""#,
-        ""
-    ))
-    .contains(r#"<general log-rotate="maybe">: bad log-rotate, accepted: yes, no"#));
+    // The engine's log attributes are the engine's business.
+    assert!(parse(
+        &doc(
+            r#"max-calls="1" load-sensor="cpu" log-rotate="maybe" log-path="" log-name="x""#,
+            ""
+        ),
+        origin()
+    )
+    .is_ok());
     assert!(
         err(&doc(GOOD_GENERAL, "").replace("127.0.0.1", "localhost")).contains(
             r#"<transport bind-addr="localhost">: bad bind-addr, accepted: an ipv4 or ipv6 address"#
@@ -359,7 +368,6 @@ fn media_range_may_reach_the_last_port() -> TestResult {
 fn defaults_and_optional_attributes() -> TestResult {
     let c = parse(&doc(GOOD_GENERAL, ""), origin())?;
     assert_eq!(c.general.load_delta, DEFAULT_LOAD_DELTA);
-    assert!(!c.general.log_rotate);
     assert_eq!(c.general.log_level, None);
     assert_eq!(c.transport.transport, Transports::Udp);
     assert!(c.accounts.is_empty());
@@ -369,13 +377,93 @@ fn defaults_and_optional_attributes() -> TestResult {
     assert_eq!(c.agent.notify_min_interval_ms, 1000);
     assert_eq!(c.agent.sample_interval_ms, 1000);
     assert_eq!(c.agent.node_name, None);
-    // Port 0 = ephemeral.
+    assert_eq!(c.agent.sip_port, 5071, "the engine's port + 1");
+    assert_eq!(c.agent.log_file, None);
+    assert_eq!(c.mcc, None);
+    // Port 0 (tests): the agent's port is ephemeral too.
     let c = parse(
         &doc(GOOD_GENERAL, "").replace(r#"port="5070""#, r#"port="0""#),
         origin(),
     )?;
     assert_eq!(c.transport.port, 0);
+    assert_eq!(c.agent.sip_port, 0);
     Ok(())
+}
+
+/// SPEC §1: the agent never binds a port of the media engine. A sip-port
+/// that is the engine's SIP port, its media-control port or an RTP port is
+/// an error naming both.
+#[test]
+fn a_sip_port_of_the_engine_is_refused_naming_both() -> TestResult {
+    let mcc = r#"<pbyte><mcc bind-addr="127.0.0.1" port="5700"/></pbyte>"#;
+    let cases = [
+        (
+            r#"<agent sip-port="5070"/>"#.to_owned(),
+            r#"config-examples/bad.xml: <agent sip-port="5070">: collides with the media engine's <transport port="5070">: the agent needs a port of its own (set <agent sip-port> or --sip-port)"#,
+        ),
+        (
+            format!(r#"<agent sip-port="5700"/>{mcc}"#),
+            r#"config-examples/bad.xml: <agent sip-port="5700">: collides with the media engine's <pbyte><mcc bind-addr="127.0.0.1" port="5700">: the agent needs a port of its own (set <agent sip-port> or --sip-port)"#,
+        ),
+        (
+            r#"<agent sip-port="20010"/>"#.to_owned(),
+            r#"config-examples/bad.xml: <agent sip-port="20010">: collides with the media engine's <media port-start="20000" port-range="1000"> (RTP ports 20000..21000): the agent needs a port of its own (set <agent sip-port> or --sip-port)"#,
+        ),
+    ];
+    for (extra, expected) in cases {
+        assert_eq!(err(&doc(GOOD_GENERAL, &extra)), expected);
+    }
+    // The default (engine port + 1) is checked too.
+    let m = err(&doc(GOOD_GENERAL, "").replace(r#"port-start="20000""#, r#"port-start="5071""#));
+    assert!(
+        m.contains(
+            r#"<agent sip-port="5071">: collides with the media engine's <media port-start="5071""#
+        ),
+        "{m}"
+    );
+    let m = err(&doc(GOOD_GENERAL, "").replace(r#"port="5070""#, r#"port="65535""#));
+    assert!(
+        m.contains("no port above it is left for the default"),
+        "{m}"
+    );
+    // An mcc on another address does not collide.
+    let c = parse(
+        &doc(
+            GOOD_GENERAL,
+            r#"<agent sip-port="5700"/><pbyte><mcc bind-addr="10.0.0.9" port="5700"/></pbyte>"#,
+        ),
+        origin(),
+    )?;
+    assert_eq!(c.agent.sip_port, 5700);
+    // --sip-port is checked the same way.
+    let c = parse(&doc(GOOD_GENERAL, ""), origin())?;
+    let e = c
+        .clone()
+        .with_sip_port(5070, origin())
+        .expect_err("the engine's port");
+    assert!(e.to_string().contains(r#"<transport port="5070">"#), "{e}");
+    assert_eq!(c.with_sip_port(5090, origin())?.agent.sip_port, 5090);
+    Ok(())
+}
+
+#[test]
+fn bad_mcc_values_are_named() {
+    let m = err(&doc(
+        GOOD_GENERAL,
+        r#"<pbyte><mcc bind-addr="mcc.local" port="5700"/></pbyte>"#,
+    ));
+    assert_eq!(
+        m,
+        r#"config-examples/bad.xml: <mcc bind-addr="mcc.local">: bad bind-addr, accepted: an ipv4 or ipv6 address"#
+    );
+    let m = err(&doc(
+        GOOD_GENERAL,
+        r#"<pbyte><mcc bind-addr="127.0.0.1" port="0"/></pbyte>"#,
+    ));
+    assert!(
+        m.contains(r#"<mcc port="0">: port out of range, accepted: an integer 1..=65535"#),
+        "{m}"
+    );
 }
 
 #[test]
@@ -384,7 +472,8 @@ fn agent_element_is_parsed_strictly() -> TestResult {
         &doc(
             GOOD_GENERAL,
             r#"<agent register-expires="60" max-subscription-expires="120" calls-source="fixed:7"
-                notify-min-interval-ms="1500" sample-interval-ms="250" node-name="core1@ecss1"/>"#,
+                notify-min-interval-ms="1500" sample-interval-ms="250" node-name="core1@ecss1"
+                sip-port="5090" log-file="/var/log/msr-agent/msr-agent.log"/>"#,
         ),
         origin(),
     )?;
@@ -397,13 +486,16 @@ fn agent_element_is_parsed_strictly() -> TestResult {
             notify_min_interval_ms: 1500,
             sample_interval_ms: 250,
             node_name: Some("core1@ecss1".to_owned()),
+            sip_port: 5090,
+            log_file: Some(PathBuf::from("/var/log/msr-agent/msr-agent.log")),
         }
     );
     let m = err(&doc(GOOD_GENERAL, r#"<agent expires="60"/>"#));
     assert_eq!(
         m,
         "config-examples/bad.xml:6:3: <agent expires>: unknown attribute, accepted: register-expires, \
-         max-subscription-expires, calls-source, notify-min-interval-ms, sample-interval-ms, node-name"
+         max-subscription-expires, calls-source, notify-min-interval-ms, sample-interval-ms, node-name, \
+         sip-port, log-file"
     );
     assert!(err(&doc(GOOD_GENERAL, r#"<agent calls-source="socket"/>"#))
         .contains(r#"<agent calls-source="socket">: bad calls-source, accepted: proc, file:/path, fixed:N"#));

@@ -3,14 +3,14 @@
 //! and the accepted values (SPEC §2).
 
 use std::collections::HashSet;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use msr_shared::sip::{is_token_char, MAX_MSR_NAME_LEN};
 
 use super::xml::{
-    RawAccounts, RawAgent, RawConfig, RawDynamic, RawGeneral, RawMedia, RawTransport, Scan,
+    RawAccounts, RawAgent, RawConfig, RawDynamic, RawGeneral, RawMcc, RawMedia, RawTransport, Scan,
 };
 use super::{
     Account, AgentConfig, AgentSettings, CallsSource, ConfigError, General, LoadSensor,
@@ -137,17 +137,101 @@ pub(super) fn validate(
             });
         }
     }
-    let agent = match &raw.agent {
+    let mcc = match raw.pbyte.as_ref().and_then(|p| p.mcc.as_ref()) {
+        Some(m) => Some(mcc(&cx, m)?),
+        None => None,
+    };
+    let mut agent = match &raw.agent {
         Some(a) => agent(&cx, a)?,
         None => AgentSettings::default(),
     };
-    Ok(AgentConfig {
+    let explicit = raw.agent.as_ref().and_then(|a| a.sip_port.as_deref());
+    agent.sip_port = match explicit {
+        Some(v) => cx.int::<u16>(v, "agent", "sip-port", 0, u16::MAX)?,
+        None => default_sip_port(&cx, transport.port)?,
+    };
+    let config = AgentConfig {
         general,
         transport,
+        mcc,
         media,
         accounts,
         agent,
-    })
+    };
+    check_sip_port(&config, origin)?;
+    Ok(config)
+}
+
+/// The agent's SIP port when `<agent sip-port>` is not given: the engine's
+/// port + 1 (SPEC §2), or 0 (ephemeral) when the engine's port is 0.
+fn default_sip_port(cx: &Ctx<'_>, engine_port: u16) -> Result<u16, ConfigError> {
+    match engine_port {
+        0 => Ok(0),
+        u16::MAX => Err(ConfigError::PortCollision {
+            path: cx.path.to_path_buf(),
+            sip_port: u16::MAX,
+            engine: format!(
+                "<transport port=\"{}\"> (no port above it is left for the default)",
+                u16::MAX
+            ),
+        }),
+        p => Ok(p + 1),
+    }
+}
+
+/// Refuses an agent SIP port that is one of the media engine's: its SIP
+/// port, its media-control port on the same address, or a port of its RTP
+/// range (where the agent's socket would also be counted as a media
+/// session). Port 0 (ephemeral) collides with nothing.
+pub(super) fn check_sip_port(config: &AgentConfig, origin: &Path) -> Result<(), ConfigError> {
+    let sip_port = config.agent.sip_port;
+    if sip_port == 0 {
+        return Ok(());
+    }
+    let collision = |engine: String| ConfigError::PortCollision {
+        path: origin.to_path_buf(),
+        sip_port,
+        engine,
+    };
+    if sip_port == config.transport.port {
+        return Err(collision(format!("<transport port=\"{sip_port}\">")));
+    }
+    if let Some(mcc) = config.mcc {
+        let bind = config.transport.bind_addr;
+        let same_host = mcc.ip() == bind || mcc.ip().is_unspecified() || bind.is_unspecified();
+        if mcc.port() == sip_port && same_host {
+            return Err(collision(format!(
+                "<pbyte><mcc bind-addr=\"{}\" port=\"{sip_port}\">",
+                mcc.ip()
+            )));
+        }
+    }
+    if config.media.contains(sip_port) {
+        return Err(collision(format!(
+            "<media port-start=\"{}\" port-range=\"{}\"> (RTP ports {}..{})",
+            config.media.port_start,
+            config.media.port_range,
+            config.media.port_start,
+            config.media.port_end()
+        )));
+    }
+    Ok(())
+}
+
+fn mcc(cx: &Ctx<'_>, raw: &RawMcc) -> Result<SocketAddr, ConfigError> {
+    const E: &str = "mcc";
+    let addr_text = cx.required(&raw.bind_addr, E, "bind-addr")?;
+    let ip = IpAddr::from_str(addr_text.trim()).map_err(|_| {
+        cx.invalid(
+            E,
+            "bind-addr",
+            addr_text,
+            ValueProblem::Bad,
+            "an ipv4 or ipv6 address",
+        )
+    })?;
+    let port = cx.int::<u16>(cx.required(&raw.port, E, "port")?, E, "port", 1, u16::MAX)?;
+    Ok(SocketAddr::new(ip, port))
 }
 
 fn general(cx: &Ctx<'_>, raw: &RawGeneral) -> Result<General, ConfigError> {
@@ -157,18 +241,6 @@ fn general(cx: &Ctx<'_>, raw: &RawGeneral) -> Result<General, ConfigError> {
         .as_deref()
         .map(|v| cx.int::<u8>(v, E, "log-level", 0, u8::MAX))
         .transpose()?;
-    let log_rotate = match raw.log_rotate.as_deref() {
-        None => false,
-        Some(v) => parse_bool(v).ok_or_else(|| {
-            cx.invalid(
-                E,
-                "log-rotate",
-                v,
-                ValueProblem::Bad,
-                "yes, no, true, false, on, off, 1, 0",
-            )
-        })?,
-    };
     let max_calls = cx.int::<u32>(
         cx.required(&raw.max_calls, E, "max-calls")?,
         E,
@@ -197,21 +269,10 @@ fn general(cx: &Ctx<'_>, raw: &RawGeneral) -> Result<General, ConfigError> {
     };
     Ok(General {
         log_level,
-        log_path: raw.log_path.as_ref().map(PathBuf::from),
-        log_name: raw.log_name.clone(),
-        log_rotate,
         max_calls,
         load_sensor,
         load_delta,
     })
-}
-
-fn parse_bool(v: &str) -> Option<bool> {
-    match v.trim().to_ascii_lowercase().as_str() {
-        "yes" | "true" | "on" | "1" => Some(true),
-        "no" | "false" | "off" | "0" => Some(false),
-        _ => None,
-    }
 }
 
 fn transport(cx: &Ctx<'_>, raw: &RawTransport) -> Result<TransportConfig, ConfigError> {
@@ -419,6 +480,19 @@ fn agent(cx: &Ctx<'_>, raw: &RawAgent) -> Result<AgentSettings, ConfigError> {
         }
         Some(v) => Some(v.to_owned()),
     };
+    let log_file = match raw.log_file.as_deref() {
+        None => None,
+        Some(v) if v.trim().is_empty() || v.ends_with('/') => {
+            return Err(cx.invalid(
+                E,
+                "log-file",
+                v,
+                ValueProblem::Bad,
+                "the path of a file, e.g. /var/log/msr-agent/msr-agent.log",
+            ));
+        }
+        Some(v) => Some(PathBuf::from(v)),
+    };
     Ok(AgentSettings {
         register_expires,
         max_subscription_expires,
@@ -426,6 +500,9 @@ fn agent(cx: &Ctx<'_>, raw: &RawAgent) -> Result<AgentSettings, ConfigError> {
         notify_min_interval_ms,
         sample_interval_ms,
         node_name,
+        // Resolved by `validate` once `<transport>` is known.
+        sip_port: d.sip_port,
+        log_file,
     })
 }
 

@@ -16,7 +16,14 @@ use super::{ConfigError, Position};
 
 /// Section elements under `<config>` that the agent reads; each may appear at
 /// most once.
-const SECTIONS: &[&str] = &["general", "transport", "media", "accounts", "agent"];
+const SECTIONS: &[&str] = &[
+    "general",
+    "transport",
+    "media",
+    "accounts",
+    "agent",
+    "pbyte",
+];
 
 /// `<config>`: the document root.
 #[derive(Debug, Default, Deserialize)]
@@ -26,19 +33,30 @@ pub(super) struct RawConfig {
     pub(super) media: Option<RawMedia>,
     pub(super) accounts: Option<RawAccounts>,
     pub(super) agent: Option<RawAgent>,
+    pub(super) pbyte: Option<RawPbyte>,
 }
 
-/// `<general>`
+/// `<pbyte>`: the media engine's control section; only `<mcc>` is read.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct RawPbyte {
+    pub(super) mcc: Option<RawMcc>,
+}
+
+/// `<pbyte>/<mcc>`: the engine's media-control channel.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct RawMcc {
+    #[serde(rename = "@bind-addr")]
+    pub(super) bind_addr: Option<String>,
+    #[serde(rename = "@port")]
+    pub(super) port: Option<String>,
+}
+
+/// `<general>` (`log-path`, `log-name`, `log-rotate` are the engine's log
+/// file, which the agent never writes: not read)
 #[derive(Debug, Default, Deserialize)]
 pub(super) struct RawGeneral {
     #[serde(rename = "@log-level")]
     pub(super) log_level: Option<String>,
-    #[serde(rename = "@log-path")]
-    pub(super) log_path: Option<String>,
-    #[serde(rename = "@log-name")]
-    pub(super) log_name: Option<String>,
-    #[serde(rename = "@log-rotate")]
-    pub(super) log_rotate: Option<String>,
     #[serde(rename = "@max-calls")]
     pub(super) max_calls: Option<String>,
     #[serde(rename = "@load-sensor")]
@@ -126,6 +144,10 @@ pub(super) struct RawAgent {
     pub(super) sample_interval_ms: Option<String>,
     #[serde(rename = "@node-name")]
     pub(super) node_name: Option<String>,
+    #[serde(rename = "@sip-port")]
+    pub(super) sip_port: Option<String>,
+    #[serde(rename = "@log-file")]
+    pub(super) log_file: Option<String>,
 }
 
 /// What the well-formedness scan learned besides "the file is well formed".

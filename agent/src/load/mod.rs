@@ -160,9 +160,6 @@ mod tests {
     fn general(sensor: LoadSensor) -> General {
         General {
             log_level: None,
-            log_path: None,
-            log_name: None,
-            log_rotate: false,
             max_calls: 100,
             load_sensor: sensor,
             load_delta: 5,

@@ -6,31 +6,49 @@ use std::path::Path;
 use super::*;
 
 fn log_file(dir: &Path, name: &str) -> LogFile {
-    LogFile {
-        dir: dir.to_path_buf(),
-        name: name.to_owned(),
-    }
+    LogFile::new(dir.join(name))
 }
 
+/// The engine's `<general log-path log-name>` is the engine's file: only
+/// `<agent log-file>` names the agent's own.
 #[test]
-fn from_config_needs_both_path_and_name() -> Result<(), Box<dyn std::error::Error>> {
-    let text = |general: &str| {
+fn only_agent_log_file_names_the_agents_file() -> Result<(), Box<dyn std::error::Error>> {
+    let text = |general: &str, agent: &str| {
         format!(
-            r#"<config><general max-calls="10" load-sensor="calls" {general}/><transport bind-addr="127.0.0.1" port="5070"/><media port-start="20000" port-range="100"/></config>"#
+            r#"<config><general max-calls="10" load-sensor="calls" {general}/><transport bind-addr="127.0.0.1" port="5070"/><media port-start="20000" port-range="100"/>{agent}</config>"#
         )
     };
-    let parse = |general: &str| crate::config::parse(&text(general), Path::new("t.xml"));
-    let both = parse(r#"log-path="/var/log/ecss" log-name="msr.log""#)?;
-    let file = LogFile::from_config(&both.general).ok_or("a log file")?;
-    assert_eq!(file.path(), PathBuf::from("/var/log/ecss/msr.log"));
-    assert_eq!(
-        LogFile::from_config(&parse(r#"log-path="/var/log/ecss""#)?.general),
-        None
-    );
-    assert_eq!(
-        LogFile::from_config(&parse(r#"log-name="msr.log""#)?.general),
-        None
-    );
+    let parse = |general: &str, agent: &str| {
+        crate::config::parse(&text(general, agent), Path::new("t.xml"))
+    };
+    let engine_only = parse(r#"log-path="/var/log/ecss" log-name="msr.log""#, "")?;
+    assert_eq!(LogFile::from_config(&engine_only.agent), None);
+    let own = parse(
+        r#"log-path="/var/log/ecss" log-name="msr.log""#,
+        r#"<agent log-file="/var/log/msr-agent/agent.log"/>"#,
+    )?;
+    let file = LogFile::from_config(&own.agent).ok_or("a log file")?;
+    assert_eq!(file.path(), Path::new("/var/log/msr-agent/agent.log"));
+    Ok(())
+}
+
+/// logrotate moves the file away and the daemon gets SIGHUP: the next lines
+/// go to a new file at the path, and nothing written before is lost.
+#[test]
+fn reopen_writes_to_a_new_file_at_the_same_path() -> Result<(), Box<dyn std::error::Error>> {
+    use std::io::Write;
+    let dir = tempfile::tempdir()?;
+    let file = log_file(dir.path(), "agent.log");
+    let mut writer = file.open_reopening()?;
+    writer.write_all(b"before\n")?;
+    let rotated = dir.path().join("agent.log.1");
+    std::fs::rename(file.path(), &rotated)?;
+    writer.write_all(b"still old\n")?;
+    writer.reopen()?;
+    writer.write_all(b"after\n")?;
+    writer.flush()?;
+    assert_eq!(std::fs::read_to_string(&rotated)?, "before\nstill old\n");
+    assert_eq!(std::fs::read_to_string(file.path())?, "after\n");
     Ok(())
 }
 
@@ -64,7 +82,7 @@ fn a_missing_directory_gives_the_daemons_error() -> Result<(), Box<dyn std::erro
             file.path().display()
         )
     );
-    assert_eq!(checked.path, file.path());
+    assert_eq!(checked.path.as_path(), file.path());
     Ok(())
 }
 

@@ -25,6 +25,11 @@ fn config() -> RegistrationConfig {
         contact_addr: IpAddr::V4(Ipv4Addr::LOCALHOST),
         contact_port: 5070,
         iface: "lo".into(),
+        engine: Some(msr_shared::engine::EngineAddresses {
+            sip: "127.0.0.1:5060".parse().expect("addr"),
+            transport: msr_shared::engine::EngineTransport::Udp,
+            mcc: Some("127.0.0.1:5700".parse().expect("addr")),
+        }),
         expires: 300,
     }
 }
@@ -71,7 +76,11 @@ fn first_register_has_the_spec_headers() {
         "sip:msr_1@192.168.2.21:5000"
     );
     assert!(sip::tag(h(&req, "From")).is_some());
-    assert_eq!(h(&req, "Contact"), "<sip:msr_1@127.0.0.1:5070>;iface=lo");
+    // SPEC §3: the agent's own address, the engine's as URI parameters.
+    assert_eq!(
+        h(&req, "Contact"),
+        "<sip:msr_1@127.0.0.1:5070;engine=127.0.0.1:5060;engine-transport=udp;mcc=127.0.0.1:5700>;iface=lo"
+    );
     assert_eq!(h(&req, "Expires"), "300");
     assert_eq!(h(&req, "CSeq"), "1 REGISTER");
     assert_eq!(h(&req, "Call-ID"), reg.call_id());

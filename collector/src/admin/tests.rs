@@ -61,6 +61,7 @@ impl Harness {
             contact: contact.into(),
             msr: msr.into(),
             uri: format!("sip:{msr}@127.0.0.1:5040"),
+            engine: None,
             version: Some("0.1.0".into()),
             expires_at: now + Duration::from_secs(60),
         };

@@ -173,6 +173,8 @@ pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
         "MSR\nversion",
         "MSR\nperf coef",
         "MSR\nload",
+        "Cc-address",
+        "Engine",
         "Active",
         "Zone",
         "Site",
@@ -189,6 +191,8 @@ pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
         Align::Left,
         Align::Right,
         Align::Right,
+        Align::Left,
+        Align::Left,
         Align::Left,
         Align::Left,
         Align::Left,
@@ -216,6 +220,8 @@ pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
                 optional(r.version.as_deref()),
                 coefficient(r.performance_coefficient),
                 optional(r.load),
+                optional(r.mcc.as_deref()),
+                optional(r.engine_uri.as_deref()),
                 r.active.to_string(),
                 r.zone.clone(),
                 r.site.clone(),
@@ -412,9 +418,11 @@ pub fn selection(selection: &Selection) -> String {
         out.push_str(&explain(e));
     }
     out.push_str(&format!(
-        " msr          {}\n contact      {}\n uri          {}\n distance     {}\n media bridge {}\n draw         {} of {}\n",
+        " msr          {}\n contact      {}\n engine       {}\n mcc          {}\n uri          {}\n distance     {}\n media bridge {}\n draw         {} of {}\n",
         selection.msr,
         selection.contact,
+        optional(selection.engine_uri.as_deref()),
+        optional(selection.mcc.as_deref()),
         selection.uri,
         number(selection.distance),
         if selection.media_bridge { "needed" } else { "no" },
@@ -635,6 +643,8 @@ Legend:
             active: true,
             contact: format!("bond1.2@{msr}"),
             uri: String::new(),
+            engine_uri: Some("sip:192.168.2.21:5040".into()),
+            mcc: Some("192.168.2.21:5700".into()),
             status: "registered".into(),
             expires_secs: 58,
             subscription: "active".into(),
@@ -645,6 +655,10 @@ Legend:
             "{out}"
         );
         assert_eq!(out.matches("core1@ecss1").count(), 1, "{out}");
+        assert!(
+            out.contains("│ 192.168.2.21:5700 │ sip:192.168.2.21:5040 │ true "),
+            "{out}"
+        );
         assert!(
             out.contains("│ bond1.2@msr_2 │ registered │      58 │"),
             "{out}"
@@ -676,6 +690,8 @@ Legend:
             msr: "m".into(),
             contact: "lo@m".into(),
             uri: "sip:m@127.0.0.1".into(),
+            engine_uri: None,
+            mcc: None,
             media_bridge: false,
             distance: 1e20,
             draw: 5e-324,

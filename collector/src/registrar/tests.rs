@@ -18,19 +18,30 @@ fn registrar() -> Registrar {
 
 struct Reg<'a> {
     msr: &'a str,
+    /// `reg-{msr}` unless set (a restarted agent has another).
+    call_id: Option<&'a str>,
     contacts: Vec<String>,
     expires: Option<&'a str>,
     cseq: u32,
     auth: Option<String>,
 }
 
+/// CSeq numbers that grow across every REGISTER the tests build, as one
+/// agent's do (RFC 3261 §10.2: one Call-ID, increasing CSeq), so a test's
+/// later REGISTER is never taken for an old one.
+fn next_cseq() -> u32 {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+    NEXT.fetch_add(16, std::sync::atomic::Ordering::Relaxed)
+}
+
 impl<'a> Reg<'a> {
     fn new(msr: &'a str) -> Self {
         Reg {
             msr,
+            call_id: None,
             contacts: vec![format!("<sip:{msr}@127.0.0.1:5070>;iface=lo")],
             expires: Some("60"),
-            cseq: 1,
+            cseq: next_cseq(),
             auth: None,
         }
     }
@@ -38,11 +49,14 @@ impl<'a> Reg<'a> {
     fn build(&self) -> Request {
         let mut t = format!(
             "REGISTER sip:127.0.0.1:5060 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bK{}\r\n\
-             From: <sip:{m}@127.0.0.1:5060>;tag=f1\r\nTo: <sip:{m}@127.0.0.1:5060>\r\nCall-ID: reg-{m}\r\n\
+             From: <sip:{m}@127.0.0.1:5060>;tag=f1\r\nTo: <sip:{m}@127.0.0.1:5060>\r\nCall-ID: {call_id}\r\n\
              CSeq: {} REGISTER\r\nUser-Agent: msr-agent/0.1.0\r\n",
             self.cseq,
             self.cseq,
-            m = self.msr
+            m = self.msr,
+            call_id = self
+                .call_id
+                .map_or_else(|| format!("reg-{}", self.msr), str::to_owned),
         );
         for c in &self.contacts {
             t.push_str(&format!("Contact: {c}\r\n"));
@@ -873,4 +887,212 @@ fn every_registered_name_is_one_the_operator_accepts() {
             .set_contact_zone(contact, "rtk")
             .unwrap_or_else(|e| panic!("{contact}: {e}"));
     }
+}
+
+/// SPEC §3: the REGISTER carries the media engine's addresses as Contact
+/// URI parameters; the binding keeps them (and the URI as sent).
+#[test]
+fn the_engines_addresses_are_kept_with_the_binding() {
+    let mut r = registrar();
+    let mut reg = Reg::new("msr_1");
+    reg.contacts = vec![
+        "<sip:msr_1@192.168.2.21:5041;engine=192.168.2.21:5040;engine-transport=udp+tcp;mcc=192.168.2.21:5700>;iface=bond1.2".into(),
+    ];
+    assert_eq!(
+        register(&mut r, Instant::now(), reg).status_code,
+        StatusCode::OK
+    );
+    let b = r.contacts_of("msr_1")[0].clone();
+    let engine = b.engine.expect("engine addresses");
+    assert_eq!(engine.sip_uri(), "sip:192.168.2.21:5040");
+    assert_eq!(engine.mcc, Some("192.168.2.21:5700".parse().expect("addr")));
+    assert!(b.uri.ends_with(";mcc=192.168.2.21:5700"), "{}", b.uri);
+    assert_eq!(b.contact, "bond1.2@msr_1");
+
+    // A bad value is a 400 naming it, and changes nothing.
+    let mut reg = Reg::new("msr_2");
+    reg.contacts = vec!["<sip:msr_2@10.0.0.2:5041;engine=media.local:5040>;iface=eth0".into()];
+    let resp = register(&mut r, Instant::now(), reg);
+    assert_eq!(resp.status_code, StatusCode::BadRequest);
+    assert!(
+        resp.wire_reason.as_deref().is_some_and(
+            |w| w.contains("engine=\"media.local:5040\" is not an ip address and port")
+        ),
+        "{:?}",
+        resp.wire_reason
+    );
+    assert!(!r.is_registered("msr_2"));
+}
+
+/// RFC 3261 §10.3 step 7: with the binding's Call-ID, a REGISTER whose
+/// CSeq is not above the binding's changes nothing — not a same-CSeq
+/// rewrite of the expiry, not a lower-CSeq `Expires: 0`.
+#[test]
+fn a_register_with_an_old_cseq_changes_nothing() {
+    let mut r = registrar();
+    let t0 = Instant::now();
+    let mut reg = Reg::new("msr_1");
+    reg.cseq = 9; // authenticated as 10
+    assert_eq!(register(&mut r, t0, reg).status_code, StatusCode::OK);
+    let before = r.contacts_of("msr_1")[0].clone();
+    assert_eq!(before.cseq, 10);
+    events(&mut r);
+    for (cseq, expires) in [(9, "3600"), (7, "0")] {
+        let mut reg = Reg::new("msr_1");
+        reg.cseq = cseq; // sent as cseq + 1 with credentials
+        reg.expires = Some(expires);
+        let resp = register(&mut r, t0 + Duration::from_secs(1), reg);
+        assert_eq!(
+            resp.status_code,
+            StatusCode::BadRequest,
+            "cseq {}",
+            cseq + 1
+        );
+        assert!(
+            resp.wire_reason
+                .as_deref()
+                .is_some_and(|w| w.contains("not above the binding's 10")),
+            "{:?}",
+            resp.wire_reason
+        );
+        assert_eq!(r.contacts_of("msr_1"), vec![&before]);
+        assert!(events(&mut r).is_empty());
+    }
+    // A higher CSeq is taken.
+    let mut reg = Reg::new("msr_1");
+    reg.cseq = 11;
+    assert_eq!(register(&mut r, t0, reg).status_code, StatusCode::OK);
+    assert_eq!(r.contacts_of("msr_1")[0].cseq, 12);
+}
+
+/// SPEC §3: a REGISTER with a new Call-ID for a registered contact is a
+/// restarted MSR, whatever its CSeq: reported as such, so the subscriber
+/// starts anew at once.
+#[test]
+fn a_new_call_id_is_a_restarted_msr() {
+    let mut r = registrar();
+    let t0 = Instant::now();
+    assert_eq!(
+        register(&mut r, t0, Reg::new("msr_1")).status_code,
+        StatusCode::OK
+    );
+    events(&mut r);
+    let mut reg = Reg::new("msr_1");
+    reg.call_id = Some("after-restart");
+    reg.cseq = 1;
+    assert_eq!(register(&mut r, t0, reg).status_code, StatusCode::OK);
+    let ev = events(&mut r);
+    assert!(
+        matches!(&ev[..], [RegistrarEvent::BindingRestarted(b)] if b.call_id == "after-restart" && b.cseq == 2),
+        "{ev:?}"
+    );
+    // Its refreshes are plain refreshes again.
+    let mut reg = Reg::new("msr_1");
+    reg.call_id = Some("after-restart");
+    reg.cseq = 3;
+    register(&mut r, t0, reg);
+    assert!(matches!(
+        &events(&mut r)[..],
+        [RegistrarEvent::BindingRefreshed(_)]
+    ));
+    r.check_expiries();
+}
+
+/// SPEC §3: bindings survive a restart of the collector. Saved with their
+/// expiries as Unix times, read back at a later wall-clock time: each
+/// lapses when it would have, a lapsed one is left out, and the restored
+/// ones are reported as added (subscribed at once).
+#[test]
+fn saved_bindings_come_back_with_their_expiry() {
+    let mut r = registrar();
+    let t0 = Instant::now();
+    let mut reg = Reg::new("msr_1");
+    reg.contacts = vec![
+        "<sip:msr_1@127.0.0.1:5071;engine=127.0.0.1:5070;engine-transport=udp;mcc=127.0.0.1:5700>;iface=lo".into(),
+    ];
+    register(&mut r, t0, reg);
+    let mut short = Reg::new("msr_2");
+    short.expires = Some("20");
+    register(&mut r, t0, short);
+    let text = saved::encode(r.bindings(), t0, 1_000_000);
+
+    // 10 s of wall clock later, in a new process (another Instant base).
+    let t1 = t0 + Duration::from_secs(1000);
+    let restored = saved::decode(&text, t1, 1_010_000).expect("decodes");
+    assert_eq!(restored.len(), 2);
+    let one = restored.iter().find(|b| b.msr == "msr_1").expect("msr_1");
+    assert_eq!(one.expires_at, t1 + Duration::from_secs(50));
+    assert_eq!(one.engine, r.contacts_of("msr_1")[0].engine);
+    assert_eq!(one.call_id, "reg-msr_1");
+    // 25 s later msr_2 (20 s) has lapsed.
+    let later = saved::decode(&text, t1, 1_025_000).expect("decodes");
+    assert_eq!(
+        later.iter().map(|b| b.msr.as_str()).collect::<Vec<_>>(),
+        ["msr_1"]
+    );
+
+    let mut fresh = registrar();
+    fresh.restore(t1, restored);
+    let ev = events(&mut fresh);
+    assert_eq!(ev.len(), 2);
+    assert!(ev
+        .iter()
+        .all(|e| matches!(e, RegistrarEvent::BindingAdded(_))));
+    assert_eq!(fresh.poll_timeout(), Some(t1 + Duration::from_secs(10)));
+    fresh.check_expiries();
+    // The MSR's next refresh (same Call-ID, higher CSeq) is a refresh.
+    assert_eq!(
+        register(&mut fresh, t1, Reg::new("msr_1")).status_code,
+        StatusCode::OK
+    );
+    assert!(matches!(
+        &events(&mut fresh)[..],
+        [RegistrarEvent::BindingRefreshed(_)]
+    ));
+}
+
+/// A torn file, another version, or an entry that breaks the REGISTER
+/// rules is an error naming what is wrong, never a panic.
+#[test]
+fn bad_saved_bindings_are_refused_with_the_reason() {
+    let t0 = Instant::now();
+    let good = r#"{"format":"msr-collector bindings","version":1,"bindings":[{"msr":"msr_1","contact":"lo@msr_1","uri":"sip:msr_1@127.0.0.1:5071","version":null,"expires_unix_ms":2000,"call_id":"c","cseq":2,"source":null}]}"#;
+    assert_eq!(saved::decode(good, t0, 1000).expect("good").len(), 1);
+    let cases = [
+        (&good[..good.len() / 2], "not a bindings file"),
+        (
+            &good.replace("\"version\":1", "\"version\":2")[..],
+            "this collector reads \"msr-collector bindings\" version 1",
+        ),
+        (
+            &good.replace("\"msr\":\"msr_1\"", "\"msr\":\"msr 1\"")[..],
+            "binding 0 (\"lo@msr_1\"): bad msr name",
+        ),
+        (
+            &good.replace("lo@msr_1", "lo@msr_9")[..],
+            "contact of another msr than \"msr_1\"",
+        ),
+        (
+            &good.replace(
+                "sip:msr_1@127.0.0.1:5071",
+                "sip:msr_1@127.0.0.1:5071;engine=x",
+            )[..],
+            "is not an ip address and port",
+        ),
+    ];
+    for (text, expected) in cases {
+        let err = saved::decode(text, t0, 1000)
+            .expect_err(expected)
+            .to_string();
+        assert!(err.contains(expected), "{err}");
+    }
+    for garbage in ["", "null", "[]", "{}", "\u{0}"] {
+        assert!(saved::decode(garbage, t0, 0).is_err());
+    }
+    // An expiry far in the future is cut to the registrar's max_expires.
+    let far = good.replace("2000", "9223372036854775807");
+    let mut r = registrar();
+    r.restore(t0, saved::decode(&far, t0, 1000).expect("decodes"));
+    let max = Duration::from_secs(u64::from(r.max_expires));
+    assert_eq!(r.poll_timeout(), Some(t0 + max));
 }

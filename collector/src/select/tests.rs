@@ -60,6 +60,7 @@ impl World {
             contact: spec.contact.into(),
             msr: msr.into(),
             uri: format!("sip:{msr}@10.0.0.1:5040"),
+            engine: None,
             version: None,
             expires_at: self.now + Duration::from_secs(3600),
         };
@@ -490,6 +491,7 @@ fn arbitrary_world(
             contact,
             msr: msr.clone(),
             uri: String::new(),
+            engine: None,
             version: None,
             expires_at,
         };
@@ -732,6 +734,7 @@ fn reference_run<R: rand::Rng + ?Sized>(
             .or_else(|| intervals.iter().rev().find(|row| row.weight > 0.0));
         match picked {
             Some(row) => Ok(Choice {
+                engine: None,
                 msr: row.msr.clone(),
                 contact: row.contact.clone(),
                 uri: row.uri.clone(),

@@ -217,6 +217,7 @@ async fn no_notify_within_expiry_makes_the_row_stale() {
             contact: "lo@msr_1".into(),
             msr: "msr_1".into(),
             uri: lo().uri,
+            engine: None,
             version: Some("0.1.0".into()),
             expires_at: t0 + Duration::from_secs(3600),
         },
@@ -1168,4 +1169,51 @@ fn only_changed_subscriptions_are_reported() {
     );
     s.handle_notify(now, 1, &stray);
     assert!(s.poll_view_change().is_none());
+}
+
+/// SPEC §3: a REGISTER with a new Call-ID means the agent restarted and
+/// forgot its dialogs. The dead dialog is dropped (no unsubscribe nobody
+/// would answer) and a new SUBSCRIBE with a new Call-ID leaves at once,
+/// also when the subscription was waiting out a backoff.
+#[test]
+fn a_restarted_contact_is_subscribed_anew_at_once() {
+    let mut s = subscriber();
+    let t0 = Instant::now();
+    let first = active(&mut s, t0);
+    s.contact_restarted(t0 + secs(3), "msr_1", "lo@msr_1");
+    let again = one(&mut s);
+    assert_ne!(h(&again, "Call-ID"), h(&first, "Call-ID"));
+    assert!(sip::tag(h(&again, "To")).is_none(), "a new dialog");
+    assert_eq!(h(&again, "Expires"), "60");
+    assert_eq!(
+        s.view("msr_1").expect("view").status,
+        SubscriptionStatus::Pending
+    );
+    // A NOTIFY of the dead dialog is not ours any more.
+    let old = notify(
+        &first,
+        h(&first, "Call-ID"),
+        "agent-tag",
+        "active;expires=50",
+        BODY,
+    );
+    assert_eq!(
+        s.handle_notify(t0 + secs(3), 0, &old).status_code,
+        StatusCode::CallTransactionDoesNotExist
+    );
+
+    // Refused while the agent was down: the retry waits out a backoff…
+    s.handle_response(
+        t0 + secs(3),
+        again.id,
+        &answer(&again, StatusCode::ServiceUnavailable, None),
+    );
+    assert!(transmits(&mut s).is_empty());
+    assert!(s.poll_timeout().is_some_and(|at| at > t0 + secs(3)));
+    // …unless the agent registers anew: then at once.
+    s.contact_restarted(t0 + secs(4), "msr_1", "lo@msr_1");
+    assert_eq!(one(&mut s).request.method, Method::Subscribe);
+    // Another MSR's restart, or an unknown one, changes nothing here.
+    s.contact_restarted(t0 + secs(4), "msr_9", "lo@msr_9");
+    assert!(transmits(&mut s).is_empty());
 }
