@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace on a fresh machine.
 #
-# Installs what the tests need and the machine lacks (SIPp, from Debian's
-# `sip-tester`), then runs the unit, property and system tests. Extra
+# Installs what the tests need and the machine lacks (SIPp from Debian's
+# `sip-tester`, Kamailio), then runs the unit, property and system tests. Extra
 # arguments go to `cargo test` (e.g. `scripts/test.sh -p msr-agent`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v sipp >/dev/null 2>&1; then
-  echo "== installing SIPp (Debian package sip-tester)"
+# The independent peers the system tests run, from Debian's packages:
+# command:package for each one whose command is missing.
+missing=()
+for need in sipp:sip-tester kamailio:kamailio kamcmd:kamailio; do
+  command -v "${need%%:*}" >/dev/null 2>&1 || missing+=("${need#*:}")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "== installing ${missing[*]} (Debian packages)"
   SUDO=""
   if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq sip-tester >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 echo "== $(sipp -v 2>/dev/null | grep -m1 -i 'sipp v' || echo 'sipp installed')"
 

@@ -2,6 +2,7 @@
 //! One test binary (matklad, "delete cargo integration tests").
 mod agent;
 mod collector;
+mod kamailio;
 mod lifecycle;
 mod restart;
 mod selection;

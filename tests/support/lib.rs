@@ -212,4 +212,5 @@ pub fn addr(text: &str) -> SocketAddr {
     text.parse()
         .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
 }
+pub mod kamailio;
 pub mod system;

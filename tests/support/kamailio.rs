@@ -1,0 +1,104 @@
+//! A real Kamailio (Debian's `kamailio` package, which `scripts/test.sh`
+//! installs) as an independent peer: started in the foreground on a free
+//! loopback port with a config from `tests/kamailio/`, queried over its
+//! `ctl` binrpc socket with `kamcmd`, stopped when dropped.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::{free_udp_port, wait_for, ChildGuard};
+
+/// A running Kamailio.
+pub struct Kamailio {
+    /// Its SIP (UDP) port on 127.0.0.1.
+    pub port: u16,
+    /// The `ctl` binrpc socket `kamcmd` talks to.
+    pub ctl: PathBuf,
+    /// Its stderr log.
+    pub log: PathBuf,
+    child: Option<ChildGuard>,
+}
+
+impl Kamailio {
+    /// Starts Kamailio with `tests/kamailio/{config}` (its `LISTEN` and
+    /// `CTL_SOCKET` filled in) and waits until its control socket answers.
+    pub async fn start(dir: &Path, config: &str) -> Kamailio {
+        let port = free_udp_port();
+        let ctl = dir.join("kamailio.ctl");
+        let log = dir.join("kamailio.log");
+        let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("kamailio")
+            .join(config);
+        let text = std::fs::read_to_string(&source)
+            .unwrap_or_else(|e| panic!("read {}: {e}", source.display()))
+            .replace("LISTEN", &format!("127.0.0.1:{port}"))
+            .replace("CTL_SOCKET", &ctl.display().to_string());
+        let cfg = dir.join(config);
+        std::fs::write(&cfg, text).expect("write kamailio config");
+        let file = std::fs::File::create(&log).expect("kamailio log");
+        let err = file.try_clone().expect("clone log");
+        let child = Command::new("kamailio")
+            // -DD: no daemon, -E: log to stderr; its own runtime dir.
+            .args(["-DD", "-E", "-f"])
+            .arg(&cfg)
+            .arg("-Y")
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(file)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start kamailio (is it installed?): {e}"));
+        let k = Kamailio {
+            port,
+            ctl,
+            log,
+            child: Some(ChildGuard { child }),
+        };
+        let up = wait_for(Duration::from_secs(10), || async {
+            k.rpc(&["core.version"]).filter(|v| v.contains("kamailio"))
+        })
+        .await;
+        assert!(
+            up.is_some(),
+            "kamailio did not answer on {}:\n{}",
+            k.ctl.display(),
+            std::fs::read_to_string(&k.log).unwrap_or_default()
+        );
+        k
+    }
+
+    /// The SIP URI of this Kamailio, as an MSR's `realm` names it.
+    pub fn realm(&self) -> String {
+        format!("sip:127.0.0.1:{}", self.port)
+    }
+
+    /// `kamcmd` with `args` over the ctl socket; `None` when it fails.
+    pub fn rpc(&self, args: &[&str]) -> Option<String> {
+        let out = Command::new("kamcmd")
+            .arg("-s")
+            .arg(format!("unix:{}", self.ctl.display()))
+            .args(args)
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+impl Drop for Kamailio {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "----- kamailio log -----\n{}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+        }
+        if let Some(mut c) = self.child.take() {
+            if c.terminate(Duration::from_secs(5)).is_none() {
+                c.kill9();
+            }
+        }
+    }
+}
