@@ -10,7 +10,7 @@
 #     lintian-overrides justify the two accepted warnings);
 #  4. dpkg -i; checks the system users, files, conffiles and the config's
 #     mode; systemd-analyze security --offline on the installed units (each
-#     must score <= 4.0);
+#     must score <= 4.0) and systemd-analyze verify;
 #  5. --check-config on the installed collector.toml as user msr-collector,
 #     with /run/msr-collector and /var/lib/msr-collector made as systemd
 #     would (no systemd here), and on an engine config that only the
@@ -76,6 +76,29 @@ stop_pid() { # pid name: SIGTERM, at most 10 s, then SIGKILL
   $SUDO kill -KILL "$pid" 2>/dev/null || true
 }
 
+dpkg_locked() { # another dpkg or apt holds the lock (e.g. a concurrent apt-get)
+  local out rc=0
+  out=$(timeout 300 $SUDO dpkg "$@" 2>&1) || rc=$?
+  printf '%s\n' "$out"
+  case "$rc:$out" in
+    0:*) return 0 ;;
+    *"locked by another process"*) return 75 ;;
+    *) return "$rc" ;;
+  esac
+}
+
+dpkg_retry() { # dpkg ARGS, waiting at most 300 s for the dpkg lock
+  local rc i
+  for i in $(seq 150); do
+    rc=0
+    dpkg_locked "$@" || rc=$?
+    [ "$rc" -eq 75 ] || return "$rc"
+    echo "== dpkg is locked by another process, retrying in 2 s"
+    sleep 2
+  done
+  return 75
+}
+
 cleanup() {
   local status=$?
   trap - EXIT
@@ -84,7 +107,7 @@ cleanup() {
   stop_pid "$COLLECTOR_PID" msr-collector
   if [ "$INSTALLED" -eq 1 ]; then
     for p in msr-agent msr-collector; do
-      if pkg_known "$p"; then $SUDO dpkg --purge "$p" >/dev/null 2>&1; fi
+      if pkg_known "$p"; then dpkg_retry --purge "$p" >/dev/null 2>&1; fi
     done
   fi
   for d in "${MADE_DIRS[@]}"; do $SUDO rm -rf "$d"; done
@@ -137,7 +160,7 @@ command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)   # offline ana
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "== installing ${missing[*]} (apt-get)"
   $SUDO apt-get update -qq
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 "${missing[@]}" >/dev/null
 fi
 if ! cargo deb --version >/dev/null 2>&1; then
   echo "== installing cargo-deb (cargo install)"
@@ -170,7 +193,7 @@ echo "lintian: $(printf '%s\n' "$lintian_out" | grep -c '^E:' || true) errors, $
 
 step "install"
 INSTALLED=1
-timeout 300 $SUDO dpkg -i "$AGENT_DEB" "$COLLECTOR_DEB"
+dpkg_retry -i "$AGENT_DEB" "$COLLECTOR_DEB"
 for u in msr-agent msr-collector; do
   entry=$(getent passwd "$u") || fail "user $u was not created"
   shell=${entry##*:}
@@ -197,7 +220,15 @@ mode=$(stat -c '%U:%G %a' /etc/msr-collector/collector.toml)
 /usr/sbin/msr-agent --version
 /usr/sbin/msr-collector --version
 
-step "systemd-analyze security"
+step "systemd-analyze"
+# verify: the units' syntax, that their commands are executable and that
+# their Documentation= man pages exist (no running systemd needed).
+for unit in msr-agent msr-collector; do
+  out=$(systemd-analyze verify "/usr/lib/systemd/system/$unit.service" 2>&1) ||
+    fail "systemd-analyze verify $unit.service failed: $out"
+  if printf '%s\n' "$out" | grep -q "$unit"; then fail "systemd-analyze verify $unit.service: $out"; fi
+  echo "$unit.service: verify ok"
+done
 for unit in msr-agent msr-collector; do
   out=$(systemd-analyze security --offline=true "/usr/lib/systemd/system/$unit.service" 2>&1) ||
     fail "systemd-analyze security failed on $unit.service: $out"
@@ -339,7 +370,7 @@ done
 [ -s /var/lib/msr-collector/operator.json ] || fail "no operator store in /var/lib/msr-collector"
 
 step "remove"
-timeout 300 $SUDO dpkg -r msr-agent msr-collector
+dpkg_retry -r msr-agent msr-collector
 for f in /usr/sbin/msr-agent /usr/sbin/msr-collector /usr/bin/msrctl /usr/lib/systemd/system/msr-agent.service; do
   [ ! -e "$f" ] || fail "$f is still there after dpkg -r"
 done
@@ -348,7 +379,7 @@ for f in /etc/default/msr-agent /etc/msr-collector/collector.toml /var/lib/msr-c
 done
 
 step "purge"
-timeout 300 $SUDO dpkg --purge msr-agent msr-collector
+dpkg_retry --purge msr-agent msr-collector
 INSTALLED=0
 for f in /etc/default/msr-agent /etc/msr-collector /var/lib/msr-collector /var/log/msr-agent; do
   [ ! -e "$f" ] || fail "$f is still there after dpkg --purge"
