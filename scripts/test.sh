@@ -2,8 +2,12 @@
 # Runs every test of the workspace on a fresh machine.
 #
 # Installs what the tests need and the machine lacks (SIPp from Debian's
-# `sip-tester`, Kamailio), then runs the unit, property and system tests. Extra
-# arguments go to `cargo test` (e.g. `scripts/test.sh -p msr-agent`).
+# `sip-tester`, Kamailio), runs the Debian package test (scripts/package-test.sh:
+# build, lintian, dpkg -i, the installed daemons on loopback, dpkg --purge),
+# then the unit, property and system tests. The package test counts as one
+# test in the closing summary. Extra arguments go to `cargo test` (e.g.
+# `scripts/test.sh -p msr-agent`) and skip the package test, as does
+# MSR_SKIP_PACKAGE_TEST=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,6 +26,15 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 echo "== $(sipp -v 2>/dev/null | grep -m1 -i 'sipp v' || echo 'sipp installed')"
 
+package_passed=0
+package_failed=0
+if [ "$#" -eq 0 ] && [ "${MSR_SKIP_PACKAGE_TEST:-0}" != "1" ]; then
+  echo "== Debian packages (scripts/package-test.sh)"
+  if timeout 3000 scripts/package-test.sh; then package_passed=1; else package_failed=1; fi
+else
+  echo "== Debian packages: skipped (arguments given, or MSR_SKIP_PACKAGE_TEST=1)"
+fi
+
 # The system tests run the real binaries from target/debug; `cargo test`
 # alone builds only the test targets' own crates, so build every binary first.
 echo "== cargo build (binaries used by the system tests)"
@@ -31,7 +44,9 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
 cargo test --workspace --locked "$@" 2>&1 | tee "$log" || status=$?
-# One closing line for the whole run: the sum of every test binary's result.
-awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+# One closing line for the whole run: the sum of every test binary's result
+# and the package test's.
+awk -v p="$package_passed" -v f="$package_failed" '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+if [ "$package_failed" -ne 0 ] && [ "$status" -eq 0 ]; then status=1; fi
 exit "$status"

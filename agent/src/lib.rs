@@ -7,6 +7,8 @@
 //!
 //! Codemap:
 //!
+//! * [`cli`] — the command line (`main.rs` parses it; `msr-dist` makes the
+//!   man page and completions from it);
 //! * [`config`] — XML → validated [`config::AgentConfig`], hot reload;
 //! * [`load`] — CPU and media-session sampling, the `load` figure;
 //! * [`log_file`] — the config's log file: opened by the daemon, checked
@@ -20,6 +22,7 @@
 //! Architecture Invariant: [`registration`] and [`notifier`] read no clock
 //! and own no socket; they get `now` from the shell.
 
+pub mod cli;
 pub mod config;
 pub mod load;
 pub mod log_file;

@@ -6,6 +6,7 @@
 //! selection and admin requests on a Unix socket (SPEC §7, §8).
 //!
 //! Codemap:
+//! * [`daemon_cli`] — the daemon's command line; [`cli`] — msrctl's.
 //! * [`config`] — the TOML config file: raw → validated [`config::CollectorConfig`].
 //! * [`registrar`] — sans-IO registrar: digest auth, bindings per MSR.
 //! * [`subscriber`] — sans-IO RFC 6665 subscriber: one subscription per MSR.
@@ -18,6 +19,7 @@
 pub mod admin;
 pub mod cli;
 pub mod config;
+pub mod daemon_cli;
 pub mod error;
 pub mod load_table;
 pub mod names;

@@ -1,38 +1,12 @@
 //! `msr-collector`: parses the command line, installs logging, loads the
 //! config and runs [`msr_collector::run`] until SIGTERM/SIGINT.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use msr_collector::daemon_cli::Cli;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
-
-/// Core-host sidecar of media-server selection: registrar for MSR accounts,
-/// subscriber of their eltex-call-count load, live load table, selection and
-/// the msrctl control socket.
-#[derive(Debug, Parser)]
-#[command(
-    name = "msr-collector",
-    version,
-    after_help = "Examples:\n  msr-collector --config config-examples/collector.toml --check-config\n  \
-                  msr-collector --config /etc/msr-collector/collector.toml -v\n\n\
-                  RUST_LOG (e.g. RUST_LOG=msr_collector=debug) overrides -v/-q."
-)]
-struct Cli {
-    /// Config file (TOML).
-    #[arg(short, long, value_name = "FILE", default_value = msr_collector::config::DEFAULT_CONFIG_PATH)]
-    config: PathBuf,
-    /// Validate the config file, print a summary and exit.
-    #[arg(long)]
-    check_config: bool,
-    /// More logging (-v debug, -vv trace).
-    #[arg(short, long, action = clap::ArgAction::Count, conflicts_with = "quiet")]
-    verbose: u8,
-    /// Less logging (-q warnings, -qq errors only).
-    #[arg(short, long, action = clap::ArgAction::Count)]
-    quiet: u8,
-}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
