@@ -186,3 +186,45 @@ async fn a_restarted_agent_is_subscribed_anew_at_once() {
         collector.log_text()
     );
 }
+
+/// A bindings file that is torn (a crash of the host mid-write) or from
+/// another version is reported and ignored: the collector starts, and the
+/// MSRs come back with their next REGISTER.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_torn_bindings_file_is_reported_and_ignored() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut collector = Collector::start(dir.path(), "core1", &CollectorOpts::default()).await;
+    let mut saved = collector.state.clone().into_os_string();
+    saved.push(".bindings");
+    collector.kill9();
+    for (text, what) in [
+        (
+            r#"{"format":"msr-collector bindings","version":1,"bindings":[{"msr":"#,
+            "torn",
+        ),
+        (
+            r#"{"format":"msr-collector bindings","version":99,"bindings":[]}"#,
+            "version 99",
+        ),
+    ] {
+        std::fs::write(&saved, text).expect("write bindings");
+        collector.spawn().await;
+        let log = collector.log_text();
+        assert!(
+            log.contains("saved bindings ignored, the msrs register again"),
+            "{what}: {log}"
+        );
+        let spec = AgentSpec {
+            accounts: vec![AccountSpec::new("msr_1", &collector)],
+            ..AgentSpec::default()
+        };
+        let _agent = Agent::start(dir.path(), "msr_1", &spec, 10);
+        collector
+            .wait_rows(secs(15), |rows| {
+                live_row(rows, "msr_1", Some(10)).map(|_| ())
+            })
+            .await
+            .unwrap_or_else(|| panic!("{what}: msr_1 does not register"));
+        collector.kill9();
+    }
+}

@@ -24,6 +24,7 @@
 //! logged at warn, at most once per 5 s.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rsipstack::sip::{Header, Method, Request, Response, SipMessage, StatusCode, StatusCodeKind};
@@ -141,6 +142,33 @@ pub struct SipEndpoint {
     last_shed_log: Option<Instant>,
 }
 
+/// The receive buffer asked of the kernel for the UDP socket (it grants at
+/// most `net.core.rmem_max`). A collector that resubscribes to 1,000 MSRs
+/// at once gets 1,000 answers and 1,000 first NOTIFYs in a few
+/// milliseconds; the kernel's default (about 200 KiB, some 100 datagrams
+/// at its per-datagram accounting) drops most of them, and each costs a
+/// retransmission (500 ms, then 1 s, 2 s: RFC 3261 T1 doubling).
+pub(super) const UDP_RECV_BUFFER: usize = 4 << 20;
+
+/// A non-blocking UDP socket bound on `addr`, without address or port
+/// reuse, with the larger receive buffer ([`UDP_RECV_BUFFER`]).
+fn udp_socket(addr: SocketAddr) -> std::io::Result<tokio::net::UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let domain = if addr.is_ipv6() {
+        Domain::IPV6
+    } else {
+        Domain::IPV4
+    };
+    let socket = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    socket.set_nonblocking(true)?;
+    // Best effort: a smaller buffer (a host's rmem_max) still works.
+    if let Err(e) = socket.set_recv_buffer_size(UDP_RECV_BUFFER) {
+        tracing::debug!(error = %e, "cannot enlarge the udp receive buffer");
+    }
+    socket.bind(&addr.into())?;
+    tokio::net::UdpSocket::from_std(socket.into())
+}
+
 impl SipEndpoint {
     /// Binds UDP on `addr` (port 0 picks one; see [`local_addr`](Self::local_addr))
     /// and, when `tcp` is set, a TCP listener on the same address and port,
@@ -157,13 +185,15 @@ impl SipEndpoint {
     ) -> Result<Self, EndpointError> {
         let cancel = cancel.child_token();
         let transport_layer = TransportLayer::new(cancel.clone());
-        let udp = UdpConnection::create_connection(addr, None, Some(cancel.child_token()))
+        let bind_err = |reason: String| EndpointError::Bind {
+            transport: "udp",
+            addr,
+            reason,
+        };
+        let socket = udp_socket(addr).map_err(|e| bind_err(e.to_string()))?;
+        let udp = UdpConnection::from_socket(Arc::new(socket), None, Some(cancel.child_token()))
             .await
-            .map_err(|e| EndpointError::Bind {
-                transport: "udp",
-                addr,
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| bind_err(e.to_string()))?;
         let local_addr = udp
             .get_addr()
             .get_socketaddr()
