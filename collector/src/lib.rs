@@ -21,6 +21,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon_cli;
 pub mod error;
+pub mod legs;
 pub mod load_table;
 pub mod names;
 pub mod operator;
