@@ -1,20 +1,16 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace on a fresh machine.
 #
-# Installs what the tests need and the machine lacks (SIPp, from Debian's
-# `sip-tester`), then runs the unit, property and system tests. Extra
-# arguments go to `cargo test` (e.g. `scripts/test.sh -p msr-agent`).
+# Installs what the tests need and the machine lacks (scripts/deps.sh: SIPp,
+# etcd, protoc from Debian's packages), then runs the unit, property and
+# system tests. Extra arguments go to `cargo test` (e.g. `scripts/test.sh -p msr-agent`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v sipp >/dev/null 2>&1; then
-  echo "== installing SIPp (Debian package sip-tester)"
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq sip-tester >/dev/null
-fi
+# SIPp (sip-tester), etcd (etcd-server) and protoc (protobuf-compiler).
+scripts/deps.sh
 echo "== $(sipp -v 2>/dev/null | grep -m1 -i 'sipp v' || echo 'sipp installed')"
+echo "== $(etcd --version 2>/dev/null | head -1), $(protoc --version)"
 
 # The system tests run the real binaries from target/debug; `cargo test`
 # alone builds only the test targets' own crates, so build every binary first.

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -16,7 +16,8 @@ use tracing_subscriber::EnvFilter;
     name = "msr-collector",
     version,
     after_help = "Examples:\n  msr-collector --config config-examples/collector.toml --check-config\n  \
-                  msr-collector --config /etc/msr-collector/collector.toml -v\n\n\
+                  msr-collector --config /etc/msr-collector/collector.toml -v\n  \
+                  msr-collector --config /etc/msr-collector/collector.toml store migrate --to etcd\n\n\
                   RUST_LOG (e.g. RUST_LOG=msr_collector=debug) overrides -v/-q."
 )]
 struct Cli {
@@ -32,6 +33,36 @@ struct Cli {
     /// Less logging (-q warnings, -qq errors only).
     #[arg(short, long, action = clap::ArgAction::Count)]
     quiet: u8,
+    /// A one-off task instead of running the collector.
+    #[command(subcommand)]
+    task: Option<Task>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Task {
+    /// The operator store.
+    #[command(subcommand)]
+    Store(StoreTask),
+}
+
+#[derive(Debug, Subcommand)]
+enum StoreTask {
+    /// Move the file store at [state] path into etcd ([store] endpoints and
+    /// prefix of the config), once: a prefix that already holds a
+    /// configuration is left alone unless --force is given.
+    Migrate {
+        /// The backend to move to.
+        #[arg(long, value_enum)]
+        to: Target,
+        /// Overwrite a configuration already in etcd.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Target {
+    Etcd,
 }
 
 fn main() -> ExitCode {
@@ -56,6 +87,25 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     let config = msr_collector::config::load(&cli.config)?;
+    if let Some(Task::Store(StoreTask::Migrate {
+        to: Target::Etcd,
+        force,
+    })) = cli.task
+    {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let done = runtime.block_on(msr_collector::store::migrate::migrate(&config, force))?;
+        let (sites, msrs, contacts) = done.counts;
+        println!(
+            "migrated {} to etcd {} key {} at revision {} ({sites} site(s), {msrs} msr setting(s), {contacts} contact setting(s))",
+            done.from.display(),
+            done.endpoints,
+            done.key,
+            done.revision
+        );
+        return Ok(());
+    }
     if cli.check_config {
         // The error's own text already ends in its cause (no chain to print).
         msr_collector::check_environment(&config).map_err(|e| {
@@ -71,7 +121,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             eprintln!("note: {e}");
         }
         println!(
-            "{}: ok (node {}, sip {} {:?}, {} account(s), control socket {})",
+            "{}: ok (node {}, sip {} {:?}, {} account(s), control socket {}, store {})",
             cli.config.display(),
             config.node,
             config.sip.listen,
@@ -82,7 +132,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .map(ToString::to_string)
                 .collect::<Vec<_>>(),
             config.accounts.len(),
-            config.control_socket.display()
+            config.control_socket.display(),
+            config.store.name()
         );
         return Ok(());
     }

@@ -27,6 +27,9 @@ use msr_shared::fs::cannot_create_in;
 
 use crate::operator::{DecodeError, OperatorConfig};
 
+pub mod etcd;
+pub mod migrate;
+
 /// Why the store could not be read or written.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -92,6 +92,16 @@ pub enum Command {
     Subscription(SubscriptionCommand),
     /// Run a selection for a leg without placing it (SPEC §7).
     Select(SelectArgs),
+    /// The core hosts sharing the operator configuration, and the store's state (SPEC §12).
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+}
+
+/// `cluster …`
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// List the live core hosts (collectors) and the operator store's state.
+    List,
 }
 
 /// `site …`
@@ -371,6 +381,7 @@ impl Command {
                 random: args.random,
                 explain: args.explain,
             },
+            Command::Cluster(ClusterCommand::List) => Request::ClusterList,
         }
     }
 }
