@@ -1114,6 +1114,21 @@ mod tests {
         );
     }
 
+    /// The collector was reached and refused the change: exit 1, not 3.
+    #[test]
+    fn a_conflict_and_an_unreachable_store_exit_1() {
+        let command = Command::Site(SiteCommand::Declare { name: "x".into() });
+        for (code, text) in [
+            (ErrorCode::Conflict, "conflict"),
+            (ErrorCode::StoreUnavailable, "store_unavailable"),
+        ] {
+            let out = output(&command, false, &Response::error(code, "nothing changed"));
+            assert_eq!(out.code, EXIT_REFUSED);
+            assert_eq!(out.stderr, format!("error: {text}: nothing changed\n"));
+        }
+        assert_eq!(request("cluster list"), Request::ClusterList);
+    }
+
     #[test]
     fn negative_values_reach_validation() {
         // Not mistaken for flags: the value's own check explains the error.
