@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace on a fresh machine.
 #
-# Installs what the tests need and the machine lacks (SIPp from Debian's
-# `sip-tester`, Kamailio), runs the Debian package test (scripts/package-test.sh:
+# Installs what the tests need and the machine lacks (scripts/deps.sh: SIPp,
+# Kamailio, etcd, protoc from Debian's packages), runs the Debian package test (scripts/package-test.sh:
 # build, lintian, dpkg -i, the installed daemons on loopback, dpkg --purge),
 # then the unit, property and system tests. The package test counts as one
 # test in the closing summary. Extra arguments go to `cargo test` (e.g.
@@ -11,20 +11,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The independent peers the system tests run, from Debian's packages:
-# command:package for each one whose command is missing.
-missing=()
-for need in sipp:sip-tester kamailio:kamailio kamcmd:kamailio; do
-  command -v "${need%%:*}" >/dev/null 2>&1 || missing+=("${need#*:}")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-  echo "== installing ${missing[*]} (Debian packages)"
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+# SIPp (sip-tester), Kamailio, etcd (etcd-server) and protoc
+# (protobuf-compiler), from Debian's packages, when missing.
+scripts/deps.sh
 echo "== $(sipp -v 2>/dev/null | grep -m1 -i 'sipp v' || echo 'sipp installed')"
+echo "== $(etcd --version 2>/dev/null | head -1), $(protoc --version), $(kamailio -v 2>/dev/null | head -1)"
 
 package_passed=0
 package_failed=0

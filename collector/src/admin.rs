@@ -75,8 +75,6 @@ pub struct AdminContext<'a> {
     pub operator: &'a mut OperatorConfig,
     /// The live load table; refreshed after every operator change.
     pub table: &'a mut LoadTable,
-    /// Where operator changes are persisted before they are acknowledged.
-    pub store: &'a Store,
     /// Default zone, site and subscription expiry.
     pub defaults: &'a Defaults,
     /// The RNG for `select` draws.
@@ -114,27 +112,68 @@ fn operator_error(error: &OperatorError) -> Response {
     Response::error(code, message)
 }
 
-/// Carries out one control request at `now` (SPEC §8).
-///
-/// Mutations are applied to a copy of the operator configuration, saved, and
-/// only then made current (and the load table refreshed); if the save fails
-/// the answer is `store_failed` and nothing changed.
-pub fn handle(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response {
+/// What [`prepare`] made of a request.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Answer this now (a query, a refusal, or a change that changes nothing).
+    Answer(Response),
+    /// A change: once the store has `next`, make it current and answer
+    /// `response`; if the store refuses it, nothing changed.
+    Change {
+        /// The operator configuration with the change applied.
+        next: Box<OperatorConfig>,
+        /// The answer once it is stored.
+        response: Response,
+    },
+}
+
+/// Carries out one control request at `now` (SPEC §8), except for storing a
+/// change: a mutation is applied to a copy of the operator configuration,
+/// which is returned for the caller to store ([`Outcome::Change`]); the
+/// current configuration is left alone.
+pub fn prepare(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Outcome {
     if request.is_mutation() {
         let mut next = ctx.operator.clone();
         let response = mutate(request, &mut next, ctx.table, ctx.defaults);
         if matches!(response, Response::Ok(_)) && next != *ctx.operator {
-            if let Err(error) = ctx.store.save(&next) {
+            return Outcome::Change {
+                next: Box::new(next),
+                response,
+            };
+        }
+        return Outcome::Answer(response);
+    }
+    Outcome::Answer(query(request, ctx, now))
+}
+
+/// Carries out one control request against the file store: [`prepare`],
+/// then a change is saved and only then made current (and the load table
+/// refreshed); if the save fails the answer is `store_failed` and nothing
+/// changed.
+pub fn handle(
+    request: Request,
+    ctx: &mut AdminContext<'_>,
+    store: &Store,
+    now: Instant,
+) -> Response {
+    match prepare(request, ctx, now) {
+        Outcome::Answer(response) => response,
+        Outcome::Change { next, response } => {
+            if let Err(error) = store.save(&next) {
                 tracing::error!(cause = %error, "operator change not saved");
-                return Response::error(ErrorCode::StoreFailed, error.to_string());
+                return store_failed(&error);
             }
-            *ctx.operator = next;
+            *ctx.operator = *next;
             ctx.table
                 .apply_operator(ctx.operator, &ctx.defaults.zone, &ctx.defaults.site);
+            response
         }
-        return response;
     }
-    query(request, ctx, now)
+}
+
+/// The answer to a change the file store could not save.
+pub fn store_failed(error: &crate::store::StoreError) -> Response {
+    Response::error(ErrorCode::StoreFailed, error.to_string())
 }
 
 fn mutate(

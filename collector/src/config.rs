@@ -134,8 +134,87 @@ pub struct CollectorConfig {
     pub subscription: SubscriptionDefaults,
     /// Where `msrctl` connects (SPEC §8).
     pub control_socket: PathBuf,
-    /// Where the operator configuration is stored (SPEC §6).
+    /// Where the operator configuration is stored (SPEC §6); with the etcd
+    /// backend, the local cached copy a collector starts from when etcd is
+    /// unreachable (SPEC §12).
     pub state_path: PathBuf,
+    /// `[store]`: the file store (default) or etcd (SPEC §12).
+    pub store: StoreBackend,
+    /// `[cluster]`: what the collector assumes of the cluster when the
+    /// store cannot tell (SPEC §10, §12).
+    pub cluster: ClusterConfig,
+}
+
+/// `[store]`: where the operator configuration lives (SPEC §6, §12).
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoreBackend {
+    /// The JSON file at `[state] path`, for a single core host.
+    File,
+    /// etcd, shared by every collector of the cluster.
+    Etcd(EtcdConfig),
+}
+
+impl StoreBackend {
+    /// `file` or `etcd`, as in the config file.
+    pub fn name(&self) -> &'static str {
+        match self {
+            StoreBackend::File => "file",
+            StoreBackend::Etcd(_) => "etcd",
+        }
+    }
+}
+
+/// `[store]` with `backend = "etcd"`.
+#[derive(Clone, PartialEq)]
+pub struct EtcdConfig {
+    /// `http://host:port` or `https://host:port`, at least one.
+    pub endpoints: Vec<String>,
+    /// The key prefix, ending in `/`: the configuration is the key
+    /// `<prefix>operator`, the members are `<prefix>members/<node>`.
+    pub prefix: String,
+    /// The membership lease's time to live: a collector that stops without
+    /// revoking it (kill -9, host down) leaves the member list after this.
+    pub lease_ttl: Duration,
+    /// How long one etcd request may take before etcd counts as unreachable.
+    pub request_timeout: Duration,
+    /// etcd authentication (user, password), both or neither.
+    pub user: Option<(String, String)>,
+    /// TLS towards etcd (for `https://` endpoints).
+    pub tls: Option<EtcdTls>,
+}
+
+impl fmt::Debug for EtcdConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdConfig")
+            .field("endpoints", &self.endpoints)
+            .field("prefix", &self.prefix)
+            .field("lease_ttl", &self.lease_ttl)
+            .field("request_timeout", &self.request_timeout)
+            .field(
+                "user",
+                &self.user.as_ref().map(|(user, _)| (user, "<redacted>")),
+            )
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
+
+/// `[store.tls]`: PEM files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdTls {
+    /// The CA that signed etcd's server certificate.
+    pub ca: PathBuf,
+    /// A client certificate and its key, when etcd asks for one.
+    pub identity: Option<(PathBuf, PathBuf)>,
+}
+
+/// `[cluster]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// G, the number of core hosts (SPEC §10), when the store does not
+    /// count them: with the file store, and with etcd before the first
+    /// member list arrived.
+    pub core_hosts: u32,
 }
 
 /// `[sip]`: the endpoint and the registrar (SPEC §3).
@@ -223,7 +302,77 @@ struct RawConfig {
     control: RawControl,
     #[serde(default)]
     state: RawState,
+    #[serde(default)]
+    store: RawStore,
+    #[serde(default)]
+    cluster: RawCluster,
 }
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    #[serde(default = "default_backend")]
+    backend: String,
+    endpoints: Option<Vec<String>>,
+    prefix: Option<String>,
+    lease_ttl_secs: Option<u64>,
+    request_timeout_ms: Option<u64>,
+    user: Option<String>,
+    password: Option<String>,
+    tls: Option<RawTls>,
+}
+
+impl Default for RawStore {
+    fn default() -> Self {
+        Self {
+            backend: default_backend(),
+            endpoints: None,
+            prefix: None,
+            lease_ttl_secs: None,
+            request_timeout_ms: None,
+            user: None,
+            password: None,
+            tls: None,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    ca: Option<PathBuf>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCluster {
+    #[serde(default = "default_core_hosts")]
+    core_hosts: u32,
+}
+
+impl Default for RawCluster {
+    fn default() -> Self {
+        Self {
+            core_hosts: default_core_hosts(),
+        }
+    }
+}
+
+fn default_backend() -> String {
+    "file".into()
+}
+fn default_core_hosts() -> u32 {
+    1
+}
+
+/// The etcd prefix when `[store] prefix` is not given.
+pub const DEFAULT_ETCD_PREFIX: &str = "/msr-collector/";
+/// The membership lease TTL when `[store] lease_ttl_secs` is not given.
+pub const DEFAULT_LEASE_TTL_SECS: u64 = 10;
+/// The etcd request timeout when `[store] request_timeout_ms` is not given.
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 2000;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -626,6 +775,14 @@ fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, ConfigError
             "a path for the operator configuration file",
         ));
     }
+    let store = validate_store(raw.store, origin)?;
+    if raw.cluster.core_hosts == 0 || raw.cluster.core_hosts > 1024 {
+        return Err(invalid(
+            "cluster.core_hosts",
+            raw.cluster.core_hosts.to_string(),
+            "the number of core hosts, 1 to 1024",
+        ));
+    }
     Ok(CollectorConfig {
         node: raw.node,
         sip: SipConfig {
@@ -648,7 +805,205 @@ fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, ConfigError
         },
         control_socket: raw.control.socket,
         state_path: raw.state.path,
+        store,
+        cluster: ClusterConfig {
+            core_hosts: raw.cluster.core_hosts,
+        },
     })
+}
+
+/// `[store]`: `backend = "file"` takes no other key (a stray etcd key is a
+/// mistake the operator should hear about); `backend = "etcd"` needs
+/// `endpoints` and checks every key.
+fn validate_store(raw: RawStore, origin: &str) -> Result<StoreBackend, ConfigError> {
+    let invalid = |key: &str, value: String, expected: &str| ConfigError::Invalid {
+        origin: origin.to_owned(),
+        key: key.to_owned(),
+        value,
+        expected: expected.to_owned(),
+    };
+    let quoted = |s: &str| format!("{s:?}");
+    match raw.backend.as_str() {
+        "file" => {
+            let stray = [
+                ("store.endpoints", raw.endpoints.is_some()),
+                ("store.prefix", raw.prefix.is_some()),
+                ("store.lease_ttl_secs", raw.lease_ttl_secs.is_some()),
+                ("store.request_timeout_ms", raw.request_timeout_ms.is_some()),
+                ("store.user", raw.user.is_some()),
+                ("store.password", raw.password.is_some()),
+                ("store.tls", raw.tls.is_some()),
+            ];
+            if let Some((key, _)) = stray.iter().find(|(_, set)| *set) {
+                return Err(invalid(
+                    "store.backend",
+                    quoted("file"),
+                    &format!(
+                        "\"etcd\" when `{key}` is set (the file store uses [state] path only)"
+                    ),
+                ));
+            }
+            return Ok(StoreBackend::File);
+        }
+        "etcd" => {}
+        other => {
+            return Err(invalid(
+                "store.backend",
+                quoted(other),
+                "\"file\" or \"etcd\"",
+            ))
+        }
+    }
+    let endpoints = raw.endpoints.unwrap_or_default();
+    if endpoints.is_empty() {
+        return Err(invalid(
+            "store.endpoints",
+            "[]".into(),
+            "at least one etcd endpoint, e.g. [\"http://127.0.0.1:2379\"]",
+        ));
+    }
+    let mut https = None;
+    for (i, endpoint) in endpoints.iter().enumerate() {
+        let (scheme, rest) = match endpoint.split_once("://") {
+            Some((scheme @ ("http" | "https"), rest)) => (scheme, rest),
+            _ => ("", ""),
+        };
+        let port_ok = rest.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+        });
+        if scheme.is_empty() || !port_ok || rest.contains(['/', '?', '#', '@', ' ']) {
+            return Err(invalid(
+                &format!("store.endpoints[{i}]"),
+                quoted(endpoint),
+                "an etcd client url `http://host:port` or `https://host:port`, e.g. \"http://127.0.0.1:2379\"",
+            ));
+        }
+        let this = scheme == "https";
+        if *https.get_or_insert(this) != this {
+            return Err(invalid(
+                &format!("store.endpoints[{i}]"),
+                quoted(endpoint),
+                "the same scheme as the other endpoints (all http:// or all https://)",
+            ));
+        }
+    }
+    let https = https.unwrap_or(false);
+    let prefix = raw.prefix.unwrap_or_else(|| DEFAULT_ETCD_PREFIX.to_owned());
+    if prefix.is_empty()
+        || !prefix.ends_with('/')
+        || prefix
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || names::is_invisible(c))
+    {
+        return Err(invalid(
+            "store.prefix",
+            quoted(&prefix),
+            "a key prefix ending in `/` without spaces or control characters, e.g. \"/msr-collector/\"",
+        ));
+    }
+    let ttl = raw.lease_ttl_secs.unwrap_or(DEFAULT_LEASE_TTL_SECS);
+    if !(2..=300).contains(&ttl) {
+        return Err(invalid(
+            "store.lease_ttl_secs",
+            ttl.to_string(),
+            "seconds, 2 to 300 (how long a stopped collector stays in the member list)",
+        ));
+    }
+    let timeout = raw.request_timeout_ms.unwrap_or(DEFAULT_REQUEST_TIMEOUT_MS);
+    if !(100..=60_000).contains(&timeout) {
+        return Err(invalid(
+            "store.request_timeout_ms",
+            timeout.to_string(),
+            "milliseconds, 100 to 60000",
+        ));
+    }
+    let user = match (raw.user, raw.password) {
+        (None, None) => None,
+        (Some(user), Some(password)) => {
+            if user.is_empty() || user.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(invalid(
+                    "store.user",
+                    quoted(&user),
+                    "a non-empty etcd user name without spaces",
+                ));
+            }
+            if password.is_empty() {
+                return Err(invalid(
+                    "store.password",
+                    "\"\"".into(),
+                    "a non-empty password",
+                ));
+            }
+            Some((user, password))
+        }
+        (Some(user), None) => {
+            return Err(invalid(
+                "store.user",
+                quoted(&user),
+                "`store.password` beside it (both or neither)",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(invalid(
+                "store.password",
+                "\"<redacted>\"".into(),
+                "`store.user` beside it (both or neither)",
+            ))
+        }
+    };
+    let tls = match raw.tls {
+        None if https => {
+            return Err(invalid(
+                "store.tls",
+                "(missing)".into(),
+                "a [store.tls] table with `ca` for https:// endpoints",
+            ))
+        }
+        None => None,
+        Some(_) if !https => {
+            return Err(invalid(
+                "store.endpoints",
+                format!("{endpoints:?}"),
+                "https:// endpoints when [store.tls] is set",
+            ))
+        }
+        Some(tls) => {
+            let Some(ca) = tls.ca.filter(|p| !p.as_os_str().is_empty()) else {
+                return Err(invalid(
+                    "store.tls.ca",
+                    "(missing)".into(),
+                    "the path of the pem file of the ca that signed etcd's certificate",
+                ));
+            };
+            let identity = match (tls.cert, tls.key) {
+                (None, None) => None,
+                (Some(cert), Some(key)) => Some((cert, key)),
+                (Some(cert), None) => {
+                    return Err(invalid(
+                        "store.tls.cert",
+                        quoted(&cert.display().to_string()),
+                        "`store.tls.key` beside it (both or neither)",
+                    ))
+                }
+                (None, Some(key)) => {
+                    return Err(invalid(
+                        "store.tls.key",
+                        quoted(&key.display().to_string()),
+                        "`store.tls.cert` beside it (both or neither)",
+                    ))
+                }
+            };
+            Some(EtcdTls { ca, identity })
+        }
+    };
+    Ok(StoreBackend::Etcd(EtcdConfig {
+        endpoints,
+        prefix,
+        lease_ttl: Duration::from_secs(ttl),
+        request_timeout: Duration::from_millis(timeout),
+        user,
+        tls,
+    }))
 }
 
 #[cfg(test)]

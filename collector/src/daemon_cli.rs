@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use clap::Parser;
+use clap::{Parser, Subcommand, ValueEnum};
 
 /// Core-host sidecar of media-server selection: registrar for MSR accounts,
 /// subscriber of their eltex-call-count load, live load table, selection and
@@ -14,7 +14,8 @@ use clap::Parser;
     name = "msr-collector",
     version,
     after_help = "Examples:\n  msr-collector --config config-examples/collector.toml --check-config\n  \
-                  msr-collector --config /etc/msr-collector/collector.toml -v\n\n\
+                  msr-collector --config /etc/msr-collector/collector.toml -v\n  \
+                  msr-collector --config /etc/msr-collector/collector.toml store migrate --to etcd\n\n\
                   RUST_LOG (e.g. RUST_LOG=msr_collector=debug) overrides -v/-q."
 )]
 pub struct Cli {
@@ -30,4 +31,35 @@ pub struct Cli {
     /// Less logging (-q warnings, -qq errors only).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub quiet: u8,
+    /// A one-off task instead of running the collector.
+    #[command(subcommand)]
+    pub task: Option<Task>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Task {
+    /// The operator store.
+    #[command(subcommand)]
+    Store(StoreTask),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StoreTask {
+    /// Move the file store at [state] path into etcd ([store] endpoints and
+    /// prefix of the config), once: a prefix that already holds a
+    /// configuration is left alone unless --force is given.
+    Migrate {
+        /// The backend to move to.
+        #[arg(long, value_enum)]
+        to: Target,
+        /// Overwrite a configuration already in etcd.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Target {
+    /// etcd (`[store] endpoints` and `prefix`).
+    Etcd,
 }

@@ -38,6 +38,14 @@ pub enum CollectorError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A `[store.tls]` file cannot be opened.
+    #[error("[store.tls] {path}: {source}")]
+    TlsFile {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// The SIP endpoint stopped while the collector was running.
     #[error("sip endpoint stopped unexpectedly")]
     EndpointClosed,

@@ -11,13 +11,15 @@
 //! * [`registrar`] — sans-IO registrar: digest auth, bindings per MSR.
 //! * [`subscriber`] — sans-IO RFC 6665 subscriber: one subscription per MSR.
 //! * [`shell`] — the async loop: [`start`]/[`run`] own the sockets and feed the cores.
-//! * `load_table`, `operator`, `topology`, `store`, `select`, `admin`, `cli`
+//! * [`cluster`] — the store's reachability and the live core hosts (G).
+//! * `load_table`, `operator`, `topology`, `store` (file, `store::etcd`), `select`, `admin`, `cli`
 //!   — the table, the operator configuration, selection and the control protocol.
 //!
 //! Architecture invariant: only [`shell`] (and `admin::serve`) perform I/O or
 //! read a clock; the cores take `now` as an argument.
 pub mod admin;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod daemon_cli;
 pub mod error;

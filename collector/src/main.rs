@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use msr_collector::daemon_cli::Cli;
+use msr_collector::daemon_cli::{Cli, StoreTask, Target, Task};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -30,6 +30,25 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     let config = msr_collector::config::load(&cli.config)?;
+    if let Some(Task::Store(StoreTask::Migrate {
+        to: Target::Etcd,
+        force,
+    })) = cli.task
+    {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let done = runtime.block_on(msr_collector::store::migrate::migrate(&config, force))?;
+        let (sites, msrs, contacts) = done.counts;
+        println!(
+            "migrated {} to etcd {} key {} at revision {} ({sites} site(s), {msrs} msr setting(s), {contacts} contact setting(s))",
+            done.from.display(),
+            done.endpoints,
+            done.key,
+            done.revision
+        );
+        return Ok(());
+    }
     if cli.check_config {
         // The error's own text already ends in its cause (no chain to print).
         msr_collector::check_environment(&config).map_err(|e| {
@@ -45,7 +64,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             eprintln!("note: {e}");
         }
         println!(
-            "{}: ok (node {}, sip {} {:?}, {} account(s), control socket {})",
+            "{}: ok (node {}, sip {} {:?}, {} account(s), control socket {}, store {})",
             cli.config.display(),
             config.node,
             config.sip.listen,
@@ -56,7 +75,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .map(ToString::to_string)
                 .collect::<Vec<_>>(),
             config.accounts.len(),
-            config.control_socket.display()
+            config.control_socket.display(),
+            config.store.name()
         );
         return Ok(());
     }

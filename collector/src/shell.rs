@@ -12,11 +12,21 @@
 //! NOTIFYs (`terminated`) that follow them, answered 200 (and only those:
 //! not for an unsubscribe sent earlier for an MSR that unregistered), then
 //! the control socket is removed and the operator store's lock released.
+//!
+//! With `[store] backend = "etcd"` (SPEC §12) a separate task owns the etcd
+//! client ([`crate::store::etcd`]); the loop sends it the changes to commit
+//! and receives, as [`EtcdEvent`]s, the configuration as etcd holds it, the
+//! commits' outcomes, the member list and whether etcd is reachable. A
+//! configuration from etcd is made current through [`Shell::install`], the
+//! same path as a change made here. One change at a time is in flight to
+//! etcd; changes arriving meanwhile wait, queries are answered at once.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use msr_shared::admin::{ErrorCode, Request, Response, ResponseData};
 use msr_shared::sip::{self, Method, SipEndpoint, SipEvent, StatusCode};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -26,14 +36,16 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::admin::{self, AdminCommand, AdminContext};
-use crate::config::CollectorConfig;
+use crate::admin::{self, AdminCommand, AdminContext, Outcome};
+use crate::cluster::{Cluster, StoreStatus};
+use crate::config::{CollectorConfig, StoreBackend};
 use crate::error::CollectorError;
 use crate::load_table::{ContactBinding, LoadTable};
 use crate::operator::OperatorConfig;
 use crate::registrar::{
     saved, RefusalLog, Registrar, RegistrarEvent, RemovalCause, REFUSAL_WINDOW,
 };
+use crate::store::etcd::{self, CommitError, EtcdCommand, EtcdEvent, EtcdLink, Member};
 use crate::store::Store;
 use crate::subscriber::{Subscriber, SubscriberConfig, SubscriberEvent, Target};
 use msr_shared::fs::cannot_create_in;
@@ -101,6 +113,20 @@ pub fn check_environment(config: &CollectorConfig) -> Result<(), CollectorError>
     let store = Store::new(config.state_path.clone());
     store.check_dir()?;
     store.load()?;
+    if let StoreBackend::Etcd(etcd) = &config.store {
+        // etcd itself may be down while the host is fine (the collector
+        // then starts from its cached copy); the TLS files must be there.
+        if let Some(tls) = &etcd.tls {
+            let files = std::iter::once(&tls.ca)
+                .chain(tls.identity.iter().flat_map(|(cert, key)| [cert, key]));
+            for path in files {
+                std::fs::File::open(path).map_err(|source| CollectorError::TlsFile {
+                    path: path.clone(),
+                    source,
+                })?;
+            }
+        }
+    }
     check_control_socket(&config.control_socket)
 }
 
@@ -160,10 +186,15 @@ pub async fn start(
     check_control_socket(&config.control_socket)?;
     let lock = store.lock()?;
     debug!(lock = %lock.path().display(), "operator store locked");
-    let mut operator = store.load()?;
+    let mut operator = match config.store {
+        StoreBackend::File => store.load()?,
+        // Read from etcd once the SIP address (part of the membership key) is bound.
+        StoreBackend::Etcd(_) => OperatorConfig::new(),
+    };
     // The site new contacts get must exist, or every leg at it is refused
-    // with `unknown_site` until an operator declares it.
-    if !operator.topology().contains(&config.defaults.site) {
+    // with `unknown_site` until an operator declares it (with etcd: once
+    // etcd is reachable, see `Shell::declare_default_site`).
+    if config.store == StoreBackend::File && !operator.topology().contains(&config.defaults.site) {
         match operator.declare_site(&config.defaults.site) {
             Ok(()) => {
                 store.save(&operator)?;
@@ -204,6 +235,44 @@ pub async fn start(
     let admin_stop = CancellationToken::new();
     tokio::spawn(admin::serve(listener, admin_tx, admin_stop.clone()));
 
+    let this = Member {
+        node: config.node.clone(),
+        sip: sip_addr.to_string(),
+        started_unix: admin::unix_secs(SystemTime::now()),
+    };
+    let (backend, cluster, etcd_join) = match &config.store {
+        StoreBackend::File => (
+            Backend::File,
+            Cluster::file(
+                this,
+                store.path().display().to_string(),
+                config.cluster.core_hosts,
+            ),
+            None,
+        ),
+        StoreBackend::Etcd(etcd_config) => {
+            let mut cluster = Cluster::etcd(
+                this.clone(),
+                etcd_config.endpoints.join(","),
+                etcd_config.prefix.clone(),
+                config.cluster.core_hosts,
+            );
+            let (mut link, join) =
+                etcd::spawn(etcd_config.clone(), this, store.clone(), shutdown.clone());
+            operator = first_configuration(etcd_config, &mut link, &mut cluster, &store).await?;
+            (
+                Backend::Etcd(Box::new(EtcdState {
+                    link,
+                    next_ticket: 0,
+                    in_flight: None,
+                    queued: VecDeque::new(),
+                    default_site_tried: None,
+                })),
+                cluster,
+                Some(join),
+            )
+        }
+    };
     let local = format!("sip:collector@{sip_addr}");
     let mut table = LoadTable::new(config.node.clone());
     table.apply_operator(&operator, &config.defaults.zone, &config.defaults.site);
@@ -232,12 +301,23 @@ pub async fn start(
         replies: JoinSet::new(),
         bindings_save_at: None,
         bindings_saved_at: None,
+        backend,
+        cluster,
     };
     shell.restore_bindings(Instant::now());
     let socket_path = control_socket.clone();
     let join = tokio::spawn(async move {
         let result = shell.run(shutdown).await;
         admin_stop.cancel();
+        if let Some(join) = etcd_join {
+            // The task revokes the membership lease at shutdown (bounded).
+            if tokio::time::timeout(Duration::from_secs(2), join)
+                .await
+                .is_err()
+            {
+                warn!("etcd task did not stop in time");
+            }
+        }
         match std::fs::remove_file(&socket_path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -255,6 +335,80 @@ pub async fn start(
         control_socket,
         join,
     })
+}
+
+/// Waits for the etcd task's first word at start: the configuration as
+/// etcd holds it, or (etcd unreachable, or silent for longer than two
+/// request timeouts) the local cached copy at `[state] path` (SPEC §12).
+async fn first_configuration(
+    config: &crate::config::EtcdConfig,
+    link: &mut EtcdLink,
+    cluster: &mut Cluster,
+    cache: &Store,
+) -> Result<OperatorConfig, CollectorError> {
+    let limit = config.request_timeout * 2 + Duration::from_millis(500);
+    let reason = match tokio::time::timeout(limit, link.events.recv()).await {
+        Ok(Some(EtcdEvent::Config {
+            config,
+            mod_revision,
+            revision,
+        })) => {
+            cluster.observe(revision, mod_revision);
+            return Ok(*config);
+        }
+        Ok(Some(EtcdEvent::Unavailable { reason, since })) => {
+            cluster.unavailable(since, reason.clone());
+            reason
+        }
+        Ok(Some(other)) => format!("unexpected first event {other:?}"),
+        Ok(None) => "the etcd task stopped".to_owned(),
+        Err(_) => format!("no answer within {} ms", limit.as_millis()),
+    };
+    let operator = cache.load()?;
+    cluster.started_from_cache(cache.path().display().to_string());
+    warn!(
+        cache = %cache.path().display(),
+        %reason,
+        "etcd unreachable at start: starting from the local cached copy of the operator configuration"
+    );
+    Ok(operator)
+}
+
+/// Where changes are committed.
+enum Backend {
+    /// The file store: saved in the loop (a few milliseconds, fsync).
+    File,
+    /// etcd, through its task.
+    Etcd(Box<EtcdState>),
+}
+
+/// The loop's side of the etcd backend.
+struct EtcdState {
+    link: EtcdLink,
+    next_ticket: u64,
+    /// The change sent to the task and not answered yet.
+    in_flight: Option<Pending>,
+    /// Changes that arrived while one was in flight, in order.
+    queued: VecDeque<AdminCommand>,
+    /// The revision at which the default site was last declared (or tried).
+    default_site_tried: Option<i64>,
+}
+
+/// A change waiting for etcd's answer.
+struct Pending {
+    ticket: u64,
+    next: OperatorConfig,
+    /// The answer and where it goes; `None` for the collector's own change
+    /// (declaring the default site).
+    answer: Option<(Response, tokio::sync::oneshot::Sender<Response>)>,
+}
+
+/// The next event of the etcd task; never, with the file store.
+async fn etcd_event(backend: &mut Backend) -> Option<EtcdEvent> {
+    match backend {
+        Backend::File => std::future::pending().await,
+        Backend::Etcd(state) => state.link.events.recv().await,
+    }
 }
 
 struct Shell {
@@ -275,6 +429,10 @@ struct Shell {
     bindings_save_at: Option<Instant>,
     /// When they were last saved.
     bindings_saved_at: Option<Instant>,
+    /// Where changes are committed.
+    backend: Backend,
+    /// The store's state and the core hosts (SPEC §12).
+    cluster: Cluster,
 }
 
 impl Shell {
@@ -303,6 +461,7 @@ impl Shell {
                     None => return Err(CollectorError::EndpointClosed),
                 },
                 Some(command) = self.admin_rx.recv() => self.on_admin(command),
+                Some(event) = etcd_event(&mut self.backend) => self.on_etcd(event),
                 () = sleep => {
                     let now = Instant::now();
                     self.registrar.handle_timeout(now);
@@ -422,20 +581,221 @@ impl Shell {
 
     fn on_admin(&mut self, command: AdminCommand) {
         let now = Instant::now();
+        if command.request == Request::ClusterList {
+            answer(
+                command.reply,
+                Response::Ok(ResponseData::Cluster(self.cluster.view())),
+            );
+            return;
+        }
+        if command.request.is_mutation() {
+            if let Backend::Etcd(state) = &mut self.backend {
+                if state.in_flight.is_some() {
+                    state.queued.push_back(command);
+                    return;
+                }
+                if let StoreStatus::Unavailable { reason, .. } = self.cluster.status() {
+                    let error = CommitError::Unavailable {
+                        reason: reason.clone(),
+                    };
+                    answer(command.reply, commit_refusal(&error));
+                    return;
+                }
+            }
+        }
         let mut ctx = AdminContext {
             operator: &mut self.operator,
             table: &mut self.table,
-            store: &self.store,
             defaults: &self.admin_defaults,
             rng: &mut self.rng,
         };
-        let response = admin::handle(command.request, &mut ctx, now);
+        match admin::prepare(command.request, &mut ctx, now) {
+            Outcome::Answer(response) => answer(command.reply, response),
+            Outcome::Change { next, response } => {
+                self.commit(*next, Some((response, command.reply)))
+            }
+        }
+    }
+
+    /// Stores a change, then makes it current and answers; or answers why
+    /// not. With etcd the answer comes with the task's [`EtcdEvent`].
+    fn commit(
+        &mut self,
+        next: OperatorConfig,
+        answer_to: Option<(Response, tokio::sync::oneshot::Sender<Response>)>,
+    ) {
+        match &mut self.backend {
+            Backend::File => {
+                let response = match self.store.save(&next) {
+                    Ok(()) => {
+                        self.install(next);
+                        answer_to.as_ref().map(|(response, _)| response.clone())
+                    }
+                    Err(error) => {
+                        tracing::error!(cause = %error, "operator change not saved");
+                        Some(admin::store_failed(&error))
+                    }
+                };
+                if let (Some((_, reply)), Some(response)) = (answer_to, response) {
+                    answer(reply, response);
+                }
+            }
+            Backend::Etcd(state) => {
+                state.next_ticket += 1;
+                let ticket = state.next_ticket;
+                let command = EtcdCommand::Commit {
+                    ticket,
+                    config: Box::new(next.clone()),
+                    expected: self.cluster.mod_revision(),
+                };
+                if let Err(error) = state.link.commands.try_send(command) {
+                    let error = CommitError::Unavailable {
+                        reason: format!("the etcd task does not take commands: {error}"),
+                    };
+                    if let Some((_, reply)) = answer_to {
+                        answer(reply, commit_refusal(&error));
+                    }
+                    return;
+                }
+                state.in_flight = Some(Pending {
+                    ticket,
+                    next,
+                    answer: answer_to,
+                });
+            }
+        }
+    }
+
+    /// Makes `next` the current operator configuration: the one path for a
+    /// change made here and one made on another collector (SPEC §12).
+    fn install(&mut self, next: OperatorConfig) {
+        let previous: Vec<String> = self
+            .operator
+            .configured_msrs()
+            .map(|(msr, _)| msr.to_owned())
+            .collect();
+        self.operator = next;
+        self.table.apply_operator(
+            &self.operator,
+            &self.admin_defaults.zone,
+            &self.admin_defaults.site,
+        );
+        for msr in previous {
+            self.subscriber
+                .set_expires_override(&msr, self.operator.subscription_expires(&msr));
+        }
         for (msr, settings) in self.operator.configured_msrs() {
             self.subscriber
                 .set_expires_override(msr, settings.subscription_expires);
         }
-        if command.reply.send(response).is_err() {
-            debug!("admin client went away before the answer");
+    }
+
+    fn on_etcd(&mut self, event: EtcdEvent) {
+        match event {
+            EtcdEvent::Connected => {
+                self.cluster.connected();
+                self.declare_default_site();
+            }
+            EtcdEvent::Unavailable { reason, since } => self.cluster.unavailable(since, reason),
+            EtcdEvent::Config {
+                config,
+                mod_revision,
+                revision,
+            } => {
+                if self.cluster.observe(revision, mod_revision) && *config != self.operator {
+                    info!(revision, "operator configuration changed in etcd");
+                    self.install(*config);
+                }
+                self.declare_default_site();
+            }
+            EtcdEvent::Members(members) => {
+                let before = self.cluster.core_hosts();
+                self.cluster.set_members(members);
+                let now = self.cluster.core_hosts();
+                if before != now {
+                    info!(core_hosts = now, "cluster membership changed");
+                }
+            }
+            EtcdEvent::Committed { ticket, revision } => {
+                if let Some(pending) = self.take_pending(ticket) {
+                    // Newer than what the watch already gave: ours is current.
+                    if self.cluster.observe(revision, Some(revision)) {
+                        self.install(pending.next);
+                    }
+                    if let Some((response, reply)) = pending.answer {
+                        answer(reply, response);
+                    }
+                }
+                self.run_queued();
+            }
+            EtcdEvent::Refused { ticket, error } => {
+                if let Some(pending) = self.take_pending(ticket) {
+                    info!(%error, "operator change refused by etcd");
+                    if let Some((_, reply)) = pending.answer {
+                        answer(reply, commit_refusal(&error));
+                    }
+                }
+                self.run_queued();
+            }
+        }
+    }
+
+    fn take_pending(&mut self, ticket: u64) -> Option<Pending> {
+        let Backend::Etcd(state) = &mut self.backend else {
+            return None;
+        };
+        match &state.in_flight {
+            Some(pending) if pending.ticket == ticket => state.in_flight.take(),
+            _ => None,
+        }
+    }
+
+    /// Carries out the changes that waited for the one in flight, in order,
+    /// until one is in flight again.
+    fn run_queued(&mut self) {
+        loop {
+            let Backend::Etcd(state) = &mut self.backend else {
+                return;
+            };
+            if state.in_flight.is_some() {
+                return;
+            }
+            let Some(command) = state.queued.pop_front() else {
+                self.declare_default_site();
+                return;
+            };
+            self.on_admin(command);
+        }
+    }
+
+    /// With etcd: declares `[defaults] site` when the shared configuration
+    /// lacks it, once per revision (a conflict brings a newer revision,
+    /// which may have it).
+    fn declare_default_site(&mut self) {
+        let seen = self.cluster.seen();
+        let Backend::Etcd(state) = &mut self.backend else {
+            return;
+        };
+        if state.in_flight.is_some()
+            || !state.queued.is_empty()
+            || *self.cluster.status() != StoreStatus::Connected
+            || state.default_site_tried == Some(seen)
+            || self.operator.topology().contains(&self.admin_defaults.site)
+        {
+            return;
+        }
+        state.default_site_tried = Some(seen);
+        let mut next = self.operator.clone();
+        match next.declare_site(&self.admin_defaults.site) {
+            Ok(()) => {
+                info!(site = %self.admin_defaults.site, "declared the default site");
+                self.commit(next, None);
+            }
+            Err(error) => warn!(
+                site = %self.admin_defaults.site,
+                %error,
+                "cannot declare the default site; new contacts' legs get unknown_site until it is"
+            ),
         }
     }
 
@@ -665,6 +1025,22 @@ impl Shell {
             }
         }
     }
+}
+
+/// Sends an answer to a control connection.
+fn answer(reply: tokio::sync::oneshot::Sender<Response>, response: Response) {
+    if reply.send(response).is_err() {
+        debug!("admin client went away before the answer");
+    }
+}
+
+/// The answer to a change etcd did not take.
+fn commit_refusal(error: &CommitError) -> Response {
+    let code = match error {
+        CommitError::Conflict { .. } => ErrorCode::Conflict,
+        _ => ErrorCode::StoreUnavailable,
+    };
+    Response::error(code, error.to_string())
 }
 
 /// Milliseconds since the Unix epoch (negative before it).

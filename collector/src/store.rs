@@ -15,8 +15,13 @@
 //! collector lock a new file while another still holds the old one. The
 //! kernel releases the lock when the holder exits, however it exits.
 //!
+//! With `[store] backend = "etcd"` (SPEC §12) the configuration lives in
+//! etcd ([`etcd`]) and this file is its local cached copy, written by the
+//! etcd task and read at start when etcd is unreachable.
+//!
 //! Architecture invariant: the file format is private to the collector
-//! ([`crate::operator`]); nothing else reads it.
+//! ([`crate::operator`]); nothing else reads it (the etcd backend stores
+//! the same text under its configuration key).
 
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{self, Write};
@@ -26,6 +31,9 @@ use std::path::{Path, PathBuf};
 use msr_shared::fs::cannot_create_in;
 
 use crate::operator::{DecodeError, OperatorConfig};
+
+pub mod etcd;
+pub mod migrate;
 
 /// Why the store could not be read or written.
 #[derive(Debug, thiserror::Error)]

@@ -131,6 +131,10 @@ pub enum Request {
         /// default `false`).
         explain: bool,
     },
+    /// The core hosts of the cluster and the state of the operator store
+    /// (SPEC §12): one row per live collector (lease-backed membership in
+    /// etcd; this collector alone with the file store).
+    ClusterList,
 }
 
 /// The wire form [`Request`] is read from. It mirrors [`Request`] field for
@@ -203,6 +207,7 @@ enum RequestRepr {
         #[serde(default)]
         explain: bool,
     },
+    ClusterList {},
 }
 
 impl<'de> Deserialize<'de> for Request {
@@ -543,6 +548,13 @@ pub enum ErrorCode {
     StoreFailed,
     /// The collector is shutting down or failed internally.
     Unavailable,
+    /// The change was made against a revision of the shared operator
+    /// configuration that another collector has since replaced (SPEC §12):
+    /// nothing changed; look at the new state and try again.
+    Conflict,
+    /// The shared operator store (etcd) cannot be reached: changes are
+    /// refused, selection goes on with the last configuration seen.
+    StoreUnavailable,
     /// A code this client does not know (sent by a newer collector).
     #[serde(other)]
     Other,
@@ -561,6 +573,8 @@ impl fmt::Display for ErrorCode {
             ErrorCode::MsrOverloaded => "msr_overloaded",
             ErrorCode::StoreFailed => "store_failed",
             ErrorCode::Unavailable => "unavailable",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::StoreUnavailable => "store_unavailable",
             ErrorCode::Other => "other",
         })
     }
@@ -607,6 +621,61 @@ pub enum ResponseData {
     },
     /// A selection result.
     Selected(Selection),
+    /// The core hosts and the operator store's state (`cluster_list`).
+    Cluster(ClusterView),
+}
+
+/// The cluster of core hosts as one collector sees it (SPEC §12).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterView {
+    /// The collector that answered.
+    pub node: String,
+    /// Where the operator configuration lives and whether it is reachable.
+    pub store: StoreView,
+    /// The number of core hosts, G (SPEC §10): the live members with etcd,
+    /// `[cluster] core_hosts` with the file store.
+    pub core_hosts: u32,
+    /// The live core hosts, sorted by node name (with the file store: this
+    /// collector only).
+    pub members: Vec<ClusterMember>,
+}
+
+/// The operator store's state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoreView {
+    /// `file` or `etcd`.
+    pub backend: String,
+    /// `connected` (etcd reachable), `unavailable` (etcd not reachable:
+    /// changes refused, selection on the last configuration seen) or
+    /// `local` (the file store).
+    pub status: String,
+    /// With etcd: the endpoints and key prefix; with a file: its path.
+    pub location: String,
+    /// The etcd revision of the configuration in use (absent for the file
+    /// store, and for a collector that started from its cached copy and has
+    /// not reached etcd since).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// Unix time (seconds) since when etcd has been unreachable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable_since_unix: Option<i64>,
+    /// Why etcd is unreachable (the last error), or where the configuration
+    /// in use came from when it is the cached copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// One live core host (a collector's membership key in etcd).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterMember {
+    /// The collector's `node` name.
+    pub node: String,
+    /// Its SIP address (`[sip] listen`, as bound).
+    pub sip: String,
+    /// Unix time (seconds) when it started.
+    pub started_unix: i64,
+    /// Whether this is the collector that answered.
+    pub this: bool,
 }
 
 /// A changed setting.
@@ -894,6 +963,7 @@ mod tests {
                 random: Some(1.5),
                 explain: true,
             },
+            Request::ClusterList,
         ];
         for request in &all {
             match request {
@@ -911,7 +981,8 @@ mod tests {
                 | Request::ResourceUnset { .. }
                 | Request::SubscriptionSetExpires { .. }
                 | Request::SubscriptionList
-                | Request::Select { .. } => {}
+                | Request::Select { .. }
+                | Request::ClusterList => {}
             }
         }
         all

@@ -129,6 +129,25 @@ impl Collector {
     /// Writes a config into `dir` (files prefixed with `name`) and starts
     /// the collector on a free UDP port; waits for the control socket.
     pub async fn start(dir: &Path, name: &str, opts: &CollectorOpts) -> Collector {
+        Self::start_with(dir, name, opts, "").await
+    }
+
+    /// [`start`](Self::start) with `extra` appended to the config (e.g.
+    /// [`Etcd::store_toml`]).
+    pub async fn start_with(
+        dir: &Path,
+        name: &str,
+        opts: &CollectorOpts,
+        extra: &str,
+    ) -> Collector {
+        let mut c = Self::configure(dir, name, opts, extra);
+        c.spawn().await;
+        c
+    }
+
+    /// Writes the config as [`start_with`](Self::start_with) does, without
+    /// starting the collector.
+    pub fn configure(dir: &Path, name: &str, opts: &CollectorOpts, extra: &str) -> Collector {
         let port = free_udp_port();
         let socket = dir.join(format!("{name}.sock"));
         let state = dir.join(format!("{name}-state.json"));
@@ -155,6 +174,7 @@ expires = {sub}
 socket = "{socket}"
 [state]
 path = "{state}"
+{extra}
 "#,
             node = opts.node,
             min = opts.min_expires,
@@ -163,7 +183,7 @@ path = "{state}"
             state = state.display(),
         );
         std::fs::write(&config, text).expect("write collector config");
-        let mut c = Collector {
+        Collector {
             name: name.to_owned(),
             port,
             socket,
@@ -171,9 +191,7 @@ path = "{state}"
             config,
             log,
             child: None,
-        };
-        c.spawn().await;
-        c
+        }
     }
 
     /// Starts the process (again) with the same config and state; waits
@@ -562,4 +580,130 @@ pub fn live_row<'a>(
             && r.load.is_some()
             && load.is_none_or(|l| r.load == Some(l))
     })
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+pub fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
+}
+
+/// A single-member etcd (Debian's `etcd-server`) on two free loopback
+/// ports with a data directory inside the test's directory; stopped when
+/// dropped. [`stop`](Self::stop) and [`start`](Self::start) again keep the
+/// ports and the data.
+pub struct Etcd {
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    client_port: u16,
+    peer_port: u16,
+    data_dir: PathBuf,
+    log: PathBuf,
+    child: Option<ChildGuard>,
+}
+
+impl Etcd {
+    /// Starts etcd in `dir` and waits until it answers.
+    pub async fn start_in(dir: &Path) -> Etcd {
+        let client_port = free_tcp_port();
+        let mut peer_port = free_tcp_port();
+        while peer_port == client_port {
+            peer_port = free_tcp_port();
+        }
+        let mut etcd = Etcd {
+            url: format!("http://127.0.0.1:{client_port}"),
+            client_port,
+            peer_port,
+            data_dir: dir.join("etcd-data"),
+            log: dir.join("etcd.log"),
+            child: None,
+        };
+        etcd.start().await;
+        etcd
+    }
+
+    /// Starts the process (again) on the same ports and data; waits until
+    /// `/health` says so.
+    pub async fn start(&mut self) {
+        assert!(self.child.is_none(), "etcd already running");
+        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let cluster = format!("test={peer}");
+        let data = self.data_dir.display().to_string();
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("etcd log");
+        let err = file.try_clone().expect("clone log handle");
+        let child = Command::new("etcd")
+            .args([
+                "--name",
+                "test",
+                "--data-dir",
+                &data,
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+                "--initial-cluster",
+                &cluster,
+            ])
+            .stdin(Stdio::null())
+            .stdout(file)
+            .stderr(err)
+            .spawn()
+            .expect("cannot start etcd (scripts/test.sh installs etcd-server)");
+        self.child = Some(ChildGuard { child });
+        let port = self.client_port;
+        let up = wait_for(Duration::from_secs(20), || async move {
+            healthy(port).then_some(())
+        })
+        .await;
+        assert!(
+            up.is_some(),
+            "etcd did not become healthy within 20 s\n{}",
+            log_tail(&self.log, 30)
+        );
+    }
+
+    /// SIGKILL: etcd goes away at once, as a crashed host would.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill9();
+        }
+    }
+
+    /// The `[store]` table of a collector on this etcd.
+    pub fn store_toml(&self, prefix: &str, lease_ttl_secs: u64) -> String {
+        format!(
+            "[store]\nbackend = \"etcd\"\nendpoints = [\"{}\"]\nprefix = \"{prefix}\"\n\
+             lease_ttl_secs = {lease_ttl_secs}\nrequest_timeout_ms = 1000\n",
+            self.url
+        )
+    }
+}
+
+/// Whether etcd on `port` answers `GET /health` with `"health":"true"`.
+fn healthy(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+    if stream
+        .write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    text.contains("\"health\":\"true\"")
 }

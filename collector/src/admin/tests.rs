@@ -35,11 +35,10 @@ impl Harness {
         let mut ctx = AdminContext {
             operator: &mut self.operator,
             table: &mut self.table,
-            store: &self.store,
             defaults: &self.defaults,
             rng: &mut self.rng,
         };
-        handle(request, &mut ctx, now)
+        handle(request, &mut ctx, &self.store, now)
     }
 
     fn ok(&mut self, request: Request, now: Instant) -> ResponseData {

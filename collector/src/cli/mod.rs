@@ -92,6 +92,16 @@ pub enum Command {
     Subscription(SubscriptionCommand),
     /// Run a selection for a leg without placing it (SPEC §7).
     Select(SelectArgs),
+    /// The core hosts sharing the operator configuration, and the store's state (SPEC §12).
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+}
+
+/// `cluster …`
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// List the live core hosts (collectors) and the operator store's state.
+    List,
 }
 
 /// `site …`
@@ -371,6 +381,7 @@ impl Command {
                 random: args.random,
                 explain: args.explain,
             },
+            Command::Cluster(ClusterCommand::List) => Request::ClusterList,
         }
     }
 }
@@ -1101,6 +1112,21 @@ mod tests {
             value,
             serde_json::json!({"code": "site_exists", "message": "site `local` is already declared"})
         );
+    }
+
+    /// The collector was reached and refused the change: exit 1, not 3.
+    #[test]
+    fn a_conflict_and_an_unreachable_store_exit_1() {
+        let command = Command::Site(SiteCommand::Declare { name: "x".into() });
+        for (code, text) in [
+            (ErrorCode::Conflict, "conflict"),
+            (ErrorCode::StoreUnavailable, "store_unavailable"),
+        ] {
+            let out = output(&command, false, &Response::error(code, "nothing changed"));
+            assert_eq!(out.code, EXIT_REFUSED);
+            assert_eq!(out.stderr, format!("error: {text}: nothing changed\n"));
+        }
+        assert_eq!(request("cluster list"), Request::ClusterList);
     }
 
     #[test]

@@ -3,8 +3,8 @@
 
 use comfy_table::{Cell, CellAlignment, Table};
 use msr_shared::admin::{
-    format_coefficient, format_number, Change, Distance, ErrorBody, Explain, MsrInfo, ResourceInfo,
-    ResponseData, Selection, SiteMatrix, SubscriptionInfo,
+    format_coefficient, format_number, Change, ClusterView, Distance, ErrorBody, Explain, MsrInfo,
+    ResourceInfo, ResponseData, Selection, SiteMatrix, SubscriptionInfo,
 };
 
 /// The seed's box style: `┌─┬┐ │ ├┼┤ └┴┘`, one line under the header, no
@@ -246,6 +246,45 @@ pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
     format!("{title}\n{}\n", table(&headers, &aligns, body))
 }
 
+/// `cluster list`: the store's state on top, then one row per core host.
+pub fn cluster(view: &ClusterView) -> String {
+    let store = &view.store;
+    let mut out = format!(
+        " Operator store: {} {} ({})",
+        store.backend, store.status, store.location
+    );
+    if let Some(revision) = store.revision {
+        out.push_str(&format!(", revision {revision}"));
+    }
+    out.push('\n');
+    if let Some(since) = store.unavailable_since_unix {
+        out.push_str(&format!(" Unavailable since: {}\n", timestamp(since)));
+    }
+    if let Some(detail) = &store.detail {
+        out.push_str(&format!(" Note: {detail}\n"));
+    }
+    let headers = ["Node", "SIP address", "Started", "This"];
+    let aligns = [Align::Left, Align::Left, Align::Left, Align::Left];
+    let rows = view
+        .members
+        .iter()
+        .map(|m| {
+            vec![
+                m.node.clone(),
+                m.sip.clone(),
+                timestamp(m.started_unix),
+                if m.this { "*".into() } else { String::new() },
+            ]
+        })
+        .collect();
+    out.push_str(&format!(
+        " Core hosts: {}\n{}\n",
+        view.core_hosts,
+        table(&headers, &aligns, rows)
+    ));
+    out
+}
+
 /// Formats Unix seconds as `YYYY/MM/DD hh:mm:ss` (UTC), as in the seed.
 pub fn timestamp(unix: i64) -> String {
     let days = unix.div_euclid(86_400);
@@ -444,6 +483,7 @@ pub fn response(data: &ResponseData, active_only: bool) -> String {
         ResponseData::Resources { rows } => resources(rows, active_only),
         ResponseData::Subscriptions { rows } => subscriptions(rows),
         ResponseData::Selected(s) => selection(s),
+        ResponseData::Cluster(c) => cluster(c),
     }
 }
 

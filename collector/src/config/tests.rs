@@ -107,6 +107,8 @@ fn a_spurious_key_in_any_table_is_rejected() {
         "[subscription]",
         "[control]",
         "[state]",
+        "[store]",
+        "[cluster]",
     ] {
         let injected = text.replacen(table, &format!("{table}\nbogus_key = 1"), 1);
         let err = parse(&injected, "x.toml").expect_err(table);
@@ -147,4 +149,62 @@ fn the_password_is_not_printed_in_debug() {
         msrs: vec![],
     };
     assert!(!format!("{a:?}").contains("msr-secret"));
+}
+
+#[test]
+fn the_etcd_example_parses_with_its_documented_values() {
+    let c = load(&examples_dir().join("collector-etcd.toml")).expect("etcd example is valid");
+    let StoreBackend::Etcd(etcd) = &c.store else {
+        panic!("{:?}", c.store)
+    };
+    assert_eq!(etcd.endpoints, vec!["http://127.0.0.1:2379".to_owned()]);
+    assert_eq!(etcd.prefix, DEFAULT_ETCD_PREFIX);
+    assert_eq!(etcd.lease_ttl, Duration::from_secs(10));
+    assert_eq!(etcd.request_timeout, Duration::from_millis(2000));
+    assert_eq!((etcd.user.clone(), etcd.tls.clone()), (None, None));
+    assert_eq!(c.cluster.core_hosts, 1);
+    let injected = std::fs::read_to_string(examples_dir().join("collector-etcd.toml"))
+        .expect("example")
+        .replacen("[store]", "[store]\nbogus_key = 1", 1);
+    assert!(parse(&injected, "x.toml").is_err());
+}
+
+#[test]
+fn the_file_store_is_the_default() {
+    let c = parse("", "<string>").expect("valid");
+    assert_eq!(c.store, StoreBackend::File);
+    assert_eq!(c.cluster.core_hosts, 1);
+}
+
+#[test]
+fn etcd_with_tls_and_a_user() {
+    let c = parse(
+        "[store]\nbackend = \"etcd\"\nendpoints = [\"https://etcd1:2379\", \"https://10.0.0.2:2379\"]\n\
+         user = \"msr\"\npassword = \"s3cret\"\n[store.tls]\nca = \"/ca.pem\"\ncert = \"/c.pem\"\nkey = \"/k.pem\"\n",
+        "s",
+    )
+    .expect("valid");
+    let StoreBackend::Etcd(etcd) = &c.store else {
+        panic!("{:?}", c.store)
+    };
+    assert_eq!(etcd.user, Some(("msr".into(), "s3cret".into())));
+    let tls = etcd.tls.as_ref().expect("tls");
+    assert_eq!(tls.ca, PathBuf::from("/ca.pem"));
+    assert!(tls.identity.is_some());
+    assert!(
+        !format!("{etcd:?}").contains("s3cret"),
+        "the password is redacted"
+    );
+    let mixed = parse(
+        "[store]\nbackend = \"etcd\"\nendpoints = [\"https://a:2379\", \"http://b:2379\"]\n[store.tls]\nca = \"/ca\"\n",
+        "s",
+    )
+    .expect_err("mixed schemes");
+    assert!(mixed.to_string().contains("store.endpoints[1]"), "{mixed}");
+    let key_only = parse(
+        "[store]\nbackend = \"etcd\"\nendpoints = [\"https://a:2379\"]\n[store.tls]\nca = \"/ca\"\nkey = \"/k\"\n",
+        "s",
+    )
+    .expect_err("key without cert");
+    assert!(key_only.to_string().contains("store.tls.key"), "{key_only}");
 }

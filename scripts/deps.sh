@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the build and the tests need when the machine
+# lacks them: protoc (protobuf-compiler; etcd-client's build runs it), and
+# the independent peers of the system tests: SIPp (sip-tester), Kamailio
+# (kamailio, kamcmd) and etcd (etcd-server; the cluster tests start their own).
+# `scripts/deps.sh build` installs only what the build needs.
+set -euo pipefail
+
+need=()
+command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+if [ "${1:-all}" != build ]; then
+  command -v sipp >/dev/null 2>&1 || need+=(sip-tester)
+  command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+  { command -v kamailio && command -v kamcmd; } >/dev/null 2>&1 || need+=(kamailio)
+fi
+if [ "${#need[@]}" -gt 0 ]; then
+  echo "== installing ${need[*]} (Debian packages)"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# Debian's etcd-server starts a system etcd on 127.0.0.1:2379; the tests
+# use their own on free ports, so it may keep running or not.
