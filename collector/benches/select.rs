@@ -6,9 +6,10 @@
 use std::time::Duration;
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use msr_collector::legs::{LegKey, LegTable, DEFAULT_MAX_DURATION};
 use msr_collector::load_table::{ContactBinding, LoadTable};
 use msr_collector::operator::OperatorConfig;
-use msr_collector::select::{select, Query};
+use msr_collector::select::{select, Admission, Query};
 use msr_shared::event_package::LoadReport;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -73,6 +74,7 @@ fn bench_select(c: &mut Criterion) {
         zone: "zone_7".into(),
         site: "site_13".into(),
         msr: Some("msr_7".into()),
+        admission: Admission::Plain,
         now,
     };
     let no_preference = Query {
@@ -90,6 +92,41 @@ fn bench_select(c: &mut Criterion) {
             )
         })
     });
+    // SPEC §9: a leg's select (bound to its choice) and its release, on a
+    // table that already holds 100,000 live legs; each iteration a new
+    // Call-ID, as a core's calls are.
+    let mut legs = LegTable::new(DEFAULT_MAX_DURATION);
+    for i in 0..100_000u32 {
+        let call_id = format!("{i:08x}-background@core1");
+        let key = LegKey {
+            call_id: &call_id,
+            leg: None,
+        };
+        legs.bind(now, key, &format!("msr_{}", i % 1000), "eth0", None);
+    }
+    let call_ids: Vec<String> = (0..4096u32)
+        .map(|i| format!("{i:08x}-bench@core1"))
+        .collect();
+    let mut next = 0usize;
+    c.bench_function(
+        "select with call_id + release, 1000 msr x 4, 100k live legs",
+        |b| {
+            b.iter(|| {
+                let call_id = &call_ids[next % call_ids.len()];
+                next += 1;
+                let key = LegKey { call_id, leg: None };
+                if let Ok(choice) = select(
+                    black_box(&table),
+                    operator.topology(),
+                    black_box(&no_preference),
+                    &mut rng,
+                ) {
+                    legs.bind(now, key, &choice.msr, &choice.contact, None);
+                }
+                black_box(legs.release(call_id, None))
+            })
+        },
+    );
     c.bench_function("select with msr preference", |b| {
         b.iter(|| {
             select(
@@ -145,6 +182,7 @@ fn bench_select_one_zone(c: &mut Criterion) {
         zone: "default".into(),
         site: "local".into(),
         msr: None,
+        admission: Admission::Plain,
         now,
     };
     let mut rng = StdRng::seed_from_u64(1);

@@ -21,9 +21,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use msr_shared::admin::{
-    format_coefficient, normalize_zero, Change, ContactProperty, Distance, ErrorBody, ErrorCode,
-    Explain, ExplainCandidate, Interval, MsrInfo, Request, ResourceInfo, Response, ResponseData,
-    Selection, SiteMatrix, SubscriptionInfo, EVENT_PACKAGE,
+    format_coefficient, format_number, normalize_zero, Change, ContactProperty, Distance,
+    ErrorBody, ErrorCode, Explain, ExplainCandidate, Interval, LegOutcome, MsrInfo, Released,
+    Request, ResourceInfo, Response, ResponseData, Selection, SelectionRule, SiteMatrix,
+    SubscriptionInfo, EVENT_PACKAGE,
 };
 use rand::RngCore;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -34,6 +35,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::legs::{Bound, LegKey, LegTable};
 use crate::load_table::{LoadTable, DEFAULT_SUBSCRIPTION_EXPIRES_SECS};
 use crate::operator::{OperatorConfig, OperatorError};
 use crate::select::{self, Draw, Explanation, Query, Refusal};
@@ -57,6 +59,11 @@ pub struct Defaults {
     pub site: String,
     /// SUBSCRIBE `Expires` without a per-MSR override, seconds (SPEC §4: 60).
     pub subscription_expires_secs: u32,
+    /// A conference's host takes its legs below this fraction of its load
+    /// limit (SPEC §9: 0.8).
+    pub existing_conference_threshold: f64,
+    /// An MSR takes a new conference below this fraction (SPEC §9: 0.5).
+    pub new_conference_threshold: f64,
 }
 
 impl Default for Defaults {
@@ -65,6 +72,8 @@ impl Default for Defaults {
             zone: "default".into(),
             site: "local".into(),
             subscription_expires_secs: DEFAULT_SUBSCRIPTION_EXPIRES_SECS,
+            existing_conference_threshold: 0.8,
+            new_conference_threshold: 0.5,
         }
     }
 }
@@ -79,6 +88,8 @@ pub struct AdminContext<'a> {
     pub defaults: &'a Defaults,
     /// The RNG for `select` draws.
     pub rng: &'a mut dyn RngCore,
+    /// The live call legs (SPEC §9).
+    pub legs: &'a mut LegTable,
 }
 
 /// One request from a control connection, with the channel for its answer.
@@ -230,6 +241,16 @@ fn mutate(
                 Err(e) => operator_error(&e),
             }
         }
+        Request::MsrSetLoadLimit { msr, value } => match operator.set_load_limit(&msr, value) {
+            Ok(previous) => changed(
+                "msr",
+                &msr,
+                "load_limit",
+                previous.to_string(),
+                value.to_string(),
+            ),
+            Err(e) => operator_error(&e),
+        },
         Request::MsrSetActive { msr, active } => match operator.set_active(&msr, active) {
             Ok(previous) => changed(
                 "msr",
@@ -314,17 +335,46 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
             msr,
             random,
             explain,
-        } => run_select(
-            ctx,
-            Query {
-                zone,
-                site,
-                msr,
-                now,
-            },
-            random.map(normalize_zero),
-            explain,
-        ),
+            call_id,
+            leg,
+            conference,
+        } => {
+            let leg = match (call_id, leg, conference) {
+                (Some(call_id), leg, conference) => Some(LegRequest {
+                    call_id,
+                    leg,
+                    conference,
+                }),
+                (None, None, None) => None,
+                (None, _, _) => {
+                    return Response::error(
+                        ErrorCode::BadRequest,
+                        "leg and conference name a leg: they need call_id",
+                    )
+                }
+            };
+            run_select(
+                ctx,
+                Query {
+                    zone,
+                    site,
+                    msr,
+                    admission: select::Admission::Plain,
+                    now,
+                },
+                random.map(normalize_zero),
+                explain,
+                leg,
+            )
+        }
+        Request::Release { call_id, leg } => {
+            let released = ctx.legs.release(&call_id, leg.as_deref());
+            Response::Ok(ResponseData::Released(Released {
+                call_id,
+                leg,
+                released: u32::try_from(released).unwrap_or(u32::MAX),
+            }))
+        }
         other => Response::error(ErrorCode::BadRequest, format!("not a query: {other:?}")),
     }
 }
@@ -381,6 +431,8 @@ fn msr_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
                 performance_coefficient: settings.performance_coefficient,
                 active: settings.active,
                 registered: false,
+                load_limit: settings.load_limit,
+                live_legs: 0,
             },
         );
     }
@@ -392,13 +444,34 @@ fn msr_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
                 performance_coefficient: view.settings.performance_coefficient,
                 active: view.settings.active,
                 registered: view.registered,
+                load_limit: view.settings.load_limit,
+                live_legs: 0,
             },
         );
     }
-    // The operator configuration is the source of truth for these two.
+    // A drained MSR with live legs is shown until they end, registered or not.
+    for (name, _) in ctx.legs.per_msr() {
+        if !msrs.contains_key(name) {
+            msrs.insert(
+                name.to_owned(),
+                MsrInfo {
+                    name: name.to_owned(),
+                    performance_coefficient: 1.0,
+                    active: true,
+                    registered: false,
+                    load_limit: 100,
+                    live_legs: 0,
+                },
+            );
+        }
+    }
+    // The operator configuration is the source of truth for these; the leg
+    // table for the live legs.
     for info in msrs.values_mut() {
         info.performance_coefficient = ctx.operator.performance_coefficient(&info.name);
         info.active = ctx.operator.is_active(&info.name);
+        info.load_limit = ctx.operator.load_limit(&info.name);
+        info.live_legs = ctx.legs.on_msr(&info.name);
     }
     Response::Ok(ResponseData::Msrs {
         msrs: msrs.into_values().collect(),
@@ -425,7 +498,6 @@ fn resource_list(ctx: &AdminContext<'_>, now: Instant, active_only: bool) -> Res
             zone: row.zone,
             site: row.site,
             active: row.active,
-            contact: row.contact,
             uri: row.uri,
             engine_uri: row.engine.map(|e| e.sip_uri()),
             mcc: row.engine.and_then(|e| e.mcc).map(|m| m.to_string()),
@@ -439,6 +511,8 @@ fn resource_list(ctx: &AdminContext<'_>, now: Instant, active_only: bool) -> Res
             subscription: row
                 .subscription
                 .map_or_else(|| "none".to_owned(), |s| s.status.to_string()),
+            live_legs: ctx.legs.on_contact(&row.contact),
+            contact: row.contact,
         })
         .collect();
     Response::Ok(ResponseData::Resources { rows })
@@ -519,7 +593,25 @@ fn to_wire_explain(query: &Query, explanation: &Explanation) -> Explain {
             .collect(),
         total: explanation.total,
         draw: explanation.draw,
+        rule: wire_rule(explanation.rule),
+        threshold: explanation.threshold,
     }
+}
+
+fn wire_rule(rule: select::Rule) -> SelectionRule {
+    match rule {
+        select::Rule::Draw => SelectionRule::Draw,
+        select::Rule::ExistingConference => SelectionRule::ExistingConference,
+        select::Rule::NewConference => SelectionRule::NewConference,
+    }
+}
+
+/// The leg a selection is for (SPEC §9).
+#[derive(Debug)]
+struct LegRequest {
+    call_id: String,
+    leg: Option<String>,
+    conference: Option<String>,
 }
 
 fn refusal_message(refusal: Refusal, query: &Query) -> String {
@@ -528,20 +620,51 @@ fn refusal_message(refusal: Refusal, query: &Query) -> String {
             "no registered active msr in zone `{}` at a finite distance from site `{}`",
             query.zone, query.site
         ),
-        Refusal::MsrOverloaded => format!(
-            "every msr in zone `{}` nearest to site `{}` is at 100% load",
-            query.zone, query.site
-        ),
+        Refusal::MsrOverloaded => match &query.admission {
+            select::Admission::Plain => format!(
+                "every msr in zone `{}` nearest to site `{}` is at or above its load limit",
+                query.zone, query.site
+            ),
+            select::Admission::Conference(c) => format!(
+                "every msr in zone `{}` nearest to site `{}` is at or above the {}conference threshold \
+                 ({}% of its load limit) for conference `{}`",
+                query.zone,
+                query.site,
+                if c.host.is_some() { "" } else { "new-" },
+                format_number(c.new_threshold * 100.0),
+                c.id
+            ),
+        },
         Refusal::UnknownSite => format!("site `{}` is not declared", query.site),
     }
 }
 
 fn run_select(
     ctx: &mut AdminContext<'_>,
-    query: Query,
+    mut query: Query,
     random: Option<f64>,
     want_explain: bool,
+    leg: Option<LegRequest>,
 ) -> Response {
+    let key = leg.as_ref().map(|l| LegKey {
+        call_id: &l.call_id,
+        leg: l.leg.as_deref(),
+    });
+    // SPEC §9 stickiness: a live leg keeps its MSR and contact, whatever
+    // changed, while that contact is registered.
+    if let Some(key) = key {
+        if let Some(answer) = sticky(ctx, &query, key) {
+            return answer;
+        }
+        if let Some(conference) = leg.as_ref().and_then(|l| l.conference.as_deref()) {
+            query.admission = select::Admission::Conference(select::ConferenceAdmission {
+                id: conference.to_owned(),
+                host: ctx.legs.conference_host(conference).map(str::to_owned),
+                existing_threshold: ctx.defaults.existing_conference_threshold,
+                new_threshold: ctx.defaults.new_conference_threshold,
+            });
+        }
+    }
     // The hot path (a random draw, no explanation) records nothing; the
     // explanation is built only when asked for or for a fixed draw.
     let (outcome, explain) = if random.is_none() && !want_explain {
@@ -560,18 +683,33 @@ fn run_select(
         (explanation.outcome, explain)
     };
     match outcome {
-        Ok(choice) => Response::Ok(ResponseData::Selected(Selection {
-            msr: choice.msr,
-            contact: choice.contact,
-            uri: choice.uri,
-            engine_uri: choice.engine.map(|e| e.sip_uri()),
-            mcc: choice.engine.and_then(|e| e.mcc).map(|m| m.to_string()),
-            media_bridge: choice.media_bridge,
-            distance: choice.distance,
-            draw: choice.draw,
-            total: choice.total,
-            explain,
-        })),
+        Ok(choice) => {
+            let leg_outcome = key.map(|key| {
+                let conference = leg.as_ref().and_then(|l| l.conference.as_deref());
+                match ctx
+                    .legs
+                    .bind(query.now, key, &choice.msr, &choice.contact, conference)
+                {
+                    Bound::New => LegOutcome::New,
+                    Bound::Reanchored => LegOutcome::Reanchored,
+                    Bound::Unchanged => LegOutcome::Sticky,
+                }
+            });
+            Response::Ok(ResponseData::Selected(Selection {
+                msr: choice.msr,
+                contact: choice.contact,
+                uri: choice.uri,
+                engine_uri: choice.engine.map(|e| e.sip_uri()),
+                mcc: choice.engine.and_then(|e| e.mcc).map(|m| m.to_string()),
+                media_bridge: choice.media_bridge,
+                distance: choice.distance,
+                draw: choice.draw,
+                total: choice.total,
+                rule: wire_rule(choice.rule),
+                leg: leg_outcome,
+                explain,
+            }))
+        }
         Err(refusal) => {
             let code = match refusal {
                 Refusal::MsrNotFound => ErrorCode::MsrNotFound,
@@ -585,6 +723,33 @@ fn run_select(
             })
         }
     }
+}
+
+/// The answer for a live leg whose contact is still registered: its MSR and
+/// contact again (SPEC §9), without a draw; `None` when the leg is not live
+/// or its contact is gone (then it is re-anchored by a new selection).
+fn sticky(ctx: &AdminContext<'_>, query: &Query, key: LegKey<'_>) -> Option<Response> {
+    let leg = ctx.legs.get(query.now, key)?;
+    let contact = ctx.table.live_contact(leg.contact, query.now)?;
+    let distance = ctx
+        .operator
+        .topology()
+        .distances_from(&query.site)
+        .map_or(f64::INFINITY, |from| from.to(contact.site));
+    Some(Response::Ok(ResponseData::Selected(Selection {
+        msr: leg.msr.to_owned(),
+        contact: leg.contact.to_owned(),
+        uri: contact.uri.to_owned(),
+        engine_uri: contact.engine.map(|e| e.sip_uri()),
+        mcc: contact.engine.and_then(|e| e.mcc).map(|m| m.to_string()),
+        media_bridge: query.msr.as_deref().is_some_and(|m| m != leg.msr),
+        distance,
+        draw: 0.0,
+        total: 0.0,
+        rule: SelectionRule::Sticky,
+        leg: Some(LegOutcome::Sticky),
+        explain: None,
+    })))
 }
 
 /// Binds the control socket at `path` and sets its mode to 0660. A stale

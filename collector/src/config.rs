@@ -143,6 +143,22 @@ pub struct CollectorConfig {
     /// `[cluster]`: what the collector assumes of the cluster when the
     /// store cannot tell (SPEC §10, §12).
     pub cluster: ClusterConfig,
+    /// `[legs]`: call legs (SPEC §9).
+    pub legs: LegsConfig,
+}
+
+/// `[legs]`: call legs and their admission (SPEC §9).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LegsConfig {
+    /// The longest a leg lives without a release (a lost release cannot
+    /// leak): default 4 h.
+    pub max_duration: Duration,
+    /// A conference's host takes its legs below this fraction of its load
+    /// limit (default 0.8).
+    pub existing_conference_threshold: f64,
+    /// An MSR takes a new conference below this fraction of its load limit
+    /// (default 0.5).
+    pub new_conference_threshold: f64,
 }
 
 /// `[store]`: where the operator configuration lives (SPEC §6, §12).
@@ -306,6 +322,41 @@ struct RawConfig {
     store: RawStore,
     #[serde(default)]
     cluster: RawCluster,
+    #[serde(default)]
+    legs: RawLegs,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLegs {
+    #[serde(default = "default_max_leg_secs")]
+    max_duration_secs: u64,
+    #[serde(default = "default_existing_threshold")]
+    existing_conference_threshold: u32,
+    #[serde(default = "default_new_threshold")]
+    new_conference_threshold: u32,
+}
+
+impl Default for RawLegs {
+    fn default() -> Self {
+        Self {
+            max_duration_secs: default_max_leg_secs(),
+            existing_conference_threshold: default_existing_threshold(),
+            new_conference_threshold: default_new_threshold(),
+        }
+    }
+}
+
+fn default_max_leg_secs() -> u64 {
+    crate::legs::DEFAULT_MAX_DURATION.as_secs()
+}
+
+fn default_existing_threshold() -> u32 {
+    80
+}
+
+fn default_new_threshold() -> u32 {
+    50
 }
 
 #[derive(Debug, Deserialize)]
@@ -783,6 +834,31 @@ fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, ConfigError
             "the number of core hosts, 1 to 1024",
         ));
     }
+    if !(1..=7 * 86_400).contains(&raw.legs.max_duration_secs) {
+        return Err(invalid(
+            "legs.max_duration_secs",
+            raw.legs.max_duration_secs.to_string(),
+            "seconds, 1 to 604800 (7 days)",
+        ));
+    }
+    for (key, value) in [
+        (
+            "legs.existing_conference_threshold",
+            raw.legs.existing_conference_threshold,
+        ),
+        (
+            "legs.new_conference_threshold",
+            raw.legs.new_conference_threshold,
+        ),
+    ] {
+        if !(1..=100).contains(&value) {
+            return Err(invalid(
+                key,
+                value.to_string(),
+                "percent of an msr's load limit, 1 to 100",
+            ));
+        }
+    }
     Ok(CollectorConfig {
         node: raw.node,
         sip: SipConfig {
@@ -808,6 +884,12 @@ fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, ConfigError
         store,
         cluster: ClusterConfig {
             core_hosts: raw.cluster.core_hosts,
+        },
+        legs: LegsConfig {
+            max_duration: Duration::from_secs(raw.legs.max_duration_secs),
+            existing_conference_threshold: f64::from(raw.legs.existing_conference_threshold)
+                / 100.0,
+            new_conference_threshold: f64::from(raw.legs.new_conference_threshold) / 100.0,
         },
     })
 }

@@ -185,6 +185,21 @@ pub struct Candidate<'a> {
     pub stale: bool,
     /// Performance coefficient of the MSR.
     pub performance_coefficient: f64,
+    /// Load limit of the MSR, percent (SPEC §9).
+    pub load_limit: u8,
+}
+
+/// A registered contact ([`LoadTable::live_contact`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LiveContact<'a> {
+    /// Its MSR.
+    pub msr: &'a str,
+    /// Its URI (the agent's).
+    pub uri: &'a str,
+    /// The media engine's addresses, if reported.
+    pub engine: Option<EngineAddresses>,
+    /// Its site.
+    pub site: &'a str,
 }
 
 /// Per-MSR state about an MSR summary (for `subscription list`, `msr list`).
@@ -238,6 +253,7 @@ impl MsrEntry {
         MsrSelection {
             active: self.settings.active,
             performance_coefficient: self.settings.performance_coefficient,
+            load_limit: self.settings.load_limit,
             load: self.load.as_ref().map(|(report, _)| report.load.min(100)),
             // `now - at > limit` exactly when `now > at + limit`; a sum past
             // the end of time is never reached.
@@ -253,6 +269,8 @@ struct MsrSelection {
     active: bool,
     /// Performance coefficient.
     performance_coefficient: f64,
+    /// Load limit, percent (SPEC §9).
+    load_limit: u8,
     /// Last reported load, capped at 100.
     load: Option<u8>,
     /// The last report is stale once `now` is past this: its arrival plus
@@ -357,6 +375,7 @@ impl ZoneMember {
             load: msr.load,
             stale: msr.is_stale(now),
             performance_coefficient: msr.performance_coefficient,
+            load_limit: msr.load_limit,
         })
     }
 }
@@ -665,6 +684,18 @@ impl LoadTable {
     /// Whether the contact is in the table.
     pub fn contains_contact(&self, contact: &str) -> bool {
         self.contacts.contains_key(contact)
+    }
+
+    /// The contact, if it is registered at `now`: what a live leg's answer
+    /// needs (SPEC §9: a leg keeps its MSR and contact while it is there).
+    pub fn live_contact(&self, contact: &str, now: Instant) -> Option<LiveContact<'_>> {
+        let c = self.contacts.get(contact)?;
+        (now < c.binding.expires_at).then(|| LiveContact {
+            msr: &c.binding.msr,
+            uri: &c.binding.uri,
+            engine: c.binding.engine,
+            site: &c.site,
+        })
     }
 
     /// The rows as seen at `now`, sorted by MSR then contact.

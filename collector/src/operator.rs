@@ -32,6 +32,10 @@ pub const MAX_PERFORMANCE_COEFFICIENT: f64 = 1_000_000.0;
 /// expires` of the collector config).
 pub const MAX_SUBSCRIPTION_EXPIRES: u32 = 86_400;
 
+/// An MSR's load limit when the operator set none (SPEC §9): 100 %, the
+/// same bound §7's weights already imply.
+pub const DEFAULT_LOAD_LIMIT: u8 = 100;
+
 /// Why an operator change was refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
@@ -59,6 +63,14 @@ pub enum OperatorError {
         /// The rejected value, seconds.
         value: u32,
     },
+    /// The load limit is outside 1–100 %.
+    #[error("invalid load limit {value} for msr `{msr}`: expected 1 to 100 (percent)")]
+    InvalidLoadLimit {
+        /// MSR name.
+        msr: String,
+        /// The rejected value.
+        value: u32,
+    },
     /// An MSR, contact, zone or site name breaks the rules of
     /// [`crate::names`].
     #[error(transparent)]
@@ -74,6 +86,9 @@ pub struct MsrSettings {
     pub active: bool,
     /// `Expires` to request in SUBSCRIBE, seconds; `None` = collector default.
     pub subscription_expires: Option<u32>,
+    /// The load at and above which the MSR takes no new leg, percent
+    /// (SPEC §9); the conference thresholds are fractions of it. 1–100.
+    pub load_limit: u8,
 }
 
 impl Default for MsrSettings {
@@ -82,6 +97,7 @@ impl Default for MsrSettings {
             performance_coefficient: DEFAULT_PERFORMANCE_COEFFICIENT,
             active: true,
             subscription_expires: None,
+            load_limit: DEFAULT_LOAD_LIMIT,
         }
     }
 }
@@ -190,6 +206,31 @@ impl OperatorConfig {
     /// operator set one (SPEC §4, §8).
     pub fn subscription_expires(&self, msr: &str) -> Option<u32> {
         self.msrs.get(msr).and_then(|s| s.subscription_expires)
+    }
+
+    /// The MSR's load limit in percent (default [`DEFAULT_LOAD_LIMIT`]).
+    pub fn load_limit(&self, msr: &str) -> u8 {
+        self.msrs
+            .get(msr)
+            .map_or(DEFAULT_LOAD_LIMIT, |s| s.load_limit)
+    }
+
+    /// Sets the load limit (percent, 1–100); returns the previous one.
+    ///
+    /// # Errors
+    /// [`OperatorError::InvalidLoadLimit`]; [`OperatorError::Name`].
+    pub fn set_load_limit(&mut self, msr: &str, value: u32) -> Result<u8, OperatorError> {
+        names::check(NameKind::Msr, msr)?;
+        let limit = u8::try_from(value)
+            .ok()
+            .filter(|v| (1..=100).contains(v))
+            .ok_or_else(|| OperatorError::InvalidLoadLimit {
+                msr: msr.to_owned(),
+                value,
+            })?;
+        let previous = self.load_limit(msr);
+        self.update_msr(msr, |s| s.load_limit = limit);
+        Ok(previous)
     }
 
     fn update_msr(&mut self, msr: &str, change: impl FnOnce(&mut MsrSettings)) {
@@ -355,6 +396,8 @@ impl OperatorConfig {
                             performance_coefficient: s.performance_coefficient,
                             active: s.active,
                             subscription_expires: s.subscription_expires,
+                            load_limit: (s.load_limit != DEFAULT_LOAD_LIMIT)
+                                .then_some(s.load_limit),
                         };
                         (name.clone(), stored)
                     })
@@ -461,6 +504,9 @@ impl OperatorConfig {
             config.set_active(name, msr.active)?;
             if let Some(secs) = msr.subscription_expires {
                 config.set_subscription_expires(name, secs)?;
+            }
+            if let Some(limit) = msr.load_limit {
+                config.set_load_limit(name, u32::from(limit))?;
             }
         }
         for (name, contact) in &stored.contacts.0 {
@@ -619,6 +665,9 @@ struct StoredMsr {
     active: bool,
     #[serde(default)]
     subscription_expires: Option<u32>,
+    /// Absent: the default (stores written before load limits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    load_limit: Option<u8>,
 }
 
 #[derive(Serialize, Deserialize)]

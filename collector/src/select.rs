@@ -13,6 +13,20 @@
 //! 6. Nothing left → `msr_not_found`; every weight zero → `msr_overloaded`;
 //!    an undeclared leg site → `unknown_site`.
 //!
+//! Admission (SPEC §9), between steps 4 and 5, by the leg's [`Admission`]:
+//!
+//! * a plain leg: MSRs at or above their load limit are dropped (with the
+//!   default limit of 100 % this is §7 exactly: such an MSR's weight is 0);
+//! * a leg of a conference that has live legs: the MSR hosting it, if it is
+//!   still a candidate and below the existing-conference threshold (a
+//!   fraction of its load limit), without a draw;
+//! * otherwise (a new conference, or its host over the threshold or gone):
+//!   the MSRs below the new-conference threshold, and among them the first
+//!   in the conference's own preference order (rendezvous hashing of the
+//!   conference id over the MSR names, [`rendezvous_score`]), so every
+//!   collector of a cluster puts one conference on the same MSR;
+//! * nothing admitted → `msr_overloaded`, and the explanation names the rule.
+//!
 //! Choices this module makes where the SPEC is silent: an MSR with no load
 //! report yet counts as load 0 (it was just subscribed; the first NOTIFY
 //! follows at once); a stale report is used as it is (and flagged in
@@ -42,8 +56,74 @@ pub struct Query {
     pub site: String,
     /// The MSR already anchoring the other leg.
     pub msr: Option<String>,
+    /// What the leg is held to beyond §7 (SPEC §9).
+    pub admission: Admission,
     /// The time at which registrations and staleness are judged.
     pub now: Instant,
+}
+
+/// What a leg is held to beyond §7 (SPEC §9, module docs).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Admission {
+    /// A plain leg (no conference): each MSR's load limit.
+    Plain,
+    /// A leg of a conference.
+    Conference(ConferenceAdmission),
+}
+
+/// A conference leg's admission (SPEC §9).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConferenceAdmission {
+    /// The conference (or space) id.
+    pub id: String,
+    /// The MSR hosting its live legs; `None` for a new conference.
+    pub host: Option<String>,
+    /// The host takes the leg below this fraction of its load limit (0.8).
+    pub existing_threshold: f64,
+    /// Any MSR takes a new conference below this fraction (0.5).
+    pub new_threshold: f64,
+}
+
+/// Which rule chose the MSR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    /// §7 step 5: the weighted draw.
+    Draw,
+    /// §9: the conference's host, below the existing-conference threshold.
+    ExistingConference,
+    /// §9: the first in the conference's preference order below the
+    /// new-conference threshold.
+    NewConference,
+}
+
+impl Rule {
+    /// Snake-case name: `draw`, `existing_conference`, `new_conference`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rule::Draw => "draw",
+            Rule::ExistingConference => "existing_conference",
+            Rule::NewConference => "new_conference",
+        }
+    }
+}
+
+/// The conference's preference for `msr` (rendezvous, "highest random
+/// weight" hashing): FNV-1a over the conference id, a separator and the MSR
+/// name. Specified here, not taken from a hasher that may change between
+/// builds, so that every collector of a cluster ranks MSRs alike.
+pub fn rendezvous_score(conference: &str, msr: &str) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut hash = OFFSET;
+    for byte in conference.bytes().chain([0xff]).chain(msr.bytes()) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(PRIME);
+    }
+    // FNV's last bytes mix poorly into the high bits: finish like
+    // splitmix64 so close names still spread.
+    hash ^= hash >> 33;
+    hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    hash ^ (hash >> 33)
 }
 
 /// The chosen contact.
@@ -66,6 +146,8 @@ pub struct Choice {
     pub draw: f64,
     /// Sum of the weights.
     pub total: f64,
+    /// The rule that chose it.
+    pub rule: Rule,
 }
 
 /// Why a leg gets no MSR (SPEC §7 step 6).
@@ -125,6 +207,13 @@ pub enum CandidateOutcome {
     Farther,
     /// Step 4: its MSR already has a contact earlier by name.
     DuplicateMsr,
+    /// Admission (§9): at or above its MSR's load limit.
+    OverLoadLimit,
+    /// Admission (§9): at or above the conference threshold that applied.
+    OverThreshold,
+    /// Admission (§9): below the threshold, but the conference rule chose
+    /// another MSR.
+    NotPreferred,
 }
 
 impl CandidateOutcome {
@@ -137,6 +226,9 @@ impl CandidateOutcome {
             CandidateOutcome::InfiniteDistance => "infinite_distance",
             CandidateOutcome::Farther => "farther",
             CandidateOutcome::DuplicateMsr => "duplicate_msr",
+            CandidateOutcome::OverLoadLimit => "over_load_limit",
+            CandidateOutcome::OverThreshold => "over_threshold",
+            CandidateOutcome::NotPreferred => "not_preferred",
         }
     }
 }
@@ -202,6 +294,11 @@ pub struct Explanation {
     pub total: f64,
     /// Step 5: the draw, when one was made.
     pub draw: Option<f64>,
+    /// The rule that decided (or, on a refusal, the one nothing passed).
+    pub rule: Rule,
+    /// The threshold that rule held the MSRs to, percent of each one's load
+    /// limit (`None` for the draw: the load limit itself).
+    pub threshold: Option<f64>,
     /// The choice or the refusal.
     pub outcome: Result<Choice, Refusal>,
 }
@@ -398,6 +495,8 @@ fn run<R: Rng + ?Sized>(
         intervals: Vec::new(),
         total: 0.0,
         draw: None,
+        rule: Rule::Draw,
+        threshold: None,
         outcome: Err(Refusal::UnknownSite),
     };
     let Some(from) = topology.distances_from(&query.site) else {
@@ -412,6 +511,16 @@ fn run<R: Rng + ?Sized>(
         kept,
     } = steps_1_to_4(&view, &distances, query);
     explanation.media_bridge = media_bridge;
+    let nearest = !kept.is_empty();
+    let Admitted {
+        kept,
+        dropped,
+        rule,
+        threshold,
+        chosen,
+    } = admit(&view, query, kept);
+    explanation.rule = rule;
+    explanation.threshold = threshold;
 
     // Step 5: the interval table, in MSR-name order.
     let weights: Vec<f64> = kept
@@ -426,12 +535,24 @@ fn run<R: Rng + ?Sized>(
             .scan(0..view.len(), query.now, &distances)
             .filter_map(|scanned| {
                 let c = view.candidate(scanned.position, query.now)?;
+                let step = outcome_of(&c, &scanned, preferred, min_distance, &kept);
+                let admission = dropped
+                    .iter()
+                    .find(|(p, _)| *p == scanned.position)
+                    .map(|(_, o)| *o);
+                let outcome = match (admission, chosen) {
+                    (Some(o), _) => o,
+                    (None, Some(p)) if step == CandidateOutcome::Kept && p != scanned.position => {
+                        CandidateOutcome::NotPreferred
+                    }
+                    _ => step,
+                };
                 Some(ExplainedCandidate {
                     contact: c.contact.to_owned(),
                     msr: c.msr.to_owned(),
                     site: c.site.to_owned(),
                     distance: scanned.distance,
-                    outcome: outcome_of(&c, &scanned, preferred, min_distance, &kept),
+                    outcome,
                 })
             })
             .collect();
@@ -463,9 +584,27 @@ fn run<R: Rng + ?Sized>(
             .collect();
     }
 
-    // Step 6, then the draw.
-    explanation.outcome = if kept.is_empty() {
+    // Step 6, then the draw (or the conference rule's choice).
+    explanation.outcome = if kept.is_empty() && !nearest {
         Err(Refusal::MsrNotFound)
+    } else if kept.is_empty() {
+        // Candidates, but admission left none: every one is full for this leg.
+        Err(Refusal::MsrOverloaded)
+    } else if let Some(position) = chosen {
+        match view.candidate(position, query.now) {
+            Some(c) => Ok(Choice {
+                msr: c.msr.to_owned(),
+                contact: c.contact.to_owned(),
+                uri: c.uri.to_owned(),
+                engine: c.engine,
+                media_bridge: explanation.media_bridge,
+                distance: min_distance.unwrap_or(0.0),
+                draw: 0.0,
+                total,
+                rule,
+            }),
+            None => Err(Refusal::MsrNotFound),
+        }
     } else if total <= 0.0 {
         Err(Refusal::MsrOverloaded)
     } else if !total.is_finite() {
@@ -489,11 +628,95 @@ fn run<R: Rng + ?Sized>(
                 distance: min_distance.unwrap_or(0.0),
                 draw: value,
                 total,
+                rule: Rule::Draw,
             }),
             None => Err(Refusal::MsrOverloaded),
         }
     };
     Ok(explanation)
+}
+
+/// What admission (module docs) made of the nearest contacts.
+#[derive(Debug)]
+struct Admitted {
+    /// The positions that may take the leg (ascending): the interval table.
+    kept: Vec<usize>,
+    /// The positions admission dropped, and why.
+    dropped: Vec<(usize, CandidateOutcome)>,
+    /// The rule that applies.
+    rule: Rule,
+    /// Its threshold, percent of the load limit (conference rules).
+    threshold: Option<f64>,
+    /// A conference rule's choice (no draw).
+    chosen: Option<usize>,
+}
+
+/// A nearest contact as admission sees it: position, MSR, load and load
+/// limit (percent).
+type Load<'a> = (usize, &'a str, f64, f64);
+
+/// Admission between steps 4 and 5 (SPEC §9; module docs) over the
+/// nearest contacts `kept`, one per MSR.
+fn admit(view: &ZoneView<'_>, query: &Query, kept: Vec<usize>) -> Admitted {
+    // No report counts as load 0, as in §7.
+    let loads: Vec<Load<'_>> = kept
+        .iter()
+        .filter_map(|&p| {
+            let c = view.candidate(p, query.now)?;
+            let load = f64::from(c.load.unwrap_or(0).min(100));
+            Some((p, c.msr, load, f64::from(c.load_limit)))
+        })
+        .collect();
+    let conference = match &query.admission {
+        Admission::Plain => {
+            let (kept, full): (Vec<&Load<'_>>, Vec<&Load<'_>>) =
+                loads.iter().partition(|(_, _, load, limit)| load < limit);
+            return Admitted {
+                kept: kept.iter().map(|(p, ..)| *p).collect(),
+                dropped: full
+                    .iter()
+                    .map(|(p, ..)| (*p, CandidateOutcome::OverLoadLimit))
+                    .collect(),
+                rule: Rule::Draw,
+                threshold: None,
+                chosen: None,
+            };
+        }
+        Admission::Conference(c) => c,
+    };
+    // Its host, while below the existing-conference threshold.
+    let host = conference.host.as_deref().and_then(|host| {
+        loads.iter().find(|(_, msr, load, limit)| {
+            *msr == host && *load < conference.existing_threshold * limit
+        })
+    });
+    if let Some(&(position, ..)) = host {
+        return Admitted {
+            kept,
+            dropped: Vec::new(),
+            rule: Rule::ExistingConference,
+            threshold: Some(conference.existing_threshold * 100.0),
+            chosen: Some(position),
+        };
+    }
+    // A new conference (or its host over the threshold, or gone).
+    let (eligible, over): (Vec<&Load<'_>>, Vec<&Load<'_>>) = loads
+        .iter()
+        .partition(|(_, _, load, limit)| *load < conference.new_threshold * limit);
+    let chosen = eligible
+        .iter()
+        .max_by_key(|(_, msr, ..)| rendezvous_score(&conference.id, msr))
+        .map(|(p, ..)| *p);
+    Admitted {
+        kept: eligible.iter().map(|(p, ..)| *p).collect(),
+        dropped: over
+            .iter()
+            .map(|(p, ..)| (*p, CandidateOutcome::OverThreshold))
+            .collect(),
+        rule: Rule::NewConference,
+        threshold: Some(conference.new_threshold * 100.0),
+        chosen,
+    }
 }
 
 /// The index of the interval `[bottom, top)` (bottoms and tops summed from

@@ -40,6 +40,7 @@ use crate::admin::{self, AdminCommand, AdminContext, Outcome};
 use crate::cluster::{Cluster, StoreStatus};
 use crate::config::{CollectorConfig, StoreBackend};
 use crate::error::CollectorError;
+use crate::legs::LegTable;
 use crate::load_table::{ContactBinding, LoadTable};
 use crate::operator::OperatorConfig;
 use crate::registrar::{
@@ -294,7 +295,10 @@ pub async fn start(
             zone: config.defaults.zone.clone(),
             site: config.defaults.site.clone(),
             subscription_expires_secs: config.subscription.expires,
+            existing_conference_threshold: config.legs.existing_conference_threshold,
+            new_conference_threshold: config.legs.new_conference_threshold,
         },
+        legs: LegTable::new(config.legs.max_duration),
         rng: StdRng::from_entropy(),
         endpoint,
         admin_rx,
@@ -419,6 +423,8 @@ struct Shell {
     store: Store,
     admin_defaults: admin::Defaults,
     rng: StdRng,
+    /// The live call legs (SPEC §9): runtime state, not saved.
+    legs: LegTable,
     endpoint: SipEndpoint,
     admin_rx: mpsc::Receiver<AdminCommand>,
     /// The tasks sending answers to SIP requests; reaped as they finish,
@@ -444,6 +450,7 @@ impl Shell {
                 self.registrar.poll_timeout(),
                 self.subscriber.poll_timeout(),
                 self.bindings_save_at,
+                self.legs.poll_timeout(),
             ]
             .into_iter()
             .flatten()
@@ -466,6 +473,10 @@ impl Shell {
                     let now = Instant::now();
                     self.registrar.handle_timeout(now);
                     self.subscriber.handle_timeout(now);
+                    let expired = self.legs.handle_timeout(now);
+                    if expired > 0 {
+                        info!(legs = expired, live = self.legs.len(), "legs expired without a release");
+                    }
                     if self.bindings_save_at.is_some_and(|at| at <= now) {
                         self.save_bindings(now);
                     }
@@ -608,6 +619,7 @@ impl Shell {
             table: &mut self.table,
             defaults: &self.admin_defaults,
             rng: &mut self.rng,
+            legs: &mut self.legs,
         };
         match admin::prepare(command.request, &mut ctx, now) {
             Outcome::Answer(response) => answer(command.reply, response),

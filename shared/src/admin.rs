@@ -115,7 +115,16 @@ pub enum Request {
     },
     /// List the load subscriptions, one row per MSR.
     SubscriptionList,
-    /// Run a selection (SPEC §7) without placing a leg.
+    /// Set an MSR's load limit, percent (SPEC §9): it takes no new leg at
+    /// or above it; the conference thresholds are fractions of it.
+    MsrSetLoadLimit {
+        /// MSR name.
+        msr: String,
+        /// 1–100.
+        value: u32,
+    },
+    /// Run a selection (SPEC §7); with `call_id`, for that leg (SPEC §9):
+    /// a live leg gets its MSR again, a new one is bound to the choice.
     Select {
         /// The leg's zone.
         zone: String,
@@ -130,6 +139,22 @@ pub enum Request {
         /// Return the candidates and the interval table (optional on the wire,
         /// default `false`).
         explain: bool,
+        /// The SIP Call-ID of the leg: the selection creates (or finds) a
+        /// leg (optional on the wire).
+        call_id: Option<String>,
+        /// Tells two legs of one Call-ID apart (optional; needs `call_id`).
+        leg: Option<String>,
+        /// The conference or space the leg joins (optional; needs
+        /// `call_id`): admission thresholds and affinity (SPEC §9).
+        conference: Option<String>,
+    },
+    /// End a leg (SPEC §9): `leg` given, that leg of the Call-ID; absent,
+    /// every leg of it. Idempotent: what is not live is left alone.
+    Release {
+        /// The SIP Call-ID.
+        call_id: String,
+        /// The leg label (optional on the wire).
+        leg: Option<String>,
     },
     /// The core hosts of the cluster and the state of the operator store
     /// (SPEC §12): one row per live collector (lease-backed membership in
@@ -197,6 +222,10 @@ enum RequestRepr {
         expires: u32,
     },
     SubscriptionList {},
+    MsrSetLoadLimit {
+        msr: String,
+        value: u32,
+    },
     Select {
         zone: String,
         site: String,
@@ -206,6 +235,17 @@ enum RequestRepr {
         random: Option<f64>,
         #[serde(default)]
         explain: bool,
+        #[serde(default)]
+        call_id: Option<String>,
+        #[serde(default)]
+        leg: Option<String>,
+        #[serde(default)]
+        conference: Option<String>,
+    },
+    Release {
+        call_id: String,
+        #[serde(default)]
+        leg: Option<String>,
     },
     ClusterList {},
 }
@@ -231,6 +271,7 @@ impl Request {
                 | Request::ResourceSetSite { .. }
                 | Request::ResourceUnset { .. }
                 | Request::SubscriptionSetExpires { .. }
+                | Request::MsrSetLoadLimit { .. }
         )
     }
 }
@@ -623,6 +664,8 @@ pub enum ResponseData {
     Selected(Selection),
     /// The core hosts and the operator store's state (`cluster_list`).
     Cluster(ClusterView),
+    /// The answer to a release.
+    Released(Released),
 }
 
 /// The cluster of core hosts as one collector sees it (SPEC §12).
@@ -678,6 +721,45 @@ pub struct ClusterMember {
     pub this: bool,
 }
 
+/// What a release ended (SPEC §9).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Released {
+    /// The Call-ID.
+    pub call_id: String,
+    /// The leg label, if one was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leg: Option<String>,
+    /// How many live legs ended; 0: none was live (a repeated or unknown
+    /// release, which is harmless).
+    pub released: u32,
+}
+
+/// What a selection for a leg did with it (SPEC §9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LegOutcome {
+    /// A new leg, bound to the answer.
+    New,
+    /// A live leg: the same MSR and contact as before.
+    Sticky,
+    /// A live leg whose MSR was gone: moved to the answer.
+    Reanchored,
+}
+
+/// Which rule chose the MSR (SPEC §7, §9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SelectionRule {
+    /// The §7 weighted draw.
+    Draw,
+    /// The MSR hosting the conference, below the existing-conference threshold.
+    ExistingConference,
+    /// The conference's preferred MSR below the new-conference threshold.
+    NewConference,
+    /// The leg's MSR again (a live leg).
+    Sticky,
+}
+
 /// A changed setting.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Change {
@@ -717,6 +799,16 @@ pub struct MsrInfo {
     pub active: bool,
     /// Whether at least one contact is registered now.
     pub registered: bool,
+    /// Load limit, percent (SPEC §9; default 100).
+    #[serde(default = "default_load_limit")]
+    pub load_limit: u8,
+    /// Live legs on the MSR (SPEC §9): a drained MSR is empty at 0.
+    #[serde(default)]
+    pub live_legs: u32,
+}
+
+fn default_load_limit() -> u8 {
+    100
 }
 
 /// One row of the live load table (SPEC §5).
@@ -767,6 +859,9 @@ pub struct ResourceInfo {
     /// Subscription status of the MSR: `pending`, `active`, `terminated`,
     /// `failed` or `none`.
     pub subscription: String,
+    /// Live legs on this contact (SPEC §9).
+    #[serde(default)]
+    pub live_legs: u32,
 }
 
 /// One load subscription (SPEC §8 `subscription list`).
@@ -819,6 +914,12 @@ pub struct Selection {
     pub draw: f64,
     /// The sum of the weights.
     pub total: f64,
+    /// The rule that chose it.
+    #[serde(default = "default_rule")]
+    pub rule: SelectionRule,
+    /// With a `call_id`: what became of the leg.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leg: Option<LegOutcome>,
     /// How the choice was made, when asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explain: Option<Explain>,
@@ -845,6 +946,17 @@ pub struct Explain {
     pub total: f64,
     /// Step 5: the draw, when one was made.
     pub draw: Option<f64>,
+    /// The rule that decided (§7 draw or a §9 conference rule).
+    #[serde(default = "default_rule")]
+    pub rule: SelectionRule,
+    /// The threshold that rule held the MSRs to, percent of each one's
+    /// load limit (conference rules).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<f64>,
+}
+
+fn default_rule() -> SelectionRule {
+    SelectionRule::Draw
 }
 
 /// A candidate contact and the step at which it was dropped, if it was.
@@ -962,6 +1074,17 @@ mod tests {
                 msr: Some("m".into()),
                 random: Some(1.5),
                 explain: true,
+                call_id: Some("c1@core".into()),
+                leg: Some("b".into()),
+                conference: Some("room-7".into()),
+            },
+            Request::Release {
+                call_id: "c1@core".into(),
+                leg: None,
+            },
+            Request::MsrSetLoadLimit {
+                msr: "m".into(),
+                value: 80,
             },
             Request::ClusterList,
         ];
@@ -982,6 +1105,8 @@ mod tests {
                 | Request::SubscriptionSetExpires { .. }
                 | Request::SubscriptionList
                 | Request::Select { .. }
+                | Request::Release { .. }
+                | Request::MsrSetLoadLimit { .. }
                 | Request::ClusterList => {}
             }
         }
@@ -1028,7 +1153,10 @@ mod tests {
                 site: "s".into(),
                 msr: None,
                 random: None,
-                explain: false
+                explain: false,
+                call_id: None,
+                leg: None,
+                conference: None,
             }
         );
         let request: Request = serde_json::from_str(r#"{"op":"site_matrix"}"#).expect("parse");

@@ -296,6 +296,9 @@ async fn an_etcd_outage_keeps_selection_and_refuses_changes() {
         msr: None,
         random: None,
         explain: false,
+        call_id: None,
+        leg: None,
+        conference: None,
     };
     etcd.kill9();
     wait_cluster(&a, secs(10), |v| v.store.status == "unavailable").await;

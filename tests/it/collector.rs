@@ -337,6 +337,9 @@ async fn real_agent_registers_and_reports_load() {
             msr: None,
             random: None,
             explain: false,
+            call_id: None,
+            leg: None,
+            conference: None,
         })
         .await
         .expect("select");

@@ -385,6 +385,9 @@ async fn killed_collector_restarts_with_table_and_operator_config() {
             msr: None,
             random: None,
             explain: false,
+            call_id: None,
+            leg: None,
+            conference: None,
         })
         .await
     {

@@ -121,6 +121,9 @@ async fn a_killed_collector_resumes_every_subscription_without_a_register() {
             msr: Some("msr_2".into()),
             random: None,
             explain: false,
+            call_id: None,
+            leg: None,
+            conference: None,
         })
         .await
     {

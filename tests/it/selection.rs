@@ -28,6 +28,9 @@ fn select_req(site: &str, random: Option<f64>, explain: bool) -> Request {
         msr: None,
         random,
         explain,
+        call_id: None,
+        leg: None,
+        conference: None,
     }
 }
 

@@ -1528,6 +1528,9 @@ async fn select(args: SelectArgs) -> anyhow::Result<()> {
         msr: None,
         random: None,
         explain: args.explain,
+        call_id: None,
+        leg: None,
+        conference: None,
     })?;
     println!(
         "msr-loadgen select: {} clients × {} requests on {} ({} active contacts)",

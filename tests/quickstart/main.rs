@@ -225,6 +225,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             msr: None,
             random: None,
             explain: false,
+            call_id: None,
+            leg: None,
+            conference: None,
         };
         match admin.call(&req).await? {
             Response::Ok(ResponseData::Selected(s)) => {

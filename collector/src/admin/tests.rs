@@ -14,6 +14,7 @@ struct Harness {
     store: Store,
     defaults: Defaults,
     rng: StdRng,
+    legs: crate::legs::LegTable,
     _dir: tempfile::TempDir,
 }
 
@@ -27,6 +28,7 @@ impl Harness {
             store,
             defaults: Defaults::default(),
             rng: StdRng::seed_from_u64(1),
+            legs: crate::legs::LegTable::new(crate::legs::DEFAULT_MAX_DURATION),
             _dir: dir,
         }
     }
@@ -37,6 +39,7 @@ impl Harness {
             table: &mut self.table,
             defaults: &self.defaults,
             rng: &mut self.rng,
+            legs: &mut self.legs,
         };
         handle(request, &mut ctx, &self.store, now)
     }
@@ -318,6 +321,9 @@ fn operator_changes_reach_the_table_and_select() {
         msr: None,
         random: Some(10.0),
         explain: true,
+        call_id: None,
+        leg: None,
+        conference: None,
     };
     let ResponseData::Selected(selection) = h.ok(select, now) else {
         panic!("selected")
@@ -340,6 +346,9 @@ fn operator_changes_reach_the_table_and_select() {
         msr: None,
         random: Some(50.0),
         explain: false,
+        call_id: None,
+        leg: None,
+        conference: None,
     };
     assert_eq!(h.err(out_of_range, now), ErrorCode::InvalidValue);
     let unknown = Request::Select {
@@ -348,6 +357,9 @@ fn operator_changes_reach_the_table_and_select() {
         msr: None,
         random: None,
         explain: false,
+        call_id: None,
+        leg: None,
+        conference: None,
     };
     assert_eq!(h.err(unknown, now), ErrorCode::UnknownSite);
     let nothing = Request::Select {
@@ -356,6 +368,9 @@ fn operator_changes_reach_the_table_and_select() {
         msr: None,
         random: None,
         explain: true,
+        call_id: None,
+        leg: None,
+        conference: None,
     };
     match h.run(nothing, now) {
         Response::Err(error) => {
@@ -575,6 +590,9 @@ fn negative_zero_is_taken_as_zero() {
             msr: None,
             random: Some(-0.0),
             explain: false,
+            call_id: None,
+            leg: None,
+            conference: None,
         },
         now,
     ) else {
@@ -666,6 +684,9 @@ fn huge_values_are_shown_compactly() {
                 msr: None,
                 random: Some(1e308),
                 explain: false,
+                call_id: None,
+                leg: None,
+                conference: None,
             },
             now,
         )),
@@ -973,4 +994,200 @@ async fn unknown_fields_and_bad_distances_are_explained() {
         assert!(error.message.starts_with(want), "{line}: {}", error.message);
     }
     server.stop().await;
+}
+
+fn leg_select(call_id: &str, leg: Option<&str>, conference: Option<&str>) -> Request {
+    Request::Select {
+        zone: "default".into(),
+        site: "local".into(),
+        msr: None,
+        random: None,
+        explain: false,
+        call_id: Some(call_id.into()),
+        leg: leg.map(Into::into),
+        conference: conference.map(Into::into),
+    }
+}
+
+fn selected(data: ResponseData) -> Selection {
+    match data {
+        ResponseData::Selected(s) => s,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn live_legs(h: &mut Harness, now: Instant) -> Vec<(String, u32)> {
+    match h.ok(Request::MsrList, now) {
+        ResponseData::Msrs { msrs } => msrs.into_iter().map(|m| (m.name, m.live_legs)).collect(),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// SPEC §9 stickiness: a live leg gets its MSR and contact again whatever
+/// changed (loads, coefficients, the MSR set inactive, other MSRs added);
+/// only when its contact is gone is it re-anchored, and the answer says so.
+#[test]
+fn a_live_leg_keeps_its_msr_until_the_msr_is_gone() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.ok(declare("local"), now);
+    h.register("lo@msr_1", "msr_1", now);
+    let first = selected(h.ok(leg_select("call-1", None, None), now));
+    assert_eq!(
+        (first.msr.as_str(), first.leg),
+        ("msr_1", Some(LegOutcome::New))
+    );
+
+    // Everything changes: another, emptier MSR; msr_1 drained and weighted down.
+    h.register("lo@msr_2", "msr_2", now);
+    h.ok(
+        Request::MsrSetActive {
+            msr: "msr_1".into(),
+            active: false,
+        },
+        now,
+    );
+    h.ok(
+        Request::MsrSetPerformanceCoefficient {
+            msr: "msr_1".into(),
+            value: 0.01,
+        },
+        now,
+    );
+    for _ in 0..20 {
+        let again = selected(h.ok(leg_select("call-1", None, None), now));
+        assert_eq!(
+            (
+                again.msr.as_str(),
+                again.contact.as_str(),
+                again.leg,
+                again.rule
+            ),
+            (
+                "msr_1",
+                "lo@msr_1",
+                Some(LegOutcome::Sticky),
+                SelectionRule::Sticky
+            )
+        );
+    }
+    // Drain: the inactive MSR takes no new leg, keeps its live one.
+    let other = selected(h.ok(leg_select("call-2", None, None), now));
+    assert_eq!(other.msr, "msr_2");
+    assert_eq!(
+        live_legs(&mut h, now),
+        vec![("msr_1".to_owned(), 1), ("msr_2".to_owned(), 1)]
+    );
+
+    // msr_1's registration lapses: the leg is re-anchored, and says so.
+    let later = now + Duration::from_secs(61);
+    h.register("lo@msr_2", "msr_2", later);
+    let moved = selected(h.ok(leg_select("call-1", None, None), later));
+    assert_eq!(
+        (moved.msr.as_str(), moved.leg),
+        ("msr_2", Some(LegOutcome::Reanchored))
+    );
+    assert_eq!(
+        live_legs(&mut h, later),
+        vec![("msr_1".to_owned(), 0), ("msr_2".to_owned(), 2)]
+    );
+}
+
+/// Release is idempotent and says what it did; legs of one Call-ID are told
+/// apart by their label.
+#[test]
+fn release_is_idempotent_and_names_what_it_released() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.ok(declare("local"), now);
+    h.register("lo@msr_1", "msr_1", now);
+    h.ok(leg_select("call-1", Some("a"), None), now);
+    h.ok(leg_select("call-1", Some("b"), None), now);
+    let release = |leg: Option<&str>| Request::Release {
+        call_id: "call-1".into(),
+        leg: leg.map(Into::into),
+    };
+    let released = |data: ResponseData| match data {
+        ResponseData::Released(r) => r.released,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(released(h.ok(release(Some("a")), now)), 1);
+    assert_eq!(
+        released(h.ok(release(Some("a")), now)),
+        0,
+        "again: harmless"
+    );
+    assert_eq!(live_legs(&mut h, now), vec![("msr_1".to_owned(), 1)]);
+    assert_eq!(
+        released(h.ok(release(None), now)),
+        1,
+        "the rest of the call"
+    );
+    assert_eq!(released(h.ok(release(None), now)), 0);
+    assert_eq!(live_legs(&mut h, now), vec![("msr_1".to_owned(), 0)]);
+    // A leg label or conference without a Call-ID names no leg.
+    let bad = Request::Select {
+        zone: "default".into(),
+        site: "local".into(),
+        msr: None,
+        random: None,
+        explain: false,
+        call_id: None,
+        leg: Some("a".into()),
+        conference: None,
+    };
+    assert_eq!(h.err(bad, now), ErrorCode::BadRequest);
+    // A select without a Call-ID places nothing.
+    h.ok(
+        Request::Select {
+            zone: "default".into(),
+            site: "local".into(),
+            msr: None,
+            random: None,
+            explain: false,
+            call_id: None,
+            leg: None,
+            conference: None,
+        },
+        now,
+    );
+    assert_eq!(live_legs(&mut h, now), vec![("msr_1".to_owned(), 0)]);
+}
+
+/// Conference affinity through the control protocol: the second leg of a
+/// conference goes where the first went (the existing-conference rule), and
+/// `msr set NAME load_limit` is validated and shown.
+#[test]
+fn conference_legs_follow_their_host_and_load_limits_are_set() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.ok(declare("local"), now);
+    for m in 1..=3 {
+        h.register(&format!("lo@msr_{m}"), &format!("msr_{m}"), now);
+    }
+    let first = selected(h.ok(leg_select("a", None, Some("room")), now));
+    assert_eq!(first.rule, SelectionRule::NewConference);
+    for call in ["b", "c", "d"] {
+        let next = selected(h.ok(leg_select(call, None, Some("room")), now));
+        assert_eq!(
+            (next.msr.as_str(), next.rule),
+            (first.msr.as_str(), SelectionRule::ExistingConference)
+        );
+    }
+    let set = |value: u32| Request::MsrSetLoadLimit {
+        msr: "msr_1".into(),
+        value,
+    };
+    assert_eq!(h.err(set(0), now), ErrorCode::InvalidValue);
+    assert_eq!(h.err(set(101), now), ErrorCode::InvalidValue);
+    h.ok(set(90), now);
+    let ResponseData::Msrs { msrs } = h.ok(Request::MsrList, now) else {
+        panic!("msr list")
+    };
+    assert_eq!(
+        msrs.iter()
+            .find(|m| m.name == "msr_1")
+            .map(|m| m.load_limit),
+        Some(90)
+    );
 }

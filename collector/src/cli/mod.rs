@@ -90,8 +90,18 @@ pub enum Command {
     /// Load subscriptions (eltex-call-count) to the MSRs.
     #[command(subcommand)]
     Subscription(SubscriptionCommand),
-    /// Run a selection for a leg without placing it (SPEC §7).
+    /// Run a selection for a leg (SPEC §7); with --call-id, place the leg
+    /// (SPEC §9): selected again, it keeps its MSR until released.
     Select(SelectArgs),
+    /// End a leg placed with `select --call-id` (SPEC §9); idempotent.
+    Release {
+        /// The leg's SIP Call-ID.
+        #[arg(long)]
+        call_id: String,
+        /// The leg label; without it, every leg of the Call-ID ends.
+        #[arg(long)]
+        leg: Option<String>,
+    },
     /// The core hosts sharing the operator configuration, and the store's state (SPEC §12).
     #[command(subcommand)]
     Cluster(ClusterCommand),
@@ -161,11 +171,20 @@ pub enum MsrProperty {
         #[arg(value_parser = parse_finite, allow_negative_numbers = true)]
         value: f64,
     },
-    /// Admin active flag: `false` takes the MSR out of selection.
+    /// Admin active flag: `false` takes the MSR out of selection (its live
+    /// legs stay: a drain).
     Active {
         /// `true` or `false`.
         #[arg(action = clap::ArgAction::Set)]
         value: bool,
+    },
+    /// Load limit in percent (default 100): no new leg at or above it; the
+    /// conference thresholds are fractions of it (SPEC §9).
+    #[command(name = "load_limit")]
+    LoadLimit {
+        /// 1 to 100.
+        #[arg(allow_negative_numbers = true)]
+        value: i64,
     },
 }
 
@@ -258,6 +277,17 @@ pub struct SelectArgs {
     /// Show the candidates, distances and interval table.
     #[arg(long)]
     pub explain: bool,
+    /// Place the leg with this SIP Call-ID (SPEC §9): a live leg gets its
+    /// MSR again; `release --call-id` ends it.
+    #[arg(long)]
+    pub call_id: Option<String>,
+    /// Tells two legs of one Call-ID apart (needs --call-id).
+    #[arg(long, requires = "call_id")]
+    pub leg: Option<String>,
+    /// The conference or space the leg joins: admission thresholds and
+    /// affinity (needs --call-id).
+    #[arg(long, requires = "call_id")]
+    pub conference: Option<String>,
 }
 
 /// A finite number (JSON has no NaN or infinity: they would travel as
@@ -336,6 +366,14 @@ impl Command {
                 msr: name.clone(),
                 active: *value,
             },
+            Command::Msr(MsrCommand::Set {
+                name,
+                property: MsrProperty::LoadLimit { value },
+            }) => Request::MsrSetLoadLimit {
+                msr: name.clone(),
+                // Out of range stays out of range: the collector names it.
+                value: u32::try_from(*value).unwrap_or(u32::MAX),
+            },
             Command::Msr(MsrCommand::List) => Request::MsrList,
             Command::Resource(ResourceCommand::List { filter }) => Request::ResourceList {
                 active_only: filter.is_some(),
@@ -380,6 +418,13 @@ impl Command {
                 msr: args.msr.clone(),
                 random: args.random,
                 explain: args.explain,
+                call_id: args.call_id.clone(),
+                leg: args.leg.clone(),
+                conference: args.conference.clone(),
+            },
+            Command::Release { call_id, leg } => Request::Release {
+                call_id: call_id.clone(),
+                leg: leg.clone(),
             },
             Command::Cluster(ClusterCommand::List) => Request::ClusterList,
         }
@@ -802,7 +847,10 @@ mod tests {
                 site: "s".into(),
                 msr: Some("msr_1".into()),
                 random: Some(58.0),
-                explain: true
+                explain: true,
+                call_id: None,
+                leg: None,
+                conference: None,
             }
         );
     }

@@ -3,8 +3,9 @@
 
 use comfy_table::{Cell, CellAlignment, Table};
 use msr_shared::admin::{
-    format_coefficient, format_number, Change, ClusterView, Distance, ErrorBody, Explain, MsrInfo,
-    ResourceInfo, ResponseData, Selection, SiteMatrix, SubscriptionInfo,
+    format_coefficient, format_number, Change, ClusterView, Distance, ErrorBody, Explain,
+    LegOutcome, MsrInfo, Released, ResourceInfo, ResponseData, Selection, SelectionRule,
+    SiteMatrix, SubscriptionInfo,
 };
 
 /// The seed's box style: `┌─┬┐ │ ├┼┤ └┴┘`, one line under the header, no
@@ -153,11 +154,27 @@ pub fn msrs(msrs: &[MsrInfo]) -> String {
                 coefficient(m.performance_coefficient),
                 m.active.to_string(),
                 m.registered.to_string(),
+                m.load_limit.to_string(),
+                m.live_legs.to_string(),
             ]
         })
         .collect();
-    let headers = ["Name", "Performance\ncoefficient", "Active", "Registered"];
-    let aligns = [Align::Left, Align::Right, Align::Left, Align::Left];
+    let headers = [
+        "Name",
+        "Performance\ncoefficient",
+        "Active",
+        "Registered",
+        "Load\nlimit",
+        "Live\nlegs",
+    ];
+    let aligns = [
+        Align::Left,
+        Align::Right,
+        Align::Left,
+        Align::Left,
+        Align::Right,
+        Align::Right,
+    ];
     format!(" Media server list:\n{}\n", table(&headers, &aligns, rows))
 }
 
@@ -184,6 +201,7 @@ pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
         "Subscription",
         "Report\nage",
         "Stale",
+        "Live\nlegs",
     ];
     let aligns = [
         Align::Left,
@@ -202,6 +220,7 @@ pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
         Align::Left,
         Align::Right,
         Align::Left,
+        Align::Right,
     ];
     let mut previous_node: Option<&str> = None;
     let body = rows
@@ -235,6 +254,7 @@ pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
                 } else {
                     String::new()
                 },
+                r.live_legs.to_string(),
             ]
         })
         .collect();
@@ -439,15 +459,41 @@ pub fn explain(explain: &Explain) -> String {
         intervals,
     ));
     out.push('\n');
-    match explain.draw {
-        Some(draw) => out.push_str(&format!(
+    match (explain.rule, explain.draw) {
+        (SelectionRule::Draw, Some(draw)) => out.push_str(&format!(
             "Draw {} in [0, {})\n",
             number(draw),
             number(explain.total)
         )),
-        None => out.push_str(&format!("No draw (total {})\n", number(explain.total))),
+        (SelectionRule::Draw | SelectionRule::Sticky, _) => {
+            out.push_str(&format!("No draw (total {})\n", number(explain.total)))
+        }
+        (SelectionRule::ExistingConference, _) => out.push_str(&format!(
+            "Rule existing_conference: the conference's msr, below {}% of its load limit (no draw)\n",
+            number(explain.threshold.unwrap_or(0.0))
+        )),
+        (SelectionRule::NewConference, _) => out.push_str(&format!(
+            "Rule new_conference: the conference's first msr by preference below {}% of its load limit (no draw)\n",
+            number(explain.threshold.unwrap_or(0.0))
+        )),
     }
     out
+}
+
+/// The answer to `release`.
+pub fn released(r: &Released) -> String {
+    let leg = r
+        .leg
+        .as_deref()
+        .map_or(String::new(), |l| format!(" leg {l}"));
+    match r.released {
+        0 => format!(
+            " call-id {}{leg}: no live leg (nothing to release)\n",
+            r.call_id
+        ),
+        1 => format!(" call-id {}{leg}: 1 leg released\n", r.call_id),
+        n => format!(" call-id {}{leg}: {n} legs released\n", r.call_id),
+    }
 }
 
 /// The result of `select`.
@@ -455,6 +501,22 @@ pub fn selection(selection: &Selection) -> String {
     let mut out = String::new();
     if let Some(e) = &selection.explain {
         out.push_str(&explain(e));
+    }
+    if let Some(leg) = selection.leg {
+        let leg = match leg {
+            LegOutcome::New => "new",
+            LegOutcome::Sticky => "sticky (its msr again)",
+            LegOutcome::Reanchored => "re-anchored (its msr was gone)",
+        };
+        out.push_str(&format!(" leg          {leg}\n"));
+    }
+    if selection.rule != SelectionRule::Draw {
+        let rule = match selection.rule {
+            SelectionRule::Draw | SelectionRule::Sticky => "sticky",
+            SelectionRule::ExistingConference => "existing_conference",
+            SelectionRule::NewConference => "new_conference",
+        };
+        out.push_str(&format!(" rule         {rule}\n"));
     }
     out.push_str(&format!(
         " msr          {}\n contact      {}\n engine       {}\n mcc          {}\n uri          {}\n distance     {}\n media bridge {}\n draw         {} of {}\n",
@@ -483,6 +545,7 @@ pub fn response(data: &ResponseData, active_only: bool) -> String {
         ResponseData::Resources { rows } => resources(rows, active_only),
         ResponseData::Subscriptions { rows } => subscriptions(rows),
         ResponseData::Selected(s) => selection(s),
+        ResponseData::Released(r) => released(r),
         ResponseData::Cluster(c) => cluster(c),
     }
 }
@@ -617,12 +680,16 @@ Legend:
                 performance_coefficient: 2.0,
                 active: true,
                 registered: true,
+                load_limit: 100,
+                live_legs: 0,
             },
             MsrInfo {
                 name: "msr_2".into(),
                 performance_coefficient: 1.0,
                 active: true,
                 registered: true,
+                load_limit: 100,
+                live_legs: 0,
             },
         ];
         let out = msrs(&list);
@@ -688,6 +755,7 @@ Legend:
             status: "registered".into(),
             expires_secs: 58,
             subscription: "active".into(),
+            live_legs: 0,
         };
         let out = resources(&[row("msr_1"), row("msr_2")], true);
         assert!(
@@ -723,6 +791,8 @@ Legend:
             performance_coefficient: 1e300,
             active: true,
             registered: false,
+            load_limit: 100,
+            live_legs: 0,
         }];
         let out = msrs(&list);
         assert!(out.contains("│ m    │       1e300 │"), "{out}");
@@ -737,6 +807,8 @@ Legend:
             draw: 5e-324,
             total: 1e17,
             explain: None,
+            rule: msr_shared::admin::SelectionRule::Draw,
+            leg: None,
         };
         let out = selection(&selected);
         assert!(out.contains(" distance     1e20\n"), "{out}");
@@ -765,6 +837,8 @@ Legend:
             }],
             total: 147.0,
             draw: Some(58.0),
+            rule: msr_shared::admin::SelectionRule::Draw,
+            threshold: None,
         };
         let out = explain(&e);
         assert!(

@@ -96,6 +96,7 @@ impl World {
             site: site.into(),
             msr: msr.map(Into::into),
             now: self.now,
+            admission: Admission::Plain,
         }
     }
 
@@ -113,6 +114,178 @@ impl World {
         let mut rng = StdRng::seed_from_u64(7);
         select(&self.table, self.operator.topology(), query, &mut rng)
     }
+}
+
+impl World {
+    fn load_limit(&mut self, msr: &str, limit: u32) -> &mut Self {
+        self.operator.set_load_limit(msr, limit).expect("limit");
+        self.table
+            .apply_operator(&self.operator, "default", "local");
+        self
+    }
+
+    /// Three bridges at `local`: `cms_1`, `cms_2`, `cms_3`.
+    fn bridges(loads: [u8; 3]) -> World {
+        let mut world = World::new();
+        for (i, load) in loads.into_iter().enumerate() {
+            let msr = ["cms_1", "cms_2", "cms_3"][i];
+            let contact: &'static str = ["lo@cms_1", "lo@cms_2", "lo@cms_3"][i];
+            world
+                .contact(c(contact, "default", "local"))
+                .load(msr, load);
+        }
+        world
+    }
+
+    fn conference(&self, id: &str, host: Option<&str>) -> Query {
+        Query {
+            admission: Admission::Conference(ConferenceAdmission {
+                id: id.into(),
+                host: host.map(Into::into),
+                existing_threshold: 0.8,
+                new_threshold: 0.5,
+            }),
+            ..self.query("default", "local", None)
+        }
+    }
+}
+
+/// The order a conference prefers among bridges (highest score first).
+fn preference(conference: &str, msrs: &[&str]) -> Vec<String> {
+    let mut order: Vec<&str> = msrs.to_vec();
+    order.sort_by_key(|m| std::cmp::Reverse(rendezvous_score(conference, m)));
+    order.into_iter().map(str::to_owned).collect()
+}
+
+/// Seed 001 (Cisco Meeting Server): a call for a running conference goes to
+/// the bridge hosting it while that bridge is below 80 % of its load
+/// limit: at 70 % it does, without a draw.
+#[test]
+fn a_conference_stays_on_its_bridge_below_the_existing_threshold() {
+    let world = World::bridges([70, 10, 10]);
+    let e = world.fixed(&world.conference("room-1", Some("cms_1")), 0.0);
+    assert_eq!(e.rule, Rule::ExistingConference);
+    assert_eq!(e.threshold, Some(80.0));
+    let choice = e.outcome.expect("chosen");
+    assert_eq!(
+        (choice.msr.as_str(), choice.rule),
+        ("cms_1", Rule::ExistingConference)
+    );
+    assert_eq!(e.draw, None, "no draw");
+    let outcome = |contact: &str| {
+        e.candidates
+            .iter()
+            .find(|c| c.contact == contact)
+            .map(|c| c.outcome)
+    };
+    assert_eq!(outcome("lo@cms_1"), Some(CandidateOutcome::Kept));
+    assert_eq!(outcome("lo@cms_2"), Some(CandidateOutcome::NotPreferred));
+}
+
+/// At 85 % (over 80 % of its limit) the host takes no more: the leg goes
+/// to another bridge as a new conference would (below 50 %), the first in
+/// the conference's preference order.
+#[test]
+fn a_conference_over_the_existing_threshold_spills_to_the_preferred_bridge_below_half() {
+    let world = World::bridges([85, 20, 30]);
+    let e = world.fixed(&world.conference("room-1", Some("cms_1")), 0.0);
+    assert_eq!(e.rule, Rule::NewConference);
+    let first_free = preference("room-1", &["cms_2", "cms_3"])[0].clone();
+    assert_eq!(e.outcome.expect("chosen").msr, first_free);
+    let host = e
+        .candidates
+        .iter()
+        .find(|c| c.msr == "cms_1")
+        .expect("cms_1");
+    assert_eq!(host.outcome, CandidateOutcome::OverThreshold);
+    // A load limit moves the thresholds: with a limit of 50 the 30 % and
+    // 20 % bridges are over the new-conference threshold (25 %) or not.
+    let mut world = World::bridges([85, 20, 30]);
+    world.load_limit("cms_2", 50).load_limit("cms_3", 50);
+    let e = world.fixed(&world.conference("room-1", Some("cms_1")), 0.0);
+    assert_eq!(e.outcome.expect("chosen").msr, "cms_2", "20 < 25, 30 ≥ 25");
+}
+
+/// A new conference with every bridge at 60 % (over 50 %) is refused with
+/// a clear cause; a plain leg is still admitted (only its load limit).
+#[test]
+fn a_new_conference_is_refused_when_every_bridge_is_over_half() {
+    let world = World::bridges([60, 60, 60]);
+    let e = world.fixed(&world.conference("room-9", None), 0.0);
+    assert_eq!(e.outcome, Err(Refusal::MsrOverloaded));
+    assert_eq!((e.rule, e.threshold), (Rule::NewConference, Some(50.0)));
+    assert!(e
+        .candidates
+        .iter()
+        .all(|c| c.outcome == CandidateOutcome::OverThreshold));
+    let plain = world.pick(&world.query("default", "local", None));
+    assert!(plain.is_ok(), "{plain:?}");
+}
+
+/// "Among equal choices a stable per-conference preference order decides,
+/// so one conference lands on one MSR": every leg of a new conference picks
+/// the same bridge; different conferences spread over the bridges.
+#[test]
+fn new_conferences_follow_a_stable_preference_and_spread() {
+    let world = World::bridges([10, 10, 10]);
+    let mut hosts = BTreeMap::new();
+    for n in 0..300 {
+        let id = format!("conf-{n}");
+        let first = world.pick(&world.conference(&id, None)).expect("chosen");
+        for _ in 0..3 {
+            let again = world.pick(&world.conference(&id, None)).expect("chosen");
+            assert_eq!(again.msr, first.msr, "{id}");
+            assert_eq!(again.rule, Rule::NewConference);
+        }
+        *hosts.entry(first.msr).or_insert(0) += 1;
+    }
+    assert_eq!(hosts.len(), 3, "{hosts:?}");
+    assert!(
+        hosts.values().all(|&n| (70..=130).contains(&n)),
+        "{hosts:?}"
+    );
+    // The score is specified (FNV-1a, then a mix), not a build's hasher.
+    assert_eq!(
+        rendezvous_score("room-1", "cms_1"),
+        rendezvous_score("room-1", "cms_1")
+    );
+    assert_ne!(
+        rendezvous_score("room-1", "cms_1"),
+        rendezvous_score("room-1", "cms_2")
+    );
+}
+
+/// A plain leg is held to each MSR's load limit: at or above it, an MSR
+/// takes no leg and is shown as such (not as an empty interval).
+#[test]
+fn a_plain_leg_is_held_to_each_load_limit() {
+    let mut world = World::bridges([70, 100, 10]);
+    world.load_limit("cms_3", 10);
+    let e = world.fixed(&world.query("default", "local", None), 0.0);
+    let choice = e.outcome.expect("chosen");
+    assert_eq!((choice.msr.as_str(), choice.rule), ("cms_1", Rule::Draw));
+    let outcome = |msr: &str| {
+        e.candidates
+            .iter()
+            .find(|c| c.msr == msr)
+            .map(|c| c.outcome)
+    };
+    assert_eq!(
+        outcome("cms_2"),
+        Some(CandidateOutcome::OverLoadLimit),
+        "full at 100"
+    );
+    assert_eq!(
+        outcome("cms_3"),
+        Some(CandidateOutcome::OverLoadLimit),
+        "10 ≥ limit 10"
+    );
+    assert_eq!(e.intervals.len(), 1);
+    world.load("cms_1", 100);
+    assert_eq!(
+        world.pick(&world.query("default", "local", None)),
+        Err(Refusal::MsrOverloaded)
+    );
 }
 
 fn c(contact: &'static str, zone: &'static str, site: &'static str) -> Spec {
@@ -612,6 +785,8 @@ fn reference_run<R: rand::Rng + ?Sized>(
         total: 0.0,
         draw: None,
         outcome: Err(Refusal::UnknownSite),
+        rule: Rule::Draw,
+        threshold: None,
     };
     if !topology.contains(&query.site) {
         return Ok(explanation);
@@ -677,6 +852,19 @@ fn reference_run<R: rand::Rng + ?Sized>(
         }
     }
 
+    // Admission of a plain leg (SPEC §9): an MSR at or above its load
+    // limit takes no leg (with the default limit of 100 its weight is 0).
+    let mut nearest = false;
+    per_msr.retain(|_, index| {
+        nearest = true;
+        let c = &candidates[*index];
+        let full = c.load.unwrap_or(0).min(100) >= c.load_limit;
+        if full {
+            outcomes[*index] = CandidateOutcome::OverLoadLimit;
+        }
+        !full
+    });
+
     // Step 5.
     let mut total = 0.0_f64;
     let mut intervals = Vec::with_capacity(per_msr.len());
@@ -716,9 +904,9 @@ fn reference_run<R: rand::Rng + ?Sized>(
     }
 
     // Step 6, then the draw.
-    explanation.outcome = if intervals.is_empty() {
+    explanation.outcome = if intervals.is_empty() && !nearest {
         Err(Refusal::MsrNotFound)
-    } else if total <= 0.0 {
+    } else if intervals.is_empty() || total <= 0.0 {
         Err(Refusal::MsrOverloaded)
     } else {
         let value = match draw {
@@ -742,6 +930,7 @@ fn reference_run<R: rand::Rng + ?Sized>(
                 distance: min_distance.unwrap_or(0.0),
                 draw: value,
                 total,
+                rule: Rule::Draw,
             }),
             None => Err(Refusal::MsrOverloaded),
         }
