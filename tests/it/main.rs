@@ -4,6 +4,7 @@ mod agent;
 mod cluster;
 mod collector;
 mod kamailio;
+mod legs;
 mod lifecycle;
 mod restart;
 mod selection;

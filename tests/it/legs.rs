@@ -1,0 +1,157 @@
+//! Call legs (SPEC §9) against the real collector and real agents whose
+//! loads are real readings: 1,000 legs selected and released leave every
+//! MSR at zero live legs; a drained MSR keeps its live legs, takes no new
+//! one, and reaches zero as they are released.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use msr_shared::admin::{LegOutcome, Request, ResponseData, Selection};
+use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts};
+use system_tests::AdminClient;
+
+fn select(call_id: &str) -> Request {
+    Request::Select {
+        zone: "default".into(),
+        site: "local".into(),
+        msr: None,
+        random: None,
+        explain: false,
+        call_id: Some(call_id.into()),
+        leg: None,
+        conference: None,
+    }
+}
+
+fn release(call_id: &str) -> Request {
+    Request::Release {
+        call_id: call_id.into(),
+        leg: None,
+    }
+}
+
+async fn selected(client: &mut AdminClient, request: &Request) -> Selection {
+    match client.call(request).await {
+        Ok(msr_shared::admin::Response::Ok(ResponseData::Selected(s))) => s,
+        other => panic!("{request:?} → {other:?}"),
+    }
+}
+
+async fn released(client: &mut AdminClient, request: &Request) -> u32 {
+    match client.call(request).await {
+        Ok(msr_shared::admin::Response::Ok(ResponseData::Released(r))) => r.released,
+        other => panic!("{request:?} → {other:?}"),
+    }
+}
+
+/// Live legs per MSR, from `msr list` as an operator reads it.
+async fn live_legs(collector: &Collector) -> BTreeMap<String, u32> {
+    match collector.ok(&Request::MsrList).await {
+        ResponseData::Msrs { msrs } => msrs.into_iter().map(|m| (m.name, m.live_legs)).collect(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_legs_selected_and_released_leave_every_count_at_zero_and_a_drain_empties() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let collector = Collector::start(dir.path(), "core1", &CollectorOpts::default()).await;
+    let loads = [("msr_1", 10), ("msr_2", 40), ("msr_3", 70)];
+    let _agents: Vec<Agent> = loads
+        .iter()
+        .map(|(msr, calls)| {
+            let spec = AgentSpec {
+                accounts: vec![AccountSpec::new(msr, &collector)],
+                ..AgentSpec::default()
+            };
+            Agent::start(dir.path(), msr, &spec, *calls)
+        })
+        .collect();
+    collector
+        .wait_rows(Duration::from_secs(15), |rows| {
+            loads
+                .iter()
+                .all(|(msr, load)| live_row(rows, msr, u8::try_from(*load).ok()).is_some())
+                .then_some(())
+        })
+        .await
+        .expect("three MSRs live with their loads");
+
+    let mut client = AdminClient::connect(&collector.socket)
+        .await
+        .expect("control socket");
+    let mut picks: BTreeMap<String, u32> = BTreeMap::new();
+    for n in 0..1000 {
+        let s = selected(&mut client, &select(&format!("call-{n}"))).await;
+        assert_eq!(s.leg, Some(LegOutcome::New));
+        *picks.entry(s.msr).or_default() += 1;
+    }
+    // Shares follow the weights 90 / 60 / 30 (out of 180).
+    assert_eq!(
+        live_legs(&collector).await,
+        picks,
+        "msr list counts every live leg"
+    );
+    let share = |msr: &str| f64::from(picks.get(msr).copied().unwrap_or(0)) / 1000.0;
+    assert!((share("msr_1") - 0.5).abs() < 0.07, "{picks:?}");
+    assert!((share("msr_3") - 1.0 / 6.0).abs() < 0.07, "{picks:?}");
+    // Selected again, each leg keeps its MSR.
+    for n in (0..1000).step_by(50) {
+        let again = selected(&mut client, &select(&format!("call-{n}"))).await;
+        assert_eq!(again.leg, Some(LegOutcome::Sticky));
+    }
+    for n in 0..1000 {
+        assert_eq!(
+            released(&mut client, &release(&format!("call-{n}"))).await,
+            1
+        );
+    }
+    // A repeated release is harmless, and nothing goes below zero.
+    assert_eq!(released(&mut client, &release("call-0")).await, 0);
+    let counts = live_legs(&collector).await;
+    assert!(counts.values().all(|&n| n == 0), "{counts:?}");
+
+    // Drain msr_1 with 30 live legs on it.
+    let mut on_msr_1 = Vec::new();
+    let mut n = 0;
+    while on_msr_1.len() < 30 {
+        let call = format!("drain-{n}");
+        n += 1;
+        if selected(&mut client, &select(&call)).await.msr == "msr_1" {
+            on_msr_1.push(call);
+        } else {
+            released(&mut client, &release(&call)).await;
+        }
+    }
+    let (ok, out, err) = collector.msrctl(&["msr", "set", "msr_1", "active", "false"]);
+    assert!(ok, "{out}{err}");
+    for n in 0..200 {
+        let s = selected(&mut client, &select(&format!("after-{n}"))).await;
+        assert_ne!(s.msr, "msr_1", "a drained MSR takes no new leg");
+        released(&mut client, &release(&format!("after-{n}"))).await;
+    }
+    // Its live legs stay, and stay sticky.
+    assert_eq!(live_legs(&collector).await.get("msr_1"), Some(&30));
+    let again = selected(&mut client, &select(&on_msr_1[0])).await;
+    assert_eq!(
+        (again.msr.as_str(), again.leg),
+        ("msr_1", Some(LegOutcome::Sticky))
+    );
+    // msrctl shows the operator when the drained MSR is empty.
+    for call in &on_msr_1 {
+        released(&mut client, &release(call)).await;
+    }
+    let table = collector.msrctl_json(&["msr", "list"]);
+    let msr_1 = table["msrs"]
+        .as_array()
+        .and_then(|a| a.iter().find(|m| m["name"] == "msr_1"))
+        .cloned()
+        .expect("msr_1 listed");
+    assert_eq!(
+        (msr_1["active"].as_bool(), msr_1["live_legs"].as_u64()),
+        (Some(false), Some(0)),
+        "{table}"
+    );
+    let (ok, out, _) = collector.msrctl(&["release", "--call-id", "never-placed"]);
+    assert!(ok && out.contains("no live leg"), "{out}");
+}
