@@ -9,6 +9,8 @@
 //! * [`config`] — the TOML config file: raw → validated [`config::CollectorConfig`].
 //! * [`registrar`] — sans-IO registrar: digest auth, bindings per MSR.
 //! * [`subscriber`] — sans-IO RFC 6665 subscriber: one subscription per MSR.
+//! * [`health`] — sans-IO health of each MSR contact (SPEC §5): OPTIONS
+//!   keepalive, report age, subscription state.
 //! * [`shell`] — the async loop: [`start`]/[`run`] own the sockets and feed the cores.
 //! * `load_table`, `operator`, `topology`, `store`, `select`, `admin`, `cli`
 //!   — the table, the operator configuration, selection and the control protocol.
@@ -19,6 +21,7 @@ pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod error;
+pub mod health;
 pub mod load_table;
 pub mod names;
 pub mod operator;

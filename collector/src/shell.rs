@@ -1,6 +1,8 @@
 //! The collector's one async loop: it owns the SIP endpoint and every piece
 //! of state, and feeds the sans-IO cores ([`Registrar`], [`Subscriber`])
-//! and the admin handler ([`admin::handle`]).
+//! and the admin handler ([`admin::handle`]), and the health monitor
+//! ([`HealthMonitor`]), whose keepalives it sends and whose health changes
+//! it copies into the load table and logs.
 //!
 //! One `tokio::select!` waits for, in turn: shutdown, a SIP event
 //! ([`SipEndpoint::recv`]), an admin command (from [`admin::serve`]), and
@@ -29,6 +31,7 @@ use tracing::{debug, info, warn};
 use crate::admin::{self, AdminCommand, AdminContext};
 use crate::config::CollectorConfig;
 use crate::error::CollectorError;
+use crate::health::{HealthEvent, HealthMonitor};
 use crate::load_table::{ContactBinding, LoadTable};
 use crate::operator::OperatorConfig;
 use crate::registrar::{RefusalLog, Registrar, RegistrarEvent, RemovalCause, REFUSAL_WINDOW};
@@ -210,6 +213,7 @@ pub async fn start(
     }
     let shell = Shell {
         registrar: Registrar::new(&config.sip, &config.accounts),
+        health: HealthMonitor::new(config.health, format!("sip:collector@{sip_addr}")),
         subscriber,
         table,
         operator,
@@ -250,6 +254,7 @@ pub async fn start(
 struct Shell {
     registrar: Registrar,
     subscriber: Subscriber,
+    health: HealthMonitor,
     table: LoadTable,
     operator: OperatorConfig,
     store: Store,
@@ -270,6 +275,7 @@ impl Shell {
             let deadline = [
                 self.registrar.poll_timeout(),
                 self.subscriber.poll_timeout(),
+                self.health.poll_timeout(),
             ]
             .into_iter()
             .flatten()
@@ -291,6 +297,7 @@ impl Shell {
                     let now = Instant::now();
                     self.registrar.handle_timeout(now);
                     self.subscriber.handle_timeout(now);
+                    self.health.handle_timeout(now);
                 }
             }
         }
@@ -392,6 +399,12 @@ impl Shell {
                 };
                 self.replies.spawn(tx.respond(response));
             }
+            SipEvent::Response { id, response } if HealthMonitor::owns(id) => {
+                self.health.handle_response(now, id, &response.status_code)
+            }
+            SipEvent::Failed { id, .. } if HealthMonitor::owns(id) => {
+                self.health.handle_failure(now, id)
+            }
             SipEvent::Response { id, response } => {
                 self.subscriber.handle_response(now, id, &response)
             }
@@ -431,6 +444,8 @@ impl Shell {
                     } else {
                         info!(msr = %b.msr, contact = %b.contact, uri = %b.uri, version = b.version.as_deref().unwrap_or("unknown"), "binding added");
                     }
+                    self.health
+                        .contact_registered(now, &b.contact, &b.msr, &b.uri);
                     self.table.upsert_contact(
                         ContactBinding {
                             contact: b.contact,
@@ -454,6 +469,7 @@ impl Shell {
                             info!(msr = %binding.msr, contact = %binding.contact, "binding removed")
                         }
                     }
+                    self.health.contact_removed(now, &binding.contact);
                     self.table.remove_contact(&binding.contact);
                     if !self.registrar.is_registered(&binding.msr) {
                         self.table.remove_msr(&binding.msr);
@@ -492,6 +508,7 @@ impl Shell {
                 }
                 SubscriberEvent::Load { msr, report, at } => {
                     debug!(%msr, load = report.load, cpu = report.cpu, calls = report.calls, "load report");
+                    self.health.report_received(at, &msr);
                     self.table.set_load(&msr, report, at);
                 }
                 SubscriberEvent::Terminated {
@@ -522,7 +539,67 @@ impl Shell {
         self.log_refusals();
         // Only the subscriptions that changed: O(changes), not O(MSRs), per event.
         while let Some((msr, view)) = self.subscriber.poll_view_change() {
+            self.health
+                .subscription_changed(now, &msr, &view.status, view.expires_secs);
             self.table.set_subscription(&msr, view);
+        }
+        self.apply_health(now);
+    }
+
+    /// Sends the keepalives the health monitor asks for, and copies its
+    /// changes into the load table and the log (SPEC §5).
+    fn apply_health(&mut self, now: Instant) {
+        while let Some(probe) = self.health.poll_transmit() {
+            if let Err(e) = self.endpoint.send_request(probe.id, probe.request) {
+                debug!(contact = %probe.contact, cause = %e, "cannot send keepalive");
+                self.health.handle_failure(now, probe.id);
+            }
+        }
+        let unix_now = admin::unix_secs(SystemTime::now());
+        while let Some(event) = self.health.poll_event() {
+            match event {
+                HealthEvent::Changed(change) => {
+                    let age = now.saturating_duration_since(change.at).as_secs();
+                    let unix = unix_now.saturating_sub(i64::try_from(age).unwrap_or(0));
+                    self.table
+                        .set_health(&change.contact, change.to, (change.at, unix));
+                    match change.from {
+                        Some(from) if change.log => info!(
+                            msr = %change.msr,
+                            contact = %change.contact,
+                            from = %from,
+                            to = %change.to,
+                            cause = %change.cause,
+                            "health changed"
+                        ),
+                        _ => debug!(
+                            msr = %change.msr,
+                            contact = %change.contact,
+                            to = %change.to,
+                            cause = %change.cause,
+                            "health set"
+                        ),
+                    }
+                }
+                HealthEvent::Suppressed {
+                    contact,
+                    count,
+                    health,
+                } => info!(
+                    %contact,
+                    count,
+                    %health,
+                    window_secs = crate::health::LOG_WINDOW.as_secs(),
+                    "health changes not logged individually"
+                ),
+            }
+            // A keepalive failing at once may have queued another probe.
+            while let Some(probe) = self.health.poll_transmit() {
+                if let Err(e) = self.endpoint.send_request(probe.id, probe.request) {
+                    debug!(contact = %probe.contact, cause = %e, "cannot send keepalive");
+                    self.health.handle_failure(now, probe.id);
+                }
+            }
         }
     }
 

@@ -153,11 +153,27 @@ pub fn msrs(msrs: &[MsrInfo]) -> String {
                 coefficient(m.performance_coefficient),
                 m.active.to_string(),
                 m.registered.to_string(),
+                optional(m.health),
+                optional(m.health_since_unix.map(timestamp)),
             ]
         })
         .collect();
-    let headers = ["Name", "Performance\ncoefficient", "Active", "Registered"];
-    let aligns = [Align::Left, Align::Right, Align::Left, Align::Left];
+    let headers = [
+        "Name",
+        "Performance\ncoefficient",
+        "Active",
+        "Registered",
+        "Health",
+        "Health since",
+    ];
+    let aligns = [
+        Align::Left,
+        Align::Right,
+        Align::Left,
+        Align::Left,
+        Align::Left,
+        Align::Left,
+    ];
     format!(" Media server list:\n{}\n", table(&headers, &aligns, rows))
 }
 
@@ -182,6 +198,8 @@ pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
         "Subscription",
         "Report\nage",
         "Stale",
+        "Health",
+        "Health\nfor",
     ];
     let aligns = [
         Align::Left,
@@ -198,6 +216,8 @@ pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
         Align::Left,
         Align::Right,
         Align::Left,
+        Align::Left,
+        Align::Right,
     ];
     let mut previous_node: Option<&str> = None;
     let body = rows
@@ -229,6 +249,8 @@ pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
                 } else {
                     String::new()
                 },
+                r.health.to_string(),
+                r.health_secs.to_string(),
             ]
         })
         .collect();
@@ -339,19 +361,25 @@ pub fn explain(explain: &Explain) -> String {
                 c.msr.clone(),
                 c.site.clone(),
                 distance,
-                c.outcome.clone(),
+                c.health.to_string(),
+                c.outcome.to_string(),
+                optional(c.weight.map(number)),
             ]
         })
         .collect();
-    out.push_str("Candidates:\n");
+    out.push_str("Contacts of the zone:\n");
     out.push_str(&table(
-        &["Contact", "MSR", "Site", "Distance", "Outcome"],
+        &[
+            "Contact", "MSR", "Site", "Distance", "Health", "Outcome", "Weight",
+        ],
         &[
             Align::Left,
             Align::Left,
             Align::Left,
             Align::Right,
             Align::Left,
+            Align::Left,
+            Align::Right,
         ],
         candidates,
     ));
@@ -569,12 +597,16 @@ Legend:
                 performance_coefficient: 2.0,
                 active: true,
                 registered: true,
+                health: None,
+                health_since_unix: None,
             },
             MsrInfo {
                 name: "msr_2".into(),
                 performance_coefficient: 1.0,
                 active: true,
                 registered: true,
+                health: None,
+                health_since_unix: None,
             },
         ];
         let out = msrs(&list);
@@ -638,6 +670,9 @@ Legend:
             status: "registered".into(),
             expires_secs: 58,
             subscription: "active".into(),
+            health: msr_shared::admin::HealthState::Healthy,
+            health_since_unix: 0,
+            health_secs: 3,
         };
         let out = resources(&[row("msr_1"), row("msr_2")], true);
         assert!(
@@ -669,6 +704,8 @@ Legend:
             performance_coefficient: 1e300,
             active: true,
             registered: false,
+            health: None,
+            health_since_unix: None,
         }];
         let out = msrs(&list);
         assert!(out.contains("│ m    │       1e300 │"), "{out}");
