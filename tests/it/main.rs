@@ -2,5 +2,6 @@
 //! One test binary (matklad, "delete cargo integration tests").
 mod agent;
 mod collector;
+mod health;
 mod lifecycle;
 mod selection;
