@@ -1204,6 +1204,46 @@ mod tests {
     }
 
     #[test]
+    fn health_and_explain_outcomes_are_strings_on_the_wire() {
+        for (health, text) in [
+            (HealthState::Healthy, "healthy"),
+            (HealthState::Unreported, "unreported"),
+            (HealthState::Unreachable, "unreachable"),
+            (HealthState::Stale, "stale"),
+        ] {
+            let json = serde_json::to_string(&health).expect("serialize");
+            assert_eq!(json, format!("\"{text}\""));
+            assert_eq!(health.to_string(), text);
+            let back: HealthState = serde_json::from_str(&json).expect("parse");
+            assert_eq!(back, health);
+        }
+        for outcome in [
+            ExplainOutcome::Kept,
+            ExplainOutcome::Full,
+            ExplainOutcome::Inactive,
+            ExplainOutcome::Unregistered,
+            ExplainOutcome::Unreported,
+            ExplainOutcome::Unreachable,
+            ExplainOutcome::Stale,
+            ExplainOutcome::OtherMsr,
+            ExplainOutcome::InfiniteDistance,
+            ExplainOutcome::Farther,
+            ExplainOutcome::DuplicateMsr,
+        ] {
+            let json = serde_json::to_string(&outcome).expect("serialize");
+            assert_eq!(json, format!("\"{}\"", outcome.as_str()));
+            let back: ExplainOutcome = serde_json::from_str(&json).expect("parse");
+            assert_eq!(back, outcome);
+        }
+        assert!(serde_json::from_str::<HealthState>("\"dead\"").is_err());
+        assert_eq!(ErrorCode::MsrUnhealthy.to_string(), "msr_unhealthy");
+        assert_eq!(
+            serde_json::to_string(&ErrorCode::MsrUnhealthy).expect("serialize"),
+            "\"msr_unhealthy\""
+        );
+    }
+
+    #[test]
     fn changed_is_flattened_into_data() {
         let data = ResponseData::Changed(Change {
             entity: "msr".into(),

@@ -725,6 +725,62 @@ Legend:
     }
 
     #[test]
+    fn explain_lists_every_contact_with_health_and_outcome() {
+        use msr_shared::admin::{ExplainCandidate, ExplainOutcome, HealthState};
+        let candidate = |contact: &str, health, outcome, weight| ExplainCandidate {
+            contact: contact.into(),
+            msr: contact.split_once('@').map_or("", |(_, m)| m).into(),
+            site: "local".into(),
+            distance: Distance::Finite(0.0),
+            health,
+            outcome,
+            weight,
+        };
+        let e = Explain {
+            zone: "default".into(),
+            site: "local".into(),
+            msr: None,
+            media_bridge: false,
+            candidates: vec![
+                candidate(
+                    "lo@msr_1",
+                    HealthState::Healthy,
+                    ExplainOutcome::Kept,
+                    Some(60.0),
+                ),
+                candidate(
+                    "lo@msr_2",
+                    HealthState::Healthy,
+                    ExplainOutcome::Full,
+                    Some(0.0),
+                ),
+                candidate(
+                    "lo@msr_3",
+                    HealthState::Unreachable,
+                    ExplainOutcome::Unreachable,
+                    None,
+                ),
+            ],
+            min_distance: Some(0.0),
+            intervals: vec![],
+            total: 60.0,
+            draw: None,
+        };
+        let out = explain(&e);
+        assert!(
+            out.contains(
+                "│ lo@msr_1 │ msr_1 │ local │        0 │ healthy     │ kept        │     60 │"
+            ),
+            "{out}"
+        );
+        assert!(out.contains("│ full        │      0 │"), "{out}");
+        assert!(
+            out.contains("│ unreachable │ unreachable │        │"),
+            "{out}"
+        );
+    }
+
+    #[test]
     fn explain_shows_intervals() {
         let e = Explain {
             zone: "default".into(),
