@@ -22,9 +22,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use msr_shared::admin::{
     format_coefficient, format_number, normalize_zero, Change, ContactProperty, Distance,
-    ErrorBody, ErrorCode, Explain, ExplainCandidate, Interval, LegOutcome, MsrInfo, Released,
-    Request, ResourceInfo, Response, ResponseData, Selection, SelectionRule, SiteMatrix,
-    SubscriptionInfo, EVENT_PACKAGE,
+    ErrorBody, ErrorCode, Explain, ExplainCandidate, ExplainOutcome, HealthState, Interval,
+    LegOutcome, MsrInfo, Released, Request, ResourceInfo, Response, ResponseData, Selection,
+    SelectionRule, SiteMatrix, SubscriptionInfo, EVENT_PACKAGE,
 };
 use rand::RngCore;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -35,10 +35,11 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::health::Health;
 use crate::legs::{Bound, LegKey, LegTable};
 use crate::load_table::{LoadTable, DEFAULT_SUBSCRIPTION_EXPIRES_SECS};
 use crate::operator::{OperatorConfig, OperatorError};
-use crate::select::{self, Draw, Explanation, Query, Refusal};
+use crate::select::{self, CandidateOutcome, Draw, Explanation, Query, Refusal};
 use crate::store::Store;
 use crate::topology::TopologyError;
 
@@ -433,6 +434,8 @@ fn msr_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
                 registered: false,
                 load_limit: settings.load_limit,
                 live_legs: 0,
+                health: None,
+                health_since_unix: None,
             },
         );
     }
@@ -446,6 +449,10 @@ fn msr_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
                 registered: view.registered,
                 load_limit: view.settings.load_limit,
                 live_legs: 0,
+                health: view.health.map(|(health, _)| wire_health(health)),
+                health_since_unix: view
+                    .health
+                    .and_then(|(_, since)| since.map(|(_, unix)| unix)),
             },
         );
     }
@@ -461,6 +468,8 @@ fn msr_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
                     registered: false,
                     load_limit: 100,
                     live_legs: 0,
+                    health: None,
+                    health_since_unix: None,
                 },
             );
         }
@@ -513,6 +522,11 @@ fn resource_list(ctx: &AdminContext<'_>, now: Instant, active_only: bool) -> Res
                 .map_or_else(|| "none".to_owned(), |s| s.status.to_string()),
             live_legs: ctx.legs.on_contact(&row.contact),
             contact: row.contact,
+            health: wire_health(row.health),
+            health_since_unix: row.health_since.map_or(0, |(_, unix)| unix),
+            health_secs: row
+                .health_since
+                .map_or(0, |(at, _)| now.saturating_duration_since(at).as_secs()),
         })
         .collect();
     Response::Ok(ResponseData::Resources { rows })
@@ -558,6 +572,40 @@ fn subscription_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
     Response::Ok(ResponseData::Subscriptions { rows })
 }
 
+/// The wire form of a contact's health.
+pub(crate) fn wire_health(health: Health) -> HealthState {
+    match health {
+        Health::Healthy => HealthState::Healthy,
+        Health::Unreported => HealthState::Unreported,
+        Health::Unreachable => HealthState::Unreachable,
+        Health::Stale => HealthState::Stale,
+    }
+}
+
+/// The wire form of what became of a contact in a selection.
+fn wire_outcome(outcome: CandidateOutcome) -> ExplainOutcome {
+    match outcome {
+        CandidateOutcome::Kept => ExplainOutcome::Kept,
+        CandidateOutcome::Full => ExplainOutcome::Full,
+        CandidateOutcome::Inactive => ExplainOutcome::Inactive,
+        CandidateOutcome::Unregistered => ExplainOutcome::Unregistered,
+        CandidateOutcome::Unhealthy(Health::Unreported) => ExplainOutcome::Unreported,
+        CandidateOutcome::Unhealthy(Health::Stale) => ExplainOutcome::Stale,
+        // `Healthy` is never a reason to drop a contact; read as the
+        // closest reason rather than lose the row.
+        CandidateOutcome::Unhealthy(Health::Unreachable | Health::Healthy) => {
+            ExplainOutcome::Unreachable
+        }
+        CandidateOutcome::OtherMsr => ExplainOutcome::OtherMsr,
+        CandidateOutcome::InfiniteDistance => ExplainOutcome::InfiniteDistance,
+        CandidateOutcome::Farther => ExplainOutcome::Farther,
+        CandidateOutcome::DuplicateMsr => ExplainOutcome::DuplicateMsr,
+        CandidateOutcome::OverLoadLimit => ExplainOutcome::OverLoadLimit,
+        CandidateOutcome::OverThreshold => ExplainOutcome::OverThreshold,
+        CandidateOutcome::NotPreferred => ExplainOutcome::NotPreferred,
+    }
+}
+
 fn to_wire_explain(query: &Query, explanation: &Explanation) -> Explain {
     Explain {
         zone: query.zone.clone(),
@@ -572,7 +620,9 @@ fn to_wire_explain(query: &Query, explanation: &Explanation) -> Explain {
                 msr: c.msr.clone(),
                 site: c.site.clone(),
                 distance: Distance::from_f64(c.distance),
-                outcome: c.outcome.as_str().into(),
+                health: wire_health(c.health),
+                outcome: wire_outcome(c.outcome),
+                weight: c.weight,
             })
             .collect(),
         min_distance: explanation.min_distance,
@@ -636,6 +686,10 @@ fn refusal_message(refusal: Refusal, query: &Query) -> String {
             ),
         },
         Refusal::UnknownSite => format!("site `{}` is not declared", query.site),
+        Refusal::MsrUnhealthy => format!(
+            "no healthy msr in zone `{}` at a finite distance from site `{}`: the registered active ones are unhealthy (see msrctl select --explain)",
+            query.zone, query.site
+        ),
     }
 }
 
@@ -715,6 +769,7 @@ fn run_select(
                 Refusal::MsrNotFound => ErrorCode::MsrNotFound,
                 Refusal::MsrOverloaded => ErrorCode::MsrOverloaded,
                 Refusal::UnknownSite => ErrorCode::UnknownSite,
+                Refusal::MsrUnhealthy => ErrorCode::MsrUnhealthy,
             };
             Response::Err(ErrorBody {
                 code,

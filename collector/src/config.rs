@@ -132,6 +132,8 @@ pub struct CollectorConfig {
     pub defaults: Defaults,
     /// Load subscription defaults (SPEC §4).
     pub subscription: SubscriptionDefaults,
+    /// MSR health: keepalive and grace (SPEC §5).
+    pub health: HealthConfig,
     /// Where `msrctl` connects (SPEC §8).
     pub control_socket: PathBuf,
     /// Where the operator configuration is stored (SPEC §6); with the etcd
@@ -301,6 +303,34 @@ pub struct SubscriptionDefaults {
     pub expires: u32,
 }
 
+/// `[health]`: how MSR contacts are judged healthy (SPEC §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthConfig {
+    /// Time between two OPTIONS keepalives to one contact.
+    pub keepalive_interval: Duration,
+    /// How long a keepalive may go unanswered before it counts as a miss;
+    /// at most the interval. A miss is probed again at once, so
+    /// `keepalive_misses` misses in a row take about
+    /// `interval + misses × timeout`.
+    pub keepalive_timeout: Duration,
+    /// Misses in a row that make a contact `unreachable`.
+    pub keepalive_misses: u32,
+    /// How long a new contact may go without a load report before it is
+    /// `unreported`.
+    pub unreported_grace: Duration,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        Self {
+            keepalive_interval: Duration::from_secs(default_keepalive_interval()),
+            keepalive_timeout: Duration::from_millis(default_keepalive_timeout()),
+            keepalive_misses: default_keepalive_misses(),
+            unreported_grace: Duration::from_millis(default_unreported_grace()),
+        }
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
@@ -314,6 +344,8 @@ struct RawConfig {
     defaults: RawDefaults,
     #[serde(default)]
     subscription: RawSubscription,
+    #[serde(default)]
+    health: RawHealth,
     #[serde(default)]
     control: RawControl,
     #[serde(default)]
@@ -505,6 +537,30 @@ impl Default for RawSubscription {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RawHealth {
+    #[serde(default = "default_keepalive_interval")]
+    keepalive_interval_secs: u64,
+    #[serde(default = "default_keepalive_timeout")]
+    keepalive_timeout_ms: u64,
+    #[serde(default = "default_keepalive_misses")]
+    keepalive_misses: u32,
+    #[serde(default = "default_unreported_grace")]
+    unreported_grace_ms: u64,
+}
+
+impl Default for RawHealth {
+    fn default() -> Self {
+        Self {
+            keepalive_interval_secs: default_keepalive_interval(),
+            keepalive_timeout_ms: default_keepalive_timeout(),
+            keepalive_misses: default_keepalive_misses(),
+            unreported_grace_ms: default_unreported_grace(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawControl {
     #[serde(default = "default_socket")]
     socket: PathBuf,
@@ -568,6 +624,24 @@ fn default_event() -> String {
 }
 fn default_subscription_expires() -> u32 {
     60
+}
+/// SPEC §5: an OPTIONS every 5 s.
+fn default_keepalive_interval() -> u64 {
+    5
+}
+/// Four retransmissions' worth of RFC 3261 T1 (500 ms): with the default
+/// interval and misses, a silent contact is `unreachable` within
+/// 5 + 2 × 2 = 9 s, inside SPEC §5's 10 s.
+fn default_keepalive_timeout() -> u64 {
+    2000
+}
+/// SPEC §5: two misses in a row.
+fn default_keepalive_misses() -> u32 {
+    2
+}
+/// SPEC §5: a short grace, 2 s.
+fn default_unreported_grace() -> u64 {
+    2000
 }
 fn default_socket() -> PathBuf {
     PathBuf::from("/run/msr-collector/control.sock")
@@ -812,6 +886,7 @@ fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, ConfigError
             "seconds, 1 to 86400",
         ));
     }
+    let health = validate_health(&raw.health, &invalid)?;
     if raw.control.socket.as_os_str().is_empty() {
         return Err(invalid(
             "control.socket",
@@ -879,6 +954,7 @@ fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, ConfigError
             event: raw.subscription.event,
             expires: raw.subscription.expires,
         },
+        health,
         control_socket: raw.control.socket,
         state_path: raw.state.path,
         store,
@@ -1086,6 +1162,49 @@ fn validate_store(raw: RawStore, origin: &str) -> Result<StoreBackend, ConfigErr
         user,
         tls,
     }))
+}
+
+/// The `[health]` values, each within its range, the timeout within the
+/// interval.
+fn validate_health(
+    raw: &RawHealth,
+    invalid: &dyn Fn(&str, String, &str) -> ConfigError,
+) -> Result<HealthConfig, ConfigError> {
+    if !(1..=3600).contains(&raw.keepalive_interval_secs) {
+        return Err(invalid(
+            "health.keepalive_interval_secs",
+            raw.keepalive_interval_secs.to_string(),
+            "seconds, 1 to 3600",
+        ));
+    }
+    let interval_ms = raw.keepalive_interval_secs * 1000;
+    if !(100..=interval_ms).contains(&raw.keepalive_timeout_ms) {
+        return Err(invalid(
+            "health.keepalive_timeout_ms",
+            raw.keepalive_timeout_ms.to_string(),
+            &format!("milliseconds, 100 to {interval_ms} (health.keepalive_interval_secs × 1000)"),
+        ));
+    }
+    if !(1..=100).contains(&raw.keepalive_misses) {
+        return Err(invalid(
+            "health.keepalive_misses",
+            raw.keepalive_misses.to_string(),
+            "1 to 100",
+        ));
+    }
+    if raw.unreported_grace_ms > 600_000 {
+        return Err(invalid(
+            "health.unreported_grace_ms",
+            raw.unreported_grace_ms.to_string(),
+            "milliseconds, 0 to 600000",
+        ));
+    }
+    Ok(HealthConfig {
+        keepalive_interval: Duration::from_secs(raw.keepalive_interval_secs),
+        keepalive_timeout: Duration::from_millis(raw.keepalive_timeout_ms),
+        keepalive_misses: raw.keepalive_misses,
+        unreported_grace: Duration::from_millis(raw.unreported_grace_ms),
+    })
 }
 
 #[cfg(test)]

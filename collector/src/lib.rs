@@ -10,6 +10,8 @@
 //! * [`config`] — the TOML config file: raw → validated [`config::CollectorConfig`].
 //! * [`registrar`] — sans-IO registrar: digest auth, bindings per MSR.
 //! * [`subscriber`] — sans-IO RFC 6665 subscriber: one subscription per MSR.
+//! * [`health`] — sans-IO health of each MSR contact (SPEC §5): OPTIONS
+//!   keepalive, report age, subscription state.
 //! * [`shell`] — the async loop: [`start`]/[`run`] own the sockets and feed the cores.
 //! * [`cluster`] — the store's reachability and the live core hosts (G).
 //! * `load_table`, `operator`, `topology`, `store` (file, `store::etcd`), `select`, `admin`, `cli`
@@ -23,6 +25,7 @@ pub mod cluster;
 pub mod config;
 pub mod daemon_cli;
 pub mod error;
+pub mod health;
 pub mod legs;
 pub mod load_table;
 pub mod names;

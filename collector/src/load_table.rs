@@ -2,13 +2,15 @@
 //!
 //! The SIP side feeds it — registrations ([`LoadTable::upsert_contact`],
 //! [`LoadTable::remove_contact`], [`LoadTable::remove_msr`]), NOTIFY bodies
-//! ([`LoadTable::set_load`]) and subscription state
-//! ([`LoadTable::set_subscription`]) — and selection reads it
+//! ([`LoadTable::set_load`]), subscription state
+//! ([`LoadTable::set_subscription`]) and each contact's health from
+//! [`HealthMonitor`](crate::health::HealthMonitor)
+//! ([`LoadTable::set_health`]) — and selection reads it
 //! ([`LoadTable::zone`]).
 //!
 //! Load is per MSR (one NOTIFY per MSR) and shown on each of its contacts.
-//! Registration status, the admin active flag, the subscription state and
-//! staleness are separate fields; staleness and registration status are
+//! Registration status, the admin active flag, the subscription state,
+//! staleness and health are separate fields; staleness and registration status are
 //! computed from the `now` a reader passes, never stored.
 //!
 //! Operator settings (zone, site, performance coefficient, active) are owned by
@@ -56,6 +58,7 @@ use std::time::Duration;
 use msr_shared::event_package::LoadReport;
 use tokio::time::Instant;
 
+use crate::health::Health;
 use crate::operator::{MsrSettings, OperatorConfig};
 use crate::topology::SiteDistances;
 use msr_shared::engine::EngineAddresses;
@@ -164,6 +167,10 @@ pub struct ResourceRow {
     pub stale: bool,
     /// The MSR's subscription state, if the subscriber reported one.
     pub subscription: Option<SubscriptionView>,
+    /// The contact's health (SPEC §5).
+    pub health: Health,
+    /// Since when (`now` and Unix seconds), once the monitor has set it.
+    pub health_since: Option<(Instant, i64)>,
 }
 
 /// A contact that selection may use (SPEC §7 step 1), as borrowed from the table.
@@ -213,6 +220,10 @@ pub struct MsrView {
     pub settings: MsrSettings,
     /// Subscription state, if reported.
     pub subscription: Option<SubscriptionView>,
+    /// `Healthy` when a registered contact is, else the health of the
+    /// first registered contact by name, with since when; `None` without a
+    /// registered contact.
+    pub health: Option<(Health, Option<(Instant, i64)>)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -222,6 +233,11 @@ struct ContactEntry {
     zone: String,
     /// Effective site (override or default).
     site: String,
+    /// Health, as the monitor last set it (`Healthy` until then: a new
+    /// contact is inside its grace).
+    health: Health,
+    /// When it took that health (`now`, Unix seconds).
+    health_since: Option<(Instant, i64)>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -339,6 +355,25 @@ struct ZoneMember {
     uri: String,
     /// The media engine's addresses (what the answer carries).
     engine: Option<EngineAddresses>,
+    /// The contact's health (SPEC §5 and §7 step 1).
+    health: Health,
+}
+
+/// Every contact of a zone as explain reads it: the step-1 inputs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MemberStatus<'a> {
+    /// Contact name.
+    pub contact: &'a str,
+    /// MSR name.
+    pub msr: &'a str,
+    /// The contact's site.
+    pub site: &'a str,
+    /// Registered at `now`.
+    pub registered: bool,
+    /// The MSR's admin flag.
+    pub active: bool,
+    /// The contact's health.
+    pub health: Health,
 }
 
 impl ZoneMember {
@@ -355,15 +390,23 @@ impl ZoneMember {
             site,
             uri: entry.binding.uri.clone(),
             engine: entry.binding.engine,
+            health: entry.health,
         }
     }
 
+    /// Whether it passes SPEC §7 step 1 at `now`: registered, active and
+    /// healthy (the zone is the index's key).
+    #[inline]
+    fn passes_step_1(&self, now: Instant) -> bool {
+        now < self.expires_at && self.msr_selection.active && self.health == Health::Healthy
+    }
+
     /// The candidate this member is at `now`, if it is one (SPEC §7 step 1:
-    /// registered and active; the zone is the index's key).
+    /// registered, active and healthy; the zone is the index's key).
     #[inline]
     fn candidate<'a>(&'a self, sites: &'a SiteNames, now: Instant) -> Option<Candidate<'a>> {
         let msr = &self.msr_selection;
-        if now >= self.expires_at || !msr.active {
+        if !self.passes_step_1(now) {
             return None;
         }
         Some(Candidate {
@@ -536,12 +579,21 @@ impl LoadTable {
         entry.settings = operator.msr(&binding.msr);
         entry.contacts.insert(binding.contact.clone());
         let (contact, msr) = (binding.contact.clone(), binding.msr.clone());
+        // A refresh keeps the health the monitor set.
+        let (health, health_since) = self
+            .contacts
+            .get(&binding.contact)
+            .map_or((Health::Healthy, None), |old| {
+                (old.health, old.health_since)
+            });
         self.contacts.insert(
             contact.clone(),
             ContactEntry {
                 binding,
                 zone,
                 site,
+                health,
+                health_since,
             },
         );
         self.index(&contact);
@@ -588,6 +640,23 @@ impl LoadTable {
         entry.subscription = Some(view);
         if entry.selection() != before {
             self.refresh_msr(msr);
+        }
+    }
+
+    /// Records the health of `contact` (SPEC §5), taken at `since` (`now`
+    /// of the change and its Unix seconds). A contact not in the table is
+    /// ignored.
+    pub fn set_health(&mut self, contact: &str, health: Health, since: (Instant, i64)) {
+        let Some(entry) = self.contacts.get_mut(contact) else {
+            return;
+        };
+        entry.health = health;
+        entry.health_since = Some(since);
+        let (zone, msr) = (entry.zone.clone(), entry.binding.msr.clone());
+        if let Some(members) = self.by_zone.get_mut(&zone) {
+            if let Ok(at) = member_position(members, &msr, contact) {
+                members[at].health = health;
+            }
         }
     }
 
@@ -686,11 +755,14 @@ impl LoadTable {
         self.contacts.contains_key(contact)
     }
 
-    /// The contact, if it is registered at `now`: what a live leg's answer
-    /// needs (SPEC §9: a leg keeps its MSR and contact while it is there).
+    /// The contact, if it is still there at `now` for the legs it anchors:
+    /// registered and not unreachable (SPEC §9: a leg keeps its MSR and
+    /// contact unless that MSR is gone). An inactive, stale or unreported
+    /// contact keeps its live legs (a drain lets calls finish).
     pub fn live_contact(&self, contact: &str, now: Instant) -> Option<LiveContact<'_>> {
         let c = self.contacts.get(contact)?;
-        (now < c.binding.expires_at).then(|| LiveContact {
+        let there = now < c.binding.expires_at && c.health != Health::Unreachable;
+        there.then(|| LiveContact {
             msr: &c.binding.msr,
             uri: &c.binding.uri,
             engine: c.binding.engine,
@@ -726,6 +798,8 @@ impl LoadTable {
                         .map(|(_, at)| now.saturating_duration_since(*at)),
                     stale: entry.is_stale(now),
                     subscription: entry.subscription.clone(),
+                    health: c.health,
+                    health_since: c.health_since,
                 });
             }
         }
@@ -736,15 +810,25 @@ impl LoadTable {
     pub fn msrs(&self, now: Instant) -> Vec<MsrView> {
         self.msrs
             .iter()
-            .map(|(msr, entry)| MsrView {
-                msr: msr.clone(),
-                registered: entry
+            .map(|(msr, entry)| {
+                let registered: Vec<&ContactEntry> = entry
                     .contacts
                     .iter()
                     .filter_map(|c| self.contacts.get(c))
-                    .any(|c| now < c.binding.expires_at),
-                settings: entry.settings.clone(),
-                subscription: entry.subscription.clone(),
+                    .filter(|c| now < c.binding.expires_at)
+                    .collect();
+                let health = registered
+                    .iter()
+                    .find(|c| c.health == Health::Healthy)
+                    .or(registered.first())
+                    .map(|c| (c.health, c.health_since));
+                MsrView {
+                    msr: msr.clone(),
+                    registered: !registered.is_empty(),
+                    settings: entry.settings.clone(),
+                    subscription: entry.subscription.clone(),
+                    health,
+                }
             })
             .collect()
     }
@@ -869,7 +953,7 @@ impl<'a> ZoneView<'a> {
                 if member.msr_start && offset > 0 {
                     group += 1;
                 }
-                if now >= member.expires_at || !member.msr_selection.active {
+                if !member.passes_step_1(now) {
                     return None;
                 }
                 Some(Scanned {
@@ -884,9 +968,44 @@ impl<'a> ZoneView<'a> {
             })
     }
 
+    /// The step-1 inputs of the member at `position` at `now`, whatever
+    /// they are (for explain, which lists every contact of the zone).
+    pub fn status(&self, position: usize, now: Instant) -> Option<MemberStatus<'a>> {
+        let m = self.members.get(position)?;
+        Some(MemberStatus {
+            contact: &m.contact,
+            msr: &m.msr,
+            site: self.sites.name(m.site),
+            registered: now < m.expires_at,
+            active: m.msr_selection.active,
+            health: m.health,
+        })
+    }
+
+    /// The distance of the member at `position` from the leg's site
+    /// (infinite for a position out of range).
+    pub fn distance(&self, position: usize, distances: &DistanceColumn) -> f64 {
+        self.members
+            .get(position)
+            .and_then(|m| distances.0.get(m.site).copied())
+            .unwrap_or(f64::INFINITY)
+    }
+
+    /// Whether a member is registered and active at `now` but unhealthy,
+    /// at a finite distance: what steps 1–3 would have kept if health were
+    /// not asked for (the §5 fallback question).
+    pub fn has_unhealthy_alternative(&self, now: Instant, distances: &DistanceColumn) -> bool {
+        self.members.iter().any(|m| {
+            now < m.expires_at
+                && m.msr_selection.active
+                && m.health != Health::Healthy
+                && distances.0.get(m.site).is_some_and(|d| d.is_finite())
+        })
+    }
+
     /// The member at `position` as a [`Candidate`] at `now` (`None` if the
-    /// position is out of range, the contact not registered at `now` or its
-    /// MSR inactive).
+    /// position is out of range, the contact not registered at `now`, its
+    /// MSR inactive or the contact unhealthy).
     pub fn candidate(&self, position: usize, now: Instant) -> Option<Candidate<'a>> {
         self.members.get(position)?.candidate(self.sites, now)
     }

@@ -1,6 +1,7 @@
 //! Media-server selection (SPEC §7), exactly:
 //!
-//! 1. Candidates: contacts that are registered, active, and in the leg's zone.
+//! 1. Candidates: contacts that are registered, active, healthy (SPEC §5)
+//!    and in the leg's zone.
 //! 2. If an MSR was given and at least one candidate belongs to it, keep only
 //!    its contacts; otherwise keep all and report that a media bridge between
 //!    the two MSRs is needed.
@@ -27,6 +28,14 @@
 //!   collector of a cluster puts one conference on the same MSR;
 //! * nothing admitted → `msr_overloaded`, and the explanation names the rule.
 //!
+//! The fallback of SPEC §5 when no healthy candidate is left but unhealthy
+//! ones are (registered, active, at a finite distance): the leg is refused
+//! with `msr_unhealthy`, never placed on an unhealthy MSR. An unhealthy MSR
+//! is most often dead or cut off; a leg placed there fails only when its
+//! INVITE times out (RFC 3261 Timer B, 32 s), while a refusal at once lets
+//! the core take its own fallback (another cluster, an announcement), and
+//! the distinct cause tells the operator that MSRs exist but are failing.
+//!
 //! Choices this module makes where the SPEC is silent: an MSR with no load
 //! report yet counts as load 0 (it was just subscribed; the first NOTIFY
 //! follows at once); a stale report is used as it is (and flagged in
@@ -43,7 +52,8 @@ use msr_shared::admin::format_number;
 use rand::Rng;
 use tokio::time::Instant;
 
-use crate::load_table::{Candidate, DistanceColumn, LoadTable, Scanned, ZoneView};
+use crate::health::Health;
+use crate::load_table::{DistanceColumn, LoadTable, Scanned, ZoneView};
 use crate::topology::Topology;
 
 /// One selection request: the leg's zone and site, and the MSR chosen for
@@ -162,6 +172,10 @@ pub enum Refusal {
     /// The leg's site is not declared.
     #[error("unknown site")]
     UnknownSite,
+    /// No healthy candidate is left, but registered, active contacts at a
+    /// finite distance are, all unhealthy (the SPEC §5 fallback: refuse).
+    #[error("msr unhealthy")]
+    MsrUnhealthy,
 }
 
 impl Refusal {
@@ -171,6 +185,7 @@ impl Refusal {
             Refusal::MsrNotFound => "msr_not_found",
             Refusal::MsrOverloaded => "msr_overloaded",
             Refusal::UnknownSite => "unknown_site",
+            Refusal::MsrUnhealthy => "msr_unhealthy",
         }
     }
 }
@@ -194,11 +209,19 @@ pub enum Draw<'r, R: ?Sized> {
     Fixed(f64),
 }
 
-/// At which step a candidate left the selection.
+/// At which step a contact of the zone left the selection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CandidateOutcome {
-    /// It is in the interval table.
+    /// It is in the interval table, with a positive weight.
     Kept,
+    /// Kept by steps 1–4, but its weight is 0: no interval.
+    Full,
+    /// Step 1: its MSR is inactive.
+    Inactive,
+    /// Step 1: not registered.
+    Unregistered,
+    /// Step 1: unhealthy, in this state.
+    Unhealthy(Health),
     /// Step 2: another MSR was given and has candidates.
     OtherMsr,
     /// Step 3: infinite distance.
@@ -217,11 +240,16 @@ pub enum CandidateOutcome {
 }
 
 impl CandidateOutcome {
-    /// Snake-case name: `kept`, `other_msr`, `infinite_distance`, `farther`,
-    /// `duplicate_msr`.
+    /// Snake-case name: `kept`, `full`, `inactive`, `unregistered`, the
+    /// health (`unreported`, `unreachable`, `stale`), `other_msr`,
+    /// `infinite_distance`, `farther`, `duplicate_msr`.
     pub fn as_str(self) -> &'static str {
         match self {
             CandidateOutcome::Kept => "kept",
+            CandidateOutcome::Full => "full",
+            CandidateOutcome::Inactive => "inactive",
+            CandidateOutcome::Unregistered => "unregistered",
+            CandidateOutcome::Unhealthy(health) => health.as_str(),
             CandidateOutcome::OtherMsr => "other_msr",
             CandidateOutcome::InfiniteDistance => "infinite_distance",
             CandidateOutcome::Farther => "farther",
@@ -239,7 +267,7 @@ impl fmt::Display for CandidateOutcome {
     }
 }
 
-/// A step-1 candidate and what became of it.
+/// A contact of the zone and what became of it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExplainedCandidate {
     /// Contact name.
@@ -250,8 +278,13 @@ pub struct ExplainedCandidate {
     pub site: String,
     /// Distance from the leg's site (infinite when unset or undeclared).
     pub distance: f64,
-    /// The step that dropped it, or [`CandidateOutcome::Kept`].
+    /// Its health (SPEC §5).
+    pub health: Health,
+    /// The step that dropped it, or [`CandidateOutcome::Kept`] /
+    /// [`CandidateOutcome::Full`].
     pub outcome: CandidateOutcome,
+    /// The step-5 weight of a kept or full contact.
+    pub weight: Option<f64>,
 }
 
 /// One row of the interval table (step 5).
@@ -284,11 +317,11 @@ pub struct IntervalRow {
 pub struct Explanation {
     /// Step 2: an MSR was given and had no candidate.
     pub media_bridge: bool,
-    /// Step 1 candidates, by contact name, with their fate.
+    /// Every contact of the zone, by contact name, with its fate.
     pub candidates: Vec<ExplainedCandidate>,
     /// Step 3: the minimum finite distance.
     pub min_distance: Option<f64>,
-    /// Step 5: the interval table.
+    /// Step 5: the interval table (MSRs with a positive weight).
     pub intervals: Vec<IntervalRow>,
     /// Step 5: the sum of the weights.
     pub total: f64,
@@ -391,27 +424,66 @@ impl Nearest {
     }
 }
 
-/// What became of a step-1 candidate, given the outcome of steps 2–4:
-/// `preferred` (the MSR kept by step 2, if any), the minimum distance and the
-/// positions kept by step 4 (ascending).
-fn outcome_of(
-    candidate: &Candidate<'_>,
-    scanned: &Scanned,
-    preferred: Option<&str>,
-    min_distance: Option<f64>,
-    kept: &[usize],
-) -> CandidateOutcome {
-    if preferred.is_some_and(|msr| candidate.msr != msr) {
+/// What became of a step-1 candidate of MSR `msr` at `position` and
+/// `distance`, given the outcome of steps 2–4: `preferred` (the MSR kept by
+/// step 2, if any), the minimum distance and the positions kept by step 4
+/// (ascending). A kept contact is [`CandidateOutcome::Kept`] here; the
+/// caller tells a full one by its weight.
+fn outcome_of(msr: &str, position: usize, distance: f64, steps: &Steps<'_>) -> CandidateOutcome {
+    if steps.preferred.is_some_and(|given| msr != given) {
         CandidateOutcome::OtherMsr
-    } else if scanned.distance.is_infinite() {
+    } else if distance.is_infinite() {
         CandidateOutcome::InfiniteDistance
-    } else if Some(scanned.distance) != min_distance {
+    } else if Some(distance) != steps.min_distance {
         CandidateOutcome::Farther
-    } else if kept.binary_search(&scanned.position).is_ok() {
+    } else if steps.kept.binary_search(&position).is_ok() {
         CandidateOutcome::Kept
     } else {
         CandidateOutcome::DuplicateMsr
     }
+}
+
+/// What became of the contact at `position`, and its weight when kept
+/// (SPEC §7; step 1's reasons first: inactive, unregistered, unhealthy).
+fn explain_member(
+    view: &ZoneView<'_>,
+    position: usize,
+    distances: &DistanceColumn,
+    query: &Query,
+    steps: &Steps<'_>,
+) -> Option<ExplainedCandidate> {
+    let status = view.status(position, query.now)?;
+    let distance = view.distance(position, distances);
+    let mut weight_of = None;
+    let outcome = if !status.active {
+        CandidateOutcome::Inactive
+    } else if !status.registered {
+        CandidateOutcome::Unregistered
+    } else if status.health != Health::Healthy {
+        CandidateOutcome::Unhealthy(status.health)
+    } else {
+        match outcome_of(status.msr, position, distance, steps) {
+            CandidateOutcome::Kept => {
+                let (_, w) = weight(view.weight_inputs(position));
+                weight_of = Some(w);
+                if w > 0.0 {
+                    CandidateOutcome::Kept
+                } else {
+                    CandidateOutcome::Full
+                }
+            }
+            other => other,
+        }
+    };
+    Some(ExplainedCandidate {
+        contact: status.contact.to_owned(),
+        msr: status.msr.to_owned(),
+        site: status.site.to_owned(),
+        distance,
+        health: status.health,
+        outcome,
+        weight: weight_of,
+    })
 }
 
 /// The weight of step 5 from a load and a performance coefficient:
@@ -504,21 +576,17 @@ fn run<R: Rng + ?Sized>(
     };
     let view = table.zone(&query.zone);
     let distances = view.distances(&from);
-    let Steps {
-        preferred,
-        media_bridge,
-        min_distance,
-        kept,
-    } = steps_1_to_4(&view, &distances, query);
-    explanation.media_bridge = media_bridge;
-    let nearest = !kept.is_empty();
+    let steps = steps_1_to_4(&view, &distances, query);
+    explanation.media_bridge = steps.media_bridge;
+    let min_distance = steps.min_distance;
+    let nearest = !steps.kept.is_empty();
     let Admitted {
         kept,
         dropped,
         rule,
         threshold,
         chosen,
-    } = admit(&view, query, kept);
+    } = admit(&view, query, steps.kept.clone());
     explanation.rule = rule;
     explanation.threshold = threshold;
 
@@ -531,29 +599,22 @@ fn run<R: Rng + ?Sized>(
     explanation.min_distance = min_distance;
     explanation.total = total;
     if record {
-        let mut candidates: Vec<ExplainedCandidate> = view
-            .scan(0..view.len(), query.now, &distances)
-            .filter_map(|scanned| {
-                let c = view.candidate(scanned.position, query.now)?;
-                let step = outcome_of(&c, &scanned, preferred, min_distance, &kept);
+        let mut candidates: Vec<ExplainedCandidate> = (0..view.len())
+            .filter_map(|position| {
+                let mut c = explain_member(&view, position, &distances, query, &steps)?;
+                // Admission's verdict on the nearest contacts (SPEC §9).
                 let admission = dropped
                     .iter()
-                    .find(|(p, _)| *p == scanned.position)
+                    .find(|(p, _)| *p == position)
                     .map(|(_, o)| *o);
-                let outcome = match (admission, chosen) {
-                    (Some(o), _) => o,
-                    (None, Some(p)) if step == CandidateOutcome::Kept && p != scanned.position => {
-                        CandidateOutcome::NotPreferred
+                match (admission, chosen) {
+                    (Some(outcome), _) => c.outcome = outcome,
+                    (None, Some(p)) if c.outcome == CandidateOutcome::Kept && p != position => {
+                        c.outcome = CandidateOutcome::NotPreferred;
                     }
-                    _ => step,
-                };
-                Some(ExplainedCandidate {
-                    contact: c.contact.to_owned(),
-                    msr: c.msr.to_owned(),
-                    site: c.site.to_owned(),
-                    distance: scanned.distance,
-                    outcome,
-                })
+                    _ => {}
+                }
+                Some(c)
             })
             .collect();
         // The index yields them by MSR, then contact; explain lists them by
@@ -561,9 +622,12 @@ fn run<R: Rng + ?Sized>(
         candidates.sort_unstable_by(|a, b| a.contact.cmp(&b.contact));
         explanation.candidates = candidates;
         let mut bottom = 0.0_f64;
+        // A full MSR (weight 0) has no interval: it is shown as `full` among
+        // the candidates instead of as an empty `[b, b)`.
         explanation.intervals = kept
             .iter()
             .filter_map(|&position| view.candidate(position, query.now))
+            .filter(|c| weight((c.load, c.performance_coefficient)).1 > 0.0)
             .map(|c| {
                 let (load, weight) = weight((c.load, c.performance_coefficient));
                 let row = IntervalRow {
@@ -586,7 +650,11 @@ fn run<R: Rng + ?Sized>(
 
     // Step 6, then the draw (or the conference rule's choice).
     explanation.outcome = if kept.is_empty() && !nearest {
-        Err(Refusal::MsrNotFound)
+        if view.has_unhealthy_alternative(query.now, &distances) {
+            Err(Refusal::MsrUnhealthy)
+        } else {
+            Err(Refusal::MsrNotFound)
+        }
     } else if kept.is_empty() {
         // Candidates, but admission left none: every one is full for this leg.
         Err(Refusal::MsrOverloaded)
@@ -675,7 +743,14 @@ fn admit(view: &ZoneView<'_>, query: &Query, kept: Vec<usize>) -> Admitted {
                 kept: kept.iter().map(|(p, ..)| *p).collect(),
                 dropped: full
                     .iter()
-                    .map(|(p, ..)| (*p, CandidateOutcome::OverLoadLimit))
+                    .map(|(p, _, load, _)| {
+                        let outcome = if *load >= 100.0 {
+                            CandidateOutcome::Full
+                        } else {
+                            CandidateOutcome::OverLoadLimit
+                        };
+                        (*p, outcome)
+                    })
                     .collect(),
                 rule: Rule::Draw,
                 threshold: None,

@@ -1,6 +1,8 @@
 //! The collector's one async loop: it owns the SIP endpoint and every piece
 //! of state, and feeds the sans-IO cores ([`Registrar`], [`Subscriber`])
-//! and the admin handler ([`admin::handle`]).
+//! and the admin handler ([`admin::handle`]), and the health monitor
+//! ([`HealthMonitor`]), whose keepalives it sends and whose health changes
+//! it copies into the load table and logs.
 //!
 //! One `tokio::select!` waits for, in turn: shutdown, a SIP event
 //! ([`SipEndpoint::recv`]), an admin command (from [`admin::serve`]), and
@@ -40,6 +42,7 @@ use crate::admin::{self, AdminCommand, AdminContext, Outcome};
 use crate::cluster::{Cluster, StoreStatus};
 use crate::config::{CollectorConfig, StoreBackend};
 use crate::error::CollectorError;
+use crate::health::{HealthEvent, HealthMonitor};
 use crate::legs::LegTable;
 use crate::load_table::{ContactBinding, LoadTable};
 use crate::operator::OperatorConfig;
@@ -287,6 +290,7 @@ pub async fn start(
     }
     let mut shell = Shell {
         registrar: Registrar::new(&config.sip, &config.accounts),
+        health: HealthMonitor::new(config.health, format!("sip:collector@{sip_addr}")),
         subscriber,
         table,
         operator,
@@ -418,6 +422,7 @@ async fn etcd_event(backend: &mut Backend) -> Option<EtcdEvent> {
 struct Shell {
     registrar: Registrar,
     subscriber: Subscriber,
+    health: HealthMonitor,
     table: LoadTable,
     operator: OperatorConfig,
     store: Store,
@@ -451,6 +456,7 @@ impl Shell {
                 self.subscriber.poll_timeout(),
                 self.bindings_save_at,
                 self.legs.poll_timeout(),
+                self.health.poll_timeout(),
             ]
             .into_iter()
             .flatten()
@@ -473,6 +479,7 @@ impl Shell {
                     let now = Instant::now();
                     self.registrar.handle_timeout(now);
                     self.subscriber.handle_timeout(now);
+                    self.health.handle_timeout(now);
                     let expired = self.legs.handle_timeout(now);
                     if expired > 0 {
                         info!(legs = expired, live = self.legs.len(), "legs expired without a release");
@@ -582,6 +589,12 @@ impl Shell {
                     )),
                 };
                 self.replies.spawn(tx.respond(response));
+            }
+            SipEvent::Response { id, response } if HealthMonitor::owns(id) => {
+                self.health.handle_response(now, id, &response.status_code)
+            }
+            SipEvent::Failed { id, .. } if HealthMonitor::owns(id) => {
+                self.health.handle_failure(now, id)
             }
             SipEvent::Response { id, response } => {
                 self.subscriber.handle_response(now, id, &response)
@@ -833,6 +846,7 @@ impl Shell {
                             info!(msr = %binding.msr, contact = %binding.contact, "binding removed")
                         }
                     }
+                    self.health.contact_removed(now, &binding.contact);
                     self.table.remove_contact(&binding.contact);
                     if !self.registrar.is_registered(&binding.msr) {
                         self.table.remove_msr(&binding.msr);
@@ -871,6 +885,7 @@ impl Shell {
                 }
                 SubscriberEvent::Load { msr, report, at } => {
                     debug!(%msr, load = report.load, cpu = report.cpu, calls = report.calls, "load report");
+                    self.health.report_received(at, &msr);
                     self.table.set_load(&msr, report, at);
                 }
                 SubscriberEvent::Terminated {
@@ -901,7 +916,67 @@ impl Shell {
         self.log_refusals();
         // Only the subscriptions that changed: O(changes), not O(MSRs), per event.
         while let Some((msr, view)) = self.subscriber.poll_view_change() {
+            self.health
+                .subscription_changed(now, &msr, &view.status, view.expires_secs);
             self.table.set_subscription(&msr, view);
+        }
+        self.apply_health(now);
+    }
+
+    /// Sends the keepalives the health monitor asks for, and copies its
+    /// changes into the load table and the log (SPEC §5).
+    fn apply_health(&mut self, now: Instant) {
+        while let Some(probe) = self.health.poll_transmit() {
+            if let Err(e) = self.endpoint.send_request(probe.id, probe.request) {
+                debug!(contact = %probe.contact, cause = %e, "cannot send keepalive");
+                self.health.handle_failure(now, probe.id);
+            }
+        }
+        let unix_now = admin::unix_secs(SystemTime::now());
+        while let Some(event) = self.health.poll_event() {
+            match event {
+                HealthEvent::Changed(change) => {
+                    let age = now.saturating_duration_since(change.at).as_secs();
+                    let unix = unix_now.saturating_sub(i64::try_from(age).unwrap_or(0));
+                    self.table
+                        .set_health(&change.contact, change.to, (change.at, unix));
+                    match change.from {
+                        Some(from) if change.log => info!(
+                            msr = %change.msr,
+                            contact = %change.contact,
+                            from = %from,
+                            to = %change.to,
+                            cause = %change.cause,
+                            "health changed"
+                        ),
+                        _ => debug!(
+                            msr = %change.msr,
+                            contact = %change.contact,
+                            to = %change.to,
+                            cause = %change.cause,
+                            "health set"
+                        ),
+                    }
+                }
+                HealthEvent::Suppressed {
+                    contact,
+                    count,
+                    health,
+                } => info!(
+                    %contact,
+                    count,
+                    %health,
+                    window_secs = crate::health::LOG_WINDOW.as_secs(),
+                    "health changes not logged individually"
+                ),
+            }
+            // A keepalive failing at once may have queued another probe.
+            while let Some(probe) = self.health.poll_transmit() {
+                if let Err(e) = self.endpoint.send_request(probe.id, probe.request) {
+                    debug!(contact = %probe.contact, cause = %e, "cannot send keepalive");
+                    self.health.handle_failure(now, probe.id);
+                }
+            }
         }
     }
 
@@ -985,6 +1060,8 @@ impl Shell {
             );
         }
         let contact = b.contact.clone();
+        self.health
+            .contact_registered(now, &b.contact, &b.msr, &b.uri);
         self.table.upsert_contact(
             ContactBinding {
                 contact: b.contact,

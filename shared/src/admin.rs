@@ -585,6 +585,9 @@ pub enum ErrorCode {
     MsrNotFound,
     /// §7 refusal: every candidate's weight is zero.
     MsrOverloaded,
+    /// §7 refusal: no healthy candidate is left, but registered, active
+    /// contacts of the zone are, all unhealthy (§5).
+    MsrUnhealthy,
     /// The change could not be persisted; nothing changed.
     StoreFailed,
     /// The collector is shutting down or failed internally.
@@ -612,6 +615,7 @@ impl fmt::Display for ErrorCode {
             ErrorCode::BadEvent => "bad_event",
             ErrorCode::MsrNotFound => "msr_not_found",
             ErrorCode::MsrOverloaded => "msr_overloaded",
+            ErrorCode::MsrUnhealthy => "msr_unhealthy",
             ErrorCode::StoreFailed => "store_failed",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Conflict => "conflict",
@@ -805,10 +809,53 @@ pub struct MsrInfo {
     /// Live legs on the MSR (SPEC §9): a drained MSR is empty at 0.
     #[serde(default)]
     pub live_legs: u32,
+    /// `healthy` when at least one registered contact is (selection can use
+    /// the MSR), else the health of its first contact by name; absent when
+    /// no contact is registered (SPEC §5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthState>,
+    /// Unix time (seconds) since which [`MsrInfo::health`] holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_since_unix: Option<i64>,
 }
 
 fn default_load_limit() -> u8 {
     100
+}
+
+/// The health of an MSR contact (SPEC §5), a separate axis from the
+/// operator's `active` flag and from registration status.
+///
+/// On the wire: `healthy`, `unreported`, `unreachable` or `stale`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthState {
+    /// Subscribed, reporting and answering the keepalive.
+    Healthy,
+    /// Registered, but no load report yet past the grace.
+    Unreported,
+    /// The subscription failed, or the keepalive went unanswered.
+    Unreachable,
+    /// The last report is older than the subscription's expiry.
+    Stale,
+}
+
+impl HealthState {
+    /// `healthy`, `unreported`, `unreachable` or `stale`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HealthState::Healthy => "healthy",
+            HealthState::Unreported => "unreported",
+            HealthState::Unreachable => "unreachable",
+            HealthState::Stale => "stale",
+        }
+    }
+}
+
+impl fmt::Display for HealthState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// One row of the live load table (SPEC §5).
@@ -862,6 +909,13 @@ pub struct ResourceInfo {
     /// Live legs on this contact (SPEC §9).
     #[serde(default)]
     pub live_legs: u32,
+    /// The contact's health (SPEC §5).
+    pub health: HealthState,
+    /// Unix time (seconds) of the last change of `health` (its
+    /// registration, when it never changed).
+    pub health_since_unix: i64,
+    /// Seconds since that change.
+    pub health_secs: u64,
 }
 
 /// One load subscription (SPEC §8 `subscription list`).
@@ -936,7 +990,8 @@ pub struct Explain {
     pub msr: Option<String>,
     /// Step 2: the given MSR had no candidate.
     pub media_bridge: bool,
-    /// Steps 1–4: every registered, active contact of the zone.
+    /// Every contact of the zone, with the step that dropped it or its
+    /// weight.
     pub candidates: Vec<ExplainCandidate>,
     /// Step 3: the minimum finite distance, if any.
     pub min_distance: Option<f64>,
@@ -970,12 +1025,85 @@ pub struct ExplainCandidate {
     pub site: String,
     /// Distance from the leg's site.
     pub distance: Distance,
-    /// `kept`, `other_msr` (step 2), `infinite_distance`, `farther`
-    /// (step 3) or `duplicate_msr` (step 4).
-    pub outcome: String,
+    /// The contact's health (SPEC §5).
+    pub health: HealthState,
+    /// What became of it.
+    pub outcome: ExplainOutcome,
+    /// Step 5 weight, for [`ExplainOutcome::Kept`] (and 0 for
+    /// [`ExplainOutcome::Full`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<f64>,
 }
 
-/// One row of the interval table (SPEC §7 step 5).
+/// What became of one contact of the zone in a selection (SPEC §7).
+///
+/// On the wire: the snake-case name (`kept`, `full`, `inactive`, …).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExplainOutcome {
+    /// In the interval table with a positive weight.
+    Kept,
+    /// Kept by steps 1–4, but its weight is 0 (load 100 or no capacity
+    /// left): no interval.
+    Full,
+    /// Step 1: the operator set its MSR inactive.
+    Inactive,
+    /// Step 1: its registration lapsed.
+    Unregistered,
+    /// Step 1: unhealthy, no load report yet past the grace (§5).
+    Unreported,
+    /// Step 1: unhealthy, its subscription failed or the keepalive went
+    /// unanswered (§5).
+    Unreachable,
+    /// Step 1: unhealthy, its last report is older than the
+    /// subscription's expiry (§5).
+    Stale,
+    /// Step 2: another MSR was given and has candidates.
+    OtherMsr,
+    /// Step 3: infinite distance.
+    InfiniteDistance,
+    /// Step 3: farther than the minimum distance.
+    Farther,
+    /// Step 4: its MSR already has a contact earlier by name.
+    DuplicateMsr,
+    /// Admission (§9): at or above its MSR's load limit.
+    OverLoadLimit,
+    /// Admission (§9): at or above the conference threshold that applied.
+    OverThreshold,
+    /// Admission (§9): admitted, but the conference rule chose another MSR.
+    NotPreferred,
+}
+
+impl ExplainOutcome {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExplainOutcome::Kept => "kept",
+            ExplainOutcome::Full => "full",
+            ExplainOutcome::Inactive => "inactive",
+            ExplainOutcome::Unregistered => "unregistered",
+            ExplainOutcome::Unreported => "unreported",
+            ExplainOutcome::Unreachable => "unreachable",
+            ExplainOutcome::Stale => "stale",
+            ExplainOutcome::OtherMsr => "other_msr",
+            ExplainOutcome::InfiniteDistance => "infinite_distance",
+            ExplainOutcome::OverLoadLimit => "over_load_limit",
+            ExplainOutcome::OverThreshold => "over_threshold",
+            ExplainOutcome::NotPreferred => "not_preferred",
+            ExplainOutcome::Farther => "farther",
+            ExplainOutcome::DuplicateMsr => "duplicate_msr",
+        }
+    }
+}
+
+impl fmt::Display for ExplainOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One row of the interval table (SPEC §7 step 5): an MSR with a positive
+/// weight (a full one is listed among the candidates, not here).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Interval {
     /// MSR name.
@@ -1298,6 +1426,46 @@ mod tests {
             })
         ));
         assert!(serde_json::from_str::<Response>(r#"{"ok":true}"#).is_err());
+    }
+
+    #[test]
+    fn health_and_explain_outcomes_are_strings_on_the_wire() {
+        for (health, text) in [
+            (HealthState::Healthy, "healthy"),
+            (HealthState::Unreported, "unreported"),
+            (HealthState::Unreachable, "unreachable"),
+            (HealthState::Stale, "stale"),
+        ] {
+            let json = serde_json::to_string(&health).expect("serialize");
+            assert_eq!(json, format!("\"{text}\""));
+            assert_eq!(health.to_string(), text);
+            let back: HealthState = serde_json::from_str(&json).expect("parse");
+            assert_eq!(back, health);
+        }
+        for outcome in [
+            ExplainOutcome::Kept,
+            ExplainOutcome::Full,
+            ExplainOutcome::Inactive,
+            ExplainOutcome::Unregistered,
+            ExplainOutcome::Unreported,
+            ExplainOutcome::Unreachable,
+            ExplainOutcome::Stale,
+            ExplainOutcome::OtherMsr,
+            ExplainOutcome::InfiniteDistance,
+            ExplainOutcome::Farther,
+            ExplainOutcome::DuplicateMsr,
+        ] {
+            let json = serde_json::to_string(&outcome).expect("serialize");
+            assert_eq!(json, format!("\"{}\"", outcome.as_str()));
+            let back: ExplainOutcome = serde_json::from_str(&json).expect("parse");
+            assert_eq!(back, outcome);
+        }
+        assert!(serde_json::from_str::<HealthState>("\"dead\"").is_err());
+        assert_eq!(ErrorCode::MsrUnhealthy.to_string(), "msr_unhealthy");
+        assert_eq!(
+            serde_json::to_string(&ErrorCode::MsrUnhealthy).expect("serialize"),
+            "\"msr_unhealthy\""
+        );
     }
 
     #[test]

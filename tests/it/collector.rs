@@ -9,7 +9,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use msr_collector::CollectorHandle;
-use msr_shared::admin::{Request, ResourceInfo, Response, ResponseData};
+use msr_shared::admin::{
+    ErrorCode, ExplainOutcome, HealthState, Request, ResourceInfo, Response, ResponseData,
+};
 use system_tests::{
     bin_path, example, free_udp_port, init_tracing, run_sipp, sipp_scenario, AdminClient,
 };
@@ -413,4 +415,80 @@ fn check_config_names_the_file_and_what_the_host_lacks() {
             && stderr.contains("no-such-dir does not exist"),
         "{stderr}"
     );
+}
+
+/// SPEC §5: an MSR that registers and never reports (nothing answers at
+/// its contact: no SUBSCRIBE answer, no NOTIFY, no keepalive answer) is
+/// `unreported` after the 2 s grace, then `unreachable`; selection refuses
+/// with `msr_unhealthy` rather than place a leg on it, and `--explain`
+/// names the state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_msr_that_never_reports_gets_no_selection_after_the_grace() {
+    init_tracing();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shutdown = CancellationToken::new();
+    let handle = collector(dir.path(), &shutdown).await;
+    let mut client = AdminClient::connect_retry(&handle.control_socket, LIMIT)
+        .await
+        .expect("control socket");
+    // A contact port nothing listens on.
+    let silent_port = free_udp_port();
+    let (code, out) = run_sipp(&register_args(handle.sip_addr, silent_port, 300), LIMIT)
+        .await
+        .expect("sipp");
+    assert_eq!(code, 0, "registration failed:\n{out}");
+    let registered = std::time::Instant::now();
+    let select = Request::Select {
+        zone: "default".into(),
+        site: "local".into(),
+        msr: None,
+        random: None,
+        explain: true,
+        call_id: None,
+        leg: None,
+        conference: None,
+    };
+    let unreported = poll_rows(&mut client, |rows| {
+        rows.iter()
+            .find(|r| r.msr == "msr_1" && r.health == HealthState::Unreported)
+            .cloned()
+    })
+    .await
+    .expect("unreported after the grace");
+    let after = registered.elapsed();
+    assert!(after >= Duration::from_millis(1500), "{after:?}");
+    assert_eq!(unreported.status, "registered");
+    match client.call(&select).await.expect("select") {
+        Response::Err(body) => {
+            assert_eq!(body.code, ErrorCode::MsrUnhealthy, "{body:?}");
+            let explain = body.explain.expect("explain");
+            assert_eq!(explain.candidates.len(), 1);
+            assert_eq!(explain.candidates[0].outcome, ExplainOutcome::Unreported);
+        }
+        other => panic!("selected an msr that never reported: {other:?}"),
+    }
+    // The keepalives go unanswered too: unreachable within a few intervals.
+    let unreachable = poll_rows(&mut client, |rows| {
+        rows.iter()
+            .find(|r| r.msr == "msr_1" && r.health == HealthState::Unreachable)
+            .cloned()
+    })
+    .await;
+    assert!(
+        unreachable.is_some(),
+        "unreachable once the keepalives are missed"
+    );
+    eprintln!(
+        "never-reporting msr: unreported {after:?} after registering, unreachable {:?}",
+        registered.elapsed()
+    );
+    // Unregistering stops the keepalives with the binding.
+    let (code, out) = run_sipp(&register_args(handle.sip_addr, silent_port, 0), LIMIT)
+        .await
+        .expect("sipp");
+    assert_eq!(code, 0, "unregistration failed:\n{out}");
+    let gone = poll_rows(&mut client, |rows| rows.is_empty().then_some(())).await;
+    assert!(gone.is_some());
+    shutdown.cancel();
+    let _ = tokio::time::timeout(LIMIT, handle.join).await;
 }

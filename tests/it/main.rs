@@ -3,6 +3,7 @@
 mod agent;
 mod cluster;
 mod collector;
+mod health;
 mod kamailio;
 mod legs;
 mod lifecycle;

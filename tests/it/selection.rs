@@ -247,7 +247,7 @@ async fn selection_follows_weights_sites_and_draws() {
         .iter()
         .find(|x| x.msr == "msr_3")
         .expect("msr_3 candidate");
-    assert_eq!(c3.outcome, "farther");
+    assert_eq!(c3.outcome, msr_shared::admin::ExplainOutcome::Farther);
     let human = msrctl_ok(
         &c,
         &[

@@ -10,6 +10,8 @@
 //!   doubling to T2 = 4 s, given up at Timer F = 32 s) and lost, samples the
 //!   collector's CPU and RSS from `/proc`, and finally checks through the
 //!   control socket that every MSR's row shows the last load it sent.
+//!   The MSRs answer the collector's OPTIONS keepalives (SPEC §5) with 200
+//!   and count them.
 //! * `select` runs N concurrent control-socket clients issuing `select`
 //!   requests and reports round-trip latency and aggregate selections/s.
 //!
@@ -452,6 +454,8 @@ struct Counters {
     subscribe_retransmitted: u64,
     subscribe_rejected: u64,
     other_requests: u64,
+    /// OPTIONS keepalives from the collector (SPEC §5), answered 200.
+    options_answered: u64,
     parse_errors: u64,
     stray_responses: u64,
 }
@@ -811,6 +815,7 @@ impl State {
             }
             self.c.other_requests += 1;
             let status = if r.method == Method::Options {
+                self.c.options_answered += 1;
                 StatusCode::OK
             } else {
                 StatusCode::MethodNotAllowed
@@ -1335,6 +1340,10 @@ fn report_notify(
         s.c.register_other
     );
     println!("subscribed (dialog at end)  {}", s.subscribed);
+    println!(
+        "OPTIONS keepalives answered {} (from the first REGISTER to the end)",
+        s.c.options_answered
+    );
     println!(
         "  SUBSCRIBE initial {} refresh {} unsubscribe {} retransmitted {} rejected {}; MSRs re-subscribed (>1 dialog) {}",
         s.c.subscribe_initial,

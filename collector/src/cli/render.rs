@@ -156,6 +156,8 @@ pub fn msrs(msrs: &[MsrInfo]) -> String {
                 m.registered.to_string(),
                 m.load_limit.to_string(),
                 m.live_legs.to_string(),
+                optional(m.health),
+                optional(m.health_since_unix.map(timestamp)),
             ]
         })
         .collect();
@@ -166,6 +168,8 @@ pub fn msrs(msrs: &[MsrInfo]) -> String {
         "Registered",
         "Load\nlimit",
         "Live\nlegs",
+        "Health",
+        "Health since",
     ];
     let aligns = [
         Align::Left,
@@ -174,6 +178,8 @@ pub fn msrs(msrs: &[MsrInfo]) -> String {
         Align::Left,
         Align::Right,
         Align::Right,
+        Align::Left,
+        Align::Left,
     ];
     format!(" Media server list:\n{}\n", table(&headers, &aligns, rows))
 }
@@ -202,6 +208,8 @@ pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
         "Report\nage",
         "Stale",
         "Live\nlegs",
+        "Health",
+        "Health\nfor",
     ];
     let aligns = [
         Align::Left,
@@ -255,6 +263,8 @@ pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
                     String::new()
                 },
                 r.live_legs.to_string(),
+                r.health.to_string(),
+                r.health_secs.to_string(),
             ]
         })
         .collect();
@@ -404,19 +414,25 @@ pub fn explain(explain: &Explain) -> String {
                 c.msr.clone(),
                 c.site.clone(),
                 distance,
-                c.outcome.clone(),
+                c.health.to_string(),
+                c.outcome.to_string(),
+                optional(c.weight.map(number)),
             ]
         })
         .collect();
-    out.push_str("Candidates:\n");
+    out.push_str("Contacts of the zone:\n");
     out.push_str(&table(
-        &["Contact", "MSR", "Site", "Distance", "Outcome"],
+        &[
+            "Contact", "MSR", "Site", "Distance", "Health", "Outcome", "Weight",
+        ],
         &[
             Align::Left,
             Align::Left,
             Align::Left,
             Align::Right,
             Align::Left,
+            Align::Left,
+            Align::Right,
         ],
         candidates,
     ));
@@ -682,6 +698,8 @@ Legend:
                 registered: true,
                 load_limit: 100,
                 live_legs: 0,
+                health: None,
+                health_since_unix: None,
             },
             MsrInfo {
                 name: "msr_2".into(),
@@ -690,6 +708,8 @@ Legend:
                 registered: true,
                 load_limit: 100,
                 live_legs: 0,
+                health: None,
+                health_since_unix: None,
             },
         ];
         let out = msrs(&list);
@@ -756,6 +776,9 @@ Legend:
             expires_secs: 58,
             subscription: "active".into(),
             live_legs: 0,
+            health: msr_shared::admin::HealthState::Healthy,
+            health_since_unix: 0,
+            health_secs: 3,
         };
         let out = resources(&[row("msr_1"), row("msr_2")], true);
         assert!(
@@ -793,6 +816,8 @@ Legend:
             registered: false,
             load_limit: 100,
             live_legs: 0,
+            health: None,
+            health_since_unix: None,
         }];
         let out = msrs(&list);
         assert!(out.contains("│ m    │       1e300 │"), "{out}");
@@ -813,6 +838,64 @@ Legend:
         let out = selection(&selected);
         assert!(out.contains(" distance     1e20\n"), "{out}");
         assert!(out.contains(" draw         5e-324 of 1e17\n"), "{out}");
+    }
+
+    #[test]
+    fn explain_lists_every_contact_with_health_and_outcome() {
+        use msr_shared::admin::{ExplainCandidate, ExplainOutcome, HealthState};
+        let candidate = |contact: &str, health, outcome, weight| ExplainCandidate {
+            contact: contact.into(),
+            msr: contact.split_once('@').map_or("", |(_, m)| m).into(),
+            site: "local".into(),
+            distance: Distance::Finite(0.0),
+            health,
+            outcome,
+            weight,
+        };
+        let e = Explain {
+            zone: "default".into(),
+            site: "local".into(),
+            msr: None,
+            media_bridge: false,
+            candidates: vec![
+                candidate(
+                    "lo@msr_1",
+                    HealthState::Healthy,
+                    ExplainOutcome::Kept,
+                    Some(60.0),
+                ),
+                candidate(
+                    "lo@msr_2",
+                    HealthState::Healthy,
+                    ExplainOutcome::Full,
+                    Some(0.0),
+                ),
+                candidate(
+                    "lo@msr_3",
+                    HealthState::Unreachable,
+                    ExplainOutcome::Unreachable,
+                    None,
+                ),
+            ],
+            min_distance: Some(0.0),
+            intervals: vec![],
+            total: 60.0,
+            draw: None,
+            rule: SelectionRule::Draw,
+            threshold: None,
+        };
+        let out = explain(&e);
+        assert!(
+            out.contains(
+                "│ lo@msr_1 │ msr_1 │ local │        0 │ healthy     │ kept        │     60 │"
+            ),
+            "{out}"
+        );
+        assert!(out.contains("│ full        │      0 │"), "{out}");
+        assert!(
+            out.contains("│ unreachable │ unreachable │        │"),
+            "{out}"
+        );
     }
 
     #[test]

@@ -38,6 +38,53 @@ fn empty_file_gets_the_documented_defaults() {
         PathBuf::from("/run/msr-collector/control.sock")
     );
     assert!(c.accounts.is_empty());
+    assert_eq!(c.health, HealthConfig::default());
+    assert_eq!(
+        c.health,
+        HealthConfig {
+            keepalive_interval: Duration::from_secs(5),
+            keepalive_timeout: Duration::from_secs(2),
+            keepalive_misses: 2,
+            unreported_grace: Duration::from_secs(2),
+        }
+    );
+}
+
+#[test]
+fn health_values_are_checked() {
+    for (text, key) in [
+        (
+            "[health]\nkeepalive_interval_secs = 0",
+            "health.keepalive_interval_secs",
+        ),
+        (
+            "[health]\nkeepalive_interval_secs = 3601",
+            "health.keepalive_interval_secs",
+        ),
+        (
+            "[health]\nkeepalive_timeout_ms = 99",
+            "health.keepalive_timeout_ms",
+        ),
+        (
+            "[health]\nkeepalive_misses = 101",
+            "health.keepalive_misses",
+        ),
+        (
+            "[health]\nunreported_grace_ms = 600001",
+            "health.unreported_grace_ms",
+        ),
+        ("[health]\nkeepalive_interval_secs = -1", "expected u64"),
+    ] {
+        let err = parse(text, "h.toml").expect_err(text);
+        assert!(err.to_string().contains(key), "{text}: {err}");
+    }
+    let c = parse(
+        "[health]\nkeepalive_interval_secs = 1\nkeepalive_timeout_ms = 1000\nkeepalive_misses = 1\nunreported_grace_ms = 0",
+        "h.toml",
+    )
+    .expect("edges are valid");
+    assert_eq!(c.health.keepalive_timeout, Duration::from_secs(1));
+    assert_eq!(c.health.unreported_grace, Duration::ZERO);
 }
 
 #[test]
@@ -105,6 +152,7 @@ fn a_spurious_key_in_any_table_is_rejected() {
         "[[accounts]]",
         "[defaults]",
         "[subscription]",
+        "[health]",
         "[control]",
         "[state]",
         "[store]",

@@ -8,7 +8,8 @@ use rand::SeedableRng;
 use tokio::time::Instant;
 
 use super::*;
-use crate::load_table::ContactBinding;
+use crate::health::Health;
+use crate::load_table::{Candidate, ContactBinding};
 use crate::operator::OperatorConfig;
 
 /// A contact to put in a test table.
@@ -270,11 +271,7 @@ fn a_plain_leg_is_held_to_each_load_limit() {
             .find(|c| c.msr == msr)
             .map(|c| c.outcome)
     };
-    assert_eq!(
-        outcome("cms_2"),
-        Some(CandidateOutcome::OverLoadLimit),
-        "full at 100"
-    );
+    assert_eq!(outcome("cms_2"), Some(CandidateOutcome::Full), "full at 100");
     assert_eq!(
         outcome("cms_3"),
         Some(CandidateOutcome::OverLoadLimit),
@@ -618,6 +615,17 @@ fn worked_example_draws_follow_weights() {
 /// One random contact: (msr index, contact index, zone, site, active, registered).
 type ContactGen = (usize, usize, usize, usize, bool, bool);
 
+/// The health of contact `if{i}@msr_{m}` in an arbitrary world: about one
+/// contact in three is unhealthy, of each kind.
+fn health_of(m: usize, i: usize) -> Health {
+    match (m * 3 + i) % 9 {
+        2 => Health::Unreachable,
+        5 => Health::Stale,
+        7 => Health::Unreported,
+        _ => Health::Healthy,
+    }
+}
+
 const ZONES: [&str; 2] = ["z0", "z1"];
 const SITES: [&str; 4] = ["s0", "s1", "s2", "s3"];
 
@@ -668,7 +676,10 @@ fn arbitrary_world(
             version: None,
             expires_at,
         };
+        let health = health_of(m, i);
+        let contact = binding.contact.clone();
         table.upsert_contact(binding, &operator, "z0", "s0");
+        table.set_health(&contact, health, (now, 0));
     }
     for (m, load) in loads.iter().enumerate() {
         let msr = format!("msr_{m}");
@@ -712,8 +723,11 @@ proptest! {
         let query = world.query(ZONES[zone], SITES[site], None);
         let topology = world.operator.topology();
         let eligible: Vec<_> = world.table.rows(world.now).into_iter()
-            .filter(|row| row.zone == ZONES[zone] && row.registered && row.active)
+            .filter(|row| row.zone == ZONES[zone] && row.registered && row.active && row.health == Health::Healthy)
             .collect();
+        let unhealthy_near = world.table.rows(world.now).into_iter()
+            .filter(|row| row.zone == ZONES[zone] && row.registered && row.active && row.health != Health::Healthy)
+            .any(|row| topology.distance(SITES[site], &row.site).is_some_and(f64::is_finite));
         let min = eligible.iter()
             .filter_map(|row| topology.distance(SITES[site], &row.site))
             .filter(|d| d.is_finite())
@@ -728,7 +742,8 @@ proptest! {
                 prop_assert_eq!(topology.distance(SITES[site], &row.site), min);
                 prop_assert!(row.load.as_ref().is_none_or(|r| r.load < 100));
             }
-            Err(Refusal::MsrNotFound) => prop_assert!(min.is_none()),
+            Err(Refusal::MsrNotFound) => prop_assert!(min.is_none() && !unhealthy_near),
+            Err(Refusal::MsrUnhealthy) => prop_assert!(min.is_none() && unhealthy_near),
             Err(Refusal::MsrOverloaded) => {
                 prop_assert!(min.is_some());
                 for row in &eligible {
@@ -792,7 +807,39 @@ fn reference_run<R: rand::Rng + ?Sized>(
         return Ok(explanation);
     }
 
-    // Step 1, by contact name (the index yields them by MSR, then contact).
+    // Step 1, by contact name (the index yields them by MSR, then contact);
+    // every other contact of the zone is dropped there, for the first of
+    // its reasons.
+    let rows: Vec<_> = table
+        .rows(query.now)
+        .into_iter()
+        .filter(|row| row.zone == query.zone)
+        .collect();
+    let mut dropped: Vec<ExplainedCandidate> = rows
+        .iter()
+        .filter_map(|row| {
+            let outcome = if !row.active {
+                CandidateOutcome::Inactive
+            } else if !row.registered {
+                CandidateOutcome::Unregistered
+            } else if row.health != Health::Healthy {
+                CandidateOutcome::Unhealthy(row.health)
+            } else {
+                return None;
+            };
+            Some(ExplainedCandidate {
+                contact: row.contact.clone(),
+                msr: row.msr.clone(),
+                site: row.site.clone(),
+                distance: topology
+                    .distance(&query.site, &row.site)
+                    .unwrap_or(f64::INFINITY),
+                health: row.health,
+                outcome,
+                weight: None,
+            })
+        })
+        .collect();
     let mut candidates: Vec<Candidate<'_>> =
         table.candidates_in_zone(&query.zone, query.now).collect();
     candidates.sort_by(|a, b| a.contact.cmp(b.contact));
@@ -858,9 +905,14 @@ fn reference_run<R: rand::Rng + ?Sized>(
     per_msr.retain(|_, index| {
         nearest = true;
         let c = &candidates[*index];
-        let full = c.load.unwrap_or(0).min(100) >= c.load_limit;
+        let load = c.load.unwrap_or(0).min(100);
+        let full = load >= c.load_limit;
         if full {
-            outcomes[*index] = CandidateOutcome::OverLoadLimit;
+            outcomes[*index] = if load >= 100 {
+                CandidateOutcome::Full
+            } else {
+                CandidateOutcome::OverLoadLimit
+            };
         }
         !full
     });
@@ -889,22 +941,55 @@ fn reference_run<R: rand::Rng + ?Sized>(
     explanation.min_distance = min_distance;
     explanation.total = total;
     if record {
-        explanation.candidates = candidates
+        let weights: BTreeMap<&str, f64> = intervals
+            .iter()
+            .map(|row| (row.contact.as_str(), row.weight))
+            .collect();
+        let mut all: Vec<ExplainedCandidate> = candidates
             .iter()
             .zip(&outcomes)
             .zip(&distances)
-            .map(|((c, outcome), d)| ExplainedCandidate {
-                contact: c.contact.to_owned(),
-                msr: c.msr.to_owned(),
-                site: c.site.to_owned(),
-                distance: *d,
-                outcome: *outcome,
+            .map(|((c, outcome), d)| {
+                // Admission drops keep the weight they would have had.
+                let weight = weights.get(c.contact).copied().or_else(|| {
+                    matches!(
+                        outcome,
+                        CandidateOutcome::Full | CandidateOutcome::OverLoadLimit
+                    )
+                    .then(|| f64::from(100 - c.load.unwrap_or(0).min(100)) * c.performance_coefficient)
+                });
+                let outcome = match (outcome, weight) {
+                    (CandidateOutcome::Kept, Some(w)) if w <= 0.0 => CandidateOutcome::Full,
+                    _ => *outcome,
+                };
+                ExplainedCandidate {
+                    contact: c.contact.to_owned(),
+                    msr: c.msr.to_owned(),
+                    site: c.site.to_owned(),
+                    distance: *d,
+                    health: Health::Healthy,
+                    outcome,
+                    weight,
+                }
             })
             .collect();
+        all.append(&mut dropped);
+        all.sort_by(|a, b| a.contact.cmp(&b.contact));
+        explanation.candidates = all;
     }
+    let unhealthy_near = rows.iter().any(|row| {
+        row.active
+            && row.registered
+            && row.health != Health::Healthy
+            && topology
+                .distance(&query.site, &row.site)
+                .is_some_and(f64::is_finite)
+    });
 
     // Step 6, then the draw.
-    explanation.outcome = if intervals.is_empty() && !nearest {
+    explanation.outcome = if intervals.is_empty() && !nearest && unhealthy_near {
+        Err(Refusal::MsrUnhealthy)
+    } else if intervals.is_empty() && !nearest {
         Err(Refusal::MsrNotFound)
     } else if intervals.is_empty() || total <= 0.0 {
         Err(Refusal::MsrOverloaded)
@@ -936,6 +1021,8 @@ fn reference_run<R: rand::Rng + ?Sized>(
         }
     };
     if record {
+        // A full MSR has no interval (it is `full` among the candidates).
+        intervals.retain(|row| row.weight > 0.0);
         explanation.intervals = intervals;
     }
     Ok(explanation)
@@ -984,4 +1071,90 @@ proptest! {
             );
         }
     }
+}
+
+/// SPEC §5 and §7 step 1: only healthy contacts are candidates; explain
+/// lists every contact of the zone with its reason; a full MSR is `full`.
+#[test]
+fn unhealthy_contacts_are_dropped_and_every_contact_is_explained() {
+    let mut world = World::new();
+    world
+        .contact(c("a@msr_1", "default", "local"))
+        .contact(c("a@msr_2", "default", "local"))
+        .contact(c("a@msr_3", "default", "local"))
+        .contact(c("a@msr_4", "default", "local"))
+        .contact(c("a@msr_5", "default", "local"))
+        .contact(c("a@msr_6", "default", "local"))
+        .load("msr_1", 40)
+        .load("msr_2", 100);
+    let now = world.now;
+    world
+        .table
+        .set_health("a@msr_3", Health::Unreachable, (now, 0));
+    world.table.set_health("a@msr_4", Health::Stale, (now, 0));
+    world
+        .table
+        .set_health("a@msr_5", Health::Unreported, (now, 0));
+    world.operator.set_active("msr_6", false).expect("active");
+    world
+        .table
+        .apply_operator(&world.operator, "default", "local");
+    let query = world.query("default", "local", None);
+    for _ in 0..50 {
+        assert_eq!(world.pick(&query).map(|c| c.msr), Ok("msr_1".to_owned()));
+    }
+    let explanation = world.fixed(&query, 0.0);
+    let outcomes: Vec<(&str, &str, Option<f64>)> = explanation
+        .candidates
+        .iter()
+        .map(|c| (c.contact.as_str(), c.outcome.as_str(), c.weight))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("a@msr_1", "kept", Some(60.0)),
+            ("a@msr_2", "full", Some(0.0)),
+            ("a@msr_3", "unreachable", None),
+            ("a@msr_4", "stale", None),
+            ("a@msr_5", "unreported", None),
+            ("a@msr_6", "inactive", None),
+        ]
+    );
+    assert_eq!(bounds(&explanation), [("msr_1".to_owned(), 0.0, 60.0)]);
+}
+
+/// The SPEC §5 fallback: with no healthy candidate left but unhealthy
+/// ones at a finite distance, the leg is refused with `msr_unhealthy`
+/// (never placed on an unhealthy MSR); with none at all, `msr_not_found`.
+#[test]
+fn nothing_healthy_left_is_refused_as_msr_unhealthy() {
+    let mut world = World::new();
+    world
+        .contact(c("a@msr_1", "default", "local"))
+        .contact(c("a@msr_2", "default", "isolated"))
+        .load("msr_1", 10)
+        .load("msr_2", 10);
+    let now = world.now;
+    world
+        .table
+        .set_health("a@msr_1", Health::Unreachable, (now, 0));
+    let query = world.query("default", "local", None);
+    assert_eq!(world.pick(&query), Err(Refusal::MsrUnhealthy));
+    let explanation = world.fixed(&query, 0.0);
+    assert_eq!(explanation.outcome, Err(Refusal::MsrUnhealthy));
+    assert_eq!(Refusal::MsrUnhealthy.cause(), "msr_unhealthy");
+    // An unhealthy MSR at infinite distance is no alternative.
+    world.table.set_health("a@msr_1", Health::Healthy, (now, 0));
+    world.table.set_health("a@msr_2", Health::Stale, (now, 0));
+    world.operator.set_active("msr_1", false).expect("active");
+    world
+        .table
+        .apply_operator(&world.operator, "default", "local");
+    assert_eq!(world.pick(&query), Err(Refusal::MsrNotFound));
+    // Back to healthy: selected again.
+    world.operator.set_active("msr_1", true).expect("active");
+    world
+        .table
+        .apply_operator(&world.operator, "default", "local");
+    assert_eq!(world.pick(&query).map(|c| c.msr), Ok("msr_1".to_owned()));
 }
