@@ -271,7 +271,11 @@ fn a_plain_leg_is_held_to_each_load_limit() {
             .find(|c| c.msr == msr)
             .map(|c| c.outcome)
     };
-    assert_eq!(outcome("cms_2"), Some(CandidateOutcome::Full), "full at 100");
+    assert_eq!(
+        outcome("cms_2"),
+        Some(CandidateOutcome::Full),
+        "full at 100"
+    );
     assert_eq!(
         outcome("cms_3"),
         Some(CandidateOutcome::OverLoadLimit),
@@ -956,7 +960,9 @@ fn reference_run<R: rand::Rng + ?Sized>(
                         outcome,
                         CandidateOutcome::Full | CandidateOutcome::OverLoadLimit
                     )
-                    .then(|| f64::from(100 - c.load.unwrap_or(0).min(100)) * c.performance_coefficient)
+                    .then(|| {
+                        f64::from(100 - c.load.unwrap_or(0).min(100)) * c.performance_coefficient
+                    })
                 });
                 let outcome = match (outcome, weight) {
                     (CandidateOutcome::Kept, Some(w)) if w <= 0.0 => CandidateOutcome::Full,
