@@ -173,6 +173,10 @@ struct SelectArgs {
     /// Tokio worker threads of the load generator (1 = current-thread runtime).
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// Each request is a call leg (SPEC §9): a select with a new Call-ID,
+    /// then its release; figures are per select+release pair.
+    #[arg(long)]
+    legs: bool,
 }
 
 fn main() {
@@ -1553,14 +1557,39 @@ async fn select(args: SelectArgs) -> anyhow::Result<()> {
     let mut tasks = Vec::new();
     for _ in 0..args.clients {
         let (path, line) = (args.socket.clone(), line.clone());
+        let (legs, zone, site) = (args.legs, args.zone.clone(), args.site.clone());
+        let client_no = tasks.len();
         tasks.push(tokio::spawn(async move {
             let mut client = AdminClient::connect(&path).await?;
             let mut lat = Vec::with_capacity(per_client as usize);
             let mut outcomes: BTreeMap<String, u64> = BTreeMap::new();
             let mut picks: BTreeMap<String, u64> = BTreeMap::new();
-            for _ in 0..per_client {
+            for n in 0..per_client {
                 let t = Instant::now();
-                let resp = client.call_raw(&line).await?;
+                let resp = if legs {
+                    let call_id = format!("lg-{client_no}-{n}@loadgen");
+                    let select = serde_json::to_string(&Request::Select {
+                        zone: zone.clone(),
+                        site: site.clone(),
+                        msr: None,
+                        random: None,
+                        explain: false,
+                        call_id: Some(call_id.clone()),
+                        leg: None,
+                        conference: None,
+                    })?;
+                    let resp = client.call_raw(&select).await?;
+                    let release = serde_json::to_string(&Request::Release { call_id, leg: None })?;
+                    match client.call_raw(&release).await? {
+                        Response::Ok(ResponseData::Released(r)) if r.released == 1 => {}
+                        other => {
+                            *outcomes.entry(format!("release: {other:?}")).or_default() += 1
+                        }
+                    }
+                    resp
+                } else {
+                    client.call_raw(&line).await?
+                };
                 lat.push(t.elapsed().as_micros() as u64);
                 match resp {
                     Response::Ok(ResponseData::Selected(s)) => {
@@ -1595,8 +1624,13 @@ async fn select(args: SelectArgs) -> anyhow::Result<()> {
     println!("═══ msr-loadgen select summary ═══");
     println!("requests        {} in {elapsed:.2} s", lat.len());
     println!(
-        "throughput      {:.0} selections/s (all clients)",
-        lat.len() as f64 / elapsed
+        "throughput      {:.0} {}/s (all clients)",
+        lat.len() as f64 / elapsed,
+        if args.legs {
+            "select+release pairs"
+        } else {
+            "selections"
+        }
     );
     println!(
         "round trip      median {} p90 {} p99 {} max {}",
