@@ -726,6 +726,37 @@ type Load<'a> = (usize, &'a str, f64, f64);
 /// Admission between steps 4 and 5 (SPEC §9; module docs) over the
 /// nearest contacts `kept`, one per MSR.
 fn admit(view: &ZoneView<'_>, query: &Query, kept: Vec<usize>) -> Admitted {
+    let conference = match &query.admission {
+        // The hot path: a filter in place, no list of loads.
+        Admission::Plain => {
+            let mut dropped = Vec::new();
+            let mut kept = kept;
+            kept.retain(|&p| {
+                let Some(c) = view.candidate(p, query.now) else {
+                    return false;
+                };
+                let load = c.load.unwrap_or(0).min(100);
+                if load < c.load_limit {
+                    return true;
+                }
+                let outcome = if load >= 100 {
+                    CandidateOutcome::Full
+                } else {
+                    CandidateOutcome::OverLoadLimit
+                };
+                dropped.push((p, outcome));
+                false
+            });
+            return Admitted {
+                kept,
+                dropped,
+                rule: Rule::Draw,
+                threshold: None,
+                chosen: None,
+            };
+        }
+        Admission::Conference(c) => c,
+    };
     // No report counts as load 0, as in §7.
     let loads: Vec<Load<'_>> = kept
         .iter()
@@ -735,30 +766,6 @@ fn admit(view: &ZoneView<'_>, query: &Query, kept: Vec<usize>) -> Admitted {
             Some((p, c.msr, load, f64::from(c.load_limit)))
         })
         .collect();
-    let conference = match &query.admission {
-        Admission::Plain => {
-            let (kept, full): (Vec<&Load<'_>>, Vec<&Load<'_>>) =
-                loads.iter().partition(|(_, _, load, limit)| load < limit);
-            return Admitted {
-                kept: kept.iter().map(|(p, ..)| *p).collect(),
-                dropped: full
-                    .iter()
-                    .map(|(p, _, load, _)| {
-                        let outcome = if *load >= 100.0 {
-                            CandidateOutcome::Full
-                        } else {
-                            CandidateOutcome::OverLoadLimit
-                        };
-                        (*p, outcome)
-                    })
-                    .collect(),
-                rule: Rule::Draw,
-                threshold: None,
-                chosen: None,
-            };
-        }
-        Admission::Conference(c) => c,
-    };
     // Its host, while below the existing-conference threshold.
     let host = conference.host.as_deref().and_then(|host| {
         loads.iter().find(|(_, msr, load, limit)| {
