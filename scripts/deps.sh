@@ -2,7 +2,7 @@
 # Installs the Debian packages the build and the tests need when the machine
 # lacks them: protoc (protobuf-compiler; etcd-client's build runs it), and
 # the independent peers of the system tests: SIPp (sip-tester), Kamailio
-# (kamailio, kamcmd) and etcd (etcd-server; the cluster tests start their own).
+# (kamailio, kamcmd, and kamailio-utils-modules for http_client) and etcd (etcd-server; the cluster tests start their own).
 # `scripts/deps.sh build` installs only what the build needs.
 set -euo pipefail
 
@@ -12,6 +12,8 @@ if [ "${1:-all}" != build ]; then
   command -v sipp >/dev/null 2>&1 || need+=(sip-tester)
   command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
   { command -v kamailio && command -v kamcmd; } >/dev/null 2>&1 || need+=(kamailio)
+  # http_client (config-examples/kamailio/kamailio.cfg releases legs with it).
+  [ -e /usr/lib/x86_64-linux-gnu/kamailio/modules/http_client.so ] || need+=(kamailio-utils-modules)
 fi
 if [ "${#need[@]}" -gt 0 ]; then
   echo "== installing ${need[*]} (Debian packages)"

@@ -147,6 +147,40 @@ pub struct CollectorConfig {
     pub cluster: ClusterConfig,
     /// `[legs]`: call legs (SPEC §9).
     pub legs: LegsConfig,
+    /// `[http]`: the HTTP API and `/metrics` (SPEC §11); `None` when the
+    /// section is absent (no HTTP listener).
+    pub http: Option<HttpConfig>,
+    /// `[redirect]`: the SIP redirect server (SPEC §11); `None` when the
+    /// section is absent.
+    pub redirect: Option<RedirectConfig>,
+}
+
+/// `[http]`: the HTTP API (SPEC §11).
+#[derive(Clone, PartialEq, Eq)]
+pub struct HttpConfig {
+    /// The TCP address to listen on (default `127.0.0.1:8080`); port 0
+    /// picks a free port.
+    pub listen: SocketAddr,
+    /// The bearer token every request must carry (`Authorization: Bearer
+    /// …`); required for a non-loopback `listen`.
+    pub token: Option<String>,
+}
+
+impl fmt::Debug for HttpConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpConfig")
+            .field("listen", &self.listen)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// `[redirect]`: the SIP redirect server (SPEC §11).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedirectConfig {
+    /// The UDP address of the redirect server, e.g. `127.0.0.1:5062`
+    /// (not the registrar's `[sip] listen`); port 0 picks a free port.
+    pub listen: SocketAddr,
 }
 
 /// `[legs]`: call legs and their admission (SPEC §9).
@@ -356,6 +390,26 @@ struct RawConfig {
     cluster: RawCluster,
     #[serde(default)]
     legs: RawLegs,
+    http: Option<RawHttp>,
+    redirect: Option<RawRedirect>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHttp {
+    #[serde(default = "default_http_listen")]
+    listen: String,
+    token: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRedirect {
+    listen: String,
+}
+
+fn default_http_listen() -> String {
+    "127.0.0.1:8080".into()
 }
 
 #[derive(Debug, Deserialize)]
@@ -934,7 +988,37 @@ fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, ConfigError
             ));
         }
     }
+    let http = raw.http.map(|h| validate_http(h, origin)).transpose()?;
+    let redirect = match raw.redirect {
+        None => None,
+        Some(r) => {
+            let addr: SocketAddr = r.listen.parse().map_err(|_| {
+                invalid(
+                    "redirect.listen",
+                    quoted(&r.listen),
+                    "an ip:port socket address, e.g. \"127.0.0.1:5062\"",
+                )
+            })?;
+            if addr.ip().is_unspecified() {
+                return Err(invalid(
+                    "redirect.listen",
+                    quoted(&r.listen),
+                    "a specific ip:port (a 302 must never point back at it), not 0.0.0.0 or [::]",
+                ));
+            }
+            if addr.port() != 0 && addr == listen {
+                return Err(invalid(
+                    "redirect.listen",
+                    quoted(&r.listen),
+                    "an address other than sip.listen (the registrar's socket)",
+                ));
+            }
+            Some(RedirectConfig { listen: addr })
+        }
+    };
     Ok(CollectorConfig {
+        http,
+        redirect,
         node: raw.node,
         sip: SipConfig {
             listen,
@@ -967,6 +1051,47 @@ fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, ConfigError
                 / 100.0,
             new_conference_threshold: f64::from(raw.legs.new_conference_threshold) / 100.0,
         },
+    })
+}
+
+/// `[http]`: a loopback `listen` may go without a token; any other address
+/// needs one (SPEC §11: loopback by default), and a token is printable
+/// ASCII without spaces, 16–256 bytes (RFC 6750 §2.1 `b64token`).
+fn validate_http(raw: RawHttp, origin: &str) -> Result<HttpConfig, ConfigError> {
+    let invalid = |key: &str, value: String, expected: &str| ConfigError::Invalid {
+        origin: origin.to_owned(),
+        key: key.to_owned(),
+        value,
+        expected: expected.to_owned(),
+    };
+    let listen: SocketAddr = raw.listen.parse().map_err(|_| {
+        invalid(
+            "http.listen",
+            format!("{:?}", raw.listen),
+            "an ip:port socket address, e.g. \"127.0.0.1:8080\"",
+        )
+    })?;
+    if let Some(token) = &raw.token {
+        let b64token = |c: char| c.is_ascii_alphanumeric() || "-._~+/=".contains(c);
+        if !(16..=256).contains(&token.len()) || !token.chars().all(b64token) {
+            return Err(invalid(
+                "http.token",
+                "(hidden)".into(),
+                "16 to 256 characters of A-Z a-z 0-9 - . _ ~ + / = (an RFC 6750 bearer token)",
+            ));
+        }
+    }
+    if !listen.ip().is_loopback() && raw.token.is_none() {
+        return Err(invalid(
+            "http.listen",
+            format!("{:?}", raw.listen),
+            "a loopback address (127.0.0.1, [::1]) unless http.token is set: \
+             the api changes call state and shows the msrs",
+        ));
+    }
+    Ok(HttpConfig {
+        listen,
+        token: raw.token,
     })
 }
 

@@ -38,6 +38,14 @@ pub enum CollectorError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The `[http] listen` address could not be bound.
+    #[error("cannot bind [http] listen {addr}: {source}")]
+    Http {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// A `[store.tls]` file cannot be opened.
     #[error("[store.tls] {path}: {source}")]
     TlsFile {

@@ -14,10 +14,14 @@
 //!   keepalive, report age, subscription state.
 //! * [`shell`] — the async loop: [`start`]/[`run`] own the sockets and feed the cores.
 //! * [`cluster`] — the store's reachability and the live core hosts (G).
+//! * [`http`] — the HTTP API and `/metrics` (SPEC §11), [`redirect`] — the
+//!   SIP redirect server (SPEC §11): both translate onto the control
+//!   protocol's one handler; [`metrics`] — the counters and the exposition.
 //! * `load_table`, `operator`, `topology`, `store` (file, `store::etcd`), `select`, `admin`, `cli`
 //!   — the table, the operator configuration, selection and the control protocol.
 //!
-//! Architecture invariant: only [`shell`] (and `admin::serve`) perform I/O or
+//! Architecture invariant: only [`shell`] (and `admin::serve`, `http::serve`,
+//! `redirect::serve`) perform I/O or
 //! read a clock; the cores take `now` as an argument.
 pub mod admin;
 pub mod cli;
@@ -26,10 +30,13 @@ pub mod config;
 pub mod daemon_cli;
 pub mod error;
 pub mod health;
+pub mod http;
 pub mod legs;
 pub mod load_table;
+pub mod metrics;
 pub mod names;
 pub mod operator;
+pub mod redirect;
 pub mod registrar;
 pub mod select;
 pub mod shell;

@@ -26,6 +26,7 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use msr_shared::admin::{ErrorCode, Request, Response, ResponseData};
@@ -45,7 +46,9 @@ use crate::error::CollectorError;
 use crate::health::{HealthEvent, HealthMonitor};
 use crate::legs::LegTable;
 use crate::load_table::{ContactBinding, LoadTable};
+use crate::metrics::Metrics;
 use crate::operator::OperatorConfig;
+use crate::redirect::RedirectContext;
 use crate::registrar::{
     saved, RefusalLog, Registrar, RegistrarEvent, RemovalCause, REFUSAL_WINDOW,
 };
@@ -77,6 +80,10 @@ pub struct CollectorHandle {
     pub sip_addr: SocketAddr,
     /// The control socket path.
     pub control_socket: PathBuf,
+    /// The bound HTTP address (`[http]`), if configured.
+    pub http_addr: Option<SocketAddr>,
+    /// The bound redirect server address (`[redirect]`), if configured.
+    pub redirect_addr: Option<SocketAddr>,
     /// Ends when the collector has shut down.
     pub join: JoinHandle<Result<(), CollectorError>>,
 }
@@ -237,6 +244,55 @@ pub async fn start(
     info!(path = %control_socket.display(), "control socket on {}", control_socket.display());
     let (admin_tx, admin_rx) = mpsc::channel(64);
     let admin_stop = CancellationToken::new();
+    let metrics = Arc::new(Metrics::new());
+    // SPEC §11: the HTTP API and the redirect server send their requests
+    // over the control socket's channel, to the one handler below.
+    let http_addr = match &config.http {
+        Some(http) => {
+            let listener =
+                crate::http::bind(http.listen)
+                    .await
+                    .map_err(|source| CollectorError::Http {
+                        addr: http.listen,
+                        source,
+                    })?;
+            let addr = listener
+                .local_addr()
+                .map_err(|source| CollectorError::Http {
+                    addr: http.listen,
+                    source,
+                })?;
+            info!(%addr, "listening on http {addr}");
+            let router =
+                crate::http::router(admin_tx.clone(), Arc::clone(&metrics), http.token.clone());
+            tokio::spawn(crate::http::serve(listener, router, shutdown.clone()));
+            Some(addr)
+        }
+        None => None,
+    };
+    let redirect_addr = match &config.redirect {
+        Some(redirect) => {
+            let endpoint =
+                SipEndpoint::bind(redirect.listen, false, USER_AGENT, CancellationToken::new())
+                    .await?;
+            let addr = endpoint.local_addr();
+            info!(%addr, "redirect server listening on udp {addr}");
+            let ctx = RedirectContext {
+                own: vec![addr, sip_addr],
+                default_zone: config.defaults.zone.clone(),
+                default_site: config.defaults.site.clone(),
+            };
+            tokio::spawn(crate::redirect::serve(
+                endpoint,
+                admin_tx.clone(),
+                ctx,
+                Arc::clone(&metrics),
+                shutdown.clone(),
+            ));
+            Some(addr)
+        }
+        None => None,
+    };
     tokio::spawn(admin::serve(listener, admin_tx, admin_stop.clone()));
 
     let this = Member {
@@ -311,6 +367,7 @@ pub async fn start(
         bindings_saved_at: None,
         backend,
         cluster,
+        metrics,
     };
     shell.restore_bindings(Instant::now());
     let socket_path = control_socket.clone();
@@ -341,6 +398,8 @@ pub async fn start(
     Ok(CollectorHandle {
         sip_addr,
         control_socket,
+        http_addr,
+        redirect_addr,
         join,
     })
 }
@@ -444,6 +503,8 @@ struct Shell {
     backend: Backend,
     /// The store's state and the core hosts (SPEC §12).
     cluster: Cluster,
+    /// Counters for `GET /metrics` (SPEC §11), shared with the HTTP task.
+    metrics: Arc<Metrics>,
 }
 
 impl Shell {
@@ -563,10 +624,15 @@ impl Shell {
             SipEvent::Request(tx) => {
                 let req = tx.request();
                 let response = match req.method {
-                    Method::Register => self.registrar.handle_register(now, req, source_of(req)),
+                    Method::Register => {
+                        let response = self.registrar.handle_register(now, req, source_of(req));
+                        self.metrics.register(response.status_code.code());
+                        response
+                    }
                     Method::Notify => {
                         let unix_now = admin::unix_secs(SystemTime::now());
                         let response = self.subscriber.handle_notify(now, unix_now, req);
+                        self.metrics.notify(response.status_code == StatusCode::OK);
                         if response.status_code != StatusCode::OK {
                             info!(
                                 call_id = sip::call_id(&req.headers).map(tracing::field::display),
@@ -634,11 +700,44 @@ impl Shell {
             rng: &mut self.rng,
             legs: &mut self.legs,
         };
-        match admin::prepare(command.request, &mut ctx, now) {
+        let kind = match &command.request {
+            Request::Select { .. } => Counted::Selection,
+            Request::Release { .. } => Counted::Release,
+            _ => Counted::Not,
+        };
+        let outcome = admin::prepare(command.request, &mut ctx, now);
+        if let Outcome::Answer(response) = &outcome {
+            self.count(kind, response, now);
+        }
+        match outcome {
             Outcome::Answer(response) => answer(command.reply, response),
             Outcome::Change { next, response } => {
                 self.commit(*next, Some((response, command.reply)))
             }
+        }
+    }
+
+    /// Counts a selection (outcome, MSR, time since `started`) or a
+    /// release for `/metrics`.
+    fn count(&self, kind: Counted, response: &Response, started: Instant) {
+        match (kind, response) {
+            (Counted::Selection, Response::Ok(ResponseData::Selected(s))) => {
+                let leg = match s.leg {
+                    None => "none",
+                    Some(msr_shared::admin::LegOutcome::New) => "new",
+                    Some(msr_shared::admin::LegOutcome::Sticky) => "sticky",
+                    Some(msr_shared::admin::LegOutcome::Reanchored) => "reanchored",
+                };
+                self.metrics
+                    .selected(&s.msr, leg, started.elapsed().as_secs_f64());
+            }
+            (Counted::Selection, Response::Err(e)) => self
+                .metrics
+                .refused(&e.code.to_string(), started.elapsed().as_secs_f64()),
+            (Counted::Release, Response::Ok(ResponseData::Released(r))) => {
+                self.metrics.released(r.released)
+            }
+            _ => {}
         }
     }
 
@@ -1138,6 +1237,14 @@ fn unix_millis(t: SystemTime) -> i64 {
         Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
         Err(e) => -i64::try_from(e.duration().as_millis()).unwrap_or(i64::MAX),
     }
+}
+
+/// What an admin request counts as in the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Counted {
+    Selection,
+    Release,
+    Not,
 }
 
 /// Whether a binding's REGISTER came from a restarted MSR (a new Call-ID).

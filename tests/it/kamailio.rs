@@ -50,3 +50,27 @@ async fn kamailio_stores_the_engines_addresses_with_the_binding() {
     .await;
     assert!(gone.is_some(), "the agent's shutdown unregisters");
 }
+
+/// The shipped Kamailio configuration (SPEC §11) is valid for the
+/// installed Kamailio: `kamailio -c` loads every module it names
+/// (http_client, dialog, uac_redirect…) and parses every route.
+#[test]
+fn the_shipped_kamailio_config_passes_kamailio_c() {
+    let cfg = system_tests::example("kamailio/kamailio.cfg");
+    let out = std::process::Command::new("kamailio")
+        .arg("-c")
+        .arg("-f")
+        .arg(&cfg)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run kamailio (is it installed?): {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && text.contains("config file ok"),
+        "kamailio -c -f {}:\n{text}",
+        cfg.display()
+    );
+}

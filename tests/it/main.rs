@@ -3,6 +3,7 @@
 mod agent;
 mod cluster;
 mod collector;
+mod front_ends;
 mod health;
 mod kamailio;
 mod legs;

@@ -1,0 +1,409 @@
+//! The HTTP API (SPEC §11): a thin translation onto the control protocol.
+//!
+//! Every route turns its request into a [`Request`] of the control
+//! protocol and sends it, as an [`AdminCommand`], over the same channel the
+//! control socket uses, so the shell's one handler answers both and stays
+//! the one owner of the state; nothing here selects, binds or releases.
+//!
+//! | route | control request | 200 body |
+//! |---|---|---|
+//! | `GET /v1/select?zone=&site=[&msr=][&call_id=][&leg=][&conference=][&random=][&explain=]` | `select` | the `data` object of the answer (`kind` `selected`) |
+//! | `POST /v1/release` `{"call_id":…,"leg":…}` | `release` | `kind` `released` |
+//! | `GET /v1/resources` | `resource_list` | `kind` `resources` |
+//! | `GET /health` | `resource_list` | `{"status":"ready",…}`, or 503 |
+//! | `GET /metrics` | `resource_list`, `msr_list` | OpenMetrics text ([`crate::metrics`]) |
+//!
+//! Errors are `{"code":…,"message":…}` with the status of [`status_of`].
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, RawQuery, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response as HttpResponse};
+use axum::routing::{get, post};
+use axum::Router;
+use msr_shared::admin::{ErrorCode, HealthState, Request, Response, ResponseData};
+use serde::Deserialize;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::admin::AdminCommand;
+use crate::metrics::{self, Metrics};
+
+/// The longest request body read (`POST /v1/release`); longer gets 400.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// How long a request waits for the shell's answer before it gets 503
+/// `unavailable` (the loop is stuck or shutting down).
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What every route needs.
+#[derive(Clone)]
+struct Api {
+    tx: mpsc::Sender<AdminCommand>,
+    metrics: Arc<Metrics>,
+    token: Option<Arc<str>>,
+}
+
+/// `GET /v1/select` query parameters: the `select` op's fields.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SelectParams {
+    zone: String,
+    site: String,
+    msr: Option<String>,
+    call_id: Option<String>,
+    leg: Option<String>,
+    conference: Option<String>,
+    random: Option<f64>,
+    #[serde(default)]
+    explain: bool,
+}
+
+/// `POST /v1/release` body: the `release` op's fields.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReleaseBody {
+    call_id: String,
+    #[serde(default)]
+    leg: Option<String>,
+}
+
+/// The HTTP status of a control-protocol error code:
+///
+/// * 400: `bad_request`, `invalid_value`, `unknown_site`, `bad_event` (the
+///   request is wrong: fix it, do not retry);
+/// * 409: `site_exists`, `site_in_use`, `conflict`;
+/// * 503: `msr_not_found`, `msr_overloaded`, `msr_unhealthy`,
+///   `unavailable`, `store_unavailable` (no MSR can take the leg now, or
+///   the collector cannot answer: take the core's fallback);
+/// * 500: `store_failed` and codes this build does not know.
+pub fn status_of(code: ErrorCode) -> StatusCode {
+    match code {
+        ErrorCode::BadRequest
+        | ErrorCode::InvalidValue
+        | ErrorCode::UnknownSite
+        | ErrorCode::BadEvent => StatusCode::BAD_REQUEST,
+        ErrorCode::SiteExists | ErrorCode::SiteInUse | ErrorCode::Conflict => StatusCode::CONFLICT,
+        ErrorCode::MsrNotFound
+        | ErrorCode::MsrOverloaded
+        | ErrorCode::MsrUnhealthy
+        | ErrorCode::Unavailable
+        | ErrorCode::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// An error answer: `{"code":…,"message":…}`.
+fn error(status: StatusCode, code: &str, message: impl Into<String>) -> HttpResponse {
+    let body = serde_json::json!({ "code": code, "message": message.into() });
+    (status, json_headers(), body.to_string()).into_response()
+}
+
+fn json_headers() -> [(header::HeaderName, HeaderValue); 1] {
+    [(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    )]
+}
+
+/// The HTTP form of a control answer: 200 with its `data`, or the error
+/// with [`status_of`] its code.
+fn reply(response: &Response) -> HttpResponse {
+    match response {
+        Response::Ok(data) => match serde_json::to_string(data) {
+            Ok(text) => (StatusCode::OK, json_headers(), text).into_response(),
+            Err(e) => error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "unavailable",
+                format!("answer could not be encoded: {e}"),
+            ),
+        },
+        Response::Err(body) => match serde_json::to_string(body) {
+            Ok(text) => (status_of(body.code), json_headers(), text).into_response(),
+            Err(e) => error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "unavailable",
+                format!("answer could not be encoded: {e}"),
+            ),
+        },
+    }
+}
+
+impl Api {
+    /// Sends `request` to the shell's one handler and waits for its answer.
+    async fn ask(&self, request: Request) -> Response {
+        let (reply, answer) = oneshot::channel();
+        if self.tx.send(AdminCommand { request, reply }).await.is_err() {
+            return Response::error(ErrorCode::Unavailable, "collector is shutting down");
+        }
+        match tokio::time::timeout(ANSWER_TIMEOUT, answer).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(_)) => Response::error(ErrorCode::Unavailable, "collector dropped the request"),
+            Err(_) => Response::error(
+                ErrorCode::Unavailable,
+                format!(
+                    "collector did not answer within {} s",
+                    ANSWER_TIMEOUT.as_secs()
+                ),
+            ),
+        }
+    }
+
+    /// `None` when the request may go on; else the 401 answer (RFC 6750 §3).
+    fn unauthorized(&self, headers: &HeaderMap) -> Option<HttpResponse> {
+        let token = self.token.as_deref()?;
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
+            return None;
+        }
+        let mut response = error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "this api needs `Authorization: Bearer <http.token>`",
+        );
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"msr-collector\""),
+        );
+        Some(response)
+    }
+}
+
+/// Compares without stopping at the first difference, so the time taken
+/// does not tell how much of a guessed token is right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Reads the query string of `GET /v1/select` into a `select` request.
+///
+/// # Errors
+/// The message of the 400 answer: a missing, unknown, repeated or
+/// ill-typed parameter.
+fn select_request(query: Option<&str>) -> Result<Request, String> {
+    let params: SelectParams = serde_urlencoded::from_str(query.unwrap_or(""))
+        .map_err(|e| format!("invalid query string: {e}"))?;
+    if params.call_id.is_none() && (params.leg.is_some() || params.conference.is_some()) {
+        return Err("leg and conference name a leg: they need call_id".into());
+    }
+    Ok(Request::Select {
+        zone: params.zone,
+        site: params.site,
+        msr: params.msr,
+        random: params.random,
+        explain: params.explain,
+        call_id: params.call_id,
+        leg: params.leg,
+        conference: params.conference,
+    })
+}
+
+async fn select(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> HttpResponse {
+    if let Some(denied) = api.unauthorized(&headers) {
+        return denied;
+    }
+    match select_request(query.as_deref()) {
+        Ok(request) => reply(&api.ask(request).await),
+        Err(message) => error(StatusCode::BAD_REQUEST, "bad_request", message),
+    }
+}
+
+async fn release(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+    body: Result<Bytes, BytesRejection>,
+) -> HttpResponse {
+    if let Some(denied) = api.unauthorized(&headers) {
+        return denied;
+    }
+    if query.is_some_and(|q| !q.is_empty()) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "POST /v1/release takes no query string: send {\"call_id\":…,\"leg\":…} as the body",
+        );
+    }
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!("cannot read the body (at most {MAX_BODY_BYTES} bytes): {rejection}"),
+            )
+        }
+    };
+    match serde_json::from_slice::<ReleaseBody>(&body) {
+        Ok(ReleaseBody { call_id, leg }) => {
+            reply(&api.ask(Request::Release { call_id, leg }).await)
+        }
+        Err(e) => error(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            format!("invalid body, expected {{\"call_id\":…,\"leg\":…}}: {e}"),
+        ),
+    }
+}
+
+/// Refuses a query string on routes that take none.
+fn no_query(query: Option<&str>) -> Option<HttpResponse> {
+    query.filter(|q| !q.is_empty()).map(|_| {
+        error(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "this route takes no query parameters",
+        )
+    })
+}
+
+async fn resources(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> HttpResponse {
+    if let Some(denied) = api.unauthorized(&headers) {
+        return denied;
+    }
+    if let Some(refused) = no_query(query.as_deref()) {
+        return refused;
+    }
+    reply(&api.ask(Request::ResourceList { active_only: false }).await)
+}
+
+/// Liveness (the loop answered) and readiness (at least one registered
+/// contact is healthy, so a selection can succeed somewhere).
+async fn health(State(api): State<Api>, headers: HeaderMap) -> HttpResponse {
+    if let Some(denied) = api.unauthorized(&headers) {
+        return denied;
+    }
+    match api.ask(Request::ResourceList { active_only: false }).await {
+        Response::Ok(ResponseData::Resources { rows }) => {
+            let mut healthy: Vec<&str> = rows
+                .iter()
+                .filter(|r| r.health == HealthState::Healthy && r.status == "registered")
+                .map(|r| r.msr.as_str())
+                .collect();
+            healthy.dedup();
+            if healthy.is_empty() {
+                error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "msr_not_found",
+                    format!(
+                        "live, not ready: no healthy msr ({} contacts known)",
+                        rows.len()
+                    ),
+                )
+            } else {
+                let body = serde_json::json!({
+                    "status": "ready",
+                    "healthy_msrs": healthy.len(),
+                    "contacts": rows.len(),
+                });
+                (StatusCode::OK, json_headers(), body.to_string()).into_response()
+            }
+        }
+        other => reply(&other),
+    }
+}
+
+async fn scrape(State(api): State<Api>, headers: HeaderMap) -> HttpResponse {
+    if let Some(denied) = api.unauthorized(&headers) {
+        return denied;
+    }
+    let resources = match api.ask(Request::ResourceList { active_only: false }).await {
+        Response::Ok(ResponseData::Resources { rows }) => rows,
+        other => return reply(&other),
+    };
+    let msrs = match api.ask(Request::MsrList).await {
+        Response::Ok(ResponseData::Msrs { msrs }) => msrs,
+        other => return reply(&other),
+    };
+    let text = api.metrics.render(&resources, &msrs);
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(metrics::CONTENT_TYPE),
+        )],
+        text,
+    )
+        .into_response()
+}
+
+async fn not_found() -> HttpResponse {
+    error(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such route: GET /v1/select, POST /v1/release, GET /v1/resources, GET /health, GET /metrics",
+    )
+}
+
+async fn method_not_allowed() -> HttpResponse {
+    error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "method not allowed on this route: GET /v1/select, POST /v1/release, GET /v1/resources, GET /health, GET /metrics",
+    )
+}
+
+/// The routes over `tx` (the shell's admin channel).
+pub fn router(
+    tx: mpsc::Sender<AdminCommand>,
+    metrics: Arc<Metrics>,
+    token: Option<String>,
+) -> Router {
+    let api = Api {
+        tx,
+        metrics,
+        token: token.map(Arc::from),
+    };
+    Router::new()
+        .route("/v1/select", get(select))
+        .route("/v1/release", post(release))
+        .route("/v1/resources", get(resources))
+        .route("/health", get(health))
+        .route("/metrics", get(scrape))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(api)
+}
+
+/// Serves `router` on `listener` until `shutdown` is cancelled.
+pub async fn serve(listener: TcpListener, router: Router, shutdown: CancellationToken) {
+    let addr = listener.local_addr().ok();
+    if let Err(e) = axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+    {
+        tracing::warn!(addr = ?addr, cause = %e, "http server stopped");
+    }
+}
+
+/// Binds the HTTP listener.
+///
+/// # Errors
+/// The OS error of `bind`.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,368 @@
+//! The softswitch-facing front ends (SPEC §11) against the real collector
+//! and real agents whose loads are real readings: the HTTP API answers
+//! what the control socket answers (200 legs selected and released over
+//! HTTP, shares following the weights, an inactive MSR getting none, every
+//! count back at zero), bad input gets 400/404 with a JSON error, and
+//! `/metrics` parses as Prometheus text with counts that match; the SIP
+//! redirect server answers SIPp's INVITEs with 302 to the chosen engine,
+//! one leg per Call-ID.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use msr_shared::admin::{Request, ResponseData};
+use system_tests::system::{
+    free_tcp_port, live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts,
+};
+use system_tests::{free_udp_port, run_sipp, sipp_scenario};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// One HTTP/1.1 exchange (`Connection: close`): the status and the body.
+async fn http(port: u16, method: &str, path: &str, headers: &str, body: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect http");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n{headers}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.expect("read");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+fn json(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("not json ({e}): {body}"))
+}
+
+/// The value of one sample in a parsed exposition.
+fn sample(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    scrape.samples.iter().find_map(|s| {
+        let matches = s.metric == name
+            && labels
+                .iter()
+                .all(|(k, v)| s.labels.get(k).is_some_and(|x| x == *v));
+        match (&s.value, matches) {
+            (
+                prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Untyped(v),
+                true,
+            ) => Some(*v),
+            _ => None,
+        }
+    })
+}
+
+async fn scrape(port: u16) -> prometheus_parse::Scrape {
+    let (status, body) = http(port, "GET", "/metrics", "", "").await;
+    assert_eq!(status, 200, "{body}");
+    let lines = body.lines().map(|l| Ok(l.to_owned()));
+    prometheus_parse::Scrape::parse(lines)
+        .unwrap_or_else(|e| panic!("unparsable /metrics ({e}):\n{body}"))
+}
+
+/// A collector with `[http]` and `[redirect]`, and three agents at loads
+/// 10 / 40 / 70 %, each with its own engine port.
+async fn system(dir: &std::path::Path) -> (Collector, Vec<Agent>, u16, u16, BTreeMap<String, u16>) {
+    let http_port = free_tcp_port();
+    let redirect_port = free_udp_port();
+    let extra = format!(
+        "[http]\nlisten = \"127.0.0.1:{http_port}\"\n[redirect]\nlisten = \"127.0.0.1:{redirect_port}\"\n"
+    );
+    let collector = Collector::start_with(dir, "core1", &CollectorOpts::default(), &extra).await;
+    let loads = [("msr_1", 10), ("msr_2", 40), ("msr_3", 70)];
+    let mut engines = BTreeMap::new();
+    let agents = loads
+        .iter()
+        .map(|(msr, calls)| {
+            let engine_port = free_udp_port();
+            engines.insert((*msr).to_owned(), engine_port);
+            let spec = AgentSpec {
+                accounts: vec![AccountSpec::new(msr, &collector)],
+                engine_port,
+                ..AgentSpec::default()
+            };
+            Agent::start(dir, msr, &spec, *calls)
+        })
+        .collect();
+    collector
+        .wait_rows(Duration::from_secs(15), |rows| {
+            loads
+                .iter()
+                .all(|(msr, load)| live_row(rows, msr, u8::try_from(*load).ok()).is_some())
+                .then_some(())
+        })
+        .await
+        .expect("three MSRs live with their loads");
+    (collector, agents, http_port, redirect_port, engines)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_api_selects_releases_and_counts_as_the_control_socket_does() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (collector, _agents, port, _, engines) = system(dir.path()).await;
+
+    let (status, body) = http(port, "GET", "/health", "", "").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body)["healthy_msrs"], 3, "{body}");
+
+    // msr_3 inactive: it gets no leg; the others share 90 : 60.
+    let (ok, out, err) = collector.msrctl(&["msr", "set", "msr_3", "active", "false"]);
+    assert!(ok, "{out}{err}");
+    const CALLS: u32 = 200;
+    let mut picks: BTreeMap<String, u32> = BTreeMap::new();
+    for n in 0..CALLS {
+        let (status, body) = http(
+            port,
+            "GET",
+            &format!("/v1/select?zone=default&site=local&call_id=call-{n}%40core"),
+            "",
+            "",
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        let answer = json(&body);
+        let msr = answer["msr"].as_str().expect("msr").to_owned();
+        assert_eq!(answer["leg"], "new", "{body}");
+        assert_eq!(
+            answer["engine_uri"].as_str(),
+            Some(format!("sip:127.0.0.1:{}", engines[&msr]).as_str()),
+            "{body}"
+        );
+        *picks.entry(msr).or_default() += 1;
+    }
+    assert_eq!(
+        picks.get("msr_3"),
+        None,
+        "an inactive msr gets no leg: {picks:?}"
+    );
+    let share = f64::from(picks.get("msr_1").copied().unwrap_or(0)) / f64::from(CALLS);
+    assert!(
+        (share - 0.6).abs() < 0.12,
+        "msr_1 share {share} (weights 90 : 60): {picks:?}"
+    );
+    // Sticky: the same Call-ID again gets the same MSR.
+    let (_, body) = http(
+        port,
+        "GET",
+        "/v1/select?zone=default&site=local&call_id=call-0%40core",
+        "",
+        "",
+    )
+    .await;
+    assert_eq!(json(&body)["leg"], "sticky", "{body}");
+
+    let metrics = scrape(port).await;
+    for (msr, n) in &picks {
+        assert_eq!(
+            sample(&metrics, "msr_collector_msr_live_legs", &[("msr", msr)]),
+            Some(f64::from(*n))
+        );
+        assert_eq!(
+            sample(
+                &metrics,
+                "msr_collector_msr_selections_total",
+                &[("msr", msr), ("leg", "new")]
+            ),
+            Some(f64::from(*n))
+        );
+    }
+    assert_eq!(
+        sample(
+            &metrics,
+            "msr_collector_selections_total",
+            &[("outcome", "selected")]
+        ),
+        Some(f64::from(CALLS + 1))
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            "msr_collector_msr_load_percent",
+            &[("msr", "msr_2")]
+        ),
+        Some(40.0)
+    );
+    assert_eq!(
+        sample(&metrics, "msr_collector_msr_active", &[("msr", "msr_3")]),
+        Some(0.0)
+    );
+    assert!(sample(
+        &metrics,
+        "msr_collector_notifies_total",
+        &[("outcome", "accepted")]
+    )
+    .is_some_and(|n| n >= 3.0));
+    assert!(sample(
+        &metrics,
+        "msr_collector_registers_total",
+        &[("status", "200")]
+    )
+    .is_some_and(|n| n >= 3.0));
+
+    for n in 0..CALLS {
+        let (status, body) = http(
+            port,
+            "POST",
+            "/v1/release",
+            "Content-Type: application/json\r\n",
+            &format!("{{\"call_id\":\"call-{n}@core\"}}"),
+        )
+        .await;
+        assert_eq!(
+            (status, json(&body)["released"].as_u64()),
+            (200, Some(1)),
+            "{body}"
+        );
+    }
+    let (status, body) = http(
+        port,
+        "POST",
+        "/v1/release",
+        "",
+        "{\"call_id\":\"call-0@core\"}",
+    )
+    .await;
+    assert_eq!(
+        (status, json(&body)["released"].as_u64()),
+        (200, Some(0)),
+        "a repeated release is harmless"
+    );
+    let metrics = scrape(port).await;
+    for msr in ["msr_1", "msr_2", "msr_3"] {
+        assert_eq!(
+            sample(&metrics, "msr_collector_msr_live_legs", &[("msr", msr)]),
+            Some(0.0),
+            "{msr}"
+        );
+    }
+    assert_eq!(
+        sample(&metrics, "msr_collector_released_legs_total", &[]),
+        Some(f64::from(CALLS))
+    );
+    match collector.ok(&Request::MsrList).await {
+        ResponseData::Msrs { msrs } => assert!(msrs.iter().all(|m| m.live_legs == 0), "{msrs:?}"),
+        other => panic!("{other:?}"),
+    }
+    let (_, body) = http(port, "GET", "/v1/resources", "", "").await;
+    assert_eq!(
+        json(&body)["rows"].as_array().map(Vec::len),
+        Some(3),
+        "{body}"
+    );
+
+    // Bad input: 400/404/405 with {"code","message"}, never a panic.
+    let long = "x".repeat(100 * 1024);
+    for (method, path, body, status, code) in [
+        ("GET", "/v1/select?zone=default", "", 400, "bad_request"),
+        (
+            "GET",
+            "/v1/select?zone=default&site=local&colour=red",
+            "",
+            400,
+            "bad_request",
+        ),
+        (
+            "GET",
+            "/v1/select?zone=default&site=local&random=lots",
+            "",
+            400,
+            "bad_request",
+        ),
+        (
+            "GET",
+            "/v1/select?zone=default&site=nowhere",
+            "",
+            400,
+            "unknown_site",
+        ),
+        (
+            "GET",
+            "/v1/select?zone=elsewhere&site=local",
+            "",
+            503,
+            "msr_not_found",
+        ),
+        ("POST", "/v1/release", "{\"call\":1}", 400, "bad_request"),
+        ("POST", "/v1/release", "not json", 400, "bad_request"),
+        ("POST", "/v1/release", long.as_str(), 400, "bad_request"),
+        ("GET", "/v2/anything", "", 404, "not_found"),
+        ("DELETE", "/v1/select", "", 405, "method_not_allowed"),
+    ] {
+        let (got, text) = http(port, method, path, "", body).await;
+        let answer = json(&text);
+        assert_eq!(
+            (got, answer["code"].as_str()),
+            (status, Some(code)),
+            "{method} {path}: {text}"
+        );
+        assert!(
+            answer["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{text}"
+        );
+    }
+    let metrics = scrape(port).await;
+    assert_eq!(
+        sample(
+            &metrics,
+            "msr_collector_selections_total",
+            &[("outcome", "msr_not_found")]
+        ),
+        Some(1.0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redirect_server_answers_302_to_the_chosen_engine_one_leg_per_call_id() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (collector, _agents, http_port, redirect_port, _) = system(dir.path()).await;
+    const CALLS: u32 = 100;
+    let args: Vec<String> = [
+        "-sf",
+        &sipp_scenario("redirect_uac.xml").display().to_string(),
+        "-i",
+        "127.0.0.1",
+        "-p",
+        &free_udp_port().to_string(),
+        "-m",
+        &CALLS.to_string(),
+        "-r",
+        "50",
+        "-timeout",
+        "30s",
+        &format!("127.0.0.1:{redirect_port}"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (code, out) = run_sipp(&args, Duration::from_secs(60))
+        .await
+        .expect("sipp");
+    assert_eq!(code, 0, "sipp: {out}");
+    let legs: u32 = match collector.ok(&Request::MsrList).await {
+        ResponseData::Msrs { msrs } => msrs.iter().map(|m| m.live_legs).sum(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(legs, CALLS, "one live leg per Call-ID");
+    let metrics = scrape(http_port).await;
+    assert_eq!(
+        sample(
+            &metrics,
+            "msr_collector_redirect_responses_total",
+            &[("status", "302")]
+        ),
+        Some(f64::from(CALLS))
+    );
+}
