@@ -47,6 +47,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             file.check()?;
         }
         print_summary(&cli.config, &config, log_file.as_ref());
+        host_notes(&config);
         return Ok(ExitCode::SUCCESS);
     }
     let (_guard, reopening) = init_tracing(&cli, log_file)?;
@@ -76,6 +77,29 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
     })
+}
+
+/// What this host lacks for the config (it is valid; these are notes, as
+/// the check may run on a build host): `bind-addr` not an address of this
+/// host, or the agent's SIP port already taken.
+fn host_notes(config: &msr_agent::AgentConfig) {
+    let bind = config.transport.bind_addr;
+    if !bind.is_unspecified() && msr_agent::interface_name(bind).is_none() {
+        eprintln!(
+            "note: <transport bind-addr=\"{bind}\"> is not an address of this host: \
+             the agent cannot start here"
+        );
+        return;
+    }
+    let port = config.agent.sip_port;
+    if port != 0 {
+        if let Err(e) = std::net::UdpSocket::bind(std::net::SocketAddr::new(bind, port)) {
+            eprintln!(
+                "note: the agent's sip port {bind}:{port} cannot be bound now ({e}): \
+                 set <agent sip-port> or --sip-port to a free port"
+            );
+        }
+    }
 }
 
 fn print_summary(path: &Path, config: &msr_agent::AgentConfig, log_file: Option<&LogFile>) {

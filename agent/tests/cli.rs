@@ -169,7 +169,7 @@ fn the_agent_starts_beside_an_engine_that_holds_its_port() {
     assert_eq!(refused.status.code(), Some(1), "{refused:?}");
     assert!(
         text(&refused.stderr).contains(&format!(
-            "<agent sip-port=\"{engine_port}\">: collides with the media engine's <transport port=\"{engine_port}\">"
+            "--sip-port {engine_port}: collides with the media engine's <transport port=\"{engine_port}\">"
         )),
         "{refused:?}"
     );

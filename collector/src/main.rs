@@ -50,6 +50,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         return Ok(());
     }
     if cli.check_config {
+        // The shipped production config's placeholder: valid, but no MSR
+        // configured with its own credentials will authenticate.
+        for account in config.accounts.iter().filter(|a| a.password == "change-me") {
+            eprintln!(
+                "note: [[accounts]] auth_name {:?} still has the example's password \"change-me\": \
+                 set it to the auth_password of the MSRs' <dynamic> accounts",
+                account.auth_name
+            );
+        }
         // The error's own text already ends in its cause (no chain to print).
         msr_collector::check_environment(&config).map_err(|e| {
             anyhow::anyhow!(

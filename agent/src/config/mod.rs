@@ -75,7 +75,7 @@ impl AgentConfig {
     /// [`ConfigError::PortCollision`].
     pub fn with_sip_port(mut self, port: u16, origin: &Path) -> Result<Self, ConfigError> {
         self.agent.sip_port = port;
-        validate::check_sip_port(&self, origin)?;
+        validate::check_sip_port(&self, origin, PortSetting::Flag)?;
         Ok(self)
     }
 }
@@ -517,13 +517,16 @@ pub enum ConfigError {
     /// port, its media-control port or a port of its RTP range (SPEC §1:
     /// the agent never binds a port of the media engine).
     #[error(
-        "{}: <agent sip-port=\"{sip_port}\">: collides with the media engine's {engine}: \
+        "{}: {}: collides with the media engine's {engine}: \
          the agent needs a port of its own (set <agent sip-port> or --sip-port)",
-        path.display()
+        path.display(),
+        setting.describe(*sip_port)
     )]
     PortCollision {
         /// The config file.
         path: PathBuf,
+        /// Where the port came from.
+        setting: PortSetting,
         /// The agent's SIP port (given, or the default).
         sip_port: u16,
         /// What of the engine's it collides with, as written in the file,
@@ -567,6 +570,25 @@ impl ConfigError {
             | ConfigError::PortCollision { path, .. }
             | ConfigError::Structure { path, .. }
             | ConfigError::Watch { path, .. } => path,
+        }
+    }
+}
+
+/// Where the agent's SIP port came from ([`ConfigError::PortCollision`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortSetting {
+    /// `<agent sip-port>`, or its default (the `<transport>` port + 1).
+    Config,
+    /// The `--sip-port` flag.
+    Flag,
+}
+
+impl PortSetting {
+    /// How messages name the setting with `port`.
+    pub fn describe(self, port: u16) -> String {
+        match self {
+            PortSetting::Config => format!("<agent sip-port=\"{port}\">"),
+            PortSetting::Flag => format!("--sip-port {port}"),
         }
     }
 }

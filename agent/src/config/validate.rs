@@ -14,7 +14,7 @@ use super::xml::{
 };
 use super::{
     Account, AgentConfig, AgentSettings, CallsSource, ConfigError, General, LoadSensor,
-    MediaConfig, Realm, TransportConfig, Transports, ValueProblem, DEFAULT_LOAD_DELTA,
+    MediaConfig, PortSetting, Realm, TransportConfig, Transports, ValueProblem, DEFAULT_LOAD_DELTA,
 };
 
 /// Builds errors for one file.
@@ -158,7 +158,7 @@ pub(super) fn validate(
         accounts,
         agent,
     };
-    check_sip_port(&config, origin)?;
+    check_sip_port(&config, origin, PortSetting::Config)?;
     Ok(config)
 }
 
@@ -169,6 +169,7 @@ fn default_sip_port(cx: &Ctx<'_>, engine_port: u16) -> Result<u16, ConfigError> 
         0 => Ok(0),
         u16::MAX => Err(ConfigError::PortCollision {
             path: cx.path.to_path_buf(),
+            setting: PortSetting::Config,
             sip_port: u16::MAX,
             engine: format!(
                 "<transport port=\"{}\"> (no port above it is left for the default)",
@@ -183,13 +184,18 @@ fn default_sip_port(cx: &Ctx<'_>, engine_port: u16) -> Result<u16, ConfigError> 
 /// port, its media-control port on the same address, or a port of its RTP
 /// range (where the agent's socket would also be counted as a media
 /// session). Port 0 (ephemeral) collides with nothing.
-pub(super) fn check_sip_port(config: &AgentConfig, origin: &Path) -> Result<(), ConfigError> {
+pub(super) fn check_sip_port(
+    config: &AgentConfig,
+    origin: &Path,
+    setting: PortSetting,
+) -> Result<(), ConfigError> {
     let sip_port = config.agent.sip_port;
     if sip_port == 0 {
         return Ok(());
     }
     let collision = |engine: String| ConfigError::PortCollision {
         path: origin.to_path_buf(),
+        setting,
         sip_port,
         engine,
     };

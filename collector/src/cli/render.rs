@@ -534,8 +534,14 @@ pub fn selection(selection: &Selection) -> String {
         };
         out.push_str(&format!(" rule         {rule}\n"));
     }
+    // Only the §7 rule draws; the others name their rule instead.
+    let draw = if selection.rule == SelectionRule::Draw {
+        format!("{} of {}", number(selection.draw), number(selection.total))
+    } else {
+        "none".to_owned()
+    };
     out.push_str(&format!(
-        " msr          {}\n contact      {}\n engine       {}\n mcc          {}\n uri          {}\n distance     {}\n media bridge {}\n draw         {} of {}\n",
+        " msr          {}\n contact      {}\n engine       {}\n mcc          {}\n uri          {}\n distance     {}\n media bridge {}\n draw         {draw}\n",
         selection.msr,
         selection.contact,
         optional(selection.engine_uri.as_deref()),
@@ -543,8 +549,6 @@ pub fn selection(selection: &Selection) -> String {
         selection.uri,
         number(selection.distance),
         if selection.media_bridge { "needed" } else { "no" },
-        number(selection.draw),
-        number(selection.total),
     ));
     out
 }
