@@ -1,4 +1,4 @@
-//! The agent's error type (STYLE rec. 8: thiserror, lowercase messages).
+//! The agent's error type (thiserror, lowercase messages).
 
 use msr_shared::sip::EndpointError;
 

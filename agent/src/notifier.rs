@@ -1,6 +1,6 @@
 //! The `eltex-call-count` notifier (RFC 6665, SPEC §4).
 //!
-//! Sans-IO (STYLE rec. 2): [`Notifier::handle_request`] answers every
+//! Sans-IO: [`Notifier::handle_request`] answers every
 //! incoming request at once and queues NOTIFYs, [`Notifier::on_sample`] feeds
 //! load samples, [`Notifier::handle_timeout`] expires subscriptions and
 //! flushes coalesced updates; the shell sends what

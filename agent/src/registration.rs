@@ -1,7 +1,7 @@
 //! The registration client (RFC 3261 §10.2, SPEC §3): one [`Registration`]
 //! per `<dynamic>` account.
 //!
-//! Sans-IO (STYLE rec. 2, quinn-proto's shape): the core reads no clock and
+//! Sans-IO (quinn-proto's shape): the core reads no clock and
 //! owns no socket. The shell feeds it [`Registration::handle_response`],
 //! [`Registration::handle_failure`] and [`Registration::handle_timeout`] with
 //! the current instant, sends whatever [`Registration::poll_transmit`] yields

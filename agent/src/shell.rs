@@ -1,4 +1,4 @@
-//! The agent's async shell (STYLE rec. 3): the one task that owns the
+//! The agent's async shell: the one task that owns the
 //! [`SipEndpoint`] and drives the sans-IO cores.
 //!
 //! One `tokio::select!` loop over a closed set of events:

@@ -5,7 +5,7 @@
 //! to the media engine and is ignored without error. Agent-only settings come
 //! from the optional, strictly checked `<agent …/>` element.
 //!
-//! Reading happens in two steps (STYLE rec. 9):
+//! Reading happens in two steps:
 //!
 //! 1. a `quick_xml::Reader` pass checks that the file is well formed (root
 //!    `<config>`, every element closed, no duplicated sections) and reports

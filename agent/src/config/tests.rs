@@ -122,7 +122,7 @@ fn loopback_configs_parse() -> TestResult {
 }
 
 /// Every `config-examples/*.xml` parses; every `config-examples/invalid/*.xml`
-/// fails with a message containing its sibling `.expected` (STYLE rec. 9).
+/// fails with a message containing its sibling `.expected`.
 #[test]
 fn every_example_is_checked() -> TestResult {
     let dir = examples_dir();

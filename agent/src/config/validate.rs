@@ -1,5 +1,5 @@
 //! Conversion of the raw XML structs into the typed [`AgentConfig`]
-//! (STYLE rec. 9). Every error names the element, the attribute, the value
+//!. Every error names the element, the attribute, the value
 //! and the accepted values (SPEC §2).
 
 use std::collections::HashSet;
