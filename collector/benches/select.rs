@@ -200,7 +200,16 @@ fn memory_per_leg(_c: &mut Criterion) {
         let call_id = format!("{i:08x}-4c2e-9a1f-7d03@core1.example");
         let msr = format!("msr_{}", i % 1000);
         let contact = format!("eth0@{msr}");
-        legs.bind(now, LegKey { call_id: &call_id, leg: None }, &msr, &contact, None);
+        legs.bind(
+            now,
+            LegKey {
+                call_id: &call_id,
+                leg: None,
+            },
+            &msr,
+            &contact,
+            None,
+        );
     }
     let after = rss_kib();
     println!(

@@ -1582,9 +1582,7 @@ async fn select(args: SelectArgs) -> anyhow::Result<()> {
                     let release = serde_json::to_string(&Request::Release { call_id, leg: None })?;
                     match client.call_raw(&release).await? {
                         Response::Ok(ResponseData::Released(r)) if r.released == 1 => {}
-                        other => {
-                            *outcomes.entry(format!("release: {other:?}")).or_default() += 1
-                        }
+                        other => *outcomes.entry(format!("release: {other:?}")).or_default() += 1,
                     }
                     resp
                 } else {
