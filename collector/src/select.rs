@@ -49,8 +49,19 @@
 //! its last report plus G × (this collector's legs placed on it minus legs
 //! on it released, since that report less the NOTIFY's flight,
 //! [`crate::estimate`]), and the MSR with the lowest estimated occupancy
-//! `estimate / (max-calls × performance coefficient)` is taken, ties at
-//! random (uniformly, one draw per tie). An MSR without a report yet ranks
+//! `estimate / max-calls` is taken, ties at random (uniformly, one draw per
+//! tie).
+//!
+//! Capacity. SPEC §10 names the capacity `max-calls` × performance
+//! coefficient. In §7 the coefficient turns a percentage of free load into
+//! an absolute size; `max-calls` already is the absolute size, so
+//! multiplying by the coefficient as well counts an MSR's size twice: in
+//! scenario B of BALANCING.md (MSRs of 100 to 400 sessions, coefficients 1
+//! to 4) the big MSRs then still rank first when full (400 / 1600 < 26 /
+//! 100) and 11.7 % of the calls are lost (`msr-sim`, G = 3). The capacity
+//! is therefore `max-calls` alone; the coefficient acts through §7 (and
+//! the `ecss` fallback), and an operator who wants an MSR to take less sets
+//! its load limit. An MSR without a report yet ranks
 //! last (its capacity is unknown; it gets a leg only when every admitted
 //! MSR is unreported, e.g. just after a restart).
 //!
@@ -782,7 +793,7 @@ fn run<R: Rng + ?Sized>(
 }
 
 /// The estimated occupancy of the MSR at `position` (SPEC §10, module
-/// docs): `(calls + G × net) / (max-calls × coefficient)`, never below 0;
+/// docs): `(calls + G × net) / max-calls`, never below 0;
 /// infinite without a report or with no capacity, so such an MSR ranks last.
 #[inline]
 fn estimated_occupancy(view: &ZoneView<'_>, position: usize, core_hosts: u32) -> f64 {
@@ -792,8 +803,10 @@ fn estimated_occupancy(view: &ZoneView<'_>, position: usize, core_hosts: u32) ->
     let Some(calls) = inputs.calls else {
         return f64::INFINITY;
     };
-    let capacity = f64::from(inputs.max_calls) * inputs.performance_coefficient;
-    if capacity <= 0.0 || !capacity.is_finite() {
+    // The capacity is the MSR's own `max-calls`: the coefficient is not
+    // multiplied in again (module docs, "Capacity").
+    let capacity = f64::from(inputs.max_calls);
+    if capacity <= 0.0 {
         return f64::INFINITY;
     }
     let estimate =

@@ -1259,7 +1259,7 @@ fn pooled_forgets_events_a_newer_report_covers_but_not_those_in_flight() {
 }
 
 #[test]
-fn pooled_divides_by_max_calls_times_the_coefficient() {
+fn pooled_divides_by_max_calls_not_by_the_coefficient_again() {
     let mut w = World::new();
     let t = w.now;
     w.contact(c("lo@small", "default", "local"))
@@ -1268,9 +1268,10 @@ fn pooled_divides_by_max_calls_times_the_coefficient() {
         .report("big", 100, 200, t);
     // 30 / 100 < 100 / 200.
     assert_eq!(w.pick(&w.pooled(1)).expect("choice").msr, "small");
-    // A coefficient of 2 on big: 100 / 400 < 30 / 100.
+    // A coefficient of 2 on big (its size, already in max-calls) changes
+    // nothing: a full big MSR must never look emptier than a small one.
     w.coefficient("big", 2.0);
-    assert_eq!(w.pick(&w.pooled(1)).expect("choice").msr, "big");
+    assert_eq!(w.pick(&w.pooled(1)).expect("choice").msr, "small");
 }
 
 #[test]
