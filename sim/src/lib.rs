@@ -326,9 +326,9 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                 table,
                 // Legs live for the run: a core that releases nothing must
                 // not get its legs expired for it.
-                legs: LegTable::new(DEFAULT_MAX_DURATION.max(Duration::from_secs(
-                    100 * 365 * 86_400,
-                ))),
+                legs: LegTable::new(
+                    DEFAULT_MAX_DURATION.max(Duration::from_secs(100 * 365 * 86_400)),
+                ),
                 next_rr: 0,
             }
         })
@@ -366,11 +366,15 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
     for m in 0..n {
         for h in 0..g {
             gates[m * g + h].sent(at(0.0), Reported { load: 0, calls: 0 });
-            push(&mut queue, scenario.report_delay.as_secs_f64(), Event::Notify {
-                msr: m as u32,
-                host: h as u32,
-                calls: 0,
-            });
+            push(
+                &mut queue,
+                scenario.report_delay.as_secs_f64(),
+                Event::Notify {
+                    msr: m as u32,
+                    host: h as u32,
+                    calls: 0,
+                },
+            );
         }
     }
     push(&mut queue, exponential(&mut rng, lambda), Event::Arrival);
@@ -386,9 +390,9 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
         let t = t_ns as f64 / 1e9;
         if measure_from.is_some() {
             let occupancy = |m: usize| f64::from(busy[m]) / f64::from(scenario.capacities[m]);
-            let (lo, hi) = (0..n).map(occupancy).fold((f64::MAX, f64::MIN), |(lo, hi), o| {
-                (lo.min(o), hi.max(o))
-            });
+            let (lo, hi) = (0..n)
+                .map(occupancy)
+                .fold((f64::MAX, f64::MIN), |(lo, hi), o| (lo.min(o), hi.max(o)));
             spread_integral += (t - last_t) * (hi - lo) * 100.0;
         }
         last_t = t;
@@ -405,7 +409,11 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                     measure_from = Some(t);
                     notify_from.clone_from(&notifies);
                 }
-                push(&mut queue, t + exponential(&mut rng, lambda), Event::Arrival);
+                push(
+                    &mut queue,
+                    t + exponential(&mut rng, lambda),
+                    Event::Arrival,
+                );
                 let h = rng.gen_range(0..g);
                 let id = arrivals;
                 let chosen = choose(
@@ -418,7 +426,8 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                     &mut rng,
                 );
                 let measured = arrivals > warmup;
-                let batch = ((arrivals.saturating_sub(warmup + 1)) / batch_size).min(batches - 1) as usize;
+                let batch =
+                    ((arrivals.saturating_sub(warmup + 1)) / batch_size).min(batches - 1) as usize;
                 if measured {
                     batch_offered[batch] += 1;
                 }
@@ -440,11 +449,15 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                         );
                         host.table.note_placed(&names[m], now);
                         let hold = scenario.holding.sample(&mut rng);
-                        push(&mut queue, t + hold, Event::Departure {
-                            id,
-                            host: h as u32,
-                            msr: m as u32,
-                        });
+                        push(
+                            &mut queue,
+                            t + hold,
+                            Event::Departure {
+                                id,
+                                host: h as u32,
+                                msr: m as u32,
+                            },
+                        );
                     }
                     Some(_) => {
                         if measured {
@@ -484,11 +497,15 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                     if gates[i].evaluate(&rule, now, latest) == Verdict::Send {
                         gates[i].sent(now, latest);
                         notifies[i] += 1;
-                        push(&mut queue, t + scenario.report_delay.as_secs_f64(), Event::Notify {
-                            msr,
-                            host,
-                            calls: latest.calls,
-                        });
+                        push(
+                            &mut queue,
+                            t + scenario.report_delay.as_secs_f64(),
+                            Event::Notify {
+                                msr,
+                                host,
+                                calls: latest.calls,
+                            },
+                        );
                     }
                 }
             }
@@ -516,19 +533,27 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                     Verdict::Send => {
                         gates[i].sent(now, latest);
                         notifies[i] += 1;
-                        push(&mut queue, t + scenario.report_delay.as_secs_f64(), Event::Notify {
-                            msr: m as u32,
-                            host: h as u32,
-                            calls: latest.calls,
-                        });
+                        push(
+                            &mut queue,
+                            t + scenario.report_delay.as_secs_f64(),
+                            Event::Notify {
+                                msr: m as u32,
+                                host: h as u32,
+                                calls: latest.calls,
+                            },
+                        );
                     }
                     Verdict::HoldUntil(end) if !window_queued[i] => {
                         window_queued[i] = true;
                         let end = end.saturating_duration_since(base).as_secs_f64();
-                        push(&mut queue, end, Event::WindowEnd {
-                            msr: m as u32,
-                            host: h as u32,
-                        });
+                        push(
+                            &mut queue,
+                            end,
+                            Event::WindowEnd {
+                                msr: m as u32,
+                                host: h as u32,
+                            },
+                        );
                     }
                     _ => {}
                 }

@@ -11,7 +11,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 use msr_sim::{run, validate, Holding, Outcome, Policy, Scenario};
 
 #[derive(Parser)]
-#[command(name = "msr-sim", version, about = "Balancing simulator driving the collector's own selection code (SPEC §10)")]
+#[command(
+    name = "msr-sim",
+    version,
+    about = "Balancing simulator driving the collector's own selection code (SPEC §10)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -118,7 +122,11 @@ fn main() -> Result<ExitCode> {
                     if passed { "ok" } else { "OUTSIDE" }
                 );
             }
-            Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+            Ok(if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
         Command::Run {
             scenario,
