@@ -30,6 +30,8 @@ fi
 # alone builds only the test targets' own crates, so build every binary first.
 echo "== cargo build (binaries used by the system tests)"
 cargo build --workspace --bins --locked
+echo "== msr-sim validate (Erlang-B one MSR, pooled oracle, Takacs round robin; SPEC §10)"
+cargo run --release --locked -q -p msr-sim -- validate --calls 1000000 --seed 1
 echo "== cargo test"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

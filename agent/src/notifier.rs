@@ -20,7 +20,8 @@
 //! * the NOTIFYs that RFC 6665 requires after a SUBSCRIBE and the final
 //!   `terminated` ones are sent immediately; load updates are rate limited:
 //!   a NOTIFY when `load` moved by ≥ `load-delta` since the last NOTIFY of
-//!   that subscription or crossed the 100 edge, at most one per
+//!   that subscription, crossed the 100 edge, or when `calls` changed at or
+//!   above the high-water mark ([`rule`]), at most one per
 //!   `notify-min-interval-ms`. A change inside the window is held and
 //!   re-evaluated against the latest sample when the window ends (so three
 //!   changes in one second give one NOTIFY carrying the latest);
@@ -54,8 +55,11 @@ use tracing::{debug, info, warn};
 
 use crate::load::Sample;
 
+pub mod rule;
 #[cfg(test)]
 mod tests;
+
+pub use rule::{NotifyGate, NotifyRule, Reported, Verdict, DEFAULT_HIGH_WATER};
 
 /// The most subscriptions the notifier keeps at once; a new SUBSCRIBE past
 /// it gets `503 Service Unavailable` with `Retry-After: 60`. A cluster has
@@ -79,6 +83,9 @@ pub struct NotifierConfig {
     /// `<general load-delta>`: percentage points of `load` movement that
     /// trigger a NOTIFY.
     pub load_delta: u8,
+    /// `<agent notify-high-water>`: at or above this `load` every change of
+    /// `calls` is worth a NOTIFY (SPEC §4, [`rule`]).
+    pub high_water: u8,
     /// `<agent notify-min-interval-ms>`: minimum time between two NOTIFYs
     /// of one subscription (final ones and those answering a SUBSCRIBE
     /// excepted).
@@ -146,10 +153,8 @@ struct Subscription {
     local_cseq: u32,
     remote_cseq: u32,
     expires_at: Instant,
-    last_notify_at: Option<Instant>,
-    last_sent_load: Option<u8>,
-    /// A load change waits for the end of the rate-limit window.
-    pending: bool,
+    /// The last NOTIFY and a change held for the end of the window (SPEC §4).
+    gate: NotifyGate,
     notify_count: u64,
 }
 
@@ -224,7 +229,7 @@ impl Notifier {
         self.subs
             .values()
             .map(|s| {
-                let window = if s.pending { self.window_end(s) } else { None };
+                let window = s.gate.held_until(&self.rule());
                 window.map_or(s.expires_at, |w| w.min(s.expires_at))
             })
             .chain(finals)
@@ -262,7 +267,7 @@ impl Notifier {
                 self.terminate(now, id, TerminationReason::Timeout);
                 continue;
             }
-            if sub.pending && self.window_end(sub).is_none_or(|w| now >= w) {
+            if sub.gate.due(&self.rule(), now) {
                 self.evaluate(now, id);
             }
         }
@@ -538,9 +543,7 @@ impl Notifier {
             local_cseq: 0,
             remote_cseq: cseq,
             expires_at: now + secs(granted),
-            last_notify_at: None,
-            last_sent_load: None,
-            pending: false,
+            gate: NotifyGate::default(),
             notify_count: 0,
         };
         self.dialogs
@@ -568,41 +571,25 @@ impl Notifier {
         format!("<sip:{}>", self.config.contact_host_port)
     }
 
-    fn window_end(&self, sub: &Subscription) -> Option<Instant> {
-        sub.last_notify_at
-            .map(|t| t + self.config.notify_min_interval)
-    }
-
-    /// Whether `load` moved enough since the last NOTIFY (SPEC §4).
-    fn worth_notifying(&self, last: Option<u8>, load: u8) -> bool {
-        match last {
-            None => true,
-            Some(last) => {
-                last.abs_diff(load) >= self.config.load_delta.max(1)
-                    || ((last >= 100) != (load >= 100))
-            }
+    /// The rule of SPEC §4 from the config.
+    fn rule(&self) -> NotifyRule {
+        NotifyRule {
+            load_delta: self.config.load_delta,
+            high_water: self.config.high_water,
+            min_interval: self.config.notify_min_interval,
         }
     }
 
-    /// Sends the latest load now, holds it for the end of the window, or
-    /// clears a held change that no longer matters.
+    /// Sends the latest sample now, holds it for the end of the window, or
+    /// clears a held change that no longer matters ([`NotifyGate`]).
     fn evaluate(&mut self, now: Instant, id: SubscriptionId) {
-        let Some(sub) = self.subs.get(&id) else {
+        let rule = self.rule();
+        let latest = reported(&self.latest);
+        let Some(sub) = self.subs.get_mut(&id) else {
             return;
         };
-        if !self.worth_notifying(sub.last_sent_load, self.latest.load) {
-            if let Some(sub) = self.subs.get_mut(&id) {
-                sub.pending = false;
-            }
-            return;
-        }
-        match self.window_end(sub) {
-            Some(end) if now < end => {
-                if let Some(sub) = self.subs.get_mut(&id) {
-                    sub.pending = true;
-                }
-            }
-            _ => self.send_active(now, id),
+        if sub.gate.evaluate(&rule, now, latest) == Verdict::Send {
+            self.send_active(now, id);
         }
     }
 
@@ -677,9 +664,7 @@ impl Notifier {
                     ..
                 } = &mut request;
                 sip::set_body(headers, slot, CONTENT_TYPE, body);
-                sub.last_notify_at = Some(now);
-                sub.last_sent_load = Some(latest.load);
-                sub.pending = false;
+                sub.gate.sent(now, reported(&latest));
                 sub.notify_count += 1;
                 debug!(subscription = %id, state = %state, load = latest.load, "notify");
                 self.transmit.push_back(NotifyTransmit {
@@ -693,6 +678,14 @@ impl Notifier {
                 self.remove(id);
             }
         }
+    }
+}
+
+/// The fields of a sample the rule compares.
+fn reported(sample: &Sample) -> Reported {
+    Reported {
+        load: sample.load,
+        calls: sample.calls,
     }
 }
 

@@ -151,6 +151,7 @@ fn account_key(a: &Account) -> AccountKey {
 fn notifier_config(config: &AgentConfig, contact: &str) -> NotifierConfig {
     NotifierConfig {
         load_delta: config.general.load_delta,
+        high_water: config.agent.notify_high_water,
         notify_min_interval: Duration::from_millis(config.agent.notify_min_interval_ms),
         max_expires: config.agent.max_subscription_expires,
         contact_host_port: contact.to_owned(),

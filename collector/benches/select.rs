@@ -9,7 +9,7 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use msr_collector::legs::{LegKey, LegTable, DEFAULT_MAX_DURATION};
 use msr_collector::load_table::{ContactBinding, LoadTable};
 use msr_collector::operator::OperatorConfig;
-use msr_collector::select::{select, Admission, Query};
+use msr_collector::select::{select, Admission, Policy, Query};
 use msr_shared::event_package::LoadReport;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -75,6 +75,7 @@ fn bench_select(c: &mut Criterion) {
         site: "site_13".into(),
         msr: Some("msr_7".into()),
         admission: Admission::Plain,
+        policy: Policy::Ecss,
         now,
     };
     let no_preference = Query {
@@ -124,6 +125,23 @@ fn bench_select(c: &mut Criterion) {
                     legs.bind(now, key, &choice.msr, &choice.contact, None);
                 }
                 black_box(legs.release(call_id, None))
+            })
+        },
+    );
+    let pooled = Query {
+        policy: Policy::Pooled { core_hosts: 3 },
+        ..no_preference.clone()
+    };
+    c.bench_function(
+        "select pooled 1000 msr x 4 contacts, 20 zones, 50 sites",
+        |b| {
+            b.iter(|| {
+                select(
+                    black_box(&table),
+                    operator.topology(),
+                    black_box(&pooled),
+                    &mut rng,
+                )
             })
         },
     );
@@ -230,6 +248,7 @@ fn bench_select_one_zone(c: &mut Criterion) {
         site: "local".into(),
         msr: None,
         admission: Admission::Plain,
+        policy: Policy::Ecss,
         now,
     };
     let mut rng = StdRng::seed_from_u64(1);
@@ -239,6 +258,21 @@ fn bench_select_one_zone(c: &mut Criterion) {
                 black_box(&table),
                 operator.topology(),
                 black_box(&query),
+                &mut rng,
+            )
+        })
+    });
+    // SPEC §10: the `pooled` estimate over the same 1,000 candidates.
+    let pooled = Query {
+        policy: Policy::Pooled { core_hosts: 3 },
+        ..query
+    };
+    c.bench_function("select pooled 1000 msr x 1 contact, 1 zone, 1 site", |b| {
+        b.iter(|| {
+            select(
+                black_box(&table),
+                operator.topology(),
+                black_box(&pooled),
                 &mut rng,
             )
         })

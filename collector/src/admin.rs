@@ -35,6 +35,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::{SelectionConfig, SelectionPolicy};
 use crate::health::Health;
 use crate::legs::{Bound, LegKey, LegTable};
 use crate::load_table::{LoadTable, DEFAULT_SUBSCRIPTION_EXPIRES_SECS};
@@ -65,6 +66,8 @@ pub struct Defaults {
     pub existing_conference_threshold: f64,
     /// An MSR takes a new conference below this fraction (SPEC §9: 0.5).
     pub new_conference_threshold: f64,
+    /// `[selection]`: the configured policy and when it falls back (SPEC §10).
+    pub selection: SelectionConfig,
 }
 
 impl Default for Defaults {
@@ -75,7 +78,32 @@ impl Default for Defaults {
             subscription_expires_secs: DEFAULT_SUBSCRIPTION_EXPIRES_SECS,
             existing_conference_threshold: 0.8,
             new_conference_threshold: 0.5,
+            selection: SelectionConfig::default(),
         }
+    }
+}
+
+/// The policy a selection uses (SPEC §10): `pooled` when configured, for a
+/// leg the collector can follow to its end (it has a `call_id`), while the
+/// core releases legs (one seen within the release window); otherwise the
+/// `ecss` draw. The estimate counts this collector's placements minus its
+/// releases: without releases it could only grow, and a leg without a
+/// Call-ID is never released, so both would make `pooled` worse than the
+/// draw it replaces, which is what SPEC §10 rules out.
+pub fn effective_policy(
+    selection: &SelectionConfig,
+    names_a_leg: bool,
+    last_release: Option<Instant>,
+    now: Instant,
+    core_hosts: u32,
+) -> select::Policy {
+    let releasing = last_release
+        .is_some_and(|at| now.saturating_duration_since(at) <= selection.release_window);
+    match selection.policy {
+        SelectionPolicy::Pooled if names_a_leg && releasing => select::Policy::Pooled {
+            core_hosts: core_hosts.max(1),
+        },
+        _ => select::Policy::Ecss,
     }
 }
 
@@ -91,6 +119,8 @@ pub struct AdminContext<'a> {
     pub rng: &'a mut dyn RngCore,
     /// The live call legs (SPEC §9).
     pub legs: &'a mut LegTable,
+    /// G, the number of core hosts (SPEC §10, [`crate::cluster::Cluster::core_hosts`]).
+    pub core_hosts: u32,
 }
 
 /// One request from a control connection, with the channel for its answer.
@@ -354,6 +384,13 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
                     )
                 }
             };
+            let policy = effective_policy(
+                &ctx.defaults.selection,
+                leg.is_some(),
+                ctx.legs.last_release(),
+                now,
+                ctx.core_hosts,
+            );
             run_select(
                 ctx,
                 Query {
@@ -361,6 +398,7 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
                     site,
                     msr,
                     admission: select::Admission::Plain,
+                    policy,
                     now,
                 },
                 random.map(normalize_zero),
@@ -369,7 +407,11 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
             )
         }
         Request::Release { call_id, leg } => {
-            let released = ctx.legs.release(&call_id, leg.as_deref());
+            // Each ended leg leaves its MSR's estimate (SPEC §10).
+            let table = &mut *ctx.table;
+            let released = ctx.legs.release_at(now, &call_id, leg.as_deref(), |msr| {
+                table.note_ended(msr, now)
+            });
             Response::Ok(ResponseData::Released(Released {
                 call_id,
                 leg,
@@ -653,6 +695,7 @@ fn wire_rule(rule: select::Rule) -> SelectionRule {
         select::Rule::Draw => SelectionRule::Draw,
         select::Rule::ExistingConference => SelectionRule::ExistingConference,
         select::Rule::NewConference => SelectionRule::NewConference,
+        select::Rule::Pooled => SelectionRule::Pooled,
     }
 }
 
@@ -740,10 +783,15 @@ fn run_select(
         Ok(choice) => {
             let leg_outcome = key.map(|key| {
                 let conference = leg.as_ref().and_then(|l| l.conference.as_deref());
-                match ctx
+                let bound = ctx
                     .legs
-                    .bind(query.now, key, &choice.msr, &choice.contact, conference)
-                {
+                    .bind(query.now, key, &choice.msr, &choice.contact, conference);
+                // A leg new on its MSR counts in its estimate until a report
+                // covers it (SPEC §10).
+                if bound != Bound::Unchanged {
+                    ctx.table.note_placed(&choice.msr, query.now);
+                }
+                match bound {
                     Bound::New => LegOutcome::New,
                     Bound::Reanchored => LegOutcome::Reanchored,
                     Bound::Unchanged => LegOutcome::Sticky,

@@ -147,6 +147,8 @@ pub struct CollectorConfig {
     pub cluster: ClusterConfig,
     /// `[legs]`: call legs (SPEC §9).
     pub legs: LegsConfig,
+    /// `[selection]`: the policy (SPEC §7, §10).
+    pub selection: SelectionConfig,
     /// `[http]`: the HTTP API and `/metrics` (SPEC §11); `None` when the
     /// section is absent (no HTTP listener).
     pub http: Option<HttpConfig>,
@@ -182,6 +184,54 @@ pub struct RedirectConfig {
     /// (not the registrar's `[sip] listen`); port 0 picks a free port.
     pub listen: SocketAddr,
 }
+
+/// `[selection] policy`: how a plain leg's MSR is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SelectionPolicy {
+    /// SPEC §7 exactly: the draw weighted by free load × coefficient.
+    Ecss,
+    /// SPEC §10: the lowest estimated occupancy; the default. A leg it
+    /// cannot follow to its end (no `call_id`), or any leg while the core
+    /// releases none, is drawn as with `ecss`.
+    Pooled,
+}
+
+impl SelectionPolicy {
+    /// `ecss` or `pooled`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SelectionPolicy::Ecss => "ecss",
+            SelectionPolicy::Pooled => "pooled",
+        }
+    }
+}
+
+/// `[selection]`: the policy and the inputs of its estimate (SPEC §10).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SelectionConfig {
+    /// `policy`: `pooled` (default) or `ecss`.
+    pub policy: SelectionPolicy,
+    /// `notify_flight_time_ms`: how much older than its arrival a load
+    /// report is taken to be (its NOTIFY's flight; default 20 ms).
+    pub notify_flight_time: Duration,
+    /// `release_window_secs`: `pooled` applies while a leg release was seen
+    /// within this long (default 60 s); otherwise the core is taken not to
+    /// report leg ends and legs are drawn as with `ecss`.
+    pub release_window: Duration,
+}
+
+impl Default for SelectionConfig {
+    fn default() -> Self {
+        Self {
+            policy: SelectionPolicy::Pooled,
+            notify_flight_time: crate::estimate::DEFAULT_NOTIFY_FLIGHT_TIME,
+            release_window: DEFAULT_RELEASE_WINDOW,
+        }
+    }
+}
+
+/// `[selection] release_window_secs` when unset.
+pub const DEFAULT_RELEASE_WINDOW: Duration = Duration::from_secs(60);
 
 /// `[legs]`: call legs and their admission (SPEC §9).
 #[derive(Debug, Clone, PartialEq)]
@@ -392,6 +442,8 @@ struct RawConfig {
     legs: RawLegs,
     http: Option<RawHttp>,
     redirect: Option<RawRedirect>,
+    #[serde(default)]
+    selection: RawSelection,
 }
 
 #[derive(Debug, Deserialize)]
@@ -410,6 +462,39 @@ struct RawRedirect {
 
 fn default_http_listen() -> String {
     "127.0.0.1:8080".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSelection {
+    #[serde(default = "default_policy")]
+    policy: String,
+    #[serde(default = "default_flight_ms")]
+    notify_flight_time_ms: u64,
+    #[serde(default = "default_release_window_secs")]
+    release_window_secs: u64,
+}
+
+impl Default for RawSelection {
+    fn default() -> Self {
+        Self {
+            policy: default_policy(),
+            notify_flight_time_ms: default_flight_ms(),
+            release_window_secs: default_release_window_secs(),
+        }
+    }
+}
+
+fn default_policy() -> String {
+    SelectionPolicy::Pooled.name().to_owned()
+}
+
+fn default_flight_ms() -> u64 {
+    u64::try_from(crate::estimate::DEFAULT_NOTIFY_FLIGHT_TIME.as_millis()).unwrap_or(20)
+}
+
+fn default_release_window_secs() -> u64 {
+    DEFAULT_RELEASE_WINDOW.as_secs()
 }
 
 #[derive(Debug, Deserialize)]
@@ -1016,6 +1101,31 @@ fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, ConfigError
             Some(RedirectConfig { listen: addr })
         }
     };
+    let policy = match raw.selection.policy.as_str() {
+        "pooled" => SelectionPolicy::Pooled,
+        "ecss" => SelectionPolicy::Ecss,
+        other => {
+            return Err(invalid(
+                "selection.policy",
+                format!("\"{other}\""),
+                "\"pooled\" or \"ecss\"",
+            ))
+        }
+    };
+    if raw.selection.notify_flight_time_ms > 10_000 {
+        return Err(invalid(
+            "selection.notify_flight_time_ms",
+            raw.selection.notify_flight_time_ms.to_string(),
+            "milliseconds, 0 to 10000",
+        ));
+    }
+    if !(1..=86_400).contains(&raw.selection.release_window_secs) {
+        return Err(invalid(
+            "selection.release_window_secs",
+            raw.selection.release_window_secs.to_string(),
+            "seconds, 1 to 86400",
+        ));
+    }
     Ok(CollectorConfig {
         http,
         redirect,
@@ -1050,6 +1160,11 @@ fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, ConfigError
             existing_conference_threshold: f64::from(raw.legs.existing_conference_threshold)
                 / 100.0,
             new_conference_threshold: f64::from(raw.legs.new_conference_threshold) / 100.0,
+        },
+        selection: SelectionConfig {
+            policy,
+            notify_flight_time: Duration::from_millis(raw.selection.notify_flight_time_ms),
+            release_window: Duration::from_secs(raw.selection.release_window_secs),
         },
     })
 }

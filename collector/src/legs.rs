@@ -187,6 +187,9 @@ pub struct LegTable {
     /// Conference number → (MSR number, legs of the conference on it).
     hosts: HashMap<u32, Vec<(u32, u32)>>,
     live: usize,
+    /// When a release last ended a live leg: whether the core reports leg
+    /// ends at all (SPEC §10's policy needs them).
+    last_release: Option<Instant>,
 }
 
 impl LegTable {
@@ -204,6 +207,7 @@ impl LegTable {
             conferences: Names::default(),
             hosts: HashMap::new(),
             live: 0,
+            last_release: None,
         }
     }
 
@@ -277,6 +281,37 @@ impl LegTable {
     /// `call_id`; returns how many live legs ended (0: none was live, which
     /// is harmless).
     pub fn release(&mut self, call_id: &str, leg: Option<&str>) -> usize {
+        self.release_each(call_id, leg, |_| {})
+    }
+
+    /// Like [`release`](Self::release) at `now`, telling `on_end` the MSR
+    /// of each leg that ended (SPEC §10's estimate counts them) and
+    /// remembering `now` as the last release when one did.
+    pub fn release_at(
+        &mut self,
+        now: Instant,
+        call_id: &str,
+        leg: Option<&str>,
+        on_end: impl FnMut(&str),
+    ) -> usize {
+        let ended = self.release_each(call_id, leg, on_end);
+        if ended > 0 {
+            self.last_release = Some(now);
+        }
+        ended
+    }
+
+    /// When a release last ended a live leg (`None`: never since start).
+    pub fn last_release(&self) -> Option<Instant> {
+        self.last_release
+    }
+
+    fn release_each(
+        &mut self,
+        call_id: &str,
+        leg: Option<&str>,
+        mut on_end: impl FnMut(&str),
+    ) -> usize {
         let mut ended = 0;
         loop {
             let slot = match leg {
@@ -286,6 +321,9 @@ impl LegTable {
             let Some(slot) = slot else {
                 break;
             };
+            if let Some(e) = self.entry(slot) {
+                on_end(self.msrs.name(e.msr));
+            }
             self.remove_slot(slot);
             ended += 1;
             if leg.is_some() {

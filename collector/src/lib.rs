@@ -29,6 +29,7 @@ pub mod cluster;
 pub mod config;
 pub mod daemon_cli;
 pub mod error;
+pub mod estimate;
 pub mod health;
 pub mod http;
 pub mod legs;

@@ -58,6 +58,7 @@ use std::time::Duration;
 use msr_shared::event_package::LoadReport;
 use tokio::time::Instant;
 
+use crate::estimate::{SinceReport, DEFAULT_NOTIFY_FLIGHT_TIME};
 use crate::health::Health;
 use crate::operator::{MsrSettings, OperatorConfig};
 use crate::topology::SiteDistances;
@@ -250,6 +251,9 @@ struct MsrEntry {
     subscription: Option<SubscriptionView>,
     /// Operator settings in effect (copied from [`OperatorConfig`]).
     settings: MsrSettings,
+    /// This collector's placements and releases on the MSR not yet in a
+    /// report (SPEC §10; the one owner of these counts).
+    since_report: SinceReport,
 }
 
 impl MsrEntry {
@@ -271,6 +275,9 @@ impl MsrEntry {
             performance_coefficient: self.settings.performance_coefficient,
             load_limit: self.settings.load_limit,
             load: self.load.as_ref().map(|(report, _)| report.load.min(100)),
+            calls: self.load.as_ref().map(|(report, _)| report.calls),
+            max_calls: self.load.as_ref().map_or(0, |(report, _)| report.max_calls),
+            net_since_report: self.since_report.net(),
             // `now - at > limit` exactly when `now > at + limit`; a sum past
             // the end of time is never reached.
             stale_after: self.load.as_ref().and_then(|(_, at)| at.checked_add(limit)),
@@ -289,6 +296,12 @@ struct MsrSelection {
     load_limit: u8,
     /// Last reported load, capped at 100.
     load: Option<u8>,
+    /// Last reported `calls` (SPEC §10's estimate starts from it).
+    calls: Option<u32>,
+    /// Last reported `max-calls` (0 before a report).
+    max_calls: u32,
+    /// This collector's legs placed minus ended since that report.
+    net_since_report: i32,
     /// The last report is stale once `now` is past this: its arrival plus
     /// the subscription's expiry. `None`: no report, or never stale.
     stale_after: Option<Instant>,
@@ -459,6 +472,8 @@ pub struct LoadTable {
     sites: SiteNames,
     /// Per-MSR state by MSR name.
     msrs: BTreeMap<String, MsrEntry>,
+    /// How long a NOTIFY is assumed to fly (SPEC §10's compensation).
+    notify_flight_time: Duration,
 }
 
 impl LoadTable {
@@ -470,6 +485,30 @@ impl LoadTable {
             by_zone: HashMap::new(),
             sites: SiteNames::default(),
             msrs: BTreeMap::new(),
+            notify_flight_time: DEFAULT_NOTIFY_FLIGHT_TIME,
+        }
+    }
+
+    /// Sets the NOTIFY flight time a report is compensated for (SPEC §10,
+    /// `[selection] notify_flight_time_ms`).
+    pub fn set_notify_flight_time(&mut self, flight: Duration) {
+        self.notify_flight_time = flight;
+    }
+
+    /// This collector placed a leg on `msr` at `at` (SPEC §10: counted
+    /// until a report covers it). An MSR not in the table is ignored.
+    pub fn note_placed(&mut self, msr: &str, at: Instant) {
+        if let Some(entry) = self.msrs.get_mut(msr) {
+            entry.since_report.placed(at);
+            self.refresh_msr(msr);
+        }
+    }
+
+    /// A leg of this collector on `msr` was released at `at` (SPEC §10).
+    pub fn note_ended(&mut self, msr: &str, at: Instant) {
+        if let Some(entry) = self.msrs.get_mut(msr) {
+            entry.since_report.ended(at);
+            self.refresh_msr(msr);
         }
     }
 
@@ -626,7 +665,10 @@ impl LoadTable {
     /// Records a load report (NOTIFY body, SPEC §4) received at `at`.
     /// `report.load` above 100 is read as 100.
     pub fn set_load(&mut self, msr: &str, report: LoadReport, at: Instant) {
-        self.msr_entry(msr).load = Some((report, at));
+        let flight = self.notify_flight_time;
+        let entry = self.msr_entry(msr);
+        entry.since_report.report(at, flight);
+        entry.load = Some((report, at));
         self.refresh_msr(msr);
     }
 
@@ -866,6 +908,19 @@ impl LoadTable {
     }
 }
 
+/// The inputs of the `pooled` estimate of one MSR (SPEC §10).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EstimateInputs {
+    /// `calls` of the last report (`None` before one).
+    pub calls: Option<u32>,
+    /// `max-calls` of the last report (0 before one).
+    pub max_calls: u32,
+    /// This collector's legs placed minus ended since that report.
+    pub net_since_report: i32,
+    /// The operator's performance coefficient.
+    pub performance_coefficient: f64,
+}
+
 /// Selection's read access to one zone of a [`LoadTable`] (SPEC §7 steps
 /// 1–4), from [`LoadTable::zone`].
 ///
@@ -1008,6 +1063,20 @@ impl<'a> ZoneView<'a> {
     /// MSR inactive or the contact unhealthy).
     pub fn candidate(&self, position: usize, now: Instant) -> Option<Candidate<'a>> {
         self.members.get(position)?.candidate(self.sites, now)
+    }
+
+    /// What the `pooled` policy's estimate reads of the member's MSR
+    /// (SPEC §10); `None` for a position out of range.
+    pub fn estimate_inputs(&self, position: usize) -> Option<EstimateInputs> {
+        self.members.get(position).map(|m| {
+            let s = &m.msr_selection;
+            EstimateInputs {
+                calls: s.calls,
+                max_calls: s.max_calls,
+                net_since_report: s.net_since_report,
+                performance_coefficient: s.performance_coefficient,
+            }
+        })
     }
 
     /// The load (capped at 100; `None` before the first report) and the

@@ -42,6 +42,41 @@
 //! [`Explanation`]); a contact whose site is not declared is at infinite
 //! distance.
 //!
+//! # The `pooled` policy (SPEC §10)
+//!
+//! With [`Policy::Pooled`] a plain leg is not drawn: after steps 1–4 and
+//! admission, each admitted MSR's sessions are estimated as the `calls` of
+//! its last report plus G × (this collector's legs placed on it minus legs
+//! on it released, since that report less the NOTIFY's flight,
+//! [`crate::estimate`]), and the MSR with the lowest estimated occupancy
+//! `estimate / max-calls` is taken, ties at random (uniformly, one draw per
+//! tie).
+//!
+//! Capacity. SPEC §10 names the capacity `max-calls` × performance
+//! coefficient. In §7 the coefficient turns a percentage of free load into
+//! an absolute size; `max-calls` already is the absolute size, so
+//! multiplying by the coefficient as well counts an MSR's size twice: in
+//! scenario B of BALANCING.md (MSRs of 100 to 400 sessions, coefficients 1
+//! to 4) the big MSRs then still rank first when full (400 / 1600 < 26 /
+//! 100) and 11.7 % of the calls are lost (`msr-sim`, G = 3). The capacity
+//! is therefore `max-calls` alone; the coefficient acts through §7 (and
+//! the `ecss` fallback), and an operator who wants an MSR to take less sets
+//! its load limit. An MSR without a report yet ranks
+//! last (its capacity is unknown; it gets a leg only when every admitted
+//! MSR is unreported, e.g. just after a restart).
+//!
+//! The estimate ranks; it never refuses. The refusal stays §7's: a leg is
+//! refused `msr_overloaded` only when every candidate *reports* load at or
+//! above its load limit. An estimate at or above capacity is still an
+//! estimate (G × this collector's share stands for the other core hosts'),
+//! and refusing on it would turn its errors into lost calls, while a leg
+//! sent to an MSR that is in fact full fails exactly as a refusal would.
+//! Conference legs keep their §9 rules under either policy.
+//!
+//! Which policy a query uses is the caller's decision (the collector falls
+//! back to [`Policy::Ecss`] when the core does not release legs,
+//! `admin::effective_policy`).
+//!
 //! Architecture invariant: pure. No clock (`now` is part of [`Query`]), no
 //! socket, no RNG of its own (the caller passes one, or a fixed draw).
 
@@ -68,8 +103,32 @@ pub struct Query {
     pub msr: Option<String>,
     /// What the leg is held to beyond §7 (SPEC §9).
     pub admission: Admission,
+    /// How the admitted MSRs of a plain leg are ranked (SPEC §7, §10).
+    pub policy: Policy,
     /// The time at which registrations and staleness are judged.
     pub now: Instant,
+}
+
+/// How a plain leg's MSR is chosen among the admitted ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// SPEC §7 step 5: the draw weighted by `(100 − load) × coefficient`.
+    Ecss,
+    /// SPEC §10: the lowest estimated occupancy (module docs).
+    Pooled {
+        /// G, the number of core hosts placing legs on these MSRs (≥ 1).
+        core_hosts: u32,
+    },
+}
+
+impl Policy {
+    /// `ecss` or `pooled`, as in the config file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Ecss => "ecss",
+            Policy::Pooled { .. } => "pooled",
+        }
+    }
 }
 
 /// What a leg is held to beyond §7 (SPEC §9, module docs).
@@ -104,6 +163,8 @@ pub enum Rule {
     /// §9: the first in the conference's preference order below the
     /// new-conference threshold.
     NewConference,
+    /// §10: the lowest estimated occupancy (`pooled` policy).
+    Pooled,
 }
 
 impl Rule {
@@ -113,6 +174,7 @@ impl Rule {
             Rule::Draw => "draw",
             Rule::ExistingConference => "existing_conference",
             Rule::NewConference => "new_conference",
+            Rule::Pooled => "pooled",
         }
     }
 }
@@ -557,7 +619,7 @@ fn run<R: Rng + ?Sized>(
     table: &LoadTable,
     topology: &Topology,
     query: &Query,
-    draw: Draw<'_, R>,
+    mut draw: Draw<'_, R>,
     record: bool,
 ) -> Result<Explanation, DrawOutOfRange> {
     let mut explanation = Explanation {
@@ -587,6 +649,15 @@ fn run<R: Rng + ?Sized>(
         threshold,
         chosen,
     } = admit(&view, query, steps.kept.clone());
+    // §10: the `pooled` policy ranks a plain leg's admitted MSRs instead of
+    // the draw (module docs).
+    let pooled = match (query.policy, rule) {
+        (Policy::Pooled { core_hosts }, Rule::Draw) if !kept.is_empty() => {
+            pooled_pick(&view, &kept, core_hosts, &mut draw)
+        }
+        _ => None,
+    };
+    let rule = if pooled.is_some() { Rule::Pooled } else { rule };
     explanation.rule = rule;
     explanation.threshold = threshold;
 
@@ -626,6 +697,8 @@ fn run<R: Rng + ?Sized>(
         // the candidates instead of as an empty `[b, b)`.
         explanation.intervals = kept
             .iter()
+            // `pooled` draws nothing: no interval table.
+            .filter(|_| pooled.is_none())
             .filter_map(|&position| view.candidate(position, query.now))
             .filter(|c| weight((c.load, c.performance_coefficient)).1 > 0.0)
             .map(|c| {
@@ -673,6 +746,21 @@ fn run<R: Rng + ?Sized>(
             }),
             None => Err(Refusal::MsrNotFound),
         }
+    } else if let Some(i) = pooled {
+        match view.candidate(kept[i], query.now) {
+            Some(c) => Ok(Choice {
+                msr: c.msr.to_owned(),
+                contact: c.contact.to_owned(),
+                uri: c.uri.to_owned(),
+                engine: c.engine,
+                media_bridge: explanation.media_bridge,
+                distance: min_distance.unwrap_or(0.0),
+                draw: 0.0,
+                total: 0.0,
+                rule: Rule::Pooled,
+            }),
+            None => Err(Refusal::MsrNotFound),
+        }
     } else if total <= 0.0 {
         Err(Refusal::MsrOverloaded)
     } else if !total.is_finite() {
@@ -702,6 +790,60 @@ fn run<R: Rng + ?Sized>(
         }
     };
     Ok(explanation)
+}
+
+/// The estimated occupancy of the MSR at `position` (SPEC §10, module
+/// docs): `(calls + G × net) / max-calls`, never below 0;
+/// infinite without a report or with no capacity, so such an MSR ranks last.
+#[inline]
+fn estimated_occupancy(view: &ZoneView<'_>, position: usize, core_hosts: u32) -> f64 {
+    let Some(inputs) = view.estimate_inputs(position) else {
+        return f64::INFINITY;
+    };
+    let Some(calls) = inputs.calls else {
+        return f64::INFINITY;
+    };
+    // The capacity is the MSR's own `max-calls`: the coefficient is not
+    // multiplied in again (module docs, "Capacity").
+    let capacity = f64::from(inputs.max_calls);
+    if capacity <= 0.0 {
+        return f64::INFINITY;
+    }
+    let estimate =
+        f64::from(calls) + f64::from(core_hosts.max(1)) * f64::from(inputs.net_since_report);
+    estimate.max(0.0) / capacity
+}
+
+/// The index into `kept` of the lowest estimated occupancy; ties at
+/// random (reservoir sampling: the k-th equal one replaces the choice with
+/// probability 1/k), or the first of them with a fixed draw.
+fn pooled_pick<R: Rng + ?Sized>(
+    view: &ZoneView<'_>,
+    kept: &[usize],
+    core_hosts: u32,
+    draw: &mut Draw<'_, R>,
+) -> Option<usize> {
+    let mut best: Option<(usize, f64)> = None;
+    let mut ties = 0_u32;
+    for (i, &position) in kept.iter().enumerate() {
+        let occupancy = estimated_occupancy(view, position, core_hosts);
+        match best {
+            Some((_, b)) if occupancy > b => {}
+            Some((_, b)) if occupancy == b => {
+                ties += 1;
+                if let Draw::Random(rng) = draw {
+                    if rng.gen_range(0..ties) == 0 {
+                        best = Some((i, occupancy));
+                    }
+                }
+            }
+            _ => {
+                best = Some((i, occupancy));
+                ties = 1;
+            }
+        }
+    }
+    best.map(|(i, _)| i)
 }
 
 /// What admission (module docs) made of the nearest contacts.

@@ -335,6 +335,7 @@ pub async fn start(
     };
     let local = format!("sip:collector@{sip_addr}");
     let mut table = LoadTable::new(config.node.clone());
+    table.set_notify_flight_time(config.selection.notify_flight_time);
     table.apply_operator(&operator, &config.defaults.zone, &config.defaults.site);
     let mut subscriber = Subscriber::new(SubscriberConfig {
         local_uri: local.clone(),
@@ -357,6 +358,7 @@ pub async fn start(
             subscription_expires_secs: config.subscription.expires,
             existing_conference_threshold: config.legs.existing_conference_threshold,
             new_conference_threshold: config.legs.new_conference_threshold,
+            selection: config.selection,
         },
         legs: LegTable::new(config.legs.max_duration),
         rng: StdRng::from_entropy(),
@@ -699,6 +701,7 @@ impl Shell {
             defaults: &self.admin_defaults,
             rng: &mut self.rng,
             legs: &mut self.legs,
+            core_hosts: self.cluster.core_hosts(),
         };
         let kind = match &command.request {
             Request::Select { .. } => Counted::Selection,

@@ -762,6 +762,8 @@ pub enum SelectionRule {
     NewConference,
     /// The leg's MSR again (a live leg).
     Sticky,
+    /// The lowest estimated occupancy (SPEC §10, the `pooled` policy).
+    Pooled,
 }
 
 /// A changed setting.

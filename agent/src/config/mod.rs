@@ -273,6 +273,12 @@ pub struct AgentSettings {
     /// `notify-min-interval-ms` (1000 to 3600000): minimum milliseconds between two NOTIFYs of
     /// one subscription; default [`DEFAULT_NOTIFY_MIN_INTERVAL_MS`] (SPEC §4).
     pub notify_min_interval_ms: u64,
+    /// `notify-high-water` (1 to 101): at or above this `load`, percent,
+    /// every change of `calls` is notified (still at most one NOTIFY per
+    /// `notify-min-interval-ms`); default
+    /// [`DEFAULT_HIGH_WATER`](crate::notifier::DEFAULT_HIGH_WATER) (SPEC §4,
+    /// §10). 101 turns the rule off.
+    pub notify_high_water: u8,
     /// `sample-interval-ms` (100 to 60000): milliseconds between two load samples;
     /// default [`DEFAULT_SAMPLE_INTERVAL_MS`]. It is also the CPU sampling
     /// window.
@@ -297,6 +303,7 @@ impl Default for AgentSettings {
             max_subscription_expires: DEFAULT_MAX_SUBSCRIPTION_EXPIRES,
             calls_source: CallsSource::ProcNetUdp,
             notify_min_interval_ms: DEFAULT_NOTIFY_MIN_INTERVAL_MS,
+            notify_high_water: crate::notifier::DEFAULT_HIGH_WATER,
             sample_interval_ms: DEFAULT_SAMPLE_INTERVAL_MS,
             node_name: None,
             sip_port: 0,
@@ -313,6 +320,7 @@ impl AgentSettings {
         "max-subscription-expires",
         "calls-source",
         "notify-min-interval-ms",
+        "notify-high-water",
         "sample-interval-ms",
         "node-name",
         "sip-port",

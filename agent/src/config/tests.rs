@@ -472,7 +472,7 @@ fn agent_element_is_parsed_strictly() -> TestResult {
         &doc(
             GOOD_GENERAL,
             r#"<agent register-expires="60" max-subscription-expires="120" calls-source="fixed:7"
-                notify-min-interval-ms="1500" sample-interval-ms="250" node-name="core1@ecss1"
+                notify-min-interval-ms="1500" notify-high-water="90" sample-interval-ms="250" node-name="core1@ecss1"
                 sip-port="5090" log-file="/var/log/msr-agent/msr-agent.log"/>"#,
         ),
         origin(),
@@ -484,6 +484,7 @@ fn agent_element_is_parsed_strictly() -> TestResult {
             max_subscription_expires: 120,
             calls_source: CallsSource::Fixed(7),
             notify_min_interval_ms: 1500,
+            notify_high_water: 90,
             sample_interval_ms: 250,
             node_name: Some("core1@ecss1".to_owned()),
             sip_port: 5090,
@@ -494,7 +495,7 @@ fn agent_element_is_parsed_strictly() -> TestResult {
     assert_eq!(
         m,
         "config-examples/bad.xml:6:3: <agent expires>: unknown attribute, accepted: register-expires, \
-         max-subscription-expires, calls-source, notify-min-interval-ms, sample-interval-ms, node-name, \
+         max-subscription-expires, calls-source, notify-min-interval-ms, notify-high-water, sample-interval-ms, node-name, \
          sip-port, log-file"
     );
     assert!(err(&doc(GOOD_GENERAL, r#"<agent calls-source="socket"/>"#))
@@ -778,6 +779,8 @@ fn interleaved_account_elements() {
 #[test]
 fn rate_limits_cannot_be_disabled() {
     // SPEC §4: at most one NOTIFY per second per subscription.
+    let m = err(&doc(GOOD_GENERAL, r#"<agent notify-high-water="0"/>"#));
+    assert!(m.contains("notify-high-water") && m.contains("101"), "{m}");
     let m = err(&doc(GOOD_GENERAL, r#"<agent notify-min-interval-ms="0"/>"#));
     assert!(
         m.contains("notify-min-interval-ms") && m.contains("1000"),

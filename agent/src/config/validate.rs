@@ -463,6 +463,11 @@ fn agent(cx: &Ctx<'_>, raw: &RawAgent) -> Result<AgentSettings, ConfigError> {
         None => d.notify_min_interval_ms,
         Some(v) => cx.int::<u64>(v, E, "notify-min-interval-ms", 1000, 3_600_000)?,
     };
+    // 101 is above any load: the high-water rule off (SPEC §4).
+    let notify_high_water = match raw.notify_high_water.as_deref() {
+        None => d.notify_high_water,
+        Some(v) => cx.int::<u8>(v, E, "notify-high-water", 1, 101)?,
+    };
     let sample_interval_ms = match raw.sample_interval_ms.as_deref() {
         None => d.sample_interval_ms,
         Some(v) => cx.int::<u64>(v, E, "sample-interval-ms", 100, 60_000)?,
@@ -504,6 +509,7 @@ fn agent(cx: &Ctx<'_>, raw: &RawAgent) -> Result<AgentSettings, ConfigError> {
         max_subscription_expires,
         calls_source,
         notify_min_interval_ms,
+        notify_high_water,
         sample_interval_ms,
         node_name,
         // Resolved by `validate` once `<transport>` is known.

@@ -140,6 +140,8 @@ pub(super) struct RawAgent {
     pub(super) calls_source: Option<String>,
     #[serde(rename = "@notify-min-interval-ms")]
     pub(super) notify_min_interval_ms: Option<String>,
+    #[serde(rename = "@notify-high-water")]
+    pub(super) notify_high_water: Option<String>,
     #[serde(rename = "@sample-interval-ms")]
     pub(super) sample_interval_ms: Option<String>,
     #[serde(rename = "@node-name")]

@@ -13,6 +13,7 @@ const MS: fn(u64) -> Duration = Duration::from_millis;
 fn config() -> NotifierConfig {
     NotifierConfig {
         load_delta: 10,
+        high_water: DEFAULT_HIGH_WATER,
         notify_min_interval: MS(1000),
         max_expires: 3600,
         contact_host_port: "127.0.0.1:5070".into(),
@@ -335,6 +336,8 @@ fn a_held_change_that_reverted_is_not_sent() {
 fn the_100_edge_is_always_reported() {
     let mut cfg = config();
     cfg.load_delta = 50;
+    // The high-water rule off, so that only the edges count here.
+    cfg.high_water = 101;
     let t0 = Instant::now();
     let mut n = Notifier::new(cfg, sample(98));
     n.handle_request(t0, &subscribe("c1", None, 1, Some(600), EVENT))
@@ -584,4 +587,90 @@ fn subscriptions_are_capped_and_the_excess_gets_503_with_retry_after() {
         drain(&mut n).is_empty(),
         "no NOTIFY for a refused subscription"
     );
+}
+
+fn sample_calls(load: u8, calls: u32) -> Sample {
+    Sample {
+        load,
+        cpu: 5,
+        calls,
+        max_calls: 1000,
+    }
+}
+
+#[test]
+fn every_change_of_calls_at_or_above_the_high_water_mark_is_notified() {
+    let (mut n, t0, _) = subscribed(600);
+    // Last sent: load 30. At 85 % (a move ≥ load-delta) the first NOTIFY.
+    n.on_sample(t0 + MS(2000), sample_calls(85, 850));
+    assert_eq!(body(&drain(&mut n)[0]).calls, 850);
+    // One call more, load unchanged: near the top every call counts.
+    n.on_sample(t0 + MS(3000), sample_calls(85, 851));
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(body(&sent[0]).calls, 851);
+    // No change of calls: nothing.
+    n.on_sample(t0 + MS(4000), sample_calls(85, 851));
+    assert!(drain(&mut n).is_empty());
+    // The step back below the mark is reported (the last NOTIFY was above).
+    n.on_sample(t0 + MS(5000), sample_calls(79, 799));
+    assert_eq!(body(&drain(&mut n)[0]).load, 79);
+    // Below the mark, a change of calls within load-delta is not.
+    n.on_sample(t0 + MS(6000), sample_calls(78, 780));
+    assert!(drain(&mut n).is_empty());
+}
+
+#[test]
+fn high_water_changes_are_still_at_most_one_per_second_and_coalesced() {
+    let (mut n, t0, _) = subscribed(600);
+    n.on_sample(t0 + MS(2000), sample_calls(90, 900));
+    assert_eq!(drain(&mut n).len(), 1);
+    // Three changes inside the window: held, then one NOTIFY with the latest.
+    n.on_sample(t0 + MS(2100), sample_calls(90, 901));
+    n.on_sample(t0 + MS(2500), sample_calls(90, 902));
+    n.on_sample(t0 + MS(2900), sample_calls(90, 903));
+    assert!(drain(&mut n).is_empty());
+    assert_eq!(n.poll_timeout(), Some(t0 + MS(3000)));
+    n.handle_timeout(t0 + MS(3000));
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(body(&sent[0]).calls, 903);
+    // A change that reverted inside the window is not sent.
+    n.on_sample(t0 + MS(3200), sample_calls(90, 904));
+    n.on_sample(t0 + MS(3400), sample_calls(90, 903));
+    n.handle_timeout(t0 + MS(4000));
+    assert!(drain(&mut n).is_empty());
+}
+
+#[test]
+fn a_high_water_mark_of_101_turns_the_rule_off() {
+    let mut cfg = config();
+    cfg.high_water = 101;
+    let rule = NotifyRule {
+        load_delta: cfg.load_delta,
+        high_water: cfg.high_water,
+        min_interval: cfg.notify_min_interval,
+    };
+    let last = Some(Reported {
+        load: 95,
+        calls: 950,
+    });
+    assert!(!rule.worth_notifying(
+        last,
+        Reported {
+            load: 95,
+            calls: 951
+        }
+    ));
+    let on = NotifyRule {
+        high_water: DEFAULT_HIGH_WATER,
+        ..rule
+    };
+    assert!(on.worth_notifying(
+        last,
+        Reported {
+            load: 95,
+            calls: 951
+        }
+    ));
 }

@@ -40,6 +40,7 @@ impl Harness {
             defaults: &self.defaults,
             rng: &mut self.rng,
             legs: &mut self.legs,
+            core_hosts: 1,
         };
         handle(request, &mut ctx, &self.store, now)
     }
@@ -1190,4 +1191,59 @@ fn conference_legs_follow_their_host_and_load_limits_are_set() {
             .map(|m| m.load_limit),
         Some(90)
     );
+}
+
+#[test]
+fn pooled_applies_to_named_legs_while_the_core_releases_legs() {
+    use crate::config::{SelectionConfig, SelectionPolicy};
+    let t0 = Instant::now();
+    let pooled = SelectionConfig::default();
+    let at = |secs| t0 + Duration::from_secs(secs);
+    let g3 = select::Policy::Pooled { core_hosts: 3 };
+    assert_eq!(effective_policy(&pooled, true, Some(t0), at(10), 3), g3);
+    // No release yet (a start), none within the window, no call_id: ecss.
+    assert_eq!(
+        effective_policy(&pooled, true, None, t0, 3),
+        select::Policy::Ecss
+    );
+    assert_eq!(
+        effective_policy(&pooled, true, Some(t0), at(61), 3),
+        select::Policy::Ecss
+    );
+    assert_eq!(
+        effective_policy(&pooled, false, Some(t0), at(1), 3),
+        select::Policy::Ecss
+    );
+    let ecss = SelectionConfig {
+        policy: SelectionPolicy::Ecss,
+        ..pooled
+    };
+    assert_eq!(
+        effective_policy(&ecss, true, Some(t0), at(1), 3),
+        select::Policy::Ecss
+    );
+}
+
+#[test]
+fn a_release_through_the_control_protocol_enables_pooled_and_counts_down() {
+    let mut h = Harness::new();
+    let t0 = Instant::now();
+    assert_eq!(h.legs.last_release(), None);
+    h.legs.bind(
+        t0,
+        crate::legs::LegKey {
+            call_id: "c1",
+            leg: None,
+        },
+        "msr_1",
+        "lo@msr_1",
+        None,
+    );
+    let released = h.legs.release_at(t0, "c1", None, |_| {});
+    assert_eq!(released, 1);
+    assert_eq!(h.legs.last_release(), Some(t0));
+    // A release of nothing live is not a release.
+    h.legs
+        .release_at(t0 + Duration::from_secs(5), "c1", None, |_| {});
+    assert_eq!(h.legs.last_release(), Some(t0));
 }

@@ -492,6 +492,9 @@ pub fn explain(explain: &Explain) -> String {
             "Rule new_conference: the conference's first msr by preference below {}% of its load limit (no draw)\n",
             number(explain.threshold.unwrap_or(0.0))
         )),
+        (SelectionRule::Pooled, _) => out.push_str(
+            "Rule pooled: the lowest estimated occupancy, calls + G x (placed - released since the report) over max-calls x coefficient (no draw)\n",
+        ),
     }
     out
 }
@@ -531,6 +534,7 @@ pub fn selection(selection: &Selection) -> String {
             SelectionRule::Draw | SelectionRule::Sticky => "sticky",
             SelectionRule::ExistingConference => "existing_conference",
             SelectionRule::NewConference => "new_conference",
+            SelectionRule::Pooled => "pooled",
         };
         out.push_str(&format!(" rule         {rule}\n"));
     }

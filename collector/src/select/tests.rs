@@ -98,6 +98,7 @@ impl World {
             msr: msr.map(Into::into),
             now: self.now,
             admission: Admission::Plain,
+            policy: Policy::Ecss,
         }
     }
 
@@ -1163,4 +1164,164 @@ fn nothing_healthy_left_is_refused_as_msr_unhealthy() {
         .table
         .apply_operator(&world.operator, "default", "local");
     assert_eq!(world.pick(&query).map(|c| c.msr), Ok("msr_1".to_owned()));
+}
+
+impl World {
+    /// A report of `calls` of `max_calls` sessions for `msr` at `at`.
+    fn report(&mut self, msr: &str, calls: u32, max_calls: u32, at: Instant) -> &mut Self {
+        let load = u8::try_from(calls * 100 / max_calls.max(1)).unwrap_or(100);
+        let report = LoadReport {
+            msr: msr.into(),
+            load,
+            cpu: 0,
+            calls,
+            max_calls,
+        };
+        self.table.set_load(msr, report, at);
+        self
+    }
+
+    fn pooled(&self, core_hosts: u32) -> Query {
+        Query {
+            policy: Policy::Pooled { core_hosts },
+            ..self.query("default", "local", None)
+        }
+    }
+}
+
+/// Three MSRs at `local` reporting 50, 40 and 60 calls of 100.
+fn three_reported() -> World {
+    let mut w = World::new();
+    let t = w.now;
+    for (contact, msr, calls) in [
+        ("lo@msr_1", "msr_1", 50),
+        ("lo@msr_2", "msr_2", 40),
+        ("lo@msr_3", "msr_3", 60),
+    ] {
+        w.contact(c(contact, "default", "local"))
+            .report(msr, calls, 100, t);
+    }
+    w
+}
+
+#[test]
+fn pooled_takes_the_lowest_reported_occupancy() {
+    let w = three_reported();
+    let choice = w.pick(&w.pooled(1)).expect("choice");
+    assert_eq!((choice.msr.as_str(), choice.rule), ("msr_2", Rule::Pooled));
+}
+
+#[test]
+fn pooled_counts_placements_since_the_report_times_the_core_hosts() {
+    let mut w = three_reported();
+    let t = w.now;
+    // Four legs on msr_2 since its report: 40 + 4 = 44 < 50 with G = 1,
+    // 40 + 3 x 4 = 52 > 50 with G = 3.
+    for i in 1..=4 {
+        w.table
+            .note_placed("msr_2", t + Duration::from_millis(100 * i));
+    }
+    assert_eq!(w.pick(&w.pooled(1)).expect("choice").msr, "msr_2");
+    assert_eq!(w.pick(&w.pooled(3)).expect("choice").msr, "msr_1");
+    // Releases since the report count down, those of earlier legs too.
+    for i in 5..=9 {
+        w.table
+            .note_ended("msr_1", t + Duration::from_millis(100 * i));
+    }
+    assert_eq!(w.pick(&w.pooled(3)).expect("choice").msr, "msr_1");
+}
+
+#[test]
+fn pooled_forgets_events_a_newer_report_covers_but_not_those_in_flight() {
+    let mut w = three_reported();
+    let t = w.now;
+    for i in 1..=20 {
+        w.table.note_placed("msr_2", t + Duration::from_millis(i));
+    }
+    assert_eq!(w.pick(&w.pooled(1)).expect("choice").msr, "msr_1");
+    // A report sent at +30 ms (arriving at +50 ms, flight 20 ms) covers
+    // them: msr_2 reports 45, the lowest again.
+    w.report("msr_2", 45, 100, t + Duration::from_millis(50));
+    assert_eq!(w.pick(&w.pooled(1)).expect("choice").msr, "msr_2");
+    // A placement 10 ms before the next report's arrival is in flight: kept.
+    w.table.note_placed("msr_2", t + Duration::from_millis(90));
+    w.table.note_placed("msr_2", t + Duration::from_millis(91));
+    w.table.note_placed("msr_2", t + Duration::from_millis(92));
+    w.table.note_placed("msr_2", t + Duration::from_millis(93));
+    w.table.note_placed("msr_2", t + Duration::from_millis(94));
+    w.table.note_placed("msr_2", t + Duration::from_millis(95));
+    w.report("msr_2", 45, 100, t + Duration::from_millis(100));
+    assert_eq!(
+        w.pick(&w.pooled(1)).expect("choice").msr,
+        "msr_1",
+        "45 + 6 > 50"
+    );
+}
+
+#[test]
+fn pooled_divides_by_max_calls_not_by_the_coefficient_again() {
+    let mut w = World::new();
+    let t = w.now;
+    w.contact(c("lo@small", "default", "local"))
+        .report("small", 30, 100, t);
+    w.contact(c("lo@big", "default", "local"))
+        .report("big", 100, 200, t);
+    // 30 / 100 < 100 / 200.
+    assert_eq!(w.pick(&w.pooled(1)).expect("choice").msr, "small");
+    // A coefficient of 2 on big (its size, already in max-calls) changes
+    // nothing: a full big MSR must never look emptier than a small one.
+    w.coefficient("big", 2.0);
+    assert_eq!(w.pick(&w.pooled(1)).expect("choice").msr, "small");
+}
+
+#[test]
+fn pooled_breaks_ties_at_random_and_ranks_unreported_last() {
+    let mut w = World::new();
+    let t = w.now;
+    for (contact, msr) in [("lo@a", "a"), ("lo@b", "b"), ("lo@c", "c")] {
+        w.contact(c(contact, "default", "local"))
+            .report(msr, 10, 100, t);
+    }
+    w.contact(c("lo@fresh", "default", "local"));
+    let mut rng = StdRng::seed_from_u64(3);
+    let mut seen = BTreeMap::new();
+    for _ in 0..300 {
+        let choice =
+            select(&w.table, w.operator.topology(), &w.pooled(1), &mut rng).expect("choice");
+        *seen.entry(choice.msr).or_insert(0) += 1;
+    }
+    assert_eq!(
+        seen.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["a", "b", "c"]
+    );
+    assert!(seen.values().all(|n| *n > 70), "{seen:?}");
+}
+
+#[test]
+fn pooled_refuses_only_when_every_msr_reports_full() {
+    let mut w = World::new();
+    let t = w.now;
+    w.contact(c("lo@a", "default", "local"))
+        .report("a", 99, 100, t);
+    w.contact(c("lo@b", "default", "local"))
+        .report("b", 100, 100, t);
+    // Estimated over capacity, but a reports 99 %: it still gets the leg.
+    for i in 1..=5 {
+        w.table.note_placed("a", t + Duration::from_millis(i));
+    }
+    assert_eq!(w.pick(&w.pooled(3)).expect("choice").msr, "a");
+    w.report("a", 100, 100, t + Duration::from_millis(100));
+    assert_eq!(w.pick(&w.pooled(3)), Err(Refusal::MsrOverloaded));
+}
+
+#[test]
+fn ecss_ignores_the_estimate() {
+    let mut w = three_reported();
+    let t = w.now;
+    for i in 1..=50 {
+        w.table.note_placed("msr_2", t + Duration::from_millis(i));
+    }
+    let e = w.fixed(&w.query("default", "local", None), 58.0);
+    assert_eq!(e.rule, Rule::Draw);
+    assert_eq!(e.intervals.len(), 3);
 }
