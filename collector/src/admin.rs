@@ -37,7 +37,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{SelectionConfig, SelectionPolicy};
 use crate::health::Health;
-use crate::legs::{Bound, LegKey, LegTable};
+use crate::legs::{
+    key_problem, Bound, LegKey, LegTable, MAX_CALL_ID_LEN, MAX_LABEL_LEN, MAX_LIVE_LEGS,
+};
 use crate::load_table::{LoadTable, DEFAULT_SUBSCRIPTION_EXPIRES_SECS};
 use crate::operator::{OperatorConfig, OperatorError};
 use crate::select::{self, CandidateOutcome, Draw, Explanation, Query, Refusal};
@@ -384,6 +386,25 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
                     )
                 }
             };
+            if let Some(l) = &leg {
+                if let Some(refusal) =
+                    leg_key_refusal(&l.call_id, l.leg.as_deref(), l.conference.as_deref())
+                {
+                    return refusal;
+                }
+                let key = LegKey {
+                    call_id: &l.call_id,
+                    leg: l.leg.as_deref(),
+                };
+                if ctx.legs.len() >= MAX_LIVE_LEGS && ctx.legs.get(now, key).is_none() {
+                    return Response::error(
+                        ErrorCode::Unavailable,
+                        format!(
+                            "{MAX_LIVE_LEGS} legs are live: release legs (or wait for their maximum duration) before placing more"
+                        ),
+                    );
+                }
+            }
             let policy = effective_policy(
                 &ctx.defaults.selection,
                 leg.is_some(),
@@ -407,6 +428,9 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
             )
         }
         Request::Release { call_id, leg } => {
+            if let Some(refusal) = leg_key_refusal(&call_id, leg.as_deref(), None) {
+                return refusal;
+            }
             // Each ended leg leaves its MSR's estimate (SPEC §10).
             let table = &mut *ctx.table;
             let released = ctx.legs.release_at(now, &call_id, leg.as_deref(), |msr| {
@@ -697,6 +721,23 @@ fn wire_rule(rule: select::Rule) -> SelectionRule {
         select::Rule::NewConference => SelectionRule::NewConference,
         select::Rule::Pooled => SelectionRule::Pooled,
     }
+}
+
+/// An `invalid_value` answer for a Call-ID, leg label or conference id
+/// that [`key_problem`] refuses; `None` when all are acceptable.
+fn leg_key_refusal(call_id: &str, leg: Option<&str>, conference: Option<&str>) -> Option<Response> {
+    let checks = [
+        ("call_id", Some(call_id), MAX_CALL_ID_LEN),
+        ("leg", leg, MAX_LABEL_LEN),
+        ("conference", conference, MAX_LABEL_LEN),
+    ];
+    checks.into_iter().find_map(|(field, value, max)| {
+        let problem = key_problem(value?, max)?;
+        Some(Response::error(
+            ErrorCode::InvalidValue,
+            format!("{field} {problem}"),
+        ))
+    })
 }
 
 /// The leg a selection is for (SPEC §9).

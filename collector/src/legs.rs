@@ -40,6 +40,38 @@ use tokio::time::Instant;
 /// The maximum leg duration when the config sets none (SPEC §9: 4 h).
 pub const DEFAULT_MAX_DURATION: Duration = Duration::from_secs(4 * 3600);
 
+/// The most live legs the table holds (about 600 MiB at the measured 145
+/// bytes a leg): beyond it a new leg is refused, so a client that never
+/// releases cannot exhaust memory.
+pub const MAX_LIVE_LEGS: usize = 4_000_000;
+
+/// The longest Call-ID accepted, bytes (real ones are tens of bytes).
+pub const MAX_CALL_ID_LEN: usize = 256;
+
+/// The longest leg label or conference id accepted, bytes.
+pub const MAX_LABEL_LEN: usize = 128;
+
+/// Why a Call-ID, leg label or conference id is refused: empty, too long,
+/// or holding whitespace or control characters (a Call-ID is a SIP `word`,
+/// RFC 3261 §25.1; none of these is ever shown raw in a table or a log).
+pub fn key_problem(value: &str, max: usize) -> Option<String> {
+    if value.is_empty() {
+        return Some("is empty".to_owned());
+    }
+    if value.len() > max {
+        return Some(format!("is {} bytes, at most {max}", value.len()));
+    }
+    value
+        .chars()
+        .find(|c| c.is_control() || c.is_whitespace())
+        .map(|c| {
+            format!(
+                "holds U+{:04X} (no whitespace or control characters)",
+                u32::from(c)
+            )
+        })
+}
+
 /// What identifies a leg: the Call-ID the core uses for it and, when one
 /// Call-ID carries two legs, a label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -558,6 +590,24 @@ impl LegTable {
         self.contacts.release(entry.contact);
         self.free.push(slot);
         self.live = self.live.saturating_sub(1);
+        // A released leg leaves its FIFO entry behind until its deadline;
+        // at a high leg rate those would outnumber the live legs by far
+        // (four hours of releases). Compacting when they are twice the live
+        // legs keeps the FIFO O(live) at O(1) amortised cost.
+        if self.expiries.len() > 2 * self.live + 1024 {
+            let slots = &self.slots;
+            self.expiries.retain(|&(_, s, generation)| {
+                slots
+                    .get(s as usize)
+                    .is_some_and(|slot| slot.generation == generation && slot.leg.is_some())
+            });
+        }
+    }
+
+    /// Entries in the expiry FIFO (live legs and not yet compacted
+    /// released ones), for tests and benchmarks.
+    pub fn queued_expiries(&self) -> usize {
+        self.expiries.len()
     }
 
     fn host_add(&mut self, conference: u32, msr: u32) {

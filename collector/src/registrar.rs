@@ -189,6 +189,9 @@ enum Malformed {
     BadContact(String),
     #[error("contact `*` needs expires 0 and no other contact")]
     BadWildcard,
+    /// More contacts than one MSR may have.
+    #[error("{0} contacts, at most {MAX_CONTACTS_PER_MSR} per msr")]
+    TooManyContacts(usize),
     /// The media engine's addresses in a contact URI are wrong (SPEC §3).
     #[error("{0}")]
     BadEngine(EngineParamError),
@@ -808,13 +811,26 @@ fn parse_contacts(req: &Request, msr: &str) -> Result<ContactsSpec, Malformed> {
             Err(Malformed::BadWildcard)
         };
     }
+    if values.len() > MAX_CONTACTS_PER_MSR {
+        return Err(Malformed::TooManyContacts(values.len()));
+    }
     let mut list = Vec::new();
     for v in values {
         let uri = sip::addr_uri(v);
         let valid = (uri.starts_with("sip:") || uri.starts_with("sips:"))
+            && uri.len() <= MAX_CONTACT_URI_LEN
+            && !uri.chars().any(|c| c.is_control() || c.is_whitespace())
             && rsipstack::sip::Uri::try_from(uri).is_ok();
         if !valid {
-            return Err(Malformed::BadContact(v.to_owned()));
+            // Shown in the 400's reason phrase and the refusal log: escaped
+            // and cut, never raw.
+            return Err(Malformed::BadContact(
+                v.chars()
+                    .take(80)
+                    .collect::<String>()
+                    .escape_debug()
+                    .to_string(),
+            ));
         }
         let expires = match sip::param(v, "expires") {
             Some(e) => e
@@ -850,8 +866,24 @@ fn parse_contacts(req: &Request, msr: &str) -> Result<ContactsSpec, Malformed> {
 fn agent_version(user_agent: &str) -> Option<String> {
     let product = user_agent.split_whitespace().next()?;
     let (_, version) = product.split_once('/')?;
-    (!version.is_empty()).then(|| version.to_owned())
+    // A version is shown in tables and logs: a SIP token of at most 64
+    // bytes (RFC 3261 §20.41 product-version), or nothing.
+    let ok = !version.is_empty()
+        && version.len() <= MAX_VERSION_LEN
+        && version.chars().all(sip::is_token_char);
+    ok.then(|| version.to_owned())
 }
+
+/// The longest agent version kept from a `User-Agent`, bytes.
+const MAX_VERSION_LEN: usize = 64;
+
+/// The longest contact URI accepted, bytes: the agent's is under 200 with
+/// every engine parameter; a longer one only bloats the 200 OK that lists
+/// every contact (over UDP, RFC 3261 §18.1.1).
+pub const MAX_CONTACT_URI_LEN: usize = 512;
+
+/// The most contacts one MSR may register (one per interface).
+pub const MAX_CONTACTS_PER_MSR: usize = 16;
 
 #[cfg(test)]
 mod tests;

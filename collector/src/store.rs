@@ -165,7 +165,7 @@ impl Store {
     /// [`StoreError::Bindings`] when the file exists but cannot be read.
     pub fn load_bindings(&self) -> Result<Option<String>, StoreError> {
         let path = self.bindings_path();
-        match fs::read_to_string(&path) {
+        match read_regular(&path) {
             Ok(text) => Ok(Some(text)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(source) => Err(StoreError::Bindings { path, source }),
@@ -312,7 +312,7 @@ impl Store {
     /// # Errors
     /// [`StoreError::Read`], [`StoreError::Corrupt`] (both name the file).
     pub fn load(&self) -> Result<OperatorConfig, StoreError> {
-        let text = match fs::read_to_string(&self.path) {
+        let text = match read_regular(&self.path) {
             Ok(text) => text,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(OperatorConfig::new()),
             Err(source) => {
@@ -346,6 +346,36 @@ impl Store {
     }
 }
 
+/// The largest store or bindings file read: far above what 256 sites or
+/// thousands of bindings take, so a hostile file (a symlink to
+/// `/dev/zero`) cannot exhaust memory.
+pub const MAX_FILE_BYTES: u64 = 64 << 20;
+
+/// Reads a store file that must be a regular file of at most
+/// [`MAX_FILE_BYTES`]: a FIFO would block the loop for good, a device
+/// would never end.
+fn read_regular(path: &Path) -> io::Result<String> {
+    use std::io::Read;
+    let meta = fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} bytes, more than the {MAX_FILE_BYTES} read", meta.len()),
+        ));
+    }
+    let mut text = String::new();
+    File::open(path)?
+        .take(MAX_FILE_BYTES)
+        .read_to_string(&mut text)?;
+    Ok(text)
+}
+
 /// What a write must survive ([`write_replacing`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Durability {
@@ -368,10 +398,15 @@ fn write_replacing(
         let p = p.to_owned();
         move |e| (p, e)
     };
+    // A fresh file: whatever is at the temp path (a leftover of a crash, or
+    // a symlink planted there) is removed, never written through.
+    match fs::remove_file(temp) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err((temp.to_owned(), e)),
+        _ => {}
+    }
     let mut file = OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o640)
         .open(temp)
         .map_err(at(temp))?;
@@ -425,6 +460,44 @@ mod tests {
         store.save(&config).expect("save");
         assert_eq!(store.load().expect("load"), config);
         assert!(!store.temp_path().exists());
+    }
+
+    /// A FIFO at the bindings path would block the loop for good, a link
+    /// to a device would be read without end: both are refused at once.
+    #[test]
+    fn only_a_regular_file_of_bounded_size_is_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::new(dir.path().join("state.json"));
+        let fifo = store.bindings_path();
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        let err = store.load_bindings().expect_err("a fifo");
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        std::fs::remove_file(&fifo).expect("rm");
+        std::os::unix::fs::symlink("/dev/zero", store.path()).expect("symlink");
+        let err = store.load().expect_err("a device");
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+    }
+
+    /// A symlink planted at the temp path is replaced, not written through.
+    #[test]
+    fn a_symlink_at_the_temp_path_is_not_followed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::new(dir.path().join("state.json"));
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "keep").expect("write");
+        let mut temp = store.bindings_path().into_os_string();
+        temp.push(".tmp");
+        std::os::unix::fs::symlink(&victim, &temp).expect("symlink");
+        store.save_bindings("{}").expect("save");
+        assert_eq!(std::fs::read_to_string(&victim).expect("read"), "keep");
+        assert_eq!(store.load_bindings().expect("load").as_deref(), Some("{}"));
+        std::os::unix::fs::symlink(&victim, store.temp_path()).expect("symlink");
+        store.save(&sample()).expect("save");
+        assert_eq!(std::fs::read_to_string(&victim).expect("read"), "keep");
     }
 
     #[test]

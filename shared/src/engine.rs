@@ -97,6 +97,12 @@ pub enum EngineParamError {
         /// Its value as sent.
         value: String,
     },
+    /// A parameter given twice.
+    #[error("contact uri parameter {param} given twice")]
+    Duplicate {
+        /// The parameter.
+        param: &'static str,
+    },
     /// `engine-transport` or `mcc` without `engine`.
     #[error("contact uri parameter {param} without engine")]
     MissingEngine {
@@ -131,17 +137,27 @@ impl EngineAddresses {
         let params = uri.split('?').next().unwrap_or(uri);
         for param in params.split(';').skip(1) {
             let (name, value) = param.split_once('=').unwrap_or((param, ""));
-            let name = name.trim();
-            let value = value.trim();
+            // Each parameter once: another parser could take the first of
+            // two where this one took the last.
+            let once = |seen: bool, param: &'static str| {
+                if seen {
+                    Err(EngineParamError::Duplicate { param })
+                } else {
+                    Ok(())
+                }
+            };
             if name.eq_ignore_ascii_case(ENGINE_PARAM) {
+                once(sip.is_some(), ENGINE_PARAM)?;
                 sip = Some(address(ENGINE_PARAM, value)?);
             } else if name.eq_ignore_ascii_case(ENGINE_TRANSPORT_PARAM) {
+                once(transport.is_some(), ENGINE_TRANSPORT_PARAM)?;
                 transport = Some(EngineTransport::parse(value).ok_or_else(|| {
                     EngineParamError::BadTransport {
                         value: value.to_owned(),
                     }
                 })?);
             } else if name.eq_ignore_ascii_case(MCC_PARAM) {
+                once(mcc.is_some(), MCC_PARAM)?;
                 mcc = Some(address(MCC_PARAM, value)?);
             }
         }
@@ -170,11 +186,17 @@ impl EngineAddresses {
     }
 }
 
+/// A unicast `ip:port` a core can send to (no spaces, no port 0, not
+/// unspecified, broadcast or multicast).
 fn address(param: &'static str, value: &str) -> Result<SocketAddr, EngineParamError> {
+    let unicast = |a: &SocketAddr| match a.ip() {
+        std::net::IpAddr::V4(v4) => !v4.is_broadcast() && !v4.is_multicast(),
+        std::net::IpAddr::V6(v6) => !v6.is_multicast(),
+    };
     value
         .parse::<SocketAddr>()
         .ok()
-        .filter(|a| a.port() != 0 && !a.ip().is_unspecified())
+        .filter(|a| a.port() != 0 && !a.ip().is_unspecified() && unicast(a))
         .ok_or_else(|| EngineParamError::BadAddress {
             param,
             value: value.to_owned(),
@@ -275,6 +297,22 @@ mod tests {
             (
                 "sip:m@h;mcc=1.2.3.4:5700",
                 "contact uri parameter mcc without engine",
+            ),
+            (
+                "sip:m@h;engine=1.1.1.1:1111;engine=2.2.2.2:2222",
+                "contact uri parameter engine given twice",
+            ),
+            (
+                "sip:m@h;engine= 1.2.3.4:5",
+                "contact uri parameter engine=\" 1.2.3.4:5\" is not an ip address and port",
+            ),
+            (
+                "sip:m@h;engine=255.255.255.255:5",
+                "contact uri parameter engine=\"255.255.255.255:5\" is not an ip address and port",
+            ),
+            (
+                "sip:m@h;engine=1.2.3.4:5;mcc=224.0.0.1:9",
+                "contact uri parameter mcc=\"224.0.0.1:9\" is not an ip address and port",
             ),
         ];
         for (uri, text) in cases {

@@ -1247,3 +1247,33 @@ fn a_release_through_the_control_protocol_enables_pooled_and_counts_down() {
         .release_at(t0 + Duration::from_secs(5), "c1", None, |_| {});
     assert_eq!(h.legs.last_release(), Some(t0));
 }
+
+/// Leg keys are bounded and printable: an empty, huge or escape-laden
+/// Call-ID, label or conference id is refused, and places nothing.
+#[test]
+fn hostile_leg_keys_are_refused() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.ok(declare("local"), now);
+    h.register("lo@msr_1", "msr_1", now);
+    let long = "x".repeat(65_000);
+    for (call_id, leg, conference) in [
+        ("", None, None),
+        (long.as_str(), None, None),
+        ("a\u{1b}[31m", None, None),
+        ("ok@core", Some(""), None),
+        ("ok@core", None, Some("\u{0}")),
+    ] {
+        assert_eq!(
+            h.err(leg_select(call_id, leg, conference), now),
+            ErrorCode::InvalidValue,
+            "{call_id:?} {leg:?} {conference:?}"
+        );
+    }
+    let release = Request::Release {
+        call_id: "a\nb".into(),
+        leg: None,
+    };
+    assert_eq!(h.err(release, now), ErrorCode::InvalidValue);
+    assert_eq!(live_legs(&mut h, now), vec![("msr_1".to_owned(), 0)]);
+}

@@ -29,6 +29,13 @@ pub enum Align {
 /// headers; they are centred with any odd space on the right, as in the seed
 /// (comfy-table would put it on the left).
 pub fn table(headers: &[&str], aligns: &[Align], rows: Vec<Vec<String>>) -> String {
+    // Cells carry what peers sent (a version, a URI, a Call-ID): a control
+    // character would move the terminal's cursor or forge a row, so each is
+    // shown escaped (`\u{1b}`); the line breaks of multi-line cells are ours.
+    let rows: Vec<Vec<String>> = rows
+        .into_iter()
+        .map(|row| row.into_iter().map(|cell| printable(&cell)).collect())
+        .collect();
     let width = |text: &str| {
         text.lines()
             .map(|line| line.chars().count())
@@ -513,6 +520,22 @@ pub fn released(r: &Released) -> String {
         1 => format!(" call-id {}{leg}: 1 leg released\n", r.call_id),
         n => format!(" call-id {}{leg}: {n} legs released\n", r.call_id),
     }
+}
+
+/// `text` with every control character but `\n` escaped.
+fn printable(text: &str) -> String {
+    if !text.chars().any(|c| c.is_control() && c != '\n') {
+        return text.to_owned();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// The result of `select`.

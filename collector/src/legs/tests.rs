@@ -240,3 +240,37 @@ proptest::proptest! {
         }
     }
 }
+
+/// Legs selected and released at a high rate leave nothing behind: the
+/// expiry FIFO stays proportional to the live legs, not to the leg rate.
+#[test]
+fn released_legs_do_not_pile_up_in_the_expiry_queue() {
+    let mut t = table();
+    let now = Instant::now();
+    t.bind(now, key("long-lived", None), "msr_1", "lo@msr_1", None);
+    for n in 0..100_000u32 {
+        let call = format!("c{n}");
+        t.bind(now, key(&call, None), "msr_1", "lo@msr_1", None);
+        t.release(&call, None);
+    }
+    assert_eq!(t.len(), 1);
+    assert!(
+        t.queued_expiries() <= 2 * t.len() + 1024,
+        "{}",
+        t.queued_expiries()
+    );
+    assert!(t.get(now, key("long-lived", None)).is_some());
+    assert_eq!(t.poll_timeout(), Some(now + DEFAULT_MAX_DURATION));
+}
+
+#[test]
+fn leg_keys_are_checked() {
+    assert_eq!(key_problem("a84b4c76e66710@core1", MAX_CALL_ID_LEN), None);
+    assert_eq!(
+        key_problem("", MAX_CALL_ID_LEN).as_deref(),
+        Some("is empty")
+    );
+    assert!(key_problem(&"x".repeat(257), MAX_CALL_ID_LEN).is_some_and(|p| p.contains("257 bytes")));
+    assert!(key_problem("a\u{1b}[31m", MAX_LABEL_LEN).is_some_and(|p| p.contains("U+001B")));
+    assert!(key_problem("a b", MAX_CALL_ID_LEN).is_some_and(|p| p.contains("U+0020")));
+}

@@ -142,9 +142,24 @@ pub fn decode(
             return Err(bad(format!("contact of another msr than {:?}", e.msr)));
         }
         let valid_uri = (e.uri.starts_with("sip:") || e.uri.starts_with("sips:"))
+            && e.uri.len() <= super::MAX_CONTACT_URI_LEN
+            && !e.uri.chars().any(|c| c.is_control() || c.is_whitespace())
             && rsipstack::sip::Uri::try_from(e.uri.as_str()).is_ok();
         if !valid_uri {
             return Err(bad(format!("bad contact uri {:?}", e.uri)));
+        }
+        // What a REGISTER could have set, nothing more (these are shown in
+        // tables and logs).
+        if let Some(problem) = crate::legs::key_problem(&e.call_id, crate::legs::MAX_CALL_ID_LEN) {
+            return Err(bad(format!("call_id {problem}")));
+        }
+        if let Some(version) = &e.version {
+            if super::agent_version(&format!("agent/{version}")).as_deref() != Some(version) {
+                return Err(bad(format!("bad agent version {version:?}")));
+            }
+        }
+        if e.source.is_some_and(|s| s.port() == 0) {
+            return Err(bad("source with port 0".to_owned()));
         }
         let engine = EngineAddresses::from_uri(&e.uri).map_err(|err| bad(err.to_string()))?;
         let left_ms = e.expires_unix_ms.saturating_sub(unix_now_ms);

@@ -1096,3 +1096,41 @@ fn bad_saved_bindings_are_refused_with_the_reason() {
     let max = Duration::from_secs(u64::from(r.max_expires));
     assert_eq!(r.poll_timeout(), Some(t0 + max));
 }
+
+/// What a REGISTER carries ends up in tables and logs: a contact URI with
+/// control characters or over the length limit, or more contacts than one
+/// MSR may have, is a 400; a User-Agent version that is not a token is
+/// dropped, not kept raw.
+#[test]
+fn hostile_contacts_and_versions_are_refused_or_dropped() {
+    let mut r = registrar();
+    let now = Instant::now();
+    let mut reg = Reg::new("msr_1");
+    reg.contacts = vec![format!(
+        "<sip:msr_1@127.0.0.1:5071;x={}>;iface=lo",
+        "a".repeat(600)
+    )];
+    assert_eq!(
+        register(&mut r, now, reg).status_code,
+        StatusCode::BadRequest
+    );
+    let mut reg = Reg::new("msr_1");
+    reg.contacts = (0..17)
+        .map(|i| format!("<sip:msr_1@10.0.0.{i}:5071>;iface=eth{i}"))
+        .collect();
+    let resp = register(&mut r, now, reg);
+    assert_eq!(resp.status_code, StatusCode::BadRequest);
+    assert!(
+        resp.wire_reason
+            .as_deref()
+            .is_some_and(|w| w.contains("17 contacts, at most 16")),
+        "{:?}",
+        resp.wire_reason
+    );
+    assert!(!r.is_registered("msr_1"));
+    assert_eq!(agent_version("x/\u{1b}[2Jevil"), None);
+    assert_eq!(
+        agent_version("msr-agent/0.1.0 (linux)").as_deref(),
+        Some("0.1.0")
+    );
+}
