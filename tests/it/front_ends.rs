@@ -18,7 +18,13 @@ use system_tests::{free_udp_port, run_sipp, sipp_scenario};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// One HTTP/1.1 exchange (`Connection: close`): the status and the body.
-async fn http(port: u16, method: &str, path: &str, headers: &str, body: &str) -> (u16, String) {
+pub(crate) async fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: &str,
+) -> (u16, String) {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .expect("connect http");
@@ -47,7 +53,11 @@ fn json(body: &str) -> serde_json::Value {
 }
 
 /// The value of one sample in a parsed exposition.
-fn sample(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+pub(crate) fn sample(
+    scrape: &prometheus_parse::Scrape,
+    name: &str,
+    labels: &[(&str, &str)],
+) -> Option<f64> {
     scrape.samples.iter().find_map(|s| {
         let matches = s.metric == name
             && labels
@@ -65,7 +75,7 @@ fn sample(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]
     })
 }
 
-async fn scrape(port: u16) -> prometheus_parse::Scrape {
+pub(crate) async fn scrape(port: u16) -> prometheus_parse::Scrape {
     let (status, body) = http(port, "GET", "/metrics", "", "").await;
     assert_eq!(status, 200, "{body}");
     let lines = body.lines().map(|l| Ok(l.to_owned()));
