@@ -75,12 +75,43 @@ pub(crate) fn sample(
     })
 }
 
+/// `GET /metrics`, checked by Prometheus's own linter (`promtool check
+/// metrics`, Debian's `prometheus` package) and parsed with
+/// `prometheus-parse`.
 pub(crate) async fn scrape(port: u16) -> prometheus_parse::Scrape {
     let (status, body) = http(port, "GET", "/metrics", "", "").await;
     assert_eq!(status, 200, "{body}");
+    promtool_check(&body);
     let lines = body.lines().map(|l| Ok(l.to_owned()));
     prometheus_parse::Scrape::parse(lines)
         .unwrap_or_else(|e| panic!("unparsable /metrics ({e}):\n{body}"))
+}
+
+/// `promtool check metrics` with `body` on stdin must succeed with no
+/// complaint (it parses the Prometheus text format and lints names, types
+/// and help texts).
+pub(crate) fn promtool_check(body: &str) {
+    use std::io::Write;
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run promtool (scripts/deps.sh installs it): {e}"));
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(body.as_bytes()).expect("promtool stdin");
+    }
+    let out = child.wait_with_output().expect("promtool");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && text.trim().is_empty(),
+        "promtool check metrics: {text}\n{body}"
+    );
 }
 
 /// A collector with `[http]` and `[redirect]`, and three agents at loads
@@ -331,6 +362,22 @@ async fn the_http_api_selects_releases_and_counts_as_the_control_socket_does() {
             &[("outcome", "msr_not_found")]
         ),
         Some(1.0)
+    );
+    // Prometheus asks for OpenMetrics and gets it (counter families named
+    // without `_total`, `# EOF` last); without that Accept the text format
+    // above, which promtool checked.
+    let (status, om) = http(
+        port,
+        "GET",
+        "/metrics",
+        "Accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n",
+        "",
+    )
+    .await;
+    assert_eq!(status, 200, "{om}");
+    assert!(
+        om.ends_with("# EOF\n") && om.contains("# TYPE msr_collector_selections counter\n"),
+        "{om}"
     );
 }
 
