@@ -84,10 +84,10 @@ fn the_shipped_kamailio_config_passes_kamailio_c() {
     );
 }
 
-/// Runs `calls` calls of `tests/sipp/caller_uac.xml` (INVITE, 200, ACK
-/// and BYE along the Record-Route) at 50/s through Kamailio on
+/// Runs `calls` calls of `tests/sipp/caller_uac.xml` (INVITE, 200, ACK,
+/// `hold_ms`, then BYE along the Record-Route) at 50/s through Kamailio on
 /// `kamailio_port`; every call must succeed.
-async fn calls_through(kamailio_port: u16, calls: u32) {
+async fn calls_through(kamailio_port: u16, calls: u32, hold_ms: u32) {
     let args: Vec<String> = [
         "-sf",
         &sipp_scenario("caller_uac.xml").display().to_string(),
@@ -99,6 +99,8 @@ async fn calls_through(kamailio_port: u16, calls: u32) {
         &calls.to_string(),
         "-r",
         "50",
+        "-d",
+        &hold_ms.to_string(),
         "-timeout",
         "60s",
         &format!("127.0.0.1:{kamailio_port}"),
@@ -141,14 +143,15 @@ fn new_legs(m: &prometheus_parse::Scrape, msr: &str) -> u32 {
     .map_or(0, |v| v as u32)
 }
 
-/// The shipped Kamailio config with real traffic (SPEC §11): 260 calls —
+/// The shipped Kamailio config with real traffic (SPEC §11): 261 calls —
 /// 200 at 50/s with three MSRs at loads 10 / 40 / 70 % (weights 90 : 60 :
-/// 30), then 60 with `msr_3` set inactive. Each call is redirected by the
-/// collector (302 to the chosen MSR's engine), answered by that engine's
-/// SIPp UAS (its count equals the collector's selections of the MSR), the
-/// shares follow the weights, the inactive MSR gets none, and after the
-/// BYEs Kamailio's `dialog:end` has released every leg: zero live legs,
-/// and `/metrics` counts 260 redirects and 260 releases.
+/// 30), then 60 with `msr_3` set inactive, then one held 2 s. Each call is
+/// redirected by the collector (302 to the chosen MSR's engine), answered
+/// by that engine's SIPp UAS (its count equals the collector's selections
+/// of the MSR), the shares follow the weights, the inactive MSR gets none,
+/// the held call is a live leg while its dialog is up, and after the BYEs
+/// Kamailio's `dialog:end` has released every leg: zero live legs, and
+/// `/metrics` counts 261 redirects, selections and releases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kamailio_parks_calls_on_the_chosen_engines_and_releases_them_at_bye() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -206,7 +209,7 @@ async fn kamailio_parks_calls_on_the_chosen_engines_and_releases_them_at_bye() {
     .await;
 
     const FIRST: u32 = 200;
-    calls_through(kamailio.port, FIRST).await;
+    calls_through(kamailio.port, FIRST, 0).await;
     let m = all_released(http_port, FIRST)
         .await
         .unwrap_or_else(|| panic!("legs not released after the BYEs:\n{}", kamailio.log_text()));
@@ -226,7 +229,7 @@ async fn kamailio_parks_calls_on_the_chosen_engines_and_releases_them_at_bye() {
     let (ok, out, err) = collector.msrctl(&["msr", "set", "msr_3", "active", "false"]);
     assert!(ok, "{out}{err}");
     const SECOND: u32 = 60;
-    calls_through(kamailio.port, SECOND).await;
+    calls_through(kamailio.port, SECOND, 0).await;
     let m = all_released(http_port, FIRST + SECOND)
         .await
         .unwrap_or_else(|| panic!("legs not released after the BYEs:\n{}", kamailio.log_text()));
@@ -235,6 +238,31 @@ async fn kamailio_parks_calls_on_the_chosen_engines_and_releases_them_at_bye() {
         first["msr_3"],
         "an inactive msr gets no call"
     );
+
+    // The leg lives as long as the call, not as long as the redirect: one
+    // call held 2 s is a live leg while Kamailio's dialog is confirmed
+    // (state 4), and is released at its BYE.
+    let port = kamailio.port;
+    let held = tokio::spawn(async move { calls_through(port, 1, 2000).await });
+    let during = wait_for(Duration::from_secs(10), || async {
+        kamailio
+            .rpc(&["dlg.list"])
+            .filter(|d| d.contains("state: 4"))?;
+        let m = scrape(http_port).await;
+        Some(
+            ["msr_1", "msr_2", "msr_3"]
+                .iter()
+                .filter_map(|msr| sample(&m, "msr_collector_msr_live_legs", &[("msr", msr)]))
+                .sum::<f64>(),
+        )
+    })
+    .await;
+    assert_eq!(during, Some(1.0), "one live leg while the call is up");
+    held.await.expect("held call");
+    const HELD: u32 = 1;
+    let m = all_released(http_port, FIRST + SECOND + HELD)
+        .await
+        .unwrap_or_else(|| panic!("held leg not released at its BYE:\n{}", kamailio.log_text()));
 
     // Each engine answered exactly the calls the collector gave its MSR.
     for (msr, uas) in &mut engines {
@@ -245,7 +273,7 @@ async fn kamailio_parks_calls_on_the_chosen_engines_and_releases_them_at_bye() {
             "{msr}'s engine: {screen}"
         );
     }
-    let total = f64::from(FIRST + SECOND);
+    let total = f64::from(FIRST + SECOND + HELD);
     assert_eq!(
         sample(
             &m,
