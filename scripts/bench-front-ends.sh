@@ -88,7 +88,8 @@ CONFIG
   "$bin/msr-loadgen" notify --collector "127.0.0.1:$sip_port" --msrs "$msrs" \
     --rate "$(( msrs < 50 ? msrs : 50 ))" --duration 900 --register-expires 3600 \
     >"$dir/$name-loadgen.log" 2>&1 &
-  pids+=("$!")
+  loadgen_pid=$!
+  pids+=("$loadgen_pid")
   local end=$(($(date +%s) + 120))
   until [ "$(healthy)" -ge "$msrs" ]; do
     [ "$(date +%s)" -lt "$end" ] || { echo "the $msrs MSRs did not come up" >&2; exit 1; }
@@ -119,7 +120,7 @@ wrk -t2 -c4 -d"${seconds}s" --latency "$url"
 t1=$(ticks "$collector_pid")
 echo "collector CPU during the 4-client run: $(( (t1 - t0) * 100 / hz / seconds )) % of one core"
 echo "== load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-kill "$collector_pid" 2>/dev/null || true
+kill "$loadgen_pid" "$collector_pid" 2>/dev/null || true
 
 echo "== 2. SIP redirect: INVITE → 302 → ACK, $invites INVITEs per server, 3 destinations"
 start_collector redirect 3
