@@ -2,7 +2,9 @@
 # Installs the Debian packages the build and the tests need when the machine
 # lacks them: protoc (protobuf-compiler; etcd-client's build runs it), and
 # the independent peers of the system tests: SIPp (sip-tester), Kamailio
-# (kamailio, kamcmd, and kamailio-utils-modules for http_client) and etcd (etcd-server; the cluster tests start their own).
+# (kamailio, kamcmd, and kamailio-utils-modules for http_client), etcd
+# (etcd-server; the cluster tests start their own) and promtool (prometheus;
+# the tests lint /metrics with `promtool check metrics`).
 # `scripts/deps.sh build` installs only what the build needs.
 set -euo pipefail
 
@@ -15,12 +17,22 @@ if [ "${1:-all}" != build ]; then
   # http_client (config-examples/kamailio/kamailio.cfg releases legs with it).
   [ -e /usr/lib/x86_64-linux-gnu/kamailio/modules/http_client.so ] || need+=(kamailio-utils-modules)
 fi
-if [ "${#need[@]}" -gt 0 ]; then
-  echo "== installing ${need[*]} (Debian packages)"
+# promtool only: prometheus without its recommends (node-exporter …).
+nr=()
+if [ "${1:-all}" != build ] && ! command -v promtool >/dev/null 2>&1; then nr+=(prometheus); fi
+if [ "$((${#need[@]} + ${#nr[@]}))" -gt 0 ]; then
+  echo "== installing ${need[*]} ${nr[*]} (Debian packages)"
   SUDO=""
   if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+  if [ "${#need[@]}" -gt 0 ]; then
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
+  if [ "${#nr[@]}" -gt 0 ]; then
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${nr[@]}" >/dev/null
+  fi
 fi
-# Debian's etcd-server starts a system etcd on 127.0.0.1:2379; the tests
-# use their own on free ports, so it may keep running or not.
+# Debian's etcd-server starts a system etcd on 127.0.0.1:2379, and its
+# prometheus a Prometheus server on :9090 (on a host where services start);
+# the tests use only their own etcd and promtool, so they may keep running
+# or not.

@@ -2,7 +2,7 @@
 # Runs every test of the workspace on a fresh machine.
 #
 # Installs what the tests need and the machine lacks (scripts/deps.sh: SIPp,
-# Kamailio, etcd, protoc from Debian's packages), runs the Debian package test (scripts/package-test.sh:
+# Kamailio, etcd, promtool, protoc from Debian's packages), runs the Debian package test (scripts/package-test.sh:
 # build, lintian, dpkg -i, the installed daemons on loopback, dpkg --purge),
 # then the unit, property and system tests. The package test counts as one
 # test in the closing summary. Extra arguments go to `cargo test` (e.g.
@@ -11,11 +11,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# SIPp (sip-tester), Kamailio, etcd (etcd-server) and protoc
+# SIPp (sip-tester), Kamailio, etcd (etcd-server), promtool (prometheus) and protoc
 # (protobuf-compiler), from Debian's packages, when missing.
 scripts/deps.sh
 echo "== $(sipp -v 2>/dev/null | grep -m1 -i 'sipp v' || echo 'sipp installed')"
-echo "== $(etcd --version 2>/dev/null | head -1), $(protoc --version), $(kamailio -v 2>/dev/null | head -1)"
+echo "== $(etcd --version 2>/dev/null | head -1), $(protoc --version), $(kamailio -v 2>/dev/null | head -1), $(promtool --version 2>&1 | head -1)"
 
 package_passed=0
 package_failed=0

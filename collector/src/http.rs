@@ -11,7 +11,7 @@
 //! | `POST /v1/release` `{"call_id":…,"leg":…}` | `release` | `kind` `released` |
 //! | `GET /v1/resources` | `resource_list` | `kind` `resources` |
 //! | `GET /health` | `resource_list` | `{"status":"ready",…}`, or 503 |
-//! | `GET /metrics` | `resource_list`, `msr_list` | OpenMetrics text ([`crate::metrics`]) |
+//! | `GET /metrics` | `resource_list`, `msr_list` | OpenMetrics or Prometheus text, by `Accept` ([`crate::metrics`]) |
 //!
 //! Errors are `{"code":…,"message":…}` with the status of [`status_of`].
 
@@ -336,12 +336,20 @@ async fn scrape(State(api): State<Api>, headers: HeaderMap) -> HttpResponse {
         other => return reply(&other),
     };
     let text = api.metrics.render(&resources, &msrs);
+    // Content negotiation (metrics module docs): OpenMetrics when asked.
+    let openmetrics = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(metrics::wants_openmetrics);
+    let (content_type, text) = if openmetrics {
+        (metrics::CONTENT_TYPE, text)
+    } else {
+        (metrics::TEXT_CONTENT_TYPE, metrics::to_text_format(&text))
+    };
     (
         StatusCode::OK,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(metrics::CONTENT_TYPE),
-        )],
+        [(header::CONTENT_TYPE, HeaderValue::from_static(content_type))],
         text,
     )
         .into_response()

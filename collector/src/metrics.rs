@@ -13,8 +13,12 @@
 //!   [`Metrics::render`] turns those answers into gauges, so the load table
 //!   and the leg table stay the only owners of those facts.
 //!
-//! The text is OpenMetrics 1.0 (`prometheus-client`), which Prometheus
-//! scrapes and `promtool check metrics` reads.
+//! The text is OpenMetrics 1.0 (`prometheus-client`) for a scraper that
+//! asks for it (`Accept: application/openmetrics-text`, as Prometheus
+//! does), and otherwise the Prometheus text format 0.0.4
+//! ([`to_text_format`]), which `promtool check metrics` and older scrapers
+//! read: in OpenMetrics a counter family `x` has samples `x_total`, which
+//! a 0.0.4 reader takes for another family with no `HELP`.
 
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -26,8 +30,74 @@ use prometheus_client::registry::Registry;
 
 use msr_shared::admin::{HealthState, MsrInfo, ResourceInfo};
 
-/// The `Content-Type` of `GET /metrics`.
+/// The `Content-Type` of `GET /metrics` in OpenMetrics.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The `Content-Type` of `GET /metrics` in the Prometheus text format.
+pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Whether an `Accept` header value asks for OpenMetrics.
+pub fn wants_openmetrics(accept: &str) -> bool {
+    accept.split(',').any(|range| {
+        let mut params = range.split(';');
+        let is_om = params.next().is_some_and(|t| {
+            t.trim()
+                .eq_ignore_ascii_case("application/openmetrics-text")
+        });
+        // RFC 9110 §12.4.2: q=0 means "not acceptable".
+        let refused = params.any(|p| {
+            p.trim()
+                .strip_prefix("q=")
+                .and_then(|q| q.trim().parse::<f32>().ok())
+                .is_some_and(|q| q <= 0.0)
+        });
+        is_om && !refused
+    })
+}
+
+/// The OpenMetrics exposition `openmetrics` (as [`Metrics::render`] writes
+/// it) in the Prometheus text format 0.0.4: a counter family's `HELP` and
+/// `TYPE` name its `_total` samples, `_created` samples, `# UNIT` and
+/// `# EOF` are left out; gauges and histograms are written alike in both.
+pub fn to_text_format(openmetrics: &str) -> String {
+    let mut out = String::with_capacity(openmetrics.len());
+    let mut help: Option<(&str, &str)> = None;
+    let mut counter: Option<&str> = None;
+    for line in openmetrics.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, text) = rest.split_once(' ').unwrap_or((rest, ""));
+            help = Some((name, text));
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, ""));
+            let exposed = if kind == "counter" {
+                counter = Some(name);
+                format!("{name}_total")
+            } else {
+                counter = None;
+                name.to_owned()
+            };
+            if let Some((_, text)) = help.take().filter(|(n, _)| *n == name) {
+                out.push_str(&format!("# HELP {exposed} {text}\n"));
+            }
+            out.push_str(&format!("# TYPE {exposed} {kind}\n"));
+            continue;
+        }
+        if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        }
+        if counter.is_some_and(|name| {
+            line.strip_prefix(name)
+                .is_some_and(|r| r.starts_with("_created"))
+        }) {
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
 
 /// Label of a counter by outcome.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]

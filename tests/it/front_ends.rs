@@ -18,7 +18,13 @@ use system_tests::{free_udp_port, run_sipp, sipp_scenario};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// One HTTP/1.1 exchange (`Connection: close`): the status and the body.
-async fn http(port: u16, method: &str, path: &str, headers: &str, body: &str) -> (u16, String) {
+pub(crate) async fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: &str,
+) -> (u16, String) {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .expect("connect http");
@@ -47,7 +53,11 @@ fn json(body: &str) -> serde_json::Value {
 }
 
 /// The value of one sample in a parsed exposition.
-fn sample(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+pub(crate) fn sample(
+    scrape: &prometheus_parse::Scrape,
+    name: &str,
+    labels: &[(&str, &str)],
+) -> Option<f64> {
     scrape.samples.iter().find_map(|s| {
         let matches = s.metric == name
             && labels
@@ -65,12 +75,43 @@ fn sample(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]
     })
 }
 
-async fn scrape(port: u16) -> prometheus_parse::Scrape {
+/// `GET /metrics`, checked by Prometheus's own linter (`promtool check
+/// metrics`, Debian's `prometheus` package) and parsed with
+/// `prometheus-parse`.
+pub(crate) async fn scrape(port: u16) -> prometheus_parse::Scrape {
     let (status, body) = http(port, "GET", "/metrics", "", "").await;
     assert_eq!(status, 200, "{body}");
+    promtool_check(&body);
     let lines = body.lines().map(|l| Ok(l.to_owned()));
     prometheus_parse::Scrape::parse(lines)
         .unwrap_or_else(|e| panic!("unparsable /metrics ({e}):\n{body}"))
+}
+
+/// `promtool check metrics` with `body` on stdin must succeed with no
+/// complaint (it parses the Prometheus text format and lints names, types
+/// and help texts).
+pub(crate) fn promtool_check(body: &str) {
+    use std::io::Write;
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run promtool (scripts/deps.sh installs it): {e}"));
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(body.as_bytes()).expect("promtool stdin");
+    }
+    let out = child.wait_with_output().expect("promtool");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && text.trim().is_empty(),
+        "promtool check metrics: {text}\n{body}"
+    );
 }
 
 /// A collector with `[http]` and `[redirect]`, and three agents at loads
@@ -321,6 +362,22 @@ async fn the_http_api_selects_releases_and_counts_as_the_control_socket_does() {
             &[("outcome", "msr_not_found")]
         ),
         Some(1.0)
+    );
+    // Prometheus asks for OpenMetrics and gets it (counter families named
+    // without `_total`, `# EOF` last); without that Accept the text format
+    // above, which promtool checked.
+    let (status, om) = http(
+        port,
+        "GET",
+        "/metrics",
+        "Accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n",
+        "",
+    )
+    .await;
+    assert_eq!(status, 200, "{om}");
+    assert!(
+        om.ends_with("# EOF\n") && om.contains("# TYPE msr_collector_selections counter\n"),
+        "{om}"
     );
 }
 

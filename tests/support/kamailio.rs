@@ -26,7 +26,6 @@ impl Kamailio {
     pub async fn start(dir: &Path, config: &str) -> Kamailio {
         let port = free_udp_port();
         let ctl = dir.join("kamailio.ctl");
-        let log = dir.join("kamailio.log");
         let source = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("kamailio")
             .join(config);
@@ -36,14 +35,42 @@ impl Kamailio {
             .replace("CTL_SOCKET", &ctl.display().to_string());
         let cfg = dir.join(config);
         std::fs::write(&cfg, text).expect("write kamailio config");
+        Self::spawn(dir, &cfg, port, ctl, &[]).await
+    }
+
+    /// Starts Kamailio with the config file `cfg` as it is (the shipped
+    /// example), its `#!define`s set on the command line (`-A NAME=VALUE`,
+    /// which the file's `#!ifndef` guards honour): `LISTEN` on a free
+    /// loopback port and `CTL_SOCKET` in `dir`, plus `defines` (string
+    /// values quoted as the file's are).
+    pub async fn start_file(dir: &Path, cfg: &Path, defines: &[(&str, String)]) -> Kamailio {
+        let port = free_udp_port();
+        let ctl = dir.join("kamailio.ctl");
+        let mut all = vec![
+            ("LISTEN", format!("udp:127.0.0.1:{port}")),
+            ("CTL_SOCKET", format!("\"unix:{}\"", ctl.display())),
+        ];
+        all.extend(defines.iter().map(|(k, v)| (*k, format!("\"{v}\""))));
+        Self::spawn(dir, cfg, port, ctl, &all).await
+    }
+
+    async fn spawn(
+        dir: &Path,
+        cfg: &Path,
+        port: u16,
+        ctl: PathBuf,
+        defines: &[(&str, String)],
+    ) -> Kamailio {
+        let log = dir.join("kamailio.log");
         let file = std::fs::File::create(&log).expect("kamailio log");
         let err = file.try_clone().expect("clone log");
-        let child = Command::new("kamailio")
-            // -DD: no daemon, -E: log to stderr; its own runtime dir.
-            .args(["-DD", "-E", "-f"])
-            .arg(&cfg)
-            .arg("-Y")
-            .arg(dir)
+        let mut cmd = Command::new("kamailio");
+        // -DD: no daemon, -E: log to stderr; its own runtime dir.
+        cmd.args(["-DD", "-E", "-f"]).arg(cfg).arg("-Y").arg(dir);
+        for (name, value) in defines {
+            cmd.arg("-A").arg(format!("{name}={value}"));
+        }
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(file)
             .stderr(err)
@@ -66,6 +93,11 @@ impl Kamailio {
             std::fs::read_to_string(&k.log).unwrap_or_default()
         );
         k
+    }
+
+    /// Kamailio's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// The SIP URI of this Kamailio, as an MSR's `realm` names it.

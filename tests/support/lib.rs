@@ -200,6 +200,75 @@ pub async fn run_sipp(args: &[String], limit: Duration) -> anyhow::Result<(i32, 
     Ok((out.status.code().unwrap_or(-1), text))
 }
 
+/// A SIPp running in the background (e.g. a UAS standing in for a media
+/// engine), its output in a file; killed when dropped.
+pub struct SippBackground {
+    /// Its stdout + stderr.
+    pub log: PathBuf,
+    child: Option<ChildGuard>,
+}
+
+impl SippBackground {
+    /// Starts `sipp ARGS -nostdin`, writing its output to `log`.
+    pub fn start(args: &[String], log: &Path) -> anyhow::Result<Self> {
+        let file = std::fs::File::create(log)?;
+        let err = file.try_clone()?;
+        let child = Command::new("sipp")
+            .args(args)
+            .arg("-nostdin")
+            .stdin(Stdio::null())
+            .stdout(file)
+            .stderr(err)
+            .spawn()?;
+        Ok(Self {
+            log: log.to_owned(),
+            child: Some(ChildGuard { child }),
+        })
+    }
+
+    /// Whether it is still running.
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.child.try_wait(), Ok(None)))
+    }
+
+    /// SIGUSR1 (SIPp's soft exit: ongoing calls finish, no new one), then
+    /// waits up to `limit` for the exit (SIGKILL after that); returns the
+    /// final statistics screen SIPp prints on exit.
+    pub fn finish(&mut self, limit: Duration) -> String {
+        if let Some(mut c) = self.child.take() {
+            let deadline = std::time::Instant::now() + limit;
+            let mut signalled = std::time::Instant::now() - Duration::from_secs(1);
+            while std::time::Instant::now() < deadline {
+                if let Ok(Some(_)) = c.child.try_wait() {
+                    break;
+                }
+                // SIPp may miss a signal while it starts a screen; repeat.
+                if signalled.elapsed() >= Duration::from_millis(500) {
+                    let _ = Command::new("kill")
+                        .args(["-USR1", &c.child.id().to_string()])
+                        .status();
+                    signalled = std::time::Instant::now();
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// The cumulative count of a row (e.g. `Successful call`) of SIPp's final
+/// statistics screen.
+pub fn sipp_total(screen: &str, row: &str) -> Option<u64> {
+    screen
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with(row))
+        .and_then(|l| l.rsplit('|').next())
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// Path of a SIPp scenario under `tests/sipp/`.
 pub fn sipp_scenario(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

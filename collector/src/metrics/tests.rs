@@ -83,3 +83,49 @@ fn the_exposition_has_the_counters_and_the_gauges_of_each_msr() {
     assert!(text.ends_with("# EOF\n"), "{text}");
     assert_eq!(text.matches("# EOF").count(), 1);
 }
+
+#[test]
+fn the_text_format_names_counters_by_their_samples_and_has_no_eof() {
+    let metrics = Metrics::new();
+    metrics.selected("msr_1", "new", 2e-6);
+    metrics.released(1);
+    let om = metrics.render(
+        &[row("msr_1", 37, HealthState::Healthy, 1)],
+        &[msr("msr_1", 1)],
+    );
+    let text = to_text_format(&om);
+    for line in [
+        "# TYPE msr_collector_selections_total counter",
+        "# TYPE msr_collector_released_legs_total counter",
+        "msr_collector_released_legs_total 1",
+        "# TYPE msr_collector_selection_duration_seconds histogram",
+        "msr_collector_selection_duration_seconds_count 1",
+        "# TYPE msr_collector_msr_load_percent gauge",
+        "msr_collector_msr_load_percent{msr=\"msr_1\",contact=\"lo@msr_1\"} 37",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
+    }
+    assert!(text
+        .lines()
+        .any(|l| l.starts_with("# HELP msr_collector_selections_total ")));
+    assert!(
+        !text.contains("# EOF") && !text.contains("# UNIT"),
+        "{text}"
+    );
+    // Every sample line is in the text format too, unchanged.
+    let samples = |t: &str| t.lines().filter(|l| !l.starts_with('#')).count();
+    assert_eq!(samples(&om), samples(&text));
+}
+
+#[test]
+fn openmetrics_is_served_only_when_the_scraper_asks_for_it() {
+    // Prometheus 2.x's Accept header.
+    assert!(wants_openmetrics(
+        "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+    ));
+    assert!(wants_openmetrics("Application/OpenMetrics-Text"));
+    assert!(!wants_openmetrics("text/plain;version=0.0.4"));
+    assert!(!wants_openmetrics("*/*"));
+    assert!(!wants_openmetrics("application/openmetrics-text;q=0"));
+    assert!(!wants_openmetrics(""));
+}
