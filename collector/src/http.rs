@@ -288,11 +288,20 @@ async fn resources(
 }
 
 /// Liveness (the loop answered) and readiness (at least one registered
-/// contact is healthy, so a selection can succeed somewhere).
+/// contact is healthy, so a selection can succeed somewhere), with the
+/// operator store's state (SPEC §12: with etcd unreachable the collector is
+/// still ready, selecting on the last configuration it saw, and says so).
 async fn health(State(api): State<Api>, headers: HeaderMap) -> HttpResponse {
     if let Some(denied) = api.unauthorized(&headers) {
         return denied;
     }
+    let store = match api.ask(Request::ClusterList).await {
+        Response::Ok(ResponseData::Cluster(view)) => Some(view.store),
+        _ => None,
+    };
+    let store_text = store.as_ref().map_or_else(String::new, |s| {
+        format!("; store {} {}", s.backend, s.status)
+    });
     match api.ask(Request::ResourceList { active_only: false }).await {
         Response::Ok(ResponseData::Resources { rows }) => {
             let mut healthy: Vec<&str> = rows
@@ -306,7 +315,7 @@ async fn health(State(api): State<Api>, headers: HeaderMap) -> HttpResponse {
                     StatusCode::SERVICE_UNAVAILABLE,
                     "msr_not_found",
                     format!(
-                        "live, not ready: no healthy msr ({} contacts known)",
+                        "live, not ready: no healthy msr ({} contacts known){store_text}",
                         rows.len()
                     ),
                 )
@@ -315,6 +324,7 @@ async fn health(State(api): State<Api>, headers: HeaderMap) -> HttpResponse {
                     "status": "ready",
                     "healthy_msrs": healthy.len(),
                     "contacts": rows.len(),
+                    "store": store,
                 });
                 (StatusCode::OK, json_headers(), body.to_string()).into_response()
             }

@@ -158,6 +158,8 @@ async fn the_http_api_selects_releases_and_counts_as_the_control_socket_does() {
     let (status, body) = http(port, "GET", "/health", "", "").await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(json(&body)["healthy_msrs"], 3, "{body}");
+    // The operator store's state rides along (SPEC §12).
+    assert_eq!(json(&body)["store"]["backend"], "file", "{body}");
 
     // msr_3 inactive: it gets no leg; the others share 90 : 60.
     let (ok, out, err) = collector.msrctl(&["msr", "set", "msr_3", "active", "false"]);
