@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use plotters::coord::ranged1d::SegmentValue;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::FontStyle;
 
 use crate::report::Row;
@@ -99,7 +100,10 @@ fn blocking_chart(
         .margin(8)
         .x_label_area_size(28)
         .y_label_area_size(56)
-        .build_cartesian_2d((0..n).into_segmented(), (FLOOR..1.0_f64).log_scale())
+        .build_cartesian_2d(
+            (0..n.saturating_sub(1)).into_segmented(),
+            (FLOOR..1.0_f64).log_scale(),
+        )
         .map_err(err)?;
     let names: Vec<&str> = panel.rows.iter().map(|r| short(r.policy)).collect();
     chart
@@ -143,16 +147,22 @@ fn blocking_chart(
                 )))
                 .map_err(err)?;
         }
-        let text = if o.blocking > 0.0 {
+        // Where the pooled limit is below one call in the run, × pooled
+        // says nothing: the count of lost calls does.
+        let lost = (o.blocking * o.calls as f64).round();
+        let text = if o.blocking > 0.0 && o.pooled_erlang_b * o.calls as f64 >= 1.0 {
             times(o.times_pooled())
         } else {
-            "0 lost".to_owned()
+            format!("{lost:.0} lost")
         };
         chart
             .draw_series(std::iter::once(Text::new(
                 text,
                 (SegmentValue::CenterOf(i), (top * 2.0).min(0.5)),
-                (FONT, 12).into_font().color(&BLACK),
+                (FONT, 12)
+                    .into_font()
+                    .color(&BLACK)
+                    .pos(Pos::new(HPos::Center, VPos::Bottom)),
             )))
             .map_err(err)?;
     }
@@ -201,7 +211,7 @@ fn spread_chart(
         .margin(8)
         .x_label_area_size(28)
         .y_label_area_size(56)
-        .build_cartesian_2d((0..n).into_segmented(), 0.0..max)
+        .build_cartesian_2d((0..n.saturating_sub(1)).into_segmented(), 0.0..max)
         .map_err(err)?;
     let names: Vec<&str> = panel.rows.iter().map(|r| short(r.policy)).collect();
     chart
@@ -232,7 +242,10 @@ fn spread_chart(
             .draw_series(std::iter::once(Text::new(
                 format!("{s:.1}"),
                 (SegmentValue::CenterOf(i), (s + max * 0.03).min(max)),
-                (FONT, 12).into_font().color(&BLACK),
+                (FONT, 12)
+                    .into_font()
+                    .color(&BLACK)
+                    .pos(Pos::new(HPos::Center, VPos::Bottom)),
             )))
             .map_err(err)?;
     }
@@ -280,7 +293,7 @@ pub fn draw(
     let path = out.join("blocking.png");
     grid(
         &path,
-        "Blocking per policy (log; dotted: pooled Erlang-B, dashed: 2 x pooled; label: x pooled)",
+        "Blocking per policy, 99 % CI (log; dotted: pooled Erlang-B, dashed: 2 x it; label: x pooled or calls lost)",
         &required,
         blocking_chart,
     )?;
