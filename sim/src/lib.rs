@@ -23,6 +23,13 @@
 //! Validation policies (no product code, [`Policy::Oracle`],
 //! [`Policy::RoundRobin`], and one MSR) check the event loop and the
 //! estimators against closed forms ([`validate`]).
+//!
+//! Comparison policies (no product code either; they are *not* policies
+//! of the product, only what SPEC §10 measures the product against):
+//! [`Policy::WebSip`], [`Policy::CallLoad`], [`Policy::LeastReported`] and
+//! [`Policy::TwoChoices`], each a few lines in [`choose`] over the core
+//! host's own view ([`Seen`]): the last `calls` each MSR reported to it,
+//! the legs it placed since, and the calls it placed that have not ended.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -49,6 +56,9 @@ pub enum SimError {
     /// A scenario that cannot run.
     #[error("scenario: {0}")]
     Scenario(String),
+    /// A plot could not be drawn or written.
+    #[error("plot: {0}")]
+    Plot(String),
 }
 
 /// How each core host chooses.
@@ -63,6 +73,27 @@ pub enum Policy {
     Oracle,
     /// Validation: MSRs in turn, whatever their load (per core host).
     RoundRobin,
+    /// Comparison (not a product policy): the Web-SIP update of the §7
+    /// draw. The load of an MSR is its last report plus this host's
+    /// placements on it since that report (ends are not counted), as a
+    /// percentage of `max-calls`; then the §7 draw, weights
+    /// `(100 − load) × coefficient`; refused when every weight is 0.
+    WebSip,
+    /// Comparison (not a product policy): a dispatcher's call-load rule.
+    /// Each host counts the calls it placed on each MSR and has not seen
+    /// end (its own placements and ends, no reports) and takes the MSR
+    /// with the fewest, the first in list order on a tie, skipping MSRs
+    /// whose count reached their `max-calls` (the dispatcher's maxload);
+    /// refused when every MSR is skipped.
+    CallLoad,
+    /// Comparison (not a product policy): the lowest last-reported load
+    /// (the `load` of the last NOTIFY, no estimate between reports), ties
+    /// at random; never refuses.
+    LeastReported,
+    /// Comparison (not a product policy): power of two choices, two
+    /// distinct MSRs at random, the one with the lower last-reported load
+    /// (a tie at random); never refuses.
+    TwoChoices,
 }
 
 impl Policy {
@@ -73,7 +104,38 @@ impl Policy {
             Policy::Ecss => "ecss",
             Policy::Oracle => "oracle",
             Policy::RoundRobin => "round-robin",
+            Policy::WebSip => "web-sip",
+            Policy::CallLoad => "call-load",
+            Policy::LeastReported => "least-reported",
+            Policy::TwoChoices => "two-choices",
         }
+    }
+
+    /// Every policy, validation ones included, in table order.
+    pub const ALL: [Policy; 8] = [
+        Policy::Pooled,
+        Policy::Ecss,
+        Policy::WebSip,
+        Policy::CallLoad,
+        Policy::LeastReported,
+        Policy::TwoChoices,
+        Policy::Oracle,
+        Policy::RoundRobin,
+    ];
+
+    /// The product's policies and the comparison ones (SPEC §10's table).
+    pub const COMPARED: [Policy; 6] = [
+        Policy::Pooled,
+        Policy::Ecss,
+        Policy::WebSip,
+        Policy::CallLoad,
+        Policy::LeastReported,
+        Policy::TwoChoices,
+    ];
+
+    /// The policy named `name` ([`Policy::name`]).
+    pub fn from_name(name: &str) -> Option<Policy> {
+        Policy::ALL.into_iter().find(|p| p.name() == name)
     }
 }
 
@@ -276,6 +338,19 @@ struct Host {
     table: LoadTable,
     legs: LegTable,
     next_rr: usize,
+    seen: Seen,
+}
+
+/// What a comparison policy knows on one core host, per MSR (the
+/// product's policies read the [`LoadTable`] instead).
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    /// `calls` of the last NOTIFY that reached this host (`None`: none yet).
+    reported: Vec<Option<u32>>,
+    /// Legs this host placed since that NOTIFY arrived.
+    placed_since: Vec<u32>,
+    /// Calls this host placed that it has not seen end.
+    active: Vec<u32>,
 }
 
 /// Runs `scenario`.
@@ -330,6 +405,11 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                     DEFAULT_MAX_DURATION.max(Duration::from_secs(100 * 365 * 86_400)),
                 ),
                 next_rr: 0,
+                seen: Seen {
+                    reported: vec![None; n],
+                    placed_since: vec![0; n],
+                    active: vec![0; n],
+                },
             }
         })
         .collect();
@@ -383,9 +463,6 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
     let mut last_t = 0.0_f64;
     let mut spread_integral = 0.0_f64;
     let mut notify_from = vec![0_u64; n * g];
-    let load_of = |busy: u32, cap: u32| -> u8 {
-        u8::try_from((u64::from(busy) * 100 / u64::from(cap.max(1))).min(100)).unwrap_or(100)
-    };
     while let Some(Reverse((t_ns, _, event))) = queue.pop() {
         let t = t_ns as f64 / 1e9;
         if measure_from.is_some() {
@@ -448,6 +525,10 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                             None,
                         );
                         host.table.note_placed(&names[m], now);
+                        // A comparison policy counts the legs that the MSR
+                        // took (one it refused is no placement).
+                        host.seen.placed_since[m] += 1;
+                        host.seen.active[m] += 1;
                         let hold = scenario.holding.sample(&mut rng);
                         push(
                             &mut queue,
@@ -478,6 +559,9 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                 busy[m] = busy[m].saturating_sub(1);
                 changed = Some(m);
                 let host = &mut hosts[host as usize];
+                // A dispatcher sees the call's end (BYE) whatever the core
+                // tells the collector.
+                host.seen.active[m] = host.seen.active[m].saturating_sub(1);
                 let call_id = id.to_string();
                 if scenario.releases {
                     let table = &mut host.table;
@@ -491,7 +575,7 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                 if gates[i].due(&rule, now) {
                     let m = msr as usize;
                     let latest = Reported {
-                        load: load_of(busy[m], scenario.capacities[m]),
+                        load: percent(busy[m], scenario.capacities[m]),
                         calls: busy[m],
                     };
                     if gates[i].evaluate(&rule, now, latest) == Verdict::Send {
@@ -514,17 +598,20 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                 let cap = scenario.capacities[m];
                 let report = LoadReport {
                     msr: names[m].clone(),
-                    load: load_of(calls, cap),
+                    load: percent(calls, cap),
                     cpu: 0,
                     calls,
                     max_calls: cap,
                 };
-                hosts[host as usize].table.set_load(&names[m], report, now);
+                let host = &mut hosts[host as usize];
+                host.table.set_load(&names[m], report, now);
+                host.seen.reported[m] = Some(calls);
+                host.seen.placed_since[m] = 0;
             }
         }
         if let Some(m) = changed {
             let latest = Reported {
-                load: load_of(busy[m], scenario.capacities[m]),
+                load: percent(busy[m], scenario.capacities[m]),
                 calls: busy[m],
             };
             for h in 0..g {
@@ -645,7 +732,83 @@ fn choose(
             host.next_rr = host.next_rr.wrapping_add(1);
             Some(m)
         }
+        Policy::WebSip => {
+            let seen = &host.seen;
+            let weights: Vec<f64> = (0..n)
+                .map(|m| {
+                    let calls = seen.reported[m].unwrap_or(0) + seen.placed_since[m];
+                    let load = percent(calls, scenario.capacities[m]);
+                    f64::from(100 - load) * scenario.coefficients[m]
+                })
+                .collect();
+            let total: f64 = weights.iter().sum();
+            if total <= 0.0 {
+                return None;
+            }
+            let mut value = rng.gen_range(0.0..total);
+            for (m, &w) in weights.iter().enumerate() {
+                if value < w {
+                    return Some(m);
+                }
+                value -= w;
+            }
+            weights.iter().rposition(|&w| w > 0.0)
+        }
+        Policy::CallLoad => (0..n)
+            .filter(|&m| host.seen.active[m] < scenario.capacities[m])
+            // min_by_key keeps the first of equal keys: list order.
+            .min_by_key(|&m| host.seen.active[m]),
+        Policy::LeastReported => {
+            let reported =
+                |m: usize| percent(host.seen.reported[m].unwrap_or(0), scenario.capacities[m]);
+            let mut best: Option<(usize, u8)> = None;
+            let mut ties = 0_u32;
+            for m in 0..n {
+                let load = reported(m);
+                match best {
+                    Some((_, b)) if load > b => {}
+                    Some((_, b)) if load == b => {
+                        ties += 1;
+                        if rng.gen_range(0..ties) == 0 {
+                            best = Some((m, load));
+                        }
+                    }
+                    _ => {
+                        best = Some((m, load));
+                        ties = 1;
+                    }
+                }
+            }
+            best.map(|(m, _)| m)
+        }
+        Policy::TwoChoices => {
+            if n == 1 {
+                return Some(0);
+            }
+            let a = rng.gen_range(0..n);
+            // A second, distinct MSR, uniformly.
+            let b = (a + rng.gen_range(1..n)) % n;
+            let load =
+                |m: usize| percent(host.seen.reported[m].unwrap_or(0), scenario.capacities[m]);
+            Some(match load(a).cmp(&load(b)) {
+                std::cmp::Ordering::Less => a,
+                std::cmp::Ordering::Greater => b,
+                std::cmp::Ordering::Equal => {
+                    if rng.gen::<bool>() {
+                        a
+                    } else {
+                        b
+                    }
+                }
+            })
+        }
     }
+}
+
+/// `calls` as the agent's load percentage of `capacity` (SPEC §4), capped
+/// at 100.
+fn percent(calls: u32, capacity: u32) -> u8 {
+    u8::try_from((u64::from(calls) * 100 / u64::from(capacity.max(1))).min(100)).unwrap_or(100)
 }
 
 /// One validation: what was measured against the closed form.
@@ -709,6 +872,9 @@ pub fn validate(calls: u64, seed: u64) -> Result<Vec<Check>, SimError> {
     });
     Ok(checks)
 }
+
+pub mod plot;
+pub mod report;
 
 #[cfg(test)]
 mod tests;

@@ -1,14 +1,18 @@
 //! `msr-sim`: see the library docs. `msr-sim validate` checks the
 //! simulator against closed forms and exits 1 when one is outside its
 //! confidence interval; `msr-sim run` simulates one row; `msr-sim table`
-//! the required rows of SPEC §10 as a Markdown table.
+//! the required rows of SPEC §10 for every compared policy, and the
+//! no-release rows; `msr-sim sensitivity` the holding-time and report-delay
+//! rows; `msr-sim plot` draws the PNGs from their CSV files.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use msr_sim::{run, validate, Holding, Outcome, Policy, Scenario};
+use msr_sim::report::{self, Row};
+use msr_sim::{run, validate, Holding, Policy, Scenario};
 
 #[derive(Parser)]
 #[command(
@@ -31,10 +35,37 @@ enum Which {
 
 #[derive(Clone, Copy, ValueEnum)]
 enum PolicyArg {
+    /// The product's default (SPEC §10).
     Pooled,
+    /// The product's §7 draw.
     Ecss,
+    /// Comparison: the Web-SIP update (placements since the report, no ends).
+    WebSip,
+    /// Comparison: a dispatcher's call-load rule (own placements and ends).
+    CallLoad,
+    /// Comparison: the lowest last-reported load.
+    LeastReported,
+    /// Comparison: power of two choices on the last reports.
+    TwoChoices,
+    /// Validation: the perfectly informed least-occupied MSR.
     Oracle,
+    /// Validation: MSRs in turn.
     RoundRobin,
+}
+
+impl PolicyArg {
+    fn policy(self) -> Policy {
+        match self {
+            PolicyArg::Pooled => Policy::Pooled,
+            PolicyArg::Ecss => Policy::Ecss,
+            PolicyArg::WebSip => Policy::WebSip,
+            PolicyArg::CallLoad => Policy::CallLoad,
+            PolicyArg::LeastReported => Policy::LeastReported,
+            PolicyArg::TwoChoices => Policy::TwoChoices,
+            PolicyArg::Oracle => Policy::Oracle,
+            PolicyArg::RoundRobin => Policy::RoundRobin,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -78,32 +109,69 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
-    /// The required rows (A 80 %, A 90 %, B 85 %; G = 1, 3) for pooled and ecss.
+    /// The required rows (A 80 %, A 90 %, B 85 %; G = 1, 3) for every
+    /// compared policy, then A 90 % with no leg ever released (pooled, ecss).
     Table {
         #[arg(long, default_value_t = 200_000)]
         calls: u64,
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Rows simulated at once (threads).
+        #[arg(long, default_value_t = 1)]
+        jobs: usize,
+        /// Also write the rows here as CSV (for `msr-sim plot`).
+        #[arg(long)]
+        csv: Option<PathBuf>,
+    },
+    /// A 90 %, G = 1 and 3, pooled and ecss: holding 30 s and 600 s, and a
+    /// report delay of 500 ms.
+    Sensitivity {
+        #[arg(long, default_value_t = 200_000)]
+        calls: u64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long, default_value_t = 1)]
+        jobs: usize,
+        #[arg(long)]
+        csv: Option<PathBuf>,
+    },
+    /// Draws the PNGs from the CSV files of `table` and `sensitivity`.
+    Plot {
+        /// The CSV of `msr-sim table`.
+        #[arg(long)]
+        table: PathBuf,
+        /// The CSV of `msr-sim sensitivity` (optional).
+        #[arg(long)]
+        sensitivity: Option<PathBuf>,
+        /// Where the PNGs go.
+        #[arg(long, default_value = "docs/balancing")]
+        out: PathBuf,
     },
 }
 
-fn row(label: &str, policy: Policy, g: u32, o: &Outcome) -> String {
-    format!(
-        "| {label} | {} | {g} | {} | {:.2e} ± {:.1e} | {:.2e} | {:.1} | {:.0} % | {:.1} | {:.2} | {:.2} |",
-        policy.name(),
-        o.calls,
-        o.blocking,
-        o.half_width,
-        o.pooled_erlang_b,
-        o.times_pooled(),
-        o.refused_share * 100.0,
-        o.spread_pp,
-        o.notify_per_sec,
-        o.max_notify_per_sec_per_subscription,
-    )
+fn scenario(which: Which, offered: f64) -> Scenario {
+    match which {
+        Which::A => Scenario::a(offered / 100.0),
+        Which::B => Scenario::b(offered / 100.0),
+    }
 }
 
-const HEADER: &str = "| scenario | policy | G | calls | blocking ± 99 % CI | pooled Erlang-B | × pooled | refused by selection | spread (pp) | NOTIFY/s | max NOTIFY/s per subscription |\n|---|---|---|---|---|---|---|---|---|---|---|";
+fn label(which: Which, offered: f64) -> String {
+    let name = match which {
+        Which::A => "A",
+        Which::B => "B",
+    };
+    format!("{name} {offered} %")
+}
+
+fn print_and_save(rows: &[Row], csv: Option<&PathBuf>) -> Result<()> {
+    println!("{}", report::markdown(rows));
+    if let Some(path) = csv {
+        std::fs::write(path, report::csv(rows))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
 
 fn main() -> Result<ExitCode> {
     match Cli::parse().command {
@@ -129,7 +197,7 @@ fn main() -> Result<ExitCode> {
             })
         }
         Command::Run {
-            scenario,
+            scenario: which,
             offered,
             policy,
             hosts,
@@ -141,16 +209,8 @@ fn main() -> Result<ExitCode> {
             no_releases,
             seed,
         } => {
-            let mut s = match scenario {
-                Which::A => Scenario::a(offered / 100.0),
-                Which::B => Scenario::b(offered / 100.0),
-            };
-            s.policy = match policy {
-                PolicyArg::Pooled => Policy::Pooled,
-                PolicyArg::Ecss => Policy::Ecss,
-                PolicyArg::Oracle => Policy::Oracle,
-                PolicyArg::RoundRobin => Policy::RoundRobin,
-            };
+            let mut s = scenario(which, offered);
+            s.policy = policy.policy();
             s.core_hosts = hosts;
             s.calls = calls;
             s.holding = Holding::Exponential(Duration::from_secs(holding));
@@ -159,34 +219,86 @@ fn main() -> Result<ExitCode> {
             s.high_water = high_water;
             s.releases = !no_releases;
             s.seed = seed;
-            let o = run(&s)?;
-            let label = format!(
-                "{} {offered} %",
-                match scenario {
-                    Which::A => "A",
-                    Which::B => "B",
-                }
-            );
-            println!("{HEADER}\n{}", row(&label, s.policy, hosts, &o));
+            let outcome = run(&s)?;
+            let row = Row::new(label(which, offered), report::variant(&s), &s, outcome);
+            println!("{}", report::markdown(&[row]));
             Ok(ExitCode::SUCCESS)
         }
-        Command::Table { calls, seed } => {
-            println!("{HEADER}");
-            for (label, base) in [
-                ("A 80 %", Scenario::a(0.8)),
-                ("A 90 %", Scenario::a(0.9)),
-                ("B 85 %", Scenario::b(0.85)),
-            ] {
+        Command::Table {
+            calls,
+            seed,
+            jobs,
+            csv,
+        } => {
+            let mut specs = Vec::new();
+            for (which, offered) in [(Which::A, 80.0), (Which::A, 90.0), (Which::B, 85.0)] {
                 for g in [1, 3] {
-                    for policy in [Policy::Pooled, Policy::Ecss] {
-                        let mut s = base.clone();
+                    for policy in Policy::COMPARED {
+                        let mut s = scenario(which, offered);
                         s.core_hosts = g;
                         s.policy = policy;
                         s.calls = calls;
                         s.seed = seed;
-                        println!("{}", row(label, policy, g, &run(&s)?));
+                        specs.push((label(which, offered), s));
                     }
                 }
+            }
+            // SPEC §10: never worse than ecss when the core releases no leg.
+            for g in [1, 3] {
+                for policy in [Policy::Pooled, Policy::Ecss] {
+                    let mut s = Scenario::a(0.9);
+                    s.core_hosts = g;
+                    s.policy = policy;
+                    s.calls = calls;
+                    s.seed = seed;
+                    s.releases = false;
+                    specs.push((label(Which::A, 90.0), s));
+                }
+            }
+            let rows = report::run_all(specs, jobs)?;
+            print_and_save(&rows, csv.as_ref())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Sensitivity {
+            calls,
+            seed,
+            jobs,
+            csv,
+        } => {
+            let mut specs = Vec::new();
+            for (holding, delay_ms) in [(30, 20), (600, 20), (120, 500)] {
+                for g in [1, 3] {
+                    for policy in [Policy::Pooled, Policy::Ecss] {
+                        let mut s = Scenario::a(0.9);
+                        s.core_hosts = g;
+                        s.policy = policy;
+                        s.calls = calls;
+                        s.seed = seed;
+                        s.holding = Holding::Exponential(Duration::from_secs(holding));
+                        s.report_delay = Duration::from_millis(delay_ms);
+                        specs.push((label(Which::A, 90.0), s));
+                    }
+                }
+            }
+            let rows = report::run_all(specs, jobs)?;
+            print_and_save(&rows, csv.as_ref())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Plot {
+            table,
+            sensitivity,
+            out,
+        } => {
+            let read = |path: &PathBuf| -> Result<Vec<Row>> {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                Ok(report::parse_csv(&text)?)
+            };
+            let table = read(&table)?;
+            let sensitivity = sensitivity.as_ref().map(read).transpose()?;
+            std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+            for path in msr_sim::plot::draw(&table, sensitivity.as_deref(), &out)? {
+                println!("wrote {}", path.display());
             }
             Ok(ExitCode::SUCCESS)
         }

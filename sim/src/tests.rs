@@ -48,3 +48,83 @@ fn pooled_falls_back_to_ecss_when_the_core_never_releases() -> Result<(), SimErr
     assert_eq!(pooled.blocking, ecss.blocking);
     Ok(())
 }
+
+#[test]
+fn comparison_policies_run_reproducibly_within_the_notify_bound() -> Result<(), SimError> {
+    for policy in [
+        Policy::WebSip,
+        Policy::CallLoad,
+        Policy::LeastReported,
+        Policy::TwoChoices,
+    ] {
+        let mut s = Scenario::b(0.85);
+        s.calls = 10_000;
+        s.core_hosts = 3;
+        s.policy = policy;
+        let a = run(&s)?;
+        assert_eq!(a, run(&s)?, "{}", policy.name());
+        assert!(a.max_notify_per_sec_per_subscription <= 1.0, "{a:?}");
+        assert!((0.0..=1.0).contains(&a.blocking), "{a:?}");
+    }
+    Ok(())
+}
+
+#[test]
+fn web_sip_without_ends_refuses_what_pooled_places() -> Result<(), SimError> {
+    // Counting placements and no ends only grows the estimate between
+    // reports: at 90 %, with reports only on load-delta moves (the
+    // high-water rule off), the draw runs out of weight and refuses.
+    let mut s = Scenario::a(0.9);
+    s.calls = 20_000;
+    s.high_water = 101;
+    s.policy = Policy::WebSip;
+    let web_sip = run(&s)?;
+    s.policy = Policy::Pooled;
+    let pooled = run(&s)?;
+    assert!(
+        web_sip.blocking > 10.0 * pooled.blocking.max(web_sip.pooled_erlang_b),
+        "{web_sip:?} {pooled:?}"
+    );
+    assert!(web_sip.refused_share > 0.9, "{web_sip:?}");
+    Ok(())
+}
+
+#[test]
+fn rows_survive_the_csv_and_draw() -> Result<(), SimError> {
+    let mut rows = Vec::new();
+    for policy in [Policy::Pooled, Policy::Ecss, Policy::TwoChoices] {
+        for g in [1, 3] {
+            let mut s = Scenario::a(0.9);
+            s.calls = 2_000;
+            s.core_hosts = g;
+            s.policy = policy;
+            let o = run(&s)?;
+            rows.push(report::Row::new(
+                "A 90 %".into(),
+                report::variant(&s),
+                &s,
+                o,
+            ));
+        }
+    }
+    let back = report::parse_csv(&report::csv(&rows))?;
+    assert_eq!(back.len(), rows.len());
+    for (a, b) in rows.iter().zip(&back) {
+        assert_eq!(
+            (a.policy, a.core_hosts, &a.variant),
+            (b.policy, b.core_hosts, &b.variant)
+        );
+        assert!((a.outcome.spread_pp - b.outcome.spread_pp).abs() < 1e-9);
+    }
+    assert!(report::markdown(&rows).contains("| two-choices | 3 |"));
+    let dir = std::env::temp_dir().join(format!("msr-sim-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| SimError::Plot(e.to_string()))?;
+    let written = plot::draw(&rows, Some(&rows), &dir)?;
+    assert_eq!(written.len(), 3);
+    for path in &written {
+        let bytes = std::fs::read(path).map_err(|e| SimError::Plot(e.to_string()))?;
+        assert!(bytes.starts_with(b"\x89PNG"), "{}", path.display());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}

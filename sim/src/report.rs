@@ -1,0 +1,211 @@
+//! Rows of results: Markdown for BALANCING.md, CSV for `msr-sim plot`, and
+//! several rows simulated at once (each row's own seed, so the result does
+//! not depend on the number of threads).
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::{run, Holding, Outcome, Policy, Scenario, SimError};
+
+/// One simulated row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// Scenario and offered load, e.g. `A 90 %`.
+    pub scenario: String,
+    /// What differs from the required setup (`-` when nothing).
+    pub variant: String,
+    /// The policy.
+    pub policy: Policy,
+    /// G.
+    pub core_hosts: u32,
+    /// What was measured.
+    pub outcome: Outcome,
+}
+
+impl Row {
+    /// A row for `scenario` simulated as `s`.
+    pub fn new(scenario: String, variant: String, s: &Scenario, outcome: Outcome) -> Self {
+        Self {
+            scenario,
+            variant,
+            policy: s.policy,
+            core_hosts: s.core_hosts,
+            outcome,
+        }
+    }
+}
+
+/// What differs in `s` from the required setup of SPEC §10 (holding 120 s
+/// exponential, NOTIFY delay 20 ms, `load-delta` 10, high water 80, legs
+/// released), `-` when nothing.
+pub fn variant(s: &Scenario) -> String {
+    let mut parts = Vec::new();
+    match s.holding {
+        Holding::Exponential(d) if d == Duration::from_secs(120) => {}
+        Holding::Exponential(d) => parts.push(format!("holding {} s", d.as_secs())),
+        Holding::Deterministic(d) => {
+            parts.push(format!("holding {} s deterministic", d.as_secs()));
+        }
+    }
+    if s.report_delay != Duration::from_millis(20) {
+        parts.push(format!("delay {} ms", s.report_delay.as_millis()));
+    }
+    if s.load_delta != 10 {
+        parts.push(format!("load-delta {}", s.load_delta));
+    }
+    if s.high_water != msr_agent::notifier::DEFAULT_HIGH_WATER {
+        parts.push(format!("high water {}", s.high_water));
+    }
+    if !s.releases {
+        parts.push("no releases".to_owned());
+    }
+    if parts.is_empty() {
+        "-".to_owned()
+    } else {
+        parts.join(", ")
+    }
+}
+
+const HEADER: &str = "| scenario | variant | policy | G | calls | blocking ± 99 % CI | pooled Erlang-B | × pooled | refused by selection | spread (pp) | NOTIFY/s | max NOTIFY/s per subscription |\n|---|---|---|---|---|---|---|---|---|---|---|---|";
+
+/// The rows as a Markdown table.
+pub fn markdown(rows: &[Row]) -> String {
+    let mut out = HEADER.to_owned();
+    for r in rows {
+        let o = &r.outcome;
+        out.push_str(&format!(
+            "\n| {} | {} | {} | {} | {} | {:.2e} ± {:.1e} | {:.2e} | {:.1} | {:.0} % | {:.1} | {:.2} | {:.2} |",
+            r.scenario,
+            r.variant,
+            r.policy.name(),
+            r.core_hosts,
+            o.calls,
+            o.blocking,
+            o.half_width,
+            o.pooled_erlang_b,
+            o.times_pooled(),
+            o.refused_share * 100.0,
+            o.spread_pp,
+            o.notify_per_sec,
+            o.max_notify_per_sec_per_subscription,
+        ));
+    }
+    out
+}
+
+const CSV_HEADER: &str = "scenario,variant,policy,core_hosts,calls,blocking,half_width,pooled_erlang_b,refused_share,spread_pp,notify_per_sec,max_notify_per_sec_per_subscription,simulated_secs";
+
+/// The rows as CSV (full precision; no field holds a comma).
+pub fn csv(rows: &[Row]) -> String {
+    let mut out = CSV_HEADER.to_owned();
+    for r in rows {
+        let o = &r.outcome;
+        out.push_str(&format!(
+            "\n{},{},{},{},{},{:e},{:e},{:e},{:e},{:e},{:e},{:e},{:e}",
+            r.scenario,
+            r.variant.replace(',', ";"),
+            r.policy.name(),
+            r.core_hosts,
+            o.calls,
+            o.blocking,
+            o.half_width,
+            o.pooled_erlang_b,
+            o.refused_share,
+            o.spread_pp,
+            o.notify_per_sec,
+            o.max_notify_per_sec_per_subscription,
+            o.simulated_secs,
+        ));
+    }
+    out.push('\n');
+    out
+}
+
+/// Reads what [`csv`] wrote.
+///
+/// # Errors
+/// [`SimError::Scenario`] on a line that is not such a row.
+pub fn parse_csv(text: &str) -> Result<Vec<Row>, SimError> {
+    let bad = |line: usize, what: &str| SimError::Scenario(format!("csv line {line}: {what}"));
+    let mut rows = Vec::new();
+    for (i, line) in text.lines().enumerate().skip(1) {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = line.split(',').collect();
+        if f.len() != 13 {
+            return Err(bad(i + 1, "expected 13 fields"));
+        }
+        let num = |k: usize| -> Result<f64, SimError> {
+            f[k].parse::<f64>().map_err(|_| bad(i + 1, f[k]))
+        };
+        let policy = Policy::from_name(f[2]).ok_or_else(|| bad(i + 1, f[2]))?;
+        rows.push(Row {
+            scenario: f[0].to_owned(),
+            variant: f[1].to_owned(),
+            policy,
+            core_hosts: f[3].parse().map_err(|_| bad(i + 1, f[3]))?,
+            outcome: Outcome {
+                calls: f[4].parse().map_err(|_| bad(i + 1, f[4]))?,
+                blocking: num(5)?,
+                half_width: num(6)?,
+                pooled_erlang_b: num(7)?,
+                refused_share: num(8)?,
+                spread_pp: num(9)?,
+                notify_per_sec: num(10)?,
+                max_notify_per_sec_per_subscription: num(11)?,
+                simulated_secs: num(12)?,
+            },
+        });
+    }
+    Ok(rows)
+}
+
+/// Simulates every `(scenario label, scenario)` on `jobs` threads; the
+/// rows come back in the order given.
+///
+/// # Errors
+/// The first [`SimError`] of a row.
+pub fn run_all(specs: Vec<(String, Scenario)>, jobs: usize) -> Result<Vec<Row>, SimError> {
+    let total = specs.len();
+    let next = Mutex::new(0_usize);
+    let results: Mutex<Vec<Option<Result<Row, SimError>>>> =
+        Mutex::new((0..total).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.clamp(1, total.max(1)) {
+            scope.spawn(|| loop {
+                let i = {
+                    let Ok(mut next) = next.lock() else { return };
+                    let i = *next;
+                    *next += 1;
+                    i
+                };
+                let Some((label, s)) = specs.get(i) else {
+                    return;
+                };
+                let row = run(s).map(|o| Row::new(label.clone(), variant(s), s, o));
+                if let Ok(r) = &row {
+                    eprintln!(
+                        "{}/{total} {} {} {} G={}: {:.2e}",
+                        i + 1,
+                        r.scenario,
+                        r.variant,
+                        r.policy.name(),
+                        r.core_hosts,
+                        r.outcome.blocking
+                    );
+                }
+                if let Ok(mut results) = results.lock() {
+                    results[i] = Some(row);
+                }
+            });
+        }
+    });
+    let results = results
+        .into_inner()
+        .map_err(|_| SimError::Scenario("a simulation thread panicked".into()))?;
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(SimError::Scenario("a row was not simulated".into()))))
+        .collect()
+}
