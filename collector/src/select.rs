@@ -88,7 +88,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::health::Health;
-use crate::load_table::{DistanceColumn, LoadTable, Scanned, ZoneView};
+use crate::load_table::{Candidate, DistanceColumn, LoadTable, Scanned, ZoneView};
 use crate::topology::Topology;
 
 /// One selection request: the leg's zone and site, and the MSR chosen for
@@ -220,6 +220,30 @@ pub struct Choice {
     pub total: f64,
     /// The rule that chose it.
     pub rule: Rule,
+}
+
+impl Choice {
+    /// The choice of candidate `c` (the strings copied once, here) by
+    /// `rule`, with the draw and total it was made with (0 without a draw).
+    fn of(
+        c: &Candidate<'_>,
+        media_bridge: bool,
+        min_distance: Option<f64>,
+        (draw, total): (f64, f64),
+        rule: Rule,
+    ) -> Choice {
+        Choice {
+            msr: c.msr.to_owned(),
+            contact: c.contact.to_owned(),
+            uri: c.uri.to_owned(),
+            engine: c.engine,
+            media_bridge,
+            distance: min_distance.unwrap_or(0.0),
+            draw,
+            total,
+            rule,
+        }
+    }
 }
 
 /// Why a leg gets no MSR (SPEC §7 step 6).
@@ -733,32 +757,24 @@ fn run<R: Rng + ?Sized>(
         Err(Refusal::MsrOverloaded)
     } else if let Some(position) = chosen {
         match view.candidate(position, query.now) {
-            Some(c) => Ok(Choice {
-                msr: c.msr.to_owned(),
-                contact: c.contact.to_owned(),
-                uri: c.uri.to_owned(),
-                engine: c.engine,
-                media_bridge: explanation.media_bridge,
-                distance: min_distance.unwrap_or(0.0),
-                draw: 0.0,
-                total,
+            Some(c) => Ok(Choice::of(
+                &c,
+                explanation.media_bridge,
+                min_distance,
+                (0.0, total),
                 rule,
-            }),
+            )),
             None => Err(Refusal::MsrNotFound),
         }
     } else if let Some(i) = pooled {
         match view.candidate(kept[i], query.now) {
-            Some(c) => Ok(Choice {
-                msr: c.msr.to_owned(),
-                contact: c.contact.to_owned(),
-                uri: c.uri.to_owned(),
-                engine: c.engine,
-                media_bridge: explanation.media_bridge,
-                distance: min_distance.unwrap_or(0.0),
-                draw: 0.0,
-                total: 0.0,
-                rule: Rule::Pooled,
-            }),
+            Some(c) => Ok(Choice::of(
+                &c,
+                explanation.media_bridge,
+                min_distance,
+                (0.0, 0.0),
+                Rule::Pooled,
+            )),
             None => Err(Refusal::MsrNotFound),
         }
     } else if total <= 0.0 {
@@ -775,17 +791,13 @@ fn run<R: Rng + ?Sized>(
         };
         explanation.draw = Some(value);
         match pick(&weights, value).and_then(|i| view.candidate(kept[i], query.now)) {
-            Some(c) => Ok(Choice {
-                msr: c.msr.to_owned(),
-                contact: c.contact.to_owned(),
-                uri: c.uri.to_owned(),
-                engine: c.engine,
-                media_bridge: explanation.media_bridge,
-                distance: min_distance.unwrap_or(0.0),
-                draw: value,
-                total,
-                rule: Rule::Draw,
-            }),
+            Some(c) => Ok(Choice::of(
+                &c,
+                explanation.media_bridge,
+                min_distance,
+                (value, total),
+                Rule::Draw,
+            )),
             None => Err(Refusal::MsrOverloaded),
         }
     };
