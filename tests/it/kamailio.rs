@@ -157,8 +157,12 @@ async fn kamailio_parks_calls_on_the_chosen_engines_and_releases_them_at_bye() {
     let dir = tempfile::tempdir().expect("tempdir");
     let http_port = free_tcp_port();
     let redirect_port = free_udp_port();
+    // The §7 draw, whose shares follow the weights: the `pooled` default
+    // (SPEC §10) ranks by estimated occupancy instead, and with these fixed
+    // `file:` loads and short calls it keeps choosing the emptiest MSR.
     let extra = format!(
-        "[http]\nlisten = \"127.0.0.1:{http_port}\"\n[redirect]\nlisten = \"127.0.0.1:{redirect_port}\"\n"
+        "[http]\nlisten = \"127.0.0.1:{http_port}\"\n[redirect]\nlisten = \"127.0.0.1:{redirect_port}\"\n\
+         [selection]\npolicy = \"ecss\"\n"
     );
     let collector =
         Collector::start_with(dir.path(), "core1", &CollectorOpts::default(), &extra).await;
