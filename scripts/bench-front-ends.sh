@@ -27,6 +27,7 @@ command -v wrk >/dev/null || { echo "needs wrk (apt-get install wrk)" >&2; exit 
 
 cargo build --release --locked -q -p msr-collector -p system-tests --bins
 bin=target/release
+. scripts/lib/bench.sh
 dir=$(mktemp -d)
 pids=()
 cleanup() {
@@ -36,11 +37,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { # udp|tcp
-  python3 -c 'import socket, sys
-kind = socket.SOCK_DGRAM if sys.argv[1] == "udp" else socket.SOCK_STREAM
-s = socket.socket(socket.AF_INET, kind); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' "$1"
-}
 # utime + stime of PIDs (all their threads), in clock ticks.
 ticks() {
   local sum=0 p
@@ -60,28 +56,10 @@ start_collector() {
   http_port=$(free_port tcp)
   redirect_port=$(free_port udp)
   sock="$dir/$name.sock"
-  cat >"$dir/$name.toml" <<CONFIG
-node = "bench@localhost"
-[sip]
-listen = "127.0.0.1:$sip_port"
-transports = ["udp"]
-realm = "msr.local"
-min_expires = 10
-max_expires = 3600
-[[accounts]]
-auth_name = "msr"
-password = "msr-secret"
-[subscription]
-expires = 600
-[control]
-socket = "$sock"
-[state]
-path = "$dir/$name-state.json"
-[http]
-listen = "127.0.0.1:$http_port"
+  write_collector_config "$dir/$name.toml" "$sip_port" "$sock" "$dir/$name-state.json" "[http]
+listen = \"127.0.0.1:$http_port\"
 [redirect]
-listen = "127.0.0.1:$redirect_port"
-CONFIG
+listen = \"127.0.0.1:$redirect_port\""
   "$bin/msr-collector" --config "$dir/$name.toml" -q >"$dir/$name.log" 2>&1 &
   collector_pid=$!
   pids+=("$collector_pid")
@@ -97,15 +75,7 @@ CONFIG
   done
   echo "$msrs MSRs live and healthy (collector pid $collector_pid)"
 }
-healthy() {
-  "$bin/msrctl" --socket "$sock" --json resource list 2>/dev/null |
-    python3 -c 'import json, sys
-try:
-    rows = json.load(sys.stdin)["rows"]
-except Exception:
-    print(0); sys.exit()
-print(sum(1 for r in rows if r.get("load") is not None and r.get("health") == "healthy"))'
-}
+healthy() { count_rows "$sock" healthy; }
 
 echo "== load average before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
 echo "== 1. HTTP GET /v1/select, 1,000 MSRs in one zone and site"

@@ -13,6 +13,7 @@ requests=${1:-100000}
 
 cargo build --release --locked -q -p msr-collector -p system-tests --bins
 bin=target/release
+. scripts/lib/bench.sh
 dir=$(mktemp -d)
 collector_pid=""
 loadgen_pid=""
@@ -24,40 +25,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-port=$(python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-cat >"$dir/collector.toml" <<CONFIG
-node = "bench@localhost"
-[sip]
-listen = "127.0.0.1:$port"
-transports = ["udp"]
-realm = "msr.local"
-min_expires = 10
-max_expires = 3600
-[[accounts]]
-auth_name = "msr"
-password = "msr-secret"
-[subscription]
-expires = 600
-[control]
-socket = "$dir/control.sock"
-[state]
-path = "$dir/state.json"
-CONFIG
+port=$(free_port udp)
+write_collector_config "$dir/collector.toml" "$port" "$dir/control.sock" "$dir/state.json"
 "$bin/msr-collector" --config "$dir/collector.toml" -q >"$dir/collector.log" 2>&1 &
 collector_pid=$!
 "$bin/msr-loadgen" notify --collector "127.0.0.1:$port" --msrs 1000 --rate 50 \
   --duration 600 --register-expires 3600 >"$dir/loadgen.log" 2>&1 &
 loadgen_pid=$!
 
-healthy() {
-  "$bin/msrctl" --socket "$dir/control.sock" --json resource list 2>/dev/null |
-    python3 -c 'import json, sys
-try:
-    rows = json.load(sys.stdin)["rows"]
-except Exception:
-    print(0); sys.exit()
-print(sum(1 for r in rows if r.get("load") is not None and r.get("health") == "healthy"))'
-}
+healthy() { count_rows "$dir/control.sock" healthy; }
 end=$(($(date +%s) + 120))
 until [ "$(healthy)" -ge 1000 ]; do
   [ "$(date +%s)" -lt "$end" ] || { echo "the 1,000 MSRs did not come up" >&2; exit 1; }

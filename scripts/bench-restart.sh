@@ -15,6 +15,7 @@ rounds=${2:-3}
 
 cargo build --release --locked -q -p msr-collector -p system-tests --bins
 bin=target/release
+. scripts/lib/bench.sh
 dir=$(mktemp -d)
 collector_pid=""
 loadgen_pid=""
@@ -26,25 +27,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-port=$(python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-cat >"$dir/collector.toml" <<EOF
-node = "bench@localhost"
-[sip]
-listen = "127.0.0.1:$port"
-transports = ["udp"]
-realm = "msr.local"
-min_expires = 10
-max_expires = 3600
-[[accounts]]
-auth_name = "msr"
-password = "msr-secret"
-[subscription]
-expires = 600
-[control]
-socket = "$dir/control.sock"
-[state]
-path = "$dir/state.json"
-EOF
+port=$(free_port udp)
+write_collector_config "$dir/collector.toml" "$port" "$dir/control.sock" "$dir/state.json"
 
 start_collector() {
   "$bin/msr-collector" --config "$dir/collector.toml" -q >>"$dir/collector.log" 2>&1 &
@@ -52,15 +36,7 @@ start_collector() {
 }
 
 # Rows that are registered, subscribed and carry a load.
-live() {
-  "$bin/msrctl" --socket "$dir/control.sock" --json resource list 2>/dev/null |
-    python3 -c 'import json, sys
-try:
-    rows = json.load(sys.stdin)["rows"]
-except Exception:
-    print(0); sys.exit()
-print(sum(1 for r in rows if r["status"] == "registered" and r["subscription"] == "active" and r.get("load") is not None))'
-}
+live() { count_rows "$dir/control.sock" live; }
 
 saved() {
   python3 -c 'import json, sys

@@ -1,0 +1,50 @@
+# Shared by the benchmark scripts (sourced, not run): free ports, the
+# release-build collector config they start, and counting its rows.
+# Needs `bin` (the directory of the release binaries) set by the caller.
+
+# free_port udp|tcp: a port on 127.0.0.1 that was free a moment ago.
+free_port() {
+  python3 -c 'import socket, sys
+kind = socket.SOCK_DGRAM if sys.argv[1] == "udp" else socket.SOCK_STREAM
+s = socket.socket(socket.AF_INET, kind); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' "$1"
+}
+
+# write_collector_config FILE SIP_PORT SOCKET STATE [EXTRA_TOML]: the bench
+# collector (one account msr/msr-secret, 600 s subscriptions), plus EXTRA.
+write_collector_config() {
+  cat >"$1" <<CONFIG
+node = "bench@localhost"
+[sip]
+listen = "127.0.0.1:$2"
+transports = ["udp"]
+realm = "msr.local"
+min_expires = 10
+max_expires = 3600
+[[accounts]]
+auth_name = "msr"
+password = "msr-secret"
+[subscription]
+expires = 600
+[control]
+socket = "$3"
+[state]
+path = "$4"
+${5:-}
+CONFIG
+}
+
+# count_rows SOCKET live|healthy: rows that are registered, subscribed and
+# reporting (live), or reporting and healthy (healthy).
+count_rows() {
+  "$bin/msrctl" --socket "$1" --json resource list 2>/dev/null |
+    python3 -c 'import json, sys
+try:
+    rows = json.load(sys.stdin)["rows"]
+except Exception:
+    print(0); sys.exit()
+if sys.argv[1] == "live":
+    ok = lambda r: r["status"] == "registered" and r["subscription"] == "active" and r.get("load") is not None
+else:
+    ok = lambda r: r.get("load") is not None and r.get("health") == "healthy"
+print(sum(1 for r in rows if ok(r)))' "$2"
+}
