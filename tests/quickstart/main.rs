@@ -129,6 +129,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let mut children = Vec::new();
     children.push((
         "msr-collector".to_owned(),
+        cli.log_dir.join("collector.log"),
         spawn(
             "msr-collector",
             &["--config", &collector_config.to_string_lossy()],
@@ -155,6 +156,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         let log = cli.log_dir.join(format!("{}.log", msr.name));
         children.push((
             msr.name.to_owned(),
+            log.clone(),
             spawn(
                 "msr-agent",
                 &["--config", &cfg.to_string_lossy(), "--log-stderr"],
@@ -172,6 +174,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let mut seen: BTreeMap<String, String> = BTreeMap::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
+        if let Some(report) = exited_child(&mut children) {
+            bail!("{report}");
+        }
         let rows = resources(&mut admin).await?;
         for r in &rows {
             let state = format!(
@@ -305,6 +310,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => break,
                 _ = tick.tick() => {
+                    // A daemon that died is reported at once, with its log,
+                    // rather than as a stale table or a socket error.
+                    if let Some(report) = exited_child(&mut children) {
+                        bail!("{report}");
+                    }
                     for r in resources(&mut admin).await? {
                         let now = (r.load, r.status.clone());
                         if last.get(&r.contact) != Some(&now) {
@@ -320,7 +330,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     // Agents first, so that their unregisters and final NOTIFYs reach a
     // running collector; then the collector.
     step("stopping agents, then the collector (SIGTERM)");
-    for (name, mut child) in children.into_iter().rev() {
+    for (name, _, mut child) in children.into_iter().rev() {
         match child.terminate(Duration::from_secs(6)) {
             Some(status) if status.success() => println!("    {name} exited cleanly"),
             Some(status) => println!("    {name} exited with {status}"),
@@ -329,6 +339,26 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     drop(held);
     Ok(())
+}
+
+/// The first child that has exited, as a line naming it, its status and
+/// the end of its log.
+fn exited_child(children: &mut [(String, PathBuf, ChildGuard)]) -> Option<String> {
+    for (name, log, guard) in children.iter_mut() {
+        if let Ok(Some(status)) = guard.child.try_wait() {
+            let tail = std::fs::read_to_string(&log)
+                .map(|t| {
+                    let lines: Vec<&str> = t.lines().collect();
+                    lines[lines.len().saturating_sub(10)..].join("\n")
+                })
+                .unwrap_or_default();
+            return Some(format!(
+                "{name} exited unexpectedly ({status}); the end of {}:\n{tail}",
+                log.display()
+            ));
+        }
+    }
+    None
 }
 
 async fn resources(admin: &mut AdminClient) -> anyhow::Result<Vec<ResourceInfo>> {
