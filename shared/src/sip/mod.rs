@@ -12,7 +12,9 @@
 
 mod endpoint;
 
-pub use endpoint::{EndpointError, ServerTransaction, SipEndpoint, SipEvent};
+pub use endpoint::{
+    EndpointError, ServerTransaction, SipEndpoint, SipEvent, MAX_DATAGRAM, OVERSIZED_LOG_INTERVAL,
+};
 pub use rsipstack::sip::{Header, Headers, Method, Request, Response, SipMessage, StatusCode, Uri};
 
 use std::fmt;
