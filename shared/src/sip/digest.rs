@@ -105,6 +105,16 @@ pub fn auth_params(value: &str) -> Option<(&str, Vec<(String, String)>)> {
     Some((scheme, params))
 }
 
+/// The parameter `name` (lowercase) of a `Digest …` header value; `None`
+/// for another scheme or when absent.
+pub fn digest_param(value: &str, name: &str) -> Option<String> {
+    let (scheme, params) = auth_params(value)?;
+    if !scheme.eq_ignore_ascii_case("digest") {
+        return None;
+    }
+    get(&params, name)
+}
+
 fn get(params: &[(String, String)], name: &str) -> Option<String> {
     params
         .iter()
