@@ -12,10 +12,16 @@
 //! * one Call-ID and one From tag per account per run; the CSeq grows by one
 //!   for every REGISTER (credentials retry, 423 retry, refresh, unregister);
 //! * 401/407 → a retry with `Authorization`/`Proxy-Authorization` computed
-//!   from the challenge's digest realm, nonce, `algorithm` (MD5 or SHA-256)
-//!   and `qop=auth`. The challenge is cached and reused (nc + 1) on refreshes.
-//!   A new challenge with the nonce just answered and without `stale=true`
-//!   means the credentials are wrong: the attempt fails;
+//!   ([`msr_shared::sip::digest`]) from the challenge's digest realm, nonce,
+//!   `algorithm` (MD5 or SHA-256) and `qop=auth`, `nc` in 8 hex digits. The
+//!   challenge is cached and reused (nc + 1) on refreshes. A new challenge
+//!   with the nonce just answered and without `stale=true` means the
+//!   credentials are wrong: the attempt fails. A challenge with a new nonce
+//!   (or `stale=true`) to a REGISTER that carried credentials is answered
+//!   at most [`MAX_CHALLENGES_TO_CREDENTIALS`] time per attempt; the next
+//!   one fails the attempt (a registrar answering every REGISTER with a
+//!   fresh nonce gets at most three per attempt, attempts spaced by the
+//!   backoff, and one warn line each);
 //! * 423 → a retry with the `Min-Expires` of the response;
 //! * 2xx → registered for the granted expiry (the `expires` parameter of our
 //!   own `Contact` in the response, else the `Expires` header, else what was
@@ -39,9 +45,8 @@ use std::time::Duration;
 
 use msr_shared::backoff::Backoff;
 use msr_shared::engine::EngineAddresses;
+use msr_shared::sip::digest::{self, Algorithm};
 use msr_shared::sip::{self, Method, Request, Response};
-use rsipstack::dialog::authenticate::compute_digest;
-use rsipstack::sip::headers::auth::{Algorithm, AuthQop};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
@@ -57,9 +62,11 @@ pub const BACKOFF_CAP: Duration = Duration::from_secs(60);
 /// Refreshes are sent at least this long before expiry when the expiry
 /// allows (see [`refresh_delay`]).
 pub const REFRESH_MARGIN: Duration = Duration::from_secs(30);
-/// The largest digest nonce-count used with one cached challenge; past it
-/// the next REGISTER goes without credentials to fetch a fresh challenge.
-const MAX_NONCE_COUNT: u8 = 99;
+/// How many challenges answering a REGISTER that carried credentials one
+/// attempt answers (a new nonce, or `stale=true`). A registrar that keeps
+/// challenging fresh credentials is not helped by more: the attempt fails
+/// and the next waits the backoff.
+pub const MAX_CHALLENGES_TO_CREDENTIALS: u32 = 1;
 
 /// The `User-Agent` the agent sends (SPEC §3: name and version).
 pub fn user_agent() -> String {
@@ -153,23 +160,14 @@ impl fmt::Display for RegistrationState {
     }
 }
 
-/// A digest challenge taken from `WWW-Authenticate`/`Proxy-Authenticate`
-/// (RFC 3261 §22.4, RFC 7616 §3.3).
+/// The cached digest challenge (RFC 3261 §22.4) and how often it was used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Challenge {
     /// `true` for 407 (`Proxy-Authorization`), `false` for 401.
     proxy: bool,
-    realm: String,
-    nonce: String,
-    opaque: Option<String>,
-    /// The `algorithm` token as received (echoed back), `None` = MD5.
-    algorithm_token: Option<String>,
-    algorithm: Algorithm,
-    /// Whether the challenge offers `qop=auth` (else `auth-int`, else none).
-    qop: Option<&'static str>,
-    stale: bool,
+    digest: digest::Challenge,
     /// Nonce count of the last use.
-    nc: u8,
+    nc: u32,
 }
 
 /// The sans-IO registration client of one account (see the module docs).
@@ -192,6 +190,9 @@ pub struct Registration {
     challenge: Option<Challenge>,
     /// Whether the request in flight carried credentials for `challenge`.
     sent_credentials: bool,
+    /// Challenges to credentialed REGISTERs answered in this attempt
+    /// (see [`MAX_CHALLENGES_TO_CREDENTIALS`]).
+    challenged_credentials: u32,
     /// When to send the next REGISTER (refresh or retry).
     next_attempt: Option<Instant>,
     /// When the current binding lapses, if registered.
@@ -216,6 +217,7 @@ impl Registration {
             finished: false,
             challenge: None,
             sent_credentials: false,
+            challenged_credentials: 0,
             next_attempt: Some(now),
             expires_at: None,
             backoff: Backoff::new(BACKOFF_BASE, BACKOFF_CAP),
@@ -279,6 +281,7 @@ impl Registration {
                 if self.expires_at.is_some_and(|e| now >= e) {
                     self.expires_at = None;
                 }
+                self.challenged_credentials = 0;
                 self.send(now);
             }
         }
@@ -330,6 +333,7 @@ impl Registration {
 
     fn on_success(&mut self, now: Instant, response: &Response) {
         self.backoff.reset();
+        self.challenged_credentials = 0;
         if self.unregistering {
             self.finish();
             return;
@@ -371,24 +375,39 @@ impl Registration {
         };
         let challenge = sip::header_all(&response.headers, name)
             .into_iter()
-            .filter_map(|v| parse_challenge(v, proxy))
+            .filter_map(digest::Challenge::parse)
             // Prefer SHA-256 when the registrar offers both (RFC 7616 §3.7).
             .min_by_key(|c| u8::from(c.algorithm != Algorithm::Sha256));
         let Some(challenge) = challenge else {
             self.on_failure(now, "challenge without a usable digest");
             return;
         };
-        let repeated = self.sent_credentials
-            && self
+        if self.sent_credentials {
+            let repeated = self
                 .challenge
                 .as_ref()
-                .is_some_and(|c| c.nonce == challenge.nonce && c.proxy == challenge.proxy);
-        if repeated && !challenge.stale {
-            self.challenge = None;
-            self.on_failure(now, "credentials rejected");
-            return;
+                .is_some_and(|c| c.digest.nonce == challenge.nonce && c.proxy == proxy);
+            if repeated && !challenge.stale {
+                self.challenge = None;
+                self.on_failure(now, "credentials rejected");
+                return;
+            }
+            // A new nonce (or `stale=true`) for credentials just sent: the
+            // old nonce may have expired, so answer it — once. A registrar
+            // that challenges every answer afresh would otherwise get a
+            // REGISTER per round trip for ever.
+            if self.challenged_credentials >= MAX_CHALLENGES_TO_CREDENTIALS {
+                self.challenge = None;
+                self.on_failure(now, "registrar challenged fresh credentials again");
+                return;
+            }
+            self.challenged_credentials += 1;
         }
-        self.challenge = Some(challenge);
+        self.challenge = Some(Challenge {
+            proxy,
+            digest: challenge,
+            nc: 0,
+        });
         self.push_register(now);
     }
 
@@ -459,7 +478,7 @@ impl Registration {
     fn granted_expires(&self, response: &Response) -> u32 {
         let ours = self.config.contact_uri();
         for value in sip::header_all(&response.headers, "Contact") {
-            for contact in split_outside_quotes(value, ',') {
+            for contact in sip::split_outside_quotes(value, ',') {
                 if same_contact(sip::addr_uri(contact), &ours) {
                     if let Some(e) = sip::param(contact, "expires").and_then(|e| e.parse().ok()) {
                         return e;
@@ -517,20 +536,31 @@ impl Registration {
         let uri = request.uri.to_string();
         self.sent_credentials = false;
         if let Some(ch) = self.challenge.as_mut() {
-            if ch.nc >= MAX_NONCE_COUNT {
-                self.challenge = None;
-            } else {
-                ch.nc += 1;
-                let name = if ch.proxy {
-                    "Proxy-Authorization"
-                } else {
-                    "Authorization"
-                };
-                headers.push((
-                    name,
-                    authorization(ch, &account.auth_name, &account.auth_password, &uri),
-                ));
-                self.sent_credentials = true;
+            // `nc` is 8 hex digits (RFC 7616 §3.4): after 2^32 − 1 uses
+            // of one nonce, go without credentials for a fresh challenge.
+            match ch.nc.checked_add(1) {
+                None => self.challenge = None,
+                Some(nc) => {
+                    ch.nc = nc;
+                    let name = if ch.proxy {
+                        "Proxy-Authorization"
+                    } else {
+                        "Authorization"
+                    };
+                    headers.push((
+                        name,
+                        digest::authorization(
+                            &ch.digest,
+                            &account.auth_name,
+                            &account.auth_password,
+                            "REGISTER",
+                            &uri,
+                            nc,
+                            &sip::random_token(),
+                        ),
+                    ));
+                    self.sent_credentials = true;
+                }
             }
         }
         let mut request = request;
@@ -550,133 +580,4 @@ fn same_contact(a: &str, b: &str) -> bool {
         u.split(';').next().unwrap_or(u).trim().to_ascii_lowercase()
     }
     key(a) == key(b)
-}
-
-/// Splits at `sep` outside double quotes and angle brackets.
-fn split_outside_quotes(value: &str, sep: char) -> Vec<&str> {
-    let mut out = Vec::new();
-    let (mut quoted, mut angle, mut start) = (false, false, 0);
-    for (i, c) in value.char_indices() {
-        match c {
-            '"' => quoted = !quoted,
-            '<' if !quoted => angle = true,
-            '>' if !quoted => angle = false,
-            c if c == sep && !quoted && !angle => {
-                out.push(value[start..i].trim());
-                start = i + c.len_utf8();
-            }
-            _ => {}
-        }
-    }
-    out.push(value[start..].trim());
-    out.retain(|s| !s.is_empty());
-    out
-}
-
-/// Parses `Digest realm="…", nonce="…", …`; `None` for other schemes,
-/// a missing realm/nonce or an unsupported algorithm.
-fn parse_challenge(value: &str, proxy: bool) -> Option<Challenge> {
-    let (scheme, rest) = value.trim().split_once(char::is_whitespace)?;
-    if !scheme.eq_ignore_ascii_case("digest") {
-        return None;
-    }
-    let mut realm = None;
-    let mut nonce = None;
-    let mut opaque = None;
-    let mut algorithm_token = None;
-    let mut qop_offer = None;
-    let mut stale = false;
-    for part in split_outside_quotes(rest, ',') {
-        let Some((k, v)) = part.split_once('=') else {
-            continue;
-        };
-        let v = v.trim().trim_matches('"').to_owned();
-        match k.trim().to_ascii_lowercase().as_str() {
-            "realm" => realm = Some(v),
-            "nonce" => nonce = Some(v),
-            "opaque" => opaque = Some(v),
-            "algorithm" => algorithm_token = Some(v),
-            "qop" => qop_offer = Some(v),
-            "stale" => stale = v.eq_ignore_ascii_case("true"),
-            _ => {}
-        }
-    }
-    let algorithm = match algorithm_token
-        .as_deref()
-        .map(str::to_ascii_uppercase)
-        .as_deref()
-    {
-        None | Some("MD5") => Algorithm::Md5,
-        Some("SHA-256") | Some("SHA256") => Algorithm::Sha256,
-        Some(_) => return None,
-    };
-    let qop = match qop_offer {
-        None => None,
-        Some(offer) => {
-            let offered: Vec<String> = offer
-                .split(',')
-                .map(|q| q.trim().to_ascii_lowercase())
-                .collect();
-            if offered.iter().any(|q| q == "auth") {
-                Some("auth")
-            } else if offered.iter().any(|q| q == "auth-int") {
-                Some("auth-int")
-            } else {
-                return None;
-            }
-        }
-    };
-    Some(Challenge {
-        proxy,
-        realm: realm?,
-        nonce: nonce?,
-        opaque,
-        algorithm_token,
-        algorithm,
-        qop,
-        stale,
-        nc: 0,
-    })
-}
-
-/// The `Authorization` value answering `ch` for a REGISTER to `uri`
-/// (RFC 3261 §22.4, RFC 7616 §3.4).
-fn authorization(ch: &Challenge, user: &str, password: &str, uri: &str) -> String {
-    let cnonce = sip::random_token();
-    let qop = match ch.qop {
-        Some("auth") => Some(AuthQop::Auth {
-            cnonce: cnonce.clone(),
-            nc: ch.nc,
-        }),
-        Some(_) => Some(AuthQop::AuthInt {
-            cnonce: cnonce.clone(),
-            nc: ch.nc,
-        }),
-        None => None,
-    };
-    let response = compute_digest(
-        user,
-        password,
-        &ch.realm,
-        &ch.nonce,
-        &Method::Register,
-        uri,
-        ch.algorithm,
-        qop.as_ref(),
-    );
-    let mut out = format!(
-        "Digest username=\"{user}\", realm=\"{}\", nonce=\"{}\", uri=\"{uri}\", response=\"{response}\"",
-        ch.realm, ch.nonce
-    );
-    if let Some(token) = &ch.algorithm_token {
-        out.push_str(&format!(", algorithm={token}"));
-    }
-    if let Some(q) = ch.qop {
-        // Same nc formatting as `compute_digest` hashes it.
-        out.push_str(&format!(", qop={q}, nc={:08}, cnonce=\"{cnonce}\"", ch.nc));
-    }
-    if let Some(opaque) = &ch.opaque {
-        out.push_str(&format!(", opaque=\"{opaque}\""));
-    }
-    out
 }

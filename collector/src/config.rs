@@ -95,29 +95,7 @@ impl fmt::Display for Transport {
 /// A digest algorithm offered in the registrar's challenge (RFC 7616 §3.3,
 /// RFC 8760). Each one is offered in its own `WWW-Authenticate` header, in
 /// the configured order (the client uses the first one it supports).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DigestAlgorithm {
-    /// `SHA-256` (RFC 7616, RFC 8760).
-    Sha256,
-    /// `MD5` (RFC 2617, RFC 3261 §22.4).
-    Md5,
-}
-
-impl DigestAlgorithm {
-    /// The token written in `algorithm=` of a challenge.
-    pub fn token(self) -> &'static str {
-        match self {
-            DigestAlgorithm::Sha256 => "SHA-256",
-            DigestAlgorithm::Md5 => "MD5",
-        }
-    }
-}
-
-impl fmt::Display for DigestAlgorithm {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.token())
-    }
-}
+pub use msr_shared::sip::digest::Algorithm as DigestAlgorithm;
 
 /// The validated collector configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -936,16 +914,12 @@ fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, ConfigError
     }
     let mut digest_algorithms = Vec::new();
     for a in &raw.sip.digest_algorithms {
-        let alg = match a.to_ascii_uppercase().as_str() {
-            "SHA-256" | "SHA256" => DigestAlgorithm::Sha256,
-            "MD5" => DigestAlgorithm::Md5,
-            _ => {
-                return Err(invalid(
-                    "sip.digest_algorithms",
-                    quoted(a),
-                    "\"SHA-256\" or \"MD5\"",
-                ))
-            }
+        let Some(alg) = DigestAlgorithm::parse(a) else {
+            return Err(invalid(
+                "sip.digest_algorithms",
+                quoted(a),
+                "\"SHA-256\" or \"MD5\"",
+            ));
         };
         if !digest_algorithms.contains(&alg) {
             digest_algorithms.push(alg);

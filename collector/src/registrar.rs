@@ -51,8 +51,7 @@ use msr_shared::engine::{EngineAddresses, EngineParamError};
 use msr_shared::sip::{self, Request, Response, StatusCode, Uri};
 use tokio::time::Instant;
 
-mod digest;
-use digest::Credentials;
+use msr_shared::sip::digest::{self, Credentials};
 mod refusals;
 pub mod saved;
 use refusals::RefusalLimiter;
@@ -507,8 +506,8 @@ impl Registrar {
         let all = sip::header_all(&req.headers, "Authorization");
         let ours = all
             .iter()
-            .find(|v| sip_realm(v).as_deref() == Some(self.realm.as_str()));
-        ours.or(all.first()).and_then(|v| auth_param(v, "username"))
+            .find(|v| digest::digest_param(v, "realm").as_deref() == Some(self.realm.as_str()));
+        ours.or(all.first()).and_then(|v| digest::digest_param(v, "username"))
     }
 
     /// The next refused REGISTER (or count of refusals) to log, as the
@@ -631,7 +630,7 @@ impl Registrar {
     fn authenticate(&mut self, now: Instant, req: &Request, msr: &str) -> AuthOutcome {
         let Some(raw) = sip::header_all(&req.headers, "Authorization")
             .into_iter()
-            .find(|v| sip_realm(v).as_deref() == Some(self.realm.as_str()))
+            .find(|v| digest::digest_param(v, "realm").as_deref() == Some(self.realm.as_str()))
         else {
             return AuthOutcome::Challenge { stale: false };
         };
@@ -738,26 +737,6 @@ fn bad_request(req: &Request, to_tag: &str, why: &dyn std::fmt::Display) -> Resp
     resp
 }
 
-/// The `realm` parameter of an `Authorization` value.
-fn sip_realm(value: &str) -> Option<String> {
-    auth_param(value, "realm")
-}
-
-fn auth_param(value: &str, name: &str) -> Option<String> {
-    let rest = value
-        .trim()
-        .strip_prefix("Digest")
-        .or_else(|| value.trim().strip_prefix("digest"))?;
-    split_outside_quotes(rest, ',')
-        .into_iter()
-        .find_map(|part| {
-            let (k, v) = part.split_once('=')?;
-            k.trim()
-                .eq_ignore_ascii_case(name)
-                .then(|| v.trim().trim_matches('"').to_owned())
-        })
-}
-
 /// Whether the digest `uri` names the Request-URI (RFC 3261 §22.4: they
 /// must be equal; compared as parsed URIs, so case and parameter order in
 /// the scheme, host or transport do not matter).
@@ -766,26 +745,6 @@ fn same_uri(digest_uri: &str, request_uri: &Uri) -> bool {
         Ok(uri) => uri == *request_uri,
         Err(_) => digest_uri == request_uri.to_string(),
     }
-}
-
-/// Splits on `sep` outside double quotes and `<…>`.
-fn split_outside_quotes(s: &str, sep: char) -> Vec<&str> {
-    let mut out = Vec::new();
-    let (mut quoted, mut angle, mut start) = (false, false, 0);
-    for (i, ch) in s.char_indices() {
-        match ch {
-            '"' => quoted = !quoted,
-            '<' if !quoted => angle = true,
-            '>' if !quoted => angle = false,
-            c if c == sep && !quoted && !angle => {
-                out.push(&s[start..i]);
-                start = i + c.len_utf8();
-            }
-            _ => {}
-        }
-    }
-    out.push(&s[start..]);
-    out.into_iter().filter(|p| !p.trim().is_empty()).collect()
 }
 
 fn parse_contacts(req: &Request, msr: &str) -> Result<ContactsSpec, Malformed> {
@@ -798,7 +757,7 @@ fn parse_contacts(req: &Request, msr: &str) -> Result<ContactsSpec, Malformed> {
     };
     let values: Vec<&str> = sip::header_all(&req.headers, "Contact")
         .into_iter()
-        .flat_map(|v| split_outside_quotes(v, ','))
+        .flat_map(|v| sip::split_outside_quotes(v, ','))
         .map(str::trim)
         .collect();
     if values.is_empty() {

@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use msr_shared::sip::{self, Request, Response, StatusCode};
 use rsipstack::dialog::authenticate::compute_digest;
-use rsipstack::sip::headers::auth::{Algorithm, AuthQop};
+use rsipstack::sip::headers::auth::{Algorithm as RsipAlgorithm, AuthQop};
 use tokio::time::Instant;
 
 use super::*;
@@ -57,12 +57,8 @@ fn start() -> (Registration, Instant, Request) {
 
 /// The `name=value` parameter of a Digest header value.
 fn auth_param(value: &str, name: &str) -> Option<String> {
-    split_outside_quotes(value.trim_start_matches("Digest").trim(), ',')
-        .into_iter()
-        .find_map(|p| {
-            let (k, v) = p.split_once('=')?;
-            (k.trim() == name).then(|| v.trim().trim_matches('"').to_owned())
-        })
+    let (_, params) = digest::auth_params(value)?;
+    params.into_iter().find(|(k, _)| k == name).map(|(_, v)| v)
 }
 
 #[test]
@@ -122,7 +118,7 @@ fn digest_md5_retry_then_refresh_with_the_same_call_id() {
         "abc123",
         &Method::Register,
         &uri,
-        Algorithm::Md5,
+        RsipAlgorithm::Md5,
         Some(&AuthQop::Auth { cnonce, nc: 1 }),
     );
     assert_eq!(auth_param(auth, "response"), Some(expected));
@@ -167,7 +163,7 @@ fn sha256_challenge_is_answered_with_sha256() {
         "n1",
         &Method::Register,
         &uri,
-        Algorithm::Sha256,
+        RsipAlgorithm::Sha256,
         Some(&AuthQop::Auth { cnonce, nc: 1 }),
     );
     assert_eq!(auth_param(auth, "response"), Some(expected));
@@ -313,17 +309,16 @@ fn refresh_delay_policy() {
 
 #[test]
 fn challenge_parsing() {
-    let c = parse_challenge(r#"Digest realm="a, b", nonce="x", qop="auth-int""#, false)
+    let c = digest::Challenge::parse(r#"Digest realm="a, b", nonce="x", qop="auth-int""#)
         .expect("parsed");
     assert_eq!(c.realm, "a, b");
-    assert_eq!(c.qop, Some("auth-int"));
-    assert!(parse_challenge(r#"Basic realm="x""#, false).is_none());
-    assert!(parse_challenge(
-        r#"Digest realm="x", nonce="n", algorithm=SHA-512-256"#,
-        false
-    )
-    .is_none());
-    assert!(parse_challenge(r#"Digest nonce="n""#, false).is_none());
+    assert_eq!(c.qop, Some(digest::Qop::AuthInt));
+    assert!(digest::Challenge::parse(r#"Basic realm="x""#).is_none());
+    assert!(
+        digest::Challenge::parse(r#"Digest realm="x", nonce="n", algorithm=SHA-512-256"#)
+            .is_none()
+    );
+    assert!(digest::Challenge::parse(r#"Digest nonce="n""#).is_none());
 }
 
 /// A `MakeWriter` collecting formatted log lines.
@@ -423,4 +418,97 @@ fn a_challenged_refresh_is_still_a_routine_confirmation() {
         reg.handle_response(t1, &reply(&retry, 200, &[("Expires", "60")]));
     });
     assert_eq!(log.confirmations(), ["INFO", "DEBUG"]);
+}
+
+/// A registrar answering every REGISTER with 401 and a fresh nonce (with or
+/// without `stale=true`): per attempt the first challenge and one challenge
+/// to credentials are answered, then the attempt fails and the next waits
+/// the capped backoff. Over ten minutes of virtual time that is a few dozen
+/// REGISTERs, not thousands per second.
+#[test]
+fn a_fresh_nonce_for_every_register_is_answered_once_then_backs_off() {
+    for stale in [false, true] {
+        let (mut reg, t0, mut req) = start();
+        let mut now = t0;
+        let mut sent = 1u32;
+        let mut failures = Vec::new();
+        let mut nonce = 0u32;
+        let end = t0 + Duration::from_secs(600);
+        while now < end {
+            nonce += 1;
+            let ch = format!(
+                r#"Digest realm="r", nonce="n{nonce}", qop="auth"{}"#,
+                if stale { ", stale=true" } else { "" }
+            );
+            reg.handle_response(now, &reply(&req, 401, &[("WWW-Authenticate", ch.as_str())]));
+            if let Some(next) = reg.poll_transmit() {
+                req = next;
+                sent += 1;
+                assert!(sent < 1_000, "stale={stale}: no backoff, {sent} REGISTERs at once");
+                continue;
+            }
+            assert_eq!(reg.state(), RegistrationState::Failed);
+            let at = reg.poll_timeout().expect("retry scheduled");
+            failures.push((at - now).as_secs());
+            now = at;
+            reg.handle_timeout(now);
+            req = reg.poll_transmit().expect("next attempt");
+            sent += 1;
+        }
+        assert_eq!(&failures[..7], [1, 2, 4, 8, 16, 32, 60], "stale={stale}");
+        assert!(failures[7..].iter().all(|d| *d == 60));
+        // At most three REGISTERs per attempt.
+        assert!(sent <= 3 * (failures.len() as u32 + 1), "stale={stale}: {sent}");
+    }
+}
+
+/// A new nonce for credentials that were sent (the old nonce expired) is
+/// answered: one retry, and a success resets the count.
+#[test]
+fn one_new_nonce_for_sent_credentials_is_answered() {
+    let (mut reg, t0, req) = start();
+    let ch1 = r#"Digest realm="r", nonce="n1", qop="auth""#;
+    reg.handle_response(t0, &reply(&req, 401, &[("WWW-Authenticate", ch1)]));
+    let retry = reg.poll_transmit().expect("credentials for n1");
+    let ch2 = r#"Digest realm="r", nonce="n2", qop="auth""#;
+    reg.handle_response(t0, &reply(&retry, 401, &[("WWW-Authenticate", ch2)]));
+    let retry2 = reg.poll_transmit().expect("credentials for n2");
+    assert_eq!(
+        auth_param(h(&retry2, "Authorization"), "nonce").as_deref(),
+        Some("n2")
+    );
+    reg.handle_response(t0, &reply(&retry2, 200, &[("Expires", "60")]));
+    assert_eq!(reg.state(), RegistrationState::Registered);
+    // The refresh's cached credentials meet a new nonce: answered again.
+    let at = reg.poll_timeout().expect("refresh");
+    reg.handle_timeout(at);
+    let refresh = reg.poll_transmit().expect("refresh");
+    let ch3 = r#"Digest realm="r", nonce="n3", qop="auth", stale=true"#;
+    reg.handle_response(at, &reply(&refresh, 401, &[("WWW-Authenticate", ch3)]));
+    assert!(reg.poll_transmit().is_some(), "one answer to the new nonce");
+}
+
+/// RFC 7616 §3.4: `nc` is 8 hex digits; the 10th use of a nonce is
+/// `0000000a`, the 100th `00000064`, and each still verifies.
+#[test]
+fn nonce_count_is_hex_past_9_and_99() {
+    let (mut reg, t0, req) = start();
+    let ch = r#"Digest realm="r", nonce="n1", qop="auth""#;
+    reg.handle_response(t0, &reply(&req, 401, &[("WWW-Authenticate", ch)]));
+    let mut now = t0;
+    let mut req = reg.poll_transmit().expect("retry");
+    for use_ in 1..=120u32 {
+        let auth = h(&req, "Authorization").to_owned();
+        assert_eq!(
+            auth_param(&auth, "nc"),
+            Some(format!("{use_:08x}")),
+            "use {use_}"
+        );
+        let creds = digest::Credentials::parse(&auth).expect("credentials");
+        assert!(creds.verify(Algorithm::Md5, "secret", "REGISTER"), "use {use_}");
+        reg.handle_response(now, &reply(&req, 200, &[("Expires", "60")]));
+        now = reg.poll_timeout().expect("refresh");
+        reg.handle_timeout(now);
+        req = reg.poll_transmit().expect("refresh");
+    }
 }

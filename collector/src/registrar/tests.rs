@@ -80,7 +80,7 @@ fn challenges(resp: &Response) -> Vec<String> {
 }
 
 fn nonce_of(challenge: &str) -> String {
-    auth_param(challenge, "nonce").expect("nonce")
+    digest::digest_param(challenge, "nonce").expect("nonce")
 }
 
 fn authorization(
@@ -1133,4 +1133,36 @@ fn hostile_contacts_and_versions_are_refused_or_dropped() {
         agent_version("msr-agent/0.1.0 (linux)").as_deref(),
         Some("0.1.0")
     );
+}
+
+/// RFC 7616 §3.4: the nonce count is hex. The 10th and the 100th use of a
+/// nonce (`0000000a`, `00000064`) are accepted, written by the agent's
+/// client (the same `shared::sip::digest`), with no cap at 99.
+#[test]
+fn nonce_counts_past_9_and_99_are_accepted_in_hex() {
+    let mut r = registrar();
+    let now = Instant::now();
+    let mut reg = Reg::new("msr_1");
+    let challenge = challenges(&r.handle_register(now, &reg.build(), None))
+        .into_iter()
+        .find(|c| c.contains("algorithm=MD5"))
+        .expect("md5 challenge");
+    let ch = digest::Challenge::parse(&challenge).expect("parses");
+    for nc in 1..=120u32 {
+        reg.cseq += 1;
+        reg.auth = Some(digest::authorization(
+            &ch,
+            "msr",
+            "msr-secret",
+            "REGISTER",
+            "sip:127.0.0.1:5060",
+            nc,
+            "c0ffee",
+        ));
+        assert_eq!(
+            r.handle_register(now, &reg.build(), None).status_code,
+            StatusCode::OK,
+            "nc {nc}"
+        );
+    }
 }

@@ -15,6 +15,19 @@
 //! Malformed datagrams are dropped by rsipstack's parser before they reach
 //! this adapter.
 //!
+//! Each incoming request carries the address it came from
+//! ([`ServerTransaction::source`]): the datagram's source for UDP, the
+//! peer of the connection for TCP — never a header the peer wrote. Both
+//! daemons decide on it who may ask what (SPEC §4).
+//!
+//! Oversized datagrams: rsipstack reads UDP into a fixed 8,192-byte buffer
+//! (`MAX_UDP_BUF_SIZE`, not configurable), so a larger datagram would reach
+//! its parser truncated. The socket is wrapped ([`SizedUdpSocket`]): every
+//! datagram is read whole (up to 65,535 bytes, RFC 768), and one that does
+//! not fit rsipstack's buffer is dropped, counted
+//! ([`SipEndpoint::oversized_total`]) and logged at warn at most once per
+//! [`OVERSIZED_LOG_INTERVAL`] with the count since the last line.
+//!
 //! Overload: rsipstack queues new server transactions without bound. When
 //! more than [`SipEndpoint::max_backlog`] requests are waiting as the loop
 //! asks for the next one, [`SipEndpoint::recv`] answers the oldest waiting
@@ -24,6 +37,7 @@
 //! logged at warn, at most once per 5 s.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,6 +60,16 @@ pub(crate) const SHED_RETRY_AFTER_SECS: u32 = 1;
 
 /// At most one warning about shed requests per this interval.
 pub(crate) const SHED_LOG_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The largest datagram rsipstack's UDP reader takes (its fixed buffer,
+/// `rsipstack::transport::connection::MAX_UDP_BUF_SIZE`).
+pub const MAX_DATAGRAM: usize = rsipstack::transport::connection::MAX_UDP_BUF_SIZE;
+
+/// At most one warning about oversized datagrams per this interval.
+pub const OVERSIZED_LOG_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The largest UDP payload (RFC 768's 16-bit length less the headers).
+const UDP_MAX_PAYLOAD: usize = 65_535;
 
 /// Failure to set up or use the endpoint.
 #[derive(Debug, thiserror::Error)]
@@ -98,17 +122,38 @@ pub enum SipEvent {
 /// An incoming request and the server transaction that answers it.
 pub struct ServerTransaction {
     tx: Transaction,
+    source: Option<SocketAddr>,
 }
 
 impl std::fmt::Debug for ServerTransaction {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServerTransaction")
             .field("key", &self.tx.key)
+            .field("source", &self.source)
             .finish()
     }
 }
 
 impl ServerTransaction {
+    fn new(tx: Transaction) -> Self {
+        // rsipstack gives each server transaction the connection the request
+        // came on; for UDP that is a per-datagram copy whose remote is the
+        // datagram's source.
+        let source = tx
+            .connection
+            .as_ref()
+            .and_then(|c| c.get_remote_addr())
+            .and_then(|a| a.get_socketaddr().ok());
+        Self { tx, source }
+    }
+
+    /// The address the request came from: the UDP datagram's source or the
+    /// TCP peer, as the socket saw it (not `Via`, which the sender writes).
+    /// `None` only if the transport did not report one.
+    pub fn source(&self) -> Option<SocketAddr> {
+        self.source
+    }
+
     /// The request.
     pub fn request(&self) -> &Request {
         &self.tx.original
@@ -140,6 +185,75 @@ pub struct SipEndpoint {
     /// Requests shed in all.
     shed_total: u64,
     last_shed_log: Option<Instant>,
+    /// Datagrams too large for rsipstack's buffer, dropped.
+    oversized: Arc<AtomicU64>,
+}
+
+/// A UDP socket that reads every datagram whole and drops, counts and logs
+/// (rate-limited) those larger than the caller's buffer, instead of handing
+/// rsipstack a truncated message (module docs).
+struct SizedUdpSocket {
+    socket: tokio::net::UdpSocket,
+    /// One reader (rsipstack's UDP serve loop) uses it at a time.
+    buf: tokio::sync::Mutex<Vec<u8>>,
+    oversized: Arc<AtomicU64>,
+    log: std::sync::Mutex<OversizedLog>,
+}
+
+#[derive(Default)]
+struct OversizedLog {
+    last: Option<Instant>,
+    unlogged: u64,
+}
+
+impl SizedUdpSocket {
+    fn note_oversized(&self, len: usize, from: SocketAddr) {
+        let total = self.oversized.fetch_add(1, Ordering::Relaxed) + 1;
+        let Ok(mut log) = self.log.lock() else {
+            return;
+        };
+        log.unlogged += 1;
+        let now = Instant::now();
+        if log
+            .last
+            .is_none_or(|t| now.duration_since(t) >= OVERSIZED_LOG_INTERVAL)
+        {
+            warn!(
+                len,
+                src = %from,
+                max = MAX_DATAGRAM,
+                dropped = log.unlogged,
+                dropped_total = total,
+                "udp datagram too large for the sip stack, dropped"
+            );
+            log.unlogged = 0;
+            log.last = Some(now);
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl rsipstack::platform::net::UdpSocket for SizedUdpSocket {
+    async fn recv_from(&self, out: &mut [u8]) -> rsipstack::Result<(usize, SocketAddr)> {
+        let mut buf = self.buf.lock().await;
+        loop {
+            let (len, from) = self.socket.recv_from(&mut buf).await?;
+            if len > out.len() {
+                self.note_oversized(len, from);
+                continue;
+            }
+            out[..len].copy_from_slice(&buf[..len]);
+            return Ok((len, from));
+        }
+    }
+
+    async fn send_to(&self, buf: &[u8], addr: SocketAddr) -> rsipstack::Result<usize> {
+        Ok(self.socket.send_to(buf, addr).await?)
+    }
+
+    fn local_addr(&self) -> rsipstack::Result<SocketAddr> {
+        Ok(self.socket.local_addr()?)
+    }
 }
 
 /// The receive buffer asked of the kernel for the UDP socket (it grants at
@@ -191,6 +305,13 @@ impl SipEndpoint {
             reason,
         };
         let socket = udp_socket(addr).map_err(|e| bind_err(e.to_string()))?;
+        let oversized = Arc::new(AtomicU64::new(0));
+        let socket = SizedUdpSocket {
+            socket,
+            buf: tokio::sync::Mutex::new(vec![0; UDP_MAX_PAYLOAD]),
+            oversized: Arc::clone(&oversized),
+            log: std::sync::Mutex::new(OversizedLog::default()),
+        };
         let udp = UdpConnection::from_socket(Arc::new(socket), None, Some(cancel.child_token()))
             .await
             .map_err(|e| bind_err(e.to_string()))?;
@@ -245,6 +366,7 @@ impl SipEndpoint {
             shed_unlogged: 0,
             shed_total: 0,
             last_shed_log: None,
+            oversized,
         })
     }
 
@@ -322,6 +444,12 @@ impl SipEndpoint {
         self.max_backlog = max.max(1);
     }
 
+    /// UDP datagrams dropped because they exceed [`MAX_DATAGRAM`] (module
+    /// docs).
+    pub fn oversized_total(&self) -> u64 {
+        self.oversized.load(Ordering::Relaxed)
+    }
+
     /// Incoming requests answered `503` because of the backlog bound.
     pub fn shed_total(&self) -> u64 {
         self.shed_total
@@ -335,7 +463,7 @@ impl SipEndpoint {
         tokio::select! {
             biased;
             ev = self.events_rx.recv() => ev,
-            tx = self.incoming.recv() => tx.map(|tx| SipEvent::Request(Box::new(ServerTransaction { tx }))),
+            tx = self.incoming.recv() => tx.map(|tx| SipEvent::Request(Box::new(ServerTransaction::new(tx)))),
         }
     }
 
@@ -358,7 +486,7 @@ impl SipEndpoint {
                 "Retry-After",
                 SHED_RETRY_AFTER_SECS.to_string(),
             );
-            tokio::spawn(ServerTransaction { tx }.respond(response));
+            tokio::spawn(ServerTransaction::new(tx).respond(response));
             shed += 1;
         }
         if shed == 0 {
@@ -469,6 +597,81 @@ mod tests {
         assert!(shed
             .iter()
             .all(|t| !t.contains("shed-16@") && !t.contains("shed-19@")));
+        cancel.cancel();
+    }
+
+    async fn next_request(endpoint: &mut SipEndpoint) -> Box<ServerTransaction> {
+        let event = tokio::time::timeout(Duration::from_secs(5), endpoint.recv())
+            .await
+            .expect("request in time");
+        match event {
+            Some(SipEvent::Request(tx)) => tx,
+            other => panic!("request expected, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_carries_the_datagram_source_not_its_via() {
+        let cancel = CancellationToken::new();
+        let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+        let mut endpoint = SipEndpoint::bind(addr, false, "test", cancel.clone())
+            .await
+            .expect("bind");
+        let peer = tokio::net::UdpSocket::bind("127.0.0.1:0")
+            .await
+            .expect("peer");
+        let from = peer.local_addr().expect("peer addr");
+        // The Via names another host: the source is what the socket saw.
+        let lie: SocketAddr = "192.0.2.7:5060".parse().expect("addr");
+        peer.send_to(options(1, lie).as_bytes(), endpoint.local_addr())
+            .await
+            .expect("send");
+        let tx = next_request(&mut endpoint).await;
+        assert_eq!(tx.source(), Some(from));
+        cancel.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_datagram_over_the_stack_buffer_is_dropped_and_counted() {
+        let cancel = CancellationToken::new();
+        let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+        let mut endpoint = SipEndpoint::bind(addr, false, "test", cancel.clone())
+            .await
+            .expect("bind");
+        let peer = tokio::net::UdpSocket::bind("127.0.0.1:0")
+            .await
+            .expect("peer");
+        let from = peer.local_addr().expect("peer addr");
+        // A valid OPTIONS padded past 8,192 bytes with a long header.
+        let big = options(1, from).replacen(
+            "Max-Forwards: 70\r\n",
+            &format!("Max-Forwards: 70\r\nX-Pad: {}\r\n", "a".repeat(9_000)),
+            1,
+        );
+        assert!(big.len() > MAX_DATAGRAM);
+        peer.send_to(big.as_bytes(), endpoint.local_addr())
+            .await
+            .expect("send");
+        // A datagram of exactly the buffer's size still goes through.
+        let small = options(2, from);
+        let fit = small.replacen(
+            "Max-Forwards: 70\r\n",
+            &format!(
+                "Max-Forwards: 70\r\nX-Pad: {}\r\n",
+                "b".repeat(MAX_DATAGRAM - small.len() - "X-Pad: \r\n".len())
+            ),
+            1,
+        );
+        assert_eq!(fit.len(), MAX_DATAGRAM);
+        peer.send_to(fit.as_bytes(), endpoint.local_addr())
+            .await
+            .expect("send");
+        let tx = next_request(&mut endpoint).await;
+        assert_eq!(
+            super::super::call_id(&tx.request().headers),
+            Some("shed-2@test")
+        );
+        assert_eq!(endpoint.oversized_total(), 1);
         cancel.cancel();
     }
 }

@@ -10,9 +10,12 @@
 //! * [`SipEndpoint`], the async adapter between a daemon's event loop and
 //!   rsipstack's transaction layer (the only I/O in this crate).
 
+pub mod digest;
 mod endpoint;
 
-pub use endpoint::{EndpointError, ServerTransaction, SipEndpoint, SipEvent};
+pub use endpoint::{
+    EndpointError, ServerTransaction, SipEndpoint, SipEvent, MAX_DATAGRAM, OVERSIZED_LOG_INTERVAL,
+};
 pub use rsipstack::sip::{Header, Headers, Method, Request, Response, SipMessage, StatusCode, Uri};
 
 use std::fmt;
@@ -60,9 +63,72 @@ pub fn set_header(headers: &mut Headers, name: &str, value: impl Into<String>) {
     push_header(headers, name, value);
 }
 
+/// Splits `value` at `sep` outside quoted strings (RFC 3261 §25.1, with
+/// `\"` escapes) and `<…>`; each part trimmed, empty parts left out. The
+/// one splitter for header lists (`Contact: a, b`), header parameters
+/// (`;`) and auth parameters (`,`, RFC 7616 §3.3).
+pub fn split_outside_quotes(value: &str, sep: char) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut quoted, mut escaped, mut angle, mut start) = (false, false, false, 0);
+    for (i, c) in value.char_indices() {
+        if escaped {
+            escaped = false;
+            continue;
+        }
+        match c {
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            '<' if !quoted => angle = true,
+            '>' if !quoted => angle = false,
+            c if c == sep && !quoted && !angle => {
+                out.push(value[start..i].trim());
+                start = i + c.len_utf8();
+            }
+            _ => {}
+        }
+    }
+    out.push(value[start..].trim());
+    out.retain(|s| !s.is_empty());
+    out
+}
+
+/// The value of a quoted string without its quotes and escapes
+/// (`"a\"b"` → `a"b`); any other value trimmed as it is.
+pub fn unquote(value: &str) -> String {
+    let v = value.trim();
+    match v
+        .strip_prefix('"')
+        .and_then(|rest| rest.strip_suffix('"'))
+    {
+        Some(inner) => {
+            let mut out = String::with_capacity(inner.len());
+            let mut chars = inner.chars();
+            while let Some(c) = chars.next() {
+                if c == '\\' {
+                    if let Some(next) = chars.next() {
+                        out.push(next);
+                    }
+                } else {
+                    out.push(c);
+                }
+            }
+            out
+        }
+        None => v.trim_matches('"').to_owned(),
+    }
+}
+
+/// One `name[=value]` parameter: the name lowercased, the value unquoted.
+pub fn name_value(part: &str) -> (String, Option<String>) {
+    match part.split_once('=') {
+        Some((k, v)) => (k.trim().to_ascii_lowercase(), Some(unquote(v))),
+        None => (part.trim().to_ascii_lowercase(), None),
+    }
+}
+
 /// The header parameters of a header value: the `;`-separated parts after
 /// the name-addr (outside `<…>` and quotes), as `(name, value)` with names
-/// lowercased and surrounding quotes removed from values.
+/// lowercased and values unquoted.
 pub fn params(value: &str) -> Vec<(String, Option<String>)> {
     let tail = match value.rfind('>') {
         Some(i) => &value[i + 1..],
@@ -71,15 +137,9 @@ pub fn params(value: &str) -> Vec<(String, Option<String>)> {
             None => "",
         },
     };
-    tail.split(';')
-        .filter(|p| !p.trim().is_empty())
-        .map(|p| match p.split_once('=') {
-            Some((k, v)) => (
-                k.trim().to_ascii_lowercase(),
-                Some(v.trim().trim_matches('"').to_owned()),
-            ),
-            None => (p.trim().to_ascii_lowercase(), None),
-        })
+    split_outside_quotes(tail, ';')
+        .into_iter()
+        .map(name_value)
         .collect()
 }
 
@@ -264,11 +324,12 @@ impl SubscriptionState {
             retry_after: None,
         };
         for p in parts {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            match k.trim().to_ascii_lowercase().as_str() {
-                "expires" => out.expires = v.trim().parse().ok(),
-                "reason" => out.reason = Some(TerminationReason::parse(v.trim())),
-                "retry-after" => out.retry_after = v.trim().parse().ok(),
+            let (k, v) = name_value(p);
+            let v = v.unwrap_or_default();
+            match k.as_str() {
+                "expires" => out.expires = v.parse().ok(),
+                "reason" => out.reason = Some(TerminationReason::parse(&v)),
+                "retry-after" => out.retry_after = v.parse().ok(),
                 _ => {}
             }
         }
