@@ -26,8 +26,10 @@
 //! * 2xx → registered for the granted expiry (the `expires` parameter of our
 //!   own `Contact` in the response, else the `Expires` header, else what was
 //!   requested). The refresh is sent [`refresh_delay`] after the response:
-//!   `max(granted / 2, granted − 30 s)`, i.e. half-way for short expiries and
-//!   30 s before expiry for long ones. `registration confirmed` is logged at
+//!   45 s (Timer F + 13 s) before expiry where the expiry allows it, so a
+//!   refresh lost until Timer F is retried before the binding lapses; a
+//!   quarter of the expiry for short ones (the rule: `msr_shared::refresh`,
+//!   shared with the collector's SUBSCRIBE refresh). `registration confirmed` is logged at
 //!   info when the account becomes registered (first success, first after a
 //!   failure or a lapse) and at debug for a routine refresh;
 //! * anything else (408 from Timer F, 5xx, a transport failure, wrong
@@ -45,6 +47,7 @@ use std::time::Duration;
 
 use msr_shared::backoff::Backoff;
 use msr_shared::engine::EngineAddresses;
+use msr_shared::refresh::refresh_delay;
 use msr_shared::sip::digest::{self, Algorithm};
 use msr_shared::sip::{self, Method, Request, Response};
 use tokio::time::Instant;
@@ -59,9 +62,6 @@ mod tests;
 pub const BACKOFF_BASE: Duration = Duration::from_secs(1);
 /// Longest delay between two failed registration attempts.
 pub const BACKOFF_CAP: Duration = Duration::from_secs(60);
-/// Refreshes are sent at least this long before expiry when the expiry
-/// allows (see [`refresh_delay`]).
-pub const REFRESH_MARGIN: Duration = Duration::from_secs(30);
 /// How many challenges answering a REGISTER that carried credentials one
 /// attempt answers (a new nonce, or `stale=true`). A registrar that keeps
 /// challenging fresh credentials is not helped by more: the attempt fails
@@ -71,15 +71,6 @@ pub const MAX_CHALLENGES_TO_CREDENTIALS: u32 = 1;
 /// The `User-Agent` the agent sends (SPEC §3: name and version).
 pub fn user_agent() -> String {
     format!("msr-agent/{}", env!("CARGO_PKG_VERSION"))
-}
-
-/// How long after a 2xx granting `granted` seconds the refresh is sent:
-/// `max(granted / 2, granted − 30 s)`, at least 1 s.
-pub fn refresh_delay(granted: u32) -> Duration {
-    let granted = Duration::from_secs(u64::from(granted));
-    (granted / 2)
-        .max(granted.saturating_sub(REFRESH_MARGIN))
-        .max(Duration::from_secs(1))
 }
 
 /// What the registration client needs to know about one account and the

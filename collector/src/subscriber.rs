@@ -23,9 +23,10 @@
 //!                                                     no retry until a contact registers anew)
 //! ```
 //!
-//! Refresh timing: an in-dialog refresh is sent `min(0.8 × E, E − 5 s)`
-//! after the grant of `E` seconds, but never earlier than `E / 2`
-//! ([`refresh_delay`]). Retries after a refusal or failure wait a capped
+//! Refresh timing: an in-dialog refresh is sent [`refresh_delay`] after
+//! the grant of `E` seconds — 45 s before expiry where `E` allows it, so
+//! that a refresh lost until its Timer F is retried before the grant lapses
+//! (the rule and its table: `msr_shared::refresh`). Retries after a refusal or failure wait a capped
 //! exponential backoff of 1 s doubling to 60 s; a `423` is retried at once
 //! with its `Min-Expires`; a `terminated` NOTIFY with a retryable reason
 //! resubscribes at once (after `retry-after` when given).
@@ -68,6 +69,7 @@ use std::time::Duration;
 
 use msr_shared::backoff::Backoff;
 use msr_shared::event_package::{LoadReport, CONTENT_TYPE, EVENT};
+use msr_shared::refresh::refresh_delay;
 use msr_shared::sip::{self, Method, Request, Response, StatusCode, SubState, SubscriptionState};
 use tokio::time::Instant;
 
@@ -81,15 +83,6 @@ pub const RETRY_CAP: Duration = Duration::from_secs(60);
 /// NOTIFY: Timer F (64 × T1), by which the unsubscribe's own transaction
 /// has ended.
 pub const FINAL_NOTIFY_WAIT: Duration = Duration::from_secs(32);
-
-/// When to refresh a subscription granted for `expires` seconds:
-/// `min(0.8 × E, E − 5 s)`, but not earlier than `E / 2`.
-pub fn refresh_delay(expires: u32) -> Duration {
-    let e = Duration::from_secs(u64::from(expires));
-    let eighty = e.mul_f64(0.8);
-    let minus_five = e.saturating_sub(Duration::from_secs(5));
-    eighty.min(minus_five).max(e / 2)
-}
 
 /// The subscriber's own identity and defaults.
 #[derive(Debug, Clone)]

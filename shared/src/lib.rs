@@ -10,6 +10,8 @@
 //! * [`engine`] — the media engine's addresses and their encoding in the
 //!   REGISTER's Contact URI (SPEC §3).
 //! * [`backoff`] — capped exponential backoff, pure.
+//! * [`refresh`] — when a registration or a subscription is refreshed
+//!   (one rule for REGISTER and SUBSCRIBE, sized by Timer F).
 //! * [`admin`] — the collector control protocol (the only serde wire types).
 //! * [`logging`] — the daemons' default log filter.
 //! * [`signals`] — SIGTERM/SIGINT stop, SIGHUP never does.
@@ -25,5 +27,6 @@ pub mod engine;
 pub mod event_package;
 pub mod fs;
 pub mod logging;
+pub mod refresh;
 pub mod signals;
 pub mod sip;

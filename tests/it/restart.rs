@@ -135,7 +135,7 @@ async fn a_killed_collector_resumes_every_subscription_without_a_register() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_agent_is_subscribed_anew_at_once() {
     let dir = tempfile::tempdir().expect("tempdir");
-    // A 60 s subscription: its refresh (48 s) would find the dead dialog
+    // A 60 s subscription: its refresh (15 s) would find the dead dialog
     // far too late.
     let opts = CollectorOpts {
         subscription_expires: 60,

@@ -127,11 +127,11 @@ fn digest_md5_retry_then_refresh_with_the_same_call_id() {
     reg.handle_response(t1, &reply(&retry, 200, &[("Expires", "60")]));
     assert_eq!(reg.state(), RegistrationState::Registered);
     assert_eq!(reg.expires_at(), Some(t1 + Duration::from_secs(60)));
-    assert_eq!(reg.poll_timeout(), Some(t1 + Duration::from_secs(30)));
+    assert_eq!(reg.poll_timeout(), Some(t1 + Duration::from_secs(15)));
 
-    reg.handle_timeout(t1 + Duration::from_secs(29));
+    reg.handle_timeout(t1 + Duration::from_secs(14));
     assert!(reg.poll_transmit().is_none(), "no refresh before its time");
-    reg.handle_timeout(t1 + Duration::from_secs(30));
+    reg.handle_timeout(t1 + Duration::from_secs(15));
     let refresh = reg.poll_transmit().expect("refresh");
     assert_eq!(h(&refresh, "CSeq"), "3 REGISTER");
     assert_eq!(h(&refresh, "Call-ID"), h(&req, "Call-ID"));
@@ -215,7 +215,33 @@ fn failures_back_off_exponentially_up_to_the_cap() {
         Some(now + Duration::from_secs(300)),
         "requested expiry when none granted"
     );
-    assert_eq!(reg.poll_timeout(), Some(now + Duration::from_secs(270)));
+    assert_eq!(reg.poll_timeout(), Some(now + Duration::from_secs(255)));
+}
+
+/// A refresh whose every copy is lost ends in a local 408 at Timer F; the
+/// retry (after the 1 s backoff) and its first retransmissions still go
+/// before the binding lapses, for expiries of 60, 120 and 3600 s.
+#[test]
+fn a_refresh_lost_until_timer_f_is_retried_before_expiry() {
+    use msr_shared::refresh::TIMER_F;
+    for e in [60u64, 120, 3600] {
+        let (mut reg, t0, req) = start();
+        reg.handle_response(t0, &reply(&req, 200, &[("Expires", &e.to_string())]));
+        assert_eq!(reg.state(), RegistrationState::Registered);
+        let expiry = t0 + Duration::from_secs(e);
+        let refresh_at = reg.poll_timeout().expect("refresh scheduled");
+        reg.handle_timeout(refresh_at);
+        let refresh = reg.poll_transmit().expect("refresh");
+        reg.handle_response(refresh_at + TIMER_F, &reply(&refresh, 408, &[]));
+        let retry_at = reg.poll_timeout().expect("retry scheduled");
+        reg.handle_timeout(retry_at);
+        assert!(reg.poll_transmit().is_some(), "E = {e}: retry sent");
+        assert!(
+            retry_at + Duration::from_millis(7_500) <= expiry,
+            "E = {e}: retry {:?} after the grant",
+            retry_at - t0
+        );
+    }
 }
 
 #[test]
@@ -248,7 +274,7 @@ fn granted_expiry_prefers_our_contact_parameter() {
         &reply(&req, 200, &[("Contact", contacts), ("Expires", "3600")]),
     );
     assert_eq!(reg.expires_at(), Some(t0 + Duration::from_secs(120)));
-    assert_eq!(reg.poll_timeout(), Some(t0 + Duration::from_secs(90)));
+    assert_eq!(reg.poll_timeout(), Some(t0 + Duration::from_secs(75)));
 }
 
 #[test]
@@ -299,10 +325,12 @@ fn unregister_sends_expires_zero_and_finishes() {
 #[test]
 fn refresh_delay_policy() {
     let secs = |s| Duration::from_secs(s);
-    assert_eq!(refresh_delay(60), secs(30));
-    assert_eq!(refresh_delay(20), secs(10));
-    assert_eq!(refresh_delay(300), secs(270));
-    assert_eq!(refresh_delay(3600), secs(3570));
+    // 45 s (Timer F + 13 s) before expiry where the expiry allows it.
+    assert_eq!(refresh_delay(60), secs(15));
+    assert_eq!(refresh_delay(120), secs(75));
+    assert_eq!(refresh_delay(300), secs(255));
+    assert_eq!(refresh_delay(3600), secs(3555));
+    assert_eq!(refresh_delay(30), Duration::from_millis(7_500));
     assert_eq!(refresh_delay(1), secs(1));
     assert_eq!(refresh_delay(0), secs(1));
 }

@@ -157,7 +157,7 @@ fn healthy() -> Harness {
 #[tokio::test(start_paused = true)]
 async fn an_answering_reporting_contact_stays_healthy_and_is_probed_every_interval() {
     let mut h = healthy();
-    // Reports keep coming (the agent refreshes at 80 % of 60 s).
+    // Reports keep coming (the collector refreshes 45 s before a 60 s grant lapses).
     for step in 1..=4 {
         h.run_until(Duration::from_secs(step * 40));
         h.report("msr_1");

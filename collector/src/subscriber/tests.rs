@@ -104,35 +104,71 @@ fn registration_triggers_the_first_subscribe() {
 }
 
 #[test]
-fn grant_then_refresh_in_dialog_at_eighty_percent() {
+fn grant_then_refresh_in_dialog_forty_five_seconds_before_expiry() {
     let mut s = subscriber();
     let t0 = Instant::now();
     let first = active(&mut s, t0);
     let v = s.view("msr_1").expect("view");
     assert_eq!((v.status, v.expires_secs), (SubscriptionStatus::Active, 60));
-    assert_eq!(s.poll_timeout(), Some(t0 + Duration::from_secs(48)));
-    s.handle_timeout(t0 + Duration::from_secs(47));
+    assert_eq!(s.poll_timeout(), Some(t0 + Duration::from_secs(15)));
+    s.handle_timeout(t0 + Duration::from_secs(14));
     assert!(transmits(&mut s).is_empty());
-    s.handle_timeout(t0 + Duration::from_secs(48));
+    s.handle_timeout(t0 + Duration::from_secs(15));
     let r = one(&mut s);
     assert_eq!(h(&r, "Call-ID"), h(&first, "Call-ID"));
     assert_eq!(sip::tag(h(&r, "To")).as_deref(), Some("agent-tag"));
     assert_eq!(h(&r, "CSeq"), "2 SUBSCRIBE");
-    let t1 = t0 + Duration::from_secs(48);
+    let t1 = t0 + Duration::from_secs(15);
     s.handle_response(t1, r.id, &answer(&r, StatusCode::OK, Some(30)));
     assert!(matches!(
         &events(&mut s)[..],
         [SubscriberEvent::Refreshed { expires: 30, .. }]
     ));
-    assert_eq!(s.poll_timeout(), Some(t1 + Duration::from_secs(24)));
+    assert_eq!(s.poll_timeout(), Some(t1 + Duration::from_millis(7_500)));
 }
 
+/// A refresh whose every copy is lost ends in a local 408 at Timer F; the
+/// subscriber's retry must still go out before the grant lapses, for every
+/// `E` that leaves room for it (here 60, 120 and 3600 s), and a very short
+/// `E` still refreshes before expiry.
 #[test]
-fn refresh_delay_rule() {
-    assert_eq!(refresh_delay(60), Duration::from_secs(48));
-    assert_eq!(refresh_delay(20), Duration::from_secs(15));
-    assert_eq!(refresh_delay(10), Duration::from_secs(5));
-    assert_eq!(refresh_delay(4), Duration::from_secs(2));
+fn a_refresh_lost_until_timer_f_is_retried_before_expiry() {
+    use msr_shared::refresh::TIMER_F;
+    for e in [60u32, 120, 3600] {
+        let mut s = subscriber();
+        let t0 = Instant::now();
+        s.contacts_changed(t0, "msr_1", vec![lo()]);
+        let t = one(&mut s);
+        s.handle_response(t0, t.id, &answer(&t, StatusCode::OK, Some(e)));
+        events(&mut s);
+        let expiry = t0 + Duration::from_secs(u64::from(e));
+        let refresh_at = s.poll_timeout().expect("refresh scheduled");
+        s.handle_timeout(refresh_at);
+        let refresh = one(&mut s);
+        assert_eq!(h(&refresh, "Call-ID"), h(&t, "Call-ID"), "E = {e}");
+        // Every copy lost: the transaction layer reports Timer F.
+        let gave_up = refresh_at + TIMER_F;
+        s.handle_failure(gave_up, refresh.id, "timeout");
+        let retry_at = s.poll_timeout().expect("retry scheduled");
+        s.handle_timeout(retry_at);
+        let retry = one(&mut s);
+        assert_eq!(retry.request.method, Method::Subscribe, "E = {e}");
+        // The retry and its first four retransmissions (7.5 s) go before
+        // the old grant lapses.
+        assert!(
+            retry_at + Duration::from_millis(7_500) <= expiry,
+            "E = {e}: retry {:?} after the grant, expiry {e} s",
+            retry_at - t0
+        );
+    }
+    // A very short grant: refreshed before it lapses (at a quarter of it).
+    let mut s = subscriber();
+    let t0 = Instant::now();
+    s.contacts_changed(t0, "msr_1", vec![lo()]);
+    let t = one(&mut s);
+    s.handle_response(t0, t.id, &answer(&t, StatusCode::OK, Some(8)));
+    events(&mut s);
+    assert_eq!(s.poll_timeout(), Some(t0 + Duration::from_secs(2)));
 }
 
 #[test]
@@ -1049,7 +1085,7 @@ fn poll_timeout_with_many_subscriptions_returns_the_earliest() {
     events(&mut s);
     let earliest = subs.iter().map(|(_, _, at)| *at + refresh_delay(60)).min();
     assert_eq!(s.poll_timeout(), earliest);
-    assert_eq!(s.poll_timeout(), Some(t0 + Duration::from_secs(48)));
+    assert_eq!(s.poll_timeout(), Some(t0 + Duration::from_secs(15)));
 
     // Only what is due is touched: at the earliest deadline, one refresh.
     let first = s.poll_timeout().expect("deadline");
