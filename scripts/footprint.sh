@@ -17,6 +17,8 @@ for n in 1 2; do
       -e "s#^path = .*#path = \"$dir/c$n.json\"#" \
       -e "s#^node = .*#node = \"core$n@localhost\"#" \
       config-examples/collector.toml > "$dir/c$n.toml"
+  # Two collectors: neither takes the default HTTP port 8080 (SPEC §11).
+  printf '[http]\nlisten = "off"\n' >> "$dir/c$n.toml"
   target/release/msr-collector --config "$dir/c$n.toml" -q &
 done
 sed -e 's#<dynamic msr_name="msr_1" realm="sip:127.0.0.1:5060"\(.*\)/>#<dynamic msr_name="msr_1" realm="sip:127.0.0.1:5160"\1/>\n        <dynamic msr_name="msr_1" realm="sip:127.0.0.1:5162"\1/>#' \

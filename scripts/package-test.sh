@@ -309,6 +309,9 @@ sed -e "s/^listen = .*/listen = \"127.0.0.1:$CPORT\"/" \
   -e "s|^path = .*|path = \"/var/lib/msr-collector/operator.json\"|" \
   /usr/share/doc/msr-collector/examples/collector-loopback.toml |
   $SUDO tee "$WORK/collector.toml" >/dev/null
+# HTTP is on at 127.0.0.1:8080 by default (SPEC §11); this host's tests may
+# hold that port, and the check below uses the control socket.
+printf '[http]\nlisten = "off"\n' | $SUDO tee -a "$WORK/collector.toml" >/dev/null
 $SUDO chown root:msr-collector "$WORK/collector.toml"
 $SUDO chmod 0640 "$WORK/collector.toml"
 as_collector /usr/sbin/msr-collector --config "$WORK/collector.toml" --check-config

@@ -47,7 +47,7 @@ fn bench_control(c: &mut Criterion) {
     let text = format!(
         "node = \"bench\"\n[sip]\nlisten = \"127.0.0.1:0\"\nrealm = \"bench\"\nmin_expires = 1\n\
          [[accounts]]\nauth_name = \"msr\"\npassword = \"pw\"\n\
-         [control]\nsocket = \"{}\"\n[state]\npath = \"{}\"\n",
+         [control]\nsocket = \"{}\"\n[state]\npath = \"{}\"\n[http]\nlisten = \"off\"\n",
         socket.display(),
         dir.path().join("state.json").display()
     );

@@ -1022,7 +1022,7 @@ const ADMIT_GRACE: Duration = Duration::from_millis(100);
 
 /// A place for a new connection: at once if one is free, else the first
 /// freed within [`ADMIT_GRACE`].
-async fn admit(permits: &Arc<Semaphore>) -> Option<tokio::sync::OwnedSemaphorePermit> {
+pub(crate) async fn admit(permits: &Arc<Semaphore>) -> Option<tokio::sync::OwnedSemaphorePermit> {
     if let Ok(permit) = Arc::clone(permits).try_acquire_owned() {
         return Some(permit);
     }

@@ -127,8 +127,9 @@ pub struct CollectorConfig {
     pub legs: LegsConfig,
     /// `[selection]`: the policy (SPEC §7, §10).
     pub selection: SelectionConfig,
-    /// `[http]`: the HTTP API and `/metrics` (SPEC §11); `None` when the
-    /// section is absent (no HTTP listener).
+    /// `[http]`: the HTTP API and `/metrics` (SPEC §11): on at
+    /// `127.0.0.1:8080` when the section is absent; `None` only for
+    /// `listen = "off"`.
     pub http: Option<HttpConfig>,
     /// `[redirect]`: the SIP redirect server (SPEC §11); `None` when the
     /// section is absent.
@@ -418,7 +419,8 @@ struct RawConfig {
     cluster: RawCluster,
     #[serde(default)]
     legs: RawLegs,
-    http: Option<RawHttp>,
+    #[serde(default)]
+    http: RawHttp,
     redirect: Option<RawRedirect>,
     #[serde(default)]
     selection: RawSelection,
@@ -431,6 +433,18 @@ struct RawHttp {
     listen: String,
     token: Option<String>,
 }
+
+impl Default for RawHttp {
+    fn default() -> Self {
+        Self {
+            listen: default_http_listen(),
+            token: None,
+        }
+    }
+}
+
+/// `[http] listen = "off"`: no HTTP listener.
+pub const HTTP_OFF: &str = "off";
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -1047,7 +1061,7 @@ fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, ConfigError
             ));
         }
     }
-    let http = raw.http.map(|h| validate_http(h, origin)).transpose()?;
+    let http = validate_http(raw.http, origin)?;
     let redirect = match raw.redirect {
         None => None,
         Some(r) => {
@@ -1143,21 +1157,32 @@ fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, ConfigError
     })
 }
 
-/// `[http]`: a loopback `listen` may go without a token; any other address
-/// needs one (SPEC §11: loopback by default), and a token is printable
-/// ASCII without spaces, 16–256 bytes (RFC 6750 §2.1 `b64token`).
-fn validate_http(raw: RawHttp, origin: &str) -> Result<HttpConfig, ConfigError> {
+/// `[http]`: on at `127.0.0.1:8080` unless `listen = "off"` (SPEC §11);
+/// a loopback `listen` may go without a token; any other address needs one
+/// (SPEC §11: loopback by default), and a token is printable ASCII without
+/// spaces, 16–256 bytes (RFC 6750 §2.1 `b64token`).
+fn validate_http(raw: RawHttp, origin: &str) -> Result<Option<HttpConfig>, ConfigError> {
     let invalid = |key: &str, value: String, expected: &str| ConfigError::Invalid {
         origin: origin.to_owned(),
         key: key.to_owned(),
         value,
         expected: expected.to_owned(),
     };
+    if raw.listen == HTTP_OFF {
+        if raw.token.is_some() {
+            return Err(invalid(
+                "http.token",
+                "(hidden)".into(),
+                "no token with listen = \"off\" (there is no listener to guard)",
+            ));
+        }
+        return Ok(None);
+    }
     let listen: SocketAddr = raw.listen.parse().map_err(|_| {
         invalid(
             "http.listen",
             format!("{:?}", raw.listen),
-            "an ip:port socket address, e.g. \"127.0.0.1:8080\"",
+            "an ip:port socket address, e.g. \"127.0.0.1:8080\", or \"off\"",
         )
     })?;
     if let Some(token) = &raw.token {
@@ -1178,10 +1203,10 @@ fn validate_http(raw: RawHttp, origin: &str) -> Result<HttpConfig, ConfigError> 
              the api changes call state and shows the msrs",
         ));
     }
-    Ok(HttpConfig {
+    Ok(Some(HttpConfig {
         listen,
         token: raw.token,
-    })
+    }))
 }
 
 /// `[store]`: `backend = "file"` takes no other key (a stray etcd key is a

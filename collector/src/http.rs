@@ -14,6 +14,13 @@
 //! | `GET /metrics` | `resource_list`, `msr_list` | OpenMetrics or Prometheus text, by `Accept` ([`crate::metrics`]) |
 //!
 //! Errors are `{"code":…,"message":…}` with the status of [`status_of`].
+//!
+//! Limits ([`ServeLimits`]): at most [`MAX_CONNECTIONS`] connections at
+//! once (one more gets `503` and is closed), and a connection that does not
+//! send a whole request head within [`HEADER_TIMEOUT`] — after it opens,
+//! or after the previous response — is closed. So neither idle keep-alive
+//! clients nor a slowloris (headers sent a byte at a time) can use up the
+//! collector's file descriptors or tasks.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,10 +33,16 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response as HttpResponse};
 use axum::routing::{get, post};
 use axum::Router;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use msr_shared::admin::{ErrorCode, HealthState, Request, Response, ResponseData};
 use serde::Deserialize;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::AdminCommand;
@@ -41,6 +54,35 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// How long a request waits for the shell's answer before it gets 503
 /// `unavailable` (the loop is stuck or shutting down).
 pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The most HTTP connections served at once (see the module docs).
+pub const MAX_CONNECTIONS: usize = 512;
+
+/// How long a connection may take to send a complete request head, counted
+/// from its accept and again from each response (so it bounds idle
+/// keep-alive connections too).
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The limits [`serve_with`] applies; [`serve`] uses the defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeLimits {
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// Longest wait for a complete request head.
+    pub header_timeout: Duration,
+}
+
+impl Default for ServeLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: MAX_CONNECTIONS,
+            header_timeout: HEADER_TIMEOUT,
+        }
+    }
+}
+
+/// At most one warning about refused connections per this interval.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(5);
 
 /// What every route needs.
 #[derive(Clone)]
@@ -404,15 +446,95 @@ pub fn router(
         .with_state(api)
 }
 
-/// Serves `router` on `listener` until `shutdown` is cancelled.
+/// Serves `router` on `listener` until `shutdown` is cancelled, with the
+/// default [`ServeLimits`].
 pub async fn serve(listener: TcpListener, router: Router, shutdown: CancellationToken) {
-    let addr = listener.local_addr().ok();
-    if let Err(e) = axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
-    {
-        tracing::warn!(addr = ?addr, cause = %e, "http server stopped");
+    serve_with(listener, router, shutdown, ServeLimits::default()).await;
+}
+
+/// [`serve`] with the given limits: one task per connection, each holding
+/// a permit of the connection bound until it ends; on `shutdown` every
+/// connection finishes its request in progress and closes.
+pub async fn serve_with(
+    listener: TcpListener,
+    router: Router,
+    shutdown: CancellationToken,
+    limits: ServeLimits,
+) {
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let mut connections = JoinSet::new();
+    let mut refused_unlogged = 0u64;
+    let mut last_refusal_log: Option<Instant> = None;
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    loop {
+        while connections.try_join_next().is_some() {}
+        let accepted = tokio::select! {
+            () = shutdown.cancelled() => break,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::warn!(cause = %e, "http accept failed");
+                // Avoids a hot loop on persistent errors such as EMFILE.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Some(permit) = crate::admin::admit(&permits).await else {
+            refused_unlogged += 1;
+            let now = Instant::now();
+            if last_refusal_log.is_none_or(|t| now.duration_since(t) >= REFUSAL_LOG_INTERVAL) {
+                tracing::warn!(
+                    limit = limits.max_connections,
+                    refused = refused_unlogged,
+                    "http connections refused: too many open"
+                );
+                refused_unlogged = 0;
+                last_refusal_log = Some(now);
+            }
+            connections.spawn(refuse(stream, limits));
+            continue;
+        };
+        let service = TowerToHyperService::new(router.clone());
+        let connection = builder.serve_connection(TokioIo::new(stream), service);
+        let shutdown = shutdown.clone();
+        connections.spawn(async move {
+            let mut connection = std::pin::pin!(connection);
+            tokio::select! {
+                result = connection.as_mut() => {
+                    if let Err(e) = result {
+                        tracing::debug!(cause = %e, "http connection ended");
+                    }
+                }
+                () = shutdown.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
+            }
+            drop(permit);
+        });
     }
+    connections.shutdown().await;
+}
+
+/// Answers a connection past the bound with `503` and closes it, without
+/// reading its request (the answer is the same whatever it asked).
+async fn refuse(mut stream: tokio::net::TcpStream, limits: ServeLimits) {
+    let body = serde_json::json!({
+        "code": "unavailable",
+        "message": format!("too many http connections (at most {})", limits.max_connections),
+    })
+    .to_string();
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+         retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(limits.header_timeout, stream.write_all(answer.as_bytes())).await;
 }
 
 /// Binds the HTTP listener.

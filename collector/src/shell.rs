@@ -1283,7 +1283,8 @@ mod tests {
         let text = format!(
             "node = \"core1@test\"\n[sip]\nlisten = \"127.0.0.1:0\"\nrealm = \"msr.local\"\n\
              [[accounts]]\nauth_name = \"msr\"\npassword = \"msr-secret\"\n\
-             [control]\nsocket = \"{}\"\n[state]\npath = \"{}\"\n",
+             [control]\nsocket = \"{}\"\n[state]\npath = \"{}\"\n\
+             [http]\nlisten = \"off\"\n",
             socket.display(),
             state.display()
         );

@@ -29,6 +29,7 @@ expires = 600
 socket = "$3"
 [state]
 path = "$4"
+$(case "${5:-}" in *"[http]"*) ;; *) printf '%s\n' '[http]' 'listen = "off"' ;; esac)
 ${5:-}
 CONFIG
 }

@@ -35,6 +35,8 @@ password = "msr-secret"
 socket = "{}"
 [state]
 path = "{}"
+[http]
+listen = "off"
 "#,
         dir.join("control.sock").display(),
         dir.join("state.json").display()
@@ -282,7 +284,7 @@ async fn real_agent_registers_and_reports_load() {
     let shutdown = CancellationToken::new();
     let text = format!(
         "node = \"core1@test\"\n[sip]\nlisten = \"127.0.0.1:0\"\nrealm = \"msr.local\"\n\
-         [[accounts]]\nauth_name = \"msr\"\npassword = \"msr-secret\"\n[control]\nsocket = \"{}\"\n[state]\npath = \"{}\"\n",
+         [[accounts]]\nauth_name = \"msr\"\npassword = \"msr-secret\"\n[control]\nsocket = \"{}\"\n[state]\npath = \"{}\"\n[http]\nlisten = \"off\"\n",
         dir.path().join("control.sock").display(),
         dir.path().join("state.json").display()
     );

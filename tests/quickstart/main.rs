@@ -95,10 +95,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     // operator store: a fresh store in the run folder, so that settings made
     // elsewhere on this machine don't change the report.
     let socket = cli.log_dir.join("control.sock");
+    // HTTP (on by default at 127.0.0.1:8080, SPEC §11) on a port free now,
+    // so a quickstart beside another collector or a test still starts.
+    let http_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .context("cannot find a free tcp port for the http api")?
+        .port();
     let collector_config = run_config(
         &example("collector.toml"),
         &socket,
         &cli.log_dir.join("operator.json"),
+        http_port,
         &cli.log_dir.join("collector.toml"),
     )?;
     for bin in ["msr-collector", "msr-agent", "msrctl"] {
@@ -146,7 +153,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             )
         })?;
     step(format!(
-        "collector is up, control socket {}",
+        "collector is up, control socket {}, http api http://127.0.0.1:{http_port}/ (/metrics, /v1/select)",
         socket.display()
     ));
 
@@ -402,9 +409,16 @@ fn msrctl(socket: &Path, args: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes `example` to `out` with `[control] socket` and `[state] path`
-/// replaced, starting from an empty operator store.
-fn run_config(example: &Path, socket: &Path, state: &Path, out: &Path) -> anyhow::Result<PathBuf> {
+/// Writes `example` to `out` with `[control] socket`, `[state] path` and
+/// `[http] listen` (on `127.0.0.1:http_port`) replaced, starting from an
+/// empty operator store.
+fn run_config(
+    example: &Path,
+    socket: &Path,
+    state: &Path,
+    http_port: u16,
+    out: &Path,
+) -> anyhow::Result<PathBuf> {
     let text = std::fs::read_to_string(example)
         .with_context(|| format!("cannot read {}", example.display()))?;
     let mut value: toml::Table = text
@@ -423,6 +437,11 @@ fn run_config(example: &Path, socket: &Path, state: &Path, out: &Path) -> anyhow
     };
     set("control", "socket", socket);
     set("state", "path", state);
+    set(
+        "http",
+        "listen",
+        Path::new(&format!("127.0.0.1:{http_port}")),
+    );
     for stale in [state.to_path_buf(), state.with_extension("json.tmp")] {
         match std::fs::remove_file(&stale) {
             Ok(()) => {}

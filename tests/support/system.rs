@@ -174,8 +174,17 @@ expires = {sub}
 socket = "{socket}"
 [state]
 path = "{state}"
+{http}
 {extra}
 "#,
+            // SPEC §11 turns HTTP on at 127.0.0.1:8080 by default: parallel
+            // test collectors would fight over it, so only the tests that
+            // use it set a port of their own.
+            http = if extra.contains("[http]") {
+                ""
+            } else {
+                "[http]\nlisten = \"off\""
+            },
             node = opts.node,
             min = opts.min_expires,
             sub = opts.subscription_expires,

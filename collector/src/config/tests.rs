@@ -38,6 +38,15 @@ fn empty_file_gets_the_documented_defaults() {
         PathBuf::from("/run/msr-collector/control.sock")
     );
     assert!(c.accounts.is_empty());
+    // SPEC §11: HTTP on loopback by default, without a token.
+    assert_eq!(
+        c.http,
+        Some(HttpConfig {
+            listen: "127.0.0.1:8080".parse().expect("addr"),
+            token: None,
+        })
+    );
+    assert_eq!(c.redirect, None);
     assert_eq!(c.health, HealthConfig::default());
     assert_eq!(
         c.health,
@@ -48,6 +57,20 @@ fn empty_file_gets_the_documented_defaults() {
             unreported_grace: Duration::from_secs(2),
         }
     );
+}
+
+#[test]
+fn http_can_be_turned_off_and_off_takes_no_token() {
+    let c = parse("[http]\nlisten = \"off\"\n", "f.toml").expect("off");
+    assert_eq!(c.http, None);
+    let err = parse(
+        "[http]\nlisten = \"off\"\ntoken = \"0123456789abcdef0123\"\n",
+        "f.toml",
+    )
+    .expect_err("off with a token");
+    assert!(err.to_string().contains("http.token"), "{err}");
+    let err = parse("[http]\nlisten = \"of\"\n", "f.toml").expect_err("typo");
+    assert!(err.to_string().contains("\"off\""), "{err}");
 }
 
 #[test]

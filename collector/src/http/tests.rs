@@ -63,3 +63,94 @@ fn tokens_compare_whole() {
     assert!(!constant_time_eq(b"abcdefgh", b"abcdefgx"));
     assert!(!constant_time_eq(b"abc", b"abcd"));
 }
+
+/// A server on a free loopback port with `limits`, whose routes get no
+/// answer from any shell (the tests use routes that need none).
+async fn limited_server(limits: ServeLimits) -> (SocketAddr, CancellationToken) {
+    let listener = bind("127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (tx, rx) = mpsc::channel(1);
+    // Held open (never read) by the server task, so the channel stays up.
+    let router = router(tx, Arc::new(Metrics::new()), None);
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        let _rx = rx;
+        serve_with(listener, router, stop, limits).await;
+    });
+    (addr, shutdown)
+}
+
+/// Reads until the peer closes, at most `bound`; the bytes read, or `None`
+/// when the connection was still open at the bound.
+async fn read_to_close(stream: &mut tokio::net::TcpStream, bound: Duration) -> Option<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let mut out = Vec::new();
+    match tokio::time::timeout(bound, stream.read_to_end(&mut out)).await {
+        Ok(Ok(_)) => Some(out),
+        // A reset is a close too.
+        Ok(Err(_)) => Some(out),
+        Err(_) => None,
+    }
+}
+
+#[tokio::test]
+async fn a_slowloris_is_closed_and_the_connection_bound_refuses_then_frees() {
+    use tokio::io::AsyncWriteExt;
+    let limits = ServeLimits {
+        max_connections: 2,
+        header_timeout: Duration::from_millis(300),
+    };
+    let (addr, shutdown) = limited_server(limits).await;
+    // Two clients take both places: one sends half a request head a byte at
+    // a time, the other nothing at all.
+    let mut slow = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut idle = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    for b in b"GET /nowhere HTTP/1.1\r\nHo" {
+        slow.write_all(&[*b]).await.expect("write");
+    }
+    // A third is past the bound: 503 and closed, whatever it asks.
+    let mut third = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let answer = read_to_close(&mut third, Duration::from_secs(10))
+        .await
+        .expect("the refused connection is closed");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
+    assert!(
+        answer.contains("too many http connections (at most 2)"),
+        "{answer}"
+    );
+    // The header timeout closes both holders.
+    for stream in [&mut slow, &mut idle] {
+        let rest = read_to_close(stream, Duration::from_secs(10))
+            .await
+            .expect("closed by the header timeout");
+        assert!(!String::from_utf8_lossy(&rest).contains(" 200 "));
+    }
+    // Their places are free again: a whole request is served.
+    let served = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let mut next = tokio::net::TcpStream::connect(addr).await.expect("connect");
+            next.write_all(b"GET /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .await
+                .expect("write");
+            let answer = read_to_close(&mut next, Duration::from_secs(10))
+                .await
+                .expect("answered and closed");
+            let answer = String::from_utf8_lossy(&answer).into_owned();
+            // The closed holders' tasks may not have ended yet (their permits
+            // are freed when they do): a 503 then is the bound, still right.
+            if !answer.starts_with("HTTP/1.1 503 ") {
+                break answer;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("a place frees within 10 s");
+    assert!(served.starts_with("HTTP/1.1 404 "), "{served}");
+    assert!(served.contains("no such route"), "{served}");
+    shutdown.cancel();
+}
