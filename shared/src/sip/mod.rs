@@ -12,7 +12,7 @@
 
 mod endpoint;
 
-pub use endpoint::{EndpointError, ServerTransaction, SipEndpoint, SipEvent};
+pub use endpoint::{udp_socket, EndpointError, ServerTransaction, SipEndpoint, SipEvent};
 pub use rsipstack::sip::{Header, Headers, Method, Request, Response, SipMessage, StatusCode, Uri};
 
 use std::fmt;
