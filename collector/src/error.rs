@@ -46,6 +46,14 @@ pub enum CollectorError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The `[redirect] listen` address could not be bound.
+    #[error("cannot bind [redirect] listen {addr}: {source}")]
+    Redirect {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// A `[store.tls]` file cannot be opened.
     #[error("[store.tls] {path}: {source}")]
     TlsFile {

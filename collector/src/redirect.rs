@@ -11,8 +11,19 @@
 //!   refusal `480`/`503`/`400` with `Reason: SIP ;cause=…;text="<code>"`
 //!   (RFC 3326), or `482 Loop Detected` rather than a 302 pointing back at
 //!   this collector;
-//! * [`serve`] owns the second [`SipEndpoint`] and sends each `select` to
-//!   the shell's one handler over the control socket's channel.
+//! * [`InviteCache`] remembers the INVITEs answered lately, by their top
+//!   `Via` (branch and sent-by, RFC 3261 §17.2.3), so a retransmission gets
+//!   the same bytes again without a new selection, and a CANCEL finds its
+//!   INVITE;
+//! * [`serve`] owns the redirect server's UDP socket and sends each
+//!   `select` to the shell's one handler over the control socket's channel.
+//!
+//! The server is stateless in RFC 3261 §8.3's sense: it keeps no
+//! transaction (no Timer G retransmissions of the 302, no timers at all).
+//! A redirect server may: its final response is retransmitted when the
+//! client retransmits the INVITE (the client's Timer A runs until it sees
+//! a final response), which is what the cache answers. This is also what
+//! Kamailio's `sl_send_reply` does, at a fraction of a transaction's cost.
 //!
 //! The leg's inputs, first match wins: a Request-URI parameter (`zone`,
 //! `site`, `msr` — the other leg's MSR —, `leg`, `conference`), then a
@@ -20,25 +31,32 @@
 //! `X-MSR-Conference`), then for zone and site the collector's
 //! `[defaults]`. The Call-ID is the leg's `call_id`, so a retransmitted (or
 //! re-sent) INVITE finds the live leg and gets the same Contact (SPEC §9
-//! stickiness); rsipstack's server transaction also answers retransmissions
-//! from its cache.
+//! stickiness) even once the cache has forgotten it.
 //!
-//! ACK to the 302 is absorbed by the INVITE server transaction (RFC 3261
-//! §17.2.1); a stray ACK is dropped. A CANCEL gets `200` (the INVITE has
-//! its final response already, so the CANCEL has no effect, §9.2). OPTIONS
-//! gets `200` with `Allow`; any other method `405`.
+//! ACK (to a 302 or a refusal, or stray) is absorbed: an ACK for a non-2xx
+//! final response ends the client's transaction and needs no answer
+//! (§17.1.1.3). CANCEL (§9.2): for an INVITE already answered, `200` to the
+//! CANCEL only (the final response stands); for one whose selection is
+//! still running, `200` to the CANCEL, then `487 Request Terminated` to the
+//! INVITE and the leg the selection bound released; with no matching
+//! INVITE, `481 Call/Transaction Does Not Exist`. OPTIONS gets `200` with
+//! `Allow`; any other method `405`.
 
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use msr_shared::admin::{
     ErrorCode, Request as AdminRequest, Response as AdminResponse, ResponseData,
 };
-use msr_shared::sip::{self, Method, Request, Response, SipEndpoint, SipEvent, StatusCode};
+use msr_shared::sip::{self, Method, Request, Response, SipMessage, StatusCode};
+use rsipstack::transport::SipConnection;
+use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::admin::AdminCommand;
 use crate::metrics::Metrics;
@@ -258,12 +276,13 @@ fn points_at(target: &str, own: &[SocketAddr]) -> bool {
     addr.is_some_and(|a| own.contains(&a))
 }
 
-/// Answers a non-INVITE request (module docs); `None` for ACK (no answer).
+/// Answers a request other than INVITE and CANCEL (module docs); `None`
+/// for ACK (no answer).
 pub fn other_method(req: &Request) -> Option<Response> {
     let tag = Some(tag_of(req));
     match req.method {
         Method::Ack => None,
-        Method::Cancel | Method::Options => {
+        Method::Options => {
             let mut response = sip::response(req, StatusCode::OK, tag.as_deref());
             sip::push_header(&mut response.headers, "Allow", ALLOW);
             Some(response)
@@ -276,67 +295,411 @@ pub fn other_method(req: &Request) -> Option<Response> {
     }
 }
 
-/// Runs the redirect server on `endpoint` until `shutdown`: every INVITE's
-/// `select` goes to the shell over `tx`; answers are sent from tasks, so
-/// one slow answer never holds up the next INVITE.
+/// How long an answered INVITE is remembered: 64 × T1 = 32 s, the longest
+/// a client retransmits it (RFC 3261 §17.1.1.2 Timer B) and so the longest
+/// a retransmission or a CANCEL can come.
+pub const REMEMBER: Duration = Duration::from_secs(32);
+
+/// The most INVITEs remembered at once; past it the oldest are forgotten
+/// (a retransmission of a forgotten one is selected again and, its
+/// Call-ID being a live leg, gets the same Contact).
+pub const MAX_REMEMBERED: usize = 16_384;
+
+/// An INVITE's identity for retransmissions and CANCEL (RFC 3261
+/// §17.2.3): the top `Via`'s branch and sent-by.
+pub fn transaction_key(req: &Request) -> Option<String> {
+    let via = sip::header(&req.headers, "Via")?;
+    let top = via.split(',').next().unwrap_or(via);
+    let branch = sip::param(top, "branch").filter(|b| !b.is_empty())?;
+    let sent_by = top
+        .split(';')
+        .next()
+        .and_then(|p| p.split_whitespace().nth(1))
+        .unwrap_or("");
+    Some(format!("{branch} {sent_by}"))
+}
+
+/// Where an INVITE is in this server's short memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Entry {
+    /// Its selection is running; `cancelled` once a CANCEL came.
+    Pending { cancelled: bool },
+    /// Its final response, as sent.
+    Answered(Arc<[u8]>),
+}
+
+/// What to do with an INVITE ([`InviteCache::on_invite`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OnInvite {
+    /// A new one: decide and select.
+    New,
+    /// A retransmission of one answered: send these bytes again.
+    Resend(Arc<[u8]>),
+    /// A retransmission of one still being selected: its answer will come.
+    Absorb,
+}
+
+/// What to answer a CANCEL ([`InviteCache::on_cancel`], RFC 3261 §9.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnCancel {
+    /// `200` to the CANCEL; the INVITE's final response stands.
+    Answered,
+    /// `200` to the CANCEL; the INVITE gets `487` when its selection ends.
+    Terminate,
+    /// `481`: no INVITE matches.
+    NoMatch,
+}
+
+/// The INVITEs answered lately (module docs). Sans-IO: the caller passes
+/// the time.
+#[derive(Debug, Default)]
+pub struct InviteCache {
+    entries: HashMap<String, Entry>,
+    /// Keys by the time they were first seen, for expiry and the bound.
+    order: VecDeque<(Instant, String)>,
+}
+
+impl InviteCache {
+    /// An INVITE with `key` arrived at `now`.
+    pub fn on_invite(&mut self, now: Instant, key: &str) -> OnInvite {
+        self.expire(now);
+        match self.entries.get(key) {
+            Some(Entry::Answered(bytes)) => OnInvite::Resend(Arc::clone(bytes)),
+            Some(Entry::Pending { .. }) => OnInvite::Absorb,
+            None => {
+                while self.order.len() >= MAX_REMEMBERED {
+                    self.forget_oldest();
+                }
+                self.entries
+                    .insert(key.to_owned(), Entry::Pending { cancelled: false });
+                self.order.push_back((now, key.to_owned()));
+                OnInvite::New
+            }
+        }
+    }
+
+    /// The INVITE with `key` was answered with `bytes`. `false` when a
+    /// CANCEL came first: then the caller answers `487` instead (and
+    /// records that with `answered` again, which then returns `true`).
+    pub fn answered(&mut self, key: &str, bytes: Arc<[u8]>) -> bool {
+        match self.entries.get_mut(key) {
+            Some(entry) if *entry == (Entry::Pending { cancelled: true }) => {
+                // The 487 is recorded next; until then retransmissions wait.
+                *entry = Entry::Pending { cancelled: false };
+                false
+            }
+            Some(entry) => {
+                *entry = Entry::Answered(bytes);
+                true
+            }
+            // Forgotten while selecting (the bound): nothing to remember.
+            None => true,
+        }
+    }
+
+    /// A CANCEL for the INVITE with `key` arrived at `now`.
+    pub fn on_cancel(&mut self, now: Instant, key: &str) -> OnCancel {
+        self.expire(now);
+        match self.entries.get_mut(key) {
+            Some(Entry::Answered(_)) => OnCancel::Answered,
+            Some(Entry::Pending { cancelled }) => {
+                *cancelled = true;
+                OnCancel::Terminate
+            }
+            None => OnCancel::NoMatch,
+        }
+    }
+
+    /// INVITEs remembered now.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether none is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    fn expire(&mut self, now: Instant) {
+        while let Some((at, _)) = self.order.front() {
+            if now.duration_since(*at) < REMEMBER {
+                break;
+            }
+            self.forget_oldest();
+        }
+    }
+
+    fn forget_oldest(&mut self) {
+        if let Some((_, key)) = self.order.pop_front() {
+            self.entries.remove(&key);
+        }
+    }
+}
+
+/// Where the response to a request from `src` goes (RFC 3261 §18.2.2 for
+/// UDP, RFC 3581 §4): the source address when the top `Via` asked for
+/// `rport`, else the source IP (the `received` address) and the `Via`'s
+/// sent-by port (5060 when it has none).
+fn response_destination(req: &Request, src: SocketAddr) -> SocketAddr {
+    let Some(via) = sip::header(&req.headers, "Via") else {
+        return src;
+    };
+    let top = via.split(',').next().unwrap_or(via);
+    if sip::params(top).iter().any(|(k, _)| k == "rport") {
+        return src;
+    }
+    let sent_by = top
+        .split(';')
+        .next()
+        .and_then(|p| p.split_whitespace().nth(1))
+        .unwrap_or("");
+    let port = sent_by
+        .rsplit_once(':')
+        .filter(|(host, _)| !host.ends_with(':') && (!host.contains(':') || host.ends_with(']')))
+        .and_then(|(_, port)| port.parse().ok())
+        .unwrap_or(5060);
+    SocketAddr::new(src.ip(), port)
+}
+
+/// The wire form of `response`, with `Content-Length` (RFC 3261 §18.3: it
+/// is required over UDP too when a message is sent stream-style; always
+/// sent here).
+fn encode(mut response: Response) -> Arc<[u8]> {
+    if sip::header(&response.headers, "Content-Length").is_none() {
+        sip::push_header(
+            &mut response.headers,
+            "Content-Length",
+            response.body.len().to_string(),
+        );
+    }
+    Arc::from(response.to_string().into_bytes())
+}
+
+/// A selection finished: the INVITE's key, where to answer, the answer and
+/// the leg the selection bound (to release if the INVITE was cancelled).
+struct Done {
+    key: String,
+    dest: SocketAddr,
+    invite: Box<Request>,
+    response: Response,
+    leg: Option<(String, Option<String>)>,
+}
+
+/// Runs the redirect server on `socket` until `shutdown`: every INVITE's
+/// `select` goes to the shell over `tx` from a task of its own, so one slow
+/// answer never holds up the next INVITE; the loop alone owns the
+/// [`InviteCache`] and sends every response.
 pub async fn serve(
-    mut endpoint: SipEndpoint,
+    socket: UdpSocket,
     tx: mpsc::Sender<AdminCommand>,
     ctx: RedirectContext,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) {
     let ctx = Arc::new(ctx);
-    let mut tasks = JoinSet::new();
+    let mut cache = InviteCache::default();
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
+    let mut buf = vec![0u8; 65_536];
+    let mut unparsed = 0u64;
     loop {
-        while tasks.try_join_next().is_some() {}
-        let event = tokio::select! {
+        let (len, src) = tokio::select! {
             () = shutdown.cancelled() => break,
-            event = endpoint.recv() => event,
+            done = done_rx.recv() => {
+                if let Some(done) = done {
+                    finish(&socket, &mut cache, &tx, &metrics, done).await;
+                }
+                continue;
+            }
+            received = socket.recv_from(&mut buf) => match received {
+                Ok(received) => received,
+                Err(e) => {
+                    // ICMP port unreachable from an earlier send shows up
+                    // here on Linux; nothing to do but go on.
+                    debug!(cause = %e, "redirect socket receive error");
+                    continue;
+                }
+            },
         };
-        let Some(event) = event else { break };
-        let SipEvent::Request(server_tx) = event else {
+        let Some(packet) = buf.get(..len) else {
             continue;
         };
-        let req = server_tx.request();
-        if req.method != Method::Invite {
-            if let Some(response) = other_method(req) {
-                tasks.spawn(server_tx.respond(response));
-            }
+        // Keep-alives (RFC 5626 §3.5.1 CRLF) and empty datagrams.
+        if packet.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let (tx, ctx, metrics) = (tx.clone(), Arc::clone(&ctx), Arc::clone(&metrics));
-        tasks.spawn(async move {
-            let invite = server_tx.request();
-            let response = match decide(invite, &ctx) {
-                Decision::Reply(response) => *response,
-                Decision::Select(request) => {
-                    let (reply, wait) = oneshot::channel();
-                    let selection = if tx.send(AdminCommand { request, reply }).await.is_err() {
-                        AdminResponse::error(ErrorCode::Unavailable, "collector is shutting down")
-                    } else {
-                        wait.await.unwrap_or_else(|_| {
-                            AdminResponse::error(
-                                ErrorCode::Unavailable,
-                                "collector dropped the request",
-                            )
-                        })
-                    };
-                    answer(invite, &selection, &ctx)
+        let req = match SipMessage::try_from(packet).and_then(|m| {
+            SipConnection::update_msg_received(m, src, rsipstack::sip::Transport::Udp)
+                .map_err(|e| rsipstack::sip::Error::Unexpected(e.to_string()))
+        }) {
+            Ok(SipMessage::Request(req)) => req,
+            // A response to a server that sends no requests: ignored.
+            Ok(SipMessage::Response(_)) => continue,
+            Err(e) => {
+                unparsed += 1;
+                // At most one line per 1,024 datagrams that are not SIP.
+                if unparsed % 1024 == 1 {
+                    debug!(%src, cause = %e, dropped = unparsed, "redirect server dropped a datagram that is not sip");
                 }
-            };
-            let status = response.status_code.code();
-            metrics.redirect(status);
-            debug!(
-                call_id = sip::call_id(&invite.headers).unwrap_or(""),
-                status, "redirect answered"
-            );
-            server_tx.respond(response).await;
-        });
+                continue;
+            }
+        };
+        let dest = response_destination(&req, src);
+        let now = Instant::now();
+        match req.method {
+            Method::Invite => {
+                let Some(key) = transaction_key(&req) else {
+                    send(
+                        &socket,
+                        &encode(refusal(
+                            &req,
+                            StatusCode::BadRequest,
+                            "bad_request",
+                            "no via branch",
+                        )),
+                        dest,
+                    )
+                    .await;
+                    continue;
+                };
+                match cache.on_invite(now, &key) {
+                    OnInvite::Resend(bytes) => send(&socket, &bytes, dest).await,
+                    OnInvite::Absorb => {}
+                    OnInvite::New => match decide(&req, &ctx) {
+                        Decision::Reply(response) => {
+                            let done = Done {
+                                key,
+                                dest,
+                                invite: Box::new(req),
+                                response: *response,
+                                leg: None,
+                            };
+                            finish(&socket, &mut cache, &tx, &metrics, done).await;
+                        }
+                        Decision::Select(request) => {
+                            let (tx, ctx, done_tx) =
+                                (tx.clone(), Arc::clone(&ctx), done_tx.clone());
+                            tokio::spawn(async move {
+                                let (selection, leg) = ask(&tx, request).await;
+                                let response = answer(&req, &selection, &ctx);
+                                let _ = done_tx.send(Done {
+                                    key,
+                                    dest,
+                                    invite: Box::new(req),
+                                    response,
+                                    leg,
+                                });
+                            });
+                        }
+                    },
+                }
+            }
+            // §17.1.1.3: the ACK of a non-2xx final response needs no answer.
+            Method::Ack => {}
+            Method::Cancel => {
+                let on = transaction_key(&req)
+                    .map_or(OnCancel::NoMatch, |key| cache.on_cancel(now, &key));
+                let (status, tag) = match on {
+                    OnCancel::Answered | OnCancel::Terminate => {
+                        (StatusCode::OK, Some(tag_of(&req)))
+                    }
+                    OnCancel::NoMatch => {
+                        (StatusCode::CallTransactionDoesNotExist, Some(tag_of(&req)))
+                    }
+                };
+                send(
+                    &socket,
+                    &encode(sip::response(&req, status, tag.as_deref())),
+                    dest,
+                )
+                .await;
+            }
+            _ => {
+                if let Some(response) = other_method(&req) {
+                    send(&socket, &encode(response), dest).await;
+                }
+            }
+        }
     }
-    tasks.shutdown().await;
-    endpoint.shutdown();
     info!("redirect server stopped");
+}
+
+/// Sends `select` to the shell; its answer and the leg it bound (the
+/// request's `call_id` and `leg`, when it selected).
+async fn ask(
+    tx: &mpsc::Sender<AdminCommand>,
+    request: AdminRequest,
+) -> (AdminResponse, Option<(String, Option<String>)>) {
+    let leg = match &request {
+        AdminRequest::Select {
+            call_id: Some(c),
+            leg,
+            ..
+        } => Some((c.clone(), leg.clone())),
+        _ => None,
+    };
+    let (reply, wait) = oneshot::channel();
+    let selection = if tx.send(AdminCommand { request, reply }).await.is_err() {
+        AdminResponse::error(ErrorCode::Unavailable, "collector is shutting down")
+    } else {
+        wait.await.unwrap_or_else(|_| {
+            AdminResponse::error(ErrorCode::Unavailable, "collector dropped the request")
+        })
+    };
+    let leg = leg.filter(|_| matches!(selection, AdminResponse::Ok(ResponseData::Selected(_))));
+    (selection, leg)
+}
+
+/// Sends an INVITE's final response and remembers it; a cancelled one gets
+/// `487` instead and its leg is released (RFC 3261 §9.2).
+async fn finish(
+    socket: &UdpSocket,
+    cache: &mut InviteCache,
+    tx: &mpsc::Sender<AdminCommand>,
+    metrics: &Metrics,
+    done: Done,
+) {
+    let Done {
+        key,
+        dest,
+        invite,
+        mut response,
+        leg,
+    } = done;
+    let mut bytes = encode(response.clone());
+    if !cache.answered(&key, Arc::clone(&bytes)) {
+        response = sip::response(
+            &invite,
+            StatusCode::RequestTerminated,
+            Some(&tag_of(&invite)),
+        );
+        bytes = encode(response.clone());
+        cache.answered(&key, Arc::clone(&bytes));
+        if let Some((call_id, leg)) = leg {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let (reply, _) = oneshot::channel();
+                let _ = tx
+                    .send(AdminCommand {
+                        request: AdminRequest::Release { call_id, leg },
+                        reply,
+                    })
+                    .await;
+            });
+        }
+    }
+    let status = response.status_code.code();
+    metrics.redirect(status);
+    debug!(
+        call_id = sip::call_id(&invite.headers).unwrap_or(""),
+        status, "redirect answered"
+    );
+    send(socket, &bytes, dest).await;
+}
+
+async fn send(socket: &UdpSocket, bytes: &[u8], dest: SocketAddr) {
+    if let Err(e) = socket.send_to(bytes, dest).await {
+        warn!(%dest, cause = %e, "redirect server cannot send");
+    }
 }
 
 #[cfg(test)]

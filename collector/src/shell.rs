@@ -272,10 +272,12 @@ pub async fn start(
     };
     let redirect_addr = match &config.redirect {
         Some(redirect) => {
-            let endpoint =
-                SipEndpoint::bind(redirect.listen, false, USER_AGENT, CancellationToken::new())
-                    .await?;
-            let addr = endpoint.local_addr();
+            let bind_error = |source| CollectorError::Redirect {
+                addr: redirect.listen,
+                source,
+            };
+            let socket = msr_shared::sip::udp_socket(redirect.listen).map_err(bind_error)?;
+            let addr = socket.local_addr().map_err(bind_error)?;
             info!(%addr, "redirect server listening on udp {addr}");
             let ctx = RedirectContext {
                 own: vec![addr, sip_addr],
@@ -283,7 +285,7 @@ pub async fn start(
                 default_site: config.defaults.site.clone(),
             };
             tokio::spawn(crate::redirect::serve(
-                endpoint,
+                socket,
                 admin_tx.clone(),
                 ctx,
                 Arc::clone(&metrics),

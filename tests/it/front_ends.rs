@@ -425,3 +425,75 @@ async fn the_redirect_server_answers_302_to_the_chosen_engine_one_leg_per_call_i
         Some(f64::from(CALLS))
     );
 }
+
+/// Sends `text` to the redirect server from `socket` and returns the next
+/// datagram it answers (at most 10 s).
+async fn exchange(socket: &tokio::net::UdpSocket, to: u16, text: &str) -> String {
+    socket
+        .send_to(text.as_bytes(), ("127.0.0.1", to))
+        .await
+        .expect("send");
+    let mut buf = vec![0u8; 65_536];
+    let (n, _) = tokio::time::timeout(Duration::from_secs(10), socket.recv_from(&mut buf))
+        .await
+        .expect("an answer within 10 s")
+        .expect("recv");
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// RFC 3261 §17.2.1/§9.2 for a stateless redirect server: a retransmitted
+/// INVITE gets the same 302 again (the same bytes), a CANCEL for the
+/// answered INVITE gets 200 and changes nothing, one matching no INVITE
+/// gets 481, and the ACK is absorbed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redirect_server_resends_its_302_and_answers_cancel_as_rfc_3261_says() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (collector, _agents, _http_port, redirect_port, _) = system(dir.path()).await;
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = socket.local_addr().expect("addr").port();
+    let message = |method: &str, branch: &str| {
+        format!(
+            "{method} sip:park@127.0.0.1:{redirect_port} SIP/2.0\r\n\
+             Via: SIP/2.0/UDP 127.0.0.1:{port};branch={branch}\r\n\
+             Max-Forwards: 70\r\n\
+             From: <sip:alice@127.0.0.1>;tag=f1\r\n\
+             To: <sip:park@127.0.0.1>\r\n\
+             Call-ID: cancel-test@core\r\n\
+             CSeq: 1 {method}\r\n\
+             Content-Length: 0\r\n\r\n"
+        )
+    };
+    let invite = message("INVITE", "z9hG4bK-cancel-1");
+    let first = exchange(&socket, redirect_port, &invite).await;
+    assert!(first.starts_with("SIP/2.0 302 "), "{first}");
+    let again = exchange(&socket, redirect_port, &invite).await;
+    assert_eq!(again, first, "a retransmission gets the same bytes");
+    let cancel = exchange(
+        &socket,
+        redirect_port,
+        &message("CANCEL", "z9hG4bK-cancel-1"),
+    )
+    .await;
+    assert!(cancel.starts_with("SIP/2.0 200 "), "{cancel}");
+    assert!(cancel.contains("CSeq: 1 CANCEL"), "{cancel}");
+    // The ACK of the 302 gets nothing; the next answer is the 481 to a
+    // CANCEL whose branch matches no INVITE.
+    socket
+        .send_to(
+            message("ACK", "z9hG4bK-cancel-1").as_bytes(),
+            ("127.0.0.1", redirect_port),
+        )
+        .await
+        .expect("send ack");
+    let stray = exchange(&socket, redirect_port, &message("CANCEL", "z9hG4bK-none")).await;
+    assert!(stray.starts_with("SIP/2.0 481 "), "{stray}");
+    // One selection for the INVITE and its retransmission; the CANCEL
+    // released nothing.
+    let legs: u32 = match collector.ok(&Request::MsrList).await {
+        ResponseData::Msrs { msrs } => msrs.iter().map(|m| m.live_legs).sum(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(legs, 1);
+}

@@ -168,9 +168,11 @@ fn other_methods_as_a_redirect_server_answers_them() {
             .as_str(),
     )
     .expect("cancel");
+    // A CANCEL shares its INVITE's branch (RFC 3261 §9.1): the same key.
+    assert_eq!(transaction_key(&cancel), transaction_key(&req));
     assert_eq!(
-        other_method(&cancel).map(|r| r.status_code.code()),
-        Some(200)
+        transaction_key(&req).as_deref(),
+        Some("z9hG4bK-1 127.0.0.1:5070")
     );
     let ack = Request::try_from(
         text.replace("INVITE sip", "ACK sip")
@@ -202,4 +204,71 @@ fn uri_parameters_are_percent_decoded() {
     );
     assert_eq!(percent_decode("100%"), "100%");
     assert_eq!(percent_decode("%4"), "%4");
+}
+
+#[test]
+fn the_cache_resends_an_answer_absorbs_a_retransmission_in_flight_and_matches_cancels() {
+    let t0 = Instant::now();
+    let mut cache = InviteCache::default();
+    assert_eq!(cache.on_cancel(t0, "b1 h:1"), OnCancel::NoMatch);
+    assert_eq!(cache.on_invite(t0, "b1 h:1"), OnInvite::New);
+    // Retransmitted while its selection runs: the answer will come.
+    assert_eq!(cache.on_invite(t0, "b1 h:1"), OnInvite::Absorb);
+    let bytes: Arc<[u8]> = Arc::from(&b"SIP/2.0 302 Moved Temporarily"[..]);
+    assert!(cache.answered("b1 h:1", Arc::clone(&bytes)));
+    assert_eq!(
+        cache.on_invite(t0, "b1 h:1"),
+        OnInvite::Resend(Arc::clone(&bytes))
+    );
+    // §9.2: a CANCEL after the final response changes nothing.
+    assert_eq!(cache.on_cancel(t0, "b1 h:1"), OnCancel::Answered);
+    assert_eq!(cache.on_invite(t0, "b1 h:1"), OnInvite::Resend(bytes));
+    // One cancelled while selecting: its answer is refused once (the
+    // caller sends 487 and records that).
+    assert_eq!(cache.on_invite(t0, "b2 h:1"), OnInvite::New);
+    assert_eq!(cache.on_cancel(t0, "b2 h:1"), OnCancel::Terminate);
+    let ok: Arc<[u8]> = Arc::from(&b"302"[..]);
+    assert!(!cache.answered("b2 h:1", ok));
+    let terminated: Arc<[u8]> = Arc::from(&b"487"[..]);
+    assert!(cache.answered("b2 h:1", Arc::clone(&terminated)));
+    assert_eq!(cache.on_invite(t0, "b2 h:1"), OnInvite::Resend(terminated));
+    // Forgotten after Timer B's 32 s: a CANCEL then matches nothing.
+    let later = t0 + REMEMBER;
+    assert_eq!(cache.on_cancel(later, "b1 h:1"), OnCancel::NoMatch);
+    assert!(cache.is_empty());
+}
+
+#[test]
+fn the_cache_is_bounded_oldest_first() {
+    let t0 = Instant::now();
+    let mut cache = InviteCache::default();
+    for i in 0..=MAX_REMEMBERED {
+        assert_eq!(cache.on_invite(t0, &format!("b{i}")), OnInvite::New);
+    }
+    assert_eq!(cache.len(), MAX_REMEMBERED);
+    assert_eq!(cache.on_cancel(t0, "b0"), OnCancel::NoMatch);
+    assert_eq!(cache.on_cancel(t0, "b1"), OnCancel::Terminate);
+}
+
+#[test]
+fn responses_go_to_the_source_with_rport_else_to_the_via_port() {
+    let src: SocketAddr = "10.0.0.9:40000".parse().expect("addr");
+    let with = |via: &str| {
+        let text = invite("sip:park@127.0.0.1:5062", "")
+            .to_string()
+            .replace("SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bK-1", via);
+        response_destination(&Request::try_from(text.as_str()).expect("invite"), src)
+    };
+    assert_eq!(
+        with("SIP/2.0/UDP 10.0.0.1:5070;rport;branch=z9hG4bK-1"),
+        src
+    );
+    assert_eq!(
+        with("SIP/2.0/UDP 10.0.0.1:5070;branch=z9hG4bK-1"),
+        "10.0.0.9:5070".parse().expect("addr")
+    );
+    assert_eq!(
+        with("SIP/2.0/UDP core.example;branch=z9hG4bK-1"),
+        "10.0.0.9:5060".parse().expect("addr")
+    );
 }

@@ -266,7 +266,10 @@ pub(super) const UDP_RECV_BUFFER: usize = 4 << 20;
 
 /// A non-blocking UDP socket bound on `addr`, without address or port
 /// reuse, with the larger receive buffer ([`UDP_RECV_BUFFER`]).
-fn udp_socket(addr: SocketAddr) -> std::io::Result<tokio::net::UdpSocket> {
+///
+/// Also for a daemon's stateless UDP sockets (the collector's redirect
+/// server), so every SIP socket gets the same receive buffer.
+pub fn udp_socket(addr: SocketAddr) -> std::io::Result<tokio::net::UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let domain = if addr.is_ipv6() {
         Domain::IPV6

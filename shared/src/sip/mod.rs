@@ -14,7 +14,8 @@ pub mod digest;
 mod endpoint;
 
 pub use endpoint::{
-    EndpointError, ServerTransaction, SipEndpoint, SipEvent, MAX_DATAGRAM, OVERSIZED_LOG_INTERVAL,
+    udp_socket, EndpointError, ServerTransaction, SipEndpoint, SipEvent, MAX_DATAGRAM,
+    OVERSIZED_LOG_INTERVAL,
 };
 pub use rsipstack::sip::{Header, Headers, Method, Request, Response, SipMessage, StatusCode, Uri};
 
