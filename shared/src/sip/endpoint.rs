@@ -537,19 +537,31 @@ mod tests {
         )
     }
 
-    #[tokio::test]
-    async fn a_backlog_beyond_the_bound_is_answered_503_oldest_first() {
+    /// An endpoint on an ephemeral loopback port and a peer socket to send
+    /// to it from, with the peer's address.
+    async fn endpoint_and_peer() -> (
+        CancellationToken,
+        SipEndpoint,
+        tokio::net::UdpSocket,
+        SocketAddr,
+    ) {
         let cancel = CancellationToken::new();
         let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
-        let mut endpoint = SipEndpoint::bind(addr, false, "test", cancel.clone())
+        let endpoint = SipEndpoint::bind(addr, false, "test", cancel.clone())
             .await
             .expect("bind");
-        endpoint.set_max_backlog(4);
-        assert_eq!(endpoint.max_backlog(), 4);
         let peer = tokio::net::UdpSocket::bind("127.0.0.1:0")
             .await
             .expect("peer");
         let from = peer.local_addr().expect("peer addr");
+        (cancel, endpoint, peer, from)
+    }
+
+    #[tokio::test]
+    async fn a_backlog_beyond_the_bound_is_answered_503_oldest_first() {
+        let (cancel, mut endpoint, peer, from) = endpoint_and_peer().await;
+        endpoint.set_max_backlog(4);
+        assert_eq!(endpoint.max_backlog(), 4);
         for i in 0..20 {
             peer.send_to(options(i, from).as_bytes(), endpoint.local_addr())
                 .await
@@ -615,15 +627,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_carries_the_datagram_source_not_its_via() {
-        let cancel = CancellationToken::new();
-        let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
-        let mut endpoint = SipEndpoint::bind(addr, false, "test", cancel.clone())
-            .await
-            .expect("bind");
-        let peer = tokio::net::UdpSocket::bind("127.0.0.1:0")
-            .await
-            .expect("peer");
-        let from = peer.local_addr().expect("peer addr");
+        let (cancel, mut endpoint, peer, from) = endpoint_and_peer().await;
         // The Via names another host: the source is what the socket saw.
         let lie: SocketAddr = "192.0.2.7:5060".parse().expect("addr");
         peer.send_to(options(1, lie).as_bytes(), endpoint.local_addr())
@@ -636,15 +640,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_datagram_over_the_stack_buffer_is_dropped_and_counted() {
-        let cancel = CancellationToken::new();
-        let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
-        let mut endpoint = SipEndpoint::bind(addr, false, "test", cancel.clone())
-            .await
-            .expect("bind");
-        let peer = tokio::net::UdpSocket::bind("127.0.0.1:0")
-            .await
-            .expect("peer");
-        let from = peer.local_addr().expect("peer addr");
+        let (cancel, mut endpoint, peer, from) = endpoint_and_peer().await;
         // A valid OPTIONS padded past 8,192 bytes with a long header.
         let big = options(1, from).replacen(
             "Max-Forwards: 70\r\n",
