@@ -507,7 +507,8 @@ impl Registrar {
         let ours = all
             .iter()
             .find(|v| digest::digest_param(v, "realm").as_deref() == Some(self.realm.as_str()));
-        ours.or(all.first()).and_then(|v| digest::digest_param(v, "username"))
+        ours.or(all.first())
+            .and_then(|v| digest::digest_param(v, "username"))
     }
 
     /// The next refused REGISTER (or count of refusals) to log, as the

@@ -315,8 +315,7 @@ fn challenge_parsing() {
     assert_eq!(c.qop, Some(digest::Qop::AuthInt));
     assert!(digest::Challenge::parse(r#"Basic realm="x""#).is_none());
     assert!(
-        digest::Challenge::parse(r#"Digest realm="x", nonce="n", algorithm=SHA-512-256"#)
-            .is_none()
+        digest::Challenge::parse(r#"Digest realm="x", nonce="n", algorithm=SHA-512-256"#).is_none()
     );
     assert!(digest::Challenge::parse(r#"Digest nonce="n""#).is_none());
 }
@@ -444,7 +443,10 @@ fn a_fresh_nonce_for_every_register_is_answered_once_then_backs_off() {
             if let Some(next) = reg.poll_transmit() {
                 req = next;
                 sent += 1;
-                assert!(sent < 1_000, "stale={stale}: no backoff, {sent} REGISTERs at once");
+                assert!(
+                    sent < 1_000,
+                    "stale={stale}: no backoff, {sent} REGISTERs at once"
+                );
                 continue;
             }
             assert_eq!(reg.state(), RegistrationState::Failed);
@@ -458,7 +460,10 @@ fn a_fresh_nonce_for_every_register_is_answered_once_then_backs_off() {
         assert_eq!(&failures[..7], [1, 2, 4, 8, 16, 32, 60], "stale={stale}");
         assert!(failures[7..].iter().all(|d| *d == 60));
         // At most three REGISTERs per attempt.
-        assert!(sent <= 3 * (failures.len() as u32 + 1), "stale={stale}: {sent}");
+        assert!(
+            sent <= 3 * (failures.len() as u32 + 1),
+            "stale={stale}: {sent}"
+        );
     }
 }
 
@@ -505,7 +510,10 @@ fn nonce_count_is_hex_past_9_and_99() {
             "use {use_}"
         );
         let creds = digest::Credentials::parse(&auth).expect("credentials");
-        assert!(creds.verify(Algorithm::Md5, "secret", "REGISTER"), "use {use_}");
+        assert!(
+            creds.verify(Algorithm::Md5, "secret", "REGISTER"),
+            "use {use_}"
+        );
         reg.handle_response(now, &reply(&req, 200, &[("Expires", "60")]));
         now = reg.poll_timeout().expect("refresh");
         reg.handle_timeout(now);

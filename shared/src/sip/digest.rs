@@ -89,9 +89,7 @@ pub fn format_nc(nc: u32) -> String {
 /// names lowercased, values unquoted; `None` without a scheme.
 pub fn auth_params(value: &str) -> Option<(&str, Vec<(String, String)>)> {
     let value = value.trim();
-    let (scheme, rest) = value
-        .split_once(char::is_whitespace)
-        .unwrap_or((value, ""));
+    let (scheme, rest) = value.split_once(char::is_whitespace).unwrap_or((value, ""));
     if scheme.is_empty() {
         return None;
     }
@@ -255,7 +253,11 @@ pub fn authorization(
         out.push_str(&format!(", algorithm={token}"));
     }
     if let Some(q) = ch.qop {
-        out.push_str(&format!(", qop={}, nc={nc}, cnonce={}", q.token(), quote(cnonce)));
+        out.push_str(&format!(
+            ", qop={}, nc={nc}, cnonce={}",
+            q.token(),
+            quote(cnonce)
+        ));
     }
     if let Some(opaque) = &ch.opaque {
         out.push_str(&format!(", opaque={}", quote(opaque)));
@@ -420,7 +422,10 @@ mod tests {
                 1,
                 CNONCE,
             );
-            assert!(value.contains(&format!("response=\"{expected}\"")), "{value}");
+            assert!(
+                value.contains(&format!("response=\"{expected}\"")),
+                "{value}"
+            );
             assert!(value.contains("nc=00000001"), "{value}");
             // What the client wrote, the server side accepts.
             let back = Credentials::parse(&value).expect("parses");
@@ -455,8 +460,12 @@ mod tests {
         assert_eq!(c.nonce_count(), Some(10));
         assert_eq!(c.nc.as_deref(), Some("0000000a"));
         // Decimal `nc=10` for the 10th use is not 8 hex digits' 0x10.
-        let decimal = Credentials::parse(&RFC7616.replace("nc=00000001", "nc=10").replace("ALGO", "MD5"))
-            .expect("parses");
+        let decimal = Credentials::parse(
+            &RFC7616
+                .replace("nc=00000001", "nc=10")
+                .replace("ALGO", "MD5"),
+        )
+        .expect("parses");
         assert_eq!(decimal.nonce_count(), None);
     }
 
@@ -480,10 +489,9 @@ mod tests {
 
     #[test]
     fn quoted_commas_and_escapes_stay_inside_their_value() {
-        let ch = Challenge::parse(
-            r#"Digest realm="a, \"b\"", nonce="n,1", stale=TRUE, opaque="o""#,
-        )
-        .expect("parses");
+        let ch =
+            Challenge::parse(r#"Digest realm="a, \"b\"", nonce="n,1", stale=TRUE, opaque="o""#)
+                .expect("parses");
         assert_eq!(ch.realm, r#"a, "b""#);
         assert_eq!(ch.nonce, "n,1");
         assert!(ch.stale);

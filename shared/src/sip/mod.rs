@@ -96,10 +96,7 @@ pub fn split_outside_quotes(value: &str, sep: char) -> Vec<&str> {
 /// (`"a\"b"` → `a"b`); any other value trimmed as it is.
 pub fn unquote(value: &str) -> String {
     let v = value.trim();
-    match v
-        .strip_prefix('"')
-        .and_then(|rest| rest.strip_suffix('"'))
-    {
+    match v.strip_prefix('"').and_then(|rest| rest.strip_suffix('"')) {
         Some(inner) => {
             let mut out = String::with_capacity(inner.len());
             let mut chars = inner.chars();
