@@ -294,6 +294,11 @@ pub struct AgentSettings {
     /// SIGHUP (for logrotate); `None`: standard error (the journal under
     /// systemd). The engine's `<general log-path log-name>` is never used.
     pub log_file: Option<PathBuf>,
+    /// `allow-subscribers`: addresses allowed to SUBSCRIBE (and to receive
+    /// NOTIFYs) besides the registrars, i.e. the hosts of the `<dynamic
+    /// realm>` URIs (SPEC §4); IP addresses separated by spaces or commas.
+    /// Default: none.
+    pub allow_subscribers: Vec<IpAddr>,
 }
 
 impl Default for AgentSettings {
@@ -308,6 +313,7 @@ impl Default for AgentSettings {
             node_name: None,
             sip_port: 0,
             log_file: None,
+            allow_subscribers: Vec::new(),
         }
     }
 }
@@ -325,6 +331,7 @@ impl AgentSettings {
         "node-name",
         "sip-port",
         "log-file",
+        "allow-subscribers",
     ];
 }
 

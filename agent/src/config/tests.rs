@@ -473,7 +473,8 @@ fn agent_element_is_parsed_strictly() -> TestResult {
             GOOD_GENERAL,
             r#"<agent register-expires="60" max-subscription-expires="120" calls-source="fixed:7"
                 notify-min-interval-ms="1500" notify-high-water="90" sample-interval-ms="250" node-name="core1@ecss1"
-                sip-port="5090" log-file="/var/log/msr-agent/msr-agent.log"/>"#,
+                sip-port="5090" log-file="/var/log/msr-agent/msr-agent.log"
+                allow-subscribers="10.0.0.5, 10.0.0.6 [2001:db8::1] 10.0.0.5"/>"#,
         ),
         origin(),
     )?;
@@ -489,6 +490,11 @@ fn agent_element_is_parsed_strictly() -> TestResult {
             node_name: Some("core1@ecss1".to_owned()),
             sip_port: 5090,
             log_file: Some(PathBuf::from("/var/log/msr-agent/msr-agent.log")),
+            allow_subscribers: vec![
+                "10.0.0.5".parse()?,
+                "10.0.0.6".parse()?,
+                "2001:db8::1".parse()?,
+            ],
         }
     );
     let m = err(&doc(GOOD_GENERAL, r#"<agent expires="60"/>"#));
@@ -496,7 +502,7 @@ fn agent_element_is_parsed_strictly() -> TestResult {
         m,
         "config-examples/bad.xml:6:3: <agent expires>: unknown attribute, accepted: register-expires, \
          max-subscription-expires, calls-source, notify-min-interval-ms, notify-high-water, sample-interval-ms, node-name, \
-         sip-port, log-file"
+         sip-port, log-file, allow-subscribers"
     );
     assert!(err(&doc(GOOD_GENERAL, r#"<agent calls-source="socket"/>"#))
         .contains(r#"<agent calls-source="socket">: bad calls-source, accepted: proc, file:/path, fixed:N"#));
@@ -788,4 +794,17 @@ fn rate_limits_cannot_be_disabled() {
     );
     let m = err(&doc(GOOD_GENERAL, r#"<agent sample-interval-ms="1"/>"#));
     assert!(m.contains("sample-interval-ms") && m.contains("100"), "{m}");
+}
+
+#[test]
+fn a_bad_allow_subscribers_entry_is_named() {
+    let m = err(&doc(
+        GOOD_GENERAL,
+        r#"<agent allow-subscribers="10.0.0.5 collector.example"/>"#,
+    ));
+    assert_eq!(
+        m,
+        "config-examples/bad.xml: <agent allow-subscribers=\"collector.example\">: not an IP address, \
+         accepted: IP addresses separated by spaces or commas, e.g. \"10.0.0.5 10.0.0.6\""
+    );
 }

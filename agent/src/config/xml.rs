@@ -150,6 +150,8 @@ pub(super) struct RawAgent {
     pub(super) sip_port: Option<String>,
     #[serde(rename = "@log-file")]
     pub(super) log_file: Option<String>,
+    #[serde(rename = "@allow-subscribers")]
+    pub(super) allow_subscribers: Option<String>,
 }
 
 /// What the well-formedness scan learned besides "the file is well formed".
