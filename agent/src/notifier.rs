@@ -31,8 +31,10 @@
 //! * another event → 489 with `Allow-Events`; a request in an unknown dialog
 //!   → 481; a SUBSCRIBE without Call-ID, From tag, CSeq or Contact → 400; a
 //!   SUBSCRIBE for an MSR name that is not one of our accounts → 404;
-//! * a NOTIFY answered 481 or 408, or lost (transport failure), drops the
-//!   subscription (RFC 6665 §4.2.2); other errors are logged only;
+//! * a NOTIFY answered 481, 408 or another response that ends the usage
+//!   ([`ends_subscription`]), or lost (transport failure), drops the
+//!   subscription (RFC 6665 §4.2.2): it is removed, its slot freed, and no
+//!   further NOTIFY goes out; other errors are logged only;
 //! * every final (`terminated`) NOTIFY is tracked until it is answered or
 //!   fails ([`Notifier::finals_in_flight`]). After [`Notifier::shutdown`]
 //!   the shell waits for them, at most [`FINAL_NOTIFY_GRACE`], before it
@@ -339,7 +341,7 @@ impl Notifier {
         if (200..300).contains(&code) {
             return;
         }
-        if code == 481 || code == 408 {
+        if ends_subscription(code) {
             self.drop_subscription(id, &format!("notify answered {code}"));
         } else if self.subs.contains_key(&id) {
             warn!(subscription = %id, status = code, "notify refused");
@@ -679,6 +681,19 @@ impl Notifier {
             }
         }
     }
+}
+
+/// Whether a final response to a NOTIFY ends its subscription (RFC 6665
+/// §4.2.2): 481 (the subscriber has no such dialog), 408 (a locally
+/// generated one for Timer F included) and the responses RFC 5057 §5.1
+/// says destroy the usage — 404, 405, 410, 416, 480–485, 489, 501, 604.
+/// Any other failure (a 500, a 503, a challenge…) is transient: the
+/// subscription stays, and the subscriber's next refresh repairs it.
+pub fn ends_subscription(code: u16) -> bool {
+    matches!(
+        code,
+        404 | 405 | 408 | 410 | 416 | 480..=485 | 489 | 501 | 604
+    )
 }
 
 /// The fields of a sample the rule compares.

@@ -674,3 +674,47 @@ fn a_high_water_mark_of_101_turns_the_rule_off() {
         }
     ));
 }
+
+/// RFC 6665 §4.2.2: each response that ends the usage drops the
+/// subscription (its slot is free, no NOTIFY follows); the others keep it
+/// and the next load change is notified.
+#[test]
+fn notify_error_responses_end_the_subscription_as_rfc_6665_says() {
+    let ending = [
+        404, 405, 408, 410, 416, 480, 481, 482, 483, 484, 485, 489, 501, 604,
+    ];
+    let keeping = [200, 202, 302, 400, 401, 403, 407, 486, 491, 500, 503, 600];
+    for code in ending.into_iter().chain(keeping) {
+        let (mut n, t0, _) = subscribed(60);
+        // A second subscription, answered 200: it must be untouched.
+        n.handle_request(t0, &subscribe("other", None, 1, Some(60), EVENT))
+            .expect("response");
+        let first = drain(&mut n);
+        assert_eq!(first.len(), 1);
+        n.handle_notify_response(t0, first[0].subscription, &reply(&first[0], 200));
+        // The subscription "c1": its next NOTIFY is answered `code`.
+        n.on_sample(t0 + MS(1000), sample(90));
+        let sent = drain(&mut n);
+        assert_eq!(sent.len(), 2, "{code}");
+        let c1 = sent
+            .iter()
+            .find(|t| h(&t.request.headers, "Call-ID") == "c1")
+            .expect("c1 notified");
+        n.handle_notify_response(t0 + MS(1000), c1.subscription, &reply(c1, code));
+        let ended = ending.contains(&code);
+        assert_eq!(ends_subscription(code), ended, "{code}");
+        let left: Vec<String> = n.subscriptions().into_iter().map(|s| s.call_id).collect();
+        let expected: Vec<&str> = if ended {
+            vec!["other"]
+        } else {
+            vec!["c1", "other"]
+        };
+        assert_eq!(left, expected, "{code}");
+        n.on_sample(t0 + MS(2000), sample(30));
+        let later: Vec<String> = drain(&mut n)
+            .iter()
+            .map(|t| h(&t.request.headers, "Call-ID").to_owned())
+            .collect();
+        assert_eq!(later, expected, "{code}: who is still notified");
+    }
+}
