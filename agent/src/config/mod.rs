@@ -21,6 +21,7 @@
 //!
 //! Hot reload lives in [`mod@watch`] ([`watch()`]).
 
+use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
@@ -77,6 +78,47 @@ impl AgentConfig {
         self.agent.sip_port = port;
         validate::check_sip_port(&self, origin, PortSetting::Flag)?;
         Ok(self)
+    }
+}
+
+/// The hosts that may SUBSCRIBE to the agent and receive its NOTIFYs
+/// (SPEC §4), as the config names them ([`AgentConfig::subscriber_hosts`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SubscriberHosts {
+    /// Realm hosts written as IP addresses, and `<agent allow-subscribers>`;
+    /// canonical ([`IpAddr::to_canonical`]).
+    pub addresses: BTreeSet<IpAddr>,
+    /// Realm hosts written as names, to be resolved.
+    pub names: BTreeSet<String>,
+}
+
+impl AgentConfig {
+    /// The registrars — the hosts of the `<dynamic realm>` URIs — and
+    /// `<agent allow-subscribers>`: who may SUBSCRIBE (SPEC §4).
+    pub fn subscriber_hosts(&self) -> SubscriberHosts {
+        let mut hosts = SubscriberHosts::default();
+        for account in &self.accounts {
+            let host = &account.realm.host;
+            let bare = host
+                .strip_prefix('[')
+                .and_then(|h| h.strip_suffix(']'))
+                .unwrap_or(host);
+            match bare.parse::<IpAddr>() {
+                Ok(ip) => {
+                    hosts.addresses.insert(ip.to_canonical());
+                }
+                Err(_) => {
+                    hosts.names.insert(host.clone());
+                }
+            }
+        }
+        hosts.addresses.extend(
+            self.agent
+                .allow_subscribers
+                .iter()
+                .map(|ip| ip.to_canonical()),
+        );
+        hosts
     }
 }
 

@@ -808,3 +808,38 @@ fn a_bad_allow_subscribers_entry_is_named() {
          accepted: IP addresses separated by spaces or commas, e.g. \"10.0.0.5 10.0.0.6\""
     );
 }
+
+#[test]
+fn subscriber_hosts_are_the_realm_hosts_and_the_allow_list() -> TestResult {
+    let c = parse(
+        &doc(
+            GOOD_GENERAL,
+            r#"<agent allow-subscribers="10.0.0.9 ::ffff:10.0.0.8"/>
+            <accounts>
+              <dynamic msr_name="a" realm="sip:192.0.2.1:5060" auth_name="" auth_password=""/>
+              <dynamic msr_name="b" realm="sip:[2001:db8::7]" auth_name="" auth_password=""/>
+              <dynamic msr_name="c" realm="sip:core.example:5060" auth_name="" auth_password=""/>
+              <dynamic msr_name="d" realm="sip:[::ffff:192.0.2.2]:5060" auth_name="" auth_password=""/>
+            </accounts>"#,
+        ),
+        origin(),
+    )?;
+    let hosts = c.subscriber_hosts();
+    let ips: Vec<String> = hosts.addresses.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        ips,
+        [
+            "10.0.0.8",
+            "10.0.0.9",
+            "192.0.2.1",
+            "192.0.2.2",
+            "2001:db8::7"
+        ],
+        "v4-mapped addresses are kept as IPv4"
+    );
+    assert_eq!(
+        hosts.names.into_iter().collect::<Vec<_>>(),
+        ["core.example"]
+    );
+    Ok(())
+}
