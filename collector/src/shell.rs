@@ -635,7 +635,9 @@ impl Shell {
                     }
                     Method::Notify => {
                         let unix_now = admin::unix_secs(SystemTime::now());
-                        let response = self.subscriber.handle_notify(now, unix_now, req);
+                        let response =
+                            self.subscriber
+                                .handle_notify(now, unix_now, tx.source(), req);
                         self.metrics.notify(response.status_code == StatusCode::OK);
                         if response.status_code != StatusCode::OK {
                             info!(
