@@ -2,7 +2,9 @@
 //! (`msr_agent::start`) on 127.0.0.1; SIPp plays the registrar and the
 //! subscriber, and an in-process `SipEndpoint` subscriber checks what SIPp
 //! cannot easily (calls counted from bound RTP sockets, hot reload,
-//! shutdown, robustness against garbage datagrams).
+//! shutdown, robustness against garbage datagrams). Who may subscribe is
+//! tested with the real binaries (a foreign host's SUBSCRIBEs, then the
+//! real collector's).
 
 use std::collections::VecDeque;
 use std::net::{SocketAddr, UdpSocket};
