@@ -26,6 +26,8 @@ struct Cfg {
     /// The registrar's port (`realm`); a port nobody listens on when the
     /// test is not about registration.
     realm_port: u16,
+    /// The registrar's host (`realm`): the only host that may subscribe.
+    realm_host: &'static str,
     port_start: u16,
     port_range: u16,
     calls_source: &'static str,
@@ -38,6 +40,7 @@ impl Default for Cfg {
     fn default() -> Self {
         Self {
             realm_port: free_udp_port(),
+            realm_host: "127.0.0.1",
             port_start: 20000,
             port_range: 1000,
             calls_source: "fixed:7",
@@ -51,8 +54,8 @@ impl Default for Cfg {
 fn config_xml(c: &Cfg) -> String {
     let accounts = if c.accounts {
         format!(
-            r#"<accounts><dynamic msr_name="msr_1" realm="sip:127.0.0.1:{}" auth_name="msr" auth_password="msr-secret" dtmf_mode="rfc"/></accounts>"#,
-            c.realm_port
+            r#"<accounts><dynamic msr_name="msr_1" realm="sip:{}:{}" auth_name="msr" auth_password="msr-secret" dtmf_mode="rfc"/></accounts>"#,
+            c.realm_host, c.realm_port
         )
     } else {
         String::new()
@@ -566,4 +569,38 @@ async fn foreign_subscribes_get_403_and_leave_the_collector_its_subscription() {
         );
     }
     assert!(agent.log_count(&["subscribe refused"]) >= 1);
+}
+
+/// A realm written as a host name: the agent resolves it (off its loop)
+/// and then takes the registrar's SUBSCRIBE from the address it names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registrar_named_by_host_name_may_subscribe_once_resolved() {
+    let agent = Agent::start(
+        &config_xml(&Cfg {
+            realm_host: "localhost",
+            ..Cfg::default()
+        }),
+        None,
+    )
+    .await;
+    let mut sub = Subscriber::new().await;
+    let mut last = None;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    // 403 until `localhost` is resolved, then 200.
+    while tokio::time::Instant::now() < deadline {
+        let status = sub.subscribe(agent.addr(), 60).await.status_code;
+        if status == StatusCode::OK {
+            last = Some(status);
+            break;
+        }
+        assert_eq!(status, StatusCode::Forbidden);
+        last = Some(status);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(last, Some(StatusCode::OK));
+    assert!(sub
+        .notify_where(Duration::from_secs(5), |s, _| s.state == SubState::Active)
+        .await
+        .is_some());
+    agent.stop().await;
 }
