@@ -204,10 +204,12 @@ impl Parking {
 
     /// Runs `calls` calls of `tests/sipp/caller_uac.xml` (INVITE, 200,
     /// ACK, `hold_ms`, then BYE along the Record-Route) at 50/s through
-    /// Kamailio; every call must succeed.
-    async fn calls(&self, calls: u32, hold_ms: u32) {
+    /// Kamailio, with `extra` SIPp arguments; every call must succeed.
+    async fn calls(&self, calls: u32, hold_ms: u32, extra: &[&str]) {
         let hold = hold_ms.to_string();
-        let out = caller(self.kamailio.port, "caller_uac.xml", calls, &["-d", &hold]).await;
+        let mut args = vec!["-d", &hold];
+        args.extend_from_slice(extra);
+        let out = caller(self.kamailio.port, "caller_uac.xml", calls, &args).await;
         assert_eq!(
             sipp_total(&out, "Successful call"),
             Some(u64::from(calls)),
@@ -379,7 +381,8 @@ fn check_shares(m: &prometheus_parse::Scrape, calls: u32) -> BTreeMap<&'static s
 
 /// The shipped Kamailio config with real traffic (SPEC §11), path A: 261
 /// calls — 200 at 50/s with three MSRs at loads 10 / 40 / 70 % (weights
-/// 90 : 60 : 30), then 60 with `msr_3` set inactive, then one held 2 s.
+/// 90 : 60 : 30), then 60 with `msr_3` set inactive (and Call-IDs holding
+/// `"`, `\` and `'`), then one held 2 s.
 /// Each call is redirected by the collector (302 to the chosen MSR's
 /// engine), answered by that engine's SIPp UAS (its count equals the
 /// collector's selections of the MSR), the shares follow the weights, the
@@ -392,7 +395,7 @@ async fn kamailio_parks_calls_on_the_chosen_engines_and_releases_them_at_bye() {
     let mut p = Parking::start(Ask::Redirect).await;
 
     const FIRST: u32 = 200;
-    p.calls(FIRST, 0).await;
+    p.calls(FIRST, 0, &[]).await;
     let m = p.all_released(FIRST).await;
     let first = check_shares(&m, FIRST);
 
@@ -400,8 +403,11 @@ async fn kamailio_parks_calls_on_the_chosen_engines_and_releases_them_at_bye() {
         .collector
         .msrctl(&["msr", "set", "msr_3", "active", "false"]);
     assert!(ok, "{out}{err}");
+    // Call-IDs holding `"`, `\` and `'` (legal, RFC 3261 §25.1): the
+    // config's release still names the leg in valid JSON.
     const SECOND: u32 = 60;
-    p.calls(SECOND, 0).await;
+    p.calls(SECOND, 0, &["-cid_str", r#"q"u\o'te-%u-%p@%s"#])
+        .await;
     let m = p.all_released(FIRST + SECOND).await;
     assert_eq!(
         new_legs(&m, "msr_3"),
@@ -412,7 +418,7 @@ async fn kamailio_parks_calls_on_the_chosen_engines_and_releases_them_at_bye() {
     // The leg lives as long as the call, not as long as the redirect: one
     // call held 2 s is a live leg while Kamailio's dialog is confirmed
     // (state 4), and is released at its BYE.
-    let held = p.calls(1, 2000);
+    let held = p.calls(1, 2000, &[]);
     let during = async {
         wait_for(Duration::from_secs(10), || async {
             p.kamailio
@@ -566,7 +572,7 @@ async fn kamailio_parks_calls_through_the_http_api_and_releases_them_at_bye() {
     let mut p = Parking::start(Ask::Http).await;
 
     const CALLS: u32 = 150;
-    p.calls(CALLS, 0).await;
+    p.calls(CALLS, 0, &[]).await;
     let m = p.all_released(CALLS).await;
     check_shares(&m, CALLS);
 
