@@ -487,7 +487,10 @@ fn check_refusals(finals: &[Refusal], calls: u32, status: u16, code: &str) {
 /// `text="msr_overloaded"`. Kamailio's `failure_route[PARK]` relays each
 /// refusal unchanged (the collector's `Warning: 399` with the refusal's
 /// message arrives too), no engine sees a call, no leg is left live or
-/// released, and `/metrics` counts the refusals by status and cause.
+/// released, and `/metrics` counts the refusals by status and cause. Then,
+/// the collector stopped, 5 callers get the config's own `503` with
+/// `text="collector_unreachable"` once its 2 s for the redirect server
+/// have passed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kamailio_relays_the_collectors_refusal_to_the_caller_unchanged() {
     let mut p = Parking::start(Ask::Redirect).await;
@@ -553,6 +556,12 @@ async fn kamailio_relays_the_collectors_refusal_to_the_caller_unchanged() {
         count("msr_collector_selections_total", &[("outcome", "selected")]).unwrap_or(0.0),
         0.0
     );
+
+    // The collector gone: its redirect server does not answer within the
+    // config's 2 s, and the caller gets 503 `collector_unreachable`.
+    assert!(p.collector.terminate().is_some_and(|s| s.success()));
+    let finals = p.refused(5, "down").await;
+    check_refusals(&finals, 5, 503, "collector_unreachable");
 }
 
 /// The shipped config's path B (`-A WITH_HTTP_SELECT`): Kamailio asks
@@ -566,7 +575,8 @@ async fn kamailio_relays_the_collectors_refusal_to_the_caller_unchanged() {
 /// Then, every MSR inactive, 10 callers get the config's own `503` with
 /// `Reason: SIP ;cause=503;text="http_503"` (http_client keeps no body of
 /// a 5xx answer, so the config knows the status, not the code), and the
-/// collector counts 10 `msr_not_found` refusals.
+/// collector counts 10 `msr_not_found` refusals. Then, the collector
+/// stopped, 5 callers get `503` with `text="collector_unreachable"`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kamailio_parks_calls_through_the_http_api_and_releases_them_at_bye() {
     let mut p = Parking::start(Ask::Http).await;
@@ -609,4 +619,10 @@ async fn kamailio_parks_calls_through_the_http_api_and_releases_them_at_bye() {
         0.0,
         "path B asks no redirect server"
     );
+
+    // The collector gone: the HTTP query fails, the caller gets 503
+    // `collector_unreachable`.
+    assert!(p.collector.terminate().is_some_and(|s| s.success()));
+    let finals = p.refused(5, "down").await;
+    check_refusals(&finals, 5, 503, "collector_unreachable");
 }
