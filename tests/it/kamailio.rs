@@ -307,49 +307,55 @@ async fn caller(port: u16, scenario: &str, calls: u32, extra: &[&str]) -> String
     out
 }
 
-/// A final response a caller received: its status and the values of its
-/// `Reason` and `Warning` headers (empty when absent).
+/// A final response a caller received: its call's Call-ID, its status and
+/// the values of its `Reason` and `Warning` headers (empty when absent).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Refusal {
+    call_id: String,
     status: u16,
     reason: String,
     warning: String,
 }
 
-/// The final (≥ 300) responses in a SIPp `-trace_msg` file, in order.
+/// The final (≥ 300) responses in a SIPp `-trace_msg` file, one per call
+/// (a retransmission, sent again before the ACK arrived, counts once).
 fn received_finals(trace: &str) -> Vec<Refusal> {
-    trace
-        .split("message received")
-        .skip(1)
-        .filter_map(|chunk| {
-            // `… [N] bytes :`, a blank line, then the message up to the
-            // next trace entry's dashes.
-            let message = chunk.split_once(":\n")?.1;
-            let mut lines = message.lines().skip_while(|l| l.trim().is_empty());
-            let status: u16 = lines
-                .next()?
-                .strip_prefix("SIP/2.0 ")?
-                .get(..3)?
-                .parse()
-                .ok()?;
-            let header = |name: &str| {
-                message
-                    .lines()
-                    .find_map(|l| {
-                        let (n, v) = l.split_once(':')?;
-                        n.trim()
-                            .eq_ignore_ascii_case(name)
-                            .then(|| v.trim().to_owned())
-                    })
-                    .unwrap_or_default()
-            };
-            (status >= 300).then(|| Refusal {
-                status,
-                reason: header("Reason"),
-                warning: header("Warning"),
-            })
-        })
-        .collect()
+    let mut by_call: BTreeMap<String, Refusal> = BTreeMap::new();
+    for chunk in trace.split("message received").skip(1) {
+        // `… [N] bytes :`, a blank line, then the message up to the next
+        // trace entry's dashes.
+        let Some((_, message)) = chunk.split_once(":\n") else {
+            continue;
+        };
+        let status = message
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .and_then(|l| l.strip_prefix("SIP/2.0 "))
+            .and_then(|l| l.get(..3))
+            .and_then(|code| code.parse::<u16>().ok());
+        let Some(status) = status.filter(|s| *s >= 300) else {
+            continue;
+        };
+        let header = |name: &str| {
+            message
+                .lines()
+                .find_map(|l| {
+                    let (n, v) = l.split_once(':')?;
+                    n.trim()
+                        .eq_ignore_ascii_case(name)
+                        .then(|| v.trim().to_owned())
+                })
+                .unwrap_or_default()
+        };
+        let call_id = header("Call-ID");
+        by_call.entry(call_id.clone()).or_insert(Refusal {
+            call_id,
+            status,
+            reason: header("Reason"),
+            warning: header("Warning"),
+        });
+    }
+    by_call.into_values().collect()
 }
 
 fn new_legs(m: &prometheus_parse::Scrape, msr: &str) -> u32 {
