@@ -9,6 +9,8 @@ use clap::Parser;
 use msr_agent::cli::Cli;
 use msr_agent::log_file::{LogFile, ReopeningFile};
 use tokio_util::sync::CancellationToken;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
 /// How long after SIGTERM/SIGINT the process exits even if the graceful
@@ -171,6 +173,9 @@ fn init_tracing(
             .with_env_filter(filter)
             .with_writer(writer)
             .with_ansi(false)
+            .fmt_fields(msr_shared::logging::EscapingFields)
+            .finish()
+            .with(msr_shared::logging::FloodLimit::default())
             .init();
         Ok((Some(guard), Some(reopening)))
     } else {
@@ -178,6 +183,9 @@ fn init_tracing(
             .with_env_filter(filter)
             .with_writer(std::io::stderr)
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .fmt_fields(msr_shared::logging::EscapingFields)
+            .finish()
+            .with(msr_shared::logging::FloodLimit::default())
             .init();
         Ok((None, None))
     }

@@ -638,7 +638,10 @@ impl Shell {
                         let response = self.subscriber.handle_notify(now, unix_now, req);
                         self.metrics.notify(response.status_code == StatusCode::OK);
                         if response.status_code != StatusCode::OK {
+                            // Anyone can send NOTIFYs: rate limited
+                            // (msr_shared::logging::FloodLimit).
                             info!(
+                                target: msr_shared::logging::NETWORK,
                                 call_id = sip::call_id(&req.headers).map(tracing::field::display),
                                 status = %response.status_code,
                                 "notify refused"
@@ -1189,7 +1192,7 @@ impl Shell {
     fn log_refusals(&mut self) {
         while let Some(log) = self.registrar.poll_refusal() {
             match log {
-                RefusalLog::Refused(r) => warn!(
+                RefusalLog::Line(r) => warn!(
                     msr = r.msr.as_deref().map(tracing::field::display),
                     auth_name = r.auth_name.as_deref().map(tracing::field::display),
                     reason = %r.reason,
