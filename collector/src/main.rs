@@ -25,7 +25,7 @@ fn main() -> ExitCode {
         .with(flood.clone())
         .init();
 
-    let outcome = run(cli);
+    let outcome = run(cli, &flood);
     // What the rate limit of network-caused lines still holds back.
     flood.finish();
     match outcome {
@@ -37,7 +37,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+fn run(cli: Cli, flood: &msr_shared::logging::FloodLimit) -> anyhow::Result<()> {
     let config = msr_collector::config::load(&cli.config)?;
     if let Some(Task::Store(StoreTask::Migrate {
         to: Target::Etcd,
@@ -102,6 +102,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
+        tokio::spawn(flood.clone().flush_periodically());
         let shutdown = CancellationToken::new();
         let signals = shutdown.clone();
         tokio::spawn(async move {

@@ -21,6 +21,7 @@
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::field::{Field, Visit};
@@ -35,6 +36,10 @@ use crate::log_limit::{LimitPolicy, Limited, LimitedLine, LineLimiter};
 /// The target of our lines that a datagram from anyone can cause: rate
 /// limited by [`FloodLimit`] like rsipstack's warnings.
 pub const NETWORK: &str = "network";
+
+/// How often [`FloodLimit::flush_periodically`] looks for windows that
+/// ended (a fraction of the 60 s window, so a count is at most this late).
+pub const FLUSH_PERIOD: Duration = Duration::from_secs(5);
 
 /// `s` cut to `max_chars` characters (`…` marks a cut) with every control
 /// character escaped (`\u{1b}`, `\n`): safe to put in a log line.
@@ -182,6 +187,19 @@ impl FloodLimit {
         self.report(|l| l.advance(Instant::now()));
     }
 
+    /// [`flush`](Self::flush) every [`FLUSH_PERIOD`], for ever: each daemon
+    /// spawns this on its runtime, so the count of a flood that stopped is
+    /// logged at most a period after its window ended, not only when the
+    /// next limited line or the shutdown comes.
+    pub async fn flush_periodically(self) {
+        let mut ticks = tokio::time::interval(FLUSH_PERIOD);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            self.flush();
+        }
+    }
+
     /// Logs every count held back (shutdown).
     pub fn finish(&self) {
         self.report(|l| l.finish(Instant::now()));
@@ -199,6 +217,17 @@ impl FloodLimit {
     }
 }
 
+/// A call site as a log line shows it: tracing's `event FILE:LINE` without
+/// the word, and a dependency's file from its crate's folder on (not the
+/// build host's path to cargo's registry).
+fn short_site(name: &str) -> &str {
+    let name = name.strip_prefix("event ").unwrap_or(name);
+    match name.rsplit_once("/registry/src/") {
+        Some((_, in_index)) => in_index.split_once('/').map_or(in_index, |(_, file)| file),
+        None => name,
+    }
+}
+
 /// Logs what the limiter gave out besides a line let through.
 fn log_counts(out: Vec<LimitedLine<Site>>) {
     for line in out {
@@ -206,7 +235,7 @@ fn log_counts(out: Vec<LimitedLine<Site>>) {
             LimitedLine::Line(site) => tracing::warn!(
                 target: "msr_shared::logging",
                 site_target = site.target,
-                site = site.name,
+                site = short_site(site.name),
                 level = %site.level,
                 suppressed = site.suppressed + 1,
                 "log lines suppressed"

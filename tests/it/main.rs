@@ -8,5 +8,6 @@ mod health;
 mod kamailio;
 mod legs;
 mod lifecycle;
+mod logs;
 mod restart;
 mod selection;

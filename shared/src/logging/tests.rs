@@ -95,3 +95,36 @@ fn a_burst_of_stack_warnings_is_bounded_and_counted() {
     assert_eq!(count("binding added"), 1);
     assert_eq!(lines.len(), 6, "{lines:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_periodic_flush_reports_a_flood_that_stopped() {
+    let buffer = Buffer::default();
+    let limit = FloodLimit::default();
+    let _default = tracing::subscriber::set_default(logging(&limit, &buffer));
+    for i in 0..50 {
+        tracing::info!(target: NETWORK, call_id = i, "notify refused");
+    }
+    assert_eq!(buffer.lines().len(), 1);
+    let flusher = tokio::spawn(limit.clone().flush_periodically());
+    // Virtual time: the window (60 s) ends, and the next flush reports it.
+    tokio::time::sleep(LimitPolicy::default().window + FLUSH_PERIOD).await;
+    flusher.abort();
+    let lines = buffer.lines();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines[1].contains("log lines suppressed") && lines[1].contains("suppressed=49"),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn a_call_site_is_shown_from_its_crate_on() {
+    assert_eq!(
+        short_site("event /root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/rsipstack-0.7.14/src/transaction/endpoint.rs:306"),
+        "rsipstack-0.7.14/src/transaction/endpoint.rs:306"
+    );
+    assert_eq!(
+        short_site("event collector/src/shell.rs:643"),
+        "collector/src/shell.rs:643"
+    );
+}
