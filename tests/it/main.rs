@@ -3,6 +3,7 @@
 mod agent;
 mod cluster;
 mod collector;
+mod control;
 mod front_ends;
 mod health;
 mod kamailio;
