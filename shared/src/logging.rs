@@ -12,9 +12,10 @@
 //! ([`printable`]), so no value can move the cursor, colour a terminal or
 //! forge a line.
 //!
-//! Lines that a stranger can cause by sending a datagram — rsipstack's
-//! warnings about a datagram it could not use, and ours logged with target
-//! [`NETWORK`] (a refused NOTIFY…) — pass through [`FloodLimit`]: one line
+//! Lines that a stranger can cause by sending a datagram or opening a
+//! connection — rsipstack's warnings about a datagram it could not use, and
+//! ours logged with target [`NETWORK`] (a refused NOTIFY, a refused control
+//! connection…) — pass through [`FloodLimit`]: one line
 //! per call site per 60 s, 100 lines per 60 s in all, and a
 //! `log lines suppressed` line with the count of those held back
 //! ([`crate::log_limit`], the mechanism the registrar's refusals use).
@@ -33,8 +34,9 @@ use tracing_subscriber::layer::{Context, Layer};
 
 use crate::log_limit::{LimitPolicy, Limited, LimitedLine, LineLimiter};
 
-/// The target of our lines that a datagram from anyone can cause: rate
-/// limited by [`FloodLimit`] like rsipstack's warnings.
+/// The target of our lines that anyone can cause, as often as they like
+/// (a datagram, a connection): rate limited by [`FloodLimit`] like
+/// rsipstack's warnings.
 pub const NETWORK: &str = "network";
 
 /// How often [`FloodLimit::flush_periodically`] looks for windows that
