@@ -99,11 +99,19 @@ async fn a_call_id_with_escape_sequences_is_logged_escaped() {
     socket
         .send_to(&request("NOTIFY", from, to, ESC_CALL_ID, 1), to)
         .expect("send");
+    // A REGISTER with it, and with the escape in its user name, that the
+    // registrar refuses (no such account).
+    let register = String::from_utf8(request("REGISTER", from, to, ESC_CALL_ID, 2))
+        .expect("utf-8")
+        .replace(
+            "\r\nContent-Length",
+            "\r\nAuthorization: Digest username=\"\u{1b}[2Jmsr\", realm=\"msr.local\", \
+             nonce=\"x\", uri=\"sip:msr.local\", response=\"00\"\r\nContent-Length",
+        );
+    socket.send_to(register.as_bytes(), to).expect("send");
     let logged = wait_for(LIMIT, || async {
-        collector
-            .log_text()
-            .contains("notify refused")
-            .then_some(())
+        let text = collector.log_text();
+        (text.contains("notify refused") && text.contains("registration refused")).then_some(())
     })
     .await;
     assert!(
@@ -116,6 +124,7 @@ async fn a_call_id_with_escape_sequences_is_logged_escaped() {
     assert!(!raw.contains(&0x1b), "a raw ESC in the collector's log");
     let text = String::from_utf8_lossy(&raw);
     assert!(text.contains(ESC_ESCAPED), "{text}");
+    assert!(text.contains("\\u{1b}[2Jmsr"), "{text}");
 
     // The agent: a SUBSCRIBE with that Call-ID from a host that is none of
     // its registrars (refused, and logged).
@@ -133,6 +142,11 @@ async fn a_call_id_with_escape_sequences_is_logged_escaped() {
     agent.terminate();
     let raw = raw_log(&agent.log);
     assert!(!raw.contains(&0x1b), "a raw ESC in the agent's log");
+    let text = String::from_utf8_lossy(&raw);
+    assert!(
+        !text.contains("ESCTEST") || text.contains(ESC_ESCAPED),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
