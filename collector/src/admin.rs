@@ -1089,9 +1089,7 @@ struct Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        if let Ok(mut quota) = self.places.quota.lock() {
-            quota.release(self.client);
-        }
+        self.places.lock().release(self.client);
         self.places.freed.notify_waiters();
     }
 }
@@ -1104,13 +1102,16 @@ impl Places {
         }
     }
 
+    /// The quota. Its methods do not panic, so a poisoned lock (a panic
+    /// elsewhere while it was held) still guards consistent counts.
+    fn lock(&self) -> std::sync::MutexGuard<'_, ConnectionQuota> {
+        self.quota
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn try_admit(&self, client: Client) -> Result<Place, quota::Refusal> {
-        let Ok(mut quota) = self.quota.lock() else {
-            // A connection task panicked while giving its place back: no
-            // count can be trusted, so no place is given.
-            return Err(quota::Refusal::Full { total: 0 });
-        };
-        quota.admit(client)?;
+        self.lock().admit(client)?;
         Ok(Place {
             places: self.clone(),
             client,
@@ -1144,15 +1145,11 @@ impl Places {
     }
 
     fn may_wait(&self, client: Client, now: tokio::time::Instant) -> bool {
-        self.quota
-            .lock()
-            .is_ok_and(|quota| quota.may_wait(client, now))
+        self.lock().may_wait(client, now)
     }
 
     fn waited_in_vain(&self, client: Client, now: tokio::time::Instant) {
-        if let Ok(mut quota) = self.quota.lock() {
-            quota.waited_in_vain(client, now);
-        }
+        self.lock().waited_in_vain(client, now);
     }
 }
 
