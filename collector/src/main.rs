@@ -10,6 +10,12 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
+/// Every SIP message and selection allocates a few dozen small strings;
+/// mimalloc's per-thread free lists serve them at about half the cost of
+/// glibc's malloc (BENCHMARKS.md, redirect throughput).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let verbosity = i8::try_from(i16::from(cli.verbose) - i16::from(cli.quiet)).unwrap_or(0);
@@ -98,7 +104,7 @@ fn run(cli: Cli, flood: &msr_shared::logging::FloodLimit) -> anyhow::Result<()> 
         );
         return Ok(());
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
