@@ -658,7 +658,10 @@ impl Shell {
                                 .handle_notify(now, unix_now, tx.source(), req);
                         self.metrics.notify(response.status_code == StatusCode::OK);
                         if response.status_code != StatusCode::OK {
+                            // Anyone can send NOTIFYs: rate limited
+                            // (msr_shared::logging::FloodLimit).
                             info!(
+                                target: msr_shared::logging::NETWORK,
                                 call_id = sip::call_id(&req.headers).map(tracing::field::display),
                                 status = %response.status_code,
                                 "notify refused"
@@ -1209,7 +1212,7 @@ impl Shell {
     fn log_refusals(&mut self) {
         while let Some(log) = self.registrar.poll_refusal() {
             match log {
-                RefusalLog::Refused(r) => warn!(
+                RefusalLog::Line(r) => warn!(
                     msr = r.msr.as_deref().map(tracing::field::display),
                     auth_name = r.auth_name.as_deref().map(tracing::field::display),
                     reason = %r.reason,

@@ -3,10 +3,12 @@
 mod agent;
 mod cluster;
 mod collector;
+mod control;
 mod front_ends;
 mod health;
 mod kamailio;
 mod legs;
 mod lifecycle;
+mod logs;
 mod restart;
 mod selection;

@@ -447,6 +447,34 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
+    /// The file is larger than [`MAX_CONFIG_BYTES`].
+    #[error(
+        "{}: the file has more than {limit} bytes, more than a media server config needs \
+         (accepted: up to {limit} bytes)",
+        path.display()
+    )]
+    TooLarge {
+        /// The config file.
+        path: PathBuf,
+        /// [`MAX_CONFIG_BYTES`].
+        limit: usize,
+    },
+    /// Elements are nested deeper than [`MAX_CONFIG_DEPTH`].
+    #[error(
+        "{}:{at}: <{element}> is nested more than {limit} elements deep \
+         (accepted: up to {limit} levels)",
+        path.display()
+    )]
+    TooDeep {
+        /// The config file.
+        path: PathBuf,
+        /// Where the element that goes too deep starts.
+        at: Position,
+        /// Its name.
+        element: String,
+        /// [`MAX_CONFIG_DEPTH`].
+        limit: usize,
+    },
     /// The file ends inside markup or before every element is closed.
     #[error("{}:{at}: file is truncated: {what} is not closed", path.display())]
     Truncated {
@@ -614,6 +642,8 @@ impl ConfigError {
     pub fn path(&self) -> &Path {
         match self {
             ConfigError::Io { path, .. }
+            | ConfigError::TooLarge { path, .. }
+            | ConfigError::TooDeep { path, .. }
             | ConfigError::Truncated { path, .. }
             | ConfigError::Malformed { path, .. }
             | ConfigError::WrongRoot { path, .. }
@@ -687,13 +717,36 @@ fn int_problem(value: &str, attribute: &str) -> String {
     }
 }
 
+/// The largest config file read: the media server's own config is a few
+/// kilobytes; a file this large is not one, and reading or parsing it must
+/// not stall a host (hot reload reads whatever is written to the path).
+pub const MAX_CONFIG_BYTES: usize = 1024 * 1024;
+
+/// The deepest element nesting accepted: the media server's config is four
+/// levels deep (`<config><accounts><dynamic>`); the bound keeps the scan's
+/// and the deserializer's work bounded by the depth, not the file.
+pub const MAX_CONFIG_DEPTH: usize = 64;
+
 /// Reads the config file at `path` and parses it with [`parse`]; messages
-/// name `path` as given.
+/// name `path` as given. At most [`MAX_CONFIG_BYTES`] are read.
 pub fn load(path: &Path) -> Result<AgentConfig, ConfigError> {
-    let bytes = std::fs::read(path).map_err(|source| ConfigError::Io {
+    use std::io::Read as _;
+    let io = |source| ConfigError::Io {
         path: path.to_path_buf(),
         source,
-    })?;
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .map_err(io)?
+        .take(MAX_CONFIG_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() > MAX_CONFIG_BYTES {
+        return Err(ConfigError::TooLarge {
+            path: path.to_path_buf(),
+            limit: MAX_CONFIG_BYTES,
+        });
+    }
     let text = match String::from_utf8(bytes) {
         Ok(t) => t,
         Err(e) => {
@@ -712,6 +765,12 @@ pub fn load(path: &Path) -> Result<AgentConfig, ConfigError> {
 /// Parses and validates config text; `origin` is the file name used in error
 /// messages (SPEC §2).
 pub fn parse(text: &str, origin: &Path) -> Result<AgentConfig, ConfigError> {
+    if text.len() > MAX_CONFIG_BYTES {
+        return Err(ConfigError::TooLarge {
+            path: origin.to_path_buf(),
+            limit: MAX_CONFIG_BYTES,
+        });
+    }
     // A leading BOM is legal XML but confuses nothing except positions.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let scan = xml::scan(text, origin)?;

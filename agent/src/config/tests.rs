@@ -809,6 +809,26 @@ fn a_bad_allow_subscribers_entry_is_named() {
     );
 }
 
+/// `<e>` with `<x>` nested `n` deep inside it (engine elements the agent
+/// skips).
+fn nested(n: usize) -> String {
+    format!("<e>{}{}</e>", "<x>".repeat(n), "</x>".repeat(n))
+}
+
+#[test]
+fn elements_nest_at_most_max_config_depth() {
+    // <config> and <e> are two levels.
+    let deepest = doc(GOOD_GENERAL, &nested(MAX_CONFIG_DEPTH - 2));
+    assert!(parse(&deepest, origin()).is_ok());
+    let msg = err(&doc(GOOD_GENERAL, &nested(MAX_CONFIG_DEPTH - 1)));
+    assert!(
+        msg.starts_with("config-examples/bad.xml:6:")
+            && msg
+                .ends_with("<x> is nested more than 64 elements deep (accepted: up to 64 levels)"),
+        "{msg}"
+    );
+}
+
 #[test]
 fn subscriber_hosts_are_the_realm_hosts_and_the_allow_list() -> TestResult {
     let c = parse(
@@ -842,4 +862,37 @@ fn subscriber_hosts_are_the_realm_hosts_and_the_allow_list() -> TestResult {
         ["core.example"]
     );
     Ok(())
+}
+
+#[test]
+fn a_file_over_max_config_bytes_is_refused_unread() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("big.xml");
+    let filler = format!("<!-- {} -->", "x".repeat(MAX_CONFIG_BYTES));
+    std::fs::write(&path, doc(GOOD_GENERAL, &filler))?;
+    let msg = load(&path).expect_err("too large").to_string();
+    assert_eq!(
+        msg,
+        format!(
+            "{}: the file has more than 1048576 bytes, more than a media server config needs \
+             (accepted: up to 1048576 bytes)",
+            path.display()
+        )
+    );
+    // Just under the cap is read.
+    let text = doc(GOOD_GENERAL, "");
+    let filler = format!("<!-- {} -->", "x".repeat(MAX_CONFIG_BYTES - text.len() - 9));
+    let text = doc(GOOD_GENERAL, &filler);
+    assert_eq!(text.len(), MAX_CONFIG_BYTES);
+    std::fs::write(&path, text)?;
+    load(&path)?;
+    Ok(())
+}
+
+#[test]
+fn many_skipped_siblings_parse() {
+    // 200,000 engine elements (800 kB): the scan computes no position per
+    // element (that made it quadratic); RELIABILITY.md has the timings.
+    let text = doc(GOOD_GENERAL, &format!("<e>{}</e>", "<x/>".repeat(200_000)));
+    assert!(parse(&text, origin()).is_ok());
 }
