@@ -210,6 +210,12 @@ impl Scenario {
         )
     }
 
+    /// `msrs` MSRs of `sessions` sessions each, coefficients 1 (scenario
+    /// A's shape at another size, e.g. the end-to-end check's 10 × 20).
+    pub fn uniform(msrs: usize, sessions: u32, offered: f64) -> Self {
+        Self::with(vec![sessions; msrs], vec![1.0; msrs], offered)
+    }
+
     fn with(capacities: Vec<u32>, coefficients: Vec<f64>, offered: f64) -> Self {
         Self {
             capacities,
@@ -466,11 +472,7 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
     while let Some(Reverse((t_ns, _, event))) = queue.pop() {
         let t = t_ns as f64 / 1e9;
         if measure_from.is_some() {
-            let occupancy = |m: usize| f64::from(busy[m]) / f64::from(scenario.capacities[m]);
-            let (lo, hi) = (0..n)
-                .map(occupancy)
-                .fold((f64::MAX, f64::MIN), |(lo, hi), o| (lo.min(o), hi.max(o)));
-            spread_integral += (t - last_t) * (hi - lo) * 100.0;
+            spread_integral += (t - last_t) * spread_pp(&busy, &scenario.capacities);
         }
         last_t = t;
         let now = at(t);
@@ -802,6 +804,23 @@ fn choose(
                 }
             })
         }
+    }
+}
+
+/// The momentary spread of occupancy between MSRs: max − min of `busy[m]
+/// / capacities[m]`, in percentage points (0 for fewer than two MSRs).
+/// [`Outcome::spread_pp`] is its time average; `msr-loadgen calls`
+/// measures the real system with this same definition.
+pub fn spread_pp(busy: &[u32], capacities: &[u32]) -> f64 {
+    let (lo, hi) = busy
+        .iter()
+        .zip(capacities)
+        .map(|(&b, &c)| f64::from(b) / f64::from(c.max(1)))
+        .fold((f64::MAX, f64::MIN), |(lo, hi), o| (lo.min(o), hi.max(o)));
+    if hi >= lo {
+        (hi - lo) * 100.0
+    } else {
+        0.0
     }
 }
 

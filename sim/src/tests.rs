@@ -11,6 +11,15 @@ fn erlang_b_and_takacs_match_known_values() {
 }
 
 #[test]
+fn spread_is_max_minus_min_occupancy_in_points() {
+    assert_eq!(spread_pp(&[5, 10, 20], &[20, 20, 20]), 75.0);
+    // Relative to each MSR's own capacity: 10 of 20 and 50 of 100 are level.
+    assert_eq!(spread_pp(&[10, 50], &[20, 100]), 0.0);
+    assert_eq!(spread_pp(&[7], &[10]), 0.0);
+    assert_eq!(spread_pp(&[], &[]), 0.0);
+}
+
+#[test]
 fn the_three_validations_hold_within_their_confidence_intervals() -> Result<(), SimError> {
     for check in validate(60_000, 11)? {
         assert!(
