@@ -327,6 +327,24 @@ fn t_995(df: u32) -> f64 {
     }
 }
 
+/// Blocking as the mean of the batch blocking ratios and the half-width of
+/// its 99 % confidence interval (Student t over the batch means), from each
+/// batch's blocked and offered calls; batches with no call are left out.
+/// `msr-loadgen calls` reports the real system's blocking the same way.
+pub fn batch_means(blocked: &[u64], offered: &[u64]) -> (f64, f64) {
+    let means: Vec<f64> = blocked
+        .iter()
+        .zip(offered)
+        .filter(|(_, &o)| o > 0)
+        .map(|(&b, &o)| b as f64 / o as f64)
+        .collect();
+    let k = means.len().max(1) as f64;
+    let mean = means.iter().sum::<f64>() / k;
+    let var = means.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (k - 1.0).max(1.0);
+    let df = u32::try_from(means.len().saturating_sub(1)).unwrap_or(u32::MAX);
+    (mean, t_995(df) * (var / k).sqrt())
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
     /// The next call arrives.
@@ -651,17 +669,7 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
     }
     let start = measure_from.unwrap_or(0.0);
     let elapsed = (last_t - start).max(f64::MIN_POSITIVE);
-    let means: Vec<f64> = batch_blocked
-        .iter()
-        .zip(&batch_offered)
-        .filter(|(_, &o)| o > 0)
-        .map(|(&b, &o)| b as f64 / o as f64)
-        .collect();
-    let k = means.len().max(1) as f64;
-    let mean = means.iter().sum::<f64>() / k;
-    let var = means.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (k - 1.0).max(1.0);
-    let df = u32::try_from(means.len().saturating_sub(1)).unwrap_or(u32::MAX);
-    let half_width = t_995(df) * (var / k).sqrt();
+    let (mean, half_width) = batch_means(&batch_blocked, &batch_offered);
     let blocked = refused + lost_full;
     let measured_notifies: Vec<u64> = notifies
         .iter()
