@@ -94,6 +94,15 @@ pub enum Policy {
     /// distinct MSRs at random, the one with the lower last-reported load
     /// (a tie at random); never refuses.
     TwoChoices,
+    /// Comparison (not a product policy): `pooled` with SPEC §10's
+    /// capacity taken literally, `max-calls` × performance coefficient. It
+    /// reads the product's own estimate inputs (the collector's
+    /// [`LoadTable`]: last `calls`, placements minus ends since the report
+    /// less the flight) and admits as `pooled` does (last reported load
+    /// below 100); only the divisor differs. Ties at random; refused when
+    /// every MSR reports 100. Shows why the product divides by `max-calls`
+    /// alone (BALANCING.md, "The capacity in the estimate").
+    PooledLiteral,
 }
 
 impl Policy {
@@ -108,11 +117,12 @@ impl Policy {
             Policy::CallLoad => "call-load",
             Policy::LeastReported => "least-reported",
             Policy::TwoChoices => "two-choices",
+            Policy::PooledLiteral => "pooled-literal",
         }
     }
 
     /// Every policy, validation ones included, in table order.
-    pub const ALL: [Policy; 8] = [
+    pub const ALL: [Policy; 9] = [
         Policy::Pooled,
         Policy::Ecss,
         Policy::WebSip,
@@ -121,6 +131,7 @@ impl Policy {
         Policy::TwoChoices,
         Policy::Oracle,
         Policy::RoundRobin,
+        Policy::PooledLiteral,
     ];
 
     /// The product's policies and the comparison ones (SPEC §10's table).
@@ -726,6 +737,47 @@ fn choose(
             };
             let choice = select::select(&host.table, operator.topology(), &query, rng).ok()?;
             choice
+                .msr
+                .strip_prefix("msr_")
+                .and_then(|i| i.parse::<usize>().ok())
+        }
+        Policy::PooledLiteral => {
+            let view = host.table.zone("default");
+            let g = f64::from(scenario.core_hosts.max(1));
+            let mut best: Option<(usize, f64)> = None;
+            let mut ties = 0_u32;
+            for position in 0..view.len() {
+                let (load, _) = view.weight_inputs(position);
+                if load.is_some_and(|l| l >= 100) {
+                    continue;
+                }
+                let Some(inputs) = view.estimate_inputs(position) else {
+                    continue;
+                };
+                let capacity = f64::from(inputs.max_calls) * inputs.performance_coefficient;
+                let occupancy = match inputs.calls {
+                    Some(calls) if capacity > 0.0 => {
+                        (f64::from(calls) + g * f64::from(inputs.net_since_report)).max(0.0)
+                            / capacity
+                    }
+                    _ => f64::INFINITY,
+                };
+                match best {
+                    Some((_, b)) if occupancy > b => {}
+                    Some((_, b)) if occupancy == b => {
+                        ties += 1;
+                        if rng.gen_range(0..ties) == 0 {
+                            best = Some((position, occupancy));
+                        }
+                    }
+                    _ => {
+                        best = Some((position, occupancy));
+                        ties = 1;
+                    }
+                }
+            }
+            let (position, _) = best?;
+            view.status(position, now)?
                 .msr
                 .strip_prefix("msr_")
                 .and_then(|i| i.parse::<usize>().ok())

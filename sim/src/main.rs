@@ -47,6 +47,8 @@ enum PolicyArg {
     LeastReported,
     /// Comparison: power of two choices on the last reports.
     TwoChoices,
+    /// Comparison: pooled with SPEC §10's capacity literally, max-calls × coefficient.
+    PooledLiteral,
     /// Validation: the perfectly informed least-occupied MSR.
     Oracle,
     /// Validation: MSRs in turn.
@@ -62,6 +64,7 @@ impl PolicyArg {
             PolicyArg::CallLoad => Policy::CallLoad,
             PolicyArg::LeastReported => Policy::LeastReported,
             PolicyArg::TwoChoices => Policy::TwoChoices,
+            PolicyArg::PooledLiteral => Policy::PooledLiteral,
             PolicyArg::Oracle => Policy::Oracle,
             PolicyArg::RoundRobin => Policy::RoundRobin,
         }

@@ -137,3 +137,19 @@ fn rows_survive_the_csv_and_draw() -> Result<(), SimError> {
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
+
+#[test]
+fn the_literal_capacity_of_spec_10_loses_calls_where_pooled_loses_none() -> Result<(), SimError> {
+    // Scenario B's coefficients grow with the sizes: dividing by max-calls
+    // × coefficient ranks a full 400-session MSR before a quarter-full
+    // 100-session one (BALANCING.md, "The capacity in the estimate").
+    let mut s = Scenario::b(0.85);
+    s.calls = 30_000;
+    let pooled = run(&s)?;
+    s.policy = Policy::PooledLiteral;
+    let literal = run(&s)?;
+    assert_eq!(pooled.blocking, 0.0, "{pooled:?}");
+    assert!(literal.blocking > 0.05, "{literal:?}");
+    assert!(literal.spread_pp > 5.0 * pooled.spread_pp, "{literal:?}");
+    Ok(())
+}
