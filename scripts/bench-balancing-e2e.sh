@@ -8,7 +8,9 @@
 #
 #   scripts/bench-balancing-e2e.sh [DURATION_S] [POLICY]
 #       (default 600 s measured after a 60 s warm-up; POLICY pooled or ecss)
-#   MSRS=10 SESSIONS=20 OFFERED=90 HOLDING_MS=5000 SEED=1 BIN=target/release
+#   MSRS=10 SESSIONS=20 OFFERED=90 HOLDING_MS=5000 WARMUP=60 SEED=1 SIM_CALLS=1000000
+#   BIN=target/release (set BIN to use built binaries, e.g. target/debug)
+#   JSON=FILE keeps msr-loadgen's summary
 #
 # Prints msr-loadgen's and msr-sim's summaries; asserts nothing.
 set -euo pipefail
@@ -22,6 +24,8 @@ holding_ms=${HOLDING_MS:-5000}
 warmup=${WARMUP:-60}
 seed=${SEED:-1}
 bin=${BIN:-target/release}
+# msr-sim takes whole seconds of holding time.
+[ $((holding_ms % 1000)) -eq 0 ] || { echo "HOLDING_MS must be whole seconds" >&2; exit 2; }
 
 if [ -z "${BIN:-}" ]; then
   cargo build --release --locked -q -p msr-collector -p msr-agent -p system-tests -p msr-sim --bins
@@ -74,10 +78,10 @@ echo "e2e: $msrs MSRs × $sessions sessions, offered $offered %, holding mean $h
 
 # The same setup simulated: the agent's sample interval (100 ms) delays a
 # report by 50 ms on average, the flight on loopback adds next to nothing.
-# Calls: as many as the e2e run offered times ten (msr-sim's batches need
-# more than one run's worth; the figures are time averages either way).
-calls=$(python3 -c "print(int($msrs * $sessions * $offered / 100 / ($holding_ms / 1000) * $duration * 10))")
-holding_s=$(python3 -c "print(max(1, round($holding_ms / 1000)))")
+# Calls: 1,000,000 (SIM_CALLS), far more than a run of minutes offers,
+# so the simulator's interval is the narrow one of the two.
+calls=${SIM_CALLS:-1000000}
+holding_s=$((holding_ms / 1000))
 echo
 echo "msr-sim: the same setup, $calls calls"
 "$bin/msr-sim" run --msrs "$msrs" --sessions "$sessions" --offered "$offered" --policy "$policy" \
