@@ -1,6 +1,7 @@
 //! System tests: real agents, collectors, msrctl and SIPp over loopback.
 //! One test binary (matklad, "delete cargo integration tests").
 mod agent;
+mod balancing;
 mod cluster;
 mod collector;
 mod control;

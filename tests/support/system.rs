@@ -38,10 +38,16 @@ fn spawn_logged(bin: &str, args: &[&str], log: &Path) -> ChildGuard {
 /// Writes `text` to `path` atomically (temporary file in the same directory,
 /// then rename), as an editor or the media engine would.
 pub fn write_atomic(path: &Path, text: &str) {
+    try_write_atomic(path, text).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// [`write_atomic`] for a tool: the error says which file failed.
+pub fn try_write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
+    use anyhow::Context;
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let tmp = path.with_file_name(format!(".{name}.tmp"));
-    std::fs::write(&tmp, text).unwrap_or_else(|e| panic!("write {}: {e}", tmp.display()));
-    std::fs::rename(&tmp, path).unwrap_or_else(|e| panic!("rename to {}: {e}", path.display()));
+    std::fs::write(&tmp, text).with_context(|| format!("write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("rename to {}", path.display()))
 }
 
 /// The log text with ANSI colour sequences removed (the collector colours
