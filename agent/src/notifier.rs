@@ -17,8 +17,9 @@
 //!   before any state is touched: no slot is taken and no NOTIFY is sent,
 //!   so the agent cannot be made to send NOTIFYs at a stranger (reflection)
 //!   and strangers cannot fill its [`MAX_SUBSCRIPTIONS`] slots (RFC 6665
-//!   §6.1, §6.3; SPEC §4). The refusals are logged at warn, target
-//!   [`REFUSAL_LOG_TARGET`] (rate limited with a suppressed count);
+//!   §6.1, §6.3; SPEC §4). The refusals are logged at warn with target
+//!   [`NETWORK`](msr_shared::logging::NETWORK): a stranger can cause them,
+//!   so they are rate limited with a suppressed count;
 //! * SUBSCRIBE for `Event: eltex-call-count` → 200 with the granted
 //!   `Expires` = min(requested, `max-subscription-expires`) (60 s when the
 //!   request has no `Expires`), a new dialog (our To-tag), then at once a
@@ -78,10 +79,6 @@ pub use rule::{NotifyGate, NotifyRule, Reported, Verdict, DEFAULT_HIGH_WATER};
 /// it gets `503 Service Unavailable` with `Retry-After: 60`. A cluster has
 /// one subscription per core host and MSR name.
 pub const MAX_SUBSCRIPTIONS: usize = 256;
-
-/// The log target of refused SUBSCRIBEs: lines a stranger can cause, which
-/// the daemon's log layer rate-limits.
-pub const REFUSAL_LOG_TARGET: &str = "network";
 
 /// The shortest subscription granted, seconds; a shorter non-zero request
 /// gets `423` with `Min-Expires: 1`.
@@ -431,7 +428,7 @@ impl Notifier {
             Method::Subscribe => Some(match self.refusal(source, request) {
                 Some(why) => {
                     warn!(
-                        target: REFUSAL_LOG_TARGET,
+                        target: msr_shared::logging::NETWORK,
                         source = %source.map_or_else(|| "unknown".to_owned(), |s| s.to_string()),
                         reason = why,
                         "subscribe refused: not a subscriber host"
