@@ -57,7 +57,7 @@ export AFL_NO_UI=1 AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AF
 [ -n "$campaign" ] || export AFL_FAST_CAL=1
 
 failed=()
-printf '%-18s %12s %10s %8s %8s %7s %6s\n' target execs execs/s seconds corpus crashes hangs
+printf '%-18s %12s %10s %8s %8s %8s %7s %6s\n' target execs execs/s fuzz_s wall_s corpus crashes hangs
 for t in "${targets[@]}"; do
   [ -d "fuzz/corpus/$t" ] || { echo "fuzz.sh: no corpus fuzz/corpus/$t" >&2; exit 2; }
   out="$findings/$t"
@@ -65,6 +65,7 @@ for t in "${targets[@]}"; do
   # -t 1000: an input that runs over 1 s is a hang (AFL++ rechecks it with
   # a longer timeout before saving it).
   status=0
+  start=$SECONDS
   (cd fuzz && timeout "$guard" cargo afl fuzz -i "corpus/$t" -o "$out" "${limit[@]}" -t 1000 \
     "target/release/$t") >"$findings/$t.log" 2>&1 || status=$?
   stats="$out/default/fuzzer_stats"
@@ -74,8 +75,8 @@ for t in "${targets[@]}"; do
     failed+=("$t"); keep=1; continue
   fi
   stat() { awk -F' *: *' -v k="$1" '$1 == k { print $2 }' "$stats"; }
-  printf '%-18s %12s %10s %8s %8s %7s %6s\n' "$t" "$(stat execs_done)" "$(stat execs_per_sec)" \
-    "$(stat run_time)" "$(stat corpus_count)" "$(stat saved_crashes)" "$(stat saved_hangs)"
+  printf '%-18s %12s %10s %8s %8s %8s %7s %6s\n' "$t" "$(stat execs_done)" "$(stat execs_per_sec)" \
+    "$(stat run_time)" "$((SECONDS - start))" "$(stat corpus_count)" "$(stat saved_crashes)" "$(stat saved_hangs)"
   bad=0
   for f in "$out"/default/crashes/id:* "$out"/default/hangs/id:*; do
     [ -e "$f" ] || continue

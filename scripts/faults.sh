@@ -1,0 +1,240 @@
+#!/usr/bin/env bash
+# The fault suite (RELIABILITY.md "Fault suite"): faults played against the
+# real daemons (target/debug, as the system tests use them; built when
+# missing), every check an observable condition polled with a bound.
+#
+#   scripts/faults.sh [--loss-seconds N] [kill|loss|spoof ...]
+#
+#   kill   kill -9 of the collector while msrctl commits operator changes and
+#          the agents report load changes: after the restart every
+#          acknowledged change is there and every MSR is registered and
+#          reporting again (bindings restored from the store, no REGISTER);
+#          kill -9 of an agent: restarted, its MSR is registered and its
+#          fresh load shown.
+#   loss   20 % packet loss both ways between one agent and the collector for
+#          N s (default 60; 300 for the benchmark figure), the two in network
+#          namespaces of their own joined by a veth pair, an nftables
+#          `numgen random mod 100 < 20 drop` on each side's output: every load
+#          change reaches the table, the subscription is active at the end, the
+#          MSR is never shown unregistered. Needs root, ip (iproute2), nft.
+#   spoof  requests from a source with no business sending them change
+#          nothing: a REGISTER reusing the binding's Call-ID with a lower
+#          CSeq and Expires: 0 (RFC 3261 §10.3 step 7); a NOTIFY with the live
+#          dialog's Call-ID and tags from another address (SPEC §4).
+#
+# Prints the figures (recovery times, loss measured, NOTIFYs, re-subscriptions)
+# and exits non-zero on the first failed check, with the end of the logs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+loss_seconds=60
+parts=()
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+    --loss-seconds) loss_seconds="$2"; shift 2 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    kill) parts+=("$1"); shift ;;
+    *) echo "faults.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+[ "${#parts[@]}" -gt 0 ] || parts=(kill)
+
+bin=${MSR_BIN_DIR:-target/debug}
+if [ ! -x "$bin/msr-collector" ] || [ ! -x "$bin/msr-agent" ] || [ ! -x "$bin/msrctl" ]; then
+  cargo build --workspace --bins --locked
+fi
+bin=$(cd "$bin" && pwd)
+for tool in jq ss; do
+  command -v "$tool" >/dev/null || { echo "faults.sh: $tool missing (scripts/deps.sh installs it)" >&2; exit 2; }
+done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/msr-faults.XXXXXX")
+pids=()
+netns=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  for n in "${netns[@]}"; do ip netns del "$n" 2>/dev/null || true; done
+  if [ "${keep:-0}" = 1 ]; then echo "faults.sh: logs kept in $work" >&2; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+fail() {
+  echo "faults.sh: FAILED: $*" >&2
+  for f in "$work"/*.log; do
+    [ -e "$f" ] || continue
+    echo "--- end of $f" >&2
+    tail -25 "$f" >&2
+  done
+  keep=1
+  exit 1
+}
+now_ms() { date +%s%3N; }
+# A UDP port on the host that nothing listens on (a moment ago).
+free_port() {
+  local p
+  while :; do
+    p=$((20000 + RANDOM % 30000))
+    ss -Hlun "sport = :$p" | grep -q . || { echo "$p"; return; }
+  done
+}
+# wait_until SECONDS COMMAND...: polls COMMAND every 0.1 s; false after SECONDS.
+wait_until() {
+  local limit=$(( $(now_ms) + $1 * 1000 )); shift
+  until "$@"; do
+    [ "$(now_ms)" -lt "$limit" ] || return 1
+    sleep 0.1
+  done
+}
+# Removes PID from the list of processes to kill at the end.
+forget() { local keep_pids=() p; for p in "${pids[@]}"; do [ "$p" = "$1" ] || keep_pids+=("$p"); done; pids=("${keep_pids[@]}"); }
+
+# --- the daemons ------------------------------------------------------------
+# collector NAME LISTEN_ADDR PORT [NETNS]: writes NAME.toml (as the system
+# tests' collectors: min_expires 2, subscription expiry 60 s, HTTP off) and
+# starts it; sets $collector_pid and waits for its control socket.
+collector_start() {
+  local name=$1 addr=$2 port=$3 ns=${4:-}
+  if [ ! -e "$work/$name.toml" ]; then
+    cat >"$work/$name.toml" <<EOF
+node = "$name@faults"
+[sip]
+listen = "$addr:$port"
+transports = ["udp"]
+realm = "msr.local"
+min_expires = 2
+max_expires = 3600
+[[accounts]]
+auth_name = "msr"
+password = "msr-secret"
+[defaults]
+zone = "default"
+site = "local"
+[subscription]
+event = "eltex-call-count"
+expires = 60
+[control]
+socket = "$work/$name.sock"
+[state]
+path = "$work/$name-state.json"
+[http]
+listen = "off"
+EOF
+  fi
+  local run=()
+  [ -z "$ns" ] || run=(ip netns exec "$ns")
+  "${run[@]}" "$bin/msr-collector" --config "$work/$name.toml" >>"$work/$name.log" 2>&1 &
+  collector_pid=$!
+  pids+=("$collector_pid")
+  sock="$work/$name.sock"
+  wait_until 10 ctl site list || fail "collector $name: control socket did not answer within 10 s"
+}
+ctl() { "$bin/msrctl" --socket "$sock" "$@" >/dev/null 2>&1; }
+rows() { "$bin/msrctl" --socket "$sock" --json resource list 2>/dev/null; }
+subs() { "$bin/msrctl" --socket "$sock" --json subscription list 2>/dev/null; }
+# live MSR [LOAD]: registered, subscription active, a load (that load) shown.
+live() {
+  rows | jq -e --arg m "$1" --arg l "${2:-}" \
+    'any(.rows[]; .msr == $m and .status == "registered" and .subscription == "active" and .load != null and ($l == "" or .load == ($l | tonumber)))' >/dev/null
+}
+
+# agent NAME MSR REALM BIND_ADDR ENGINE_PORT REGISTER_EXPIRES [NETNS]: writes
+# NAME.xml (calls from the file NAME.calls, max-calls 100: calls = load %)
+# and starts it; sets $agent_pid.
+agent_start() {
+  local name=$1 msr=$2 realm=$3 addr=$4 engine=$5 reg=$6 ns=${7:-}
+  [ -e "$work/$name.calls" ] || echo 10 >"$work/$name.calls"
+  cat >"$work/$name.xml" <<EOF
+<?xml version="1.0" encoding="utf-8"?>
+<config date="00:00:00 01.01.2025">
+    <general log-level="3" log-rotate="no" max-calls="100" load-sensor="calls" load-delta="5"/>
+    <transport bind-addr="$addr" port="$engine" transport="udp"/>
+    <media port-start="20000" port-range="1000"/>
+    <codec pcma="1" pcmu="2"/>
+    <accounts>
+        <dynamic msr_name="$msr" realm="$realm" auth_name="msr" auth_password="msr-secret" dtmf_mode="rfc"/>
+    </accounts>
+    <pbyte>
+        <mcc bind-addr="$addr" port="$((engine + 1))"/>
+    </pbyte>
+    <agent sip-port="0" register-expires="$reg" max-subscription-expires="3600" calls-source="file:$work/$name.calls" notify-min-interval-ms="1000" sample-interval-ms="200"/>
+</config>
+EOF
+  local run=()
+  [ -z "$ns" ] || run=(ip netns exec "$ns")
+  "${run[@]}" "$bin/msr-agent" --config "$work/$name.xml" --log-stderr >>"$work/$name.log" 2>&1 &
+  agent_pid=$!
+  pids+=("$agent_pid")
+}
+# set_calls NAME N: the media engine now reports N sessions (atomic rename).
+set_calls() { echo "$2" >"$work/.$1.calls.tmp" && mv "$work/.$1.calls.tmp" "$work/$1.calls"; }
+kill9() { kill -9 "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; forget "$1"; }
+
+# --- kill: kill -9 of either daemon mid-traffic -----------------------------
+part_kill() {
+  echo "== kill: kill -9 of the collector and of an agent, mid-traffic"
+  local port msr i
+  port=$(free_port)
+  collector_start kc 127.0.0.1 "$port"
+  local kc_pid=$collector_pid
+  # Registrations of 300 s: nothing below comes back through a REGISTER
+  # refresh, only through the collector's saved bindings.
+  declare -A apid
+  for i in 1 2 3; do
+    agent_start "ka$i" "msr_$i" "sip:127.0.0.1:$port" 127.0.0.1 "$((5090 + 2 * i))" 300
+    apid[$i]=$agent_pid
+  done
+  for i in 1 2 3; do wait_until 15 live "msr_$i" 10 || fail "kill: msr_$i not live within 15 s"; done
+  wait_until 5 all_saved kc 3 || fail "kill: the bindings were not saved within 5 s"
+
+  # Traffic: msrctl commits operator changes one after another (each
+  # acknowledged one is written down), selections run and the agents'
+  # loads change, until the collector is killed under them.
+  : >"$work/acked"
+  ( n=0; while :; do n=$((n + 1)); ctl site declare "fault_$n" && echo "fault_$n" >>"$work/acked"; done ) &
+  local writer=$!; pids+=("$writer")
+  ( while :; do ctl select --zone default --site local || true; done ) &
+  local selector=$!; pids+=("$selector")
+  ( c=10; while :; do c=$(( c == 10 ? 30 : 10 )); set_calls ka1 "$c"; sleep 0.3; done ) &
+  local loader=$!; pids+=("$loader")
+  wait_until 20 acked_at_least 50 || fail "kill: fewer than 50 operator changes acknowledged within 20 s"
+  kill9 "$kc_pid"
+  kill9 "$writer"; kill9 "$selector"; kill9 "$loader"
+  local acked; acked=$(wc -l <"$work/acked")
+  set_calls ka1 20
+  local t0; t0=$(now_ms)
+  collector_start kc 127.0.0.1 "$port"
+  kc_pid=$collector_pid
+  for i in 1 2 3; do
+    want=10; [ "$i" = 1 ] && want=20
+    wait_until 10 live "msr_$i" "$want" || fail "kill: msr_$i not back within 10 s of the collector's restart"
+  done
+  local back=$(( $(now_ms) - t0 ))
+  "$bin/msrctl" --socket "$sock" --json site list >"$work/sites.json" || fail "kill: site list"
+  local missing
+  missing=$(jq -r '[.. | strings] as $s | input | split("\n") | map(select(. != "" and (. as $x | $s | index($x) | not))) | .[]' \
+    "$work/sites.json" <(jq -Rs . "$work/acked") | head -5)
+  [ -z "$missing" ] || fail "kill: acknowledged sites lost after kill -9: $missing"
+  grep -q "bindings restored" "$work/kc.log" || fail "kill: no 'bindings restored' in the collector's log"
+  echo "   collector kill -9 mid-traffic: $acked/$acked acknowledged operator changes survived; 3/3 MSRs registered, subscribed and reporting (msr_1's change made while it was down included) ${back} ms after the restart"
+
+  # An agent: kill -9, a load change while it is down, restart.
+  kill9 "${apid[2]}"
+  set_calls ka2 40
+  t0=$(now_ms)
+  agent_start ka2 msr_2 "sip:127.0.0.1:$port" 127.0.0.1 5094 300
+  apid[2]=$agent_pid
+  wait_until 10 live msr_2 40 || fail "kill: msr_2 not registered and reporting within 10 s of its restart"
+  back=$(( $(now_ms) - t0 ))
+  set_calls ka2 60
+  wait_until 10 live msr_2 60 || fail "kill: msr_2's next load change not shown within 10 s"
+  echo "   agent kill -9: msr_2 registered with its fresh load ${back} ms after its restart; its next change shown"
+  for i in 1 2 3; do kill9 "${apid[$i]}"; done
+  kill9 "$kc_pid"
+}
+acked_at_least() { [ "$(wc -l <"$work/acked")" -ge "$1" ]; }
+# all_saved NAME N: the collector NAME's bindings file holds N bindings.
+all_saved() { [ "$(jq '.bindings | length' "$work/$1-state.json.bindings" 2>/dev/null || echo 0)" -ge "$2" ]; }
+
+for p in "${parts[@]}"; do "part_$p"; done
+echo "faults.sh: ${parts[*]}: every check passed"
