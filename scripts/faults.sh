@@ -3,7 +3,7 @@
 # real daemons (target/debug, as the system tests use them; built when
 # missing), every check an observable condition polled with a bound.
 #
-#   scripts/faults.sh [--loss-seconds N] [kill|loss|spoof ...]
+#   scripts/faults.sh [--loss-seconds N] [kill|loss ...]   (default: all)
 #
 #   kill   kill -9 of the collector while msrctl commits operator changes and
 #          the agents report load changes: after the restart every
@@ -33,11 +33,11 @@ while [ "$#" -gt 0 ]; do
   case "$1" in
     --loss-seconds) loss_seconds="$2"; shift 2 ;;
     -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
-    kill) parts+=("$1"); shift ;;
+    kill|loss) parts+=("$1"); shift ;;
     *) echo "faults.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-[ "${#parts[@]}" -gt 0 ] || parts=(kill)
+[ "${#parts[@]}" -gt 0 ] || parts=(kill loss)
 
 bin=${MSR_BIN_DIR:-target/debug}
 if [ ! -x "$bin/msr-collector" ] || [ ! -x "$bin/msr-agent" ] || [ ! -x "$bin/msrctl" ]; then
@@ -235,6 +235,112 @@ part_kill() {
 acked_at_least() { [ "$(wc -l <"$work/acked")" -ge "$1" ]; }
 # all_saved NAME N: the collector NAME's bindings file holds N bindings.
 all_saved() { [ "$(jq '.bindings | length' "$work/$1-state.json.bindings" 2>/dev/null || echo 0)" -ge "$2" ]; }
+
+# --- loss: 20 % both ways in network namespaces ------------------------------
+# NOTIFY and SUBSCRIBE are told apart by the first 6 bytes of the UDP payload
+# (the request line), so that the figures say how many of each were sent
+# and dropped.
+NOTIFY_HEX=0x4e4f54494659
+SUBSCR_HEX=0x535542534352
+# lossy NS IFACE: drops 20 % of the UDP datagrams NS sends on IFACE, counted.
+lossy() {
+  ip netns exec "$1" nft -f - <<EOF
+table inet msrloss {
+  counter notify_sent {}
+  counter notify_dropped {}
+  counter subscribe_sent {}
+  counter subscribe_dropped {}
+  counter other_sent {}
+  counter other_dropped {}
+  chain out {
+    type filter hook output priority 0; policy accept;
+    oifname "$2" meta l4proto udp @th,64,48 $NOTIFY_HEX counter name "notify_sent" numgen random mod 100 < 20 counter name "notify_dropped" drop
+    oifname "$2" meta l4proto udp @th,64,48 $NOTIFY_HEX accept
+    oifname "$2" meta l4proto udp @th,64,48 $SUBSCR_HEX counter name "subscribe_sent" numgen random mod 100 < 20 counter name "subscribe_dropped" drop
+    oifname "$2" meta l4proto udp @th,64,48 $SUBSCR_HEX accept
+    oifname "$2" meta l4proto udp counter name "other_sent" numgen random mod 100 < 20 counter name "other_dropped" drop
+  }
+}
+EOF
+}
+# counter NS NAME: the packets counted by NAME.
+counter() { ip netns exec "$1" nft -j list counter inet msrloss "$2" | jq '[.. | .packets? | numbers] | add // 0'; }
+
+part_loss() {
+  echo "== loss: 20 % packet loss both ways between an agent and the collector for ${loss_seconds} s"
+  command -v nft >/dev/null || fail "loss: nft missing (scripts/deps.sh installs nftables)"
+  local nc="msrf$$c" na="msrf$$a" vc="mf$$c" va="mf$$a"
+  ip netns add "$nc" || fail "loss: ip netns add $nc"
+  netns+=("$nc")
+  ip netns add "$na" || fail "loss: ip netns add $na"
+  netns+=("$na")
+  ip link add "$vc" type veth peer name "$va" || fail "loss: ip link add veth"
+  ip link set "$vc" netns "$nc"
+  ip link set "$va" netns "$na"
+  ip -n "$nc" addr add 10.212.0.1/24 dev "$vc"
+  ip -n "$na" addr add 10.212.0.2/24 dev "$va"
+  for n in "$nc" "$na"; do ip -n "$n" link set lo up; done
+  ip -n "$nc" link set "$vc" up
+  ip -n "$na" link set "$va" up
+  collector_start lc 10.212.0.1 5060 "$nc"
+  local lc_pid=$collector_pid
+  # REGISTER every 15 s (60 s, refreshed 45 s before expiry), a 60 s
+  # subscription: both refresh several times under loss.
+  agent_start la msr_1 sip:10.212.0.1:5060 10.212.0.2 5090 60 "$na"
+  local la_pid=$agent_pid
+  wait_until 20 live msr_1 10 || fail "loss: msr_1 not live within 20 s (no loss yet)"
+  lossy "$nc" "$vc" || fail "loss: nft in $nc"
+  lossy "$na" "$va" || fail "loss: nft in $na"
+
+  local end=$(( $(now_ms) + loss_seconds * 1000 ))
+  local calls=10 changes=0 seen=0 lat_max=0 lat_sum=0 polls=0 unreg=0 unhealthy=0
+  local eid="" resubs=0 line status sub load health t0 lat e
+  eid=$(subs | jq -r '.rows[] | select(.msr == "msr_1") | .event_id')
+  while [ "$(now_ms)" -lt "$end" ]; do
+    calls=$(( calls >= 90 ? 10 : calls + 10 ))
+    set_calls la "$calls"
+    changes=$((changes + 1))
+    t0=$(now_ms)
+    while :; do
+      line=$(rows | jq -r '.rows[] | select(.msr == "msr_1") | "\(.status) \(.subscription) \(.load) \(.health)"')
+      read -r status sub load health <<<"${line:-none none none none}"
+      polls=$((polls + 1))
+      [ "$status" = registered ] || { unreg=$((unreg + 1)); echo "   poll $polls: msr_1 shown '$status'" >&2; }
+      [ "$health" = healthy ] || unhealthy=$((unhealthy + 1))
+      e=$(subs | jq -r '.rows[] | select(.msr == "msr_1") | .event_id')
+      if [ -n "$e" ] && [ "$e" != "$eid" ]; then resubs=$((resubs + 1)); eid=$e; fi
+      [ "$load" = "$calls" ] && break
+      [ $(( $(now_ms) - t0 )) -lt 60000 ] || fail "loss: load $calls not shown within 60 s under loss"
+      sleep 0.2
+    done
+    lat=$(( $(now_ms) - t0 ))
+    seen=$((seen + 1)); lat_sum=$((lat_sum + lat))
+    [ "$lat" -le "$lat_max" ] || lat_max=$lat
+  done
+  local k
+  for k in notify subscribe other; do
+    eval "local c_${k}_s=\$(counter $nc ${k}_sent) c_${k}_d=\$(counter $nc ${k}_dropped)"
+    eval "local a_${k}_s=\$(counter $na ${k}_sent) a_${k}_d=\$(counter $na ${k}_dropped)"
+  done
+  ip netns exec "$nc" nft delete table inet msrloss
+  ip netns exec "$na" nft delete table inet msrloss
+  local c_s=$((c_notify_s + c_subscribe_s + c_other_s)) c_d=$((c_notify_d + c_subscribe_d + c_other_d))
+  local a_s=$((a_notify_s + a_subscribe_s + a_other_s)) a_d=$((a_notify_d + a_subscribe_d + a_other_d))
+  # No subscription lost for good: with the loss gone, the subscription is
+  # active and the next load shown.
+  calls=$(( calls >= 90 ? 10 : calls + 10 ))
+  set_calls la "$calls"
+  wait_until 60 live msr_1 "$calls" || fail "loss: the subscription did not come back within 60 s after the loss ended"
+  local notifies; notifies=$(subs | jq -r '.rows[] | select(.msr == "msr_1") | .notify_count')
+  [ "$unreg" -eq 0 ] || fail "loss: msr_1 shown unregistered in $unreg of $polls polls"
+  echo "   loss measured: collector → agent $c_d/$c_s datagrams dropped ($(pct "$c_d" "$c_s")), agent → collector $a_d/$a_s ($(pct "$a_d" "$a_s"))"
+  echo "   NOTIFY datagrams (retransmissions included): agent sent $a_notify_s, $a_notify_d dropped, $((a_notify_s - a_notify_d)) reached the collector; the dialog's notify count at the end $notifies"
+  echo "   SUBSCRIBE datagrams: collector sent $c_subscribe_s, $c_subscribe_d dropped; re-subscriptions (new dialog) $resubs"
+  echo "   load changes: $seen/$changes seen, mean $(( lat_sum / (seen > 0 ? seen : 1) )) ms, max $lat_max ms; $polls polls: $unreg unregistered, $unhealthy not healthy"
+  kill9 "$la_pid"; kill9 "$lc_pid"
+}
+# pct PART WHOLE: PART as a percentage of WHOLE, one decimal.
+pct() { if [ "$2" -gt 0 ]; then echo "$(( $1 * 100 / $2 )).$(( ($1 * 1000 / $2) % 10 )) %"; else echo "-"; fi; }
 
 for p in "${parts[@]}"; do "part_$p"; done
 echo "faults.sh: ${parts[*]}: every check passed"
