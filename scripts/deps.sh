@@ -2,7 +2,8 @@
 # Installs the Debian packages the build and the tests need when the machine
 # lacks them: protoc (protobuf-compiler; etcd-client's build runs it), and
 # the independent peers of the system tests: SIPp (sip-tester), Kamailio
-# (kamailio, kamcmd, and kamailio-utils-modules for http_client), etcd
+# (kamailio, kamcmd, kamailio-utils-modules for http_client and
+# kamailio-json-modules for the json module of its path B), etcd
 # (etcd-server; the cluster tests start their own) and promtool (prometheus;
 # the tests lint /metrics with `promtool check metrics`), and the fault
 # suite's jq, iproute2 and nftables.
@@ -17,6 +18,8 @@ if [ "${1:-all}" != build ]; then
   { command -v kamailio && command -v kamcmd; } >/dev/null 2>&1 || need+=(kamailio)
   # http_client (config-examples/kamailio/kamailio.cfg releases legs with it).
   [ -e /usr/lib/x86_64-linux-gnu/kamailio/modules/http_client.so ] || need+=(kamailio-utils-modules)
+  # json (its path B reads the /v1/select answer with json_get_string).
+  [ -e /usr/lib/x86_64-linux-gnu/kamailio/modules/json.so ] || need+=(kamailio-json-modules)
   # The fault suite (scripts/faults.sh): jq reads msrctl's JSON; ip and ss
   # (iproute2) make the network namespaces and find free ports; nft
   # (nftables) drops packets between them.

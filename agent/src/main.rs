@@ -9,6 +9,8 @@ use clap::Parser;
 use msr_agent::cli::Cli;
 use msr_agent::log_file::{LogFile, ReopeningFile};
 use tokio_util::sync::CancellationToken;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
 /// How long after SIGTERM/SIGINT the process exits even if the graceful
@@ -50,11 +52,28 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         host_notes(&config);
         return Ok(ExitCode::SUCCESS);
     }
-    let (_guard, reopening) = init_tracing(&cli, log_file)?;
+    let flood = msr_shared::logging::FloodLimit::default();
+    // Kept to the end: dropping it flushes the log file, counts included.
+    let (_guard, reopening) = init_tracing(&cli, log_file, &flood)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    let outcome = run_agent(&runtime, cli, config, reopening.as_ref(), &flood);
+    // What the rate limit of network-caused lines still holds back.
+    flood.finish();
+    outcome
+}
+
+/// Runs the agent on `runtime` until it ends or a signal stops it.
+fn run_agent(
+    runtime: &tokio::runtime::Runtime,
+    cli: Cli,
+    config: msr_agent::AgentConfig,
+    reopening: Option<&ReopeningFile>,
+    flood: &msr_shared::logging::FloodLimit,
+) -> anyhow::Result<ExitCode> {
     runtime.block_on(async {
+        tokio::spawn(flood.clone().flush_periodically());
         let shutdown = CancellationToken::new();
         let agent = tokio::spawn(msr_agent::run(
             config,
@@ -64,7 +83,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         tokio::pin!(agent);
         tokio::select! {
             result = &mut agent => return result?.map(|()| ExitCode::SUCCESS).map_err(Into::into),
-            signal = msr_shared::signals::shutdown_signal(|| reopen_log(reopening.as_ref())) => {
+            signal = msr_shared::signals::shutdown_signal(|| reopen_log(reopening)) => {
                 tracing::info!(signal = signal?, "signal received, stopping");
             }
         }
@@ -157,6 +176,7 @@ fn reopen_log(file: Option<&ReopeningFile>) -> String {
 fn init_tracing(
     cli: &Cli,
     log_file: Option<LogFile>,
+    flood: &msr_shared::logging::FloodLimit,
 ) -> anyhow::Result<(
     Option<tracing_appender::non_blocking::WorkerGuard>,
     Option<ReopeningFile>,
@@ -171,6 +191,9 @@ fn init_tracing(
             .with_env_filter(filter)
             .with_writer(writer)
             .with_ansi(false)
+            .fmt_fields(msr_shared::logging::EscapingFields)
+            .finish()
+            .with(flood.clone())
             .init();
         Ok((Some(guard), Some(reopening)))
     } else {
@@ -178,6 +201,9 @@ fn init_tracing(
             .with_env_filter(filter)
             .with_writer(std::io::stderr)
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .fmt_fields(msr_shared::logging::EscapingFields)
+            .finish()
+            .with(flood.clone())
             .init();
         Ok((None, None))
     }

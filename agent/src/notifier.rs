@@ -9,6 +9,16 @@
 //!
 //! Policy (SPEC §4):
 //!
+//! * a SUBSCRIBE is taken only from a subscriber host
+//!   ([`NotifierConfig::subscribers`]: the registrars, i.e. the hosts of the
+//!   `<dynamic realm>` URIs, plus `<agent allow-subscribers>`), judged by
+//!   the request's real source address, and only with a `Contact` that
+//!   names such a host by IP address. Anything else gets `403 Forbidden`
+//!   before any state is touched: no slot is taken and no NOTIFY is sent,
+//!   so the agent cannot be made to send NOTIFYs at a stranger (reflection)
+//!   and strangers cannot fill its [`MAX_SUBSCRIPTIONS`] slots (RFC 6665
+//!   §6.1, §6.3; SPEC §4). The refusals are logged at warn, target
+//!   [`REFUSAL_LOG_TARGET`] (rate limited with a suppressed count);
 //! * SUBSCRIBE for `Event: eltex-call-count` → 200 with the granted
 //!   `Expires` = min(requested, `max-subscription-expires`) (60 s when the
 //!   request has no `Expires`), a new dialog (our To-tag), then at once a
@@ -31,8 +41,10 @@
 //! * another event → 489 with `Allow-Events`; a request in an unknown dialog
 //!   → 481; a SUBSCRIBE without Call-ID, From tag, CSeq or Contact → 400; a
 //!   SUBSCRIBE for an MSR name that is not one of our accounts → 404;
-//! * a NOTIFY answered 481 or 408, or lost (transport failure), drops the
-//!   subscription (RFC 6665 §4.2.2); other errors are logged only;
+//! * a NOTIFY answered 481, 408 or another response that ends the usage
+//!   ([`ends_subscription`]), or lost (transport failure), drops the
+//!   subscription (RFC 6665 §4.2.2): it is removed, its slot freed, and no
+//!   further NOTIFY goes out; other errors are logged only;
 //! * every final (`terminated`) NOTIFY is tracked until it is answered or
 //!   fails ([`Notifier::finals_in_flight`]). After [`Notifier::shutdown`]
 //!   the shell waits for them, at most [`FINAL_NOTIFY_GRACE`], before it
@@ -44,6 +56,7 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fmt;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use msr_shared::event_package::{LoadReport, CONTENT_TYPE, EVENT};
@@ -65,6 +78,10 @@ pub use rule::{NotifyGate, NotifyRule, Reported, Verdict, DEFAULT_HIGH_WATER};
 /// it gets `503 Service Unavailable` with `Retry-After: 60`. A cluster has
 /// one subscription per core host and MSR name.
 pub const MAX_SUBSCRIPTIONS: usize = 256;
+
+/// The log target of refused SUBSCRIBEs: lines a stranger can cause, which
+/// the daemon's log layer rate-limits.
+pub const REFUSAL_LOG_TARGET: &str = "network";
 
 /// The shortest subscription granted, seconds; a shorter non-zero request
 /// gets `423` with `Min-Expires: 1`.
@@ -96,6 +113,10 @@ pub struct NotifierConfig {
     pub contact_host_port: String,
     /// The MSR names subscriptions may be for (`msr_name` of the accounts).
     pub accounts: BTreeSet<String>,
+    /// The hosts that may SUBSCRIBE and receive NOTIFYs (SPEC §4): the
+    /// registrars' addresses and `<agent allow-subscribers>`, canonical
+    /// ([`IpAddr::to_canonical`]: an IPv4-mapped IPv6 address as IPv4).
+    pub subscribers: BTreeSet<IpAddr>,
 }
 
 /// Identifies one subscription for the shell (request id ↔ subscription).
@@ -285,13 +306,42 @@ impl Notifier {
 
     /// Applies a reloaded config: a new `load-delta`, rate limit and maximum
     /// expiry apply at once (held changes are re-evaluated); subscriptions for
-    /// MSR names no longer configured end with `noresource`.
+    /// MSR names no longer configured end with `noresource`; then those
+    /// whose host is no longer a subscriber host are dropped
+    /// ([`set_subscribers`](Self::set_subscribers)).
     pub fn reconfigure(&mut self, now: Instant, config: NotifierConfig) {
         let accounts = config.accounts.clone();
+        let subscribers = config.subscribers.clone();
         self.config = config;
+        // Accounts first: a subscription for a removed account gets its
+        // `noresource` NOTIFY (SPEC §4) even when its registrar was that
+        // account's alone and leaves the subscriber hosts with it.
         self.set_accounts(now, accounts);
+        self.set_subscribers(subscribers);
         let latest = self.latest;
         self.on_sample(now, latest);
+    }
+
+    /// Sets the subscriber hosts ([`NotifierConfig::subscribers`]); a
+    /// subscription whose NOTIFYs go to a host no longer among them is
+    /// dropped without a final NOTIFY (NOTIFYs go to subscriber hosts only).
+    pub fn set_subscribers(&mut self, subscribers: BTreeSet<IpAddr>) {
+        self.config.subscribers = subscribers
+            .into_iter()
+            .map(|ip| ip.to_canonical())
+            .collect();
+        let mut gone: Vec<SubscriptionId> = self
+            .subs
+            .values()
+            .filter(|s| {
+                !sip::uri_socket_addr(&s.remote_target).is_some_and(|t| self.is_subscriber(t.ip()))
+            })
+            .map(|s| s.id)
+            .collect();
+        gone.sort();
+        for id in gone {
+            self.drop_subscription(id, "subscriber host no longer allowed");
+        }
     }
 
     /// Sets the MSR names that may be subscribed to; subscriptions for names
@@ -339,7 +389,7 @@ impl Notifier {
         if (200..300).contains(&code) {
             return;
         }
-        if code == 481 || code == 408 {
+        if ends_subscription(code) {
             self.drop_subscription(id, &format!("notify answered {code}"));
         } else if self.subs.contains_key(&id) {
             warn!(subscription = %id, status = code, "notify refused");
@@ -367,11 +417,33 @@ impl Notifier {
         }
     }
 
-    /// Answers an incoming request; `None` for ACK (never answered).
-    pub fn handle_request(&mut self, now: Instant, request: &Request) -> Option<Response> {
+    /// Answers an incoming request from `source` (the address it came
+    /// from, as the socket saw it; `None` if the transport did not say);
+    /// `None` for ACK (never answered).
+    pub fn handle_request(
+        &mut self,
+        now: Instant,
+        source: Option<SocketAddr>,
+        request: &Request,
+    ) -> Option<Response> {
         match request.method {
             Method::Ack => None,
-            Method::Subscribe => Some(self.handle_subscribe(now, request)),
+            Method::Subscribe => Some(match self.refusal(source, request) {
+                Some(why) => {
+                    warn!(
+                        target: REFUSAL_LOG_TARGET,
+                        source = %source.map_or_else(|| "unknown".to_owned(), |s| s.to_string()),
+                        reason = why,
+                        "subscribe refused: not a subscriber host"
+                    );
+                    finish(sip::response(
+                        request,
+                        StatusCode::Forbidden,
+                        Some(&sip::random_token()),
+                    ))
+                }
+                None => self.handle_subscribe(now, request),
+            }),
             Method::Options => {
                 let mut r = sip::response(request, StatusCode::OK, Some(&sip::random_token()));
                 sip::push_header(&mut r.headers, "Allow", "SUBSCRIBE, OPTIONS");
@@ -399,6 +471,28 @@ impl Notifier {
                 }
                 Some(finish(r))
             }
+        }
+    }
+
+    /// Whether `ip` is a subscriber host ([`NotifierConfig::subscribers`]).
+    fn is_subscriber(&self, ip: IpAddr) -> bool {
+        self.config.subscribers.contains(&ip.to_canonical())
+    }
+
+    /// Why a SUBSCRIBE from `source` must be refused with 403, if it must:
+    /// it did not come from a subscriber host, or its `Contact` (where the
+    /// NOTIFYs would go) is not one. Decided before anything else, so a
+    /// refused request changes nothing.
+    fn refusal(&self, source: Option<SocketAddr>, request: &Request) -> Option<&'static str> {
+        if !source.is_some_and(|s| self.is_subscriber(s.ip())) {
+            return Some("source");
+        }
+        // No Contact: the 400 below. An in-dialog SUBSCRIBE without one
+        // keeps the dialog's target, which passed this check.
+        let contact = sip::header(&request.headers, "Contact").map(sip::addr_uri)?;
+        match sip::uri_socket_addr(contact) {
+            Some(target) if self.is_subscriber(target.ip()) => None,
+            _ => Some("contact"),
         }
     }
 
@@ -679,6 +773,19 @@ impl Notifier {
             }
         }
     }
+}
+
+/// Whether a final response to a NOTIFY ends its subscription (RFC 6665
+/// §4.2.2): 481 (the subscriber has no such dialog), 408 (a locally
+/// generated one for Timer F included) and the responses RFC 5057 §5.1
+/// says destroy the usage — 404, 405, 410, 416, 480–485, 489, 501, 604.
+/// Any other failure (a 500, a 503, a challenge…) is transient: the
+/// subscription stays, and the subscriber's next refresh repairs it.
+pub fn ends_subscription(code: u16) -> bool {
+    matches!(
+        code,
+        404 | 405 | 408 | 410 | 416 | 480..=485 | 489 | 501 | 604
+    )
 }
 
 /// The fields of a sample the rule compares.

@@ -10,6 +10,7 @@
 //! * the sampling tick (the [`LoadSampler`] runs in `spawn_blocking`, it reads
 //!   `/proc`);
 //! * a config reload from [`crate::config::watch()`];
+//! * the end of a resolution of the registrars' host names (below);
 //! * shutdown (the `CancellationToken`).
 //!
 //! After every event each core's transmit queue is flushed into the endpoint.
@@ -27,10 +28,17 @@
 //! The whole shutdown thus takes at most `FINAL_NOTIFY_GRACE +
 //! SHUTDOWN_GRACE` (4 s), within `main.rs`'s exit deadline.
 //!
+//! Who may SUBSCRIBE (SPEC §4): the realm hosts written as IP addresses and
+//! `<agent allow-subscribers>` are known at once; realm hosts written as
+//! names are resolved at start and after each config reload, in a task (at
+//! most [`RESOLVE_TIMEOUT`] per name), never per request. Until a name is
+//! resolved its registrar cannot subscribe; a name that fails to resolve
+//! keeps the addresses it had (logged at warn).
+//!
 //! Architecture Invariant: only this module (and `lib.rs`) touches the
 //! clock, sockets and tasks; the cores receive `now` as an argument.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -52,6 +60,13 @@ use crate::registration::{Registration, RegistrationConfig};
 /// [`FINAL_NOTIFY_GRACE`](crate::notifier::FINAL_NOTIFY_GRACE) for the
 /// final NOTIFYs).
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// The longest a registrar's host name may take to resolve.
+pub(crate) const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What one resolution of the registrars' host names found: per name, its
+/// addresses or why there are none.
+type Resolution = Vec<(String, Result<BTreeSet<IpAddr>, String>)>;
 
 /// An account's identity across reloads: `(msr_name, realm URI)`.
 type AccountKey = (String, String);
@@ -142,14 +157,21 @@ pub(crate) struct Shell {
     sampler: Option<LoadSampler>,
     requests: HashMap<u64, Origin>,
     next_request_id: u64,
+    /// The registrars' host names and their last resolved addresses.
+    resolved: BTreeMap<String, BTreeSet<IpAddr>>,
 }
 
 fn account_key(a: &Account) -> AccountKey {
     (a.msr_name.clone(), a.realm.uri.clone())
 }
 
-fn notifier_config(config: &AgentConfig, contact: &str) -> NotifierConfig {
+fn notifier_config(
+    config: &AgentConfig,
+    contact: &str,
+    resolved: &BTreeMap<String, BTreeSet<IpAddr>>,
+) -> NotifierConfig {
     NotifierConfig {
+        subscribers: subscribers(config, resolved),
         load_delta: config.general.load_delta,
         high_water: config.agent.notify_high_water,
         notify_min_interval: Duration::from_millis(config.agent.notify_min_interval_ms),
@@ -161,6 +183,35 @@ fn notifier_config(config: &AgentConfig, contact: &str) -> NotifierConfig {
             .map(|a| a.msr_name.clone())
             .collect::<BTreeSet<_>>(),
     }
+}
+
+/// The subscriber hosts of `config`: its addresses, and the addresses
+/// `resolved` holds for its names.
+fn subscribers(
+    config: &AgentConfig,
+    resolved: &BTreeMap<String, BTreeSet<IpAddr>>,
+) -> BTreeSet<IpAddr> {
+    let hosts = config.subscriber_hosts();
+    let mut all = hosts.addresses;
+    for name in &hosts.names {
+        all.extend(resolved.get(name).into_iter().flatten());
+    }
+    all
+}
+
+/// Resolves `names`, each within [`RESOLVE_TIMEOUT`].
+async fn resolve(names: BTreeSet<String>) -> Resolution {
+    let mut out = Vec::new();
+    for name in names {
+        let lookup = tokio::net::lookup_host((name.as_str(), 5060));
+        let found = match tokio::time::timeout(RESOLVE_TIMEOUT, lookup).await {
+            Ok(Ok(addrs)) => Ok(addrs.map(|a| a.ip().to_canonical()).collect()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer in {} s", RESOLVE_TIMEOUT.as_secs())),
+        };
+        out.push((name, found));
+    }
+    out
 }
 
 impl Shell {
@@ -194,7 +245,8 @@ impl Shell {
             }
         };
         let contact = host_port(contact_addr, endpoint.local_addr().port());
-        let notifier = Notifier::new(notifier_config(&config, &contact), initial);
+        let resolved = BTreeMap::new();
+        let notifier = Notifier::new(notifier_config(&config, &contact, &resolved), initial);
         Self {
             endpoint,
             config,
@@ -206,7 +258,33 @@ impl Shell {
             sampler,
             requests: HashMap::new(),
             next_request_id: 1,
+            resolved,
         }
+    }
+
+    /// Starts resolving the registrars' host names; `None` when the config
+    /// names none.
+    fn start_resolving(&self) -> Option<JoinHandle<Resolution>> {
+        let names = self.config.subscriber_hosts().names;
+        (!names.is_empty()).then(|| tokio::spawn(resolve(names)))
+    }
+
+    /// Takes in what a resolution found and tells the notifier.
+    fn resolved(&mut self, found: Resolution) {
+        for (name, addrs) in found {
+            match addrs {
+                Ok(addrs) => {
+                    info!(registrar = %name, addresses = ?addrs, "registrar host resolved");
+                    self.resolved.insert(name, addrs);
+                }
+                Err(e) => {
+                    let kept = self.resolved.get(&name).map_or(0, BTreeSet::len);
+                    warn!(registrar = %name, error = %e, kept, "cannot resolve registrar host, keeping its last addresses");
+                }
+            }
+        }
+        self.notifier
+            .set_subscribers(subscribers(&self.config, &self.resolved));
     }
 
     fn registration_config(&self, account: &Account) -> RegistrationConfig {
@@ -246,6 +324,7 @@ impl Shell {
         };
         let mut ticker = new_ticker(self.config.agent.sample_interval_ms);
         let mut sampling: Option<JoinHandle<(LoadSampler, Sample)>> = None;
+        let mut resolving = self.start_resolving();
 
         let result = loop {
             self.flush();
@@ -281,6 +360,13 @@ impl Shell {
                         }
                     }
                 }
+                found = async { match resolving.as_mut() { Some(h) => h.await, None => std::future::pending().await } }, if resolving.is_some() => {
+                    resolving = None;
+                    match found {
+                        Ok(found) => self.resolved(found),
+                        Err(e) => warn!(error = %e, "registrar host resolution failed"),
+                    }
+                }
                 reload = async { match reloads.as_mut() { Some(rx) => rx.recv().await, None => std::future::pending().await } }, if reloads.is_some() => {
                     match reload {
                         Some(Ok(config)) => {
@@ -289,6 +375,10 @@ impl Shell {
                                 ticker = new_ticker(interval);
                             }
                             self.reload(Instant::now(), config);
+                            if let Some(old) = resolving.take() {
+                                old.abort();
+                            }
+                            resolving = self.start_resolving();
                         }
                         Some(Err(e)) => report_bad_config(&e),
                         None => reloads = None,
@@ -296,6 +386,9 @@ impl Shell {
                 }
             }
         };
+        if let Some(task) = resolving {
+            task.abort();
+        }
         self.graceful_shutdown().await;
         result
     }
@@ -319,7 +412,7 @@ impl Shell {
         let now = Instant::now();
         match event {
             SipEvent::Request(tx) => {
-                let response = self.notifier.handle_request(now, tx.request());
+                let response = self.notifier.handle_request(now, tx.source(), tx.request());
                 if let Some(response) = response {
                     tx.respond(response).await;
                 }
@@ -463,9 +556,13 @@ impl Shell {
         if let Some(sampler) = self.sampler.as_mut() {
             sampler.reconfigure(&self.config.media, &self.config.general, &self.config.agent);
         }
+        // Names no longer in the config are forgotten; new ones are
+        // resolved by the caller, and allowed once they are.
+        let names = self.config.subscriber_hosts().names;
+        self.resolved.retain(|name, _| names.contains(name));
         let contact = host_port(self.contact_addr, self.endpoint.local_addr().port());
         self.notifier
-            .reconfigure(now, notifier_config(&self.config, &contact));
+            .reconfigure(now, notifier_config(&self.config, &contact, &self.resolved));
         info!(
             accounts = self.config.accounts.len(),
             load_delta = self.config.general.load_delta,

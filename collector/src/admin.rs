@@ -8,8 +8,11 @@
 //! * [`serve`] is the Unix-socket server: one task per connection, one JSON
 //!   request per line, one JSON response per line. It owns no state; each
 //!   request goes to the collector's main loop as an [`AdminCommand`]. At
-//!   most [`MAX_CONNECTIONS`] connections are served at once, and one that
-//!   sends no complete request line for [`IDLE_TIMEOUT`] is closed.
+//!   most [`MAX_CONNECTIONS`] connections are served at once, at most
+//!   [`MAX_CONNECTIONS_PER_CLIENT`] per user id of the connecting process
+//!   (peer credentials) with [`RESERVED_CONNECTIONS`] kept for root and the
+//!   collector's user ([`quota`]), and one that sends no complete request
+//!   line for [`IDLE_TIMEOUT`] is closed.
 //!
 //! Architecture invariant: [`handle`] reads no clock (the caller passes `now`)
 //! and uses only the RNG in [`AdminContext`].
@@ -17,7 +20,7 @@
 use std::io;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use msr_shared::admin::{
@@ -30,7 +33,7 @@ use rand::RngCore;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -45,6 +48,7 @@ use crate::operator::{OperatorConfig, OperatorError};
 use crate::select::{self, CandidateOutcome, Draw, Explanation, Query, Refusal};
 use crate::store::Store;
 use crate::topology::TopologyError;
+use quota::{Client, ConnectionQuota, QuotaPolicy};
 
 /// Longest accepted request line, in bytes, not counting its newline: a
 /// line of exactly this many bytes is read; one byte more is refused and
@@ -938,6 +942,16 @@ pub fn bind_control_socket(path: &Path) -> io::Result<UnixListener> {
 /// connection's slot is free again as soon as it is closed.
 pub const MAX_CONNECTIONS: usize = 256;
 
+/// The most control connections one user id holds at once (the client's
+/// peer credentials): a local client holding them all cannot lock msrctl
+/// out.
+pub const MAX_CONNECTIONS_PER_CLIENT: usize = 64;
+
+/// Of [`MAX_CONNECTIONS`], the places only root and the collector's own
+/// user (the socket's owner) may take: msrctl run by them is served however
+/// many other users hold connections.
+pub const RESERVED_CONNECTIONS: usize = 16;
+
 /// How long a control connection may go without sending a complete request
 /// line: 60 s. The timer starts when the connection is accepted and again
 /// after each response; when it runs out the connection gets an
@@ -946,11 +960,16 @@ pub const MAX_CONNECTIONS: usize = 256;
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The limits [`serve_with`] applies; [`serve`] uses the default
-/// ([`MAX_CONNECTIONS`], [`IDLE_TIMEOUT`]).
+/// ([`MAX_CONNECTIONS`], [`MAX_CONNECTIONS_PER_CLIENT`],
+/// [`RESERVED_CONNECTIONS`], [`IDLE_TIMEOUT`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServeLimits {
     /// Connections served at once.
     pub max_connections: usize,
+    /// Connections served at once per user id.
+    pub per_client: usize,
+    /// Places kept for root and the socket's owner.
+    pub reserved: usize,
     /// Longest wait for a complete request line, and for writing one
     /// response line.
     pub idle_timeout: Duration,
@@ -960,6 +979,8 @@ impl Default for ServeLimits {
     fn default() -> Self {
         Self {
             max_connections: MAX_CONNECTIONS,
+            per_client: MAX_CONNECTIONS_PER_CLIENT,
+            reserved: RESERVED_CONNECTIONS,
             idle_timeout: IDLE_TIMEOUT,
         }
     }
@@ -983,9 +1004,16 @@ pub async fn serve_with(
     shutdown: CancellationToken,
     limits: ServeLimits,
 ) {
-    // Each connection task holds one permit until it ends, so the count is
+    // Each connection task holds its place until it ends, so the count is
     // of live connections whether or not its task has been reaped yet.
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let places = Places::new(
+        QuotaPolicy {
+            total: limits.max_connections,
+            per_client: limits.per_client,
+            reserved: limits.reserved,
+        },
+        socket_owner(&listener),
+    );
     let mut connections = JoinSet::new();
     loop {
         // The set keeps finished tasks until they are joined.
@@ -993,16 +1021,19 @@ pub async fn serve_with(
         tokio::select! {
             () = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => match admit(&permits).await {
-                    Some(permit) => {
-                        let task = connection(stream, tx.clone(), shutdown.clone(), limits.idle_timeout);
-                        connections.spawn(async move {
-                            task.await;
-                            drop(permit);
-                        });
+                Ok((stream, _)) => {
+                    let peer = stream.peer_cred().ok();
+                    match places.admit(peer.map(|p| p.uid())).await {
+                        Ok(place) => {
+                            let task = connection(stream, tx.clone(), shutdown.clone(), limits.idle_timeout);
+                            connections.spawn(async move {
+                                task.await;
+                                drop(place);
+                            });
+                        }
+                        Err(refusal) => refuse(stream, peer, refusal, limits),
                     }
-                    None => refuse(stream, limits),
-                },
+                }
                 Err(error) => {
                     tracing::warn!(cause = %error, "control socket accept failed");
                     // Avoids a hot loop on persistent errors such as EMFILE.
@@ -1032,19 +1063,115 @@ pub(crate) async fn admit(permits: &Arc<Semaphore>) -> Option<tokio::sync::Owned
         .ok()
 }
 
-/// Answers a connection past the limit with an `unavailable` line and
-/// closes it.
-fn refuse(stream: UnixStream, limits: ServeLimits) {
+/// The user id owning the control socket (the collector's user: it bound
+/// it), if it can be read.
+fn socket_owner(listener: &UnixListener) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let addr = listener.local_addr().ok()?;
+    Some(std::fs::metadata(addr.as_pathname()?).ok()?.uid())
+}
+
+/// The places of the control connections ([`ConnectionQuota`]), shared by
+/// the accept loop and the connection tasks that give them back.
+#[derive(Debug, Clone)]
+struct Places {
+    quota: Arc<Mutex<ConnectionQuota>>,
+    /// Woken whenever a place is given back.
+    freed: Arc<Notify>,
+}
+
+/// A connection's place, given back when dropped.
+#[derive(Debug)]
+struct Place {
+    places: Places,
+    client: Client,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.places.lock().release(self.client);
+        self.places.freed.notify_waiters();
+    }
+}
+
+impl Places {
+    fn new(policy: QuotaPolicy, owner: Option<u32>) -> Self {
+        Self {
+            quota: Arc::new(Mutex::new(ConnectionQuota::new(policy, owner))),
+            freed: Arc::new(Notify::new()),
+        }
+    }
+
+    /// The quota. Its methods do not panic, so a poisoned lock (a panic
+    /// elsewhere while it was held) still guards consistent counts.
+    fn lock(&self) -> std::sync::MutexGuard<'_, ConnectionQuota> {
+        self.quota
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn try_admit(&self, client: Client) -> Result<Place, quota::Refusal> {
+        self.lock().admit(client)?;
+        Ok(Place {
+            places: self.clone(),
+            client,
+        })
+    }
+
+    /// A place for a connection of `client`: at once if the quota allows,
+    /// else when a place given back within [`ADMIT_GRACE`] makes it allow.
+    /// The accept loop waits here, so a client refused after a wait is
+    /// refused without one for a while ([`ConnectionQuota::may_wait`]): a
+    /// client connecting in a loop past its share cannot hold the loop up.
+    async fn admit(&self, client: Client) -> Result<Place, quota::Refusal> {
+        let deadline = tokio::time::Instant::now() + ADMIT_GRACE;
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            // Registered before the check, so a place given back between
+            // the check and the wait is not missed.
+            freed.as_mut().enable();
+            let now = tokio::time::Instant::now();
+            match self.try_admit(client) {
+                Ok(place) => return Ok(place),
+                Err(refusal) if now >= deadline || !self.may_wait(client, now) => {
+                    self.waited_in_vain(client, now);
+                    return Err(refusal);
+                }
+                Err(_) => {}
+            }
+            let _ = tokio::time::timeout_at(deadline, freed).await;
+        }
+    }
+
+    fn may_wait(&self, client: Client, now: tokio::time::Instant) -> bool {
+        self.lock().may_wait(client, now)
+    }
+
+    fn waited_in_vain(&self, client: Client, now: tokio::time::Instant) {
+        self.lock().waited_in_vain(client, now);
+    }
+}
+
+/// Answers a connection the quota refused with an `unavailable` line and
+/// closes it. The warning is rate limited (target
+/// [`msr_shared::logging::NETWORK`]): a client may connect in a loop.
+fn refuse(
+    stream: UnixStream,
+    peer: Option<tokio::net::unix::UCred>,
+    refusal: quota::Refusal,
+    limits: ServeLimits,
+) {
     tracing::warn!(
-        limit = limits.max_connections,
-        "control connection refused: too many open"
+        target: msr_shared::logging::NETWORK,
+        uid = peer.map(|p| p.uid()),
+        pid = peer.and_then(|p| p.pid()),
+        reason = %refusal,
+        "control connection refused"
     );
     let line = response_line(&Response::error(
         ErrorCode::Unavailable,
-        format!(
-            "too many control connections (at most {})",
-            limits.max_connections
-        ),
+        refusal.to_string(),
     ));
     tokio::spawn(async move {
         let mut stream = stream;
@@ -1206,6 +1333,8 @@ pub fn unix_secs(time: SystemTime) -> i64 {
         Err(e) => -i64::try_from(e.duration().as_secs()).unwrap_or(i64::MAX),
     }
 }
+
+pub mod quota;
 
 #[cfg(test)]
 mod tests;

@@ -60,11 +60,27 @@ pub enum ConfigError {
         /// The TOML parser's message, lowercased first letter.
         message: String,
     },
+    /// The file is not UTF-8 text (TOML v1.0.0 "Spec": a TOML file must be
+    /// a valid UTF-8 encoded Unicode document).
+    #[error("{origin}:{line}:{column}: byte 0x{byte:02x} is not valid utf-8 (the file must be utf-8 text)")]
+    Encoding {
+        /// The file path.
+        origin: String,
+        /// 1-based line of the first invalid byte.
+        line: usize,
+        /// 1-based column (in characters) of the first invalid byte.
+        column: usize,
+        /// That byte.
+        byte: u8,
+    },
     /// A value is well-formed TOML but not acceptable.
-    #[error("{origin}: `{key}` = {value}: expected {expected}")]
+    #[error("{}: `{key}` = {value}: expected {expected}", with_position(origin, *position))]
     Invalid {
         /// The file path (or `<string>`).
         origin: String,
+        /// Line and column (1-based) of the value, when it is written in
+        /// the text (not for a missing key).
+        position: Option<(usize, usize)>,
         /// The dotted key, e.g. `sip.transports`.
         key: String,
         /// The offending value as written (TOML syntax).
@@ -787,11 +803,31 @@ fn default_state_path() -> PathBuf {
 /// [`ConfigError::Read`] when the file cannot be read, otherwise as [`parse`].
 pub fn load(path: &Path) -> Result<CollectorConfig, ConfigError> {
     let origin = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    let bytes = std::fs::read(path).map_err(|source| ConfigError::Read {
         origin: origin.clone(),
         source,
     })?;
-    parse(&text, &origin)
+    let text = std::str::from_utf8(&bytes).map_err(|e| {
+        let valid = e.valid_up_to();
+        // The prefix up to the error is valid UTF-8 by definition.
+        let before = std::str::from_utf8(&bytes[..valid]).unwrap_or_default();
+        let (line, column) = line_col(before, valid);
+        ConfigError::Encoding {
+            origin: origin.clone(),
+            line,
+            column,
+            byte: bytes.get(valid).copied().unwrap_or_default(),
+        }
+    })?;
+    parse(text, &origin)
+}
+
+/// `origin:line:column`, or `origin` alone without a position.
+fn with_position(origin: &str, position: Option<(usize, usize)>) -> String {
+    match position {
+        Some((line, column)) => format!("{origin}:{line}:{column}"),
+        None => origin.to_owned(),
+    }
 }
 
 /// Parses and validates config text; `origin` names it in errors (a path,
@@ -806,14 +842,110 @@ pub fn parse(text: &str, origin: &str) -> Result<CollectorConfig, ConfigError> {
             .span()
             .map(|span| line_col(text, span.start))
             .unwrap_or((1, 1));
+        let message = e.message().trim();
+        let message = e
+            .span()
+            .and_then(|span| out_of_type_range(text, span.start, message))
+            .unwrap_or_else(|| message.to_owned());
         ConfigError::Syntax {
             origin: origin.to_owned(),
             line,
             column,
-            message: e.message().trim().to_owned(),
+            message,
         }
     })?;
-    validate(raw, origin)
+    validate(raw, origin).map_err(|e| match e {
+        ConfigError::Invalid {
+            origin,
+            position: None,
+            key,
+            value,
+            expected,
+        } => ConfigError::Invalid {
+            origin,
+            position: locate(text, &key),
+            key,
+            value,
+            expected,
+        },
+        e => e,
+    })
+}
+
+/// For the TOML parser's `invalid value: integer `N`, expected u32` (a
+/// number outside its field's type) at `offset`: the message naming the
+/// key as written and the range the type accepts, e.g. `[health]
+/// keepalive_misses = -1: accepted 0..=4294967295` (the value is then
+/// range-checked for its meaning; [`ConfigError::Invalid`] says how).
+fn out_of_type_range(text: &str, offset: usize, message: &str) -> Option<String> {
+    let rest = message.strip_prefix("invalid value: integer `")?;
+    let (value, ty) = rest.split_once("`, expected ")?;
+    let range = match ty {
+        "u8" => format!("0..={}", u8::MAX),
+        "u16" => format!("0..={}", u16::MAX),
+        "u32" => format!("0..={}", u32::MAX),
+        "u64" => format!("0..={}", u64::MAX),
+        "usize" => format!("0..={}", usize::MAX),
+        "i32" => format!("{}..={}", i32::MIN, i32::MAX),
+        _ => return None,
+    };
+    let start = text.get(..offset)?.rfind('\n').map_or(0, |i| i + 1);
+    let line = text.get(start..)?.lines().next()?;
+    let key = line.split_once('=')?.0.trim();
+    let table = text
+        .get(..start)?
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('['))
+        .map(|header| format!("{header} "))
+        .unwrap_or_default();
+    Some(format!("{table}{key} = {value}: accepted {range}"))
+}
+
+/// Where the value of the dotted `key` of a validation error is written
+/// (`health.keepalive_misses`, `accounts[1].auth_name`,
+/// `store.endpoints[0]`), as line and column of the value: the key's line
+/// under its table's header (the n-th `[[accounts]]` for `accounts[n]`).
+/// `None` when it is not written there (a missing key, a dotted or inline
+/// table).
+fn locate(text: &str, key: &str) -> Option<(usize, usize)> {
+    let (table, name) = match key.rsplit_once('.') {
+        Some((table, name)) => (Some(table), name),
+        None => (None, key),
+    };
+    let name = name.split('[').next().unwrap_or(name);
+    // `accounts[1]` is the second `[[accounts]]`.
+    let (table, nth) = match table.and_then(|t| t.strip_suffix(']')?.split_once('[')) {
+        Some((t, n)) => (Some(t), n.parse::<usize>().ok()?),
+        None => (table, 0),
+    };
+    let mut current: Option<&str> = None;
+    let mut seen = 0usize;
+    for (i, line) in text.lines().enumerate() {
+        let trimmed = line.trim();
+        if trimmed.starts_with('[') {
+            let header = trimmed.split('#').next().unwrap_or(trimmed).trim();
+            let inner = header.trim_start_matches('[').trim_end_matches(']').trim();
+            if Some(inner) == table {
+                seen += 1;
+            }
+            current = Some(inner);
+            continue;
+        }
+        if current != table || seen != nth + usize::from(table.is_some()) {
+            continue;
+        }
+        let Some((k, _)) = trimmed.split_once('=') else {
+            continue;
+        };
+        if k.trim() == name {
+            let eq = line.find('=')?;
+            let value_start = eq + 1 + (line[eq + 1..].len() - line[eq + 1..].trim_start().len());
+            return Some((i + 1, line[..value_start].chars().count() + 1));
+        }
+    }
+    None
 }
 
 /// What keeps `realm` from being written inside the quoted string of a
@@ -847,6 +979,7 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, ConfigError> {
     let invalid = |key: &str, value: String, expected: &str| ConfigError::Invalid {
         origin: origin.to_owned(),
+        position: None,
         key: key.to_owned(),
         value,
         expected: expected.to_owned(),
@@ -1164,6 +1297,7 @@ fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, ConfigError
 fn validate_http(raw: RawHttp, origin: &str) -> Result<Option<HttpConfig>, ConfigError> {
     let invalid = |key: &str, value: String, expected: &str| ConfigError::Invalid {
         origin: origin.to_owned(),
+        position: None,
         key: key.to_owned(),
         value,
         expected: expected.to_owned(),
@@ -1215,6 +1349,7 @@ fn validate_http(raw: RawHttp, origin: &str) -> Result<Option<HttpConfig>, Confi
 fn validate_store(raw: RawStore, origin: &str) -> Result<StoreBackend, ConfigError> {
     let invalid = |key: &str, value: String, expected: &str| ConfigError::Invalid {
         origin: origin.to_owned(),
+        position: None,
         key: key.to_owned(),
         value,
         expected: expected.to_owned(),

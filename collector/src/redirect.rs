@@ -47,6 +47,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use msr_shared::admin::{
     ErrorCode, Request as AdminRequest, Response as AdminResponse, ResponseData,
 };
@@ -485,10 +486,25 @@ struct Done {
     leg: Option<(String, Option<String>)>,
 }
 
-/// Runs the redirect server on `socket` until `shutdown`: every INVITE's
-/// `select` goes to the shell over `tx` from a task of its own, so one slow
-/// answer never holds up the next INVITE; the loop alone owns the
-/// [`InviteCache`] and sends every response.
+/// An INVITE waiting for its selection, and the leg the selection binds
+/// (its `call_id` and `leg`).
+struct Pending {
+    key: String,
+    dest: SocketAddr,
+    invite: Box<Request>,
+    leg: Option<(String, Option<String>)>,
+}
+
+/// The most datagrams read in one go before the loop looks at finished
+/// selections again: under load one wake-up serves many datagrams (the
+/// cost of a wake-up is of the order of a datagram's), yet answers never
+/// wait behind an unbounded burst.
+const BATCH: usize = 64;
+
+/// Runs the redirect server on `socket` until `shutdown`. The loop alone
+/// owns the [`InviteCache`] and sends every response; each INVITE's
+/// `select` goes to the shell over `tx` and is awaited among the loop's
+/// pending selections, so one slow answer never holds up the next INVITE.
 pub async fn serve(
     socket: UdpSocket,
     tx: mpsc::Sender<AdminCommand>,
@@ -496,36 +512,89 @@ pub async fn serve(
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) {
-    let ctx = Arc::new(ctx);
-    let mut cache = InviteCache::default();
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
+    let mut server = Server {
+        socket,
+        tx,
+        ctx,
+        metrics,
+        cache: InviteCache::default(),
+        unparsed: 0,
+    };
+    let mut selecting = FuturesUnordered::new();
     let mut buf = vec![0u8; 65_536];
-    let mut unparsed = 0u64;
     loop {
-        let (len, src) = tokio::select! {
+        tokio::select! {
             () = shutdown.cancelled() => break,
-            done = done_rx.recv() => {
-                if let Some(done) = done {
-                    finish(&socket, &mut cache, &tx, &metrics, done).await;
-                }
-                continue;
+            Some((pending, selection)) = selecting.next(), if !selecting.is_empty() => {
+                server.finish_selection(pending, selection).await;
             }
-            received = socket.recv_from(&mut buf) => match received {
-                Ok(received) => received,
-                Err(e) => {
-                    // ICMP port unreachable from an earlier send shows up
-                    // here on Linux; nothing to do but go on.
-                    debug!(cause = %e, "redirect socket receive error");
-                    continue;
+            received = server.socket.recv_from(&mut buf) => {
+                let mut received = received;
+                for _ in 0..BATCH {
+                    match received {
+                        Ok((len, src)) => {
+                            if let Some((pending, request)) = server.on_datagram(buf.get(..len).unwrap_or_default(), src).await {
+                                selecting.push(select(server.tx.clone(), pending, request));
+                            }
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        // ICMP port unreachable from an earlier send shows
+                        // up here on Linux; nothing to do but go on.
+                        Err(e) => debug!(cause = %e, "redirect socket receive error"),
+                    }
+                    received = server.socket.try_recv_from(&mut buf);
                 }
-            },
-        };
-        let Some(packet) = buf.get(..len) else {
-            continue;
-        };
+            }
+        }
+    }
+    info!("redirect server stopped");
+}
+
+/// Asks the shell the pending INVITE's `select` and builds its answer.
+async fn select(
+    tx: mpsc::Sender<AdminCommand>,
+    pending: Pending,
+    request: AdminRequest,
+) -> (Pending, AdminResponse) {
+    let (reply, wait) = oneshot::channel();
+    let command = AdminCommand { request, reply };
+    let selection = if tx.send(command).await.is_err() {
+        AdminResponse::error(ErrorCode::Unavailable, "collector is shutting down")
+    } else {
+        wait.await.unwrap_or_else(|_| {
+            AdminResponse::error(ErrorCode::Unavailable, "collector dropped the request")
+        })
+    };
+    (pending, selection)
+}
+
+/// The redirect server's state, owned by [`serve`]'s loop.
+struct Server {
+    socket: UdpSocket,
+    tx: mpsc::Sender<AdminCommand>,
+    ctx: RedirectContext,
+    metrics: Arc<Metrics>,
+    cache: InviteCache,
+    unparsed: u64,
+}
+
+impl Server {
+    /// Serves one datagram from `src`; a new INVITE that needs a selection
+    /// is returned with the `select` to ask.
+    async fn on_datagram(
+        &mut self,
+        packet: &[u8],
+        src: SocketAddr,
+    ) -> Option<(Pending, AdminRequest)> {
         // Keep-alives (RFC 5626 §3.5.1 CRLF) and empty datagrams.
         if packet.iter().all(u8::is_ascii_whitespace) {
-            continue;
+            return None;
+        }
+        // §17.1.1.3: the ACK of a non-2xx final response needs no answer,
+        // and this server sends no other final response; method names are
+        // case-sensitive (§7.1), so the first four bytes tell, unparsed.
+        if packet.starts_with(b"ACK ") {
+            return None;
         }
         let req = match SipMessage::try_from(packet).and_then(|m| {
             SipConnection::update_msg_received(m, src, rsipstack::sip::Transport::Udp)
@@ -533,14 +602,14 @@ pub async fn serve(
         }) {
             Ok(SipMessage::Request(req)) => req,
             // A response to a server that sends no requests: ignored.
-            Ok(SipMessage::Response(_)) => continue,
+            Ok(SipMessage::Response(_)) => return None,
             Err(e) => {
-                unparsed += 1;
+                self.unparsed += 1;
                 // At most one line per 1,024 datagrams that are not SIP.
-                if unparsed % 1024 == 1 {
-                    debug!(%src, cause = %e, dropped = unparsed, "redirect server dropped a datagram that is not sip");
+                if self.unparsed % 1024 == 1 {
+                    debug!(%src, cause = %e, dropped = self.unparsed, "redirect server dropped a datagram that is not sip");
                 }
-                continue;
+                return None;
             }
         };
         let dest = response_destination(&req, src);
@@ -548,23 +617,15 @@ pub async fn serve(
         match req.method {
             Method::Invite => {
                 let Some(key) = transaction_key(&req) else {
-                    send(
-                        &socket,
-                        &encode(refusal(
-                            &req,
-                            StatusCode::BadRequest,
-                            "bad_request",
-                            "no via branch",
-                        )),
-                        dest,
-                    )
-                    .await;
-                    continue;
+                    let response =
+                        refusal(&req, StatusCode::BadRequest, "bad_request", "no via branch");
+                    self.send(&encode(response), dest).await;
+                    return None;
                 };
-                match cache.on_invite(now, &key) {
-                    OnInvite::Resend(bytes) => send(&socket, &bytes, dest).await,
+                match self.cache.on_invite(now, &key) {
+                    OnInvite::Resend(bytes) => self.send(&bytes, dest).await,
                     OnInvite::Absorb => {}
-                    OnInvite::New => match decide(&req, &ctx) {
+                    OnInvite::New => match decide(&req, &self.ctx) {
                         Decision::Reply(response) => {
                             let done = Done {
                                 key,
@@ -573,132 +634,114 @@ pub async fn serve(
                                 response: *response,
                                 leg: None,
                             };
-                            finish(&socket, &mut cache, &tx, &metrics, done).await;
+                            self.finish(done).await;
                         }
                         Decision::Select(request) => {
-                            let (tx, ctx, done_tx) =
-                                (tx.clone(), Arc::clone(&ctx), done_tx.clone());
-                            tokio::spawn(async move {
-                                let (selection, leg) = ask(&tx, request).await;
-                                let response = answer(&req, &selection, &ctx);
-                                let _ = done_tx.send(Done {
-                                    key,
-                                    dest,
-                                    invite: Box::new(req),
-                                    response,
+                            let leg = match &request {
+                                AdminRequest::Select {
+                                    call_id: Some(c),
                                     leg,
-                                });
-                            });
+                                    ..
+                                } => Some((c.clone(), leg.clone())),
+                                _ => None,
+                            };
+                            let pending = Pending {
+                                key,
+                                dest,
+                                invite: Box::new(req),
+                                leg,
+                            };
+                            return Some((pending, request));
                         }
                     },
                 }
             }
-            // §17.1.1.3: the ACK of a non-2xx final response needs no answer.
             Method::Ack => {}
             Method::Cancel => {
                 let on = transaction_key(&req)
-                    .map_or(OnCancel::NoMatch, |key| cache.on_cancel(now, &key));
-                let (status, tag) = match on {
-                    OnCancel::Answered | OnCancel::Terminate => {
-                        (StatusCode::OK, Some(tag_of(&req)))
-                    }
-                    OnCancel::NoMatch => {
-                        (StatusCode::CallTransactionDoesNotExist, Some(tag_of(&req)))
-                    }
+                    .map_or(OnCancel::NoMatch, |key| self.cache.on_cancel(now, &key));
+                let status = match on {
+                    OnCancel::Answered | OnCancel::Terminate => StatusCode::OK,
+                    OnCancel::NoMatch => StatusCode::CallTransactionDoesNotExist,
                 };
-                send(
-                    &socket,
-                    &encode(sip::response(&req, status, tag.as_deref())),
-                    dest,
-                )
-                .await;
+                let response = sip::response(&req, status, Some(&tag_of(&req)));
+                self.send(&encode(response), dest).await;
             }
             _ => {
                 if let Some(response) = other_method(&req) {
-                    send(&socket, &encode(response), dest).await;
+                    self.send(&encode(response), dest).await;
                 }
             }
         }
+        None
     }
-    info!("redirect server stopped");
-}
 
-/// Sends `select` to the shell; its answer and the leg it bound (the
-/// request's `call_id` and `leg`, when it selected).
-async fn ask(
-    tx: &mpsc::Sender<AdminCommand>,
-    request: AdminRequest,
-) -> (AdminResponse, Option<(String, Option<String>)>) {
-    let leg = match &request {
-        AdminRequest::Select {
-            call_id: Some(c),
+    /// A pending INVITE's selection came back: answer it.
+    async fn finish_selection(&mut self, pending: Pending, selection: AdminResponse) {
+        let Pending {
+            key,
+            dest,
+            invite,
             leg,
-            ..
-        } => Some((c.clone(), leg.clone())),
-        _ => None,
-    };
-    let (reply, wait) = oneshot::channel();
-    let selection = if tx.send(AdminCommand { request, reply }).await.is_err() {
-        AdminResponse::error(ErrorCode::Unavailable, "collector is shutting down")
-    } else {
-        wait.await.unwrap_or_else(|_| {
-            AdminResponse::error(ErrorCode::Unavailable, "collector dropped the request")
+        } = pending;
+        let leg = leg.filter(|_| matches!(selection, AdminResponse::Ok(ResponseData::Selected(_))));
+        let response = answer(&invite, &selection, &self.ctx);
+        self.finish(Done {
+            key,
+            dest,
+            invite,
+            response,
+            leg,
         })
-    };
-    let leg = leg.filter(|_| matches!(selection, AdminResponse::Ok(ResponseData::Selected(_))));
-    (selection, leg)
-}
-
-/// Sends an INVITE's final response and remembers it; a cancelled one gets
-/// `487` instead and its leg is released (RFC 3261 §9.2).
-async fn finish(
-    socket: &UdpSocket,
-    cache: &mut InviteCache,
-    tx: &mpsc::Sender<AdminCommand>,
-    metrics: &Metrics,
-    done: Done,
-) {
-    let Done {
-        key,
-        dest,
-        invite,
-        mut response,
-        leg,
-    } = done;
-    let mut bytes = encode(response.clone());
-    if !cache.answered(&key, Arc::clone(&bytes)) {
-        response = sip::response(
-            &invite,
-            StatusCode::RequestTerminated,
-            Some(&tag_of(&invite)),
-        );
-        bytes = encode(response.clone());
-        cache.answered(&key, Arc::clone(&bytes));
-        if let Some((call_id, leg)) = leg {
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let (reply, _) = oneshot::channel();
-                let _ = tx
-                    .send(AdminCommand {
-                        request: AdminRequest::Release { call_id, leg },
-                        reply,
-                    })
-                    .await;
-            });
-        }
+        .await;
     }
-    let status = response.status_code.code();
-    metrics.redirect(status);
-    debug!(
-        call_id = sip::call_id(&invite.headers).unwrap_or(""),
-        status, "redirect answered"
-    );
-    send(socket, &bytes, dest).await;
-}
 
-async fn send(socket: &UdpSocket, bytes: &[u8], dest: SocketAddr) {
-    if let Err(e) = socket.send_to(bytes, dest).await {
-        warn!(%dest, cause = %e, "redirect server cannot send");
+    /// Sends an INVITE's final response and remembers it; a cancelled one
+    /// gets `487` instead and its leg is released (RFC 3261 §9.2).
+    async fn finish(&mut self, done: Done) {
+        let Done {
+            key,
+            dest,
+            invite,
+            response,
+            leg,
+        } = done;
+        let mut status = response.status_code.code();
+        let mut bytes = encode(response);
+        if !self.cache.answered(&key, Arc::clone(&bytes)) {
+            let terminated = sip::response(
+                &invite,
+                StatusCode::RequestTerminated,
+                Some(&tag_of(&invite)),
+            );
+            status = terminated.status_code.code();
+            bytes = encode(terminated);
+            self.cache.answered(&key, Arc::clone(&bytes));
+            if let Some((call_id, leg)) = leg {
+                let tx = self.tx.clone();
+                tokio::spawn(async move {
+                    let (reply, _) = oneshot::channel();
+                    let _ = tx
+                        .send(AdminCommand {
+                            request: AdminRequest::Release { call_id, leg },
+                            reply,
+                        })
+                        .await;
+                });
+            }
+        }
+        self.metrics.redirect(status);
+        debug!(
+            call_id = sip::call_id(&invite.headers).unwrap_or(""),
+            status, "redirect answered"
+        );
+        self.send(&bytes, dest).await;
+    }
+
+    async fn send(&self, bytes: &[u8], dest: SocketAddr) {
+        if let Err(e) = self.socket.send_to(bytes, dest).await {
+            warn!(%dest, cause = %e, "redirect server cannot send");
+        }
     }
 }
 

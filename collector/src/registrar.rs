@@ -255,7 +255,7 @@ impl Registrar {
             aors: BTreeMap::new(),
             expiries: BTreeSet::new(),
             events: VecDeque::new(),
-            refusals: RefusalLimiter::default(),
+            refusals: RefusalLimiter::new(refusals::POLICY),
         }
     }
 

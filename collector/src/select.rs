@@ -58,7 +58,9 @@
 //! multiplying by the coefficient as well counts an MSR's size twice: in
 //! scenario B of BALANCING.md (MSRs of 100 to 400 sessions, coefficients 1
 //! to 4) the big MSRs then still rank first when full (400 / 1600 < 26 /
-//! 100) and 11.7 % of the calls are lost (`msr-sim`, G = 3). The capacity
+//! 100) and about 12 % of the calls are lost at G = 1 and 3 where this
+//! policy loses none (`msr-sim run --scenario b --offered 85 --policy
+//! pooled-literal`, BALANCING.md "The capacity in the estimate"). The capacity
 //! is therefore `max-calls` alone; the coefficient acts through §7 (and
 //! the `ecss` fallback), and an operator who wants an MSR to take less sets
 //! its load limit. An MSR without a report yet ranks

@@ -65,6 +65,9 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// when [`SHUTDOWN_GRACE`] is already over.
 const REPLY_FLUSH: Duration = Duration::from_millis(100);
 
+/// The most control commands served in one wake-up of the loop.
+const ADMIN_BATCH: usize = 64;
+
 /// The shortest time between two saves of the bindings: a kill -9 loses
 /// at most the changes of this last interval (those MSRs come back with
 /// their next REGISTER), and 1,000 MSRs refreshing cost one write a second.
@@ -538,7 +541,22 @@ impl Shell {
                     Some(event) => self.on_sip(event),
                     None => return Err(CollectorError::EndpointClosed),
                 },
-                Some(command) = self.admin_rx.recv() => self.on_admin(command),
+                Some(command) = self.admin_rx.recv() => {
+                    // Under load one wake-up serves the commands already
+                    // queued (the redirect server's and HTTP's selections),
+                    // a bounded batch; a change ends it, so what a change
+                    // set off settles before the next command.
+                    let mut next = Some(command);
+                    let mut served = 0;
+                    while let Some(command) = next.take() {
+                        let mutation = command.request.is_mutation();
+                        self.on_admin(command);
+                        served += 1;
+                        if !mutation && served < ADMIN_BATCH {
+                            next = self.admin_rx.try_recv().ok();
+                        }
+                    }
+                }
                 Some(event) = etcd_event(&mut self.backend) => self.on_etcd(event),
                 () = sleep => {
                     let now = Instant::now();
@@ -635,10 +653,15 @@ impl Shell {
                     }
                     Method::Notify => {
                         let unix_now = admin::unix_secs(SystemTime::now());
-                        let response = self.subscriber.handle_notify(now, unix_now, req);
+                        let response =
+                            self.subscriber
+                                .handle_notify(now, unix_now, tx.source(), req);
                         self.metrics.notify(response.status_code == StatusCode::OK);
                         if response.status_code != StatusCode::OK {
+                            // Anyone can send NOTIFYs: rate limited
+                            // (msr_shared::logging::FloodLimit).
                             info!(
+                                target: msr_shared::logging::NETWORK,
                                 call_id = sip::call_id(&req.headers).map(tracing::field::display),
                                 status = %response.status_code,
                                 "notify refused"
@@ -1189,7 +1212,7 @@ impl Shell {
     fn log_refusals(&mut self) {
         while let Some(log) = self.registrar.poll_refusal() {
             match log {
-                RefusalLog::Refused(r) => warn!(
+                RefusalLog::Line(r) => warn!(
                     msr = r.msr.as_deref().map(tracing::field::display),
                     auth_name = r.auth_name.as_deref().map(tracing::field::display),
                     reason = %r.reason,

@@ -43,6 +43,16 @@
 //! and deadline set, so they cost O(log n) each and never outlive their
 //! deadline.
 //!
+//! NOTIFY source (SPEC §4): each dialog records the address its last
+//! SUBSCRIBE was sent to (the target URI's IP address and port). A NOTIFY
+//! in that dialog from any other address — a spoofer who learnt or guessed
+//! the Call-ID and tags — is answered `403` before anything is looked at:
+//! not its CSeq, not its body, so a higher-CSeq forgery can neither report
+//! a load nor make the genuine NOTIFYs that follow look out of order. The
+//! same holds for a dialog we ended. A target named by a host name (the
+//! agent always registers an IP address, SPEC §3) has no recorded address
+//! and is not checked.
+//!
 //! NOTIFY ordering (RFC 3261 §12.2.2): each dialog remembers the CSeq of
 //! the last NOTIFY it accepted. A NOTIFY with a lower CSeq is out of order
 //! and is answered `500` without touching the load or the counters. One with
@@ -65,6 +75,7 @@
 //! Architecture invariant: no I/O, no clock, no task; `now` is always given.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use msr_shared::backoff::Backoff;
@@ -213,6 +224,10 @@ struct Dialog {
     remote_target: String,
     /// `To` URI (the contact subscribed to).
     remote_uri: String,
+    /// Where the last SUBSCRIBE of this dialog was sent
+    /// ([`sip::uri_socket_addr`] of its target): the only source its
+    /// NOTIFYs are taken from. `None` for a target named by a host name.
+    peer: Option<SocketAddr>,
     cseq: u32,
     /// CSeq of the last NOTIFY accepted in this dialog (RFC 3261 §12.2.2:
     /// the remote sequence number); `None` before the first.
@@ -227,6 +242,8 @@ struct Dialog {
 struct EndedDialog {
     local_tag: String,
     remote_tag: String,
+    /// [`Dialog::peer`] of the dialog.
+    peer: Option<SocketAddr>,
     /// When it is forgotten if no final NOTIFY came.
     deadline: Instant,
     /// Ended by [`Subscriber::shutdown`], whose wait includes its NOTIFY
@@ -509,6 +526,7 @@ impl Subscriber {
         let remote_tag = dialog.remote_tag.clone()?;
         let call_id = dialog.call_id.clone();
         let local_tag = dialog.local_tag.clone();
+        let peer = sip::uri_socket_addr(&dialog.remote_target);
         // `send` stores the CSeq only in live subscriptions; the dialog is sent as-is.
         let id = self.send(now, msr, dialog, Kind::Unsubscribe, 0)?;
         if let Some(p) = self.pending.get_mut(&id) {
@@ -522,6 +540,7 @@ impl Subscriber {
             EndedDialog {
                 local_tag,
                 remote_tag,
+                peer,
                 deadline,
                 awaited,
             },
@@ -551,6 +570,7 @@ impl Subscriber {
             remote_tag: None,
             remote_target: target.uri.clone(),
             remote_uri: target.uri.clone(),
+            peer: sip::uri_socket_addr(&target.uri),
             cseq: 0,
             remote_cseq: None,
             remote_branch: None,
@@ -598,6 +618,7 @@ impl Subscriber {
         if let Some(d) = self.subs.get_mut(msr).and_then(|s| s.dialog.as_mut()) {
             if d.call_id == dialog.call_id {
                 d.cseq = dialog.cseq;
+                d.peer = sip::uri_socket_addr(&dialog.remote_target);
             }
         }
         let to = match &dialog.remote_tag {
@@ -784,12 +805,20 @@ impl Subscriber {
         });
     }
 
-    /// Handles a NOTIFY received at `now` (`unix_now`: the wall clock in
+    /// Handles a NOTIFY received at `now` from `source` (the address it
+    /// came from, as the socket saw it; `unix_now`: the wall clock in
     /// seconds, shown by `subscription list`) and returns the answer:
-    /// `200`; `481` outside a dialog we created (nothing changes); `489` for
-    /// another event package; `400` for a missing `Subscription-State` or an
-    /// unreadable body (the last good load stays).
-    pub fn handle_notify(&mut self, now: Instant, unix_now: i64, req: &Request) -> Response {
+    /// `200`; `481` outside a dialog we created and `403` from another
+    /// address than the dialog's peer (nothing changes, module docs); `489`
+    /// for another event package; `400` for a missing `Subscription-State`
+    /// or an unreadable body (the last good load stays).
+    pub fn handle_notify(
+        &mut self,
+        now: Instant,
+        unix_now: i64,
+        source: Option<SocketAddr>,
+        req: &Request,
+    ) -> Response {
         let respond = |status| sip::response(req, status, None);
         let call_id = sip::call_id(&req.headers).unwrap_or_default();
         let to_tag = sip::header(&req.headers, "To").and_then(sip::tag);
@@ -798,19 +827,22 @@ impl Subscriber {
             return respond(StatusCode::CallTransactionDoesNotExist);
         };
         let Some(msr) = self.dialogs.get(call_id).cloned() else {
-            return self.on_ended_notify(req, call_id, &to_tag, &from_tag);
+            return self.on_ended_notify(req, source, call_id, &to_tag, &from_tag);
         };
-        let in_dialog = self
+        let dialog = self
             .subs
             .get(&msr)
             .and_then(|s| s.dialog.as_ref())
-            .is_some_and(|d| {
+            .filter(|d| {
                 d.call_id == call_id
                     && d.local_tag == to_tag
                     && d.remote_tag.as_ref().is_none_or(|r| *r == from_tag)
             });
-        if !in_dialog {
+        let Some(dialog) = dialog else {
             return respond(StatusCode::CallTransactionDoesNotExist);
+        };
+        if !from_peer(dialog.peer, source) {
+            return respond(StatusCode::Forbidden);
         }
         let response = self.on_notify(now, unix_now, req, &msr, from_tag);
         self.touched(&msr);
@@ -824,17 +856,21 @@ impl Subscriber {
     fn on_ended_notify(
         &mut self,
         req: &Request,
+        source: Option<SocketAddr>,
         call_id: &str,
         to_tag: &str,
         from_tag: &str,
     ) -> Response {
         let respond = |status| sip::response(req, status, None);
-        let known = self
+        let ended = self
             .ended
             .get(call_id)
-            .is_some_and(|e| e.local_tag == to_tag && e.remote_tag == from_tag);
-        if !known {
+            .filter(|e| e.local_tag == to_tag && e.remote_tag == from_tag);
+        let Some(ended) = ended else {
             return respond(StatusCode::CallTransactionDoesNotExist);
+        };
+        if !from_peer(ended.peer, source) {
+            return respond(StatusCode::Forbidden);
         }
         if sip::event_package(&req.headers).as_deref() != Some(EVENT) {
             let mut resp = respond(StatusCode::BadEvent);
@@ -1125,6 +1161,17 @@ impl Subscriber {
     pub fn ended_dialogs(&self) -> usize {
         self.ended.len()
     }
+}
+
+/// Whether a NOTIFY from `source` may be taken in a dialog whose peer is
+/// `peer` (module docs): the same IP address, compared canonically (an
+/// IPv4-mapped IPv6 source is its IPv4 address), and port; anything from a
+/// dialog without a recorded peer.
+fn from_peer(peer: Option<SocketAddr>, source: Option<SocketAddr>) -> bool {
+    let Some(peer) = peer else {
+        return true;
+    };
+    source.is_some_and(|s| s.ip().to_canonical() == peer.ip() && s.port() == peer.port())
 }
 
 #[cfg(test)]

@@ -13,7 +13,9 @@
 //! * [`refresh`] — when a registration or a subscription is refreshed
 //!   (one rule for REGISTER and SUBSCRIBE, sized by Timer F).
 //! * [`admin`] — the collector control protocol (the only serde wire types).
-//! * [`logging`] — the daemons' default log filter.
+//! * [`logging`] — the daemons' default log filter, the escaping of every
+//!   logged value and the rate limit of lines strangers can cause.
+//! * [`log_limit`] — the rate limit of log lines, with suppressed counts.
 //! * [`signals`] — SIGTERM/SIGINT stop, SIGHUP never does.
 //!
 //! Architecture invariant: apart from [`sip::SipEndpoint`] and
@@ -26,6 +28,7 @@ pub mod backoff;
 pub mod engine;
 pub mod event_package;
 pub mod fs;
+pub mod log_limit;
 pub mod logging;
 pub mod refresh;
 pub mod signals;

@@ -94,6 +94,15 @@ pub enum Policy {
     /// distinct MSRs at random, the one with the lower last-reported load
     /// (a tie at random); never refuses.
     TwoChoices,
+    /// Comparison (not a product policy): `pooled` with SPEC §10's
+    /// capacity taken literally, `max-calls` × performance coefficient. It
+    /// reads the product's own estimate inputs (the collector's
+    /// [`LoadTable`]: last `calls`, placements minus ends since the report
+    /// less the flight) and admits as `pooled` does (last reported load
+    /// below 100); only the divisor differs. Ties at random; refused when
+    /// every MSR reports 100. Shows why the product divides by `max-calls`
+    /// alone (BALANCING.md, "The capacity in the estimate").
+    PooledLiteral,
 }
 
 impl Policy {
@@ -108,11 +117,12 @@ impl Policy {
             Policy::CallLoad => "call-load",
             Policy::LeastReported => "least-reported",
             Policy::TwoChoices => "two-choices",
+            Policy::PooledLiteral => "pooled-literal",
         }
     }
 
     /// Every policy, validation ones included, in table order.
-    pub const ALL: [Policy; 8] = [
+    pub const ALL: [Policy; 9] = [
         Policy::Pooled,
         Policy::Ecss,
         Policy::WebSip,
@@ -121,6 +131,7 @@ impl Policy {
         Policy::TwoChoices,
         Policy::Oracle,
         Policy::RoundRobin,
+        Policy::PooledLiteral,
     ];
 
     /// The product's policies and the comparison ones (SPEC §10's table).
@@ -208,6 +219,12 @@ impl Scenario {
             vec![1.0, 1.0, 2.0, 2.0, 4.0, 4.0],
             offered,
         )
+    }
+
+    /// `msrs` MSRs of `sessions` sessions each, coefficients 1 (scenario
+    /// A's shape at another size, e.g. the end-to-end check's 10 × 20).
+    pub fn uniform(msrs: usize, sessions: u32, offered: f64) -> Self {
+        Self::with(vec![sessions; msrs], vec![1.0; msrs], offered)
     }
 
     fn with(capacities: Vec<u32>, coefficients: Vec<f64>, offered: f64) -> Self {
@@ -319,6 +336,24 @@ fn t_995(df: u32) -> f64 {
         30..=59 => 2.660,
         _ => 2.576,
     }
+}
+
+/// Blocking as the mean of the batch blocking ratios and the half-width of
+/// its 99 % confidence interval (Student t over the batch means), from each
+/// batch's blocked and offered calls; batches with no call are left out.
+/// `msr-loadgen calls` reports the real system's blocking the same way.
+pub fn batch_means(blocked: &[u64], offered: &[u64]) -> (f64, f64) {
+    let means: Vec<f64> = blocked
+        .iter()
+        .zip(offered)
+        .filter(|(_, &o)| o > 0)
+        .map(|(&b, &o)| b as f64 / o as f64)
+        .collect();
+    let k = means.len().max(1) as f64;
+    let mean = means.iter().sum::<f64>() / k;
+    let var = means.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (k - 1.0).max(1.0);
+    let df = u32::try_from(means.len().saturating_sub(1)).unwrap_or(u32::MAX);
+    (mean, t_995(df) * (var / k).sqrt())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -466,11 +501,7 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
     while let Some(Reverse((t_ns, _, event))) = queue.pop() {
         let t = t_ns as f64 / 1e9;
         if measure_from.is_some() {
-            let occupancy = |m: usize| f64::from(busy[m]) / f64::from(scenario.capacities[m]);
-            let (lo, hi) = (0..n)
-                .map(occupancy)
-                .fold((f64::MAX, f64::MIN), |(lo, hi), o| (lo.min(o), hi.max(o)));
-            spread_integral += (t - last_t) * (hi - lo) * 100.0;
+            spread_integral += (t - last_t) * spread_pp(&busy, &scenario.capacities);
         }
         last_t = t;
         let now = at(t);
@@ -649,17 +680,7 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
     }
     let start = measure_from.unwrap_or(0.0);
     let elapsed = (last_t - start).max(f64::MIN_POSITIVE);
-    let means: Vec<f64> = batch_blocked
-        .iter()
-        .zip(&batch_offered)
-        .filter(|(_, &o)| o > 0)
-        .map(|(&b, &o)| b as f64 / o as f64)
-        .collect();
-    let k = means.len().max(1) as f64;
-    let mean = means.iter().sum::<f64>() / k;
-    let var = means.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (k - 1.0).max(1.0);
-    let df = u32::try_from(means.len().saturating_sub(1)).unwrap_or(u32::MAX);
-    let half_width = t_995(df) * (var / k).sqrt();
+    let (mean, half_width) = batch_means(&batch_blocked, &batch_offered);
     let blocked = refused + lost_full;
     let measured_notifies: Vec<u64> = notifies
         .iter()
@@ -716,6 +737,47 @@ fn choose(
             };
             let choice = select::select(&host.table, operator.topology(), &query, rng).ok()?;
             choice
+                .msr
+                .strip_prefix("msr_")
+                .and_then(|i| i.parse::<usize>().ok())
+        }
+        Policy::PooledLiteral => {
+            let view = host.table.zone("default");
+            let g = f64::from(scenario.core_hosts.max(1));
+            let mut best: Option<(usize, f64)> = None;
+            let mut ties = 0_u32;
+            for position in 0..view.len() {
+                let (load, _) = view.weight_inputs(position);
+                if load.is_some_and(|l| l >= 100) {
+                    continue;
+                }
+                let Some(inputs) = view.estimate_inputs(position) else {
+                    continue;
+                };
+                let capacity = f64::from(inputs.max_calls) * inputs.performance_coefficient;
+                let occupancy = match inputs.calls {
+                    Some(calls) if capacity > 0.0 => {
+                        (f64::from(calls) + g * f64::from(inputs.net_since_report)).max(0.0)
+                            / capacity
+                    }
+                    _ => f64::INFINITY,
+                };
+                match best {
+                    Some((_, b)) if occupancy > b => {}
+                    Some((_, b)) if occupancy == b => {
+                        ties += 1;
+                        if rng.gen_range(0..ties) == 0 {
+                            best = Some((position, occupancy));
+                        }
+                    }
+                    _ => {
+                        best = Some((position, occupancy));
+                        ties = 1;
+                    }
+                }
+            }
+            let (position, _) = best?;
+            view.status(position, now)?
                 .msr
                 .strip_prefix("msr_")
                 .and_then(|i| i.parse::<usize>().ok())
@@ -802,6 +864,23 @@ fn choose(
                 }
             })
         }
+    }
+}
+
+/// The momentary spread of occupancy between MSRs: max − min of `busy[m]
+/// / capacities[m]`, in percentage points (0 for fewer than two MSRs).
+/// [`Outcome::spread_pp`] is its time average; `msr-loadgen calls`
+/// measures the real system with this same definition.
+pub fn spread_pp(busy: &[u32], capacities: &[u32]) -> f64 {
+    let (lo, hi) = busy
+        .iter()
+        .zip(capacities)
+        .map(|(&b, &c)| f64::from(b) / f64::from(c.max(1)))
+        .fold((f64::MAX, f64::MIN), |(lo, hi), o| (lo.min(o), hi.max(o)));
+    if hi >= lo {
+        (hi - lo) * 100.0
+    } else {
+        0.0
     }
 }
 

@@ -47,6 +47,8 @@ enum PolicyArg {
     LeastReported,
     /// Comparison: power of two choices on the last reports.
     TwoChoices,
+    /// Comparison: pooled with SPEC §10's capacity literally, max-calls × coefficient.
+    PooledLiteral,
     /// Validation: the perfectly informed least-occupied MSR.
     Oracle,
     /// Validation: MSRs in turn.
@@ -62,6 +64,7 @@ impl PolicyArg {
             PolicyArg::CallLoad => Policy::CallLoad,
             PolicyArg::LeastReported => Policy::LeastReported,
             PolicyArg::TwoChoices => Policy::TwoChoices,
+            PolicyArg::PooledLiteral => Policy::PooledLiteral,
             PolicyArg::Oracle => Policy::Oracle,
             PolicyArg::RoundRobin => Policy::RoundRobin,
         }
@@ -82,6 +85,13 @@ enum Command {
     Run {
         #[arg(long, value_enum, default_value_t = Which::A)]
         scenario: Which,
+        /// Instead of --scenario: this many MSRs of --sessions sessions
+        /// each, coefficients 1 (e.g. the end-to-end check's 10 × 20).
+        #[arg(long)]
+        msrs: Option<usize>,
+        /// Sessions (`max-calls`) of each of --msrs.
+        #[arg(long, default_value_t = 100, requires = "msrs")]
+        sessions: u32,
         /// Offered traffic, percent of the summed capacity.
         #[arg(long, default_value_t = 90.0)]
         offered: f64,
@@ -198,6 +208,8 @@ fn main() -> Result<ExitCode> {
         }
         Command::Run {
             scenario: which,
+            msrs,
+            sessions,
             offered,
             policy,
             hosts,
@@ -209,7 +221,13 @@ fn main() -> Result<ExitCode> {
             no_releases,
             seed,
         } => {
-            let mut s = scenario(which, offered);
+            let (mut s, name) = match msrs {
+                Some(n) => (
+                    Scenario::uniform(n, sessions, offered / 100.0),
+                    format!("{n} × {sessions} {offered} %"),
+                ),
+                None => (scenario(which, offered), label(which, offered)),
+            };
             s.policy = policy.policy();
             s.core_hosts = hosts;
             s.calls = calls;
@@ -220,7 +238,7 @@ fn main() -> Result<ExitCode> {
             s.releases = !no_releases;
             s.seed = seed;
             let outcome = run(&s)?;
-            let row = Row::new(label(which, offered), report::variant(&s), &s, outcome);
+            let row = Row::new(name, report::variant(&s), &s, outcome);
             println!("{}", report::markdown(&[row]));
             Ok(ExitCode::SUCCESS)
         }

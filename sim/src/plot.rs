@@ -25,6 +25,7 @@ fn colour(policy: Policy) -> RGBColor {
         Policy::CallLoad => RGBColor(0xff, 0x7f, 0x00),
         Policy::LeastReported => RGBColor(0x98, 0x4e, 0xa3),
         Policy::TwoChoices => RGBColor(0x99, 0x99, 0x99),
+        Policy::PooledLiteral => RGBColor(0xa6, 0x56, 0x28),
         Policy::Oracle | Policy::RoundRobin => BLACK,
     }
 }

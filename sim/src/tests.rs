@@ -11,6 +11,15 @@ fn erlang_b_and_takacs_match_known_values() {
 }
 
 #[test]
+fn spread_is_max_minus_min_occupancy_in_points() {
+    assert_eq!(spread_pp(&[5, 10, 20], &[20, 20, 20]), 75.0);
+    // Relative to each MSR's own capacity: 10 of 20 and 50 of 100 are level.
+    assert_eq!(spread_pp(&[10, 50], &[20, 100]), 0.0);
+    assert_eq!(spread_pp(&[7], &[10]), 0.0);
+    assert_eq!(spread_pp(&[], &[]), 0.0);
+}
+
+#[test]
 fn the_three_validations_hold_within_their_confidence_intervals() -> Result<(), SimError> {
     for check in validate(60_000, 11)? {
         assert!(
@@ -126,5 +135,21 @@ fn rows_survive_the_csv_and_draw() -> Result<(), SimError> {
         assert!(bytes.starts_with(b"\x89PNG"), "{}", path.display());
     }
     let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+#[test]
+fn the_literal_capacity_of_spec_10_loses_calls_where_pooled_loses_none() -> Result<(), SimError> {
+    // Scenario B's coefficients grow with the sizes: dividing by max-calls
+    // × coefficient ranks a full 400-session MSR before a quarter-full
+    // 100-session one (BALANCING.md, "The capacity in the estimate").
+    let mut s = Scenario::b(0.85);
+    s.calls = 30_000;
+    let pooled = run(&s)?;
+    s.policy = Policy::PooledLiteral;
+    let literal = run(&s)?;
+    assert_eq!(pooled.blocking, 0.0, "{pooled:?}");
+    assert!(literal.blocking > 0.05, "{literal:?}");
+    assert!(literal.spread_pp > 5.0 * pooled.spread_pp, "{literal:?}");
     Ok(())
 }

@@ -2,7 +2,9 @@
 //! (`msr_agent::start`) on 127.0.0.1; SIPp plays the registrar and the
 //! subscriber, and an in-process `SipEndpoint` subscriber checks what SIPp
 //! cannot easily (calls counted from bound RTP sockets, hot reload,
-//! shutdown, robustness against garbage datagrams).
+//! shutdown, robustness against garbage datagrams). Who may subscribe is
+//! tested with the real binaries (a foreign host's SUBSCRIBEs, then the
+//! real collector's).
 
 use std::collections::VecDeque;
 use std::net::{SocketAddr, UdpSocket};
@@ -24,6 +26,8 @@ struct Cfg {
     /// The registrar's port (`realm`); a port nobody listens on when the
     /// test is not about registration.
     realm_port: u16,
+    /// The registrar's host (`realm`): the only host that may subscribe.
+    realm_host: &'static str,
     port_start: u16,
     port_range: u16,
     calls_source: &'static str,
@@ -36,6 +40,7 @@ impl Default for Cfg {
     fn default() -> Self {
         Self {
             realm_port: free_udp_port(),
+            realm_host: "127.0.0.1",
             port_start: 20000,
             port_range: 1000,
             calls_source: "fixed:7",
@@ -49,8 +54,8 @@ impl Default for Cfg {
 fn config_xml(c: &Cfg) -> String {
     let accounts = if c.accounts {
         format!(
-            r#"<accounts><dynamic msr_name="msr_1" realm="sip:127.0.0.1:{}" auth_name="msr" auth_password="msr-secret" dtmf_mode="rfc"/></accounts>"#,
-            c.realm_port
+            r#"<accounts><dynamic msr_name="msr_1" realm="sip:{}:{}" auth_name="msr" auth_password="msr-secret" dtmf_mode="rfc"/></accounts>"#,
+            c.realm_host, c.realm_port
         )
     } else {
         String::new()
@@ -465,5 +470,137 @@ async fn hot_reload_removed_account_ends_with_noresource() {
         .await
         .expect("terminated notify after reload");
     assert_eq!(state.reason, Some(sip::TerminationReason::Noresource));
+    agent.stop().await;
+}
+
+/// A SUBSCRIBE for `msr_1` at `agent` from `from`, whose NOTIFYs would go to
+/// `contact` (the reflection victim).
+fn foreign_subscribe(agent: SocketAddr, from: SocketAddr, contact: SocketAddr, i: usize) -> String {
+    format!(
+        "SUBSCRIBE sip:msr_1@{agent} SIP/2.0\r\nVia: SIP/2.0/UDP {from};branch=z9hG4bKevil{i}\r\n\
+         From: <sip:evil@{from}>;tag=evil{i}\r\nTo: <sip:msr_1@{agent}>\r\nCall-ID: evil-{i}@elsewhere\r\n\
+         CSeq: 1 SUBSCRIBE\r\nMax-Forwards: 70\r\nContact: <sip:victim@{contact}>\r\n\
+         Event: eltex-call-count\r\nAccept: application/x-eltex-call-count\r\nExpires: 3600\r\n\
+         Content-Length: 0\r\n\r\n"
+    )
+}
+
+/// The status line of the next datagram on `socket`, `None` when none
+/// came within its read timeout.
+fn next_status(socket: &UdpSocket) -> Option<String> {
+    let mut buf = [0u8; 8192];
+    let (n, _) = socket.recv_from(&mut buf).ok()?;
+    let text = String::from_utf8_lossy(&buf[..n]).to_string();
+    Some(text.lines().next().unwrap_or_default().to_owned())
+}
+
+/// RFC 6665 §6.1, §6.3, SPEC §4, with the real binaries: 256 SUBSCRIBEs
+/// from a host that is not the agent's registrar (127.0.0.2), each naming
+/// itself as the NOTIFY target, all get 403 and no NOTIFY; the registrar —
+/// the real collector, started afterwards — still gets its subscription
+/// (no slot was taken) and shows the load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_subscribes_get_403_and_leave_the_collector_its_subscription() {
+    use system_tests::system::{
+        live_row, AccountSpec, Agent as AgentProcess, AgentSpec, Collector, CollectorOpts,
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut collector = Collector::configure(dir.path(), "c", &CollectorOpts::default(), "");
+    let sip_port = free_udp_port();
+    let spec = AgentSpec {
+        accounts: vec![AccountSpec::new("msr_1", &collector)],
+        sip_port,
+        ..AgentSpec::default()
+    };
+    let agent = AgentProcess::start(dir.path(), "msr_1", &spec, 42);
+    let agent_addr: SocketAddr = ([127, 0, 0, 1], sip_port).into();
+    let attacker = UdpSocket::bind("127.0.0.2:0").expect("bind 127.0.0.2");
+    attacker
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .expect("timeout");
+    let me = attacker.local_addr().expect("addr");
+    // The first one until the agent is up and answers it.
+    let first = system_tests::wait_for(Duration::from_secs(10), || async {
+        attacker
+            .send_to(
+                foreign_subscribe(agent_addr, me, me, 0).as_bytes(),
+                agent_addr,
+            )
+            .ok()?;
+        next_status(&attacker)
+    })
+    .await
+    .unwrap_or_else(|| panic!("the agent never answered\n{}", agent.log_text()));
+    assert!(first.starts_with("SIP/2.0 403"), "{first}");
+    attacker
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    for i in 1..256 {
+        attacker
+            .send_to(
+                foreign_subscribe(agent_addr, me, me, i).as_bytes(),
+                agent_addr,
+            )
+            .expect("send");
+        // Retransmissions of the first answered 403s may still arrive.
+        let status = next_status(&attacker).expect("an answer");
+        assert!(status.starts_with("SIP/2.0 403"), "subscribe {i}: {status}");
+    }
+    collector.spawn().await;
+    let row = collector
+        .wait_rows(Duration::from_secs(20), |rows| {
+            live_row(rows, "msr_1", Some(42)).cloned()
+        })
+        .await;
+    assert!(
+        row.is_some(),
+        "the collector's subscription did not work\n{}\n{}",
+        agent.log_text(),
+        collector.log_text()
+    );
+    // Nothing but answers ever reached the would-be victim.
+    attacker
+        .set_read_timeout(Some(Duration::from_millis(1)))
+        .expect("timeout");
+    while let Some(line) = next_status(&attacker) {
+        assert!(
+            line.starts_with("SIP/2.0 403"),
+            "sent to the victim: {line}"
+        );
+    }
+    assert!(agent.log_count(&["subscribe refused"]) >= 1);
+}
+
+/// A realm written as a host name: the agent resolves it (off its loop)
+/// and then takes the registrar's SUBSCRIBE from the address it names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registrar_named_by_host_name_may_subscribe_once_resolved() {
+    let agent = Agent::start(
+        &config_xml(&Cfg {
+            realm_host: "localhost",
+            ..Cfg::default()
+        }),
+        None,
+    )
+    .await;
+    let mut sub = Subscriber::new().await;
+    let mut last = None;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    // 403 until `localhost` is resolved, then 200.
+    while tokio::time::Instant::now() < deadline {
+        let status = sub.subscribe(agent.addr(), 60).await.status_code;
+        if status == StatusCode::OK {
+            last = Some(status);
+            break;
+        }
+        assert_eq!(status, StatusCode::Forbidden);
+        last = Some(status);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(last, Some(StatusCode::OK));
+    assert!(sub
+        .notify_where(Duration::from_secs(5), |s, _| s.state == SubState::Active)
+        .await
+        .is_some());
     agent.stop().await;
 }

@@ -494,3 +494,171 @@ async fn an_msr_that_never_reports_gets_no_selection_after_the_grace() {
     shutdown.cancel();
     let _ = tokio::time::timeout(LIMIT, handle.join).await;
 }
+
+/// A NOTIFY in the dialog of `subscribe` (the collector's SUBSCRIBE,
+/// answered with To-tag `to_tag`), sent from `from`.
+fn dialog_notify(
+    subscribe: &msr_shared::sip::Request,
+    to_tag: &str,
+    from: std::net::SocketAddr,
+    cseq: u32,
+    load: u8,
+) -> String {
+    use msr_shared::sip;
+    let h = |name| sip::header(&subscribe.headers, name).unwrap_or_default();
+    let collector = sip::addr_uri(h("Contact"));
+    let body = format!("msr: msr_1\nload: {load}\ncpu: 1\ncalls: {load}\nmax-calls: 100\n");
+    format!(
+        "NOTIFY {collector} SIP/2.0\r\nVia: SIP/2.0/UDP {from};branch=z9hG4bK{}\r\n\
+         From: {};tag={to_tag}\r\nTo: {}\r\nCall-ID: {}\r\nCSeq: {cseq} NOTIFY\r\nMax-Forwards: 70\r\n\
+         Contact: <sip:msr_1@{from}>\r\nEvent: eltex-call-count\r\nSubscription-State: active;expires=60\r\n\
+         Content-Type: application/x-eltex-call-count\r\nContent-Length: {}\r\n\r\n{body}",
+        sip::random_token(),
+        h("To"),
+        h("From"),
+        h("Call-ID"),
+        body.len()
+    )
+}
+
+/// Reads one datagram on the MSR-side `socket` (within 10 s): a request —
+/// the collector's SUBSCRIBE (also kept in `subscribes`), an OPTIONS
+/// keepalive — is answered 200, a response is returned.
+async fn serve(
+    socket: &tokio::net::UdpSocket,
+    subscribes: &mut Vec<msr_shared::sip::Request>,
+) -> Option<msr_shared::sip::Response> {
+    use msr_shared::sip::{self, SipMessage, StatusCode};
+    let mut buf = vec![0u8; 65_535];
+    let (n, from) = tokio::time::timeout(Duration::from_secs(10), socket.recv_from(&mut buf))
+        .await
+        .expect("a datagram within 10 s")
+        .expect("recv");
+    let text = String::from_utf8_lossy(&buf[..n]).to_string();
+    let r = match SipMessage::try_from(text.as_str()).expect("sip message") {
+        SipMessage::Response(r) => return Some(r),
+        SipMessage::Request(r) => r,
+    };
+    let mut ok = sip::response(&r, StatusCode::OK, Some("msr-tag"));
+    if r.method == sip::Method::Subscribe {
+        sip::push_header(&mut ok.headers, "Expires", "60");
+        let me = socket.local_addr().expect("addr");
+        sip::push_header(&mut ok.headers, "Contact", format!("<sip:msr_1@{me}>"));
+        subscribes.push(r);
+    }
+    sip::set_header(&mut ok.headers, "Content-Length", "0");
+    socket
+        .send_to(ok.to_string().as_bytes(), from)
+        .await
+        .expect("answer");
+    None
+}
+
+/// The next SIP response on `socket`, answering requests meanwhile
+/// ([`serve`]).
+async fn next_response(
+    socket: &tokio::net::UdpSocket,
+    subscribes: &mut Vec<msr_shared::sip::Request>,
+) -> msr_shared::sip::Response {
+    loop {
+        if let Some(r) = serve(socket, subscribes).await {
+            return r;
+        }
+    }
+}
+
+/// `msrctl --json resource list`: the load of msr_1.
+fn msrctl_load(socket: &Path) -> Option<u64> {
+    let (ok, out, err) = system_tests::system::msrctl(socket, &["--json", "resource", "list"]);
+    assert!(ok, "msrctl failed: {err}");
+    let value: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let rows = value["rows"].as_array().cloned().unwrap_or_default();
+    rows.iter()
+        .find(|r| r["msr"] == "msr_1")
+        .and_then(|r| r["load"].as_u64())
+}
+
+/// SPEC §4: a NOTIFY with the live dialog's Call-ID, both tags and a
+/// higher CSeq, sent from another address than the one the collector
+/// subscribed to, gets 403; the load msrctl shows does not move, and the
+/// next genuine NOTIFY (with a lower CSeq than the forgery's) is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spoofed_notify_gets_403_and_changes_nothing() {
+    use msr_shared::sip::StatusCode;
+    init_tracing();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let shutdown = CancellationToken::new();
+    let handle = collector(dir.path(), &shutdown).await;
+    AdminClient::connect_retry(&handle.control_socket, LIMIT)
+        .await
+        .expect("control socket");
+    // The MSR's notifier: this socket is its registered contact.
+    let msr = tokio::net::UdpSocket::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let msr_addr = msr.local_addr().expect("addr");
+    let (code, out) = run_sipp(&register_args(handle.sip_addr, msr_addr.port(), 60), LIMIT)
+        .await
+        .expect("sipp");
+    assert_eq!(code, 0, "registration failed:\n{out}");
+    let mut subscribes = Vec::new();
+    while subscribes.is_empty() {
+        serve(&msr, &mut subscribes).await;
+    }
+    let subscribe = subscribes.remove(0);
+    let collector_addr = handle.sip_addr;
+    let genuine = |cseq, load| dialog_notify(&subscribe, "msr-tag", msr_addr, cseq, load);
+    msr.send_to(genuine(1, 55).as_bytes(), collector_addr)
+        .await
+        .expect("send");
+    let r = next_response(&msr, &mut subscribes).await;
+    assert_eq!(r.status_code, StatusCode::OK);
+    let socket = handle.control_socket.clone();
+    let seen = system_tests::wait_for(LIMIT, || {
+        let socket = socket.clone();
+        async move { (msrctl_load(&socket) == Some(55)).then_some(()) }
+    })
+    .await;
+    assert!(seen.is_some(), "the genuine load 55 shows");
+
+    // The forgery: same dialog, CSeq 100, load 79, from another port.
+    let spoofer = tokio::net::UdpSocket::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let forged = dialog_notify(
+        &subscribe,
+        "msr-tag",
+        spoofer.local_addr().expect("addr"),
+        100,
+        79,
+    );
+    spoofer
+        .send_to(forged.as_bytes(), collector_addr)
+        .await
+        .expect("send");
+    let r = next_response(&spoofer, &mut Vec::new()).await;
+    assert_eq!(r.status_code, StatusCode::Forbidden);
+    assert_eq!(
+        msrctl_load(&handle.control_socket),
+        Some(55),
+        "load unchanged"
+    );
+
+    // The next genuine NOTIFY, CSeq 2 < 100: accepted.
+    msr.send_to(genuine(2, 60).as_bytes(), collector_addr)
+        .await
+        .expect("send");
+    let r = next_response(&msr, &mut subscribes).await;
+    assert_eq!(r.status_code, StatusCode::OK, "the dialog is not poisoned");
+    let seen = system_tests::wait_for(LIMIT, || {
+        let socket = socket.clone();
+        async move { (msrctl_load(&socket) == Some(60)).then_some(()) }
+    })
+    .await;
+    assert!(seen.is_some(), "the genuine load 60 shows");
+
+    shutdown.cancel();
+    let _ = tokio::time::timeout(LIMIT, handle.join)
+        .await
+        .expect("stops in time");
+}

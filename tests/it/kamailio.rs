@@ -2,10 +2,12 @@
 //! `tests/kamailio/registrar.cfg`) stores the agent's REGISTER unchanged,
 //! the media engine's addresses included (SPEC §3: Contact URI parameters),
 //! and `ul.dump` shows them; the agent's shutdown unregisters. And the
-//! shipped `config-examples/kamailio/kamailio.cfg` end to end (SPEC §11):
-//! SIPp callers → Kamailio → the collector's redirect server → three SIPp
-//! UAS standing in for the media engines of three real agents → BYE →
-//! `event_route[dialog:end]` → `POST /v1/release`.
+//! shipped `config-examples/kamailio/kamailio.cfg` end to end (SPEC §11),
+//! both its paths: SIPp callers → Kamailio → the collector (path A: its
+//! redirect server's 302; path B: `GET /v1/select`) → three SIPp UAS
+//! standing in for the media engines of three real agents → BYE →
+//! `event_route[dialog:end]` → `POST /v1/release`; and a refusal (no MSR
+//! can take the call) reaching the caller as 480/503 with its `Reason`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -61,36 +63,227 @@ async fn kamailio_stores_the_engines_addresses_with_the_binding() {
 }
 
 /// The shipped Kamailio configuration (SPEC §11) is valid for the
-/// installed Kamailio: `kamailio -c` loads every module it names
-/// (http_client, dialog, uac_redirect…) and parses every route.
+/// installed Kamailio, both paths: `kamailio -c` loads every module each
+/// names (http_client, dialog, uac_redirect for path A, json for path B…)
+/// and parses every route.
 #[test]
 fn the_shipped_kamailio_config_passes_kamailio_c() {
     let cfg = system_tests::example("kamailio/kamailio.cfg");
-    let out = std::process::Command::new("kamailio")
-        .arg("-c")
-        .arg("-f")
-        .arg(&cfg)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run kamailio (is it installed?): {e}"));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success() && text.contains("config file ok"),
-        "kamailio -c -f {}:\n{text}",
-        cfg.display()
-    );
+    for flags in [&[][..], &["-A", "WITH_HTTP_SELECT"][..]] {
+        let out = std::process::Command::new("kamailio")
+            .arg("-c")
+            .args(flags)
+            .arg("-f")
+            .arg(&cfg)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run kamailio (is it installed?): {e}"));
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success() && text.contains("config file ok"),
+            "kamailio -c {flags:?} -f {}:\n{text}",
+            cfg.display()
+        );
+    }
 }
 
-/// Runs `calls` calls of `tests/sipp/caller_uac.xml` (INVITE, 200, ACK,
-/// `hold_ms`, then BYE along the Record-Route) at 50/s through Kamailio on
-/// `kamailio_port`; every call must succeed.
-async fn calls_through(kamailio_port: u16, calls: u32, hold_ms: u32) {
-    let args: Vec<String> = [
+/// How the shipped config asks the collector (its header comment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ask {
+    /// Path A: `t_relay` to the redirect server, `get_redirects` of its 302.
+    Redirect,
+    /// Path B (`-A WITH_HTTP_SELECT`): `http_client_query` of
+    /// `GET /v1/select`, `json_get_string` of its `engine_uri`.
+    Http,
+}
+
+/// The three MSRs and their agents' loads: weights 90 : 60 : 30 (§7).
+const LOADS: [(&str, u32); 3] = [("msr_1", 10), ("msr_2", 40), ("msr_3", 70)];
+
+/// The system the shipped config is tested in: a collector with its HTTP
+/// API and redirect server, three real agents at [`LOADS`], each with a
+/// SIPp UAS (`tests/sipp/engine_uas.xml`) on its engine port standing in
+/// for its media engine, and Kamailio running
+/// `config-examples/kamailio/kamailio.cfg` as it is, only its defines set.
+/// Fields drop in order: Kamailio first, the directory last.
+struct Parking {
+    kamailio: Kamailio,
+    /// Kept running (sending loads) until the test ends.
+    _agents: Vec<Agent>,
+    engines: BTreeMap<&'static str, SippBackground>,
+    collector: Collector,
+    http_port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Parking {
+    async fn start(ask: Ask) -> Parking {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let http_port = free_tcp_port();
+        let redirect_port = free_udp_port();
+        // The §7 draw, whose shares follow the weights: the `pooled`
+        // default (SPEC §10) ranks by estimated occupancy instead, and with
+        // these fixed `file:` loads and short calls it keeps choosing the
+        // emptiest MSR.
+        let extra = format!(
+            "[http]\nlisten = \"127.0.0.1:{http_port}\"\n[redirect]\nlisten = \"127.0.0.1:{redirect_port}\"\n\
+             [selection]\npolicy = \"ecss\"\n"
+        );
+        let collector =
+            Collector::start_with(dir.path(), "core1", &CollectorOpts::default(), &extra).await;
+        let mut engines = BTreeMap::new();
+        let mut agents = Vec::new();
+        for (msr, calls) in LOADS {
+            // The MSR's media engine: a SIPp UAS on the agent's transport
+            // port.
+            let engine_port = free_udp_port();
+            let args: Vec<String> = [
+                "-sf",
+                &sipp_scenario("engine_uas.xml").display().to_string(),
+                "-i",
+                "127.0.0.1",
+                "-p",
+                &engine_port.to_string(),
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            let uas = SippBackground::start(&args, &dir.path().join(format!("{msr}-engine.log")))
+                .expect("start sipp uas");
+            engines.insert(msr, uas);
+            let spec = AgentSpec {
+                accounts: vec![AccountSpec::new(msr, &collector)],
+                engine_port,
+                ..AgentSpec::default()
+            };
+            agents.push(Agent::start(dir.path(), msr, &spec, calls));
+        }
+        collector
+            .wait_rows(Duration::from_secs(15), |rows| {
+                LOADS
+                    .iter()
+                    .all(|(msr, load)| live_row(rows, msr, u8::try_from(*load).ok()).is_some())
+                    .then_some(())
+            })
+            .await
+            .expect("three MSRs live with their loads");
+        let flags: &[&str] = match ask {
+            Ask::Redirect => &[],
+            Ask::Http => &["WITH_HTTP_SELECT"],
+        };
+        let kamailio = Kamailio::start_file(
+            dir.path(),
+            &system_tests::example("kamailio/kamailio.cfg"),
+            &[
+                ("REDIRECT", format!("sip:127.0.0.1:{redirect_port}")),
+                ("HTTP_API", format!("http://127.0.0.1:{http_port}")),
+            ],
+            flags,
+        )
+        .await;
+        Parking {
+            kamailio,
+            _agents: agents,
+            engines,
+            collector,
+            http_port,
+            dir,
+        }
+    }
+
+    /// `msrctl msr set MSR KEY VALUE` for every MSR.
+    fn set_all(&self, key: &str, value: &str) {
+        for (msr, _) in LOADS {
+            let (ok, out, err) = self.collector.msrctl(&["msr", "set", msr, key, value]);
+            assert!(ok, "msr set {msr} {key} {value}: {out}{err}");
+        }
+    }
+
+    /// Runs `calls` calls of `tests/sipp/caller_uac.xml` (INVITE, 200,
+    /// ACK, `hold_ms`, then BYE along the Record-Route) at 50/s through
+    /// Kamailio, with `extra` SIPp arguments; every call must succeed.
+    async fn calls(&self, calls: u32, hold_ms: u32, extra: &[&str]) {
+        let hold = hold_ms.to_string();
+        let mut args = vec!["-d", &hold];
+        args.extend_from_slice(extra);
+        let out = caller(self.kamailio.port, "caller_uac.xml", calls, &args).await;
+        assert_eq!(
+            sipp_total(&out, "Successful call"),
+            Some(u64::from(calls)),
+            "{out}"
+        );
+    }
+
+    /// Runs `calls` calls of `tests/sipp/caller_refused_uac.xml` (INVITE,
+    /// then a 480 or 503 whose `Reason` names a cause, ACK) through
+    /// Kamailio; every call must be refused so. Returns the final
+    /// responses the caller received, from SIPp's message trace.
+    async fn refused(&self, calls: u32, name: &str) -> Vec<Refusal> {
+        let trace = self.dir.path().join(format!("{name}-messages.log"));
+        let trace_arg = trace.display().to_string();
+        let out = caller(
+            self.kamailio.port,
+            "caller_refused_uac.xml",
+            calls,
+            &["-trace_msg", "-message_file", &trace_arg],
+        )
+        .await;
+        assert_eq!(
+            sipp_total(&out, "Successful call"),
+            Some(u64::from(calls)),
+            "{out}"
+        );
+        let text = std::fs::read_to_string(&trace)
+            .unwrap_or_else(|e| panic!("sipp message trace {}: {e}", trace.display()));
+        received_finals(&text)
+    }
+
+    /// Polls `/metrics` until every MSR has zero live legs and `released`
+    /// legs were released in all; returns the scrape.
+    async fn all_released(&self, released: u32) -> prometheus_parse::Scrape {
+        let port = self.http_port;
+        wait_for(Duration::from_secs(15), || async move {
+            let m = scrape(port).await;
+            let zero = LOADS.iter().all(|(msr, _)| {
+                sample(&m, "msr_collector_msr_live_legs", &[("msr", msr)]) == Some(0.0)
+            });
+            let done =
+                sample(&m, "msr_collector_released_legs_total", &[]) == Some(f64::from(released));
+            (zero && done).then_some(m)
+        })
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "legs not released after the BYEs:\n{}",
+                self.kamailio.log_text()
+            )
+        })
+    }
+
+    /// Stops each engine's UAS: each must have answered exactly the calls
+    /// the collector gave its MSR (`m`'s selections of it).
+    fn check_engines(&mut self, m: &prometheus_parse::Scrape) {
+        for (msr, uas) in &mut self.engines {
+            let screen = uas.finish(Duration::from_secs(10));
+            assert_eq!(
+                sipp_total(&screen, "Successful call").unwrap_or(0),
+                u64::from(new_legs(m, msr)),
+                "{msr}'s engine: {screen}"
+            );
+        }
+    }
+}
+
+/// Runs `sipp` with `scenario` as a caller of `calls` calls at 50/s to
+/// Kamailio on `port`, plus `extra` arguments; it must exit 0 (every call
+/// went through the scenario). Returns its output.
+async fn caller(port: u16, scenario: &str, calls: u32, extra: &[&str]) -> String {
+    let mut args: Vec<String> = [
         "-sf",
-        &sipp_scenario("caller_uac.xml").display().to_string(),
+        &sipp_scenario(scenario).display().to_string(),
         "-i",
         "127.0.0.1",
         "-p",
@@ -99,39 +292,70 @@ async fn calls_through(kamailio_port: u16, calls: u32, hold_ms: u32) {
         &calls.to_string(),
         "-r",
         "50",
-        "-d",
-        &hold_ms.to_string(),
         "-timeout",
         "60s",
-        &format!("127.0.0.1:{kamailio_port}"),
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args.push(format!("127.0.0.1:{port}"));
     let (code, out) = run_sipp(&args, Duration::from_secs(90))
         .await
         .expect("sipp uac");
-    assert_eq!(code, 0, "sipp uac through kamailio: {out}");
-    assert_eq!(
-        sipp_total(&out, "Successful call"),
-        Some(u64::from(calls)),
-        "{out}"
-    );
+    assert_eq!(code, 0, "sipp {scenario} through kamailio: {out}");
+    out
 }
 
-/// Polls `/metrics` until every MSR has zero live legs and `released`
-/// legs were released in all; returns the scrape.
-async fn all_released(http_port: u16, released: u32) -> Option<prometheus_parse::Scrape> {
-    wait_for(Duration::from_secs(15), || async move {
-        let m = scrape(http_port).await;
-        let zero = ["msr_1", "msr_2", "msr_3"]
-            .iter()
-            .all(|msr| sample(&m, "msr_collector_msr_live_legs", &[("msr", msr)]) == Some(0.0));
-        let done =
-            sample(&m, "msr_collector_released_legs_total", &[]) == Some(f64::from(released));
-        (zero && done).then_some(m)
-    })
-    .await
+/// A final response a caller received: its call's Call-ID, its status and
+/// the values of its `Reason` and `Warning` headers (empty when absent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Refusal {
+    call_id: String,
+    status: u16,
+    reason: String,
+    warning: String,
+}
+
+/// The final (≥ 300) responses in a SIPp `-trace_msg` file, one per call
+/// (a retransmission, sent again before the ACK arrived, counts once).
+fn received_finals(trace: &str) -> Vec<Refusal> {
+    let mut by_call: BTreeMap<String, Refusal> = BTreeMap::new();
+    for chunk in trace.split("message received").skip(1) {
+        // `… [N] bytes :`, a blank line, then the message up to the next
+        // trace entry's dashes.
+        let Some((_, message)) = chunk.split_once(":\n") else {
+            continue;
+        };
+        let status = message
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .and_then(|l| l.strip_prefix("SIP/2.0 "))
+            .and_then(|l| l.get(..3))
+            .and_then(|code| code.parse::<u16>().ok());
+        let Some(status) = status.filter(|s| *s >= 300) else {
+            continue;
+        };
+        let header = |name: &str| {
+            message
+                .lines()
+                .find_map(|l| {
+                    let (n, v) = l.split_once(':')?;
+                    n.trim()
+                        .eq_ignore_ascii_case(name)
+                        .then(|| v.trim().to_owned())
+                })
+                .unwrap_or_default()
+        };
+        let call_id = header("Call-ID");
+        by_call.entry(call_id.clone()).or_insert(Refusal {
+            call_id,
+            status,
+            reason: header("Reason"),
+            warning: header("Warning"),
+        });
+    }
+    by_call.into_values().collect()
 }
 
 fn new_legs(m: &prometheus_parse::Scrape, msr: &str) -> u32 {
@@ -143,100 +367,54 @@ fn new_legs(m: &prometheus_parse::Scrape, msr: &str) -> u32 {
     .map_or(0, |v| v as u32)
 }
 
-/// The shipped Kamailio config with real traffic (SPEC §11): 261 calls —
-/// 200 at 50/s with three MSRs at loads 10 / 40 / 70 % (weights 90 : 60 :
-/// 30), then 60 with `msr_3` set inactive, then one held 2 s. Each call is
-/// redirected by the collector (302 to the chosen MSR's engine), answered
-/// by that engine's SIPp UAS (its count equals the collector's selections
-/// of the MSR), the shares follow the weights, the inactive MSR gets none,
-/// the held call is a live leg while its dialog is up, and after the BYEs
-/// Kamailio's `dialog:end` has released every leg: zero live legs, and
-/// `/metrics` counts 261 redirects, selections and releases.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kamailio_parks_calls_on_the_chosen_engines_and_releases_them_at_bye() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let http_port = free_tcp_port();
-    let redirect_port = free_udp_port();
-    // The §7 draw, whose shares follow the weights: the `pooled` default
-    // (SPEC §10) ranks by estimated occupancy instead, and with these fixed
-    // `file:` loads and short calls it keeps choosing the emptiest MSR.
-    let extra = format!(
-        "[http]\nlisten = \"127.0.0.1:{http_port}\"\n[redirect]\nlisten = \"127.0.0.1:{redirect_port}\"\n\
-         [selection]\npolicy = \"ecss\"\n"
-    );
-    let collector =
-        Collector::start_with(dir.path(), "core1", &CollectorOpts::default(), &extra).await;
-    let loads = [("msr_1", 10u32), ("msr_2", 40), ("msr_3", 70)];
-    let mut engines: BTreeMap<&str, SippBackground> = BTreeMap::new();
-    let mut agents = Vec::new();
-    for (msr, calls) in loads {
-        // The MSR's media engine: a SIPp UAS on the agent's transport port.
-        let engine_port = free_udp_port();
-        let args: Vec<String> = [
-            "-sf",
-            &sipp_scenario("engine_uas.xml").display().to_string(),
-            "-i",
-            "127.0.0.1",
-            "-p",
-            &engine_port.to_string(),
-        ]
+/// Checks the shares of `calls` new legs against the weights 90 : 60 : 30
+/// (within 12 points) and returns them by MSR.
+fn check_shares(m: &prometheus_parse::Scrape, calls: u32) -> BTreeMap<&'static str, u32> {
+    let legs: BTreeMap<&str, u32> = LOADS
         .iter()
-        .map(|s| s.to_string())
+        .map(|(msr, _)| (*msr, new_legs(m, msr)))
         .collect();
-        let uas = SippBackground::start(&args, &dir.path().join(format!("{msr}-engine.log")))
-            .expect("start sipp uas");
-        engines.insert(msr, uas);
-        let spec = AgentSpec {
-            accounts: vec![AccountSpec::new(msr, &collector)],
-            engine_port,
-            ..AgentSpec::default()
-        };
-        agents.push(Agent::start(dir.path(), msr, &spec, calls));
-    }
-    collector
-        .wait_rows(Duration::from_secs(15), |rows| {
-            loads
-                .iter()
-                .all(|(msr, load)| live_row(rows, msr, u8::try_from(*load).ok()).is_some())
-                .then_some(())
-        })
-        .await
-        .expect("three MSRs live with their loads");
-    let kamailio = Kamailio::start_file(
-        dir.path(),
-        &system_tests::example("kamailio/kamailio.cfg"),
-        &[
-            ("REDIRECT", format!("sip:127.0.0.1:{redirect_port}")),
-            ("HTTP_API", format!("http://127.0.0.1:{http_port}")),
-        ],
-    )
-    .await;
-
-    const FIRST: u32 = 200;
-    calls_through(kamailio.port, FIRST, 0).await;
-    let m = all_released(http_port, FIRST)
-        .await
-        .unwrap_or_else(|| panic!("legs not released after the BYEs:\n{}", kamailio.log_text()));
-    let first: BTreeMap<&str, u32> = loads
-        .iter()
-        .map(|(msr, _)| (*msr, new_legs(&m, msr)))
-        .collect();
-    assert_eq!(first.values().sum::<u32>(), FIRST, "{first:?}");
+    assert_eq!(legs.values().sum::<u32>(), calls, "{legs:?}");
     for (msr, weight) in [("msr_1", 90.0), ("msr_2", 60.0), ("msr_3", 30.0)] {
-        let share = f64::from(first[msr]) / f64::from(FIRST);
+        let share = f64::from(legs[msr]) / f64::from(calls);
         assert!(
             (share - weight / 180.0).abs() < 0.12,
-            "{msr} share {share} (weights 90 : 60 : 30): {first:?}"
+            "{msr} share {share} (weights 90 : 60 : 30): {legs:?}"
         );
     }
+    legs
+}
 
-    let (ok, out, err) = collector.msrctl(&["msr", "set", "msr_3", "active", "false"]);
+/// The shipped Kamailio config with real traffic (SPEC §11), path A: 261
+/// calls — 200 at 50/s with three MSRs at loads 10 / 40 / 70 % (weights
+/// 90 : 60 : 30), then 60 with `msr_3` set inactive (and Call-IDs holding
+/// `"`, `\` and `'`), then one held 2 s.
+/// Each call is redirected by the collector (302 to the chosen MSR's
+/// engine), answered by that engine's SIPp UAS (its count equals the
+/// collector's selections of the MSR), the shares follow the weights, the
+/// inactive MSR gets none, the held call is a live leg while its dialog is
+/// up, and after the BYEs Kamailio's `dialog:end` has released every leg:
+/// zero live legs, and `/metrics` counts 261 redirects, selections and
+/// releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kamailio_parks_calls_on_the_chosen_engines_and_releases_them_at_bye() {
+    let mut p = Parking::start(Ask::Redirect).await;
+
+    const FIRST: u32 = 200;
+    p.calls(FIRST, 0, &[]).await;
+    let m = p.all_released(FIRST).await;
+    let first = check_shares(&m, FIRST);
+
+    let (ok, out, err) = p
+        .collector
+        .msrctl(&["msr", "set", "msr_3", "active", "false"]);
     assert!(ok, "{out}{err}");
+    // Call-IDs holding `"`, `\` and `'` (legal, RFC 3261 §25.1): the
+    // config's release still names the leg in valid JSON.
     const SECOND: u32 = 60;
-    calls_through(kamailio.port, SECOND, 0).await;
-    let m = all_released(http_port, FIRST + SECOND)
-        .await
-        .unwrap_or_else(|| panic!("legs not released after the BYEs:\n{}", kamailio.log_text()));
+    p.calls(SECOND, 0, &["-cid_str", r#"q"u\o'te-%u-%p@%s"#])
+        .await;
+    let m = p.all_released(FIRST + SECOND).await;
     assert_eq!(
         new_legs(&m, "msr_3"),
         first["msr_3"],
@@ -246,37 +424,31 @@ async fn kamailio_parks_calls_on_the_chosen_engines_and_releases_them_at_bye() {
     // The leg lives as long as the call, not as long as the redirect: one
     // call held 2 s is a live leg while Kamailio's dialog is confirmed
     // (state 4), and is released at its BYE.
-    let port = kamailio.port;
-    let held = tokio::spawn(async move { calls_through(port, 1, 2000).await });
-    let during = wait_for(Duration::from_secs(10), || async {
-        kamailio
-            .rpc(&["dlg.list"])
-            .filter(|d| d.contains("state: 4"))?;
-        let m = scrape(http_port).await;
-        Some(
-            ["msr_1", "msr_2", "msr_3"]
-                .iter()
-                .filter_map(|msr| sample(&m, "msr_collector_msr_live_legs", &[("msr", msr)]))
-                .sum::<f64>(),
-        )
-    })
-    .await;
-    assert_eq!(during, Some(1.0), "one live leg while the call is up");
-    held.await.expect("held call");
-    const HELD: u32 = 1;
-    let m = all_released(http_port, FIRST + SECOND + HELD)
+    let held = p.calls(1, 2000, &[]);
+    let during = async {
+        wait_for(Duration::from_secs(10), || async {
+            p.kamailio
+                .rpc(&["dlg.list"])
+                .filter(|d| d.contains("state: 4"))?;
+            let m = scrape(p.http_port).await;
+            Some(
+                LOADS
+                    .iter()
+                    .filter_map(|(msr, _)| {
+                        sample(&m, "msr_collector_msr_live_legs", &[("msr", msr)])
+                    })
+                    .sum::<f64>(),
+            )
+        })
         .await
-        .unwrap_or_else(|| panic!("held leg not released at its BYE:\n{}", kamailio.log_text()));
+    };
+    let ((), during) = tokio::join!(held, during);
+    assert_eq!(during, Some(1.0), "one live leg while the call is up");
+    const HELD: u32 = 1;
+    let m = p.all_released(FIRST + SECOND + HELD).await;
 
     // Each engine answered exactly the calls the collector gave its MSR.
-    for (msr, uas) in &mut engines {
-        let screen = uas.finish(Duration::from_secs(10));
-        assert_eq!(
-            sipp_total(&screen, "Successful call"),
-            Some(u64::from(new_legs(&m, msr))),
-            "{msr}'s engine: {screen}"
-        );
-    }
+    p.check_engines(&m);
     let total = f64::from(FIRST + SECOND + HELD);
     assert_eq!(
         sample(
@@ -298,6 +470,165 @@ async fn kamailio_parks_calls_on_the_chosen_engines_and_releases_them_at_bye() {
         sample(&m, "msr_collector_released_legs_total", &[]),
         Some(total)
     );
-    drop(kamailio);
-    drop(agents);
+}
+
+/// Asserts that each of `finals` is `status` with
+/// `Reason: SIP ;cause=<status>;text="<code>"`, and that there are `calls`.
+fn check_refusals(finals: &[Refusal], calls: u32, status: u16, code: &str) {
+    assert_eq!(finals.len(), calls as usize, "{finals:?}");
+    let reason = format!("SIP ;cause={status};text=\"{code}\"");
+    for f in finals {
+        assert_eq!(
+            (f.status, f.reason.as_str()),
+            (status, reason.as_str()),
+            "{f:?}"
+        );
+    }
+}
+
+/// No MSR can take the call, through the shipped config's path A: with
+/// every MSR inactive, 20 callers get the redirect server's `480` with
+/// `Reason: SIP ;cause=480;text="msr_not_found"`; with every MSR active
+/// again but its load limit (5 %) under its load, 20 more get `503` with
+/// `text="msr_overloaded"`. Kamailio's `failure_route[PARK]` relays each
+/// refusal unchanged (the collector's `Warning: 399` with the refusal's
+/// message arrives too), no engine sees a call, no leg is left live or
+/// released, and `/metrics` counts the refusals by status and cause. Then,
+/// the collector stopped, 5 callers get the config's own `503` with
+/// `text="collector_unreachable"` once its 2 s for the redirect server
+/// have passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kamailio_relays_the_collectors_refusal_to_the_caller_unchanged() {
+    let mut p = Parking::start(Ask::Redirect).await;
+    const CALLS: u32 = 20;
+
+    p.set_all("active", "false");
+    let finals = p.refused(CALLS, "inactive").await;
+    check_refusals(&finals, CALLS, 480, "msr_not_found");
+    for f in &finals {
+        assert!(
+            f.warning.starts_with(
+                "399 msr-collector \"no registered active msr in zone `default` at a finite distance from site `local`"
+            ),
+            "{f:?}"
+        );
+    }
+
+    p.set_all("active", "true");
+    p.set_all("load_limit", "5");
+    let finals = p.refused(CALLS, "overloaded").await;
+    check_refusals(&finals, CALLS, 503, "msr_overloaded");
+    for f in &finals {
+        assert!(
+            f.warning.starts_with("399 msr-collector \"")
+                && f.warning.contains("is at or above its load limit"),
+            "{f:?}"
+        );
+    }
+
+    let m = p.all_released(0).await;
+    p.check_engines(&m);
+    let count = |name: &str, labels: &[(&str, &str)]| sample(&m, name, labels);
+    let calls = Some(f64::from(CALLS));
+    assert_eq!(
+        count(
+            "msr_collector_redirect_responses_total",
+            &[("status", "480")]
+        ),
+        calls
+    );
+    assert_eq!(
+        count(
+            "msr_collector_redirect_responses_total",
+            &[("status", "503")]
+        ),
+        calls
+    );
+    assert_eq!(
+        count(
+            "msr_collector_selections_total",
+            &[("outcome", "msr_not_found")]
+        ),
+        calls
+    );
+    assert_eq!(
+        count(
+            "msr_collector_selections_total",
+            &[("outcome", "msr_overloaded")]
+        ),
+        calls
+    );
+    assert_eq!(
+        count("msr_collector_selections_total", &[("outcome", "selected")]).unwrap_or(0.0),
+        0.0
+    );
+
+    // The collector gone: its redirect server does not answer within the
+    // config's 2 s, and the caller gets 503 `collector_unreachable`.
+    assert!(p.collector.terminate().is_some_and(|s| s.success()));
+    let finals = p.refused(5, "down").await;
+    check_refusals(&finals, 5, 503, "collector_unreachable");
+}
+
+/// The shipped config's path B (`-A WITH_HTTP_SELECT`): Kamailio asks
+/// `GET /v1/select?zone=&site=&call_id=` over `http_client`, reads the
+/// answer's `engine_uri` with the json module and relays the INVITE there.
+/// 150 calls at 50/s with three MSRs at loads 10 / 40 / 70 %: each lands
+/// on the engine of the MSR the collector chose (each engine's count
+/// equals the collector's selections of its MSR), the shares follow the
+/// weights 90 : 60 : 30, no redirect server is asked, and after the BYEs
+/// `dialog:end` has released every leg (zero live legs, 150 released).
+/// Then, every MSR inactive, 10 callers get the config's own `503` with
+/// `Reason: SIP ;cause=503;text="http_503"` (http_client keeps no body of
+/// a 5xx answer, so the config knows the status, not the code), and the
+/// collector counts 10 `msr_not_found` refusals. Then, the collector
+/// stopped, 5 callers get `503` with `text="collector_unreachable"`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kamailio_parks_calls_through_the_http_api_and_releases_them_at_bye() {
+    let mut p = Parking::start(Ask::Http).await;
+
+    const CALLS: u32 = 150;
+    p.calls(CALLS, 0, &[]).await;
+    let m = p.all_released(CALLS).await;
+    check_shares(&m, CALLS);
+
+    const REFUSED: u32 = 10;
+    p.set_all("active", "false");
+    let finals = p.refused(REFUSED, "inactive").await;
+    check_refusals(&finals, REFUSED, 503, "http_503");
+
+    let m = p.all_released(CALLS).await;
+    p.check_engines(&m);
+    assert_eq!(
+        sample(
+            &m,
+            "msr_collector_selections_total",
+            &[("outcome", "selected")]
+        ),
+        Some(f64::from(CALLS))
+    );
+    assert_eq!(
+        sample(
+            &m,
+            "msr_collector_selections_total",
+            &[("outcome", "msr_not_found")]
+        ),
+        Some(f64::from(REFUSED))
+    );
+    assert_eq!(
+        sample(
+            &m,
+            "msr_collector_redirect_responses_total",
+            &[("status", "302")]
+        )
+        .unwrap_or(0.0),
+        0.0,
+        "path B asks no redirect server"
+    );
+
+    // The collector gone: the HTTP query fails, the caller gets 503
+    // `collector_unreachable`.
+    assert!(p.collector.terminate().is_some_and(|s| s.success()));
+    let finals = p.refused(5, "down").await;
+    check_refusals(&finals, 5, 503, "collector_unreachable");
 }

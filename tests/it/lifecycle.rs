@@ -15,7 +15,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use msr_shared::admin::{Request, ResourceInfo, ResponseData};
-use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts};
+use system_tests::system::{
+    agent_xml, live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts,
+};
 use system_tests::{bin_path, free_udp_port, ChildGuard};
 
 /// SPEC §4: a load change ≥ load-delta is NOTIFYed at most one second after
@@ -500,6 +502,25 @@ async fn agent_config_edited_live() {
         "broken config reported in the log"
     );
     assert!(agent.running(), "agent still running after a broken config");
+    // The hostile files: 100k nested engine elements (refused at
+    // depth 65) and 400k (2.8 MB, refused unread): each reported at once,
+    // and the running agent goes on (the reload parses on the watcher's
+    // thread; before the caps, these took minutes).
+    let good = agent_xml(&spec, &agent.calls);
+    for (n, error) in [
+        (100_000, "is nested more than 64 elements deep"),
+        (400_000, "the file has more than 1048576 bytes"),
+    ] {
+        let failures = agent.log_count(&["config reload failed", error]);
+        let blob = format!("<e>{}{}</e>", "<x>".repeat(n), "</x>".repeat(n));
+        agent.rewrite_raw(&good.replace("    <pbyte>", &format!("    {blob}\n    <pbyte>")));
+        assert!(
+            agent
+                .wait_log(failures, &["config reload failed", error], secs(5))
+                .await,
+            "{n} nested elements reported"
+        );
+    }
     change_load(&collector, &agent, "msr_a", 30, 30).await;
     let rows = collector.rows().await.unwrap_or_default();
     assert_eq!(

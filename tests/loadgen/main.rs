@@ -14,11 +14,20 @@
 //!   and count them.
 //! * `select` runs N concurrent control-socket clients issuing `select`
 //!   requests and reports round-trip latency and aggregate selections/s.
+//! * `calls` is the core of a balancing check end to end (SPEC §10): it
+//!   places calls through the control socket at offered load A (Poisson
+//!   arrivals, exponential holding times, seeded), each a `select` with a
+//!   fresh Call-ID, keeps every MSR's `file:` calls source (SPEC §2) equal
+//!   to the calls it holds, and at call end lowers the count and sends
+//!   `release` (SPEC §9). It measures blocking, the time-average spread of
+//!   occupancy between MSRs and NOTIFY/s as `msr-sim` defines them, so the
+//!   two can be set side by side (BALANCING.md).
 //!
 //! Messages are written as text for throughput (this is a test tool);
 //! everything received is parsed with rsipstack.
 
-use std::collections::{BTreeMap, HashMap};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -31,6 +40,7 @@ use msr_shared::event_package::{LoadReport, CONTENT_TYPE, EVENT};
 use msr_shared::sip::{self, Method, SipMessage, StatusCode};
 use rsipstack::dialog::authenticate::compute_digest;
 use rsipstack::sip::headers::auth::{Algorithm, AuthQop};
+use system_tests::system::try_write_atomic;
 use system_tests::AdminClient;
 use tokio::net::UdpSocket;
 
@@ -51,7 +61,8 @@ const TIMER_F: Duration = Duration::from_secs(32);
     version,
     after_help = "Examples:\n  \
     msr-loadgen notify --collector 127.0.0.1:5060 --msrs 1000 --rate 5000 --duration 30 --socket /tmp/msr-collector.sock\n  \
-    msr-loadgen select --socket /tmp/msr-collector.sock --clients 4 --requests 100000 --declare-site"
+    msr-loadgen select --socket /tmp/msr-collector.sock --clients 4 --requests 100000 --declare-site\n  \
+    msr-loadgen calls --socket /tmp/msr-collector.sock --msr msr_1=/run/msr_1.calls --msr msr_2=/run/msr_2.calls --offered 90 --holding-ms 5000 --duration 300"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -72,6 +83,15 @@ enum Command {
     Notify(NotifyArgs),
     /// Run `select` over the control socket from N concurrent clients.
     Select(SelectArgs),
+    /// Place and release calls at an offered load, driving the agents'
+    /// `file:` calls sources: blocking, occupancy spread, NOTIFY/s.
+    ///
+    /// Every MSR given with --msr must be registered, subscribed and
+    /// reporting 0 calls (the files are set to 0 first). A call placed on
+    /// an MSR that already holds `max-calls` is counted lost (its INVITE
+    /// would fail) and released at once; a call still up when the
+    /// measured phase ends is released then.
+    Calls(CallsArgs),
 }
 
 #[derive(Args, Debug)]
@@ -179,11 +199,59 @@ struct SelectArgs {
     legs: bool,
 }
 
+#[derive(Args, Debug)]
+struct CallsArgs {
+    /// Control socket of the collector.
+    #[arg(long, default_value = "/tmp/msr-collector.sock")]
+    socket: PathBuf,
+    /// An MSR and the file its agent reads its sessions from
+    /// (`calls-source="file:PATH"`), as NAME=PATH; once per MSR.
+    #[arg(long = "msr", value_parser = parse_msr_file, required = true)]
+    msrs: Vec<(String, PathBuf)>,
+    /// Offered load, percent of the summed `max-calls` the MSRs report.
+    #[arg(long, default_value_t = 90.0)]
+    offered: f64,
+    /// Offered load in Erlangs (instead of --offered).
+    #[arg(long)]
+    erlangs: Option<f64>,
+    /// Mean holding time (exponential), milliseconds.
+    #[arg(long, default_value_t = 5000)]
+    holding_ms: u64,
+    /// Warm-up, seconds: calls placed, not measured.
+    #[arg(long, default_value_t = 30)]
+    warmup: u64,
+    /// Measured phase, seconds.
+    #[arg(long, default_value_t = 300)]
+    duration: u64,
+    /// End the measured phase after this many calls (or --duration, whichever first).
+    #[arg(long)]
+    calls: Option<u64>,
+    /// Seed of the arrivals and holding times.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// The calls' zone.
+    #[arg(long, default_value = "default")]
+    zone: String,
+    /// The calls' site.
+    #[arg(long, default_value = "local")]
+    site: String,
+    /// Declare --site first (an existing site is fine).
+    #[arg(long)]
+    declare_site: bool,
+    /// Longest wait for every MSR to be live at 0 calls, seconds.
+    #[arg(long, default_value_t = 60)]
+    setup_timeout: u64,
+    /// Also write the summary here as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
 fn main() {
     let cli = Cli::parse();
     let threads = match &cli.command {
         Command::Notify(a) => a.threads,
         Command::Select(a) => a.threads,
+        Command::Calls(_) => 1,
     };
     let runtime = if threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
@@ -200,6 +268,7 @@ fn main() {
             match cli.command {
                 Command::Notify(a) => notify(a).await,
                 Command::Select(a) => select(a).await,
+                Command::Calls(a) => calls(a).await,
             }
         })
     });
@@ -1515,18 +1584,7 @@ async fn select(args: SelectArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("connect to {}", args.socket.display()))?;
     if args.declare_site {
-        match admin
-            .call(&Request::SiteDeclare {
-                name: args.site.clone(),
-            })
-            .await?
-        {
-            Response::Ok(_) => println!("declared site `{}`", args.site),
-            Response::Err(e) if e.code == ErrorCode::SiteExists => {
-                println!("site `{}` already declared", args.site)
-            }
-            Response::Err(e) => bail!("site declare: {}: {}", e.code, e.message),
-        }
+        declare_site(&mut admin, &args.site).await?;
     }
     let rows = match admin
         .call(&Request::ResourceList { active_only: true })
@@ -1640,4 +1698,411 @@ async fn select(args: SelectArgs) -> anyhow::Result<()> {
     println!("outcomes        {outcomes:?}");
     println!("distinct MSRs   {} picked", picks.len());
     Ok(())
+}
+
+// ───────────────────────────── calls ─────────────────────────────
+
+/// `NAME=PATH` of `--msr`.
+fn parse_msr_file(text: &str) -> Result<(String, PathBuf), String> {
+    match text.split_once('=') {
+        Some((name, path)) if !name.is_empty() && !path.is_empty() => {
+            Ok((name.to_owned(), PathBuf::from(path)))
+        }
+        _ => Err(format!("expected NAME=PATH, got `{text}`")),
+    }
+}
+
+/// A call in progress: when it ends, which MSR holds it, its Call-ID.
+type Live = Reverse<(Instant, u64, usize)>;
+
+/// What `calls` measured (printed, and written as JSON with `--json`).
+#[derive(Debug, Default, serde::Serialize)]
+struct CallsSummary {
+    msrs: usize,
+    sessions: u32,
+    erlangs: f64,
+    holding_mean_secs: f64,
+    seed: u64,
+    measured_secs: f64,
+    /// Calls arriving in the measured phase.
+    offered: u64,
+    /// Of those, placed on an MSR with a free session.
+    accepted: u64,
+    /// Refused by selection, by error code.
+    refused: BTreeMap<String, u64>,
+    /// Refusals (warm-up included) while every MSR was in fact full.
+    refused_when_full: u64,
+    /// Refusals (warm-up included) while some MSR had a free session.
+    refused_with_room: u64,
+    /// Sent to an MSR that was in fact full (its INVITE would fail).
+    sent_to_full: u64,
+    /// Selections naming an MSR not given with --msr.
+    unknown_msr: u64,
+    blocking: f64,
+    blocking_half_width: f64,
+    pooled_erlang_b: f64,
+    times_pooled: f64,
+    /// Time average of max − min occupancy between the MSRs, points.
+    spread_pp: f64,
+    notify_per_sec: f64,
+    max_notify_per_sec_per_subscription: f64,
+    /// Calls placed on each MSR (warm-up included).
+    placed: BTreeMap<String, u64>,
+    /// Releases that did not end exactly one live leg.
+    release_anomalies: u64,
+    /// Live legs `msr list` shows on these MSRs after every release.
+    live_legs_after: u64,
+    /// Latest an event was handled after its scheduled time, ms.
+    max_lag_ms: f64,
+}
+
+fn exponential_secs(rng: &mut rand::rngs::StdRng, rate: f64) -> f64 {
+    use rand::Rng;
+    // 1 − U is in (0, 1]: never ln 0.
+    -(1.0 - rng.gen::<f64>()).ln() / rate
+}
+
+/// Declares `site` (an existing one is fine).
+async fn declare_site(admin: &mut AdminClient, site: &str) -> anyhow::Result<()> {
+    match admin
+        .call(&Request::SiteDeclare {
+            name: site.to_owned(),
+        })
+        .await?
+    {
+        Response::Ok(_) => println!("declared site `{site}`"),
+        Response::Err(e) if e.code == ErrorCode::SiteExists => {
+            println!("site `{site}` already declared")
+        }
+        Response::Err(e) => bail!("site declare: {}: {}", e.code, e.message),
+    }
+    Ok(())
+}
+
+/// NOTIFYs each of `names` has sent on its current subscription.
+async fn notify_counts(admin: &mut AdminClient, names: &[String]) -> anyhow::Result<Vec<u64>> {
+    let rows = match admin.call(&Request::SubscriptionList).await? {
+        Response::Ok(ResponseData::Subscriptions { rows }) => rows,
+        other => bail!("subscription list: unexpected answer {other:?}"),
+    };
+    Ok(names
+        .iter()
+        .map(|n| {
+            rows.iter()
+                .filter(|r| &r.msr == n)
+                .map(|r| r.notify_count)
+                .sum()
+        })
+        .collect())
+}
+
+/// The MSRs' `max-calls`, once every one is live and reports 0 calls.
+async fn wait_idle_pool(
+    admin: &mut AdminClient,
+    names: &[String],
+    limit: Duration,
+) -> anyhow::Result<Vec<u32>> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Response::Ok(ResponseData::Resources { rows }) = admin
+            .call(&Request::ResourceList { active_only: false })
+            .await?
+        {
+            let capacities: Option<Vec<u32>> = names
+                .iter()
+                .map(|n| {
+                    rows.iter()
+                        .find(|r| {
+                            &r.msr == n
+                                && r.status == "registered"
+                                && r.subscription == "active"
+                                && r.calls == Some(0)
+                        })
+                        .and_then(|r| r.max_calls)
+                        .filter(|&c| c > 0)
+                })
+                .collect();
+            if let Some(c) = capacities {
+                return Ok(c);
+            }
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "not every MSR of {names:?} was registered, subscribed and reporting 0 calls within {} s",
+                limit.as_secs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Places and releases calls as a core would (SPEC §9), at offered load A
+/// with Poisson arrivals and exponential holding times, keeping each
+/// MSR's `file:` calls source equal to the calls it holds.
+async fn calls(args: CallsArgs) -> anyhow::Result<()> {
+    use rand::SeedableRng;
+    let names: Vec<String> = args.msrs.iter().map(|(n, _)| n.clone()).collect();
+    let files: Vec<PathBuf> = args.msrs.iter().map(|(_, p)| p.clone()).collect();
+    let index: HashMap<&str, usize> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.as_str(), i))
+        .collect();
+    if index.len() != names.len() {
+        bail!("an MSR is named twice in --msr");
+    }
+    if args.holding_ms == 0 {
+        bail!("--holding-ms must be positive");
+    }
+    let mut admin = AdminClient::connect_retry(&args.socket, Duration::from_secs(5))
+        .await
+        .with_context(|| format!("connect to {}", args.socket.display()))?;
+    if args.declare_site {
+        declare_site(&mut admin, &args.site).await?;
+    }
+    for file in &files {
+        try_write_atomic(file, "0\n")?;
+    }
+    let capacities =
+        wait_idle_pool(&mut admin, &names, Duration::from_secs(args.setup_timeout)).await?;
+    let total: u32 = capacities.iter().sum();
+    let erlangs = args
+        .erlangs
+        .unwrap_or(args.offered / 100.0 * f64::from(total));
+    let holding = args.holding_ms as f64 / 1000.0;
+    let lambda = erlangs / holding;
+    if !(lambda.is_finite() && lambda > 0.0) {
+        bail!("the offered load must be positive");
+    }
+    println!(
+        "msr-loadgen calls: {} MSRs, {total} sessions (max-calls {capacities:?}), offered {erlangs:.1} E \
+         ({:.0} % of them), holding mean {holding:.2} s, {:.1} calls/s, warm-up {} s, measured {} s{}",
+        names.len(),
+        100.0 * erlangs / f64::from(total),
+        lambda,
+        args.warmup,
+        args.duration,
+        args.calls
+            .map(|c| format!(" or {c} calls"))
+            .unwrap_or_default()
+    );
+    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
+    let select = |call_id: &str| Request::Select {
+        zone: args.zone.clone(),
+        site: args.site.clone(),
+        msr: None,
+        random: None,
+        explain: false,
+        call_id: Some(call_id.to_owned()),
+        leg: None,
+        conference: None,
+    };
+    let release = |call_id: String| Request::Release { call_id, leg: None };
+    let call_id = |n: u64| format!("e2e-{}-{n}@loadgen", args.seed);
+
+    let n = names.len();
+    let mut s = CallsSummary {
+        msrs: n,
+        sessions: total,
+        erlangs,
+        holding_mean_secs: holding,
+        seed: args.seed,
+        ..CallsSummary::default()
+    };
+    let mut busy = vec![0_u32; n];
+    let mut placed = vec![0_u64; n];
+    let mut live: BinaryHeap<Live> = BinaryHeap::new();
+    let start = Instant::now();
+    let measure_from = start + Duration::from_secs(args.warmup);
+    let arrivals_end = measure_from + Duration::from_secs(args.duration);
+    const BATCHES: usize = 10;
+    let (mut batch_blocked, mut batch_offered) = (vec![0_u64; BATCHES], vec![0_u64; BATCHES]);
+    let mut notify_before: Option<(Instant, Vec<u64>)> = None;
+    // The spread integral over [measure_from, end of arrivals].
+    let (mut spread_integral, mut last_change) = (0.0_f64, start);
+    let measured_end: Instant;
+    let mut advance = |busy: &[u32], now: Instant, integral: &mut f64| {
+        let from = last_change.max(measure_from);
+        let to = now.min(arrivals_end);
+        if to > from {
+            *integral +=
+                to.duration_since(from).as_secs_f64() * msr_sim::spread_pp(busy, &capacities);
+        }
+        last_change = now;
+    };
+    let mut next_arrival = start + Duration::from_secs_f64(exponential_secs(&mut rng, lambda));
+    let mut arrivals = 0_u64;
+    loop {
+        let limit_reached = args.calls.is_some_and(|c| s.offered >= c);
+        let arriving = next_arrival < arrivals_end && !limit_reached;
+        if !arriving {
+            measured_end = Instant::now().min(arrivals_end);
+            break;
+        }
+        let departure = live.peek().map(|Reverse((at, _, _))| *at);
+        let is_arrival = departure.is_none_or(|d| next_arrival <= d);
+        let due = if is_arrival {
+            next_arrival
+        } else {
+            departure.unwrap_or(next_arrival)
+        };
+        tokio::time::sleep_until(due.into()).await;
+        let now = Instant::now();
+        s.max_lag_ms = s
+            .max_lag_ms
+            .max(now.duration_since(due).as_secs_f64() * 1000.0);
+        if notify_before.is_none() && now >= measure_from {
+            notify_before = Some((now, notify_counts(&mut admin, &names).await?));
+        }
+        if !is_arrival {
+            let Some(Reverse((_, no, m))) = live.pop() else {
+                continue;
+            };
+            advance(&busy, now, &mut spread_integral);
+            busy[m] -= 1;
+            try_write_atomic(&files[m], &format!("{}\n", busy[m]))?;
+            match admin.call(&release(call_id(no))).await? {
+                Response::Ok(ResponseData::Released(r)) if r.released == 1 => {}
+                _ => s.release_anomalies += 1,
+            }
+            continue;
+        }
+        arrivals += 1;
+        next_arrival += Duration::from_secs_f64(exponential_secs(&mut rng, lambda));
+        let measured = due >= measure_from;
+        let batch = ((due.saturating_duration_since(measure_from).as_secs_f64()
+            / args.duration.max(1) as f64
+            * BATCHES as f64) as usize)
+            .min(BATCHES - 1);
+        if measured {
+            s.offered += 1;
+            batch_offered[batch] += 1;
+        }
+        let id = call_id(arrivals);
+        match admin.call(&select(&id)).await? {
+            Response::Ok(ResponseData::Selected(sel)) => {
+                let Some(&m) = index.get(sel.msr.as_str()) else {
+                    s.unknown_msr += 1;
+                    admin.call(&release(id)).await?;
+                    continue;
+                };
+                if busy[m] >= capacities[m] {
+                    // The MSR refuses the INVITE; the core releases the leg.
+                    if measured {
+                        s.sent_to_full += 1;
+                        batch_blocked[batch] += 1;
+                    }
+                    admin.call(&release(id)).await?;
+                    continue;
+                }
+                advance(&busy, now, &mut spread_integral);
+                busy[m] += 1;
+                placed[m] += 1;
+                try_write_atomic(&files[m], &format!("{}\n", busy[m]))?;
+                if measured {
+                    s.accepted += 1;
+                }
+                let hold = Duration::from_secs_f64(exponential_secs(&mut rng, 1.0 / holding));
+                live.push(Reverse((now + hold, arrivals, m)));
+            }
+            Response::Ok(other) => bail!("select: unexpected answer {other:?}"),
+            Response::Err(e) => {
+                if busy.iter().zip(&capacities).all(|(b, c)| b >= c) {
+                    s.refused_when_full += 1;
+                } else {
+                    s.refused_with_room += 1;
+                }
+                if measured {
+                    *s.refused.entry(e.code.to_string()).or_default() += 1;
+                    batch_blocked[batch] += 1;
+                }
+            }
+        }
+    }
+    advance(&busy, measured_end, &mut spread_integral);
+    let notify_after = notify_counts(&mut admin, &names).await?;
+    // End every call still up at once: the run is bounded.
+    while let Some(Reverse((_, no, m))) = live.pop() {
+        busy[m] -= 1;
+        try_write_atomic(&files[m], &format!("{}\n", busy[m]))?;
+        match admin.call(&release(call_id(no))).await? {
+            Response::Ok(ResponseData::Released(r)) if r.released == 1 => {}
+            _ => s.release_anomalies += 1,
+        }
+    }
+    s.live_legs_after = match admin.call(&Request::MsrList).await? {
+        Response::Ok(ResponseData::Msrs { msrs }) => msrs
+            .iter()
+            .filter(|m| index.contains_key(m.name.as_str()))
+            .map(|m| u64::from(m.live_legs))
+            .sum(),
+        other => bail!("msr list: unexpected answer {other:?}"),
+    };
+    let measured_secs = measured_end
+        .saturating_duration_since(measure_from)
+        .as_secs_f64();
+    s.measured_secs = measured_secs;
+    (s.blocking, s.blocking_half_width) = msr_sim::batch_means(&batch_blocked, &batch_offered);
+    s.pooled_erlang_b = msr_sim::erlang_b(erlangs, total);
+    s.times_pooled = s.blocking / s.pooled_erlang_b;
+    if measured_secs > 0.0 {
+        s.spread_pp = spread_integral / measured_secs;
+        if let Some((at, before)) = &notify_before {
+            let secs = measured_end.saturating_duration_since(*at).as_secs_f64();
+            let deltas: Vec<u64> = notify_after
+                .iter()
+                .zip(before)
+                .map(|(a, b)| a.saturating_sub(*b))
+                .collect();
+            if secs > 0.0 {
+                s.notify_per_sec = deltas.iter().sum::<u64>() as f64 / secs;
+                s.max_notify_per_sec_per_subscription =
+                    deltas.iter().copied().max().unwrap_or(0) as f64 / secs;
+            }
+        }
+    }
+    s.placed = names.iter().cloned().zip(placed).collect();
+    print_calls_summary(&s);
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&s)?)
+            .with_context(|| format!("write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn print_calls_summary(s: &CallsSummary) {
+    let refused: u64 = s.refused.values().sum();
+    println!();
+    println!("═══ msr-loadgen calls summary ═══");
+    println!(
+        "measured        {:.0} s, {} calls offered, {} accepted",
+        s.measured_secs, s.offered, s.accepted
+    );
+    println!(
+        "blocking        {:.2e} ± {:.1e} (99 % CI, 10 batch means): refused by selection {refused} {:?}, \
+         sent to a full MSR {}",
+        s.blocking, s.blocking_half_width, s.refused, s.sent_to_full
+    );
+    println!(
+        "pooled limit    Erlang-B({:.1}, {}) = {:.2e}, × pooled {:.2}",
+        s.erlangs, s.sessions, s.pooled_erlang_b, s.times_pooled
+    );
+    println!(
+        "refusals        {} while every MSR was full, {} while one had room (warm-up included)",
+        s.refused_when_full, s.refused_with_room
+    );
+    println!(
+        "spread          {:.1} pp (time average of max − min occupancy, msr-sim's definition)",
+        s.spread_pp
+    );
+    println!(
+        "NOTIFY/s        {:.2} in all, {:.2} on the busiest subscription",
+        s.notify_per_sec, s.max_notify_per_sec_per_subscription
+    );
+    println!("placed          {:?}", s.placed);
+    println!(
+        "after release   {} live legs, {} release anomalies, {} selections of an unknown MSR",
+        s.live_legs_after, s.release_anomalies, s.unknown_msr
+    );
+    println!("driver lag      at most {:.1} ms", s.max_lag_ms);
 }

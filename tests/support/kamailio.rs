@@ -42,24 +42,32 @@ impl Kamailio {
     /// example), its `#!define`s set on the command line (`-A NAME=VALUE`,
     /// which the file's `#!ifndef` guards honour): `LISTEN` on a free
     /// loopback port and `CTL_SOCKET` in `dir`, plus `defines` (string
-    /// values quoted as the file's are).
-    pub async fn start_file(dir: &Path, cfg: &Path, defines: &[(&str, String)]) -> Kamailio {
+    /// values quoted as the file's are) and `flags`, defined without a
+    /// value (`-A NAME`, e.g. `WITH_HTTP_SELECT`).
+    pub async fn start_file(
+        dir: &Path,
+        cfg: &Path,
+        defines: &[(&str, String)],
+        flags: &[&str],
+    ) -> Kamailio {
         let port = free_udp_port();
         let ctl = dir.join("kamailio.ctl");
         let mut all = vec![
-            ("LISTEN", format!("udp:127.0.0.1:{port}")),
-            ("CTL_SOCKET", format!("\"unix:{}\"", ctl.display())),
+            format!("LISTEN=udp:127.0.0.1:{port}"),
+            format!("CTL_SOCKET=\"unix:{}\"", ctl.display()),
         ];
-        all.extend(defines.iter().map(|(k, v)| (*k, format!("\"{v}\""))));
+        all.extend(defines.iter().map(|(k, v)| format!("{k}=\"{v}\"")));
+        all.extend(flags.iter().map(|f| (*f).to_owned()));
         Self::spawn(dir, cfg, port, ctl, &all).await
     }
 
+    /// Runs Kamailio on `cfg` with each of `defines` as `-A`.
     async fn spawn(
         dir: &Path,
         cfg: &Path,
         port: u16,
         ctl: PathBuf,
-        defines: &[(&str, String)],
+        defines: &[String],
     ) -> Kamailio {
         let log = dir.join("kamailio.log");
         let file = std::fs::File::create(&log).expect("kamailio log");
@@ -67,8 +75,8 @@ impl Kamailio {
         let mut cmd = Command::new("kamailio");
         // -DD: no daemon, -E: log to stderr; its own runtime dir.
         cmd.args(["-DD", "-E", "-f"]).arg(cfg).arg("-Y").arg(dir);
-        for (name, value) in defines {
-            cmd.arg("-A").arg(format!("{name}={value}"));
+        for define in defines {
+            cmd.arg("-A").arg(define);
         }
         let child = cmd
             .stdin(Stdio::null())

@@ -38,10 +38,16 @@ fn spawn_logged(bin: &str, args: &[&str], log: &Path) -> ChildGuard {
 /// Writes `text` to `path` atomically (temporary file in the same directory,
 /// then rename), as an editor or the media engine would.
 pub fn write_atomic(path: &Path, text: &str) {
+    try_write_atomic(path, text).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// [`write_atomic`] for a tool: the error says which file failed.
+pub fn try_write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
+    use anyhow::Context;
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let tmp = path.with_file_name(format!(".{name}.tmp"));
-    std::fs::write(&tmp, text).unwrap_or_else(|e| panic!("write {}: {e}", tmp.display()));
-    std::fs::rename(&tmp, path).unwrap_or_else(|e| panic!("rename to {}: {e}", path.display()));
+    std::fs::write(&tmp, text).with_context(|| format!("write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("rename to {}", path.display()))
 }
 
 /// The log text with ANSI colour sequences removed (the collector colours
@@ -399,6 +405,10 @@ pub struct AgentSpec {
     /// `transport port`: the media engine's SIP port (its media-control
     /// port is the next one); nothing listens there.
     pub engine_port: u16,
+    /// `agent sip-port`: 0 (the default) for an ephemeral port, which the
+    /// registered contact carries; a fixed one for a test that talks to
+    /// the agent before it registers.
+    pub sip_port: u16,
 }
 
 impl Default for AgentSpec {
@@ -412,14 +422,15 @@ impl Default for AgentSpec {
             sample_interval_ms: 200,
             notify_min_interval_ms: 1000,
             engine_port: 5090,
+            sip_port: 0,
         }
     }
 }
 
 /// The MSR config for `spec`, with `calls-source="file:{calls}"`, a media
 /// engine on `127.0.0.1:{engine_port}` (nothing listens there) with its
-/// media-control port above it, and an ephemeral SIP port for the agent
-/// (`sip-port="0"`: the contact carries the bound port).
+/// media-control port above it, and the agent's SIP port `spec.sip_port`
+/// (`sip-port="0"` by default: the contact carries the bound port).
 pub fn agent_xml(spec: &AgentSpec, calls: &Path) -> String {
     let accounts: String = spec
         .accounts
@@ -443,10 +454,11 @@ pub fn agent_xml(spec: &AgentSpec, calls: &Path) -> String {
     <pbyte>
         <mcc bind-addr="127.0.0.1" port="{mcc}"/>
     </pbyte>
-    <agent sip-port="0" register-expires="{reg}" max-subscription-expires="{maxsub}" calls-source="file:{calls}" notify-min-interval-ms="{nmi}" sample-interval-ms="{sample}"/>
+    <agent sip-port="{sip_port}" register-expires="{reg}" max-subscription-expires="{maxsub}" calls-source="file:{calls}" notify-min-interval-ms="{nmi}" sample-interval-ms="{sample}"/>
 </config>
 "#,
         engine = spec.engine_port,
+        sip_port = spec.sip_port,
         mcc = spec.engine_port + 1,
         max_calls = spec.max_calls,
         delta = spec.load_delta,

@@ -21,6 +21,7 @@
 //!
 //! Hot reload lives in [`mod@watch`] ([`watch()`]).
 
+use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
@@ -77,6 +78,47 @@ impl AgentConfig {
         self.agent.sip_port = port;
         validate::check_sip_port(&self, origin, PortSetting::Flag)?;
         Ok(self)
+    }
+}
+
+/// The hosts that may SUBSCRIBE to the agent and receive its NOTIFYs
+/// (SPEC §4), as the config names them ([`AgentConfig::subscriber_hosts`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SubscriberHosts {
+    /// Realm hosts written as IP addresses, and `<agent allow-subscribers>`;
+    /// canonical ([`IpAddr::to_canonical`]).
+    pub addresses: BTreeSet<IpAddr>,
+    /// Realm hosts written as names, to be resolved.
+    pub names: BTreeSet<String>,
+}
+
+impl AgentConfig {
+    /// The registrars — the hosts of the `<dynamic realm>` URIs — and
+    /// `<agent allow-subscribers>`: who may SUBSCRIBE (SPEC §4).
+    pub fn subscriber_hosts(&self) -> SubscriberHosts {
+        let mut hosts = SubscriberHosts::default();
+        for account in &self.accounts {
+            let host = &account.realm.host;
+            let bare = host
+                .strip_prefix('[')
+                .and_then(|h| h.strip_suffix(']'))
+                .unwrap_or(host);
+            match bare.parse::<IpAddr>() {
+                Ok(ip) => {
+                    hosts.addresses.insert(ip.to_canonical());
+                }
+                Err(_) => {
+                    hosts.names.insert(host.clone());
+                }
+            }
+        }
+        hosts.addresses.extend(
+            self.agent
+                .allow_subscribers
+                .iter()
+                .map(|ip| ip.to_canonical()),
+        );
+        hosts
     }
 }
 
@@ -294,6 +336,11 @@ pub struct AgentSettings {
     /// SIGHUP (for logrotate); `None`: standard error (the journal under
     /// systemd). The engine's `<general log-path log-name>` is never used.
     pub log_file: Option<PathBuf>,
+    /// `allow-subscribers`: addresses allowed to SUBSCRIBE (and to receive
+    /// NOTIFYs) besides the registrars, i.e. the hosts of the `<dynamic
+    /// realm>` URIs (SPEC §4); IP addresses separated by spaces or commas.
+    /// Default: none.
+    pub allow_subscribers: Vec<IpAddr>,
 }
 
 impl Default for AgentSettings {
@@ -308,6 +355,7 @@ impl Default for AgentSettings {
             node_name: None,
             sip_port: 0,
             log_file: None,
+            allow_subscribers: Vec::new(),
         }
     }
 }
@@ -325,6 +373,7 @@ impl AgentSettings {
         "node-name",
         "sip-port",
         "log-file",
+        "allow-subscribers",
     ];
 }
 
@@ -397,6 +446,34 @@ pub enum ConfigError {
         /// The underlying error.
         #[source]
         source: std::io::Error,
+    },
+    /// The file is larger than [`MAX_CONFIG_BYTES`].
+    #[error(
+        "{}: the file has more than {limit} bytes, more than a media server config needs \
+         (accepted: up to {limit} bytes)",
+        path.display()
+    )]
+    TooLarge {
+        /// The config file.
+        path: PathBuf,
+        /// [`MAX_CONFIG_BYTES`].
+        limit: usize,
+    },
+    /// Elements are nested deeper than [`MAX_CONFIG_DEPTH`].
+    #[error(
+        "{}:{at}: <{element}> is nested more than {limit} elements deep \
+         (accepted: up to {limit} levels)",
+        path.display()
+    )]
+    TooDeep {
+        /// The config file.
+        path: PathBuf,
+        /// Where the element that goes too deep starts.
+        at: Position,
+        /// Its name.
+        element: String,
+        /// [`MAX_CONFIG_DEPTH`].
+        limit: usize,
     },
     /// The file ends inside markup or before every element is closed.
     #[error("{}:{at}: file is truncated: {what} is not closed", path.display())]
@@ -565,6 +642,8 @@ impl ConfigError {
     pub fn path(&self) -> &Path {
         match self {
             ConfigError::Io { path, .. }
+            | ConfigError::TooLarge { path, .. }
+            | ConfigError::TooDeep { path, .. }
             | ConfigError::Truncated { path, .. }
             | ConfigError::Malformed { path, .. }
             | ConfigError::WrongRoot { path, .. }
@@ -638,13 +717,36 @@ fn int_problem(value: &str, attribute: &str) -> String {
     }
 }
 
+/// The largest config file read: the media server's own config is a few
+/// kilobytes; a file this large is not one, and reading or parsing it must
+/// not stall a host (hot reload reads whatever is written to the path).
+pub const MAX_CONFIG_BYTES: usize = 1024 * 1024;
+
+/// The deepest element nesting accepted: the media server's config is four
+/// levels deep (`<config><accounts><dynamic>`); the bound keeps the scan's
+/// and the deserializer's work bounded by the depth, not the file.
+pub const MAX_CONFIG_DEPTH: usize = 64;
+
 /// Reads the config file at `path` and parses it with [`parse`]; messages
-/// name `path` as given.
+/// name `path` as given. At most [`MAX_CONFIG_BYTES`] are read.
 pub fn load(path: &Path) -> Result<AgentConfig, ConfigError> {
-    let bytes = std::fs::read(path).map_err(|source| ConfigError::Io {
+    use std::io::Read as _;
+    let io = |source| ConfigError::Io {
         path: path.to_path_buf(),
         source,
-    })?;
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .map_err(io)?
+        .take(MAX_CONFIG_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() > MAX_CONFIG_BYTES {
+        return Err(ConfigError::TooLarge {
+            path: path.to_path_buf(),
+            limit: MAX_CONFIG_BYTES,
+        });
+    }
     let text = match String::from_utf8(bytes) {
         Ok(t) => t,
         Err(e) => {
@@ -663,6 +765,12 @@ pub fn load(path: &Path) -> Result<AgentConfig, ConfigError> {
 /// Parses and validates config text; `origin` is the file name used in error
 /// messages (SPEC §2).
 pub fn parse(text: &str, origin: &Path) -> Result<AgentConfig, ConfigError> {
+    if text.len() > MAX_CONFIG_BYTES {
+        return Err(ConfigError::TooLarge {
+            path: origin.to_path_buf(),
+            limit: MAX_CONFIG_BYTES,
+        });
+    }
     // A leading BOM is legal XML but confuses nothing except positions.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let scan = xml::scan(text, origin)?;

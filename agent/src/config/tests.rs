@@ -473,7 +473,8 @@ fn agent_element_is_parsed_strictly() -> TestResult {
             GOOD_GENERAL,
             r#"<agent register-expires="60" max-subscription-expires="120" calls-source="fixed:7"
                 notify-min-interval-ms="1500" notify-high-water="90" sample-interval-ms="250" node-name="core1@ecss1"
-                sip-port="5090" log-file="/var/log/msr-agent/msr-agent.log"/>"#,
+                sip-port="5090" log-file="/var/log/msr-agent/msr-agent.log"
+                allow-subscribers="10.0.0.5, 10.0.0.6 [2001:db8::1] 10.0.0.5"/>"#,
         ),
         origin(),
     )?;
@@ -489,6 +490,11 @@ fn agent_element_is_parsed_strictly() -> TestResult {
             node_name: Some("core1@ecss1".to_owned()),
             sip_port: 5090,
             log_file: Some(PathBuf::from("/var/log/msr-agent/msr-agent.log")),
+            allow_subscribers: vec![
+                "10.0.0.5".parse()?,
+                "10.0.0.6".parse()?,
+                "2001:db8::1".parse()?,
+            ],
         }
     );
     let m = err(&doc(GOOD_GENERAL, r#"<agent expires="60"/>"#));
@@ -496,7 +502,7 @@ fn agent_element_is_parsed_strictly() -> TestResult {
         m,
         "config-examples/bad.xml:6:3: <agent expires>: unknown attribute, accepted: register-expires, \
          max-subscription-expires, calls-source, notify-min-interval-ms, notify-high-water, sample-interval-ms, node-name, \
-         sip-port, log-file"
+         sip-port, log-file, allow-subscribers"
     );
     assert!(err(&doc(GOOD_GENERAL, r#"<agent calls-source="socket"/>"#))
         .contains(r#"<agent calls-source="socket">: bad calls-source, accepted: proc, file:/path, fixed:N"#));
@@ -788,4 +794,105 @@ fn rate_limits_cannot_be_disabled() {
     );
     let m = err(&doc(GOOD_GENERAL, r#"<agent sample-interval-ms="1"/>"#));
     assert!(m.contains("sample-interval-ms") && m.contains("100"), "{m}");
+}
+
+#[test]
+fn a_bad_allow_subscribers_entry_is_named() {
+    let m = err(&doc(
+        GOOD_GENERAL,
+        r#"<agent allow-subscribers="10.0.0.5 collector.example"/>"#,
+    ));
+    assert_eq!(
+        m,
+        "config-examples/bad.xml: <agent allow-subscribers=\"collector.example\">: not an IP address, \
+         accepted: IP addresses separated by spaces or commas, e.g. \"10.0.0.5 10.0.0.6\""
+    );
+}
+
+/// `<e>` with `<x>` nested `n` deep inside it (engine elements the agent
+/// skips).
+fn nested(n: usize) -> String {
+    format!("<e>{}{}</e>", "<x>".repeat(n), "</x>".repeat(n))
+}
+
+#[test]
+fn elements_nest_at_most_max_config_depth() {
+    // <config> and <e> are two levels.
+    let deepest = doc(GOOD_GENERAL, &nested(MAX_CONFIG_DEPTH - 2));
+    assert!(parse(&deepest, origin()).is_ok());
+    let msg = err(&doc(GOOD_GENERAL, &nested(MAX_CONFIG_DEPTH - 1)));
+    assert!(
+        msg.starts_with("config-examples/bad.xml:6:")
+            && msg
+                .ends_with("<x> is nested more than 64 elements deep (accepted: up to 64 levels)"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn subscriber_hosts_are_the_realm_hosts_and_the_allow_list() -> TestResult {
+    let c = parse(
+        &doc(
+            GOOD_GENERAL,
+            r#"<agent allow-subscribers="10.0.0.9 ::ffff:10.0.0.8"/>
+            <accounts>
+              <dynamic msr_name="a" realm="sip:192.0.2.1:5060" auth_name="" auth_password=""/>
+              <dynamic msr_name="b" realm="sip:[2001:db8::7]" auth_name="" auth_password=""/>
+              <dynamic msr_name="c" realm="sip:core.example:5060" auth_name="" auth_password=""/>
+              <dynamic msr_name="d" realm="sip:[::ffff:192.0.2.2]:5060" auth_name="" auth_password=""/>
+            </accounts>"#,
+        ),
+        origin(),
+    )?;
+    let hosts = c.subscriber_hosts();
+    let ips: Vec<String> = hosts.addresses.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        ips,
+        [
+            "10.0.0.8",
+            "10.0.0.9",
+            "192.0.2.1",
+            "192.0.2.2",
+            "2001:db8::7"
+        ],
+        "v4-mapped addresses are kept as IPv4"
+    );
+    assert_eq!(
+        hosts.names.into_iter().collect::<Vec<_>>(),
+        ["core.example"]
+    );
+    Ok(())
+}
+
+#[test]
+fn a_file_over_max_config_bytes_is_refused_unread() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("big.xml");
+    let filler = format!("<!-- {} -->", "x".repeat(MAX_CONFIG_BYTES));
+    std::fs::write(&path, doc(GOOD_GENERAL, &filler))?;
+    let msg = load(&path).expect_err("too large").to_string();
+    assert_eq!(
+        msg,
+        format!(
+            "{}: the file has more than 1048576 bytes, more than a media server config needs \
+             (accepted: up to 1048576 bytes)",
+            path.display()
+        )
+    );
+    // Just under the cap is read.
+    let text = doc(GOOD_GENERAL, "");
+    let filler = format!("<!-- {} -->", "x".repeat(MAX_CONFIG_BYTES - text.len() - 9));
+    let text = doc(GOOD_GENERAL, &filler);
+    assert_eq!(text.len(), MAX_CONFIG_BYTES);
+    std::fs::write(&path, text)?;
+    load(&path)?;
+    Ok(())
+}
+
+#[test]
+fn many_skipped_siblings_parse() {
+    // 200,000 engine elements (800 kB): the scan computes no position per
+    // element (that made it quadratic); RELIABILITY.md has the timings.
+    let text = doc(GOOD_GENERAL, &format!("<e>{}</e>", "<x/>".repeat(200_000)));
+    assert!(parse(&text, origin()).is_ok());
 }

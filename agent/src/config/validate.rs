@@ -504,6 +504,28 @@ fn agent(cx: &Ctx<'_>, raw: &RawAgent) -> Result<AgentSettings, ConfigError> {
         }
         Some(v) => Some(PathBuf::from(v)),
     };
+    let mut allow_subscribers = Vec::new();
+    if let Some(v) = raw.allow_subscribers.as_deref() {
+        for item in v.split([' ', ',', '\t', '\n']).filter(|i| !i.is_empty()) {
+            // `[::1]` as in a URI, or bare.
+            let bare = item
+                .strip_prefix('[')
+                .and_then(|i| i.strip_suffix(']'))
+                .unwrap_or(item);
+            let ip = bare.parse::<IpAddr>().map_err(|_| {
+                cx.invalid(
+                    E,
+                    "allow-subscribers",
+                    item,
+                    ValueProblem::Detail("not an IP address"),
+                    "IP addresses separated by spaces or commas, e.g. \"10.0.0.5 10.0.0.6\"",
+                )
+            })?;
+            if !allow_subscribers.contains(&ip) {
+                allow_subscribers.push(ip);
+            }
+        }
+    }
     Ok(AgentSettings {
         register_expires,
         max_subscription_expires,
@@ -515,6 +537,7 @@ fn agent(cx: &Ctx<'_>, raw: &RawAgent) -> Result<AgentSettings, ConfigError> {
         // Resolved by `validate` once `<transport>` is known.
         sip_port: d.sip_port,
         log_file,
+        allow_subscribers,
     })
 }
 

@@ -12,7 +12,7 @@ use quick_xml::events::{BytesStart, Event};
 use quick_xml::Reader;
 use serde::Deserialize;
 
-use super::{ConfigError, Position};
+use super::{ConfigError, Position, MAX_CONFIG_DEPTH};
 
 /// Section elements under `<config>` that the agent reads; each may appear at
 /// most once.
@@ -150,6 +150,8 @@ pub(super) struct RawAgent {
     pub(super) sip_port: Option<String>,
     #[serde(rename = "@log-file")]
     pub(super) log_file: Option<String>,
+    #[serde(rename = "@allow-subscribers")]
+    pub(super) allow_subscribers: Option<String>,
 }
 
 /// What the well-formedness scan learned besides "the file is well formed".
@@ -160,8 +162,10 @@ pub(super) struct Scan {
 }
 
 /// Checks that `text` is a well-formed document rooted at `<config>` with at
-/// most one of each section element, reporting the first problem with its
-/// `line:column`.
+/// most one of each section element and elements nested at most
+/// [`MAX_CONFIG_DEPTH`] deep, reporting the first problem with its
+/// `line:column`. Linear in the text: a position is computed only for an
+/// error.
 pub(super) fn scan(text: &str, origin: &Path) -> Result<Scan, ConfigError> {
     let path = origin.to_path_buf();
     let at =
@@ -186,7 +190,9 @@ pub(super) fn scan(text: &str, origin: &Path) -> Result<Scan, ConfigError> {
             Event::Start(ref e) | Event::Empty(ref e) => {
                 let is_empty = matches!(event, Event::Empty(_));
                 let name = String::from_utf8_lossy(e.name().as_ref()).into_owned();
-                check_attributes(e, &path, at(start))?;
+                // The position is worked out only for an error: computing it
+                // for every element made the scan quadratic in the file size.
+                check_attributes(e, &path, || at(start))?;
                 match stack.len() {
                     0 => {
                         if root_seen {
@@ -226,6 +232,14 @@ pub(super) fn scan(text: &str, origin: &Path) -> Result<Scan, ConfigError> {
                     }
                     _ => {}
                 }
+                if stack.len() >= MAX_CONFIG_DEPTH {
+                    return Err(ConfigError::TooDeep {
+                        path,
+                        at: at(start),
+                        element: name,
+                        limit: MAX_CONFIG_DEPTH,
+                    });
+                }
                 if !is_empty {
                     stack.push((name, start));
                 }
@@ -263,13 +277,17 @@ pub(super) fn scan(text: &str, origin: &Path) -> Result<Scan, ConfigError> {
 }
 
 /// Checks every attribute of `e` (quotes, duplicates, `=`).
-fn check_attributes(e: &BytesStart<'_>, path: &Path, at: Position) -> Result<(), ConfigError> {
+fn check_attributes(
+    e: &BytesStart<'_>,
+    path: &Path,
+    at: impl FnOnce() -> Position,
+) -> Result<(), ConfigError> {
     for attr in e.attributes() {
         if let Err(err) = attr {
             let name = String::from_utf8_lossy(e.name().as_ref()).into_owned();
             return Err(ConfigError::Malformed {
                 path: path.to_path_buf(),
-                at,
+                at: at(),
                 reason: format!("<{name}>: bad attribute: {err}"),
             });
         }

@@ -1,4 +1,5 @@
 use std::collections::BTreeSet;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use msr_shared::event_package::LoadReport;
@@ -10,6 +11,12 @@ use crate::load::Sample;
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
 
+/// Where the collector's requests come from: a subscriber host.
+const COLLECTOR: Option<SocketAddr> = Some(SocketAddr::new(
+    IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+    5060,
+));
+
 fn config() -> NotifierConfig {
     NotifierConfig {
         load_delta: 10,
@@ -18,6 +25,7 @@ fn config() -> NotifierConfig {
         max_expires: 3600,
         contact_host_port: "127.0.0.1:5070".into(),
         accounts: BTreeSet::from(["msr_1".to_owned()]),
+        subscribers: BTreeSet::from([IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)]),
     }
 }
 
@@ -88,7 +96,11 @@ fn subscribed(expires: u32) -> (Notifier, Instant, Response) {
     let t0 = Instant::now();
     let mut n = Notifier::new(config(), sample(30));
     let resp = n
-        .handle_request(t0, &subscribe("c1", None, 1, Some(expires), EVENT))
+        .handle_request(
+            t0,
+            COLLECTOR,
+            &subscribe("c1", None, 1, Some(expires), EVENT),
+        )
         .expect("response");
     assert_eq!(drain(&mut n).len(), 1);
     (n, t0, resp)
@@ -99,7 +111,7 @@ fn subscribe_gets_200_dialog_and_immediate_notify() {
     let t0 = Instant::now();
     let mut n = Notifier::new(config(), sample(37));
     let resp = n
-        .handle_request(t0, &subscribe("c1", None, 1, Some(7200), EVENT))
+        .handle_request(t0, COLLECTOR, &subscribe("c1", None, 1, Some(7200), EVENT))
         .expect("response");
     assert_eq!(resp.status_code, StatusCode::OK);
     assert_eq!(
@@ -146,7 +158,11 @@ fn refresh_gets_200_and_notify_with_new_expiry() {
     let tag = sip::tag(h(&resp.headers, "To")).expect("tag");
     let t1 = t0 + Duration::from_secs(40);
     let resp = n
-        .handle_request(t1, &subscribe("c1", Some(&tag), 2, Some(60), EVENT))
+        .handle_request(
+            t1,
+            COLLECTOR,
+            &subscribe("c1", Some(&tag), 2, Some(60), EVENT),
+        )
         .expect("response");
     assert_eq!(resp.status_code, StatusCode::OK);
     assert_eq!(h(&resp.headers, "Expires"), "60");
@@ -188,7 +204,11 @@ fn expires_zero_ends_with_timeout() {
     let (mut n, t0, resp) = subscribed(60);
     let tag = sip::tag(h(&resp.headers, "To")).expect("tag");
     let resp = n
-        .handle_request(t0, &subscribe("c1", Some(&tag), 2, Some(0), EVENT))
+        .handle_request(
+            t0,
+            COLLECTOR,
+            &subscribe("c1", Some(&tag), 2, Some(0), EVENT),
+        )
         .expect("response");
     assert_eq!(resp.status_code, StatusCode::OK);
     assert_eq!(h(&resp.headers, "Expires"), "0");
@@ -201,7 +221,11 @@ fn expires_zero_ends_with_timeout() {
     assert!(n.subscriptions().is_empty());
     // The dialog is gone: a further request in it gets 481.
     let resp = n
-        .handle_request(t0, &subscribe("c1", Some(&tag), 3, Some(60), EVENT))
+        .handle_request(
+            t0,
+            COLLECTOR,
+            &subscribe("c1", Some(&tag), 3, Some(60), EVENT),
+        )
         .expect("response");
     assert_eq!(resp.status_code, StatusCode::CallTransactionDoesNotExist);
 }
@@ -211,7 +235,7 @@ fn initial_expires_zero_is_a_fetch() {
     let t0 = Instant::now();
     let mut n = Notifier::new(config(), sample(30));
     let resp = n
-        .handle_request(t0, &subscribe("c1", None, 1, Some(0), EVENT))
+        .handle_request(t0, COLLECTOR, &subscribe("c1", None, 1, Some(0), EVENT))
         .expect("response");
     assert_eq!(resp.status_code, StatusCode::OK);
     let sent = drain(&mut n);
@@ -228,13 +252,21 @@ fn rejections() {
     let t0 = Instant::now();
     let mut n = Notifier::new(config(), sample(30));
     let resp = n
-        .handle_request(t0, &subscribe("c1", None, 1, Some(60), "presence"))
+        .handle_request(
+            t0,
+            COLLECTOR,
+            &subscribe("c1", None, 1, Some(60), "presence"),
+        )
         .expect("response");
     assert_eq!(resp.status_code, StatusCode::BadEvent);
     assert_eq!(h(&resp.headers, "Allow-Events"), EVENT);
 
     let resp = n
-        .handle_request(t0, &subscribe("c2", Some("nope"), 1, Some(60), EVENT))
+        .handle_request(
+            t0,
+            COLLECTOR,
+            &subscribe("c2", Some("nope"), 1, Some(60), EVENT),
+        )
         .expect("response");
     assert_eq!(resp.status_code, StatusCode::CallTransactionDoesNotExist);
 
@@ -242,7 +274,9 @@ fn rejections() {
     no_call_id
         .headers
         .retain(|h| !h.name().eq_ignore_ascii_case("Call-ID"));
-    let resp = n.handle_request(t0, &no_call_id).expect("response");
+    let resp = n
+        .handle_request(t0, COLLECTOR, &no_call_id)
+        .expect("response");
     assert_eq!(resp.status_code, StatusCode::BadRequest);
 
     let mut no_from_tag = subscribe("c4", None, 1, Some(60), EVENT);
@@ -251,17 +285,23 @@ fn rejections() {
         "From",
         "<sip:collector@127.0.0.1:5060>",
     );
-    let resp = n.handle_request(t0, &no_from_tag).expect("response");
+    let resp = n
+        .handle_request(t0, COLLECTOR, &no_from_tag)
+        .expect("response");
     assert_eq!(resp.status_code, StatusCode::BadRequest);
 
     let mut bad_expires = subscribe("c5", None, 1, None, EVENT);
     sip::push_header(&mut bad_expires.headers, "Expires", "soon");
-    let resp = n.handle_request(t0, &bad_expires).expect("response");
+    let resp = n
+        .handle_request(t0, COLLECTOR, &bad_expires)
+        .expect("response");
     assert_eq!(resp.status_code, StatusCode::BadRequest);
 
     let mut other_msr = subscribe("c6", None, 1, Some(60), EVENT);
     other_msr.uri = sip::Uri::try_from("sip:msr_9@127.0.0.1:5070").expect("uri");
-    let resp = n.handle_request(t0, &other_msr).expect("response");
+    let resp = n
+        .handle_request(t0, COLLECTOR, &other_msr)
+        .expect("response");
     assert_eq!(resp.status_code, StatusCode::NotFound);
 
     assert!(drain(&mut n).is_empty());
@@ -275,7 +315,11 @@ fn min_expires_is_one_second() {
     let t0 = Instant::now();
     let mut n = Notifier::new(config(), sample(30));
     let resp = n
-        .handle_request(t0, &subscribe("c1", None, 1, Some(MIN_EXPIRES), EVENT))
+        .handle_request(
+            t0,
+            COLLECTOR,
+            &subscribe("c1", None, 1, Some(MIN_EXPIRES), EVENT),
+        )
         .expect("response");
     assert_eq!(resp.status_code, StatusCode::OK);
     assert_eq!(h(&resp.headers, "Expires"), MIN_EXPIRES.to_string());
@@ -340,7 +384,7 @@ fn the_100_edge_is_always_reported() {
     cfg.high_water = 101;
     let t0 = Instant::now();
     let mut n = Notifier::new(cfg, sample(98));
-    n.handle_request(t0, &subscribe("c1", None, 1, Some(600), EVENT))
+    n.handle_request(t0, COLLECTOR, &subscribe("c1", None, 1, Some(600), EVENT))
         .expect("response");
     drain(&mut n);
     n.on_sample(t0 + MS(1500), sample(100));
@@ -365,7 +409,11 @@ fn shutdown_deactivates_every_subscription() {
     let mut n = Notifier::new(config(), sample(30));
     for i in 0..5 {
         let resp = n
-            .handle_request(t0, &subscribe(&format!("c{i}"), None, 1, Some(60), EVENT))
+            .handle_request(
+                t0,
+                COLLECTOR,
+                &subscribe(&format!("c{i}"), None, 1, Some(60), EVENT),
+            )
             .expect("response");
         assert_eq!(resp.status_code, StatusCode::OK);
     }
@@ -382,7 +430,7 @@ fn shutdown_deactivates_every_subscription() {
     }
     assert!(n.subscriptions().is_empty());
     let resp = n
-        .handle_request(t0, &subscribe("late", None, 1, Some(60), EVENT))
+        .handle_request(t0, COLLECTOR, &subscribe("late", None, 1, Some(60), EVENT))
         .expect("response");
     assert_eq!(resp.status_code, StatusCode::ServiceUnavailable);
 }
@@ -392,8 +440,12 @@ fn five_subscriptions() -> (Notifier, Instant, Vec<NotifyTransmit>) {
     let t0 = Instant::now();
     let mut n = Notifier::new(config(), sample(30));
     for i in 0..5 {
-        n.handle_request(t0, &subscribe(&format!("c{i}"), None, 1, Some(60), EVENT))
-            .expect("response");
+        n.handle_request(
+            t0,
+            COLLECTOR,
+            &subscribe(&format!("c{i}"), None, 1, Some(60), EVENT),
+        )
+        .expect("response");
     }
     let initial = drain(&mut n);
     assert_eq!(initial.len(), 5);
@@ -495,7 +547,10 @@ fn removed_account_ends_with_noresource_and_new_delta_applies_at_once() {
     );
     assert_eq!(body(&sent[0]).load, 33);
 
+    // The account goes, and with it its realm: the registrar's host is no
+    // longer a subscriber host, yet its subscription ends with a NOTIFY.
     cfg.accounts = BTreeSet::new();
+    cfg.subscribers = BTreeSet::new();
     n.reconfigure(t0 + MS(3000), cfg);
     let sent = drain(&mut n);
     assert_eq!(sent.len(), 1);
@@ -510,11 +565,11 @@ fn removed_account_ends_with_noresource_and_new_delta_applies_at_once() {
 fn notify_answered_481_or_lost_drops_the_subscription() {
     let t0 = Instant::now();
     let mut n = Notifier::new(config(), sample(30));
-    n.handle_request(t0, &subscribe("a", None, 1, Some(60), EVENT))
+    n.handle_request(t0, COLLECTOR, &subscribe("a", None, 1, Some(60), EVENT))
         .expect("response");
-    n.handle_request(t0, &subscribe("b", None, 1, Some(60), EVENT))
+    n.handle_request(t0, COLLECTOR, &subscribe("b", None, 1, Some(60), EVENT))
         .expect("response");
-    n.handle_request(t0, &subscribe("c", None, 1, Some(60), EVENT))
+    n.handle_request(t0, COLLECTOR, &subscribe("c", None, 1, Some(60), EVENT))
         .expect("response");
     let sent = drain(&mut n);
     let reply =
@@ -533,7 +588,11 @@ fn many_subscribers_each_get_their_own_dialog() {
     let mut tags = BTreeSet::new();
     for i in 0..50 {
         let resp = n
-            .handle_request(t0, &subscribe(&format!("c{i}"), None, 1, Some(60), EVENT))
+            .handle_request(
+                t0,
+                COLLECTOR,
+                &subscribe(&format!("c{i}"), None, 1, Some(60), EVENT),
+            )
             .expect("response");
         tags.insert(sip::tag(h(&resp.headers, "To")).expect("tag"));
     }
@@ -550,19 +609,19 @@ fn other_requests() {
     let mut opt = subscribe("o", None, 1, None, EVENT);
     opt.method = Method::Options;
     assert_eq!(
-        n.handle_request(t0, &opt).map(|r| r.status_code),
+        n.handle_request(t0, COLLECTOR, &opt).map(|r| r.status_code),
         Some(StatusCode::OK)
     );
     let mut bye = subscribe("o", Some("x"), 2, None, EVENT);
     bye.method = Method::Bye;
     assert_eq!(
-        n.handle_request(t0, &bye).map(|r| r.status_code),
+        n.handle_request(t0, COLLECTOR, &bye).map(|r| r.status_code),
         Some(StatusCode::CallTransactionDoesNotExist)
     );
     let mut msg = subscribe("o", None, 3, None, EVENT);
     msg.method = Method::Message;
     assert_eq!(
-        n.handle_request(t0, &msg).map(|r| r.status_code),
+        n.handle_request(t0, COLLECTOR, &msg).map(|r| r.status_code),
         Some(StatusCode::MethodNotAllowed)
     );
 }
@@ -573,13 +632,21 @@ fn subscriptions_are_capped_and_the_excess_gets_503_with_retry_after() {
     let mut n = Notifier::new(config(), sample(30));
     for i in 0..MAX_SUBSCRIPTIONS {
         let resp = n
-            .handle_request(t0, &subscribe(&format!("c{i}"), None, 1, Some(60), EVENT))
+            .handle_request(
+                t0,
+                COLLECTOR,
+                &subscribe(&format!("c{i}"), None, 1, Some(60), EVENT),
+            )
             .expect("response");
         assert_eq!(resp.status_code, StatusCode::OK);
     }
     assert_eq!(drain(&mut n).len(), MAX_SUBSCRIPTIONS);
     let resp = n
-        .handle_request(t0, &subscribe("one-too-many", None, 1, Some(60), EVENT))
+        .handle_request(
+            t0,
+            COLLECTOR,
+            &subscribe("one-too-many", None, 1, Some(60), EVENT),
+        )
         .expect("response");
     assert_eq!(resp.status_code, StatusCode::ServiceUnavailable);
     assert_eq!(h(&resp.headers, "Retry-After"), "60");
@@ -673,4 +740,194 @@ fn a_high_water_mark_of_101_turns_the_rule_off() {
             calls: 951
         }
     ));
+}
+
+/// RFC 6665 §4.2.2: each response that ends the usage drops the
+/// subscription (its slot is free, no NOTIFY follows); the others keep it
+/// and the next load change is notified.
+#[test]
+fn notify_error_responses_end_the_subscription_as_rfc_6665_says() {
+    let ending = [
+        404, 405, 408, 410, 416, 480, 481, 482, 483, 484, 485, 489, 501, 604,
+    ];
+    let keeping = [200, 202, 302, 400, 401, 403, 407, 486, 491, 500, 503, 600];
+    for code in ending.into_iter().chain(keeping) {
+        let (mut n, t0, _) = subscribed(60);
+        // A second subscription, answered 200: it must be untouched.
+        n.handle_request(t0, COLLECTOR, &subscribe("other", None, 1, Some(60), EVENT))
+            .expect("response");
+        let first = drain(&mut n);
+        assert_eq!(first.len(), 1);
+        n.handle_notify_response(t0, first[0].subscription, &reply(&first[0], 200));
+        // The subscription "c1": its next NOTIFY is answered `code`.
+        n.on_sample(t0 + MS(1000), sample(90));
+        let sent = drain(&mut n);
+        assert_eq!(sent.len(), 2, "{code}");
+        let c1 = sent
+            .iter()
+            .find(|t| h(&t.request.headers, "Call-ID") == "c1")
+            .expect("c1 notified");
+        n.handle_notify_response(t0 + MS(1000), c1.subscription, &reply(c1, code));
+        let ended = ending.contains(&code);
+        assert_eq!(ends_subscription(code), ended, "{code}");
+        let left: Vec<String> = n.subscriptions().into_iter().map(|s| s.call_id).collect();
+        let expected: Vec<&str> = if ended {
+            vec!["other"]
+        } else {
+            vec!["c1", "other"]
+        };
+        assert_eq!(left, expected, "{code}");
+        n.on_sample(t0 + MS(2000), sample(30));
+        let later: Vec<String> = drain(&mut n)
+            .iter()
+            .map(|t| h(&t.request.headers, "Call-ID").to_owned())
+            .collect();
+        assert_eq!(later, expected, "{code}: who is still notified");
+    }
+}
+
+fn from(addr: &str) -> Option<SocketAddr> {
+    Some(addr.parse().expect("socket address"))
+}
+
+fn with_contact(mut r: Request, contact: &str) -> Request {
+    sip::set_header(&mut r.headers, "Contact", contact);
+    r
+}
+
+/// RFC 6665 §6.1, §6.3, SPEC §4: a stranger's SUBSCRIBEs get 403 and
+/// change nothing — no slot, no NOTIFY — so they can neither reflect
+/// NOTIFYs at a victim nor lock the collector out by filling the slots.
+#[test]
+fn subscribes_from_a_foreign_source_get_403_and_take_no_slot() {
+    let t0 = Instant::now();
+    let mut n = Notifier::new(config(), sample(30));
+    for i in 0..MAX_SUBSCRIPTIONS {
+        // Its Contact names the collector: the victim of a reflection.
+        let r = subscribe(&format!("evil{i}"), None, 1, Some(3600), EVENT);
+        let resp = n
+            .handle_request(t0, from("192.0.2.66:5060"), &r)
+            .expect("response");
+        assert_eq!(resp.status_code, StatusCode::Forbidden);
+    }
+    assert!(drain(&mut n).is_empty(), "no NOTIFY to anyone");
+    assert!(n.subscriptions().is_empty());
+    assert_eq!(n.poll_timeout(), None);
+    // Without a known source, too.
+    let resp = n
+        .handle_request(t0, None, &subscribe("nosrc", None, 1, Some(60), EVENT))
+        .expect("response");
+    assert_eq!(resp.status_code, StatusCode::Forbidden);
+    // The collector still gets its subscription.
+    let resp = n
+        .handle_request(t0, COLLECTOR, &subscribe("c1", None, 1, Some(60), EVENT))
+        .expect("response");
+    assert_eq!(resp.status_code, StatusCode::OK);
+    assert_eq!(drain(&mut n).len(), 1);
+}
+
+#[test]
+fn a_contact_outside_the_subscriber_hosts_gets_403() {
+    let t0 = Instant::now();
+    let mut n = Notifier::new(config(), sample(30));
+    for contact in [
+        "<sip:victim@192.0.2.66:5060>",
+        "<sip:victim@victim.example:5060>",
+        "<sip:collector@[::1]:5060>",
+    ] {
+        let r = with_contact(subscribe("c1", None, 1, Some(60), EVENT), contact);
+        let resp = n.handle_request(t0, COLLECTOR, &r).expect("response");
+        assert_eq!(resp.status_code, StatusCode::Forbidden, "{contact}");
+    }
+    assert!(drain(&mut n).is_empty());
+    assert!(n.subscriptions().is_empty());
+    // A v4-mapped IPv6 source or contact is its IPv4 address.
+    let r = with_contact(
+        subscribe("c2", None, 1, Some(60), EVENT),
+        "<sip:collector@[::ffff:127.0.0.1]:5060>",
+    );
+    let resp = n
+        .handle_request(t0, from("[::ffff:127.0.0.1]:5060"), &r)
+        .expect("response");
+    assert_eq!(resp.status_code, StatusCode::OK);
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 1);
+}
+
+#[test]
+fn a_foreign_refresh_gets_403_and_leaves_the_dialog_as_it_was() {
+    let (mut n, t0, resp) = subscribed(60);
+    let tag = sip::tag(h(&resp.headers, "To")).expect("to-tag");
+    // In the dialog, a higher CSeq, and a Contact to redirect the NOTIFYs.
+    let r = with_contact(
+        subscribe("c1", Some(&tag), 9, Some(0), EVENT),
+        "<sip:victim@192.0.2.66:5060>",
+    );
+    let resp = n
+        .handle_request(t0, from("192.0.2.66:5060"), &r)
+        .expect("response");
+    assert_eq!(resp.status_code, StatusCode::Forbidden);
+    // The same from the collector's host, but redirecting elsewhere.
+    let resp = n.handle_request(t0, COLLECTOR, &r).expect("response");
+    assert_eq!(resp.status_code, StatusCode::Forbidden);
+    assert!(drain(&mut n).is_empty());
+    assert_eq!(n.subscriptions().len(), 1, "not ended");
+    // The collector's own refresh, CSeq 2, is still in order.
+    let resp = n
+        .handle_request(
+            t0,
+            COLLECTOR,
+            &subscribe("c1", Some(&tag), 2, Some(60), EVENT),
+        )
+        .expect("response");
+    assert_eq!(resp.status_code, StatusCode::OK);
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        sent[0].request.uri.to_string(),
+        "sip:collector@127.0.0.1:5060"
+    );
+}
+
+#[test]
+fn the_subscriber_hosts_can_change_and_a_removed_one_gets_no_more_notifies() {
+    let t0 = Instant::now();
+    let mut n = Notifier::new(config(), sample(30));
+    let other: IpAddr = "192.0.2.10".parse().expect("ip");
+    let resp = n
+        .handle_request(t0, COLLECTOR, &subscribe("c1", None, 1, Some(60), EVENT))
+        .expect("response");
+    assert_eq!(resp.status_code, StatusCode::OK);
+    // The other host is not allowed yet…
+    let r = with_contact(
+        subscribe("c2", None, 1, Some(60), EVENT),
+        "<sip:collector@192.0.2.10:5060>",
+    );
+    let refused = n
+        .handle_request(t0, from("192.0.2.10:5060"), &r)
+        .expect("response");
+    assert_eq!(refused.status_code, StatusCode::Forbidden);
+    // …then it is (a resolved registrar name, or the allow-list), given
+    // as a v4-mapped address.
+    n.set_subscribers(BTreeSet::from([
+        IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        IpAddr::V6(std::net::Ipv4Addr::new(192, 0, 2, 10).to_ipv6_mapped()),
+    ]));
+    let resp = n
+        .handle_request(t0, from("192.0.2.10:5060"), &r)
+        .expect("response");
+    assert_eq!(resp.status_code, StatusCode::OK);
+    assert_eq!(drain(&mut n).len(), 2);
+    // Loopback leaves the set: its subscription ends without a NOTIFY.
+    n.set_subscribers(BTreeSet::from([other]));
+    assert!(drain(&mut n).is_empty());
+    let left: Vec<String> = n.subscriptions().into_iter().map(|s| s.call_id).collect();
+    assert_eq!(left, ["c2"]);
+    n.on_sample(t0 + MS(1000), sample(90));
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        sent[0].request.uri.to_string(),
+        "sip:collector@192.0.2.10:5060"
+    );
 }

@@ -846,6 +846,7 @@ async fn idle_connections_are_closed_busy_ones_are_not() {
     let limits = ServeLimits {
         max_connections: 2,
         idle_timeout: Duration::from_millis(300),
+        ..ServeLimits::default()
     };
     let server = Server::start(Some(limits));
     // Two idle clients fill the limit; a third is refused for now.
@@ -913,6 +914,44 @@ async fn the_default_idle_timeout_is_a_minute() {
     assert_eq!(IDLE_TIMEOUT, Duration::from_secs(60));
     assert_eq!(ServeLimits::default().idle_timeout, IDLE_TIMEOUT);
     assert_eq!(ServeLimits::default().max_connections, MAX_CONNECTIONS);
+}
+
+/// A client (here root, the only user a test has) holding its share of the
+/// control connections gets a one-line refusal for the next; what it gives
+/// back can be taken again. (Which users the quota tells apart:
+/// `quota::tests`.)
+#[tokio::test]
+async fn a_client_holding_its_share_gets_a_refusal_line() {
+    let limits = ServeLimits {
+        per_client: 3,
+        ..ServeLimits::default()
+    };
+    let server = Server::start(Some(limits));
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let (mut write, mut lines) =
+            split(UnixStream::connect(&server.path).await.expect("connect"));
+        let response = exchange(&mut write, &mut lines, b"{\"op\":\"site_list\"}\n").await;
+        assert!(is_sites(response.as_ref()), "{response:?}");
+        held.push((write, lines));
+    }
+    let (_w, mut fourth) = split(UnixStream::connect(&server.path).await.expect("connect"));
+    let line = fourth.next_line().await.expect("read").expect("a line");
+    let uid = std::fs::metadata(&server.path)
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+        .expect("socket");
+    assert!(
+        line.contains(&format!(
+            "too many control connections from uid {uid} (at most 3 per user)"
+        )),
+        "{line}"
+    );
+    assert_eq!(fourth.next_line().await.expect("read"), None, "then closed");
+    held.pop();
+    let (mut write, mut lines) = split(UnixStream::connect(&server.path).await.expect("connect"));
+    let response = exchange(&mut write, &mut lines, b"{\"op\":\"site_list\"}\n").await;
+    assert!(is_sites(response.as_ref()), "{response:?}");
+    server.stop().await;
 }
 
 #[tokio::test]

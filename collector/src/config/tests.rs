@@ -96,7 +96,10 @@ fn health_values_are_checked() {
             "[health]\nunreported_grace_ms = 600001",
             "health.unreported_grace_ms",
         ),
-        ("[health]\nkeepalive_interval_secs = -1", "expected u64"),
+        (
+            "[health]\nkeepalive_interval_secs = -1",
+            "[health] keepalive_interval_secs = -1: accepted 0..=18446744073709551615",
+        ),
     ] {
         let err = parse(text, "h.toml").expect_err(text);
         assert!(err.to_string().contains(key), "{text}: {err}");
@@ -199,6 +202,51 @@ fn syntax_errors_carry_line_and_column() {
         }
         other => panic!("unexpected {other:?}"),
     }
+}
+
+#[test]
+fn a_validation_error_points_at_the_value_it_names() {
+    let text = "node = \"a\"\n[[accounts]]\nauth_name = \"msr\"\npassword = \"x\"\n\
+                [[accounts]]\n# the second\n  auth_name   =  \"msr\"\npassword = \"y\"\n";
+    let err = parse(text, "f.toml").expect_err("duplicate");
+    assert!(
+        err.to_string()
+            .starts_with("f.toml:7:18: `accounts[1].auth_name` = \"msr\""),
+        "{err}"
+    );
+    assert_eq!(locate(text, "accounts[0].password"), Some((4, 12)));
+    assert_eq!(locate(text, "node"), Some((1, 8)));
+    assert_eq!(locate(text, "accounts[2].auth_name"), None);
+    assert_eq!(locate(text, "store.tls"), None);
+    let text = "[store]\nendpoints = [\"127.0.0.1:2379\"]\n";
+    assert_eq!(locate(text, "store.endpoints[0]"), Some((2, 13)));
+}
+
+#[test]
+fn a_number_outside_its_type_names_the_key_and_the_range() {
+    let err = parse("[health]\nkeepalive_misses = 4294967296\n", "f.toml").expect_err("u32");
+    assert_eq!(
+        err.to_string(),
+        "f.toml:2:20: [health] keepalive_misses = 4294967296: accepted 0..=4294967295"
+    );
+    // A top-level key has no table to name.
+    let err = parse("max_rows = -1\n", "f.toml").expect_err("unknown or negative");
+    assert!(err.to_string().starts_with("f.toml:1:"), "{err}");
+}
+
+#[test]
+fn invalid_utf8_gives_the_line_and_column_of_the_first_bad_byte() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, b"node = \"a\"\n# \xc3\xa9t\xc3\xa9 caf\xe9\n").expect("write");
+    let err = load(&path).expect_err("latin-1");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{}:2:10: byte 0xe9 is not valid utf-8 (the file must be utf-8 text)",
+            path.display()
+        )
+    );
 }
 
 #[test]

@@ -620,7 +620,7 @@ fn refused_credentials_and_msr_names_are_reported_with_what_an_operator_needs() 
         assert_eq!(resp.status_code, StatusCode::Forbidden);
         assert_eq!(
             refusals(&mut r),
-            vec![RefusalLog::Refused(expected(
+            vec![RefusalLog::Line(expected(
                 msr,
                 user,
                 reason,
@@ -648,7 +648,7 @@ fn refused_credentials_and_msr_names_are_reported_with_what_an_operator_needs() 
                 StatusCode::Forbidden,
             );
             e.source = None;
-            RefusalLog::Refused(e)
+            RefusalLog::Line(e)
         }]
     );
 }
@@ -719,7 +719,7 @@ fn malformed_registers_are_reported_with_the_detail() {
         StatusCode::BadRequest
     );
     let logs = refusals(&mut r);
-    let [RefusalLog::Refused(a), RefusalLog::Refused(b)] = &logs[..] else {
+    let [RefusalLog::Line(a), RefusalLog::Line(b)] = &logs[..] else {
         panic!("{logs:?}")
     };
     assert_eq!(
@@ -751,7 +751,7 @@ fn refusal_lines_are_rate_limited_on_the_given_time() {
     r.handle_timeout(t0 + REFUSAL_WINDOW);
     let logs = refusals(&mut r);
     assert!(
-        matches!(&logs[..], [RefusalLog::Refused(x)] if x.suppressed == 8 && x.reason == RefusalReason::WrongPassword),
+        matches!(&logs[..], [RefusalLog::Line(x)] if x.suppressed == 8 && x.reason == RefusalReason::WrongPassword),
         "{logs:?}"
     );
     // A quiet window later the key is forgotten and nothing is pending.
@@ -767,7 +767,7 @@ fn refusal_lines_are_rate_limited_on_the_given_time() {
         refused(&mut r, t1, "msr_1", &format!("guess{i}"), "x");
         for log in refusals(&mut r) {
             match log {
-                RefusalLog::Refused(x) => {
+                RefusalLog::Line(x) => {
                     lines += 1;
                     counted += 1 + x.suppressed;
                 }
@@ -805,7 +805,7 @@ fn names_the_operator_would_refuse_get_400_with_the_rule() {
         Some("Bad Request (bad msr name: 140 bytes, more than 128)")
     );
     let logs = refusals(&mut r);
-    let [RefusalLog::Refused(refusal)] = &logs[..] else {
+    let [RefusalLog::Line(refusal)] = &logs[..] else {
         panic!("{logs:?}")
     };
     assert_eq!(
@@ -845,7 +845,7 @@ fn names_the_operator_would_refuse_get_400_with_the_rule() {
         assert!(r.bindings().next().is_none(), "{contact}");
         assert!(events(&mut r).is_empty(), "{contact}");
         let logs = refusals(&mut r);
-        let [RefusalLog::Refused(refusal)] = &logs[..] else {
+        let [RefusalLog::Line(refusal)] = &logs[..] else {
             panic!("{logs:?}")
         };
         assert_eq!(

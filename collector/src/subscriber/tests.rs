@@ -3,6 +3,12 @@ use crate::load_table::{ContactBinding, LoadTable};
 use crate::operator::OperatorConfig;
 use std::collections::{BTreeSet, HashMap};
 
+/// Where `lo`'s agent sends its NOTIFYs from: the address subscribed to.
+const AGENT: Option<SocketAddr> = Some(SocketAddr::new(
+    std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+    5070,
+));
+
 const BODY: &str = "msr: msr_1\nload: 37\ncpu: 21\ncalls: 303\nmax-calls: 8192\n";
 
 fn subscriber() -> Subscriber {
@@ -177,7 +183,7 @@ fn notify_in_dialog_updates_load_and_counters() {
     let now = Instant::now();
     let t = active(&mut s, now);
     let n = notify(&t, h(&t, "Call-ID"), "agent-tag", "active;expires=60", BODY);
-    let resp = s.handle_notify(now, 1_700_000_000, &n);
+    let resp = s.handle_notify(now, 1_700_000_000, AGENT, &n);
     assert_eq!(resp.status_code, StatusCode::OK);
     let ev = events(&mut s);
     let [SubscriberEvent::Load { msr, report, at }] = &ev[..] else {
@@ -201,7 +207,7 @@ fn notify_outside_our_dialogs_gets_481_and_changes_nothing() {
         notify(&t, h(&t, "Call-ID"), "another-tag", "active", BODY),
     ] {
         assert_eq!(
-            s.handle_notify(now, 1, &n).status_code,
+            s.handle_notify(now, 1, AGENT, &n).status_code,
             StatusCode::CallTransactionDoesNotExist
         );
     }
@@ -216,7 +222,7 @@ fn unreadable_body_gets_400_and_keeps_the_last_load() {
     let t = active(&mut s, now);
     let bad = notify(&t, h(&t, "Call-ID"), "agent-tag", "active", "load: lots\n");
     assert_eq!(
-        s.handle_notify(now, 1, &bad).status_code,
+        s.handle_notify(now, 1, AGENT, &bad).status_code,
         StatusCode::BadRequest
     );
     assert!(events(&mut s).is_empty());
@@ -230,7 +236,10 @@ fn a_notify_racing_ahead_of_the_200_is_accepted() {
     s.contacts_changed(now, "msr_1", vec![lo()]);
     let t = one(&mut s);
     let n = notify(&t, h(&t, "Call-ID"), "agent-tag", "active;expires=60", BODY);
-    assert_eq!(s.handle_notify(now, 1, &n).status_code, StatusCode::OK);
+    assert_eq!(
+        s.handle_notify(now, 1, AGENT, &n).status_code,
+        StatusCode::OK
+    );
     s.handle_response(now, t.id, &answer(&t, StatusCode::OK, Some(60)));
     let ev = events(&mut s);
     assert!(
@@ -265,6 +274,7 @@ async fn no_notify_within_expiry_makes_the_row_stale() {
     s.handle_notify(
         t0,
         1,
+        AGENT,
         &notify(&t, h(&t, "Call-ID"), "agent-tag", "active;expires=60", BODY),
     );
     for ev in events(&mut s) {
@@ -295,7 +305,10 @@ fn terminated_timeout_resubscribes_at_once_with_a_new_dialog() {
         "terminated;reason=timeout",
         "",
     );
-    assert_eq!(s.handle_notify(now, 1, &n).status_code, StatusCode::OK);
+    assert_eq!(
+        s.handle_notify(now, 1, AGENT, &n).status_code,
+        StatusCode::OK
+    );
     assert!(
         matches!(&events(&mut s)[..], [SubscriberEvent::Terminated { retry_at: Some(at), .. }] if *at == now)
     );
@@ -318,7 +331,7 @@ fn terminated_probation_honours_retry_after() {
         "terminated;reason=probation;retry-after=30",
         "",
     );
-    s.handle_notify(now, 1, &n);
+    s.handle_notify(now, 1, AGENT, &n);
     assert_eq!(s.poll_timeout(), Some(now + Duration::from_secs(30)));
     s.handle_timeout(now + Duration::from_secs(29));
     assert!(transmits(&mut s).is_empty());
@@ -338,7 +351,7 @@ fn terminated_noresource_waits_for_a_new_registration() {
         "terminated;reason=noresource",
         "",
     );
-    s.handle_notify(now, 1, &n);
+    s.handle_notify(now, 1, AGENT, &n);
     assert!(matches!(
         &events(&mut s)[..],
         [SubscriberEvent::Terminated { retry_at: None, .. }]
@@ -483,10 +496,13 @@ fn unregistration_ends_the_dialog_with_expires_zero() {
         "terminated;reason=timeout",
         "",
     );
-    assert_eq!(s.handle_notify(now, 1, &n).status_code, StatusCode::OK);
+    assert_eq!(
+        s.handle_notify(now, 1, AGENT, &n).status_code,
+        StatusCode::OK
+    );
     assert_eq!(s.poll_timeout(), None);
     assert_eq!(
-        s.handle_notify(now, 1, &n).status_code,
+        s.handle_notify(now, 1, AGENT, &n).status_code,
         StatusCode::CallTransactionDoesNotExist
     );
 }
@@ -512,13 +528,16 @@ fn the_final_notify_after_an_unregistration_is_answered_200_and_changes_nothing(
     // A NOTIFY the notifier sent before it saw the unsubscribe: 200, kept.
     let racing = notify(&t, &call_id, "agent-tag", "active;expires=50", BODY);
     assert_eq!(
-        s.handle_notify(later, 1, &racing).status_code,
+        s.handle_notify(later, 1, AGENT, &racing).status_code,
         StatusCode::OK
     );
     assert_eq!(s.ended_dialogs(), 1);
     // The final one: 200, and the dialog is forgotten.
     let last = notify(&t, &call_id, "agent-tag", "terminated;reason=timeout", "");
-    assert_eq!(s.handle_notify(later, 1, &last).status_code, StatusCode::OK);
+    assert_eq!(
+        s.handle_notify(later, 1, AGENT, &last).status_code,
+        StatusCode::OK
+    );
     assert_eq!(s.ended_dialogs(), 0);
     assert!(events(&mut s).is_empty(), "no load, no restart");
     assert!(transmits(&mut s).is_empty(), "nothing sent");
@@ -541,13 +560,13 @@ fn an_ended_dialog_checks_tags_and_event() {
     events(&mut s);
     let stranger = notify(&t, &call_id, "another-tag", "terminated", "");
     assert_eq!(
-        s.handle_notify(now, 1, &stranger).status_code,
+        s.handle_notify(now, 1, AGENT, &stranger).status_code,
         StatusCode::CallTransactionDoesNotExist
     );
     let text = format!("{}", notify(&t, &call_id, "agent-tag", "terminated", ""))
         .replace("Event: eltex-call-count", "Event: presence");
     let other = Request::try_from(text.as_str()).expect("parses");
-    let resp = s.handle_notify(now, 1, &other);
+    let resp = s.handle_notify(now, 1, AGENT, &other);
     assert_eq!(resp.status_code, StatusCode::BadEvent);
     assert_eq!(
         sip::header(&resp.headers, "Allow-Events"),
@@ -602,7 +621,7 @@ fn ended_dialogs_are_forgotten_at_their_deadline() {
         "",
     );
     assert_eq!(
-        s.handle_notify(t0 + secs(40), 1, &late).status_code,
+        s.handle_notify(t0 + secs(40), 1, AGENT, &late).status_code,
         StatusCode::CallTransactionDoesNotExist
     );
 }
@@ -658,7 +677,10 @@ fn a_final_notify_of_an_old_dialog_leaves_the_new_subscription_alone() {
         "terminated;reason=noresource",
         "",
     );
-    assert_eq!(s.handle_notify(now, 1, &last).status_code, StatusCode::OK);
+    assert_eq!(
+        s.handle_notify(now, 1, AGENT, &last).status_code,
+        StatusCode::OK
+    );
     assert!(events(&mut s).is_empty());
     assert!(transmits(&mut s).is_empty());
     assert_eq!(
@@ -741,7 +763,10 @@ fn shutdown_awaits_and_answers_the_final_notifies() {
         "terminated;reason=timeout",
         "",
     );
-    assert_eq!(s.handle_notify(now, 1, &last).status_code, StatusCode::OK);
+    assert_eq!(
+        s.handle_notify(now, 1, AGENT, &last).status_code,
+        StatusCode::OK
+    );
     assert_eq!(
         (s.awaited_unsubscribes(), s.awaited_final_notifies()),
         (2, 2)
@@ -754,7 +779,10 @@ fn shutdown_awaits_and_answers_the_final_notifies() {
         "terminated;reason=timeout",
         "",
     );
-    assert_eq!(s.handle_notify(now, 1, &last).status_code, StatusCode::OK);
+    assert_eq!(
+        s.handle_notify(now, 1, AGENT, &last).status_code,
+        StatusCode::OK
+    );
     s.handle_response(now, u[1].id, &answer(&u[1], StatusCode::OK, Some(0)));
     assert_eq!(
         (s.awaited_unsubscribes(), s.awaited_final_notifies()),
@@ -791,7 +819,10 @@ fn shutdown_does_not_await_final_notifies_of_earlier_unsubscribes() {
         "terminated;reason=timeout",
         "",
     );
-    assert_eq!(s.handle_notify(now, 1, &last).status_code, StatusCode::OK);
+    assert_eq!(
+        s.handle_notify(now, 1, AGENT, &last).status_code,
+        StatusCode::OK
+    );
 }
 
 /// The user's case: every MSR had unregistered (its unsubscribe left
@@ -865,7 +896,10 @@ fn ended_names_the_dialog_only_when_one_is_open() {
         "terminated;reason=noresource",
         "",
     );
-    assert_eq!(s.handle_notify(now, 1, &n).status_code, StatusCode::OK);
+    assert_eq!(
+        s.handle_notify(now, 1, AGENT, &n).status_code,
+        StatusCode::OK
+    );
     events(&mut s);
     s.contacts_changed(now, "msr_1", vec![]);
     assert!(transmits(&mut s).is_empty());
@@ -968,7 +1002,7 @@ fn a_notify_with_an_old_cseq_leaves_the_load_unchanged() {
     let mut s = subscriber();
     let now = Instant::now();
     let t = active(&mut s, now);
-    let ok = |s: &mut Subscriber, n: &Request| s.handle_notify(now, 1, n).status_code;
+    let ok = |s: &mut Subscriber, n: &Request| s.handle_notify(now, 1, AGENT, n).status_code;
     assert_eq!(
         ok(&mut s, &notify_seq(&t, 5, "a", &body("msr_1", 40))),
         StatusCode::OK
@@ -1018,7 +1052,7 @@ fn a_new_dialog_starts_a_new_cseq_sequence() {
     let mut s = subscriber();
     let now = Instant::now();
     let t = active(&mut s, now);
-    s.handle_notify(now, 1, &notify_seq(&t, 7, "a", &body("msr_1", 10)));
+    s.handle_notify(now, 1, AGENT, &notify_seq(&t, 7, "a", &body("msr_1", 10)));
     let n = notify(
         &t,
         h(&t, "Call-ID"),
@@ -1028,7 +1062,7 @@ fn a_new_dialog_starts_a_new_cseq_sequence() {
     );
     // `notify` sends CSeq 1: below 7, so refused; the dialog stays.
     assert_eq!(
-        s.handle_notify(now, 1, &n).status_code,
+        s.handle_notify(now, 1, AGENT, &n).status_code,
         StatusCode::ServerInternalError
     );
     events(&mut s);
@@ -1040,21 +1074,24 @@ fn a_new_dialog_starts_a_new_cseq_sequence() {
         .to_string()
         .replace("active;expires=60", "terminated;reason=timeout");
     let end = Request::try_from(end.as_str()).expect("parses");
-    assert_eq!(s.handle_notify(now, 1, &end).status_code, StatusCode::OK);
+    assert_eq!(
+        s.handle_notify(now, 1, AGENT, &end).status_code,
+        StatusCode::OK
+    );
     s.handle_timeout(now + Duration::from_secs(48));
     let t2 = one(&mut s);
     assert_ne!(h(&t2, "Call-ID"), h(&t, "Call-ID"));
     s.handle_response(now, t2.id, &answer(&t2, StatusCode::OK, Some(60)));
     events(&mut s);
     assert_eq!(
-        s.handle_notify(now, 1, &notify_seq(&t2, 1, "c", &body("msr_1", 20)))
+        s.handle_notify(now, 1, AGENT, &notify_seq(&t2, 1, "c", &body("msr_1", 20)))
             .status_code,
         StatusCode::OK
     );
     assert_eq!(loads(&mut s), [20]);
     // The old dialog is gone from the index.
     assert_eq!(
-        s.handle_notify(now, 1, &notify_seq(&t, 9, "d", &body("msr_1", 99)))
+        s.handle_notify(now, 1, AGENT, &notify_seq(&t, 9, "d", &body("msr_1", 99)))
             .status_code,
         StatusCode::CallTransactionDoesNotExist
     );
@@ -1107,7 +1144,7 @@ fn poll_timeout_with_many_subscriptions_returns_the_earliest() {
                     "terminated;reason=probation;retry-after=5",
                     "",
                 );
-                s.handle_notify(*at, 1, &n);
+                s.handle_notify(*at, 1, AGENT, &n);
             }
             1 => s.contacts_changed(*at, msr, Vec::new()),
             2 => {
@@ -1118,7 +1155,7 @@ fn poll_timeout_with_many_subscriptions_returns_the_earliest() {
                     "terminated;reason=noresource",
                     "",
                 );
-                s.handle_notify(*at, 1, &n);
+                s.handle_notify(*at, 1, AGENT, &n);
             }
             _ => {}
         }
@@ -1175,7 +1212,7 @@ fn only_changed_subscriptions_are_reported() {
 
     let n = notify_seq(&dialogs[1], 1, "x", &body("msr_2", 12));
     assert_eq!(
-        s.handle_notify(now, 1_700_000_000, &n).status_code,
+        s.handle_notify(now, 1_700_000_000, AGENT, &n).status_code,
         StatusCode::OK
     );
     let changed: Vec<_> = std::iter::from_fn(|| s.poll_view_change()).collect();
@@ -1187,7 +1224,12 @@ fn only_changed_subscriptions_are_reported() {
     );
 
     // A NOTIFY refused as out of order may be reported, but with the view unchanged.
-    s.handle_notify(now, 1, &notify_seq(&dialogs[1], 1, "y", &body("msr_2", 99)));
+    s.handle_notify(
+        now,
+        1,
+        AGENT,
+        &notify_seq(&dialogs[1], 1, "y", &body("msr_2", 99)),
+    );
     for (msr, view) in std::iter::from_fn(|| s.poll_view_change()) {
         assert_eq!(msr, "msr_2");
         assert_eq!(view.notify_count, 1);
@@ -1203,7 +1245,7 @@ fn only_changed_subscriptions_are_reported() {
         "active",
         BODY,
     );
-    s.handle_notify(now, 1, &stray);
+    s.handle_notify(now, 1, AGENT, &stray);
     assert!(s.poll_view_change().is_none());
 }
 
@@ -1234,7 +1276,7 @@ fn a_restarted_contact_is_subscribed_anew_at_once() {
         BODY,
     );
     assert_eq!(
-        s.handle_notify(t0 + secs(3), 0, &old).status_code,
+        s.handle_notify(t0 + secs(3), 0, AGENT, &old).status_code,
         StatusCode::CallTransactionDoesNotExist
     );
 
@@ -1252,4 +1294,125 @@ fn a_restarted_contact_is_subscribed_anew_at_once() {
     // Another MSR's restart, or an unknown one, changes nothing here.
     s.contact_restarted(t0 + secs(4), "msr_9", "lo@msr_9");
     assert!(transmits(&mut s).is_empty());
+}
+
+fn source(addr: &str) -> Option<SocketAddr> {
+    Some(addr.parse().expect("socket address"))
+}
+
+fn with_cseq(mut n: Request, cseq: u32) -> Request {
+    sip::set_header(&mut n.headers, "CSeq", format!("{cseq} NOTIFY"));
+    n
+}
+
+const FORGED: &str = "msr: msr_1\nload: 79\ncpu: 21\ncalls: 303\nmax-calls: 8192\n";
+
+/// SPEC §4: a NOTIFY with the live dialog's Call-ID and both tags from
+/// another address than the one subscribed to gets 403 before its CSeq or
+/// body are looked at: no load, no counter, and a higher CSeq does not
+/// poison the dialog — the genuine NOTIFYs that follow are taken.
+#[test]
+fn a_notify_from_a_foreign_source_gets_403_and_does_not_poison_the_dialog() {
+    let mut s = subscriber();
+    let now = Instant::now();
+    let t = active(&mut s, now);
+    let call_id = h(&t, "Call-ID").to_owned();
+    let forged = with_cseq(
+        notify(&t, &call_id, "agent-tag", "active;expires=60", FORGED),
+        9,
+    );
+    for from in [
+        source("192.0.2.66:5070"),
+        source("127.0.0.1:5071"),
+        source("127.0.0.2:5070"),
+        None,
+    ] {
+        assert_eq!(
+            s.handle_notify(now, 1, from, &forged).status_code,
+            StatusCode::Forbidden,
+            "{from:?}"
+        );
+    }
+    // Not even a terminated one ends it.
+    let forged_end = with_cseq(
+        notify(&t, &call_id, "agent-tag", "terminated;reason=rejected", ""),
+        10,
+    );
+    assert_eq!(
+        s.handle_notify(now, 1, source("192.0.2.66:5070"), &forged_end)
+            .status_code,
+        StatusCode::Forbidden
+    );
+    assert!(events(&mut s).is_empty());
+    let v = s.view("msr_1").expect("view");
+    assert_eq!((v.status, v.notify_count), (SubscriptionStatus::Active, 0));
+    // The genuine NOTIFYs, CSeq 2 and 3, below the forged 9 and 10.
+    for (cseq, from) in [(2, AGENT), (3, source("[::ffff:127.0.0.1]:5070"))] {
+        let genuine = with_cseq(
+            notify(&t, &call_id, "agent-tag", "active;expires=60", BODY),
+            cseq,
+        );
+        assert_eq!(
+            s.handle_notify(now, 1, from, &genuine).status_code,
+            StatusCode::OK,
+            "CSeq {cseq} from {from:?}"
+        );
+    }
+    let loads: Vec<u8> = events(&mut s)
+        .into_iter()
+        .filter_map(|e| match e {
+            SubscriberEvent::Load { report, .. } => Some(report.load),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(loads, [37, 37]);
+    assert_eq!(s.view("msr_1").expect("view").notify_count, 2);
+}
+
+/// Before the 2xx, a foreign NOTIFY cannot fix the dialog's remote tag
+/// (RFC 6665 §4.1.2.4 lets the first NOTIFY do so).
+#[test]
+fn a_foreign_notify_ahead_of_the_200_does_not_fix_the_dialog() {
+    let mut s = subscriber();
+    let now = Instant::now();
+    s.contacts_changed(now, "msr_1", vec![lo()]);
+    let t = one(&mut s);
+    let call_id = h(&t, "Call-ID").to_owned();
+    let forged = notify(&t, &call_id, "evil-tag", "active;expires=60", FORGED);
+    assert_eq!(
+        s.handle_notify(now, 1, source("192.0.2.66:5070"), &forged)
+            .status_code,
+        StatusCode::Forbidden
+    );
+    let genuine = notify(&t, &call_id, "agent-tag", "active;expires=60", BODY);
+    assert_eq!(
+        s.handle_notify(now, 1, AGENT, &genuine).status_code,
+        StatusCode::OK
+    );
+}
+
+/// A dialog we ended keeps its peer: a foreign `terminated` NOTIFY gets 403
+/// and does not make it forget the dialog before the real one comes.
+#[test]
+fn a_foreign_final_notify_in_an_ended_dialog_gets_403() {
+    let mut s = subscriber();
+    let now = Instant::now();
+    let t = active(&mut s, now);
+    let call_id = h(&t, "Call-ID").to_owned();
+    s.contacts_changed(now, "msr_1", vec![]);
+    let u = one(&mut s);
+    s.handle_response(now, u.id, &answer(&u, StatusCode::OK, Some(0)));
+    events(&mut s);
+    let last = notify(&t, &call_id, "agent-tag", "terminated;reason=timeout", "");
+    assert_eq!(
+        s.handle_notify(now, 1, source("192.0.2.66:5070"), &last)
+            .status_code,
+        StatusCode::Forbidden
+    );
+    assert_eq!(s.ended_dialogs(), 1);
+    assert_eq!(
+        s.handle_notify(now, 1, AGENT, &last).status_code,
+        StatusCode::OK
+    );
+    assert_eq!(s.ended_dialogs(), 0);
 }

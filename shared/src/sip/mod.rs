@@ -173,6 +173,24 @@ pub fn uri_user(uri: &str) -> Option<&str> {
     (!user.is_empty()).then_some(user)
 }
 
+/// Where a request to `uri` goes when the URI's host is an IP address:
+/// that address (canonical: an IPv4-mapped IPv6 address as IPv4) and the
+/// URI's port, else 5060 (5061 for `sips:`) — RFC 3263 §4.2 uses no DNS for
+/// a numeric host. `None` for a host name or a URI that does not parse.
+pub fn uri_socket_addr(uri: &str) -> Option<std::net::SocketAddr> {
+    let parsed = Uri::try_from(uri).ok()?;
+    let rsipstack::sip::Host::IpAddr(ip) = parsed.host_with_port.host else {
+        return None;
+    };
+    let default = if parsed.scheme == Some(rsipstack::sip::Scheme::Sips) {
+        5061
+    } else {
+        5060
+    };
+    let port = parsed.host_with_port.port.map_or(default, |p| p.value());
+    Some(std::net::SocketAddr::new(ip.to_canonical(), port))
+}
+
 /// `Call-ID` of a message.
 pub fn call_id(headers: &Headers) -> Option<&str> {
     header(headers, "Call-ID").filter(|v| !v.is_empty())

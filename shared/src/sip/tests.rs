@@ -73,3 +73,25 @@ fn params_of_contact() {
     );
     assert_eq!(param("<sip:a@b;transport=udp>", "transport"), None);
 }
+
+#[test]
+fn the_address_a_numeric_uri_names() {
+    let addr = |s: &str| s.parse::<std::net::SocketAddr>().ok();
+    assert_eq!(
+        uri_socket_addr("sip:collector@127.0.0.1:5060"),
+        addr("127.0.0.1:5060")
+    );
+    assert_eq!(uri_socket_addr("sip:10.0.0.5"), addr("10.0.0.5:5060"));
+    assert_eq!(uri_socket_addr("sips:10.0.0.5"), addr("10.0.0.5:5061"));
+    assert_eq!(
+        uri_socket_addr("sip:m@[2001:db8::1]:5070;transport=udp"),
+        addr("[2001:db8::1]:5070")
+    );
+    assert_eq!(
+        uri_socket_addr("sip:m@[::ffff:192.0.2.1]:5070"),
+        addr("192.0.2.1:5070"),
+        "a v4-mapped address is its IPv4 address"
+    );
+    assert_eq!(uri_socket_addr("sip:collector@core.example:5060"), None);
+    assert_eq!(uri_socket_addr("not a uri"), None);
+}

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Benchmark, not a test: the balancing check end to end (SPEC §10). A real
+# msr-collector, one real msr-agent per MSR with a `file:` calls source
+# (`load-sensor="calls"`, `load-delta` 10, the default high-water mark 80,
+# one NOTIFY a second at most, a sample every 100 ms), and `msr-loadgen
+# calls` placing and releasing calls through the control socket. Then the
+# same setup in msr-sim, for the figures BALANCING.md sets side by side.
+#
+#   scripts/bench-balancing-e2e.sh [DURATION_S] [POLICY]
+#       (default 600 s measured after a 60 s warm-up; POLICY pooled or ecss)
+#   MSRS=10 SESSIONS=20 OFFERED=90 HOLDING_MS=5000 WARMUP=60 SEED=1 SIM_CALLS=1000000
+#   BIN=target/release (set BIN to use built binaries, e.g. target/debug)
+#   JSON=FILE keeps msr-loadgen's summary
+#
+# Prints msr-loadgen's and msr-sim's summaries; asserts nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+duration=${1:-600}
+policy=${2:-pooled}
+msrs=${MSRS:-10}
+sessions=${SESSIONS:-20}
+offered=${OFFERED:-90}
+holding_ms=${HOLDING_MS:-5000}
+warmup=${WARMUP:-60}
+seed=${SEED:-1}
+bin=${BIN:-target/release}
+# msr-sim takes whole seconds of holding time.
+[ $((holding_ms % 1000)) -eq 0 ] || { echo "HOLDING_MS must be whole seconds" >&2; exit 2; }
+
+if [ -z "${BIN:-}" ]; then
+  cargo build --release --locked -q -p msr-collector -p msr-agent -p system-tests -p msr-sim --bins
+fi
+. scripts/lib/bench.sh
+dir=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+
+port=$(free_port udp)
+write_collector_config "$dir/collector.toml" "$port" "$dir/control.sock" "$dir/state.json" \
+  "$(printf '[selection]\npolicy = "%s"\n' "$policy")"
+"$bin/msr-collector" --config "$dir/collector.toml" -q >"$dir/collector.log" 2>&1 &
+pids+=($!)
+
+msr_args=()
+for i in $(seq 1 "$msrs"); do
+  name="msr_$i"
+  echo 0 >"$dir/$name.calls"
+  cat >"$dir/$name.xml" <<XML
+<?xml version="1.0" encoding="utf-8"?>
+<config date="00:00:00 01.01.2025">
+    <general log-level="3" log-rotate="no" max-calls="$sessions" load-sensor="calls" load-delta="10"/>
+    <transport bind-addr="127.0.0.1" port="$((20000 + 2 * i))" transport="udp"/>
+    <media port-start="30000" port-range="1000"/>
+    <codec pcma="1" pcmu="2"/>
+    <accounts>
+        <dynamic msr_name="$name" realm="sip:127.0.0.1:$port" auth_name="msr" auth_password="msr-secret" dtmf_mode="rfc"/>
+    </accounts>
+    <pbyte>
+        <mcc bind-addr="127.0.0.1" port="$((20001 + 2 * i))"/>
+    </pbyte>
+    <agent sip-port="0" register-expires="600" max-subscription-expires="3600" calls-source="file:$dir/$name.calls" notify-min-interval-ms="1000" sample-interval-ms="100"/>
+</config>
+XML
+  "$bin/msr-agent" --config "$dir/$name.xml" --log-stderr >"$dir/$name.log" 2>&1 &
+  pids+=($!)
+  msr_args+=(--msr "$name=$dir/$name.calls")
+done
+
+echo "e2e: $msrs MSRs × $sessions sessions, offered $offered %, holding mean $holding_ms ms, policy $policy"
+"$bin/msr-loadgen" calls --socket "$dir/control.sock" "${msr_args[@]}" --declare-site \
+  --offered "$offered" --holding-ms "$holding_ms" --warmup "$warmup" --duration "$duration" \
+  --seed "$seed" --json "${JSON:-$dir/summary.json}"
+
+# The same setup simulated: the agent's sample interval (100 ms) delays a
+# report by 50 ms on average, the flight on loopback adds next to nothing.
+# Calls: 1,000,000 (SIM_CALLS), far more than a run of minutes offers,
+# so the simulator's interval is the narrow one of the two.
+calls=${SIM_CALLS:-1000000}
+holding_s=$((holding_ms / 1000))
+echo
+echo "msr-sim: the same setup, $calls calls"
+"$bin/msr-sim" run --msrs "$msrs" --sessions "$sessions" --offered "$offered" --policy "$policy" \
+  --holding "$holding_s" --delay-ms 50 --calls "$calls" --seed "$seed"
