@@ -5,7 +5,8 @@
 # (kamailio, kamcmd, kamailio-utils-modules for http_client and
 # kamailio-json-modules for the json module of its path B), etcd
 # (etcd-server; the cluster tests start their own) and promtool (prometheus;
-# the tests lint /metrics with `promtool check metrics`).
+# the tests lint /metrics with `promtool check metrics`), and the fault
+# suite's jq, iproute2 and nftables.
 # `scripts/deps.sh build` installs only what the build needs.
 set -euo pipefail
 
@@ -19,6 +20,12 @@ if [ "${1:-all}" != build ]; then
   [ -e /usr/lib/x86_64-linux-gnu/kamailio/modules/http_client.so ] || need+=(kamailio-utils-modules)
   # json (its path B reads the /v1/select answer with json_get_string).
   [ -e /usr/lib/x86_64-linux-gnu/kamailio/modules/json.so ] || need+=(kamailio-json-modules)
+  # The fault suite (scripts/faults.sh): jq reads msrctl's JSON; ip and ss
+  # (iproute2) make the network namespaces and find free ports; nft
+  # (nftables) drops packets between them.
+  command -v jq >/dev/null 2>&1 || need+=(jq)
+  { command -v ip && command -v ss; } >/dev/null 2>&1 || need+=(iproute2)
+  command -v nft >/dev/null 2>&1 || need+=(nftables)
 fi
 # promtool only: prometheus without its recommends (node-exporter …).
 nr=()

@@ -4,7 +4,8 @@
 # Installs what the tests need and the machine lacks (scripts/deps.sh: SIPp,
 # Kamailio, etcd, promtool, protoc from Debian's packages), runs the Debian package test (scripts/package-test.sh:
 # build, lintian, dpkg -i, the installed daemons on loopback, dpkg --purge),
-# then the unit, property and system tests. The package test counts as one
+# then the unit, property and system tests, then the fault suite
+# (scripts/faults.sh) and the short fuzz pass (scripts/fuzz.sh). The package test counts as one
 # test in the closing summary. Extra arguments go to `cargo test` (e.g.
 # `scripts/test.sh -p msr-agent`) and skip the package test, as does
 # MSR_SKIP_PACKAGE_TEST=1.
@@ -42,4 +43,22 @@ cargo test --workspace --locked "$@" 2>&1 | tee "$log" || status=$?
 awk -v p="$package_passed" -v f="$package_failed" '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
 if [ "$package_failed" -ne 0 ] && [ "$status" -eq 0 ]; then status=1; fi
+# The fault suite (scripts/faults.sh; RELIABILITY.md "Fault suite") on the
+# binaries just built, with 60 s of packet loss. Skipped as the fuzz pass is,
+# or with MSR_SKIP_FAULTS=1.
+if [ "$#" -eq 0 ] && [ "${MSR_SKIP_FAULTS:-0}" != "1" ]; then
+  echo "== fault suite (scripts/faults.sh)"
+  scripts/faults.sh || status=1
+else
+  echo "== fault suite: skipped (arguments given, or MSR_SKIP_FAULTS=1)"
+fi
+# The short fuzz pass: every target 8 s on the checked-in corpus (about a
+# minute, plus the fuzz crate's release build; installs cargo-afl when
+# missing). Skipped with arguments, as the package test, or MSR_SKIP_FUZZ=1.
+if [ "$#" -eq 0 ] && [ "${MSR_SKIP_FUZZ:-0}" != "1" ]; then
+  echo "== fuzz (scripts/fuzz.sh: 8 s per target)"
+  scripts/fuzz.sh || status=1
+else
+  echo "== fuzz: skipped (arguments given, or MSR_SKIP_FUZZ=1)"
+fi
 exit "$status"

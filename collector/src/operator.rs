@@ -375,7 +375,9 @@ impl OperatorConfig {
     }
 
     /// Encodes the configuration in the store's private format (JSON).
-    pub(crate) fn encode(&self) -> String {
+    /// Public (hidden) only for the fuzz target `operator_store` (fuzz/).
+    #[doc(hidden)]
+    pub fn encode(&self) -> String {
         let stored = StoredConfig {
             version: STORE_VERSION,
             sites: self.topology.sites().map(str::to_owned).collect(),
@@ -435,7 +437,8 @@ impl OperatorConfig {
     /// # Errors
     /// [`DecodeError`] when the text is not the format, an entry is listed
     /// twice or a value is invalid.
-    pub(crate) fn decode(text: &str) -> Result<Self, DecodeError> {
+    #[doc(hidden)]
+    pub fn decode(text: &str) -> Result<Self, DecodeError> {
         let stored: StoredConfig =
             serde_json::from_str(text).map_err(|e| DecodeError::Syntax(e.to_string()))?;
         if stored.version != STORE_VERSION {

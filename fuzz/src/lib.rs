@@ -1,0 +1,515 @@
+//! The fuzz targets' harnesses: each takes the fuzzer's bytes and feeds them
+//! through the daemons' own parsers and sans-IO cores, the path a datagram,
+//! a file or a control line takes in the running daemon. A panic anywhere
+//! is the fuzzer's crash.
+//!
+//! The SIP harnesses take up to [`MAX_MESSAGES`] messages per input,
+//! separated by a NUL byte, so that a sequence (a refresh after a NOTIFY, a
+//! REGISTER after a challenge) reaches the state the first one left. Before
+//! parsing, the placeholders below are replaced by the live dialog's values,
+//! which the harness learns from the cores; the checked-in seeds use them
+//! so that mutated NOTIFYs and responses hit the live dialog instead of
+//! being refused at the first Call-ID comparison.
+//!
+//! * `@@CALLID@@` — collector: the subscription's Call-ID; agent: the
+//!   registration's Call-ID.
+//! * `@@FTAG@@` — collector: the subscription's From tag.
+//! * `@@CSEQ@@` — agent: the CSeq of the REGISTER in flight.
+//! * `@@NCSEQ@@` — agent: the CSeq of the last NOTIFY sent.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use msr_shared::sip::{self, Method, Request, SipMessage};
+use rsipstack::transport::SipConnection;
+use tokio::time::Instant;
+
+/// The most SIP messages one input is split into.
+pub const MAX_MESSAGES: usize = 6;
+
+/// Where the harnesses pretend datagrams come from (the agent of the seed
+/// captures, `tests/it/front_ends.rs`).
+const PEER: &str = "127.0.0.1:5071";
+
+/// The collector's example config (`config-examples/collector.toml`).
+const COLLECTOR_TOML: &str = include_str!("../../config-examples/collector.toml");
+/// The agent's loopback example config.
+const AGENT_XML: &str = include_str!("../../config-examples/msr-loopback.xml");
+
+fn peer() -> SocketAddr {
+    PEER.parse()
+        .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 5071)))
+}
+
+/// Splits an input into at most [`MAX_MESSAGES`] messages.
+fn messages(data: &[u8]) -> impl Iterator<Item = &[u8]> {
+    data.split(|&b| b == 0).take(MAX_MESSAGES)
+}
+
+/// Replaces each `(placeholder, value)` in `msg`.
+fn substitute(msg: &[u8], pairs: &[(&str, &str)]) -> Vec<u8> {
+    let mut out = msg.to_vec();
+    for (from, to) in pairs {
+        let from = from.as_bytes();
+        if from.is_empty() || !out.windows(from.len()).any(|w| w == from) {
+            continue;
+        }
+        let mut next = Vec::with_capacity(out.len());
+        let mut i = 0;
+        while i < out.len() {
+            if out[i..].starts_with(from) {
+                next.extend_from_slice(to.as_bytes());
+                i += from.len();
+            } else {
+                next.push(out[i]);
+                i += 1;
+            }
+        }
+        out = next;
+    }
+    out
+}
+
+/// What rsipstack's UDP transport does with a datagram before the daemon
+/// sees it: parse, then stamp `received`/`rport` on the top Via.
+fn parse(datagram: &[u8]) -> Option<SipMessage> {
+    if datagram.iter().all(u8::is_ascii_whitespace) {
+        return None;
+    }
+    let msg = SipMessage::try_from(datagram).ok()?;
+    SipConnection::update_msg_received(msg, peer(), rsipstack::sip::transport::Transport::Udp).ok()
+}
+
+/// The NOTIFY body (SPEC §4): decode, and what decodes encodes back to the
+/// same report.
+pub fn notify_body(data: &[u8]) {
+    if let Ok(report) = msr_shared::event_package::LoadReport::decode(data) {
+        let again = msr_shared::event_package::LoadReport::decode(report.encode().as_bytes());
+        assert_eq!(
+            again.as_ref(),
+            Ok(&report),
+            "notify body does not round-trip"
+        );
+    }
+}
+
+/// The agent's XML config (SPEC §2), as `--check-config` and hot reload
+/// read it.
+pub fn agent_config(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = msr_agent::config::parse(text, Path::new("fuzz.xml"));
+    }
+}
+
+/// The collector's TOML config.
+pub fn collector_config(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = msr_collector::config::parse(text, "fuzz.toml");
+    }
+}
+
+/// The stored operator configuration (SPEC §6): decode; what decodes
+/// encodes back to the same configuration.
+pub fn operator_store(data: &[u8]) {
+    use msr_collector::operator::OperatorConfig;
+    if let Ok(text) = std::str::from_utf8(data) {
+        if let Ok(config) = OperatorConfig::decode(text) {
+            let again = OperatorConfig::decode(&config.encode());
+            assert_eq!(
+                again.as_ref(),
+                Ok(&config),
+                "operator store does not round-trip"
+            );
+        }
+    }
+}
+
+fn collector_example() -> &'static msr_collector::CollectorConfig {
+    static CONFIG: OnceLock<msr_collector::CollectorConfig> = OnceLock::new();
+    CONFIG.get_or_init(|| {
+        #[allow(clippy::expect_used)] // the checked-in example, parsed by a test
+        msr_collector::config::parse(COLLECTOR_TOML, "collector.toml").expect("example config")
+    })
+}
+
+fn agent_example() -> &'static msr_agent::AgentConfig {
+    static CONFIG: OnceLock<msr_agent::AgentConfig> = OnceLock::new();
+    CONFIG.get_or_init(|| {
+        #[allow(clippy::expect_used)] // the checked-in example, parsed by a test
+        msr_agent::config::parse(AGENT_XML, Path::new("msr-loopback.xml")).expect("example config")
+    })
+}
+
+/// An empty collector's admin state: the control handler's context.
+struct AdminRig {
+    operator: msr_collector::operator::OperatorConfig,
+    table: msr_collector::load_table::LoadTable,
+    defaults: msr_collector::admin::Defaults,
+    rng: rand::rngs::StdRng,
+    legs: msr_collector::legs::LegTable,
+}
+
+impl AdminRig {
+    fn new() -> Self {
+        use rand::SeedableRng;
+        let config = collector_example();
+        Self {
+            operator: msr_collector::operator::OperatorConfig::new(),
+            table: msr_collector::load_table::LoadTable::new(config.node.clone()),
+            defaults: msr_collector::admin::Defaults::default(),
+            rng: rand::rngs::StdRng::seed_from_u64(1),
+            legs: msr_collector::legs::LegTable::new(config.legs.max_duration),
+        }
+    }
+
+    /// Carries out `request` as the shell does, a change made current
+    /// without storing it.
+    fn run(&mut self, request: msr_shared::admin::Request) -> msr_shared::admin::Response {
+        use msr_collector::admin::{self, AdminContext, Outcome};
+        let mut ctx = AdminContext {
+            operator: &mut self.operator,
+            table: &mut self.table,
+            defaults: &self.defaults,
+            rng: &mut self.rng,
+            legs: &mut self.legs,
+            core_hosts: 1,
+        };
+        match admin::prepare(request, &mut ctx, Instant::now()) {
+            Outcome::Answer(response) => response,
+            Outcome::Change { next, response } => {
+                *ctx.operator = *next;
+                response
+            }
+        }
+    }
+}
+
+/// One control-protocol line (SPEC §8), as a control connection reads it,
+/// carried out twice (a client that repeats itself) by the admin handler
+/// against an empty collector (a change is made current, not stored).
+pub fn control_line(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(request) = serde_json::from_str::<msr_shared::admin::Request>(text.trim()) else {
+        return;
+    };
+    let mut rig = AdminRig::new();
+    for request in [request.clone(), request] {
+        let _ = serde_json::to_string(&rig.run(request));
+    }
+}
+
+/// SIP datagrams received by the collector's redirect server (SPEC §11):
+/// an INVITE is decided, its `select` carried out against an empty
+/// collector and answered; any other method answered as the server does.
+pub fn sip_redirect(data: &[u8]) {
+    use msr_collector::redirect::{self, Decision, RedirectContext};
+    let ctx = RedirectContext {
+        own: vec![SocketAddr::from(([127, 0, 0, 1], 5080))],
+        default_zone: "default".into(),
+        default_site: "local".into(),
+    };
+    let mut rig = AdminRig::new();
+    for raw in messages(data) {
+        let Some(SipMessage::Request(req)) = parse(raw) else {
+            continue;
+        };
+        let response = if req.method == Method::Invite {
+            match redirect::decide(&req, &ctx) {
+                Decision::Reply(response) => Some(*response),
+                Decision::Select(select) => {
+                    let answer = rig.run(select);
+                    Some(redirect::answer(&req, &answer, &ctx))
+                }
+            }
+        } else {
+            redirect::other_method(&req)
+        };
+        if let Some(response) = response {
+            let _ = response.to_string();
+        }
+    }
+}
+
+/// SIP datagrams received by the collector: REGISTER into the registrar,
+/// NOTIFY into the subscriber (with a live dialog to `msr_1`), anything
+/// else answered as the shell does; responses go to the subscriber's
+/// SUBSCRIBE in flight and to the health monitor's OPTIONS probe.
+pub fn sip_collector(data: &[u8]) {
+    use msr_collector::health::HealthMonitor;
+    use msr_collector::registrar::{Registrar, RegistrarEvent};
+    use msr_collector::subscriber::{Subscriber, SubscriberConfig, Target};
+
+    let config = collector_example();
+    let mut now = Instant::now();
+    let local = "sip:collector@127.0.0.1:5060".to_owned();
+    let mut registrar = Registrar::new(&config.sip, &config.accounts);
+    let mut health = HealthMonitor::new(config.health, local.clone());
+    let mut subscriber = Subscriber::new(SubscriberConfig {
+        local_uri: local.clone(),
+        contact: local,
+        default_expires: config.subscription.expires,
+    });
+    let contact = "lo@msr_1";
+    let uri = "sip:msr_1@127.0.0.1:5071;engine=127.0.0.1:5070;engine-transport=udp";
+    subscriber.contacts_changed(
+        now,
+        "msr_1",
+        vec![Target {
+            name: contact.into(),
+            uri: uri.into(),
+        }],
+    );
+    health.contact_registered(now, contact, "msr_1", uri);
+    let Some(first) = subscriber.poll_transmit() else {
+        return;
+    };
+    let call_id = first.call_id.clone();
+    let from_tag = sip::header(&first.request.headers, "From")
+        .and_then(sip::tag)
+        .unwrap_or_default();
+    // The agent's 200 establishes the dialog (RFC 6665 §4.1.2.1).
+    let mut ok = sip::response(&first.request, sip::StatusCode::OK, Some("msrtag"));
+    sip::push_header(&mut ok.headers, "Expires", "60");
+    subscriber.handle_response(now, first.id, &ok);
+    let mut pending = None;
+    let mut probe = health.poll_transmit().map(|p| p.id);
+    let pairs = [
+        ("@@CALLID@@", call_id.as_str()),
+        ("@@FTAG@@", from_tag.as_str()),
+    ];
+    for raw in messages(data) {
+        let Some(msg) = parse(&substitute(raw, &pairs)) else {
+            continue;
+        };
+        match msg {
+            SipMessage::Request(req) => {
+                let response = match req.method {
+                    Method::Register => registrar.handle_register(now, &req, Some(peer())),
+                    Method::Notify => subscriber.handle_notify(now, 1_700_000_000, &req),
+                    Method::Ack => continue,
+                    Method::Options => sip::response(&req, sip::StatusCode::OK, Some("t")),
+                    _ => sip::response(&req, sip::StatusCode::MethodNotAllowed, Some("t")),
+                };
+                let _ = response.to_string();
+            }
+            SipMessage::Response(response) => {
+                if let Some(id) = pending.take() {
+                    subscriber.handle_response(now, id, &response);
+                }
+                if let Some(id) = probe.take() {
+                    health.handle_response(now, id, &response.status_code);
+                }
+            }
+        }
+        while let Some(event) = registrar.poll_event() {
+            if let RegistrarEvent::BindingAdded(b) | RegistrarEvent::BindingRefreshed(b) = event {
+                let target = Target {
+                    name: b.contact.clone(),
+                    uri: b.uri.clone(),
+                };
+                subscriber.contacts_changed(now, &b.msr, vec![target]);
+            }
+        }
+        while registrar.poll_refusal().is_some() {}
+        now += Duration::from_secs(7);
+        registrar.handle_timeout(now);
+        subscriber.handle_timeout(now);
+        health.handle_timeout(now);
+        while let Some(t) = subscriber.poll_transmit() {
+            let _ = t.request.to_string();
+            pending = Some(t.id);
+        }
+        while let Some(p) = health.poll_transmit() {
+            probe = Some(p.id);
+        }
+        while subscriber.poll_event().is_some() {}
+        while health.poll_event().is_some() {}
+        let _ = subscriber.views();
+    }
+}
+
+/// SIP datagrams received by the agent: requests into the notifier (with
+/// one live subscription from the collector); responses to the REGISTER
+/// in flight and to the last NOTIFY.
+pub fn sip_agent(data: &[u8]) {
+    use msr_agent::load::Sample;
+    use msr_agent::notifier::{Notifier, NotifierConfig};
+    use msr_agent::registration::{Registration, RegistrationConfig};
+
+    let config = agent_example();
+    let mut now = Instant::now();
+    let Some(account) = config.accounts.first() else {
+        return;
+    };
+    let mut notifier = Notifier::new(
+        NotifierConfig {
+            load_delta: config.general.load_delta,
+            high_water: config.agent.notify_high_water,
+            notify_min_interval: Duration::from_millis(config.agent.notify_min_interval_ms),
+            max_expires: config.agent.max_subscription_expires,
+            contact_host_port: PEER.into(),
+            accounts: config.accounts.iter().map(|a| a.msr_name.clone()).collect(),
+        },
+        Sample {
+            load: 10,
+            cpu: 5,
+            calls: 10,
+            max_calls: config.general.max_calls,
+        },
+    );
+    let mut registration = Registration::new(
+        RegistrationConfig {
+            account: account.clone(),
+            contact_addr: peer().ip(),
+            contact_port: peer().port(),
+            iface: "lo".into(),
+            engine: None,
+            expires: config.agent.register_expires,
+        },
+        now,
+    );
+    if let Some(req) = parse(SETUP_SUBSCRIBE.as_bytes()).and_then(|m| match m {
+        SipMessage::Request(r) => Some(r),
+        SipMessage::Response(_) => None,
+    }) {
+        let _ = notifier.handle_request(now, &req);
+    }
+    let mut seen = AgentSeen::default();
+    seen.flush(&mut notifier, &mut registration);
+    for (i, raw) in messages(data).enumerate() {
+        let call_id = registration.call_id().to_owned();
+        let pairs = [
+            ("@@CALLID@@", call_id.as_str()),
+            ("@@CSEQ@@", seen.reg_cseq.as_str()),
+            ("@@NCSEQ@@", seen.notify_cseq.as_str()),
+        ];
+        if let Some(msg) = parse(&substitute(raw, &pairs)) {
+            match msg {
+                SipMessage::Request(req) => {
+                    if let Some(response) = notifier.handle_request(now, &req) {
+                        let _ = response.to_string();
+                    }
+                }
+                SipMessage::Response(response) => {
+                    let method = sip::cseq(&response.headers).map(|(_, m)| m);
+                    if method.as_deref() == Some("REGISTER") {
+                        registration.handle_response(now, &response);
+                    } else if let Some(sub) = seen.notify {
+                        notifier.handle_notify_response(now, sub, &response);
+                    }
+                }
+            }
+        }
+        now += Duration::from_secs(3);
+        let load = u8::try_from(i * 17 % 101).unwrap_or(0);
+        notifier.on_sample(
+            now,
+            Sample {
+                load,
+                cpu: load,
+                calls: u32::from(load),
+                max_calls: config.general.max_calls,
+            },
+        );
+        registration.handle_timeout(now);
+        notifier.handle_timeout(now);
+        seen.flush(&mut notifier, &mut registration);
+        let _ = notifier.subscriptions();
+    }
+}
+
+/// What the agent harness learnt from the cores' last transmits.
+#[derive(Default)]
+struct AgentSeen {
+    reg_cseq: String,
+    notify: Option<msr_agent::notifier::SubscriptionId>,
+    notify_cseq: String,
+}
+
+impl AgentSeen {
+    fn flush(
+        &mut self,
+        notifier: &mut msr_agent::notifier::Notifier,
+        registration: &mut msr_agent::registration::Registration,
+    ) {
+        while let Some(req) = registration.poll_transmit() {
+            self.reg_cseq = cseq_number(&req);
+        }
+        while let Some(t) = notifier.poll_transmit() {
+            let _ = t.request.to_string();
+            self.notify_cseq = t.cseq.to_string();
+            self.notify = Some(t.subscription);
+        }
+    }
+}
+
+fn cseq_number(req: &Request) -> String {
+    sip::cseq(&req.headers)
+        .map(|(n, _)| n.to_string())
+        .unwrap_or_default()
+}
+
+/// The collector's SUBSCRIBE from the seed capture: the live subscription
+/// of the agent harness.
+const SETUP_SUBSCRIBE: &str = "SUBSCRIBE sip:msr_1@127.0.0.1:5071 SIP/2.0\r\n\
+Via: SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bKNpysWDjeT080;rport\r\n\
+From: <sip:collector@127.0.0.1:5060>;tag=bbf4107de14a68b5\r\n\
+To: <sip:msr_1@127.0.0.1:5071>\r\n\
+Call-ID: aa1e44633013d8a2@msr-collector\r\n\
+CSeq: 1 SUBSCRIBE\r\n\
+Contact: <sip:collector@127.0.0.1:5060>\r\n\
+Event: eltex-call-count\r\n\
+Accept: application/x-eltex-call-count\r\n\
+Expires: 60\r\n\
+Max-Forwards: 70\r\n\
+Content-Length: 0\r\n\r\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every checked-in seed goes through its harness without a panic
+    /// (what the fuzzer's first pass does), in a plain `cargo test`.
+    #[test]
+    fn seeds_pass_their_harness() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
+        let targets: [(&str, fn(&[u8])); 8] = [
+            ("sip_collector", sip_collector),
+            ("sip_redirect", sip_redirect),
+            ("sip_agent", sip_agent),
+            ("notify_body", notify_body),
+            ("agent_config", agent_config),
+            ("collector_config", collector_config),
+            ("control_line", control_line),
+            ("operator_store", operator_store),
+        ];
+        for (name, target) in targets {
+            let dir = root.join(name);
+            let mut n = 0;
+            for entry in
+                std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            {
+                let path = entry.expect("entry").path();
+                target(&std::fs::read(&path).expect("seed"));
+                n += 1;
+            }
+            assert!(n > 0, "{name}: no seeds");
+        }
+    }
+
+    #[test]
+    fn the_setup_dialog_is_live() {
+        // The agent harness's SUBSCRIBE is accepted (otherwise every NOTIFY
+        // response seed would miss).
+        let msg = parse(SETUP_SUBSCRIBE.as_bytes()).expect("parses");
+        assert!(matches!(msg, SipMessage::Request(_)));
+        assert!(agent_example()
+            .accounts
+            .iter()
+            .any(|a| a.msr_name == "msr_1"));
+    }
+}
