@@ -43,6 +43,17 @@ fn peer() -> SocketAddr {
         .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 5071)))
 }
 
+/// Where message `i` of an input comes from: the peer, except every eighth
+/// from a stranger (SPEC §4: the agent refuses its SUBSCRIBEs, the
+/// collector its NOTIFYs), so both paths are fuzzed.
+fn source(i: usize) -> Option<SocketAddr> {
+    if i % 8 == 7 {
+        Some(SocketAddr::from(([192, 0, 2, 66], 5071)))
+    } else {
+        Some(peer())
+    }
+}
+
 /// Splits an input into at most [`MAX_MESSAGES`] messages.
 fn messages(data: &[u8]) -> impl Iterator<Item = &[u8]> {
     data.split(|&b| b == 0).take(MAX_MESSAGES)
@@ -281,7 +292,7 @@ pub fn sip_collector(data: &[u8]) {
         ("@@CALLID@@", call_id.as_str()),
         ("@@FTAG@@", from_tag.as_str()),
     ];
-    for raw in messages(data) {
+    for (i, raw) in messages(data).enumerate() {
         let Some(msg) = parse(&substitute(raw, &pairs)) else {
             continue;
         };
@@ -289,7 +300,7 @@ pub fn sip_collector(data: &[u8]) {
             SipMessage::Request(req) => {
                 let response = match req.method {
                     Method::Register => registrar.handle_register(now, &req, Some(peer())),
-                    Method::Notify => subscriber.handle_notify(now, 1_700_000_000, &req),
+                    Method::Notify => subscriber.handle_notify(now, 1_700_000_000, source(i), &req),
                     Method::Ack => continue,
                     Method::Options => sip::response(&req, sip::StatusCode::OK, Some("t")),
                     _ => sip::response(&req, sip::StatusCode::MethodNotAllowed, Some("t")),
@@ -353,6 +364,7 @@ pub fn sip_agent(data: &[u8]) {
             max_expires: config.agent.max_subscription_expires,
             contact_host_port: PEER.into(),
             accounts: config.accounts.iter().map(|a| a.msr_name.clone()).collect(),
+            subscribers: config.subscriber_hosts().addresses,
         },
         Sample {
             load: 10,
@@ -376,7 +388,7 @@ pub fn sip_agent(data: &[u8]) {
         SipMessage::Request(r) => Some(r),
         SipMessage::Response(_) => None,
     }) {
-        let _ = notifier.handle_request(now, &req);
+        let _ = notifier.handle_request(now, Some(peer()), &req);
     }
     let mut seen = AgentSeen::default();
     seen.flush(&mut notifier, &mut registration);
@@ -390,7 +402,7 @@ pub fn sip_agent(data: &[u8]) {
         if let Some(msg) = parse(&substitute(raw, &pairs)) {
             match msg {
                 SipMessage::Request(req) => {
-                    if let Some(response) = notifier.handle_request(now, &req) {
+                    if let Some(response) = notifier.handle_request(now, source(i), &req) {
                         let _ = response.to_string();
                     }
                 }
