@@ -744,8 +744,7 @@ fn choose(
         Policy::PooledLiteral => {
             let view = host.table.zone("default");
             let g = f64::from(scenario.core_hosts.max(1));
-            let mut best: Option<(usize, f64)> = None;
-            let mut ties = 0_u32;
+            let mut candidates = Vec::with_capacity(view.len());
             for position in 0..view.len() {
                 let (load, _) = view.weight_inputs(position);
                 if load.is_some_and(|l| l >= 100) {
@@ -762,21 +761,9 @@ fn choose(
                     }
                     _ => f64::INFINITY,
                 };
-                match best {
-                    Some((_, b)) if occupancy > b => {}
-                    Some((_, b)) if occupancy == b => {
-                        ties += 1;
-                        if rng.gen_range(0..ties) == 0 {
-                            best = Some((position, occupancy));
-                        }
-                    }
-                    _ => {
-                        best = Some((position, occupancy));
-                        ties = 1;
-                    }
-                }
+                candidates.push((position, occupancy));
             }
-            let (position, _) = best?;
+            let position = lowest_ties_at_random(candidates, rng)?;
             view.status(position, now)?
                 .msr
                 .strip_prefix("msr_")
@@ -823,25 +810,7 @@ fn choose(
         Policy::LeastReported => {
             let reported =
                 |m: usize| percent(host.seen.reported[m].unwrap_or(0), scenario.capacities[m]);
-            let mut best: Option<(usize, u8)> = None;
-            let mut ties = 0_u32;
-            for m in 0..n {
-                let load = reported(m);
-                match best {
-                    Some((_, b)) if load > b => {}
-                    Some((_, b)) if load == b => {
-                        ties += 1;
-                        if rng.gen_range(0..ties) == 0 {
-                            best = Some((m, load));
-                        }
-                    }
-                    _ => {
-                        best = Some((m, load));
-                        ties = 1;
-                    }
-                }
-            }
-            best.map(|(m, _)| m)
+            lowest_ties_at_random((0..n).map(|m| (m, reported(m))), rng)
         }
         Policy::TwoChoices => {
             if n == 1 {
@@ -882,6 +851,33 @@ pub fn spread_pp(busy: &[u32], capacities: &[u32]) -> f64 {
     } else {
         0.0
     }
+}
+
+/// The item of the lowest key, ties at random (reservoir sampling: the
+/// k-th equal one replaces the choice with probability 1/k, the same draws
+/// as `collector::select`'s pooled pick); `None` when there is none.
+fn lowest_ties_at_random<K: PartialOrd>(
+    items: impl IntoIterator<Item = (usize, K)>,
+    rng: &mut StdRng,
+) -> Option<usize> {
+    let mut best: Option<(usize, K)> = None;
+    let mut ties = 0_u32;
+    for (item, key) in items {
+        match &best {
+            Some((_, b)) if key > *b => {}
+            Some((_, b)) if key == *b => {
+                ties += 1;
+                if rng.gen_range(0..ties) == 0 {
+                    best = Some((item, key));
+                }
+            }
+            _ => {
+                best = Some((item, key));
+                ties = 1;
+            }
+        }
+    }
+    best.map(|(item, _)| item)
 }
 
 /// `calls` as the agent's load percentage of `capacity` (SPEC §4), capped

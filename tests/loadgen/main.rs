@@ -178,15 +178,8 @@ struct SelectArgs {
     /// Total selections over all clients.
     #[arg(long, default_value_t = 100_000)]
     requests: u64,
-    /// The legs' zone.
-    #[arg(long, default_value = "default")]
-    zone: String,
-    /// The legs' site.
-    #[arg(long, default_value = "local")]
-    site: String,
-    /// Declare --site first (an existing site is fine).
-    #[arg(long)]
-    declare_site: bool,
+    #[command(flatten)]
+    place: PlaceArgs,
     /// Ask for the explanation too (bigger answers).
     #[arg(long)]
     explain: bool,
@@ -197,6 +190,20 @@ struct SelectArgs {
     /// then its release; figures are per select+release pair.
     #[arg(long)]
     legs: bool,
+}
+
+/// Where the selected legs are (`select` and `calls`).
+#[derive(Args, Debug)]
+struct PlaceArgs {
+    /// The legs' zone.
+    #[arg(long, default_value = "default")]
+    zone: String,
+    /// The legs' site.
+    #[arg(long, default_value = "local")]
+    site: String,
+    /// Declare --site first (an existing site is fine).
+    #[arg(long)]
+    declare_site: bool,
 }
 
 #[derive(Args, Debug)]
@@ -229,15 +236,8 @@ struct CallsArgs {
     /// Seed of the arrivals and holding times.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// The calls' zone.
-    #[arg(long, default_value = "default")]
-    zone: String,
-    /// The calls' site.
-    #[arg(long, default_value = "local")]
-    site: String,
-    /// Declare --site first (an existing site is fine).
-    #[arg(long)]
-    declare_site: bool,
+    #[command(flatten)]
+    place: PlaceArgs,
     /// Longest wait for every MSR to be live at 0 calls, seconds.
     #[arg(long, default_value_t = 60)]
     setup_timeout: u64,
@@ -1583,8 +1583,8 @@ async fn select(args: SelectArgs) -> anyhow::Result<()> {
     let mut admin = AdminClient::connect_retry(&args.socket, Duration::from_secs(5))
         .await
         .with_context(|| format!("connect to {}", args.socket.display()))?;
-    if args.declare_site {
-        declare_site(&mut admin, &args.site).await?;
+    if args.place.declare_site {
+        declare_site(&mut admin, &args.place.site).await?;
     }
     let rows = match admin
         .call(&Request::ResourceList { active_only: true })
@@ -1594,8 +1594,8 @@ async fn select(args: SelectArgs) -> anyhow::Result<()> {
         _ => 0,
     };
     let line = serde_json::to_string(&Request::Select {
-        zone: args.zone.clone(),
-        site: args.site.clone(),
+        zone: args.place.zone.clone(),
+        site: args.place.site.clone(),
         msr: None,
         random: None,
         explain: args.explain,
@@ -1615,7 +1615,7 @@ async fn select(args: SelectArgs) -> anyhow::Result<()> {
     let mut tasks = Vec::new();
     for _ in 0..args.clients {
         let (path, line) = (args.socket.clone(), line.clone());
-        let (legs, zone, site) = (args.legs, args.zone.clone(), args.site.clone());
+        let (legs, zone, site) = (args.legs, args.place.zone.clone(), args.place.site.clone());
         let client_no = tasks.len();
         tasks.push(tokio::spawn(async move {
             let mut client = AdminClient::connect(&path).await?;
@@ -1860,8 +1860,8 @@ async fn calls(args: CallsArgs) -> anyhow::Result<()> {
     let mut admin = AdminClient::connect_retry(&args.socket, Duration::from_secs(5))
         .await
         .with_context(|| format!("connect to {}", args.socket.display()))?;
-    if args.declare_site {
-        declare_site(&mut admin, &args.site).await?;
+    if args.place.declare_site {
+        declare_site(&mut admin, &args.place.site).await?;
     }
     for file in &files {
         try_write_atomic(file, "0\n")?;
@@ -1891,8 +1891,8 @@ async fn calls(args: CallsArgs) -> anyhow::Result<()> {
     );
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
     let select = |call_id: &str| Request::Select {
-        zone: args.zone.clone(),
-        site: args.site.clone(),
+        zone: args.place.zone.clone(),
+        site: args.place.site.clone(),
         msr: None,
         random: None,
         explain: false,
