@@ -363,7 +363,6 @@ last_received() {
   grep "raw_message=\"$2 " "$work/$1.log" | tail -1 | sed 's/.*raw_message="//; s/"$//; s/\\"/"/g' | { IFS= read -r m; printf '%b' "$m"; }
 }
 md5() { printf '%s' "$1" | md5sum | cut -d' ' -f1; }
-strict=${MSR_FAULTS_STRICT:-0}
 part_spoof() {
   echo "== spoof: a REGISTER with a lower CSeq, a NOTIFY from a foreign source"
   local port; port=$(free_port)
@@ -433,14 +432,9 @@ part_spoof() {
   local verdict=""
   wait_until 10 spoof_done || verdict="the agent's next NOTIFY (load 35) not shown within 10 s"
   [ "$shown79" = 0 ] || verdict="the foreign NOTIFY's load 79 was shown${verdict:+; $verdict}"
-  if [ -n "$verdict" ]; then
-    # The collector does not check a NOTIFY's source yet (SPEC §4 requires
-    # it): until it does this check warns; MSR_FAULTS_STRICT=1 fails.
-    [ "$strict" = 1 ] && fail "spoof: foreign NOTIFY ('$answer'): $verdict"
-    echo "   KNOWN DEFECT: foreign NOTIFY (same Call-ID and tags, CSeq $((ncseq + 100)), from another port): '$answer'; $verdict"
-  else
-    echo "   foreign NOTIFY (same Call-ID and tags, CSeq $((ncseq + 100)), from another port): '$answer'; load 79 never shown, the agent's next NOTIFY accepted"
-  fi
+  [ -z "$verdict" ] || fail "spoof: foreign NOTIFY ('$answer'): $verdict"
+  case "$answer" in SIP/2.0\ 2*) fail "spoof: the foreign NOTIFY was answered '$answer'" ;; esac
+  echo "   foreign NOTIFY (same Call-ID and tags, CSeq $((ncseq + 100)), from another port): '$answer'; load 79 never shown, the agent's next NOTIFY accepted"
   kill9 "$sa_pid"; kill9 "$sc_pid"
 }
 
