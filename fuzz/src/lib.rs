@@ -289,7 +289,9 @@ pub fn sip_collector(data: &[u8]) {
             SipMessage::Request(req) => {
                 let response = match req.method {
                     Method::Register => registrar.handle_register(now, &req, Some(peer())),
-                    Method::Notify => subscriber.handle_notify(now, 1_700_000_000, &req),
+                    Method::Notify => {
+                        subscriber.handle_notify(now, 1_700_000_000, Some(peer()), &req)
+                    }
                     Method::Ack => continue,
                     Method::Options => sip::response(&req, sip::StatusCode::OK, Some("t")),
                     _ => sip::response(&req, sip::StatusCode::MethodNotAllowed, Some("t")),
@@ -353,6 +355,8 @@ pub fn sip_agent(data: &[u8]) {
             max_expires: config.agent.max_subscription_expires,
             contact_host_port: PEER.into(),
             accounts: config.accounts.iter().map(|a| a.msr_name.clone()).collect(),
+            // The collector of the seed captures, where requests come from.
+            subscribers: [peer().ip()].into_iter().collect(),
         },
         Sample {
             load: 10,
@@ -376,7 +380,7 @@ pub fn sip_agent(data: &[u8]) {
         SipMessage::Request(r) => Some(r),
         SipMessage::Response(_) => None,
     }) {
-        let _ = notifier.handle_request(now, &req);
+        let _ = notifier.handle_request(now, Some(peer()), &req);
     }
     let mut seen = AgentSeen::default();
     seen.flush(&mut notifier, &mut registration);
@@ -390,7 +394,7 @@ pub fn sip_agent(data: &[u8]) {
         if let Some(msg) = parse(&substitute(raw, &pairs)) {
             match msg {
                 SipMessage::Request(req) => {
-                    if let Some(response) = notifier.handle_request(now, &req) {
+                    if let Some(response) = notifier.handle_request(now, Some(peer()), &req) {
                         let _ = response.to_string();
                     }
                 }
