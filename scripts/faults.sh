@@ -326,6 +326,26 @@ part_loss() {
   ip netns exec "$na" nft delete table inet msrloss
   local c_s=$((c_notify_s + c_subscribe_s + c_other_s)) c_d=$((c_notify_d + c_subscribe_d + c_other_d))
   local a_s=$((a_notify_s + a_subscribe_s + a_other_s)) a_d=$((a_notify_d + a_subscribe_d + a_other_d))
+  # SPEC §4: a SUBSCRIBE to the agent from a host that is not its registrar
+  # (10.212.0.3, a second address on the collector's side; the collector's
+  # own socket stays bound to .1) is refused and gets no NOTIFY.
+  ip -n "$nc" addr add 10.212.0.3/24 dev "$vc"
+  ip -n "$nc" route replace 10.212.0.2/32 dev "$vc" src 10.212.0.3
+  local agent_hp
+  agent_hp=$(jq -r '.bindings[] | select(.msr == "msr_1") | .uri' "$work/lc-state.json.bindings" | sed 's/^sip:[^@]*@//; s/;.*//')
+  printf 'SUBSCRIBE sip:msr_1@%s SIP/2.0\r\nVia: SIP/2.0/UDP 10.212.0.3:@LPORT@;branch=z9hG4bKforeignsub%s;rport\r\nFrom: <sip:intruder@10.212.0.3>;tag=intruder\r\nTo: <sip:msr_1@%s>\r\nCall-ID: foreign-subscribe-%s\r\nCSeq: 1 SUBSCRIBE\r\nContact: <sip:intruder@10.212.0.3:@LPORT@>\r\nEvent: eltex-call-count\r\nExpires: 60\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n' \
+    "$agent_hp" "$RANDOM" "$agent_hp" "$$" >"$work/foreign-subscribe.sip"
+  local sub_answer
+  sub_answer=$(status_line "$(ip netns exec "$nc" bash -c "$(declare -f send_udp); send_udp ${agent_hp%:*} ${agent_hp##*:} $work/foreign-subscribe.sip")")
+  case "$sub_answer" in SIP/2.0\ 2*|"no answer") fail "loss: a SUBSCRIBE from 10.212.0.3 (not the registrar) was answered '$sub_answer'" ;; esac
+  ip -n "$nc" route del 10.212.0.2/32 dev "$vc"
+  # The control: the same SUBSCRIBE from the registrar's address, as a fetch
+  # (Expires: 0, nothing lasting), is accepted; so the 403 was the source's.
+  sed -e 's/10\.212\.0\.3/10.212.0.1/g' -e 's/^Expires: 60/Expires: 0/' -e 's/foreignsub/controlsub/' \
+    "$work/foreign-subscribe.sip" >"$work/control-subscribe.sip"
+  local control_answer
+  control_answer=$(status_line "$(ip netns exec "$nc" bash -c "$(declare -f send_udp); send_udp ${agent_hp%:*} ${agent_hp##*:} $work/control-subscribe.sip")")
+  case "$control_answer" in SIP/2.0\ 2*) ;; *) fail "loss: the control SUBSCRIBE from the registrar's address was answered '$control_answer'" ;; esac
   # No subscription lost for good: with the loss gone, the subscription is
   # active and the next load shown.
   calls=$(( calls >= 90 ? 10 : calls + 10 ))
@@ -336,6 +356,7 @@ part_loss() {
   echo "   loss measured: collector → agent $c_d/$c_s datagrams dropped ($(pct "$c_d" "$c_s")), agent → collector $a_d/$a_s ($(pct "$a_d" "$a_s"))"
   echo "   NOTIFY datagrams (retransmissions included): agent sent $a_notify_s, $a_notify_d dropped, $((a_notify_s - a_notify_d)) reached the collector; the dialog's notify count at the end $notifies"
   echo "   SUBSCRIBE datagrams: collector sent $c_subscribe_s, $c_subscribe_d dropped; re-subscriptions (new dialog) $resubs"
+  echo "   SUBSCRIBE to the agent from 10.212.0.3 (not its registrar): '$sub_answer' (from 10.212.0.1, a fetch: '$control_answer'); the collector's subscription still active, its next change shown"
   echo "   load changes: $seen/$changes seen, mean $(( lat_sum / (seen > 0 ? seen : 1) )) ms, max $lat_max ms; $polls polls: $unreg unregistered, $unhealthy not healthy"
   kill9 "$la_pid"; kill9 "$lc_pid"
 }

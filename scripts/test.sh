@@ -5,8 +5,9 @@
 # Kamailio, etcd, promtool, protoc from Debian's packages), runs the Debian package test (scripts/package-test.sh:
 # build, lintian, dpkg -i, the installed daemons on loopback, dpkg --purge),
 # then the unit, property and system tests, then the fault suite
-# (scripts/faults.sh) and the short fuzz pass (scripts/fuzz.sh). The package test counts as one
-# test in the closing summary. Extra arguments go to `cargo test` (e.g.
+# (scripts/faults.sh) and the short fuzz pass (scripts/fuzz.sh). The package
+# test, the fault suite and the fuzz pass count as one test each in the
+# closing summary. Extra arguments go to `cargo test` (e.g.
 # `scripts/test.sh -p msr-agent`) and skip the package test, as does
 # MSR_SKIP_PACKAGE_TEST=1.
 set -euo pipefail
@@ -18,11 +19,11 @@ scripts/deps.sh
 echo "== $(sipp -v 2>/dev/null | grep -m1 -i 'sipp v' || echo 'sipp installed')"
 echo "== $(etcd --version 2>/dev/null | head -1), $(protoc --version), $(kamailio -v 2>/dev/null | head -1), $(promtool --version 2>&1 | head -1)"
 
-package_passed=0
-package_failed=0
+extra_passed=0
+extra_failed=0
 if [ "$#" -eq 0 ] && [ "${MSR_SKIP_PACKAGE_TEST:-0}" != "1" ]; then
   echo "== Debian packages (scripts/package-test.sh)"
-  if timeout 3000 scripts/package-test.sh; then package_passed=1; else package_failed=1; fi
+  if timeout 3000 scripts/package-test.sh; then extra_passed=1; else extra_failed=1; fi
 else
   echo "== Debian packages: skipped (arguments given, or MSR_SKIP_PACKAGE_TEST=1)"
 fi
@@ -38,27 +39,27 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
 cargo test --workspace --locked "$@" 2>&1 | tee "$log" || status=$?
-# One closing line for the whole run: the sum of every test binary's result
-# and the package test's.
-awk -v p="$package_passed" -v f="$package_failed" '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
-     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
-if [ "$package_failed" -ne 0 ] && [ "$status" -eq 0 ]; then status=1; fi
 # The fault suite (scripts/faults.sh; RELIABILITY.md "Fault suite") on the
-# binaries just built, with 60 s of packet loss. Skipped as the fuzz pass is,
-# or with MSR_SKIP_FAULTS=1.
+# binaries just built, with 60 s of packet loss, and the short fuzz pass:
+# every target 8 s on the checked-in corpus (about a minute, plus the fuzz
+# crate's release build; installs cargo-afl when missing). Each counts as
+# one test in the summary. Skipped with arguments, as the package test, or
+# with MSR_SKIP_FAULTS=1 / MSR_SKIP_FUZZ=1.
 if [ "$#" -eq 0 ] && [ "${MSR_SKIP_FAULTS:-0}" != "1" ]; then
   echo "== fault suite (scripts/faults.sh)"
-  scripts/faults.sh || status=1
+  if scripts/faults.sh; then extra_passed=$((extra_passed + 1)); else extra_failed=$((extra_failed + 1)); fi
 else
   echo "== fault suite: skipped (arguments given, or MSR_SKIP_FAULTS=1)"
 fi
-# The short fuzz pass: every target 8 s on the checked-in corpus (about a
-# minute, plus the fuzz crate's release build; installs cargo-afl when
-# missing). Skipped with arguments, as the package test, or MSR_SKIP_FUZZ=1.
 if [ "$#" -eq 0 ] && [ "${MSR_SKIP_FUZZ:-0}" != "1" ]; then
   echo "== fuzz (scripts/fuzz.sh: 8 s per target)"
-  scripts/fuzz.sh || status=1
+  if scripts/fuzz.sh; then extra_passed=$((extra_passed + 1)); else extra_failed=$((extra_failed + 1)); fi
 else
   echo "== fuzz: skipped (arguments given, or MSR_SKIP_FUZZ=1)"
 fi
+# One closing line for the whole run: the sum of every test binary's result
+# and the package test's, the fault suite's and the fuzz pass's.
+awk -v p="$extra_passed" -v f="$extra_failed" '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+if [ "$extra_failed" -ne 0 ] && [ "$status" -eq 0 ]; then status=1; fi
 exit "$status"
