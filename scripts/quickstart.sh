@@ -4,6 +4,8 @@
 # Arguments go to msr-quickstart (e.g. --once, --selections 20000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The etcd client's build needs protoc: installed when missing, as CI does.
+scripts/deps.sh build
 echo "==> building (cargo build --release)"
 cargo build --release --workspace --bins --locked
 exec target/release/msr-quickstart "$@"

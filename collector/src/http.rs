@@ -333,9 +333,16 @@ async fn resources(
 /// contact is healthy, so a selection can succeed somewhere), with the
 /// operator store's state (SPEC §12: with etcd unreachable the collector is
 /// still ready, selecting on the last configuration it saw, and says so).
-async fn health(State(api): State<Api>, headers: HeaderMap) -> HttpResponse {
+async fn health(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> HttpResponse {
     if let Some(denied) = api.unauthorized(&headers) {
         return denied;
+    }
+    if let Some(refused) = no_query(query.as_deref()) {
+        return refused;
     }
     let store = match api.ask(Request::ClusterList).await {
         Response::Ok(ResponseData::Cluster(view)) => Some(view.store),
@@ -375,9 +382,16 @@ async fn health(State(api): State<Api>, headers: HeaderMap) -> HttpResponse {
     }
 }
 
-async fn scrape(State(api): State<Api>, headers: HeaderMap) -> HttpResponse {
+async fn scrape(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> HttpResponse {
     if let Some(denied) = api.unauthorized(&headers) {
         return denied;
+    }
+    if let Some(refused) = no_query(query.as_deref()) {
+        return refused;
     }
     let resources = match api.ask(Request::ResourceList { active_only: false }).await {
         Response::Ok(ResponseData::Resources { rows }) => rows,

@@ -343,6 +343,10 @@ async fn the_http_api_selects_releases_and_counts_as_the_control_socket_does() {
         ("POST", "/v1/release", long.as_str(), 400, "bad_request"),
         ("GET", "/v2/anything", "", 404, "not_found"),
         ("DELETE", "/v1/select", "", 405, "method_not_allowed"),
+        // Routes that take no parameters refuse a query string.
+        ("GET", "/v1/resources?x=1", "", 400, "bad_request"),
+        ("GET", "/health?x=1", "", 400, "bad_request"),
+        ("GET", "/metrics?x=1", "", 400, "bad_request"),
     ] {
         let (got, text) = http(port, method, path, "", body).await;
         let answer = json(&text);

@@ -143,15 +143,23 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             &cli.log_dir.join("collector.log"),
         )?,
     ));
-    let mut admin = AdminClient::connect_retry(&socket, Duration::from_secs(10))
-        .await
-        .with_context(|| {
-            format!(
-                "collector control socket {} did not appear (see {})",
-                socket.display(),
-                cli.log_dir.join("collector.log").display()
-            )
-        })?;
+    let mut admin = match AdminClient::connect_retry(&socket, Duration::from_secs(10)).await {
+        Ok(admin) => admin,
+        // A collector that could not start (its SIP port taken, say) says
+        // why in its log: show it here, not only its path.
+        Err(e) => match exited_child(&mut children) {
+            Some(report) => bail!("{report}"),
+            None => {
+                return Err(e).with_context(|| {
+                    format!(
+                        "collector control socket {} did not appear (see {})",
+                        socket.display(),
+                        cli.log_dir.join("collector.log").display()
+                    )
+                })
+            }
+        },
+    };
     step(format!(
         "collector is up, control socket {}, http api http://127.0.0.1:{http_port}/ (/metrics, /v1/select)",
         socket.display()

@@ -81,7 +81,7 @@ pub enum Command {
     /// Sites and the site distance matrix.
     #[command(subcommand)]
     Site(SiteCommand),
-    /// Per-MSR settings: performance coefficient and admin active flag.
+    /// Per-MSR settings: performance coefficient, admin active flag and load limit.
     #[command(subcommand)]
     Msr(MsrCommand),
     /// The live load table (one row per MSR contact) and per-contact zone/site.
@@ -157,7 +157,7 @@ pub enum MsrCommand {
         #[command(subcommand)]
         property: MsrProperty,
     },
-    /// List MSRs with their coefficient and active flag.
+    /// List MSRs with their coefficient, active flag, load limit, live legs and health.
     List,
 }
 
