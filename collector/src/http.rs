@@ -26,8 +26,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::body::{to_bytes, Body};
 use axum::extract::{DefaultBodyLimit, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response as HttpResponse};
@@ -50,6 +49,11 @@ use crate::metrics::{self, Metrics};
 
 /// The longest request body read (`POST /v1/release`); longer gets 400.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// How long a request body may take to arrive (a client sending it a byte
+/// at a time, or never after `Expect: 100-continue`, would otherwise hold
+/// its connection for good); later gets 408.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a request waits for the shell's answer before it gets 503
 /// `unavailable` (the loop is stuck or shutting down).
@@ -179,14 +183,21 @@ fn reply(response: &Response) -> HttpResponse {
 
 impl Api {
     /// Sends `request` to the shell's one handler and waits for its answer.
+    /// The timeout covers the wait for a place in the loop's queue too:
+    /// under a flood of other requests the answer is a prompt 503, not a
+    /// late one.
     async fn ask(&self, request: Request) -> Response {
-        let (reply, answer) = oneshot::channel();
-        if self.tx.send(AdminCommand { request, reply }).await.is_err() {
-            return Response::error(ErrorCode::Unavailable, "collector is shutting down");
-        }
-        match tokio::time::timeout(ANSWER_TIMEOUT, answer).await {
-            Ok(Ok(response)) => response,
-            Ok(Err(_)) => Response::error(ErrorCode::Unavailable, "collector dropped the request"),
+        let asked = async {
+            let (reply, answer) = oneshot::channel();
+            if self.tx.send(AdminCommand { request, reply }).await.is_err() {
+                return Response::error(ErrorCode::Unavailable, "collector is shutting down");
+            }
+            answer.await.unwrap_or_else(|_| {
+                Response::error(ErrorCode::Unavailable, "collector dropped the request")
+            })
+        };
+        match tokio::time::timeout(ANSWER_TIMEOUT, asked).await {
+            Ok(response) => response,
             Err(_) => Response::error(
                 ErrorCode::Unavailable,
                 format!(
@@ -270,7 +281,7 @@ async fn release(
     State(api): State<Api>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> HttpResponse {
     if let Some(denied) = api.unauthorized(&headers) {
         return denied;
@@ -282,13 +293,23 @@ async fn release(
             "POST /v1/release takes no query string: send {\"call_id\":…,\"leg\":…} as the body",
         );
     }
-    let body = match body {
-        Ok(body) => body,
-        Err(rejection) => {
+    let body = match tokio::time::timeout(BODY_TIMEOUT, to_bytes(body, MAX_BODY_BYTES)).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(e)) => {
             return error(
                 StatusCode::BAD_REQUEST,
                 "bad_request",
-                format!("cannot read the body (at most {MAX_BODY_BYTES} bytes): {rejection}"),
+                format!("cannot read the body (at most {MAX_BODY_BYTES} bytes): {e}"),
+            )
+        }
+        Err(_) => {
+            return error(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                format!(
+                    "the body did not arrive within {} s",
+                    BODY_TIMEOUT.as_secs()
+                ),
             )
         }
     };

@@ -113,6 +113,18 @@ pub fn decide(invite: &Request, ctx: &RedirectContext) -> Decision {
     let Some(call_id) = sip::call_id(&invite.headers).filter(|c| !c.trim().is_empty()) else {
         return bad("no call-id");
     };
+    // RFC 3261 §8.1.1: To, From and CSeq are mandatory, and an INVITE's
+    // CSeq names INVITE (§8.2.2 leaves such a request to a 400).
+    for name in ["To", "From"] {
+        if sip::header(&invite.headers, name).is_none() {
+            return bad(&format!("no {} header", name.to_ascii_lowercase()));
+        }
+    }
+    match sip::cseq(&invite.headers) {
+        Some((_, method)) if method == "INVITE" => {}
+        Some(_) => return bad("the cseq method is not invite"),
+        None => return bad("no cseq"),
+    }
     let uri = invite.uri.to_string();
     let params = uri_params(&uri);
     let pick = |name: &str, header: &str| -> Option<String> {
@@ -495,6 +507,11 @@ struct Pending {
     leg: Option<(String, Option<String>)>,
 }
 
+/// The most INVITEs whose selection is pending at once; past it a new
+/// INVITE gets `503` at once (a flood must not queue without bound, nor
+/// delay the answers to those already asked).
+pub const MAX_SELECTING: usize = 1024;
+
 /// The most datagrams read in one go before the loop looks at finished
 /// selections again: under load one wake-up serves many datagrams (the
 /// cost of a wake-up is of the order of a datagram's), yet answers never
@@ -524,6 +541,8 @@ pub async fn serve(
     let mut buf = vec![0u8; 65_536];
     loop {
         tokio::select! {
+            // Answers first: they free their places among the pending.
+            biased;
             () = shutdown.cancelled() => break,
             Some((pending, selection)) = selecting.next(), if !selecting.is_empty() => {
                 server.finish_selection(pending, selection).await;
@@ -534,7 +553,11 @@ pub async fn serve(
                     match received {
                         Ok((len, src)) => {
                             if let Some((pending, request)) = server.on_datagram(buf.get(..len).unwrap_or_default(), src).await {
-                                selecting.push(select(server.tx.clone(), pending, request));
+                                if selecting.len() < MAX_SELECTING {
+                                    selecting.push(select(server.tx.clone(), pending, request));
+                                } else {
+                                    server.shed(pending).await;
+                                }
                             }
                         }
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -596,7 +619,20 @@ impl Server {
         if packet.starts_with(b"ACK ") {
             return None;
         }
+        // SIP is UTF-8 text (RFC 3261 §7.3.1); the parser would drop every
+        // header after a bad byte, and with them the leg's inputs.
+        if std::str::from_utf8(packet).is_err() {
+            self.not_sip(src, "not utf-8");
+            return None;
+        }
+        // Where the answer goes is read from the Via as it came (§18.2.2):
+        // the `received`/`rport` the stack adds below would hide a Via
+        // without `rport`.
+        let mut dest = src;
         let req = match SipMessage::try_from(packet).and_then(|m| {
+            if let SipMessage::Request(req) = &m {
+                dest = response_destination(req, src);
+            }
             SipConnection::update_msg_received(m, src, rsipstack::sip::Transport::Udp)
                 .map_err(|e| rsipstack::sip::Error::Unexpected(e.to_string()))
         }) {
@@ -604,15 +640,10 @@ impl Server {
             // A response to a server that sends no requests: ignored.
             Ok(SipMessage::Response(_)) => return None,
             Err(e) => {
-                self.unparsed += 1;
-                // At most one line per 1,024 datagrams that are not SIP.
-                if self.unparsed % 1024 == 1 {
-                    debug!(%src, cause = %e, dropped = self.unparsed, "redirect server dropped a datagram that is not sip");
-                }
+                self.not_sip(src, &e.to_string());
                 return None;
             }
         };
-        let dest = response_destination(&req, src);
         let now = Instant::now();
         match req.method {
             Method::Invite => {
@@ -623,7 +654,9 @@ impl Server {
                     return None;
                 };
                 match self.cache.on_invite(now, &key) {
-                    OnInvite::Resend(bytes) => self.send(&bytes, dest).await,
+                    OnInvite::Resend(bytes) => {
+                        self.send(&bytes, dest).await;
+                    }
                     OnInvite::Absorb => {}
                     OnInvite::New => match decide(&req, &self.ctx) {
                         Decision::Reply(response) => {
@@ -717,30 +750,80 @@ impl Server {
             status = terminated.status_code.code();
             bytes = encode(terminated);
             self.cache.answered(&key, Arc::clone(&bytes));
-            if let Some((call_id, leg)) = leg {
-                let tx = self.tx.clone();
-                tokio::spawn(async move {
-                    let (reply, _) = oneshot::channel();
-                    let _ = tx
-                        .send(AdminCommand {
-                            request: AdminRequest::Release { call_id, leg },
-                            reply,
-                        })
-                        .await;
-                });
-            }
         }
         self.metrics.redirect(status);
         debug!(
             call_id = sip::call_id(&invite.headers).unwrap_or(""),
             status, "redirect answered"
         );
-        self.send(&bytes, dest).await;
+        let sent = self.send(&bytes, dest).await;
+        // The leg stays bound only when its 302 went out: after a 487
+        // (cancelled, RFC 3261 §9.2), a 482 (the chosen engine is this
+        // server) or a send that failed, the caller has no Contact to use
+        // and nobody would release it.
+        if status != StatusCode::MovedTemporarily.code() || !sent {
+            if let Some((call_id, leg)) = leg {
+                self.release(call_id, leg);
+            }
+        }
     }
 
-    async fn send(&self, bytes: &[u8], dest: SocketAddr) {
-        if let Err(e) = self.socket.send_to(bytes, dest).await {
-            warn!(%dest, cause = %e, "redirect server cannot send");
+    /// An INVITE past [`MAX_SELECTING`]: `503` now, remembered for its
+    /// retransmissions.
+    async fn shed(&mut self, pending: Pending) {
+        let Pending {
+            key, dest, invite, ..
+        } = pending;
+        let mut response = refusal(
+            &invite,
+            StatusCode::ServiceUnavailable,
+            "unavailable",
+            "too many selections pending",
+        );
+        sip::push_header(&mut response.headers, "Retry-After", "1");
+        self.finish(Done {
+            key,
+            dest,
+            invite,
+            response,
+            leg: None,
+        })
+        .await;
+    }
+
+    /// Releases a leg a selection bound, as the control protocol's
+    /// `release` does (from a task: the shell's queue may be full).
+    fn release(&self, call_id: String, leg: Option<String>) {
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let (reply, _) = oneshot::channel();
+            let _ = tx
+                .send(AdminCommand {
+                    request: AdminRequest::Release { call_id, leg },
+                    reply,
+                })
+                .await;
+        });
+    }
+
+    /// A datagram that is not a SIP message: dropped, counted, and logged
+    /// at most once per 1,024.
+    fn not_sip(&mut self, src: SocketAddr, cause: &str) {
+        self.unparsed += 1;
+        if self.unparsed % 1024 == 1 {
+            debug!(%src, cause, dropped = self.unparsed, "redirect server dropped a datagram that is not sip");
+        }
+    }
+
+    /// Whether `bytes` went out. A failure is logged with the network
+    /// target, so a flood of them is rate limited.
+    async fn send(&self, bytes: &[u8], dest: SocketAddr) -> bool {
+        match self.socket.send_to(bytes, dest).await {
+            Ok(_) => true,
+            Err(e) => {
+                warn!(target: msr_shared::logging::NETWORK, %dest, cause = %e, "redirect server cannot send");
+                false
+            }
         }
     }
 }

@@ -500,4 +500,25 @@ async fn the_redirect_server_resends_its_302_and_answers_cancel_as_rfc_3261_says
         other => panic!("{other:?}"),
     };
     assert_eq!(legs, 1);
+    // RFC 3261 §18.2.2: without `rport` in the Via the answer goes to the
+    // Via's sent-by port, not to the datagram's source port.
+    let via_socket = tokio::net::UdpSocket::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let via_port = via_socket.local_addr().expect("addr").port();
+    let options = message("OPTIONS", "z9hG4bK-via-port").replace(
+        &format!("127.0.0.1:{port};"),
+        &format!("127.0.0.1:{via_port};"),
+    );
+    socket
+        .send_to(options.as_bytes(), ("127.0.0.1", redirect_port))
+        .await
+        .expect("send options");
+    let mut buf = vec![0u8; 65_536];
+    let (n, _) = tokio::time::timeout(Duration::from_secs(10), via_socket.recv_from(&mut buf))
+        .await
+        .expect("the answer on the Via's port within 10 s")
+        .expect("recv");
+    let answer = String::from_utf8_lossy(&buf[..n]);
+    assert!(answer.starts_with("SIP/2.0 200 "), "{answer}");
 }

@@ -272,3 +272,47 @@ fn responses_go_to_the_source_with_rport_else_to_the_via_port() {
         "10.0.0.9:5060".parse().expect("addr")
     );
 }
+
+#[test]
+fn an_invite_without_to_from_or_an_invite_cseq_gets_400() {
+    let full = "INVITE sip:park@127.0.0.1 SIP/2.0\r\n\
+         Via: SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bK-1\r\n\
+         Max-Forwards: 70\r\n\
+         From: <sip:alice@127.0.0.1>;tag=f1\r\n\
+         To: <sip:park@127.0.0.1>\r\n\
+         Call-ID: call-1@core\r\n\
+         CSeq: 1 INVITE\r\n\
+         Content-Length: 0\r\n\r\n";
+    for (without, edit, needle) in [
+        ("To", "To: <sip:park@127.0.0.1>\r\n", "no to header"),
+        (
+            "From",
+            "From: <sip:alice@127.0.0.1>;tag=f1\r\n",
+            "no from header",
+        ),
+        ("CSeq", "CSeq: 1 INVITE\r\n", "no cseq"),
+    ] {
+        let text = full.replace(edit, "");
+        let req = Request::try_from(text.as_str()).expect("parses");
+        match decide(&req, &ctx()) {
+            Decision::Reply(r) => {
+                assert_eq!(r.status_code, StatusCode::BadRequest, "without {without}");
+                assert!(
+                    header(&r, "Warning").is_some_and(|w| w.contains(needle)),
+                    "without {without}: {:?}",
+                    header(&r, "Warning")
+                );
+            }
+            other => panic!("without {without}: {other:?}"),
+        }
+    }
+    let text = full.replace("CSeq: 1 INVITE", "CSeq: 1 BYE");
+    let req = Request::try_from(text.as_str()).expect("parses");
+    assert!(
+        matches!(decide(&req, &ctx()), Decision::Reply(r) if r.status_code == StatusCode::BadRequest)
+    );
+    assert!(matches!(
+        decide(&Request::try_from(full).expect("parses"), &ctx()),
+        Decision::Select(_)
+    ));
+}
