@@ -953,4 +953,15 @@ mod tests {
             );
         }
     }
+
+    /// A fuzzing find: a distance of 17 or more significant digits came
+    /// back from a save and a load as another number (serde_json's fast
+    /// float parsing is not correctly rounded without `float_roundtrip`),
+    /// so a restart changed the operator's matrix.
+    #[test]
+    fn every_number_survives_a_save_and_a_load() {
+        let text = r#"{"version":1,"sites":["local","remote"],"distances":[{"a":"local","b":"local","distance":211111111111111135},{"a":"local","b":"remote","distance":0.30000000000000004}],"msrs":{"msr_1":{"performance_coefficient":1.0000000000000002,"active":true}},"contacts":{}}"#;
+        let loaded = OperatorConfig::decode(text).expect("a valid store");
+        assert_eq!(OperatorConfig::decode(&loaded.encode()), Ok(loaded));
+    }
 }
