@@ -4,7 +4,11 @@ use msr_shared::admin::{ErrorBody, SelectionRule};
 use super::*;
 
 fn invite(uri: &str, extra: &str) -> Request {
-    let text = format!(
+    Request::try_from(invite_text(uri, extra).as_str()).expect("valid invite")
+}
+
+fn invite_text(uri: &str, extra: &str) -> String {
+    format!(
         "INVITE {uri} SIP/2.0\r\n\
          Via: SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bK-1\r\n\
          Max-Forwards: 70\r\n\
@@ -13,8 +17,7 @@ fn invite(uri: &str, extra: &str) -> Request {
          Call-ID: call-1@core\r\n\
          CSeq: 1 INVITE\r\n\
          {extra}Content-Length: 0\r\n\r\n"
-    );
-    Request::try_from(text.as_str()).expect("valid invite")
+    )
 }
 
 fn ctx() -> RedirectContext {
@@ -275,14 +278,7 @@ fn responses_go_to_the_source_with_rport_else_to_the_via_port() {
 
 #[test]
 fn an_invite_without_to_from_or_an_invite_cseq_gets_400() {
-    let full = "INVITE sip:park@127.0.0.1 SIP/2.0\r\n\
-         Via: SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bK-1\r\n\
-         Max-Forwards: 70\r\n\
-         From: <sip:alice@127.0.0.1>;tag=f1\r\n\
-         To: <sip:park@127.0.0.1>\r\n\
-         Call-ID: call-1@core\r\n\
-         CSeq: 1 INVITE\r\n\
-         Content-Length: 0\r\n\r\n";
+    let full = invite_text("sip:park@127.0.0.1", "");
     for (without, edit, needle) in [
         ("To", "To: <sip:park@127.0.0.1>\r\n", "no to header"),
         (
@@ -312,7 +308,7 @@ fn an_invite_without_to_from_or_an_invite_cseq_gets_400() {
         matches!(decide(&req, &ctx()), Decision::Reply(r) if r.status_code == StatusCode::BadRequest)
     );
     assert!(matches!(
-        decide(&Request::try_from(full).expect("parses"), &ctx()),
+        decide(&Request::try_from(full.as_str()).expect("parses"), &ctx()),
         Decision::Select(_)
     ));
 }
