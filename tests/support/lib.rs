@@ -282,4 +282,5 @@ pub fn addr(text: &str) -> SocketAddr {
         .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
 }
 pub mod kamailio;
+pub mod pair;
 pub mod system;
