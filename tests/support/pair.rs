@@ -540,7 +540,7 @@ impl Pair {
 
     /// The requests with `method` sent by `from`.
     pub fn requests(&self, from: Party, method: Method) -> Vec<&Packet> {
-        self.sent(|p| p.is(from, method.clone()))
+        self.sent(|p| p.is(from, method))
     }
 
     /// The trace as text, one message a line (for failure messages).
@@ -1087,16 +1087,6 @@ fn parse_response(text: &str) -> Response {
         Ok(SipMessage::Request(_)) => panic!("a response parsed as a request:\n{text}"),
         Err(e) => panic!("a core sent a response rsipstack cannot parse ({e}):\n{text}"),
     }
-}
-
-/// The first message sent at or after `from` (since the start) that
-/// matches `pred`.
-pub fn first_after<'a>(
-    trace: &'a [Packet],
-    from: Duration,
-    pred: impl Fn(&Packet) -> bool,
-) -> Option<&'a Packet> {
-    trace.iter().find(|p| p.at >= from && pred(p))
 }
 
 /// Whether a NOTIFY's `Subscription-State` begins with `state`.
