@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use msr_shared::admin::{Request, ResourceInfo, ResponseData};
+use msr_shared::admin::{Request, ResourceInfo, ResponseData, SubscriptionInfo};
 use system_tests::system::{
     agent_xml, live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts,
 };
@@ -54,6 +54,18 @@ async fn change_load(collector: &Collector, agent: &Agent, msr: &str, calls: u32
             table_summary(&rows)
         );
     }
+}
+
+/// The subscription to `msr` once it is active (at most 5 s).
+async fn active_subscription(collector: &Collector, msr: &str) -> SubscriptionInfo {
+    collector
+        .wait_subs(secs(5), |s| {
+            s.iter()
+                .find(|s| s.msr == msr && s.status == "active")
+                .cloned()
+        })
+        .await
+        .unwrap_or_else(|| panic!("{}: no active subscription to {msr}", collector.name))
 }
 
 fn table_summary(rows: &[ResourceInfo]) -> Vec<String> {
@@ -115,14 +127,7 @@ async fn register_subscribe_notify_refresh_load_change_and_sigterm() {
     // Refresh over UDP: the same dialog stays active and receives a NOTIFY
     // after every refresh (the load does not change). When the refreshes
     // go out is checked in virtual time (`tests/pair/`).
-    let first = collector
-        .wait_subs(secs(5), |s| {
-            s.iter()
-                .find(|s| s.msr == "msr_1" && s.status == "active")
-                .cloned()
-        })
-        .await
-        .expect("subscription active");
+    let first = active_subscription(&collector, "msr_1").await;
     assert_eq!(first.expires, 4);
     let refreshed = collector
         .wait_subs(secs(12), |s| {
@@ -212,14 +217,7 @@ async fn killed_msr_goes_stale_then_lapses_and_comes_back() {
         .await
         .expect("msr_1 live");
     // Past at least one subscription refresh: a NOTIFY more in the dialog.
-    let first = collector
-        .wait_subs(secs(5), |s| {
-            s.iter()
-                .find(|s| s.msr == "msr_1" && s.status == "active")
-                .cloned()
-        })
-        .await
-        .expect("subscription active");
+    let first = active_subscription(&collector, "msr_1").await;
     collector
         .wait_subs(secs(10), |s| {
             s.iter()

@@ -74,6 +74,8 @@ use msr_shared::event_package::LoadReport;
 use msr_shared::sip::{self, Method, Request, Response, SipMessage, StatusCode};
 use tokio::time::Instant;
 
+use crate::system::{self, AccountSpec, AgentSpec};
+
 /// The collector's SIP address (its `[sip] listen`).
 pub const COLLECTOR_ADDR: SocketAddr =
     SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 5060);
@@ -649,8 +651,8 @@ impl Pair {
         let now = self.now;
         if let Some(entry) = self.queue.first_entry() {
             if entry.key().0 <= now {
-                let due = entry.remove();
-                self.handle_due(due);
+                let item = entry.remove();
+                self.handle_due(item);
                 return true;
             }
         }
@@ -660,11 +662,11 @@ impl Pair {
             busy |= agent.handle_timeout(now, sample, self.config.sample_interval);
         }
         let c = &mut self.collector;
-        if c.registrar.poll_timeout().is_some_and(|t| t <= now) {
+        if due(c.registrar.poll_timeout(), now) {
             c.registrar.handle_timeout(now);
             busy = true;
         }
-        if c.subscriber.poll_timeout().is_some_and(|t| t <= now) {
+        if due(c.subscriber.poll_timeout(), now) {
             c.subscriber.handle_timeout(now);
             busy = true;
         }
@@ -876,11 +878,11 @@ impl AgentSide {
         let mut busy = false;
         match self.phase {
             AgentPhase::Running => {
-                if self.registration.poll_timeout().is_some_and(|t| t <= now) {
+                if due(self.registration.poll_timeout(), now) {
                     self.registration.handle_timeout(now);
                     busy = true;
                 }
-                if self.notifier.poll_timeout().is_some_and(|t| t <= now) {
+                if due(self.notifier.poll_timeout(), now) {
                     self.notifier.handle_timeout(now);
                     busy = true;
                 }
@@ -891,7 +893,7 @@ impl AgentSide {
                 }
             }
             AgentPhase::Finals => {
-                if self.notifier.poll_timeout().is_some_and(|t| t <= now) {
+                if due(self.notifier.poll_timeout(), now) {
                     self.notifier.handle_timeout(now);
                     busy = true;
                 }
@@ -1037,31 +1039,34 @@ pub mod adapter {
     }
 }
 
-/// The agent's XML config for the pair (parsed by the agent's own reader).
+/// The agent's XML config for the pair, written as every system test's
+/// ([`system::agent_xml`]) and read by the agent's own parser. Its
+/// addresses are not used: the pair's are [`AGENT_ADDR`] and
+/// [`COLLECTOR_ADDR`].
 fn agent_xml(c: &PairConfig) -> String {
-    format!(
-        r#"<?xml version="1.0" encoding="utf-8"?>
-<config date="00:00:00 01.01.2025">
-    <general log-level="3" max-calls="{max_calls}" load-sensor="calls" load-delta="{delta}"/>
-    <transport bind-addr="{ip}" port="0" transport="udp"/>
-    <media port-start="20000" port-range="1000"/>
-    <codec pcma="1"/>
-    <accounts><dynamic msr_name="{msr}" realm="sip:{COLLECTOR_ADDR}" auth_name="msr" auth_password="{password}" dtmf_mode="rfc"/></accounts>
-    <agent sip-port="{port}" register-expires="{reg}" max-subscription-expires="{maxsub}" calls-source="fixed:0" notify-high-water="{hw}" notify-min-interval-ms="{nmi}" sample-interval-ms="{sample}"/>
-</config>
-"#,
-        max_calls = c.max_calls,
-        delta = c.load_delta,
-        ip = AGENT_ADDR.ip(),
-        port = AGENT_ADDR.port(),
-        msr = c.msr,
-        password = c.password,
-        reg = c.register_expires,
-        maxsub = c.max_subscription_expires,
-        hw = c.high_water,
-        nmi = c.notify_min_interval.as_millis(),
-        sample = c.sample_interval.as_millis(),
-    )
+    let spec = AgentSpec {
+        accounts: vec![AccountSpec {
+            msr: c.msr.clone(),
+            realm: format!("sip:{COLLECTOR_ADDR}"),
+        }],
+        load_delta: c.load_delta,
+        max_calls: c.max_calls,
+        register_expires: c.register_expires,
+        max_subscription_expires: c.max_subscription_expires,
+        sample_interval_ms: u64::try_from(c.sample_interval.as_millis()).unwrap_or(u64::MAX),
+        notify_min_interval_ms: u64::try_from(c.notify_min_interval.as_millis())
+            .unwrap_or(u64::MAX),
+        sip_port: AGENT_ADDR.port(),
+        notify_high_water: c.high_water,
+        auth_password: c.password.clone(),
+        ..AgentSpec::default()
+    };
+    system::agent_xml(&spec, Path::new("/nonexistent/pair.calls"))
+}
+
+/// Whether a core's deadline is due at `now`.
+fn due(deadline: Option<Instant>, now: Instant) -> bool {
+    deadline.is_some_and(|t| t <= now)
 }
 
 /// Parses a request as the receiving transport does, with the source
