@@ -643,3 +643,66 @@ fn the_final_notify_after_an_unsubscribe_is_answered_200() {
         assert_eq!(answer(&p, n).and_then(Packet::status), Some(200), "{n}");
     }
 }
+
+/// SPEC §4: the agent grants at most `max-subscription-expires`; the
+/// collector refreshes on the grant, not on what it asked for.
+#[test]
+fn a_shortened_grant_is_refreshed_on_its_own_period() {
+    let config = PairConfig {
+        max_subscription_expires: 10,
+        ..PairConfig::default()
+    };
+    let mut p = live(config, 10);
+    p.run_for(secs(60));
+    let subscribes = p.requests(Party::Collector, Method::Subscribe);
+    assert!(subscribes.iter().all(|s| s.header("Expires") == Some("60")));
+    let granted = answer(&p, subscribes[0]).and_then(|a| a.header("Expires").map(str::to_owned));
+    assert_eq!(granted.as_deref(), Some("10"));
+    for gap in gaps(&subscribes) {
+        assert!(
+            gap >= refresh_delay(10) && gap <= refresh_delay(10) + ms(2),
+            "{gap:?}"
+        );
+    }
+    assert!(subscribes
+        .iter()
+        .all(|s| s.call_id() == subscribes[0].call_id()));
+    assert!(events(&p, |e| matches!(e, SubscriberEvent::Retrying { .. })).is_empty());
+}
+
+/// RFC 6665 §4.1.2.4: the first NOTIFY may overtake the 200 to the
+/// SUBSCRIBE; the collector takes it (it fixes the dialog) and the late
+/// 200 then confirms the same dialog.
+#[test]
+fn a_notify_overtaking_the_200_is_taken() {
+    let mut p = Pair::new(PairConfig::default(), 10);
+    p.set_link(|pk| {
+        let ok_to_subscribe =
+            pk.from == Party::Agent && pk.cseq_method().as_deref() == Some("SUBSCRIBE");
+        if ok_to_subscribe {
+            Fate::Delay(ms(50))
+        } else {
+            Fate::Deliver
+        }
+    });
+    let load = p.run_until(secs(1), |p| p.last_load());
+    assert_eq!(load, Some(10), "{}", p.dump());
+    assert_eq!(p.subscription_status().as_deref(), Some("pending"));
+    p.run_for(ms(100));
+    assert_eq!(p.subscription_status().as_deref(), Some("active"));
+    let notify = p.requests(Party::Agent, Method::Notify)[0].at;
+    let ok = p
+        .sent(|pk| pk.from == Party::Agent && pk.status() == Some(200))
+        .first()
+        .map(|a| a.at);
+    assert!(
+        ok.is_some_and(|ok| ok <= notify),
+        "sent first, arrived last"
+    );
+    p.run_for(secs(30));
+    assert_eq!(
+        p.requests(Party::Collector, Method::Subscribe).len(),
+        2,
+        "one dialog, refreshed"
+    );
+}
