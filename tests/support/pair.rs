@@ -53,6 +53,11 @@
 //!   subscription ([`CollectorSide::settle`]; the calls whose signatures
 //!   follow the collector's shapes are in [`adapter`]).
 //!
+//! Not modelled: the collector's health keepalives (OPTIONS), its load
+//! table and selection, the operator's settings, account changes by a
+//! reload of the agent, and the collector's own restart and shutdown —
+//! the system tests in `tests/it/` run those with the real binaries.
+//!
 //! Addresses are fixed: the collector is [`COLLECTOR_ADDR`], the agent
 //! [`AGENT_ADDR`], on different hosts so that the agent's subscriber-host
 //! check and the collector's NOTIFY-source check both see real values.
@@ -962,7 +967,7 @@ listen = "off"
     }
 
     /// Answers a request as the collector's shell does (REGISTER to the
-    /// registrar, NOTIFY to the subscriber, others 405).
+    /// registrar, NOTIFY to the subscriber, OPTIONS 200, others 405).
     fn answer(&mut self, now: Instant, request: &Request, start: Instant) -> Response {
         match request.method {
             Method::Register => self
@@ -973,6 +978,7 @@ listen = "off"
                 self.subscriber
                     .handle_notify(now, unix, Some(AGENT_ADDR), request)
             }
+            Method::Options => sip::response(request, StatusCode::OK, None),
             _ => sip::response(request, StatusCode::MethodNotAllowed, None),
         }
     }
