@@ -758,3 +758,37 @@ fn after_a_lossy_link_heals_the_pair_settles() {
     }
     eprintln!("settled at most {worst:?} after the link healed (40 seeds)");
 }
+
+/// A SUBSCRIBE the endpoint cannot send (`SipEvent::Failed`) is a failure
+/// like a 408: the collector retries in a new dialog after its backoff.
+#[test]
+fn a_subscribe_that_cannot_be_sent_is_retried_after_the_backoff() {
+    let mut p = Pair::new(PairConfig::default(), 10);
+    let mut failed = 0;
+    p.set_link(move |pk| {
+        if pk.is(Party::Collector, Method::Subscribe) && failed < 3 {
+            failed += 1;
+            Fate::Fail
+        } else {
+            Fate::Deliver
+        }
+    });
+    let live = p.run_until(secs(10), |p| p.last_load());
+    assert_eq!(live, Some(10), "{}", p.dump());
+    let retrying = events(&p, |e| matches!(e, SubscriberEvent::Retrying { .. }));
+    let delays: Vec<Duration> = retrying
+        .iter()
+        .map(|(_, e)| match e {
+            SubscriberEvent::Retrying { delay, cause, .. } => {
+                assert_eq!(cause, "transport failure");
+                *delay
+            }
+            _ => unreachable!(),
+        })
+        .collect();
+    assert_eq!(delays, backoff(3));
+    let subscribes = p.requests(Party::Collector, Method::Subscribe);
+    let dialogs: std::collections::BTreeSet<&str> =
+        subscribes.iter().map(|s| s.call_id()).collect();
+    assert_eq!(dialogs.len(), 4, "a new dialog each time");
+}
