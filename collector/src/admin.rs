@@ -587,9 +587,7 @@ fn resource_list(ctx: &AdminContext<'_>, now: Instant, active_only: bool) -> Res
             }
             .into(),
             expires_secs: row.expires_in.as_secs(),
-            subscription: row
-                .subscription
-                .map_or_else(|| "none".to_owned(), |s| s.status.to_string()),
+            subscription: row.subscription.map(|s| s.status),
             live_legs: ctx.legs.on_contact(&row.contact),
             contact: row.contact,
             health: wire_health(row.health),
@@ -623,7 +621,7 @@ fn subscription_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
                     notify_count: s.notify_count,
                     last_notify_unix: s.last_notify_unix,
                     event_id: s.event_id,
-                    status: s.status.to_string(),
+                    status: Some(s.status),
                 },
                 None => SubscriptionInfo {
                     msr: view.msr,
@@ -634,7 +632,7 @@ fn subscription_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
                     notify_count: 0,
                     last_notify_unix: None,
                     event_id: String::new(),
-                    status: "none".into(),
+                    status: None,
                 },
             }
         })

@@ -1020,12 +1020,17 @@ impl Shell {
                     call_id,
                     reason,
                     retry_at,
-                } => match retry_at.map(|t| t.saturating_duration_since(now)) {
-                    Some(wait) => {
-                        info!(%msr, %call_id, %reason, retry_in_ms = wait.as_millis() as u64, "subscription terminated")
+                } => {
+                    let reason = reason.as_ref().map(tracing::field::display);
+                    match retry_at.map(|t| t.saturating_duration_since(now)) {
+                        Some(wait) => {
+                            info!(%msr, %call_id, reason, retry_in_ms = wait.as_millis() as u64, "subscription terminated")
+                        }
+                        None => {
+                            info!(%msr, %call_id, reason, "subscription terminated, not retrying")
+                        }
                     }
-                    None => info!(%msr, %call_id, %reason, "subscription terminated, not retrying"),
-                },
+                }
                 SubscriberEvent::Retrying {
                     msr,
                     call_id,

@@ -22,6 +22,8 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::subscription::SubscriptionState;
+
 /// The name of the only event package a subscription can be set for (SPEC §4).
 pub const EVENT_PACKAGE: &str = crate::event_package::EVENT;
 
@@ -905,9 +907,10 @@ pub struct ResourceInfo {
     pub status: String,
     /// Seconds until the registration expires (0 when expired).
     pub expires_secs: u64,
-    /// Subscription status of the MSR: `pending`, `active`, `terminated`,
-    /// `failed` or `none`.
-    pub subscription: String,
+    /// Subscription state of the MSR (`pending`, `active`, `terminated`
+    /// or `failed`); `None`, `none` on the wire, when it has none.
+    #[serde(with = "subscription_or_none")]
+    pub subscription: Option<SubscriptionState>,
     /// Live legs on this contact (SPEC §9).
     #[serde(default)]
     pub live_legs: u32,
@@ -939,8 +942,74 @@ pub struct SubscriptionInfo {
     pub last_notify_unix: Option<i64>,
     /// Event id (dialog identifier).
     pub event_id: String,
-    /// `pending`, `active`, `terminated`, `failed` or `none`.
-    pub status: String,
+    /// `pending`, `active`, `terminated` or `failed`; `None`, `none` on
+    /// the wire, when the MSR has no subscription.
+    #[serde(with = "subscription_or_none")]
+    pub status: Option<SubscriptionState>,
+}
+
+/// The wire name of a subscription state: its own name, `none` for no
+/// subscription (msrctl shows the same word).
+pub fn subscription_name(state: Option<&SubscriptionState>) -> &'static str {
+    state.map_or("none", SubscriptionState::as_str)
+}
+
+/// On the wire a subscription state is its name; a `terminated` one is
+/// read back without its reason, which the protocol does not carry.
+impl Serialize for SubscriptionState {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for SubscriptionState {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        subscription_from_name(&name)
+            .flatten()
+            .ok_or_else(|| serde::de::Error::unknown_variant(&name, SUBSCRIPTION_NAMES))
+    }
+}
+
+/// What a subscription state's name may be on the wire.
+const SUBSCRIPTION_NAMES: &[&str] = &["pending", "active", "terminated", "failed"];
+
+/// `Some(None)` for `none`, `Some(Some(state))` for a state's name, `None`
+/// for any other word.
+fn subscription_from_name(name: &str) -> Option<Option<SubscriptionState>> {
+    Some(match name {
+        "none" => None,
+        "pending" => Some(SubscriptionState::Pending),
+        "active" => Some(SubscriptionState::Active),
+        "terminated" => Some(SubscriptionState::Terminated(None)),
+        "failed" => Some(SubscriptionState::Failed),
+        _ => return None,
+    })
+}
+
+/// `Option<SubscriptionState>` as one string: the state's name, or `none`.
+mod subscription_or_none {
+    use super::{subscription_from_name, subscription_name, SubscriptionState};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        state: &Option<SubscriptionState>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(subscription_name(state.as_ref()))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<SubscriptionState>, D::Error> {
+        let name = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        subscription_from_name(&name).ok_or_else(|| {
+            serde::de::Error::unknown_variant(
+                &name,
+                &["pending", "active", "terminated", "failed", "none"],
+            )
+        })
+    }
 }
 
 /// The result of a selection (SPEC §7).
@@ -1468,6 +1537,48 @@ mod tests {
             serde_json::to_string(&ErrorCode::MsrUnhealthy).expect("serialize"),
             "\"msr_unhealthy\""
         );
+    }
+
+    #[test]
+    fn subscription_states_are_their_names_on_the_wire() {
+        let states = [
+            Some(SubscriptionState::Pending),
+            Some(SubscriptionState::Active),
+            Some(SubscriptionState::Terminated(Some(
+                crate::sip::TerminationReason::Timeout,
+            ))),
+            Some(SubscriptionState::Failed),
+            None,
+        ];
+        let shown: Vec<&str> = states
+            .iter()
+            .map(|s| subscription_name(s.as_ref()))
+            .collect();
+        assert_eq!(shown, ["pending", "active", "terminated", "failed", "none"]);
+        for state in states {
+            let info = SubscriptionInfo {
+                msr: "m".into(),
+                registered: true,
+                event: EVENT_PACKAGE.into(),
+                active: true,
+                expires: 60,
+                notify_count: 0,
+                last_notify_unix: None,
+                event_id: String::new(),
+                status: state.clone(),
+            };
+            let json = serde_json::to_value(&info).expect("serialize");
+            assert_eq!(json["status"], subscription_name(state.as_ref()));
+            let back: SubscriptionInfo = serde_json::from_value(json).expect("parse");
+            // The reason of a `terminated` state does not travel.
+            let expected = match state {
+                Some(SubscriptionState::Terminated(_)) => Some(SubscriptionState::Terminated(None)),
+                other => other,
+            };
+            assert_eq!(back.status, expected);
+        }
+        assert!(serde_json::from_str::<SubscriptionState>("\"none\"").is_err());
+        assert!(serde_json::from_str::<SubscriptionState>("\"gone\"").is_err());
     }
 
     #[test]

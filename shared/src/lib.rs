@@ -9,6 +9,9 @@
 //!   transaction layer.
 //! * [`engine`] — the media engine's addresses and their encoding in the
 //!   REGISTER's Contact URI (SPEC §3).
+//! * [`subscription`] — [`subscription::SubscriptionState`], where an
+//!   RFC 6665 subscription stands for its subscriber (one type for the
+//!   collector's subscriber, load table and control protocol).
 //! * [`backoff`] — capped exponential backoff, pure.
 //! * [`refresh`] — when a registration or a subscription is refreshed
 //!   (one rule for REGISTER and SUBSCRIBE, sized by Timer F).
@@ -33,3 +36,4 @@ pub mod logging;
 pub mod refresh;
 pub mod signals;
 pub mod sip;
+pub mod subscription;

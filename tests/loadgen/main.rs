@@ -38,6 +38,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use msr_shared::admin::{ErrorCode, Request, Response, ResponseData};
 use msr_shared::event_package::{LoadReport, CONTENT_TYPE, EVENT};
 use msr_shared::sip::{self, Method, SipMessage, StatusCode};
+use msr_shared::subscription::SubscriptionState;
 use rsipstack::dialog::authenticate::compute_digest;
 use rsipstack::sip::headers::auth::{Algorithm, AuthQop};
 use system_tests::system::try_write_atomic;
@@ -1818,7 +1819,7 @@ async fn wait_idle_pool(
                         .find(|r| {
                             &r.msr == n
                                 && r.status == "registered"
-                                && r.subscription == "active"
+                                && r.subscription == Some(SubscriptionState::Active)
                                 && r.calls == Some(0)
                         })
                         .and_then(|r| r.max_calls)

@@ -14,6 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use msr_shared::admin::{Request, ResourceInfo, Response, ResponseData, SubscriptionInfo};
+use msr_shared::subscription::SubscriptionState;
 
 use crate::{bin_path, free_udp_port, wait_for, AdminClient, ChildGuard};
 
@@ -597,7 +598,7 @@ pub fn live_row<'a>(
     rows.iter().find(|r| {
         r.msr == msr
             && r.status == "registered"
-            && r.subscription == "active"
+            && r.subscription == Some(SubscriptionState::Active)
             && r.load.is_some()
             && load.is_none_or(|l| r.load == Some(l))
     })

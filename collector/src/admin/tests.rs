@@ -414,7 +414,7 @@ fn lists_msrs_and_subscriptions() {
         panic!("subs")
     };
     assert_eq!(rows.len(), 1);
-    assert_eq!((rows[0].expires, rows[0].status.as_str()), (30, "none"));
+    assert_eq!((rows[0].expires, rows[0].status.as_ref()), (30, None));
 }
 
 #[tokio::test]
