@@ -24,11 +24,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use msr_shared::admin::{
-    format_coefficient, format_number, normalize_zero, Change, ContactProperty, Distance,
-    ErrorBody, ErrorCode, Explain, ExplainCandidate, ExplainOutcome, HealthState, Interval,
-    LegOutcome, MsrInfo, Released, Request, ResourceInfo, Response, ResponseData, Selection,
-    SelectionRule, SiteMatrix, SubscriptionInfo, EVENT_PACKAGE,
+    Change, ContactProperty, Distance, ErrorBody, ErrorCode, Explain, ExplainCandidate,
+    ExplainOutcome, HealthState, Interval, LegOutcome, MsrInfo, Released, Request, ResourceInfo,
+    Response, ResponseData, Selection, SelectionRule, SiteMatrix, SubscriptionInfo, EVENT_PACKAGE,
 };
+use msr_shared::present::{format_coefficient, format_number, normalize_zero};
 use rand::RngCore;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::OwnedWriteHalf;

@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use msr_shared::admin::format_number;
+use msr_shared::present::format_number;
 use serde::{Deserialize, Serialize};
 
 use crate::names::{self, NameError, NameKind};

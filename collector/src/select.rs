@@ -85,7 +85,7 @@
 use msr_shared::engine::EngineAddresses;
 use std::fmt;
 
-use msr_shared::admin::format_number;
+use msr_shared::present::format_number;
 use rand::Rng;
 use tokio::time::Instant;
 

@@ -16,6 +16,8 @@
 //! * [`refresh`] — when a registration or a subscription is refreshed
 //!   (one rule for REGISTER and SUBSCRIBE, sized by Timer F).
 //! * [`admin`] — the collector control protocol (the only serde wire types).
+//! * [`present`] — how numbers are shown to people (`format_number`,
+//!   `format_coefficient`, `normalize_zero`).
 //! * [`logging`] — the daemons' default log filter, the escaping of every
 //!   logged value and the rate limit of lines strangers can cause.
 //! * [`log_limit`] — the rate limit of log lines, with suppressed counts.
@@ -33,6 +35,7 @@ pub mod event_package;
 pub mod fs;
 pub mod log_limit;
 pub mod logging;
+pub mod present;
 pub mod refresh;
 pub mod signals;
 pub mod sip;

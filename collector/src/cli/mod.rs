@@ -18,7 +18,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use msr_shared::admin::{normalize_zero, ContactProperty, Distance, ErrorCode, Request, Response};
+use msr_shared::admin::{ContactProperty, Distance, ErrorCode, Request, Response};
+use msr_shared::present::normalize_zero;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 

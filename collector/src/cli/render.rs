@@ -3,10 +3,10 @@
 
 use comfy_table::{Cell, CellAlignment, Table};
 use msr_shared::admin::{
-    format_coefficient, format_number, subscription_name, Change, ClusterView, Distance, ErrorBody,
-    Explain, LegOutcome, MsrInfo, Released, ResourceInfo, ResponseData, Selection, SelectionRule,
-    SiteMatrix, SubscriptionInfo,
+    subscription_name, Change, ClusterView, Distance, ErrorBody, Explain, LegOutcome, MsrInfo,
+    Released, ResourceInfo, ResponseData, Selection, SelectionRule, SiteMatrix, SubscriptionInfo,
 };
+use msr_shared::present::{format_coefficient, format_number};
 
 /// The seed's box style: `┌─┬┐ │ ├┼┤ └┴┘`, one line under the header, no
 /// lines between rows. (comfy-table's `UTF8_FULL` uses `╞═╪╡` under the
