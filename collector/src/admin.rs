@@ -359,13 +359,13 @@ fn mutate(
 
 fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response {
     match request {
-        Request::SiteList => Response::Ok(ResponseData::Sites {
+        Request::SiteList {} => Response::Ok(ResponseData::Sites {
             sites: ctx.operator.topology().sites().map(str::to_owned).collect(),
         }),
         Request::SiteMatrix { names } => site_matrix(ctx.operator, &names),
-        Request::MsrList => msr_list(ctx, now),
+        Request::MsrList {} => msr_list(ctx, now),
         Request::ResourceList { active_only } => resource_list(ctx, now, active_only),
-        Request::SubscriptionList => subscription_list(ctx, now),
+        Request::SubscriptionList {} => subscription_list(ctx, now),
         Request::Select {
             zone,
             site,

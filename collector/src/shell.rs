@@ -698,7 +698,7 @@ impl Shell {
 
     fn on_admin(&mut self, command: AdminCommand) {
         let now = Instant::now();
-        if command.request == Request::ClusterList {
+        if matches!(command.request, Request::ClusterList {}) {
             answer(
                 command.reply,
                 Response::Ok(ResponseData::Cluster(self.cluster.view())),

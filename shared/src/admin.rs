@@ -31,9 +31,12 @@ pub const EVENT_PACKAGE: &str = crate::event_package::EVENT;
 /// One control request (one JSON line).
 ///
 /// Unknown fields are refused for every op, including the ops without
-/// fields (`{"op":"msr_list","x":1}` is a `bad_request`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
+/// fields (`{"op":"msr_list","x":1}` is a `bad_request`): those are empty
+/// struct variants (`MsrList {}`), because serde ignores extra fields of a
+/// unit variant of an internally tagged enum even with
+/// `deny_unknown_fields`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
     /// Declare a site (SPEC §6). Declaring an existing site is refused.
     SiteDeclare {
@@ -46,7 +49,7 @@ pub enum Request {
         name: String,
     },
     /// List declared sites, sorted by name.
-    SiteList,
+    SiteList {},
     /// Set the distance between two declared sites (symmetric; `a == b`
     /// sets the site's own distance).
     SiteDistance {
@@ -61,6 +64,7 @@ pub enum Request {
     /// named sites (all sites when `names` is empty).
     SiteMatrix {
         /// Sites to show as columns; empty = all (optional on the wire).
+        #[serde(default)]
         names: Vec<String>,
     },
     /// Set an MSR's performance coefficient (SPEC §6; positive, finite).
@@ -78,11 +82,12 @@ pub enum Request {
         active: bool,
     },
     /// List MSRs (known from registration or from operator configuration).
-    MsrList,
+    MsrList {},
     /// List the live load table (SPEC §5).
     ResourceList {
         /// Only rows that selection may use (registered and active); optional
         /// on the wire, default `false`.
+        #[serde(default)]
         active_only: bool,
     },
     /// Set the zone of one contact (`{iface}@{msr}`).
@@ -117,7 +122,7 @@ pub enum Request {
         expires: u32,
     },
     /// List the load subscriptions, one row per MSR.
-    SubscriptionList,
+    SubscriptionList {},
     /// Set an MSR's load limit, percent (SPEC §9): it takes no new leg at
     /// or above it; the conference thresholds are fractions of it.
     MsrSetLoadLimit {
@@ -141,6 +146,7 @@ pub enum Request {
         random: Option<f64>,
         /// Return the candidates and the interval table (optional on the wire,
         /// default `false`).
+        #[serde(default)]
         explain: bool,
         /// The SIP Call-ID of the leg: the selection creates (or finds) a
         /// leg (optional on the wire).
@@ -162,101 +168,7 @@ pub enum Request {
     /// The core hosts of the cluster and the state of the operator store
     /// (SPEC §12): one row per live collector (lease-backed membership in
     /// etcd; this collector alone with the file store).
-    ClusterList,
-}
-
-/// The wire form [`Request`] is read from. It mirrors [`Request`] field for
-/// field (serde's `remote` derive checks that), except that the ops without
-/// fields are empty struct variants: serde ignores extra fields of a unit
-/// variant of an internally tagged enum even with `deny_unknown_fields`, but
-/// refuses them for a struct variant.
-#[derive(Deserialize)]
-#[serde(
-    remote = "Request",
-    tag = "op",
-    rename_all = "snake_case",
-    deny_unknown_fields
-)]
-enum RequestRepr {
-    SiteDeclare {
-        name: String,
-    },
-    SiteRemove {
-        name: String,
-    },
-    SiteList {},
-    SiteDistance {
-        a: String,
-        b: String,
-        distance: Distance,
-    },
-    SiteMatrix {
-        #[serde(default)]
-        names: Vec<String>,
-    },
-    MsrSetPerformanceCoefficient {
-        msr: String,
-        value: f64,
-    },
-    MsrSetActive {
-        msr: String,
-        active: bool,
-    },
-    MsrList {},
-    ResourceList {
-        #[serde(default)]
-        active_only: bool,
-    },
-    ResourceSetZone {
-        contact: String,
-        zone: String,
-    },
-    ResourceSetSite {
-        contact: String,
-        site: String,
-    },
-    ResourceUnset {
-        contact: String,
-        property: ContactProperty,
-    },
-    SubscriptionSetExpires {
-        msr: String,
-        event: String,
-        expires: u32,
-    },
-    SubscriptionList {},
-    MsrSetLoadLimit {
-        msr: String,
-        value: u32,
-    },
-    Select {
-        zone: String,
-        site: String,
-        #[serde(default)]
-        msr: Option<String>,
-        #[serde(default)]
-        random: Option<f64>,
-        #[serde(default)]
-        explain: bool,
-        #[serde(default)]
-        call_id: Option<String>,
-        #[serde(default)]
-        leg: Option<String>,
-        #[serde(default)]
-        conference: Option<String>,
-    },
-    Release {
-        call_id: String,
-        #[serde(default)]
-        leg: Option<String>,
-    },
     ClusterList {},
-}
-
-impl<'de> Deserialize<'de> for Request {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        RequestRepr::deserialize(deserializer)
-    }
 }
 
 impl Request {
@@ -1161,12 +1073,12 @@ mod tests {
     }
 
     /// One request of every op. The match is exhaustive: a new op must be
-    /// added here, and so is checked to be readable through `RequestRepr`.
+    /// added here, and so is checked to read back and to refuse unknown fields.
     fn every_op() -> Vec<Request> {
         let all = vec![
             Request::SiteDeclare { name: "a".into() },
             Request::SiteRemove { name: "a".into() },
-            Request::SiteList,
+            Request::SiteList {},
             Request::SiteDistance {
                 a: "a".into(),
                 b: "b".into(),
@@ -1183,7 +1095,7 @@ mod tests {
                 msr: "m".into(),
                 active: false,
             },
-            Request::MsrList,
+            Request::MsrList {},
             Request::ResourceList { active_only: true },
             Request::ResourceSetZone {
                 contact: "lo@m".into(),
@@ -1202,7 +1114,7 @@ mod tests {
                 event: EVENT_PACKAGE.into(),
                 expires: 30,
             },
-            Request::SubscriptionList,
+            Request::SubscriptionList {},
             Request::Select {
                 zone: "z".into(),
                 site: "s".into(),
@@ -1221,28 +1133,28 @@ mod tests {
                 msr: "m".into(),
                 value: 80,
             },
-            Request::ClusterList,
+            Request::ClusterList {},
         ];
         for request in &all {
             match request {
                 Request::SiteDeclare { .. }
                 | Request::SiteRemove { .. }
-                | Request::SiteList
+                | Request::SiteList {}
                 | Request::SiteDistance { .. }
                 | Request::SiteMatrix { .. }
                 | Request::MsrSetPerformanceCoefficient { .. }
                 | Request::MsrSetActive { .. }
-                | Request::MsrList
+                | Request::MsrList {}
                 | Request::ResourceList { .. }
                 | Request::ResourceSetZone { .. }
                 | Request::ResourceSetSite { .. }
                 | Request::ResourceUnset { .. }
                 | Request::SubscriptionSetExpires { .. }
-                | Request::SubscriptionList
+                | Request::SubscriptionList {}
                 | Request::Select { .. }
                 | Request::Release { .. }
                 | Request::MsrSetLoadLimit { .. }
-                | Request::ClusterList => {}
+                | Request::ClusterList {} => {}
             }
         }
         all
@@ -1256,7 +1168,7 @@ mod tests {
             assert_eq!(back, request, "{line}");
         }
         assert_eq!(
-            serde_json::to_string(&Request::MsrList).expect("serialize"),
+            serde_json::to_string(&Request::MsrList {}).expect("serialize"),
             r#"{"op":"msr_list"}"#
         );
     }

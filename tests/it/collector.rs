@@ -194,7 +194,7 @@ async fn sipp_msr_registers_reports_load_and_unregisters() {
     );
     assert!(!row.stale);
     match client
-        .call(&Request::SubscriptionList)
+        .call(&Request::SubscriptionList {})
         .await
         .expect("subscription list")
     {

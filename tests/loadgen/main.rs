@@ -1785,7 +1785,7 @@ async fn declare_site(admin: &mut AdminClient, site: &str) -> anyhow::Result<()>
 
 /// NOTIFYs each of `names` has sent on its current subscription.
 async fn notify_counts(admin: &mut AdminClient, names: &[String]) -> anyhow::Result<Vec<u64>> {
-    let rows = match admin.call(&Request::SubscriptionList).await? {
+    let rows = match admin.call(&Request::SubscriptionList {}).await? {
         Response::Ok(ResponseData::Subscriptions { rows }) => rows,
         other => bail!("subscription list: unexpected answer {other:?}"),
     };
@@ -2033,7 +2033,7 @@ async fn calls(args: CallsArgs) -> anyhow::Result<()> {
             _ => s.release_anomalies += 1,
         }
     }
-    s.live_legs_after = match admin.call(&Request::MsrList).await? {
+    s.live_legs_after = match admin.call(&Request::MsrList {}).await? {
         Response::Ok(ResponseData::Msrs { msrs }) => msrs
             .iter()
             .filter(|m| index.contains_key(m.name.as_str()))

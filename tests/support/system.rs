@@ -226,7 +226,7 @@ path = "{state}"
             let socket = socket.clone();
             async move {
                 let mut c = AdminClient::connect(&socket).await.ok()?;
-                matches!(c.call(&Request::SiteList).await, Ok(Response::Ok(_))).then_some(())
+                matches!(c.call(&Request::SiteList {}).await, Ok(Response::Ok(_))).then_some(())
             }
         })
         .await;
@@ -284,7 +284,7 @@ path = "{state}"
 
     /// The subscription list, or `None` if the collector does not answer.
     pub async fn subscriptions(&self) -> Option<Vec<SubscriptionInfo>> {
-        match self.call(&Request::SubscriptionList).await {
+        match self.call(&Request::SubscriptionList {}).await {
             Ok(Response::Ok(ResponseData::Subscriptions { rows })) => Some(rows),
             _ => None,
         }
