@@ -324,7 +324,7 @@ fn mutate(
                 ),
             };
             let (previous, default) = (previous.to_owned(), default.clone());
-            match operator.unset_contact(&contact, property == ContactProperty::Site) {
+            match operator.unset_contact(&contact, property) {
                 Ok(_) => changed("contact", &contact, property.as_str(), previous, default),
                 Err(e) => operator_error(&e),
             }
