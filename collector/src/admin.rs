@@ -24,11 +24,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use msr_shared::admin::{
-    format_coefficient, format_number, normalize_zero, Change, ContactProperty, Distance,
-    ErrorBody, ErrorCode, Explain, ExplainCandidate, ExplainOutcome, HealthState, Interval,
-    LegOutcome, MsrInfo, Released, Request, ResourceInfo, Response, ResponseData, Selection,
-    SelectionRule, SiteMatrix, SubscriptionInfo, EVENT_PACKAGE,
+    Change, ContactProperty, Distance, ErrorBody, ErrorCode, Explain, ExplainCandidate,
+    ExplainOutcome, HealthState, Interval, LegOutcome, MsrInfo, Released, Request, ResourceInfo,
+    Response, ResponseData, Selection, SelectionRule, SiteMatrix, SubscriptionInfo, EVENT_PACKAGE,
 };
+use msr_shared::present::{format_coefficient, format_number, normalize_zero};
 use rand::RngCore;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::OwnedWriteHalf;
@@ -324,7 +324,7 @@ fn mutate(
                 ),
             };
             let (previous, default) = (previous.to_owned(), default.clone());
-            match operator.unset_contact(&contact, property == ContactProperty::Site) {
+            match operator.unset_contact(&contact, property) {
                 Ok(_) => changed("contact", &contact, property.as_str(), previous, default),
                 Err(e) => operator_error(&e),
             }
@@ -359,13 +359,13 @@ fn mutate(
 
 fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response {
     match request {
-        Request::SiteList => Response::Ok(ResponseData::Sites {
+        Request::SiteList {} => Response::Ok(ResponseData::Sites {
             sites: ctx.operator.topology().sites().map(str::to_owned).collect(),
         }),
         Request::SiteMatrix { names } => site_matrix(ctx.operator, &names),
-        Request::MsrList => msr_list(ctx, now),
+        Request::MsrList {} => msr_list(ctx, now),
         Request::ResourceList { active_only } => resource_list(ctx, now, active_only),
-        Request::SubscriptionList => subscription_list(ctx, now),
+        Request::SubscriptionList {} => subscription_list(ctx, now),
         Request::Select {
             zone,
             site,
@@ -587,9 +587,7 @@ fn resource_list(ctx: &AdminContext<'_>, now: Instant, active_only: bool) -> Res
             }
             .into(),
             expires_secs: row.expires_in.as_secs(),
-            subscription: row
-                .subscription
-                .map_or_else(|| "none".to_owned(), |s| s.status.to_string()),
+            subscription: row.subscription.map(|s| s.status),
             live_legs: ctx.legs.on_contact(&row.contact),
             contact: row.contact,
             health: wire_health(row.health),
@@ -623,7 +621,7 @@ fn subscription_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
                     notify_count: s.notify_count,
                     last_notify_unix: s.last_notify_unix,
                     event_id: s.event_id,
-                    status: s.status.to_string(),
+                    status: Some(s.status),
                 },
                 None => SubscriptionInfo {
                     msr: view.msr,
@@ -634,7 +632,7 @@ fn subscription_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
                     notify_count: 0,
                     last_notify_unix: None,
                     event_id: String::new(),
-                    status: "none".into(),
+                    status: None,
                 },
             }
         })

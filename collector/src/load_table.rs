@@ -52,10 +52,10 @@
 //! `check_index` (tests only) rebuilds the index from scratch and compares.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fmt;
 use std::time::Duration;
 
 use msr_shared::event_package::LoadReport;
+use msr_shared::subscription::SubscriptionState;
 use tokio::time::Instant;
 
 use crate::estimate::{SinceReport, DEFAULT_NOTIFY_FLIGHT_TIME};
@@ -85,43 +85,11 @@ pub struct ContactBinding {
     pub expires_at: Instant,
 }
 
-/// State of the collector's load subscription to one MSR (RFC 6665).
-///
-/// ```text
-/// None ──SUBSCRIBE──▶ Pending ──2xx/NOTIFY──▶ Active ──NOTIFY terminated──▶ Terminated
-///                        └──────error/timeout──────▶ Failed
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SubscriptionStatus {
-    /// SUBSCRIBE sent, no answer yet.
-    Pending,
-    /// Subscribed; NOTIFYs expected.
-    Active,
-    /// The notifier ended it; the text is the `reason` parameter.
-    Terminated(String),
-    /// Refused or timed out.
-    Failed,
-    /// No subscription.
-    None,
-}
-
-impl fmt::Display for SubscriptionStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            SubscriptionStatus::Pending => "pending",
-            SubscriptionStatus::Active => "active",
-            SubscriptionStatus::Terminated(_) => "terminated",
-            SubscriptionStatus::Failed => "failed",
-            SubscriptionStatus::None => "none",
-        })
-    }
-}
-
 /// What the subscriber reports about its subscription to one MSR.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SubscriptionView {
     /// Subscription state.
-    pub status: SubscriptionStatus,
+    pub status: SubscriptionState,
     /// Granted (or requested, while pending) `Expires`, seconds; a load report
     /// older than this is stale.
     pub expires_secs: u32,
@@ -1132,7 +1100,7 @@ mod tests {
         table.set_subscription(
             "msr_1",
             SubscriptionView {
-                status: SubscriptionStatus::Active,
+                status: SubscriptionState::Active,
                 expires_secs: 30,
                 notify_count: 1,
                 last_notify_unix: Some(1_700_000_000),
@@ -1267,7 +1235,7 @@ mod tests {
         table.set_subscription(
             "msr_1",
             SubscriptionView {
-                status: SubscriptionStatus::Active,
+                status: SubscriptionState::Active,
                 expires_secs: 5,
                 notify_count: 1,
                 last_notify_unix: None,
@@ -1327,7 +1295,7 @@ mod tests {
         table.upsert_contact(binding("a@msr_1", "msr_1", far), &operator, "z", "s");
         table.set_load("msr_1", report("msr_1", 30), now);
         let view = |count: u64, expires_secs: u32| SubscriptionView {
-            status: SubscriptionStatus::Active,
+            status: SubscriptionState::Active,
             expires_secs,
             notify_count: count,
             last_notify_unix: Some(1),
@@ -1418,20 +1386,5 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn subscription_status_display() {
-        let shown: Vec<String> = [
-            SubscriptionStatus::Pending,
-            SubscriptionStatus::Active,
-            SubscriptionStatus::Terminated("timeout".into()),
-            SubscriptionStatus::Failed,
-            SubscriptionStatus::None,
-        ]
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-        assert_eq!(shown, ["pending", "active", "terminated", "failed", "none"]);
     }
 }
