@@ -14,6 +14,7 @@ use msr_collector::registrar::{RegistrarEvent, RemovalCause};
 use msr_collector::subscriber::{SubscriberEvent, RETRY_CAP};
 use msr_shared::refresh::refresh_delay;
 use msr_shared::sip::Method;
+use msr_shared::subscription::SubscriptionState;
 use system_tests::pair::{
     notify_state, Fate, Packet, Pair, PairConfig, Party, COLLECTOR_ADDR, TIMER_F,
 };
@@ -37,7 +38,7 @@ fn live(config: PairConfig, calls: u32) -> Pair {
     let load = p.load_of(calls);
     let seen = p.run_until(secs(1), |p| (p.last_load() == Some(load)).then_some(()));
     assert!(seen.is_some(), "not live within 1 s:\n{}", p.dump());
-    assert_eq!(p.subscription_status().as_deref(), Some("active"));
+    assert_eq!(p.subscription_status(), Some(SubscriptionState::Active));
     p
 }
 
@@ -139,7 +140,7 @@ fn subscription_and_registration_are_refreshed_before_they_expire() {
     assert_eq!(notifies.len(), subscribes.len());
     assert!(notifies.iter().all(|n| notify_state(n, "active")));
     assert!(events(&p, |e| matches!(e, SubscriberEvent::Retrying { .. })).is_empty());
-    assert_eq!(p.subscription_status().as_deref(), Some("active"));
+    assert_eq!(p.subscription_status(), Some(SubscriptionState::Active));
 
     // The registration: every 6 s grant refreshed after refresh_delay(6),
     // never lapsing, one Call-ID.
@@ -211,7 +212,7 @@ fn a_lost_refresh_is_replaced_by_a_new_dialog_before_the_grant_lapses() {
         .unwrap_or_else(|| panic!("no timeout notify:\n{}", p.dump()));
     assert!(timeout.at >= granted_at + secs(60) && timeout.at <= granted_at + secs(60) + ms(2));
     assert_eq!(answer(&p, timeout).and_then(Packet::status), Some(481));
-    assert_eq!(p.subscription_status().as_deref(), Some("active"));
+    assert_eq!(p.subscription_status(), Some(SubscriptionState::Active));
     assert_eq!(
         p.agent.as_ref().map(|a| a.notifier.subscriptions().len()),
         Some(1)
@@ -387,7 +388,7 @@ fn a_481_to_a_refresh_starts_a_new_subscription() {
     assert!(!is_in_dialog(next));
     assert_eq!(next.at, refused.at + ms(2) + secs(1));
     assert_eq!(p.last_load(), Some(30));
-    assert_eq!(p.subscription_status().as_deref(), Some("active"));
+    assert_eq!(p.subscription_status(), Some(SubscriptionState::Active));
 }
 
 /// SUBSCRIBEs refused (403: the agent does not take the collector as a
@@ -405,14 +406,14 @@ fn refused_subscriptions_back_off_exponentially_up_to_a_minute() {
     let waits: Vec<Duration> = gaps(&subscribes).iter().map(|g| *g - ms(2)).collect();
     assert_eq!(waits, backoff(waits.len()), "{}", p.dump());
     assert!(waits.len() >= 8, "{waits:?}");
-    assert_eq!(p.subscription_status().as_deref(), Some("failed"));
+    assert_eq!(p.subscription_status(), Some(SubscriptionState::Failed));
 
     p.reconfigure_agent(|c| {
         c.subscribers.insert(COLLECTOR_ADDR.ip());
     });
     let live = p.run_until(RETRY_CAP + secs(1), |p| p.last_load());
     assert_eq!(live, Some(10), "{}", p.dump());
-    assert_eq!(p.subscription_status().as_deref(), Some("active"));
+    assert_eq!(p.subscription_status(), Some(SubscriptionState::Active));
 }
 
 /// REGISTERs refused (403: a wrong password) are retried after 1, 2, 4 … s,
@@ -687,9 +688,9 @@ fn a_notify_overtaking_the_200_is_taken() {
     });
     let load = p.run_until(secs(1), |p| p.last_load());
     assert_eq!(load, Some(10), "{}", p.dump());
-    assert_eq!(p.subscription_status().as_deref(), Some("pending"));
+    assert_eq!(p.subscription_status(), Some(SubscriptionState::Pending));
     p.run_for(ms(100));
-    assert_eq!(p.subscription_status().as_deref(), Some("active"));
+    assert_eq!(p.subscription_status(), Some(SubscriptionState::Active));
     let notify = p.requests(Party::Agent, Method::Notify)[0].at;
     let ok = p
         .sent(|pk| pk.from == Party::Agent && pk.status() == Some(200))
@@ -740,7 +741,7 @@ fn after_a_lossy_link_heals_the_pair_settles() {
         let settled = p.run_until(limit, |p| {
             let notifier = p.agent.as_ref().map(|a| a.notifier.subscriptions().len());
             (p.is_registered()
-                && p.subscription_status().as_deref() == Some("active")
+                && p.subscription_status() == Some(SubscriptionState::Active)
                 && p.last_load() == Some(42)
                 && notifier == Some(1))
             .then(|| p.elapsed() - healed)

@@ -77,6 +77,7 @@ use msr_collector::registrar::{Registrar, RegistrarEvent};
 use msr_collector::subscriber::{Subscriber, SubscriberConfig, SubscriberEvent};
 use msr_shared::event_package::LoadReport;
 use msr_shared::sip::{self, Method, Request, Response, SipMessage, StatusCode};
+use msr_shared::subscription::SubscriptionState;
 use tokio::time::Instant;
 
 use crate::system::{self, AccountSpec, AgentSpec};
@@ -517,9 +518,9 @@ impl Pair {
         self.collector.registrar.is_registered(&self.config.msr)
     }
 
-    /// The collector's subscription state of the MSR as the operator sees
-    /// it (`subscription list`'s `status`).
-    pub fn subscription_status(&self) -> Option<String> {
+    /// The collector's subscription state of the MSR (`subscription
+    /// list`'s `status`); `None` without a subscription.
+    pub fn subscription_status(&self) -> Option<SubscriptionState> {
         adapter::status(&self.collector.subscriber, &self.config.msr)
     }
 
@@ -1017,6 +1018,7 @@ listen = "off"
 pub mod adapter {
     use msr_collector::registrar::Registrar;
     use msr_collector::subscriber::{Subscriber, Target};
+    use msr_shared::subscription::SubscriptionState;
     use tokio::time::Instant;
 
     pub use msr_collector::subscriber::Transmit;
@@ -1039,9 +1041,9 @@ pub mod adapter {
         subscriber.contacts_changed(now, msr, targets);
     }
 
-    /// The subscription state of `msr` as `subscription list` shows it.
-    pub fn status(subscriber: &Subscriber, msr: &str) -> Option<String> {
-        subscriber.view(msr).map(|v| v.status.to_string())
+    /// The subscription state of `msr`.
+    pub fn status(subscriber: &Subscriber, msr: &str) -> Option<SubscriptionState> {
+        subscriber.view(msr).map(|v| v.status)
     }
 }
 
