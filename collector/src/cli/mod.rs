@@ -410,7 +410,7 @@ impl Command {
             }) => Request::SubscriptionSetExpires {
                 msr: msr.clone(),
                 event: event.clone(),
-                expires: *secs,
+                expires_secs: *secs,
             },
             Command::Subscription(SubscriptionCommand::List) => Request::SubscriptionList {},
             Command::Select(args) => Request::Select {
@@ -838,7 +838,7 @@ mod tests {
             Request::SubscriptionSetExpires {
                 msr: "msr_1".into(),
                 event: "eltex-call-count".into(),
-                expires: 30
+                expires_secs: 30
             }
         );
         assert_eq!(
@@ -878,7 +878,7 @@ mod tests {
             Request::SubscriptionSetExpires {
                 msr: "msr_1".into(),
                 event: "eltex-call-count".into(),
-                expires: 30
+                expires_secs: 30
             }
         );
         assert_eq!(
