@@ -25,9 +25,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use msr_shared::admin::{
     Change, ChangeValue, ChangedEntity, ChangedProperty, ContactProperty, Distance, ErrorBody,
-    ErrorCode, Explain, ExplainCandidate, ExplainOutcome, HealthState, Interval, LegOutcome,
+    ErrorCode, Explain, ExplainCandidate, ExplainOutcome, HealthState, Hello, Interval, LegOutcome,
     MsrInfo, RegistrationStatus, Released, Request, ResourceInfo, Response, ResponseData,
-    Selection, SelectionRule, SiteMatrix, SubscriptionInfo, EVENT_PACKAGE,
+    Selection, SelectionRule, SiteMatrix, SubscriptionInfo, EVENT_PACKAGE, PROTOCOL_VERSION,
 };
 use msr_shared::present::{format_number, normalize_zero};
 use rand::RngCore;
@@ -389,6 +389,10 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
         Request::MsrList {} => msr_list(ctx, now),
         Request::ResourceList { active_only } => resource_list(ctx, now, active_only),
         Request::SubscriptionList {} => subscription_list(ctx, now),
+        Request::Hello {} => Response::Ok(ResponseData::Hello(Hello {
+            version: PROTOCOL_VERSION,
+            software: concat!("msr-collector ", env!("CARGO_PKG_VERSION")).to_owned(),
+        })),
         Request::Select {
             zone,
             site,

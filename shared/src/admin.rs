@@ -28,6 +28,13 @@ use crate::subscription::SubscriptionState;
 /// The name of the only event package a subscription can be set for (SPEC §4).
 pub const EVENT_PACKAGE: &str = crate::event_package::EVENT;
 
+/// The version of this protocol, answered by [`Request::Hello`]. It is
+/// raised when a change would break a client written against the previous
+/// one (an op, a field or a value removed or changing meaning); additions
+/// (new ops, new optional fields, new error codes, which an older client
+/// reads as [`ErrorCode::Other`]) keep it.
+pub const PROTOCOL_VERSION: u32 = 1;
+
 /// One control request (one JSON line).
 ///
 /// Unknown fields are refused for every op, including the ops without
@@ -170,6 +177,9 @@ pub enum Request {
     /// (SPEC §12): one row per live collector (lease-backed membership in
     /// etcd; this collector alone with the file store).
     ClusterList {},
+    /// The protocol version the collector speaks ([`PROTOCOL_VERSION`]),
+    /// so that a client can check it before anything else.
+    Hello {},
 }
 
 impl Request {
@@ -521,6 +531,17 @@ pub enum ResponseData {
     Cluster(ClusterView),
     /// The answer to a release.
     Released(Released),
+    /// The answer to `hello`.
+    Hello(Hello),
+}
+
+/// What a collector says to `hello`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    /// The protocol version it speaks ([`PROTOCOL_VERSION`]).
+    pub version: u32,
+    /// Its software and version, e.g. `msr-collector 0.1.0`.
+    pub software: String,
 }
 
 /// The cluster of core hosts as one collector sees it (SPEC §12).
@@ -1379,6 +1400,7 @@ mod tests {
                 value: 80,
             },
             Request::ClusterList {},
+            Request::Hello {},
         ];
         for request in &all {
             match request {
@@ -1399,7 +1421,8 @@ mod tests {
                 | Request::Select { .. }
                 | Request::Release { .. }
                 | Request::MsrSetLoadLimit { .. }
-                | Request::ClusterList {} => {}
+                | Request::ClusterList {}
+                | Request::Hello {} => {}
             }
         }
         all
@@ -1838,6 +1861,27 @@ mod tests {
                 "{json}"
             );
         }
+    }
+
+    #[test]
+    fn hello_answers_the_protocol_version() {
+        assert_eq!(
+            serde_json::from_str::<Request>(r#"{"op":"hello"}"#).expect("parse"),
+            Request::Hello {}
+        );
+        let hello = Response::Ok(ResponseData::Hello(Hello {
+            version: PROTOCOL_VERSION,
+            software: "msr-collector 0.1.0".into(),
+        }));
+        let line = serde_json::to_string(&hello).expect("serialize");
+        assert_eq!(
+            line,
+            r#"{"ok":true,"data":{"kind":"hello","version":1,"software":"msr-collector 0.1.0"}}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<Response>(&line).expect("parse"),
+            hello
+        );
     }
 
     #[test]

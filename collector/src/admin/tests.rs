@@ -116,6 +116,17 @@ fn mutations_are_persisted_before_ok() {
 }
 
 #[test]
+fn hello_answers_the_protocol_version() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    let ResponseData::Hello(hello) = h.ok(Request::Hello {}, now) else {
+        panic!("hello")
+    };
+    assert_eq!(hello.version, PROTOCOL_VERSION);
+    assert!(hello.software.starts_with("msr-collector "), "{hello:?}");
+}
+
+#[test]
 fn failed_save_changes_nothing() {
     let now = Instant::now();
     let mut h = Harness::new();

@@ -106,6 +106,8 @@ pub enum Command {
     /// The core hosts sharing the operator configuration, and the store's state (SPEC §12).
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// The control protocol version the collector speaks, and its software version.
+    Hello,
 }
 
 /// `cluster …`
@@ -428,6 +430,7 @@ impl Command {
                 leg: leg.clone(),
             },
             Command::Cluster(ClusterCommand::List) => Request::ClusterList {},
+            Command::Hello => Request::Hello {},
         }
     }
 }

@@ -5,7 +5,7 @@ use comfy_table::{Cell, CellAlignment, Table};
 use msr_shared::admin::{
     subscription_name, Change, ChangeValue, ChangedEntity, ChangedProperty, ClusterView, Distance,
     ErrorBody, Explain, LegOutcome, MsrInfo, Released, ResourceInfo, ResponseData, Selection,
-    SelectionRule, SiteMatrix, SubscriptionInfo,
+    SelectionRule, SiteMatrix, SubscriptionInfo, PROTOCOL_VERSION,
 };
 use msr_shared::present::{format_coefficient, format_number};
 
@@ -617,6 +617,10 @@ pub fn response(data: &ResponseData, active_only: bool) -> String {
         ResponseData::Selected(s) => selection(s),
         ResponseData::Released(r) => released(r),
         ResponseData::Cluster(c) => cluster(c),
+        ResponseData::Hello(h) => format!(
+            "{}, control protocol version {} (msrctl speaks {PROTOCOL_VERSION}).\n",
+            h.software, h.version
+        ),
     }
 }
 
