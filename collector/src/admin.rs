@@ -719,7 +719,7 @@ fn to_wire_explain(query: &Query, explanation: &Explanation) -> Explain {
                 weight: c.weight,
             })
             .collect(),
-        min_distance: explanation.min_distance,
+        min_distance: explanation.min_distance.map(Distance::from_f64),
         intervals: explanation
             .intervals
             .iter()
@@ -873,7 +873,7 @@ fn run_select(
                 engine_uri: choice.engine.map(|e| e.sip_uri()),
                 mcc: choice.engine.and_then(|e| e.mcc).map(|m| m.to_string()),
                 media_bridge: choice.media_bridge,
-                distance: choice.distance,
+                distance: Distance::from_f64(choice.distance),
                 draw: choice.draw,
                 total: choice.total,
                 rule: wire_rule(choice.rule),
@@ -915,7 +915,7 @@ fn sticky(ctx: &AdminContext<'_>, query: &Query, key: LegKey<'_>) -> Option<Resp
         engine_uri: contact.engine.map(|e| e.sip_uri()),
         mcc: contact.engine.and_then(|e| e.mcc).map(|m| m.to_string()),
         media_bridge: query.msr.as_deref().is_some_and(|m| m != leg.msr),
-        distance,
+        distance: Distance::from_f64(distance),
         draw: 0.0,
         total: 0.0,
         rule: SelectionRule::Sticky,

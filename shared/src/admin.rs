@@ -1147,8 +1147,10 @@ pub struct Selection {
     /// The given MSR had no candidate: a media bridge between the two MSRs
     /// is needed.
     pub media_bridge: bool,
-    /// The distance from the leg's site to the contact's site.
-    pub distance: f64,
+    /// The distance from the leg's site to the contact's site: finite for
+    /// a choice (§7 step 3); `infinity` only for a sticky leg (§9) whose
+    /// MSR the operator has since put out of reach.
+    pub distance: Distance,
     /// The draw, in `[0, total)`.
     pub draw: f64,
     /// The sum of the weights.
@@ -1179,7 +1181,7 @@ pub struct Explain {
     /// weight.
     pub candidates: Vec<ExplainCandidate>,
     /// Step 3: the minimum finite distance, if any.
-    pub min_distance: Option<f64>,
+    pub min_distance: Option<Distance>,
     /// Step 5: the interval table, in order.
     pub intervals: Vec<Interval>,
     /// Step 5: the sum of the weights.

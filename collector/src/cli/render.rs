@@ -435,10 +435,7 @@ pub fn explain(explain: &Explain) -> String {
         .candidates
         .iter()
         .map(|c| {
-            let distance = match c.distance {
-                Distance::Infinity => "infinity".to_owned(),
-                Distance::Finite(d) => number(d),
-            };
+            let distance = c.distance.to_string();
             vec![
                 c.contact.clone(),
                 c.msr.clone(),
@@ -597,7 +594,7 @@ pub fn selection(selection: &Selection) -> String {
         optional(selection.engine_uri.as_deref()),
         optional(selection.mcc.as_deref()),
         selection.uri,
-        number(selection.distance),
+        selection.distance.to_string(),
         if selection.media_bridge { "needed" } else { "no" },
     ));
     out
@@ -887,7 +884,7 @@ Legend:
             engine_uri: None,
             mcc: None,
             media_bridge: false,
-            distance: 1e20,
+            distance: Distance::Finite(1e20),
             draw: 5e-324,
             total: 1e17,
             explain: None,
@@ -936,7 +933,7 @@ Legend:
                     None,
                 ),
             ],
-            min_distance: Some(0.0),
+            min_distance: Some(Distance::Finite(0.0)),
             intervals: vec![],
             total: 60.0,
             draw: None,
@@ -965,7 +962,7 @@ Legend:
             msr: None,
             media_bridge: false,
             candidates: vec![],
-            min_distance: Some(0.0),
+            min_distance: Some(Distance::Finite(0.0)),
             intervals: vec![msr_shared::admin::Interval {
                 msr: "msr_2".into(),
                 contact: "con_1@msr_2".into(),
