@@ -594,7 +594,7 @@ pub fn selection(selection: &Selection) -> String {
         optional(selection.engine_uri.as_deref()),
         optional(selection.mcc.as_deref()),
         selection.uri,
-        selection.distance.to_string(),
+        selection.distance,
         if selection.media_bridge { "needed" } else { "no" },
     ));
     out
