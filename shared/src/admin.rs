@@ -35,6 +35,28 @@ pub const EVENT_PACKAGE: &str = crate::event_package::EVENT;
 /// reads as [`ErrorCode::Other`]) keep it.
 pub const PROTOCOL_VERSION: u32 = 1;
 
+/// `Display` for the wire enums: their wire name (`as_str`), which msrctl
+/// shows as it is.
+macro_rules! display_wire_name {
+    ($($name:ident),+) => {$(
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    )+};
+}
+
+display_wire_name!(
+    StoreKind,
+    StoreState,
+    ChangedEntity,
+    ChangedProperty,
+    HealthState,
+    RegistrationStatus,
+    ExplainOutcome
+);
+
 /// One control request (one JSON line).
 ///
 /// Unknown fields are refused for every op, including the ops without
@@ -603,12 +625,6 @@ impl StoreKind {
     }
 }
 
-impl fmt::Display for StoreKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// Whether the operator store can be reached (SPEC §12). On the wire:
 /// `connected`, `unavailable` or `local`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -631,12 +647,6 @@ impl StoreState {
             StoreState::Unavailable => "unavailable",
             StoreState::Local => "local",
         }
-    }
-}
-
-impl fmt::Display for StoreState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -738,12 +748,6 @@ impl ChangedEntity {
     }
 }
 
-impl fmt::Display for ChangedEntity {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// The property a [`Change`] set. On the wire: its snake-case name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -785,12 +789,6 @@ impl From<ContactProperty> for ChangedProperty {
             ContactProperty::Zone => ChangedProperty::Zone,
             ContactProperty::Site => ChangedProperty::Site,
         }
-    }
-}
-
-impl fmt::Display for ChangedProperty {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -941,12 +939,6 @@ impl HealthState {
     }
 }
 
-impl fmt::Display for HealthState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// One row of the live load table (SPEC §5).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResourceInfo {
@@ -1026,12 +1018,6 @@ impl RegistrationStatus {
             RegistrationStatus::Registered => "registered",
             RegistrationStatus::Expired => "expired",
         }
-    }
-}
-
-impl fmt::Display for RegistrationStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -1280,12 +1266,6 @@ impl ExplainOutcome {
             ExplainOutcome::Farther => "farther",
             ExplainOutcome::DuplicateMsr => "duplicate_msr",
         }
-    }
-}
-
-impl fmt::Display for ExplainOutcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
