@@ -99,8 +99,11 @@ fn mutations_are_persisted_before_ok() {
         panic!("{data:?}")
     };
     assert_eq!(
-        (change.from.as_str(), change.to.as_str()),
-        ("infinity", "64")
+        (change.from, change.to),
+        (
+            ChangeValue::Distance(Distance::Infinity),
+            ChangeValue::Distance(Distance::Finite(64.0))
+        )
     );
     h.ok(
         Request::MsrSetPerformanceCoefficient {
@@ -110,6 +113,17 @@ fn mutations_are_persisted_before_ok() {
         now,
     );
     assert_eq!(h.store.load().expect("load"), h.operator);
+}
+
+#[test]
+fn hello_answers_the_protocol_version() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    let ResponseData::Hello(hello) = h.ok(Request::Hello {}, now) else {
+        panic!("hello")
+    };
+    assert_eq!(hello.version, PROTOCOL_VERSION);
+    assert!(hello.software.starts_with("msr-collector "), "{hello:?}");
 }
 
 #[test]
@@ -161,7 +175,7 @@ fn refusals_carry_codes() {
             Request::SubscriptionSetExpires {
                 msr: "m".into(),
                 event: "presence".into(),
-                expires: 30
+                expires_secs: 30
             },
             now
         ),
@@ -230,8 +244,11 @@ fn site_in_use_by_live_contact_cannot_be_removed() {
         panic!("changed")
     };
     assert_eq!(
-        (change.from.as_str(), change.to.as_str()),
-        ("remote", "local")
+        (change.from, change.to),
+        (
+            ChangeValue::Text("remote".into()),
+            ChangeValue::Text("local".into())
+        )
     );
     let ResponseData::Resources { rows } = h.ok(Request::ResourceList { active_only: false }, now)
     else {
@@ -398,7 +415,7 @@ fn lists_msrs_and_subscriptions() {
         Request::SubscriptionSetExpires {
             msr: "msr_1".into(),
             event: EVENT_PACKAGE.into(),
-            expires: 30,
+            expires_secs: 30,
         },
         now,
     );
@@ -414,7 +431,7 @@ fn lists_msrs_and_subscriptions() {
         panic!("subs")
     };
     assert_eq!(rows.len(), 1);
-    assert_eq!((rows[0].expires, rows[0].status.as_ref()), (30, None));
+    assert_eq!((rows[0].expires_secs, rows[0].status.as_ref()), (30, None));
 }
 
 #[tokio::test]
@@ -557,7 +574,10 @@ fn negative_zero_is_taken_as_zero() {
     ) else {
         panic!("changed")
     };
-    assert_eq!(change.to, "0");
+    assert!(
+        matches!(change.to, ChangeValue::Distance(Distance::Finite(v)) if v == 0.0 && v.is_sign_positive()),
+        "{change:?}"
+    );
     let stored = h
         .operator
         .topology()
@@ -619,8 +639,11 @@ fn huge_values_are_shown_compactly() {
         panic!("changed")
     };
     assert_eq!(
-        (change.from.as_str(), change.to.as_str()),
-        ("infinity", "1e308")
+        (change.from, change.to),
+        (
+            ChangeValue::Distance(Distance::Infinity),
+            ChangeValue::Distance(Distance::Finite(1e308))
+        )
     );
     let ResponseData::Changed(change) = h.ok(
         Request::SiteDistance {
@@ -633,8 +656,11 @@ fn huge_values_are_shown_compactly() {
         panic!("changed")
     };
     assert_eq!(
-        (change.from.as_str(), change.to.as_str()),
-        ("1e308", "5e-324")
+        (change.from, change.to),
+        (
+            ChangeValue::Distance(Distance::Finite(1e308)),
+            ChangeValue::Distance(Distance::Finite(5e-324))
+        )
     );
     let ResponseData::Changed(change) = h.ok(
         Request::MsrSetPerformanceCoefficient {
@@ -646,8 +672,8 @@ fn huge_values_are_shown_compactly() {
         panic!("changed")
     };
     assert_eq!(
-        (change.from.as_str(), change.to.as_str()),
-        ("1.0", "1e-300")
+        (change.from, change.to),
+        (ChangeValue::Number(1.0), ChangeValue::Number(1e-300))
     );
     let message = |response: Response| match response {
         Response::Err(error) => error.message,
