@@ -208,6 +208,26 @@ impl OperatorConfig {
         self.msrs.get(msr).and_then(|s| s.subscription_expires)
     }
 
+    /// The MSRs whose SUBSCRIBE `Expires` differs between `previous` and
+    /// this configuration, each with its value here: what a change of the
+    /// configuration has to tell the subscriber, and nothing else.
+    pub fn subscription_expires_changes<'a>(
+        &'a self,
+        previous: &'a OperatorConfig,
+    ) -> impl Iterator<Item = (&'a str, Option<u32>)> + 'a {
+        let dropped = previous
+            .msrs
+            .iter()
+            .filter(|(name, s)| s.subscription_expires.is_some() && !self.msrs.contains_key(*name))
+            .map(|(name, _)| (name.as_str(), None));
+        let changed = self
+            .msrs
+            .iter()
+            .filter(|(name, s)| previous.subscription_expires(name) != s.subscription_expires)
+            .map(|(name, s)| (name.as_str(), s.subscription_expires));
+        dropped.chain(changed)
+    }
+
     /// The MSR's load limit in percent (default [`DEFAULT_LOAD_LIMIT`]).
     pub fn load_limit(&self, msr: &str) -> u8 {
         self.msrs
@@ -717,6 +737,39 @@ mod tests {
         // Back to the defaults leaves no entry behind.
         assert_eq!(config.set_performance_coefficient("msr_1", 1.0), Ok(2.0));
         assert_eq!(config.configured_msrs().count(), 0);
+    }
+
+    #[test]
+    fn expires_changes_name_only_the_msrs_that_changed() {
+        let mut before = OperatorConfig::new();
+        before.set_subscription_expires("msr_1", 30).expect("set");
+        before.set_subscription_expires("msr_2", 40).expect("set");
+        before
+            .set_performance_coefficient("msr_3", 2.0)
+            .expect("set");
+        let mut after = before.clone();
+        assert_eq!(after.subscription_expires_changes(&before).count(), 0);
+        after.set_subscription_expires("msr_2", 50).expect("set");
+        after.set_subscription_expires("msr_4", 20).expect("set");
+        after
+            .set_performance_coefficient("msr_1", 3.0)
+            .expect("set");
+        let changes: Vec<_> = after.subscription_expires_changes(&before).collect();
+        assert_eq!(changes, [("msr_2", Some(50)), ("msr_4", Some(20))]);
+        // From an empty configuration (the start): every override.
+        let empty = OperatorConfig::new();
+        let all: Vec<_> = after.subscription_expires_changes(&empty).collect();
+        assert_eq!(
+            all,
+            [
+                ("msr_1", Some(30)),
+                ("msr_2", Some(50)),
+                ("msr_4", Some(20))
+            ]
+        );
+        // Back to empty: every override is cleared.
+        let cleared: Vec<_> = empty.subscription_expires_changes(&after).collect();
+        assert_eq!(cleared, [("msr_1", None), ("msr_2", None), ("msr_4", None)]);
     }
 
     #[test]

@@ -347,8 +347,8 @@ pub async fn start(
         contact: local,
         default_expires: config.subscription.expires,
     });
-    for (msr, settings) in operator.configured_msrs() {
-        subscriber.set_expires_override(msr, settings.subscription_expires);
+    for (msr, expires) in operator.subscription_expires_changes(&OperatorConfig::new()) {
+        subscriber.set_expires_override(msr, expires);
     }
     let mut shell = Shell {
         registrar: Registrar::new(&config.sip, &config.accounts),
@@ -820,25 +820,18 @@ impl Shell {
 
     /// Makes `next` the current operator configuration: the one path for a
     /// change made here and one made on another collector (SPEC §12).
+    ///
+    /// An override reaches the subscriber only here, and only for the MSRs
+    /// whose `Expires` setting the change touched.
     fn install(&mut self, next: OperatorConfig) {
-        let previous: Vec<String> = self
-            .operator
-            .configured_msrs()
-            .map(|(msr, _)| msr.to_owned())
-            .collect();
-        self.operator = next;
+        let previous = std::mem::replace(&mut self.operator, next);
         self.table.apply_operator(
             &self.operator,
             &self.admin_defaults.zone,
             &self.admin_defaults.site,
         );
-        for msr in previous {
-            self.subscriber
-                .set_expires_override(&msr, self.operator.subscription_expires(&msr));
-        }
-        for (msr, settings) in self.operator.configured_msrs() {
-            self.subscriber
-                .set_expires_override(msr, settings.subscription_expires);
+        for (msr, expires) in self.operator.subscription_expires_changes(&previous) {
+            self.subscriber.set_expires_override(msr, expires);
         }
     }
 
