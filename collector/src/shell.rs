@@ -54,7 +54,7 @@ use crate::registrar::{
 };
 use crate::store::etcd::{self, CommitError, EtcdCommand, EtcdEvent, EtcdLink, Member};
 use crate::store::Store;
-use crate::subscriber::{Subscriber, SubscriberConfig, SubscriberEvent, Target};
+use crate::subscriber::{Subscriber, SubscriberConfig, SubscriberEvent};
 use msr_shared::fs::cannot_create_in;
 
 /// Longest wait at shutdown for the answers to the final `Expires: 0`
@@ -974,16 +974,8 @@ impl Shell {
                     binding.msr
                 }
             };
-            let targets = self
-                .registrar
-                .contacts_of(&msr)
-                .into_iter()
-                .map(|b| Target {
-                    name: b.contact.clone(),
-                    uri: b.uri.clone(),
-                })
-                .collect();
-            self.subscriber.contacts_changed(now, &msr, targets);
+            self.subscriber
+                .contacts_changed(now, &msr, self.registrar.contacts_of(&msr));
         }
         self.send_transmits(now);
         while let Some(event) = self.subscriber.poll_event() {

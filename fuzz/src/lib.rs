@@ -251,8 +251,8 @@ pub fn sip_redirect(data: &[u8]) {
 /// SUBSCRIBE in flight and to the health monitor's OPTIONS probe.
 pub fn sip_collector(data: &[u8]) {
     use msr_collector::health::HealthMonitor;
-    use msr_collector::registrar::{Registrar, RegistrarEvent};
-    use msr_collector::subscriber::{Subscriber, SubscriberConfig, Target};
+    use msr_collector::registrar::{Binding, Registrar, RegistrarEvent};
+    use msr_collector::subscriber::{Subscriber, SubscriberConfig};
 
     let config = collector_example();
     let mut now = Instant::now();
@@ -266,14 +266,18 @@ pub fn sip_collector(data: &[u8]) {
     });
     let contact = "lo@msr_1";
     let uri = "sip:msr_1@127.0.0.1:5071;engine=127.0.0.1:5070;engine-transport=udp";
-    subscriber.contacts_changed(
-        now,
-        "msr_1",
-        vec![Target {
-            name: contact.into(),
-            uri: uri.into(),
-        }],
-    );
+    let binding = Binding {
+        msr: "msr_1".into(),
+        contact: contact.into(),
+        uri: uri.into(),
+        engine: None,
+        version: None,
+        expires_at: now + Duration::from_secs(3600),
+        call_id: "fuzz".into(),
+        cseq: 1,
+        source: None,
+    };
+    subscriber.contacts_changed(now, "msr_1", [&binding]);
     health.contact_registered(now, contact, "msr_1", uri);
     let Some(first) = subscriber.poll_transmit() else {
         return;
@@ -318,11 +322,7 @@ pub fn sip_collector(data: &[u8]) {
         }
         while let Some(event) = registrar.poll_event() {
             if let RegistrarEvent::BindingAdded(b) | RegistrarEvent::BindingRefreshed(b) = event {
-                let target = Target {
-                    name: b.contact.clone(),
-                    uri: b.uri.clone(),
-                };
-                subscriber.contacts_changed(now, &b.msr, vec![target]);
+                subscriber.contacts_changed(now, &b.msr, registrar.contacts_of(&b.msr));
             }
         }
         while registrar.poll_refusal().is_some() {}
@@ -339,7 +339,7 @@ pub fn sip_collector(data: &[u8]) {
         }
         while subscriber.poll_event().is_some() {}
         while health.poll_event().is_some() {}
-        let _ = subscriber.views();
+        while subscriber.poll_view_change().is_some() {}
     }
 }
 
