@@ -597,6 +597,11 @@ impl Registrar {
             .unwrap_or_default()
     }
 
+    /// The binding of `contact` of `msr`, if registered.
+    pub fn binding(&self, msr: &str, contact: &str) -> Option<&Binding> {
+        self.aors.get(msr)?.get(contact)
+    }
+
     /// Whether at least one contact of `msr` is registered.
     pub fn is_registered(&self, msr: &str) -> bool {
         self.aors.contains_key(msr)

@@ -157,6 +157,8 @@ fn agent_example() -> &'static msr_agent::AgentConfig {
 struct AdminRig {
     operator: msr_collector::operator::OperatorConfig,
     table: msr_collector::load_table::LoadTable,
+    registrar: msr_collector::registrar::Registrar,
+    subscriber: msr_collector::subscriber::Subscriber,
     defaults: msr_collector::admin::Defaults,
     rng: rand::rngs::StdRng,
     legs: msr_collector::legs::LegTable,
@@ -166,10 +168,26 @@ impl AdminRig {
     fn new() -> Self {
         use rand::SeedableRng;
         let config = collector_example();
+        let defaults = msr_collector::admin::Defaults::default();
+        let local = "sip:collector@127.0.0.1:5060".to_owned();
         Self {
             operator: msr_collector::operator::OperatorConfig::new(),
-            table: msr_collector::load_table::LoadTable::new(config.node.clone()),
-            defaults: msr_collector::admin::Defaults::default(),
+            table: msr_collector::load_table::LoadTable::new(
+                config.node.clone(),
+                msr_collector::load_table::Placement {
+                    zone: defaults.zone.clone(),
+                    site: defaults.site.clone(),
+                },
+            ),
+            registrar: msr_collector::registrar::Registrar::new(&config.sip, &config.accounts),
+            subscriber: msr_collector::subscriber::Subscriber::new(
+                msr_collector::subscriber::SubscriberConfig {
+                    local_uri: local.clone(),
+                    contact: local,
+                    default_expires: config.subscription.expires,
+                },
+            ),
+            defaults,
             rng: rand::rngs::StdRng::seed_from_u64(1),
             legs: msr_collector::legs::LegTable::new(config.legs.max_duration),
         }
@@ -182,6 +200,8 @@ impl AdminRig {
         let mut ctx = AdminContext {
             operator: &mut self.operator,
             table: &mut self.table,
+            registrar: &self.registrar,
+            subscriber: &self.subscriber,
             defaults: &self.defaults,
             rng: &mut self.rng,
             legs: &mut self.legs,

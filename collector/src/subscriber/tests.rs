@@ -1,5 +1,5 @@
 use super::*;
-use crate::load_table::{ContactBinding, LoadTable};
+use crate::load_table::{Change, LoadTable, Placement};
 use crate::operator::OperatorConfig;
 use std::collections::{BTreeSet, HashMap};
 
@@ -263,22 +263,14 @@ fn a_notify_racing_ahead_of_the_200_is_accepted() {
 #[tokio::test(start_paused = true)]
 async fn no_notify_within_expiry_makes_the_row_stale() {
     let mut s = subscriber();
-    let mut table = LoadTable::new("core1@localhost".into());
+    let defaults = Placement {
+        zone: "default".into(),
+        site: "local".into(),
+    };
+    let mut table = LoadTable::new("core1@localhost".into(), defaults);
     let operator = OperatorConfig::new();
     let t0 = Instant::now();
-    table.upsert_contact(
-        ContactBinding {
-            contact: "lo@msr_1".into(),
-            msr: "msr_1".into(),
-            uri: lo().uri,
-            engine: None,
-            version: Some("0.1.0".into()),
-            expires_at: t0 + Duration::from_secs(3600),
-        },
-        &operator,
-        "default",
-        "local",
-    );
+    table.apply(&operator, Change::BindingChanged(&lo()));
     let t = active(&mut s, t0);
     s.handle_notify(
         t0,
@@ -288,11 +280,20 @@ async fn no_notify_within_expiry_makes_the_row_stale() {
     );
     for ev in events(&mut s) {
         if let SubscriberEvent::Load { msr, report, at } = ev {
-            table.set_load(&msr, report, at);
+            let change = Change::LoadReported {
+                msr: &msr,
+                report,
+                at,
+            };
+            table.apply(&operator, change);
         }
     }
     while let Some((msr, view)) = s.poll_view_change() {
-        table.set_subscription(&msr, view);
+        let change = Change::SubscriptionChanged {
+            msr: &msr,
+            expires_secs: view.expires_secs,
+        };
+        table.apply(&operator, change);
     }
     tokio::time::advance(Duration::from_secs(59)).await;
     assert!(!table.rows(Instant::now())[0].stale);
