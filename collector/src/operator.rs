@@ -3,9 +3,11 @@
 //! per-contact zone and site overrides.
 //!
 //! This is the single source of truth for everything the operator sets; the
-//! load table ([`crate::load_table::LoadTable`]) holds a derived copy that is
-//! refreshed with [`crate::load_table::LoadTable::apply_operator`] after
-//! every change. Persisted by [`crate::store`]; the file format is private to
+//! load table ([`crate::load_table::LoadTable`]) keeps in its selection
+//! index what selection reads of it, refiled at every change
+//! ([`crate::load_table::Change::OperatorChanged`]); the subscriber gets the
+//! expires overrides a change touched
+//! ([`OperatorConfig::subscription_expires_changes`]). Persisted by [`crate::store`]; the file format is private to
 //! this module (`OperatorConfig::encode`, `OperatorConfig::decode`).
 //!
 //! Architecture invariant: every value held here has been validated (names
