@@ -23,10 +23,10 @@
 //! * SUBSCRIBE for `Event: eltex-call-count` → 200 with the granted
 //!   `Expires` = min(requested, `max-subscription-expires`) (60 s when the
 //!   request has no `Expires`), a new dialog (our To-tag), then at once a
-//!   NOTIFY `active;expires=<remaining>`. A requested expiry below
-//!   [`MIN_EXPIRES`] (but not 0) → `423 Interval Too Brief` with
-//!   `Min-Expires`. `Expires: 0` → 200 and a final NOTIFY
-//!   `terminated;reason=timeout`;
+//!   NOTIFY `active;expires=<remaining>`. Any non-zero expiry is granted
+//!   (whole seconds: 1 s is the shortest there is, so no request is too
+//!   brief and the notifier never answers `423`). `Expires: 0` → 200 and a
+//!   final NOTIFY `terminated;reason=timeout`;
 //! * a refresh (in-dialog SUBSCRIBE) → 200 and a NOTIFY at once;
 //! * the NOTIFYs that RFC 6665 requires after a SUBSCRIBE and the final
 //!   `terminated` ones are sent immediately; load updates are rate limited:
@@ -80,9 +80,6 @@ pub use rule::{NotifyGate, NotifyRule, Reported, Verdict, DEFAULT_HIGH_WATER};
 /// one subscription per core host and MSR name.
 pub const MAX_SUBSCRIPTIONS: usize = 256;
 
-/// The shortest subscription granted, seconds; a shorter non-zero request
-/// gets `423` with `Min-Expires: 1`.
-pub const MIN_EXPIRES: u32 = 1;
 /// The expiry granted when a SUBSCRIBE carries no `Expires` (SPEC §4's
 /// default subscription length).
 pub const DEFAULT_EXPIRES: u32 = 60;
@@ -226,11 +223,6 @@ impl Notifier {
             .collect();
         out.sort_by_key(|s| s.id);
         out
-    }
-
-    /// The latest sample.
-    pub fn latest(&self) -> Sample {
-        self.latest
     }
 
     /// The next NOTIFY to send.
@@ -542,17 +534,6 @@ impl Notifier {
                     Some(&sip::random_token()),
                 );
                 sip::push_header(&mut r.headers, "Accept", CONTENT_TYPE);
-                return finish(r);
-            }
-        }
-        if let Some(e) = requested {
-            if e != 0 && e < MIN_EXPIRES {
-                let mut r = sip::response(
-                    request,
-                    StatusCode::IntervalTooBrief,
-                    Some(&sip::random_token()),
-                );
-                sip::push_header(&mut r.headers, "Min-Expires", MIN_EXPIRES.to_string());
                 return finish(r);
             }
         }

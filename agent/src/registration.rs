@@ -227,12 +227,14 @@ impl Registration {
     }
 
     /// The Call-ID shared by every REGISTER of this run.
-    pub fn call_id(&self) -> &str {
+    #[cfg(test)]
+    pub(crate) fn call_id(&self) -> &str {
         &self.call_id
     }
 
     /// When the current binding lapses, if registered.
-    pub fn expires_at(&self) -> Option<Instant> {
+    #[cfg(test)]
+    pub(crate) fn expires_at(&self) -> Option<Instant> {
         self.expires_at
     }
 

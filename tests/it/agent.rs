@@ -16,7 +16,7 @@ use msr_shared::event_package::{LoadReport, CONTENT_TYPE, EVENT};
 use msr_shared::sip::{
     self, Method, Response, SipEndpoint, SipEvent, StatusCode, SubState, SubscriptionState,
 };
-use system_tests::{free_udp_port, init_tracing, run_sipp, sipp_scenario};
+use system_tests::{free_udp_port, init_tracing, run_sipp, sipp_scenario, wait_udp_bound};
 use tokio_util::sync::CancellationToken;
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -33,7 +33,6 @@ struct Cfg {
     calls_source: &'static str,
     load_delta: u8,
     sample_ms: u64,
-    accounts: bool,
 }
 
 impl Default for Cfg {
@@ -46,20 +45,15 @@ impl Default for Cfg {
             calls_source: "fixed:7",
             load_delta: 5,
             sample_ms: 200,
-            accounts: true,
         }
     }
 }
 
 fn config_xml(c: &Cfg) -> String {
-    let accounts = if c.accounts {
-        format!(
-            r#"<accounts><dynamic msr_name="msr_1" realm="sip:{}:{}" auth_name="msr" auth_password="msr-secret" dtmf_mode="rfc"/></accounts>"#,
-            c.realm_host, c.realm_port
-        )
-    } else {
-        String::new()
-    };
+    let accounts = format!(
+        r#"<accounts><dynamic msr_name="msr_1" realm="sip:{}:{}" auth_name="msr" auth_password="msr-secret" dtmf_mode="rfc"/></accounts>"#,
+        c.realm_host, c.realm_port
+    );
     format!(
         r#"<?xml version="1.0" encoding="utf-8"?>
 <config date="00:00:00 01.01.2025">
@@ -85,12 +79,12 @@ struct Agent {
 }
 
 impl Agent {
-    async fn start(text: &str, watch: Option<&Path>) -> Agent {
+    async fn start(text: &str) -> Agent {
         init_tracing();
         let config =
             msr_agent::config::parse(text, Path::new("test.xml")).expect("valid test config");
         let shutdown = CancellationToken::new();
-        let handle = msr_agent::start(config, watch.map(Path::to_path_buf), shutdown.clone())
+        let handle = msr_agent::start(config, None, shutdown.clone())
             .await
             .expect("agent starts");
         Agent { handle, shutdown }
@@ -271,23 +265,33 @@ fn sipp_args(scenario: &str, port: u16, remote: Option<SocketAddr>) -> Vec<Strin
 /// the `Expires: 0` unregister at shutdown.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_registers_with_digest_and_unregisters_at_shutdown() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let messages = dir.path().join("sipp-messages.log");
     let sipp_port = free_udp_port();
-    let args = sipp_args("agent_register_uas.xml", sipp_port, None);
+    let mut args = sipp_args("agent_register_uas.xml", sipp_port, None);
+    // SIPp's message trace: what it sent, as it sent it.
+    args.extend([
+        "-trace_msg".into(),
+        "-message_file".into(),
+        messages.display().to_string(),
+    ]);
     let sipp = tokio::spawn(async move { run_sipp(&args, LIMIT).await });
-    // Let SIPp bind before the first REGISTER (a lost one is retransmitted
-    // anyway, and failures back off from 1 s).
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let agent = Agent::start(
-        &config_xml(&Cfg {
-            realm_port: sipp_port,
-            ..Cfg::default()
-        }),
-        None,
-    )
+    assert!(
+        wait_udp_bound(sipp_port, Duration::from_secs(10)).await,
+        "sipp did not bind 127.0.0.1:{sipp_port}"
+    );
+    let agent = Agent::start(&config_xml(&Cfg {
+        realm_port: sipp_port,
+        ..Cfg::default()
+    }))
     .await;
-    // The registration round trips take milliseconds; leave ample time
-    // before the unregister.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The unregister only once SIPp has accepted the credentials.
+    let accepted = system_tests::wait_for(Duration::from_secs(10), || {
+        let sent = std::fs::read_to_string(&messages).unwrap_or_default();
+        async move { sent.contains("SIP/2.0 200 OK").then_some(()) }
+    })
+    .await;
+    assert!(accepted.is_some(), "sipp never accepted the register");
     agent.stop().await;
     let (code, out) = sipp.await.expect("sipp task").expect("sipp ran");
     assert_eq!(code, 0, "sipp registrar scenario failed:\n{out}");
@@ -297,7 +301,7 @@ async fn agent_registers_with_digest_and_unregisters_at_shutdown() {
 /// `Expires: 0` → 200 and NOTIFY `terminated;reason=timeout`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sipp_subscribes_gets_notify_and_unsubscribes() {
-    let agent = Agent::start(&config_xml(&Cfg::default()), None).await;
+    let agent = Agent::start(&config_xml(&Cfg::default())).await;
     let args = sipp_args(
         "agent_subscribe_uac.xml",
         free_udp_port(),
@@ -311,7 +315,7 @@ async fn sipp_subscribes_gets_notify_and_unsubscribes() {
 /// (c) Another event package → 489 with `Allow-Events`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn other_event_gets_489() {
-    let agent = Agent::start(&config_xml(&Cfg::default()), None).await;
+    let agent = Agent::start(&config_xml(&Cfg::default())).await;
     let args = sipp_args(
         "agent_bad_event_uac.xml",
         free_udp_port(),
@@ -344,7 +348,7 @@ async fn bound_rtp_sockets_raise_calls_and_shutdown_deactivates() {
         load_delta: 1,
         ..Cfg::default()
     };
-    let agent = Agent::start(&config_xml(&cfg), None).await;
+    let agent = Agent::start(&config_xml(&cfg)).await;
     let mut sub = Subscriber::new().await;
     let resp = sub.subscribe(agent.addr(), 60).await;
     assert_eq!(resp.status_code, StatusCode::OK);
@@ -384,7 +388,7 @@ async fn bound_rtp_sockets_raise_calls_and_shutdown_deactivates() {
 /// SUBSCRIBE afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_datagrams_do_not_hurt() {
-    let agent = Agent::start(&config_xml(&Cfg::default()), None).await;
+    let agent = Agent::start(&config_xml(&Cfg::default())).await;
     let to = agent.addr();
     let sock = UdpSocket::bind("127.0.0.1:0").expect("bind");
     let valid_head = |extra: &str| {
@@ -429,48 +433,75 @@ async fn malformed_datagrams_do_not_hurt() {
     agent.stop().await;
 }
 
-/// Hot reload (SPEC §2): removing the account ends its subscriptions with
-/// `noresource`; a broken file keeps the last good config.
+/// Hot reload (SPEC §2), with the real binary so that its log shows what
+/// the watcher did: a broken file is read and refused (its `config reload
+/// failed` line is waited for) and the last good config goes on;
+/// removing the account ends its subscriptions with `noresource`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hot_reload_removed_account_ends_with_noresource() {
+    use system_tests::system::{AccountSpec, Agent as AgentProcess, AgentSpec};
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("config.xml");
-    let cfg = Cfg::default();
-    std::fs::write(&path, config_xml(&cfg)).expect("write config");
-    let agent = Agent::start(&config_xml(&cfg), Some(&path)).await;
-    // Give the watcher a moment to be set up.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let sip_port = free_udp_port();
+    let mut spec = AgentSpec {
+        // A registrar nobody runs: 127.0.0.1 may subscribe.
+        accounts: vec![AccountSpec {
+            msr: "msr_1".into(),
+            realm: format!("sip:127.0.0.1:{}", free_udp_port()),
+        }],
+        sip_port,
+        ..AgentSpec::default()
+    };
+    let mut agent = AgentProcess::start(dir.path(), "agent", &spec, 7);
+    let addr: SocketAddr = ([127, 0, 0, 1], sip_port).into();
     let mut sub = Subscriber::new().await;
-    assert_eq!(
-        sub.subscribe(agent.addr(), 60).await.status_code,
-        StatusCode::OK
-    );
+    assert_eq!(sub.subscribe(addr, 60).await.status_code, StatusCode::OK);
 
-    // A broken file changes nothing.
-    std::fs::write(&path, "<config><general").expect("write broken config");
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // A broken file changes nothing. Written until the watcher reports it
+    // (the watch may still be being set up when the first write lands).
+    let before = agent.log_count(&["config reload failed"]);
+    let refused = system_tests::wait_for(Duration::from_secs(10), || {
+        agent.rewrite_raw("<config><general");
+        let agent = &agent;
+        async move {
+            agent
+                .wait_log(
+                    before,
+                    &["config reload failed"],
+                    Duration::from_millis(500),
+                )
+                .await
+                .then_some(())
+        }
+    })
+    .await;
+    assert!(
+        refused.is_some(),
+        "the broken config was never reported:\n{}",
+        agent.log_text()
+    );
+    assert!(agent.running(), "the agent runs on");
     assert_eq!(
-        sub.subscribe(agent.addr(), 60).await.status_code,
+        sub.subscribe(addr, 60).await.status_code,
         StatusCode::OK,
         "refresh still works"
     );
 
-    std::fs::write(
-        &path,
-        config_xml(&Cfg {
-            accounts: false,
-            ..cfg
-        }),
-    )
-    .expect("write config");
+    spec.accounts.clear();
+    agent.rewrite(&spec);
     let (state, _) = sub
         .notify_where(Duration::from_secs(10), |s, _| {
             s.state == SubState::Terminated
         })
         .await
-        .expect("terminated notify after reload");
+        .unwrap_or_else(|| {
+            panic!(
+                "no terminated notify after the reload:\n{}",
+                agent.log_text()
+            )
+        });
     assert_eq!(state.reason, Some(sip::TerminationReason::Noresource));
-    agent.stop().await;
+    let status = agent.terminate().expect("agent exits on SIGTERM");
+    assert!(status.success(), "{status}");
 }
 
 /// A SUBSCRIBE for `msr_1` at `agent` from `from`, whose NOTIFYs would go to
@@ -582,13 +613,10 @@ async fn foreign_subscribes_get_403_and_leave_the_collector_its_subscription() {
 /// and then takes the registrar's SUBSCRIBE from the address it names.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_registrar_named_by_host_name_may_subscribe_once_resolved() {
-    let agent = Agent::start(
-        &config_xml(&Cfg {
-            realm_host: "localhost",
-            ..Cfg::default()
-        }),
-        None,
-    )
+    let agent = Agent::start(&config_xml(&Cfg {
+        realm_host: "localhost",
+        ..Cfg::default()
+    }))
     .await;
     let mut sub = Subscriber::new().await;
     let mut last = None;

@@ -13,7 +13,8 @@ use msr_shared::admin::{
     ErrorCode, ExplainOutcome, HealthState, Request, ResourceInfo, Response, ResponseData,
 };
 use system_tests::{
-    bin_path, example, free_udp_port, init_tracing, run_sipp, sipp_scenario, AdminClient,
+    bin_path, example, free_udp_port, init_tracing, run_sipp, sipp_scenario, wait_udp_bound,
+    AdminClient,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -169,7 +170,10 @@ async fn sipp_msr_registers_reports_load_and_unregisters() {
         "-timeout_error".into(),
     ];
     let notifier = tokio::spawn(async move { run_sipp(&notifier_args, LIMIT).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        wait_udp_bound(notifier_port, LIMIT).await,
+        "sipp notifier did not bind 127.0.0.1:{notifier_port}"
+    );
 
     let (code, out) = run_sipp(&register_args(handle.sip_addr, notifier_port, 60), LIMIT)
         .await

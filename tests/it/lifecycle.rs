@@ -6,7 +6,11 @@
 //!
 //! Timings: collector `min_expires` 2; agent `register-expires` 6–8 s,
 //! `sample-interval-ms` 200, `notify-min-interval-ms` 1000. Every wait is
-//! bounded.
+//! bounded and waits for something observable; how long things take
+//! (refresh before expiry, the 2 s from a load change to the table, the
+//! lapse of a killed MSR, load-delta, coalescing, backoff) is checked in
+//! virtual time by the harness tests (`tests/pair/`), which cannot flake.
+//! These tests keep one real-socket case per behaviour.
 
 use std::collections::BTreeSet;
 use std::io::Read;
@@ -14,15 +18,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use msr_shared::admin::{Request, ResourceInfo, ResponseData};
+use msr_shared::admin::{Request, ResourceInfo, ResponseData, SubscriptionInfo};
 use system_tests::system::{
     agent_xml, live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts,
 };
 use system_tests::{bin_path, free_udp_port, ChildGuard};
 
-/// SPEC §4: a load change ≥ load-delta is NOTIFYed at most one second after
-/// the previous NOTIFY; with a 200 ms sampler the table follows within 2 s.
-const LOAD_CHANGE_LIMIT: Duration = Duration::from_secs(2);
+/// How long a test waits for a load change to reach the table. SPEC §4
+/// bounds it to 2 s (a 200 ms sampler, one NOTIFY a second); that bound is
+/// checked in virtual time (`tests/pair/`), this is only how long to wait.
+const LOAD_CHANGE_WAIT: Duration = Duration::from_secs(5);
 
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
@@ -32,36 +37,35 @@ fn row_json<'a>(table: &'a serde_json::Value, msr: &str) -> Option<&'a serde_jso
     table["rows"].as_array()?.iter().find(|r| r["msr"] == msr)
 }
 
-/// Sets the calls file and measures how long until the table shows `load`
-/// for `msr` (from the write); fails the test past [`LOAD_CHANGE_LIMIT`].
-async fn change_load(
-    collector: &Collector,
-    agent: &Agent,
-    msr: &str,
-    calls: u32,
-    load: u8,
-) -> Duration {
-    let t0 = Instant::now();
+/// Sets the calls file and waits (at most [`LOAD_CHANGE_WAIT`]) until the
+/// table shows `load` for `msr`.
+async fn change_load(collector: &Collector, agent: &Agent, msr: &str, calls: u32, load: u8) {
     agent.set_calls(calls);
     let seen = collector
-        .wait_rows(secs(5), |rows| {
-            live_row(rows, msr, Some(load)).map(|_| t0.elapsed())
+        .wait_rows(LOAD_CHANGE_WAIT, |rows| {
+            live_row(rows, msr, Some(load)).map(|_| ())
         })
         .await;
-    let Some(elapsed) = seen else {
+    if seen.is_none() {
         let rows = collector.rows().await.unwrap_or_default();
         panic!(
             "{}: load {load} of {msr} never reached the table: {:?}",
             collector.name,
             table_summary(&rows)
         );
-    };
-    assert!(
-        elapsed <= LOAD_CHANGE_LIMIT,
-        "{}: load {load} of {msr} reached the table {elapsed:?} after the change (limit {LOAD_CHANGE_LIMIT:?})",
-        collector.name
-    );
-    elapsed
+    }
+}
+
+/// The subscription to `msr` once it is active (at most 5 s).
+async fn active_subscription(collector: &Collector, msr: &str) -> SubscriptionInfo {
+    collector
+        .wait_subs(secs(5), |s| {
+            s.iter()
+                .find(|s| s.msr == msr && s.status == "active")
+                .cloned()
+        })
+        .await
+        .unwrap_or_else(|| panic!("{}: no active subscription to {msr}", collector.name))
 }
 
 fn table_summary(rows: &[ResourceInfo]) -> Vec<String> {
@@ -120,26 +124,15 @@ async fn register_subscribe_notify_refresh_load_change_and_sigterm() {
         "{human}"
     );
 
-    // Refresh: after more than one subscription period the same dialog is
-    // still active and has received more NOTIFYs (one after every refresh).
-    let first = collector
-        .wait_subs(secs(5), |s| {
-            s.iter()
-                .find(|s| s.msr == "msr_1" && s.status == "active")
-                .cloned()
-        })
-        .await
-        .expect("subscription active");
+    // Refresh over UDP: the same dialog stays active and receives a NOTIFY
+    // after every refresh (the load does not change). When the refreshes
+    // go out is checked in virtual time (`tests/pair/`).
+    let first = active_subscription(&collector, "msr_1").await;
     assert_eq!(first.expires, 4);
-    let t0 = Instant::now();
     let refreshed = collector
         .wait_subs(secs(12), |s| {
             s.iter()
-                .find(|s| {
-                    s.msr == "msr_1"
-                        && s.notify_count >= first.notify_count + 2
-                        && t0.elapsed() > secs(5)
-                })
+                .find(|s| s.msr == "msr_1" && s.notify_count >= first.notify_count + 2)
                 .cloned()
         })
         .await
@@ -155,9 +148,8 @@ async fn register_subscribe_notify_refresh_load_change_and_sigterm() {
     assert_eq!(s["status"], "active");
     assert!(s["notify_count"].as_u64().unwrap_or(0) >= refreshed.notify_count);
 
-    // Load change of 20 points (delta 5): in the table within 2 s.
-    let took = change_load(&collector, &agent, "msr_1", 30, 30).await;
-    eprintln!("load change 10 → 30 reached the table in {took:?}");
+    // Load change of 20 points (delta 5) reaches the table.
+    change_load(&collector, &agent, "msr_1", 30, 30).await;
     let table = collector.msrctl_json(&["resource", "list"]);
     assert_eq!(
         row_json(&table, "msr_1").and_then(|r| r["load"].as_u64()),
@@ -224,8 +216,20 @@ async fn killed_msr_goes_stale_then_lapses_and_comes_back() {
         })
         .await
         .expect("msr_1 live");
-    // Past at least one subscription refresh.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Past at least one subscription refresh: a NOTIFY more in the dialog.
+    let first = active_subscription(&collector, "msr_1").await;
+    collector
+        .wait_subs(secs(10), |s| {
+            s.iter()
+                .find(|s| {
+                    s.msr == "msr_1"
+                        && s.event_id == first.event_id
+                        && s.notify_count > first.notify_count
+                })
+                .map(|_| ())
+        })
+        .await
+        .expect("msr_1's subscription refreshed");
     let before = collector.rows().await.unwrap_or_default();
     let row = live_row(&before, "msr_1", Some(10)).expect("still live after refreshes");
     assert!(!row.stale, "{row:?}");
@@ -261,12 +265,9 @@ async fn killed_msr_goes_stale_then_lapses_and_comes_back() {
         })
         .await
         .expect("row removed when the registration lapses");
+    // When exactly it lapses is checked in virtual time (`tests/pair/`).
     let gone_after = killed.elapsed();
     eprintln!("after kill -9: stale at {stale_after:?}, gone at {gone_after:?}");
-    assert!(
-        gone_after <= secs(8) + Duration::from_millis(1500),
-        "registration of 8 s lapsed late: {gone_after:?}"
-    );
     assert!(gone_after > stale_after);
 
     // Restart: registered and reporting again (with the current load).
@@ -404,8 +405,8 @@ async fn killed_collector_restarts_with_table_and_operator_config() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_config_edited_live() {
     let dir = tempfile::tempdir().expect("tempdir");
-    // A long subscription, so no refresh NOTIFY falls into the window in
-    // which a sub-delta change must stay unreported.
+    // A long subscription: the NOTIFYs below report load changes, none a
+    // refresh.
     let opts = CollectorOpts {
         subscription_expires: 120,
         ..CollectorOpts::default()
@@ -459,18 +460,9 @@ async fn agent_config_edited_live() {
     )
     .is_some());
 
-    // load-delta 20: a move of 8 points is not reported …
-    agent.set_calls(18);
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    let rows = collector.rows().await.unwrap_or_default();
-    assert!(
-        live_row(&rows, "msr_a", Some(10)).is_some(),
-        "below load-delta 20 nothing is notified: {:?}",
-        table_summary(&rows)
-    );
-    agent.set_calls(10);
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    // … load-delta lowered to 5 (wait for the agent to apply it) …
+    // load-delta lowered from 20 to 5 (wait for the agent to apply it);
+    // that a move below the old delta was not reported before is checked
+    // in virtual time (`tests/pair/`) …
     let reloads = agent.log_count(&["config reloaded", "load_delta=5"]);
     spec.load_delta = 5;
     agent.rewrite(&spec);
@@ -643,20 +635,14 @@ async fn two_collectors_each_subscribe_in_their_own_dialog() {
     );
 
     for (calls, load) in [(35, 35), (60, 60)] {
-        let t0 = Instant::now();
         agent.set_calls(calls);
         for c in [&c1, &c2] {
             let seen = c
-                .wait_rows(secs(5), |rows| {
-                    live_row(rows, "msr_1", Some(load)).map(|_| t0.elapsed())
+                .wait_rows(LOAD_CHANGE_WAIT, |rows| {
+                    live_row(rows, "msr_1", Some(load)).map(|_| ())
                 })
                 .await;
-            let took = seen.unwrap_or_else(|| panic!("{}: load {load} never arrived", c.name));
-            assert!(
-                took <= LOAD_CHANGE_LIMIT,
-                "{}: load {load} after {took:?}",
-                c.name
-            );
+            assert!(seen.is_some(), "{}: load {load} never arrived", c.name);
         }
     }
     for c in [&c1, &c2] {
@@ -924,10 +910,8 @@ async fn final_notifies_after_unsubscribes_are_answered_200() {
 
     // The collector stops while msr_a is subscribed: its final NOTIFY is
     // answered before the collector exits.
-    let t0 = Instant::now();
     let status = collector.terminate().expect("collector exits on SIGTERM");
     assert!(status.success(), "{status}");
-    let took = t0.elapsed();
     let log = collector.log_text();
     let refused: Vec<&str> = log
         .lines()
@@ -942,11 +926,12 @@ async fn final_notifies_after_unsubscribes_are_answered_200() {
         final_notify_answered_200(&log, &second),
         "the final NOTIFY of {second} was not answered 200 before the exit"
     );
+    // No wait in vain: the shutdown ended on the answers, not on its
+    // deadline (which logs `… not received in time`).
     assert!(
         !log.contains("not received in time"),
         "the shutdown got every answer and final NOTIFY"
     );
-    assert!(took < secs(2), "no wait in vain at shutdown: {took:?}");
     let status = agent.terminate().expect("agent exits on SIGTERM");
     assert!(status.success(), "{status}");
 }

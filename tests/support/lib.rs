@@ -135,6 +135,24 @@ where
     }
 }
 
+/// Waits until something (a SIPp started in the background) has bound
+/// UDP port `port` on 127.0.0.1, for at most `limit`. Read from the
+/// kernel's socket table (`/proc/net/udp`), not by trying to bind the port:
+/// a probe holding it, even briefly, could make the real bind fail.
+pub async fn wait_udp_bound(port: u16, limit: Duration) -> bool {
+    let local = format!("0100007F:{port:04X}");
+    wait_for(limit, || {
+        let table = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
+        let bound = table
+            .lines()
+            .skip(1)
+            .any(|l| l.split_whitespace().nth(1) == Some(local.as_str()));
+        async move { bound.then_some(()) }
+    })
+    .await
+    .is_some()
+}
+
 /// One control-socket connection speaking [`admin`] (newline-delimited JSON).
 pub struct AdminClient {
     reader: BufReader<tokio::net::unix::OwnedReadHalf>,
@@ -282,4 +300,5 @@ pub fn addr(text: &str) -> SocketAddr {
         .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
 }
 pub mod kamailio;
+pub mod pair;
 pub mod system;

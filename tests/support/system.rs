@@ -409,6 +409,11 @@ pub struct AgentSpec {
     /// registered contact carries; a fixed one for a test that talks to
     /// the agent before it registers.
     pub sip_port: u16,
+    /// `agent notify-high-water`.
+    pub notify_high_water: u8,
+    /// Every account's `auth_password` (the test collectors know
+    /// `msr-secret`).
+    pub auth_password: String,
 }
 
 impl Default for AgentSpec {
@@ -423,6 +428,8 @@ impl Default for AgentSpec {
             notify_min_interval_ms: 1000,
             engine_port: 5090,
             sip_port: 0,
+            notify_high_water: msr_agent::notifier::DEFAULT_HIGH_WATER,
+            auth_password: "msr-secret".into(),
         }
     }
 }
@@ -437,8 +444,8 @@ pub fn agent_xml(spec: &AgentSpec, calls: &Path) -> String {
         .iter()
         .map(|a| {
             format!(
-                "        <dynamic msr_name=\"{}\" realm=\"{}\" auth_name=\"msr\" auth_password=\"msr-secret\" dtmf_mode=\"rfc\"/>\n",
-                a.msr, a.realm
+                "        <dynamic msr_name=\"{}\" realm=\"{}\" auth_name=\"msr\" auth_password=\"{}\" dtmf_mode=\"rfc\"/>\n",
+                a.msr, a.realm, spec.auth_password
             )
         })
         .collect();
@@ -454,7 +461,7 @@ pub fn agent_xml(spec: &AgentSpec, calls: &Path) -> String {
     <pbyte>
         <mcc bind-addr="127.0.0.1" port="{mcc}"/>
     </pbyte>
-    <agent sip-port="{sip_port}" register-expires="{reg}" max-subscription-expires="{maxsub}" calls-source="file:{calls}" notify-min-interval-ms="{nmi}" sample-interval-ms="{sample}"/>
+    <agent sip-port="{sip_port}" register-expires="{reg}" max-subscription-expires="{maxsub}" calls-source="file:{calls}" notify-high-water="{hw}" notify-min-interval-ms="{nmi}" sample-interval-ms="{sample}"/>
 </config>
 "#,
         engine = spec.engine_port,
@@ -466,6 +473,7 @@ pub fn agent_xml(spec: &AgentSpec, calls: &Path) -> String {
         maxsub = spec.max_subscription_expires,
         calls = calls.display(),
         nmi = spec.notify_min_interval_ms,
+        hw = spec.notify_high_water,
         sample = spec.sample_interval_ms,
     )
 }

@@ -1,0 +1,3 @@
+//! Agent ⇄ collector in virtual time (`system_tests::pair`): the cores
+//! of both daemons joined in memory.
+mod lifecycle;
