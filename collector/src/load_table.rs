@@ -1137,17 +1137,12 @@ mod tests {
     use super::*;
 
     fn binding(contact: &str, msr: &str, expires_at: Instant) -> Binding {
-        Binding {
-            msr: msr.into(),
-            contact: contact.into(),
-            uri: format!("sip:{msr}@127.0.0.1:5040"),
-            engine: None,
-            version: Some("msr-agent 0.1.0".into()),
+        Binding::test(
+            contact,
+            msr,
+            &format!("sip:{msr}@127.0.0.1:5040"),
             expires_at,
-            call_id: format!("reg-{contact}"),
-            cseq: 1,
-            source: None,
-        }
+        )
     }
 
     fn place(zone: &str, site: &str) -> Placement {

@@ -86,17 +86,8 @@ impl Harness {
 
     /// `contact` of `msr` registers (or refreshes its registration).
     fn register(&mut self, contact: &str, msr: &str, now: Instant) {
-        let binding = Binding {
-            msr: msr.into(),
-            contact: contact.into(),
-            uri: format!("sip:{msr}@127.0.0.1:5040"),
-            engine: None,
-            version: Some("0.1.0".into()),
-            expires_at: now + Duration::from_secs(60),
-            call_id: format!("reg-{contact}"),
-            cseq: 1,
-            source: None,
-        };
+        let uri = format!("sip:{msr}@127.0.0.1:5040");
+        let binding = Binding::test(contact, msr, &uri, now + Duration::from_secs(60));
         // The registrar keeps a first binding (restore leaves a known one
         // alone); the table takes every registration, refreshes included.
         self.registrar.restore(now, vec![binding.clone()]);

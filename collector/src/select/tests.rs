@@ -13,21 +13,6 @@ use crate::load_table::{Candidate, Change, Placement};
 use crate::operator::OperatorConfig;
 use crate::registrar::Binding;
 
-/// A binding of `contact` of `msr` at `uri`, registered until `expires_at`.
-fn binding(contact: &str, msr: &str, uri: String, expires_at: Instant) -> Binding {
-    Binding {
-        msr: msr.into(),
-        contact: contact.into(),
-        uri,
-        engine: None,
-        version: None,
-        expires_at,
-        call_id: format!("reg-{contact}"),
-        cseq: 1,
-        source: None,
-    }
-}
-
 /// The collector's `[defaults]` of a test table.
 fn place(zone: &str, site: &str) -> Placement {
     Placement {
@@ -81,10 +66,10 @@ impl World {
         self.operator
             .set_contact_site(spec.contact, spec.site)
             .expect("site");
-        let binding = binding(
+        let binding = Binding::test(
             spec.contact,
             msr,
-            format!("sip:{msr}@10.0.0.1:5040"),
+            &format!("sip:{msr}@10.0.0.1:5040"),
             self.now + Duration::from_secs(3600),
         );
         self.table
@@ -711,7 +696,7 @@ fn arbitrary_world(
         } else {
             now
         };
-        let binding = binding(&contact, &msr, String::new(), expires_at);
+        let binding = Binding::test(&contact, &msr, "", expires_at);
         let health = health_of(m, i);
         table.apply(&operator, Change::BindingChanged(&binding));
         let since = (now, 0);

@@ -21,17 +21,7 @@ fn subscriber() -> Subscriber {
 
 /// A binding of contact `name` of `msr` at `uri`, as the registrar holds it.
 fn binding(name: &str, msr: &str, uri: &str) -> Binding {
-    Binding {
-        msr: msr.into(),
-        contact: name.into(),
-        uri: uri.into(),
-        engine: None,
-        version: Some("0.1.0".into()),
-        expires_at: Instant::now() + Duration::from_secs(3600),
-        call_id: format!("reg-{name}"),
-        cseq: 1,
-        source: None,
-    }
+    Binding::test(name, msr, uri, Instant::now() + Duration::from_secs(3600))
 }
 
 fn lo() -> Binding {
