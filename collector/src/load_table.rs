@@ -43,14 +43,16 @@
 //!   binding change, the MSR-level part by `refresh_msr` after a binding
 //!   change, a load report, a placement, and a subscription change that
 //!   moves the granted expiry (it bounds staleness); an operator change
-//!   refiles every member (zones and sites may move); removals drop members.
+//!   refiles the members whose zone moved, renumbers those whose site moved
+//!   and refreshes the MSRs whose settings changed; removals drop members.
 //!
 //! Contact sites are numbered (`SiteNames`) so that selection compares
 //! integers, not strings: per query, [`ZoneView::distances`]
 //! maps the few sites at a finite distance from the leg's site to a dense
-//! table indexed by site number. Numbers are only added between operator
-//! changes (which renumber), so the list may name sites no contact carries
-//! any more; it never lacks one that a member refers to.
+//! table indexed by site number. Numbers are only ever added, so the list
+//! may name sites no contact carries any more (at most the collector's
+//! default site and every site the operator declared since the start, a
+//! number the topology caps); it never lacks one that a member refers to.
 //!
 //! `check_index` (tests only) checks the invariant member by member.
 
@@ -484,6 +486,49 @@ fn member_position(members: &[ZoneMember], msr: &str, contact: &str) -> Result<u
     members.binary_search_by(|m| member_key(m).cmp(&(msr, contact)))
 }
 
+/// Removes the member of `contact` of MSR `msr` from the list of `zone`
+/// (dropping the list once empty) and returns it.
+fn take_member(
+    by_zone: &mut HashMap<String, Vec<ZoneMember>>,
+    zone: &str,
+    msr: &str,
+    contact: &str,
+) -> Option<ZoneMember> {
+    let members = by_zone.get_mut(zone)?;
+    let removed = match member_position(members, msr, contact) {
+        Ok(at) => {
+            let member = members.remove(at);
+            stamp_msr_starts(members, at..at + 1);
+            Some(member)
+        }
+        Err(_) => None,
+    };
+    if members.is_empty() {
+        by_zone.remove(zone);
+    }
+    removed
+}
+
+/// Puts `member` into the list of `zone`, in order, replacing the one of
+/// its contact if there is one.
+fn file_member(by_zone: &mut HashMap<String, Vec<ZoneMember>>, zone: &str, member: ZoneMember) {
+    let members = match by_zone.get_mut(zone) {
+        Some(members) => members,
+        None => by_zone.entry(zone.to_owned()).or_default(),
+    };
+    let at = match member_position(members, &member.msr, &member.contact) {
+        Ok(at) => {
+            members[at] = member;
+            at
+        }
+        Err(at) => {
+            members.insert(at, member);
+            at
+        }
+    };
+    stamp_msr_starts(members, at..at + 2);
+}
+
 /// Recomputes `msr_start` of the members at `positions` (those past the end
 /// are skipped). A member's flag depends only on its predecessor, so after
 /// an insertion or replacement at `at` restamp `at..at + 2`, after a removal
@@ -567,39 +612,13 @@ impl LoadTable {
     /// Removes `contact`, indexed under MSR `msr`, from the index entry of
     /// `zone`; returns the member it held.
     fn unindex(&mut self, contact: &str, msr: &str, zone: &str) -> Option<ZoneMember> {
-        let members = self.by_zone.get_mut(zone)?;
-        let removed = match member_position(members, msr, contact) {
-            Ok(at) => {
-                let member = members.remove(at);
-                stamp_msr_starts(members, at..at + 1);
-                Some(member)
-            }
-            Err(_) => None,
-        };
-        if members.is_empty() {
-            self.by_zone.remove(zone);
-        }
-        removed
+        take_member(&mut self.by_zone, zone, msr, contact)
     }
 
     /// Puts `member` into the list of `zone`, replacing the one of its
     /// contact if there is one.
     fn file(&mut self, zone: &str, member: ZoneMember) {
-        let members = match self.by_zone.get_mut(zone) {
-            Some(members) => members,
-            None => self.by_zone.entry(zone.to_owned()).or_default(),
-        };
-        let at = match member_position(members, &member.msr, &member.contact) {
-            Ok(at) => {
-                members[at] = member;
-                at
-            }
-            Err(at) => {
-                members.insert(at, member);
-                at
-            }
-        };
-        stamp_msr_starts(members, at..at + 2);
+        file_member(&mut self.by_zone, zone, member);
     }
 
     /// The index member of `contact`, if the table has it.
@@ -765,37 +784,52 @@ impl LoadTable {
     }
 
     /// Re-reads every operator-owned value (zone, site, coefficient, active,
-    /// load limit) from `operator` and refiles every member under its zone,
-    /// numbering the sites anew.
+    /// load limit) from `operator`, and changes in the index only what
+    /// differs: a contact whose zone moved is refiled, one whose site moved
+    /// gets the site's number, an MSR whose settings changed is refreshed.
+    /// Nothing is allocated for what stayed.
     fn apply_operator(&mut self, operator: &OperatorConfig) {
-        for (name, entry) in &mut self.contacts {
-            entry.zone = operator.contact_zone(name, &self.defaults.zone).to_owned();
-            entry.site = operator.contact_site(name, &self.defaults.site).to_owned();
-        }
-        for (name, entry) in &mut self.msrs {
-            entry.settings = operator.msr(name);
-        }
-        let mut by_zone: HashMap<String, Vec<ZoneMember>> = HashMap::new();
-        let mut sites = SiteNames::default();
-        for mut member in std::mem::take(&mut self.by_zone).into_values().flatten() {
-            let (Some(entry), Some(msr)) = (
-                self.contacts.get(&member.contact),
-                self.msrs.get(&member.msr),
-            ) else {
+        let Self {
+            contacts,
+            by_zone,
+            sites,
+            defaults,
+            ..
+        } = self;
+        for (name, entry) in contacts.iter_mut() {
+            let zone = operator.contact_zone(name, &defaults.zone);
+            let site = operator.contact_site(name, &defaults.site);
+            let (zone_moved, site_moved) = (entry.zone != zone, entry.site != site);
+            if !zone_moved && !site_moved {
                 continue;
-            };
-            member.site = sites.intern(&entry.site);
-            member.msr_selection = msr.selection();
-            by_zone.entry(entry.zone.clone()).or_default().push(member);
+            }
+            if site_moved {
+                entry.site = site.to_owned();
+            }
+            let site = sites.intern(site);
+            if zone_moved {
+                let old = std::mem::replace(&mut entry.zone, zone.to_owned());
+                if let Some(mut member) = take_member(by_zone, &old, &entry.msr, name) {
+                    member.site = site;
+                    file_member(by_zone, zone, member);
+                }
+            } else if let Some(members) = by_zone.get_mut(zone) {
+                if let Ok(at) = member_position(members, &entry.msr, name) {
+                    members[at].site = site;
+                }
+            }
         }
-        // The lists are kept by MSR name, then contact name (keys are
-        // unique: contact names are).
-        for members in by_zone.values_mut() {
-            members.sort_unstable_by(|a, b| member_key(a).cmp(&member_key(b)));
-            let len = members.len();
-            stamp_msr_starts(members, 0..len);
+        let mut changed = Vec::new();
+        for (name, entry) in &mut self.msrs {
+            let settings = operator.msr(name);
+            if entry.settings != settings {
+                entry.settings = settings;
+                changed.push(name.clone());
+            }
         }
-        (self.by_zone, self.sites) = (by_zone, sites);
+        for msr in changed {
+            self.refresh_msr(&msr);
+        }
     }
 
     /// Panics unless the zone index keeps its invariant (module docs):
@@ -1364,6 +1398,12 @@ mod tests {
         Remove(u8, u8),
         RemoveMsr(u8),
         Load(u8, u8),
+        /// The operator moves contact `if{i}@msr_{m}` to zone `z{zone}`.
+        Rezone(u8, u8, u8),
+        /// The operator moves contact `if{i}@msr_{m}` to site `s{site}`.
+        Resite(u8, u8, u8),
+        /// The operator sets MSR `msr_{n}`'s coefficient to `c` / 4.
+        Coefficient(u8, u8),
     }
 
     fn op() -> impl proptest::strategy::Strategy<Value = Op> {
@@ -1373,34 +1413,107 @@ mod tests {
             2 => (0u8..4, 0u8..3).prop_map(|(m, i)| Op::Remove(m, i)),
             1 => (0u8..4).prop_map(Op::RemoveMsr),
             1 => (0u8..4, 0u8..=100).prop_map(|(m, load)| Op::Load(m, load)),
+            1 => (0u8..4, 0u8..3, 0u8..2).prop_map(|(m, i, z)| Op::Rezone(m, i, z)),
+            1 => (0u8..4, 0u8..3, 0u8..3).prop_map(|(m, i, s)| Op::Resite(m, i, s)),
+            1 => (0u8..4, 1u8..8).prop_map(|(n, c)| Op::Coefficient(n, c)),
         ]
     }
 
+    /// The zone index with site names for numbers: what two tables built
+    /// along different paths must agree on.
+    fn named(table: &LoadTable) -> BTreeMap<String, Vec<(ZoneMember, String)>> {
+        table
+            .by_zone
+            .iter()
+            .map(|(zone, members)| {
+                let members = members
+                    .iter()
+                    .map(|m| {
+                        let site = table.sites.name(m.site).to_owned();
+                        (
+                            ZoneMember {
+                                site: 0,
+                                ..m.clone()
+                            },
+                            site,
+                        )
+                    })
+                    .collect();
+                (zone.clone(), members)
+            })
+            .collect()
+    }
+
     proptest::proptest! {
-        /// Every change leaves the zone index (order and MSR starts) equal
-        /// to a rebuild from scratch, and a scan's MSR groups tell exactly
-        /// the MSRs apart.
+        /// Every change, operator changes included, keeps the zone index's
+        /// invariant and leaves it equal to the index of a table fed only
+        /// the end state (the bindings, the loads, the operator
+        /// configuration), and a scan's MSR groups tell exactly the MSRs
+        /// apart.
         #[test]
         fn index_survives_any_change_sequence(ops in proptest::collection::vec(op(), 0..40)) {
             let now = Instant::now();
             let far = now + Duration::from_secs(600);
             let mut operator = OperatorConfig::new();
+            for site in ["s0", "s1", "s2"] {
+                operator.declare_site(site).expect("declare");
+            }
             let mut table = LoadTable::new("n".into(), place("z0", "s"));
+            // What the owners hold at the end: the registrar's bindings
+            // and the reports of the MSRs still in the table.
+            let mut bindings: BTreeMap<String, Binding> = BTreeMap::new();
+            let mut loads: BTreeMap<String, LoadReport> = BTreeMap::new();
             for op in ops {
                 match op {
                     Op::Upsert(m, i, n, z) => {
                         let contact = format!("if{i}@msr_{m}");
                         operator.set_contact_zone(&contact, &format!("z{z}")).expect("zone");
-                        table.upsert_contact(&binding(&contact, &format!("msr_{n}"), far), &operator);
+                        let b = binding(&contact, &format!("msr_{n}"), far);
+                        table.apply(&operator, Change::BindingChanged(&b));
+                        bindings.insert(contact, b);
                     }
-                    Op::Remove(m, i) => table.remove_contact(&format!("if{i}@msr_{m}")),
-                    Op::RemoveMsr(m) => table.remove_msr(&format!("msr_{m}")),
+                    Op::Remove(m, i) => {
+                        if let Some(b) = bindings.remove(&format!("if{i}@msr_{m}")) {
+                            table.apply(&operator, Change::BindingRemoved(&b));
+                        }
+                    }
+                    Op::RemoveMsr(m) => {
+                        let msr = format!("msr_{m}");
+                        bindings.retain(|_, b| b.msr != msr);
+                        loads.remove(&msr);
+                        table.apply(&operator, Change::MsrUnregistered(&msr));
+                    }
                     Op::Load(m, load) => {
                         let msr = format!("msr_{m}");
-                        table.set_load(&msr, report(&msr, load), now);
+                        loads.insert(msr.clone(), report(&msr, load));
+                        let change = Change::LoadReported { msr: &msr, report: report(&msr, load), at: now };
+                        table.apply(&operator, change);
+                    }
+                    Op::Rezone(m, i, z) => {
+                        operator.set_contact_zone(&format!("if{i}@msr_{m}"), &format!("z{z}")).expect("zone");
+                        table.apply(&operator, Change::OperatorChanged);
+                    }
+                    Op::Resite(m, i, site) => {
+                        operator.set_contact_site(&format!("if{i}@msr_{m}"), &format!("s{site}")).expect("site");
+                        table.apply(&operator, Change::OperatorChanged);
+                    }
+                    Op::Coefficient(n, c) => {
+                        operator.set_performance_coefficient(&format!("msr_{n}"), f64::from(c) / 4.0).expect("coefficient");
+                        table.apply(&operator, Change::OperatorChanged);
                     }
                 }
                 table.check_index();
+                // An MSR whose last contact was removed keeps its report
+                // until it is unregistered: the fresh table gets it too.
+                let mut fresh = LoadTable::new("n".into(), place("z0", "s"));
+                for b in bindings.values() {
+                    fresh.apply(&operator, Change::BindingChanged(b));
+                }
+                for (msr, report) in &loads {
+                    let change = Change::LoadReported { msr, report: report.clone(), at: now };
+                    fresh.apply(&operator, change);
+                }
+                proptest::prop_assert_eq!(named(&table), named(&fresh));
                 for zone in ["z0", "z1"] {
                     let view = table.zone(zone);
                     let column = DistanceColumn(Vec::new());
