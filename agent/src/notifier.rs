@@ -62,7 +62,7 @@ use std::time::Duration;
 
 use msr_shared::event_package::{LoadReport, CONTENT_TYPE, EVENT};
 use msr_shared::sip::{
-    self, Method, Request, Response, StatusCode, SubscriptionState, TerminationReason,
+    self, Method, Request, Response, StatusCode, SubscriptionStateHeader, TerminationReason,
 };
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -672,14 +672,14 @@ impl Notifier {
         let remaining = sub.expires_at.saturating_duration_since(now);
         // Round up so a subscriber never sees 0 while the subscription lives.
         let remaining = u32::try_from(remaining.as_millis().div_ceil(1000)).unwrap_or(u32::MAX);
-        self.send_notify(now, id, SubscriptionState::active(remaining));
+        self.send_notify(now, id, SubscriptionStateHeader::active(remaining));
     }
 
     fn terminate(&mut self, now: Instant, id: SubscriptionId, reason: TerminationReason) {
         if let Some(sub) = self.subs.get(&id) {
             info!(subscription = %id, msr = %sub.msr, call_id = %sub.call_id, %reason, "subscription terminated");
         }
-        self.send_notify(now, id, SubscriptionState::terminated(reason));
+        self.send_notify(now, id, SubscriptionStateHeader::terminated(reason));
         // `send_notify` removes the subscription when the NOTIFY cannot be
         // built; then there is nothing to wait for.
         if let Some(sub) = self.subs.get(&id) {
@@ -702,7 +702,7 @@ impl Notifier {
         }
     }
 
-    fn send_notify(&mut self, now: Instant, id: SubscriptionId, state: SubscriptionState) {
+    fn send_notify(&mut self, now: Instant, id: SubscriptionId, state: SubscriptionStateHeader) {
         let contact = self.contact();
         let latest = self.latest;
         let Some(sub) = self.subs.get_mut(&id) else {

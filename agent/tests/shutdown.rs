@@ -19,7 +19,7 @@ use msr_agent::{AgentHandle, SHUTDOWN_GRACE};
 use msr_shared::event_package::{CONTENT_TYPE, EVENT};
 use msr_shared::sip::{
     self, Method, Request, ServerTransaction, SipEndpoint, SipEvent, StatusCode, SubState,
-    SubscriptionState, TerminationReason,
+    SubscriptionStateHeader, TerminationReason,
 };
 use tokio::time::{sleep_until, timeout, Instant};
 use tokio_util::sync::CancellationToken;
@@ -63,8 +63,8 @@ fn is_unregister(r: &Request) -> bool {
     r.method == Method::Register && sip::expires(&r.headers) == Some(0)
 }
 
-fn substate(r: &Request) -> Option<SubscriptionState> {
-    sip::header(&r.headers, "Subscription-State").and_then(SubscriptionState::parse)
+fn substate(r: &Request) -> Option<SubscriptionStateHeader> {
+    sip::header(&r.headers, "Subscription-State").and_then(SubscriptionStateHeader::parse)
 }
 
 impl Collector {

@@ -24,11 +24,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use msr_shared::admin::{
-    format_coefficient, format_number, normalize_zero, Change, ContactProperty, Distance,
-    ErrorBody, ErrorCode, Explain, ExplainCandidate, ExplainOutcome, HealthState, Interval,
-    LegOutcome, MsrInfo, Released, Request, ResourceInfo, Response, ResponseData, Selection,
-    SelectionRule, SiteMatrix, SubscriptionInfo, EVENT_PACKAGE,
+    Change, ContactProperty, Distance, ErrorBody, ErrorCode, Explain, ExplainCandidate,
+    ExplainOutcome, HealthState, Interval, LegOutcome, MsrInfo, Released, Request, ResourceInfo,
+    Response, ResponseData, Selection, SelectionRule, SiteMatrix, SubscriptionInfo, EVENT_PACKAGE,
 };
+use msr_shared::present::{format_coefficient, format_number, normalize_zero};
 use rand::RngCore;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::OwnedWriteHalf;
@@ -330,7 +330,7 @@ fn mutate(
                 ),
             };
             let (previous, default) = (previous.to_owned(), default.clone());
-            match operator.unset_contact(&contact, property == ContactProperty::Site) {
+            match operator.unset_contact(&contact, property) {
                 Ok(_) => changed("contact", &contact, property.as_str(), previous, default),
                 Err(e) => operator_error(&e),
             }
@@ -365,13 +365,13 @@ fn mutate(
 
 fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response {
     match request {
-        Request::SiteList => Response::Ok(ResponseData::Sites {
+        Request::SiteList {} => Response::Ok(ResponseData::Sites {
             sites: ctx.operator.topology().sites().map(str::to_owned).collect(),
         }),
         Request::SiteMatrix { names } => site_matrix(ctx.operator, &names),
-        Request::MsrList => msr_list(ctx, now),
+        Request::MsrList {} => msr_list(ctx, now),
         Request::ResourceList { active_only } => resource_list(ctx, now, active_only),
-        Request::SubscriptionList => subscription_list(ctx, now),
+        Request::SubscriptionList {} => subscription_list(ctx, now),
         Request::Select {
             zone,
             site,
@@ -575,10 +575,7 @@ fn resource_list(ctx: &AdminContext<'_>, now: Instant, active_only: bool) -> Res
                 .registrar
                 .binding(&row.msr, &row.contact)
                 .and_then(|b| b.version.clone()),
-            subscription: ctx
-                .subscriber
-                .view(&row.msr)
-                .map_or_else(|| "none".to_owned(), |s| s.status.to_string()),
+            subscription: ctx.subscriber.view(&row.msr).map(|s| s.status),
             node: row.node,
             msr: row.msr,
             performance_coefficient: row.performance_coefficient,
@@ -634,7 +631,7 @@ fn subscription_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
                     notify_count: s.notify_count,
                     last_notify_unix: s.last_notify_unix,
                     event_id: s.event_id,
-                    status: s.status.to_string(),
+                    status: Some(s.status),
                 },
                 None => SubscriptionInfo {
                     msr: view.msr,
@@ -645,7 +642,7 @@ fn subscription_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
                     notify_count: 0,
                     last_notify_unix: None,
                     event_id: String::new(),
-                    status: "none".into(),
+                    status: None,
                 },
             }
         })

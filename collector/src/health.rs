@@ -63,11 +63,12 @@ use std::fmt;
 use std::time::Duration;
 
 use msr_shared::sip::{self, Method, Request, StatusCode};
+use msr_shared::subscription::SubscriptionState;
 use rsipstack::sip::StatusCodeKind;
 use tokio::time::Instant;
 
 use crate::config::HealthConfig;
-use crate::load_table::{SubscriptionStatus, DEFAULT_SUBSCRIPTION_EXPIRES_SECS};
+use crate::load_table::DEFAULT_SUBSCRIPTION_EXPIRES_SECS;
 
 /// Good signals in a row that bring an unhealthy contact back (SPEC §5).
 pub const RECOVERY_SIGNALS: u32 = 2;
@@ -423,13 +424,13 @@ impl HealthMonitor {
         &mut self,
         now: Instant,
         msr: &str,
-        status: &SubscriptionStatus,
+        status: &SubscriptionState,
         expires_secs: u32,
     ) {
         let Some(m) = self.msrs.get_mut(msr) else {
             return;
         };
-        let failed = *status == SubscriptionStatus::Failed;
+        let failed = *status == SubscriptionState::Failed;
         let newly_failed = failed && !m.subscription_failed;
         m.subscription_failed = failed;
         let secs = if expires_secs > 0 {

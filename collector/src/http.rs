@@ -365,7 +365,7 @@ async fn health(
     if let Some(refused) = no_query(query.as_deref()) {
         return refused;
     }
-    let store = match api.ask(Request::ClusterList).await {
+    let store = match api.ask(Request::ClusterList {}).await {
         Response::Ok(ResponseData::Cluster(view)) => Some(view.store),
         _ => None,
     };
@@ -418,7 +418,7 @@ async fn scrape(
         Response::Ok(ResponseData::Resources { rows }) => rows,
         other => return reply(&other),
     };
-    let msrs = match api.ask(Request::MsrList).await {
+    let msrs = match api.ask(Request::MsrList {}).await {
         Response::Ok(ResponseData::Msrs { msrs }) => msrs,
         other => return reply(&other),
     };

@@ -57,10 +57,10 @@
 //! `check_index` (tests only) checks the invariant member by member.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fmt;
 use std::time::Duration;
 
 use msr_shared::event_package::LoadReport;
+use msr_shared::subscription::SubscriptionState;
 use tokio::time::Instant;
 
 use crate::estimate::{SinceReport, DEFAULT_NOTIFY_FLIGHT_TIME};
@@ -127,43 +127,11 @@ pub enum Change<'a> {
     OperatorChanged,
 }
 
-/// State of the collector's load subscription to one MSR (RFC 6665).
-///
-/// ```text
-/// None ──SUBSCRIBE──▶ Pending ──2xx/NOTIFY──▶ Active ──NOTIFY terminated──▶ Terminated
-///                        └──────error/timeout──────▶ Failed
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SubscriptionStatus {
-    /// SUBSCRIBE sent, no answer yet.
-    Pending,
-    /// Subscribed; NOTIFYs expected.
-    Active,
-    /// The notifier ended it; the text is the `reason` parameter.
-    Terminated(String),
-    /// Refused or timed out.
-    Failed,
-    /// No subscription.
-    None,
-}
-
-impl fmt::Display for SubscriptionStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            SubscriptionStatus::Pending => "pending",
-            SubscriptionStatus::Active => "active",
-            SubscriptionStatus::Terminated(_) => "terminated",
-            SubscriptionStatus::Failed => "failed",
-            SubscriptionStatus::None => "none",
-        })
-    }
-}
-
 /// What the subscriber reports about its subscription to one MSR.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SubscriptionView {
     /// Subscription state.
-    pub status: SubscriptionStatus,
+    pub status: SubscriptionState,
     /// Granted (or requested, while pending) `Expires`, seconds; a load report
     /// older than this is stale.
     pub expires_secs: u32,
@@ -1526,20 +1494,5 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn subscription_status_display() {
-        let shown: Vec<String> = [
-            SubscriptionStatus::Pending,
-            SubscriptionStatus::Active,
-            SubscriptionStatus::Terminated("timeout".into()),
-            SubscriptionStatus::Failed,
-            SubscriptionStatus::None,
-        ]
-        .iter()
-        .map(ToString::to_string)
-        .collect();
-        assert_eq!(shown, ["pending", "active", "terminated", "failed", "none"]);
     }
 }

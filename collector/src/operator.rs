@@ -16,7 +16,8 @@
 
 use std::collections::BTreeMap;
 
-use msr_shared::admin::format_number;
+use msr_shared::admin::ContactProperty;
+use msr_shared::present::format_number;
 use serde::{Deserialize, Serialize};
 
 use crate::names::{self, NameError, NameKind};
@@ -373,22 +374,25 @@ impl OperatorConfig {
         Ok(())
     }
 
-    /// Removes the contact's zone (`site` false) or site (`site` true)
-    /// override; the contact then takes the collector's default. Returns
+    /// Removes the contact's zone or site override (`property`); the
+    /// contact then takes the collector's default. Returns
     /// whether there was one. A contact left without overrides is
     /// forgotten.
     ///
     /// # Errors
     /// [`OperatorError::Name`] for a contact name that breaks the rules.
-    pub fn unset_contact(&mut self, contact: &str, site: bool) -> Result<bool, OperatorError> {
+    pub fn unset_contact(
+        &mut self,
+        contact: &str,
+        property: ContactProperty,
+    ) -> Result<bool, OperatorError> {
         names::check_contact(contact)?;
         let Some(settings) = self.contacts.get_mut(contact) else {
             return Ok(false);
         };
-        let had = if site {
-            settings.site.take().is_some()
-        } else {
-            settings.zone.take().is_some()
+        let had = match property {
+            ContactProperty::Site => settings.site.take().is_some(),
+            ContactProperty::Zone => settings.zone.take().is_some(),
         };
         if settings.zone.is_none() && settings.site.is_none() {
             self.contacts.remove(contact);

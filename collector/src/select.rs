@@ -85,7 +85,7 @@
 use msr_shared::engine::EngineAddresses;
 use std::fmt;
 
-use msr_shared::admin::format_number;
+use msr_shared::present::format_number;
 use rand::Rng;
 use tokio::time::Instant;
 
@@ -434,7 +434,7 @@ pub fn select<R: Rng + ?Sized>(
     query: &Query,
     rng: &mut R,
 ) -> Result<Choice, Refusal> {
-    match run(table, topology, query, Draw::Random(rng), false) {
+    match run(table, topology, query, Draw::Random(rng), Detail::Choice) {
         Ok(explanation) => explanation.outcome,
         // A random draw is always in range; this arm is never taken.
         Err(_) => Err(Refusal::MsrNotFound),
@@ -453,7 +453,7 @@ pub fn explain<R: Rng + ?Sized>(
     query: &Query,
     draw: Draw<'_, R>,
 ) -> Result<Explanation, DrawOutOfRange> {
-    run(table, topology, query, draw, true)
+    run(table, topology, query, draw, Detail::Explanation)
 }
 
 /// The contacts at the minimum finite distance seen so far, one per MSR
@@ -638,15 +638,25 @@ fn steps_1_to_4<'q>(
     }
 }
 
-/// One implementation for [`select`] and [`explain`]; with `record` false
-/// it allocates only the short list of nearest contacts, their weights and
-/// the choice's strings.
+/// How much of a selection [`run`] writes down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Detail {
+    /// The choice only ([`select`], the hot path): [`run`] allocates only
+    /// the short list of nearest contacts, their weights and the choice's
+    /// strings.
+    Choice,
+    /// Every candidate with its outcome and the interval table
+    /// ([`explain`]).
+    Explanation,
+}
+
+/// One implementation for [`select`] and [`explain`].
 fn run<R: Rng + ?Sized>(
     table: &LoadTable,
     topology: &Topology,
     query: &Query,
     mut draw: Draw<'_, R>,
-    record: bool,
+    detail: Detail,
 ) -> Result<Explanation, DrawOutOfRange> {
     let mut explanation = Explanation {
         media_bridge: false,
@@ -695,7 +705,7 @@ fn run<R: Rng + ?Sized>(
     let total = weights.iter().fold(0.0_f64, |total, w| total + w);
     explanation.min_distance = min_distance;
     explanation.total = total;
-    if record {
+    if detail == Detail::Explanation {
         let mut candidates: Vec<ExplainedCandidate> = (0..view.len())
             .filter_map(|position| {
                 let mut c = explain_member(&view, position, &distances, query, &steps)?;

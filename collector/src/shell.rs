@@ -703,7 +703,7 @@ impl Shell {
 
     fn on_admin(&mut self, command: AdminCommand) {
         let now = Instant::now();
-        if command.request == Request::ClusterList {
+        if matches!(command.request, Request::ClusterList {}) {
             answer(
                 command.reply,
                 Response::Ok(ResponseData::Cluster(self.cluster.view())),
@@ -1014,12 +1014,17 @@ impl Shell {
                     call_id,
                     reason,
                     retry_at,
-                } => match retry_at.map(|t| t.saturating_duration_since(now)) {
-                    Some(wait) => {
-                        info!(%msr, %call_id, %reason, retry_in_ms = wait.as_millis() as u64, "subscription terminated")
+                } => {
+                    let reason = reason.as_ref().map(tracing::field::display);
+                    match retry_at.map(|t| t.saturating_duration_since(now)) {
+                        Some(wait) => {
+                            info!(%msr, %call_id, reason, retry_in_ms = wait.as_millis() as u64, "subscription terminated")
+                        }
+                        None => {
+                            info!(%msr, %call_id, reason, "subscription terminated, not retrying")
+                        }
                     }
-                    None => info!(%msr, %call_id, %reason, "subscription terminated, not retrying"),
-                },
+                }
                 SubscriberEvent::Retrying {
                     msr,
                     call_id,

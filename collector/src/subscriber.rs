@@ -83,10 +83,15 @@ use std::time::Duration;
 use msr_shared::backoff::Backoff;
 use msr_shared::event_package::{LoadReport, CONTENT_TYPE, EVENT};
 use msr_shared::refresh::refresh_delay;
-use msr_shared::sip::{self, Method, Request, Response, StatusCode, SubState, SubscriptionState};
+use msr_shared::sip::{
+    self, Method, Request, Response, StatusCode, SubState, SubscriptionStateHeader,
+    TerminationReason,
+};
 use tokio::time::Instant;
 
-use crate::load_table::{SubscriptionStatus, SubscriptionView};
+use msr_shared::subscription::SubscriptionState;
+
+use crate::load_table::SubscriptionView;
 use crate::registrar::Binding;
 
 /// First retry delay after a failed SUBSCRIBE.
@@ -184,8 +189,8 @@ pub enum SubscriberEvent {
         msr: String,
         /// Dialog Call-ID.
         call_id: String,
-        /// The `reason` parameter (empty when absent).
-        reason: String,
+        /// The `reason` parameter, if it had one.
+        reason: Option<TerminationReason>,
         /// When a new subscription is attempted; `None`: not until the MSR
         /// registers again.
         retry_at: Option<Instant>,
@@ -268,14 +273,6 @@ struct EndedDialog {
     awaited: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Phase {
-    Pending,
-    Active,
-    Terminated(String),
-    Failed,
-}
-
 #[derive(Debug)]
 struct Subscription {
     /// Names of the MSR's registered contacts, sorted: to tell a contact
@@ -286,7 +283,7 @@ struct Subscription {
     /// The contact the current (or last) dialog went to.
     target: Option<Target>,
     dialog: Option<Dialog>,
-    phase: Phase,
+    state: SubscriptionState,
     /// `Min-Expires` learnt from a 423: never request less.
     expires_floor: u32,
     /// Last requested or granted duration, seconds.
@@ -313,7 +310,7 @@ impl Subscription {
             first,
             target: None,
             dialog: None,
-            phase: Phase::Pending,
+            state: SubscriptionState::Pending,
             expires_floor: 0,
             expires: 0,
             expires_at: None,
@@ -339,12 +336,7 @@ impl Subscription {
 
     fn view(&self) -> SubscriptionView {
         SubscriptionView {
-            status: match &self.phase {
-                Phase::Pending => SubscriptionStatus::Pending,
-                Phase::Active => SubscriptionStatus::Active,
-                Phase::Terminated(r) => SubscriptionStatus::Terminated(r.clone()),
-                Phase::Failed => SubscriptionStatus::Failed,
-            },
+            status: self.state.clone(),
             expires_secs: self.expires,
             notify_count: self.notify_count,
             last_notify_unix: self.last_notify_unix,
@@ -617,7 +609,7 @@ impl Subscriber {
         let Some(sub) = self.subs.get_mut(msr) else {
             return;
         };
-        sub.phase = Phase::Pending;
+        sub.state = SubscriptionState::Pending;
         sub.expires = expires;
         sub.expires_at = None;
         sub.refresh_at = None;
@@ -757,7 +749,7 @@ impl Subscriber {
             sub.backoff.reset();
             let call_id = dialog.call_id.clone();
             let event = if p.kind == Kind::Initial {
-                sub.phase = Phase::Active;
+                sub.state = SubscriptionState::Active;
                 SubscriberEvent::Active {
                     msr: p.msr.clone(),
                     call_id,
@@ -826,7 +818,7 @@ impl Subscriber {
         let Some(sub) = self.subs.get_mut(msr) else {
             return;
         };
-        sub.phase = Phase::Failed;
+        sub.state = SubscriptionState::Failed;
         sub.expires_at = None;
         sub.refresh_at = None;
         let delay = sub.backoff.next_delay();
@@ -911,8 +903,8 @@ impl Subscriber {
             sip::push_header(&mut resp.headers, "Allow-Events", EVENT);
             return resp;
         }
-        let Some(state) =
-            sip::header(&req.headers, "Subscription-State").and_then(SubscriptionState::parse)
+        let Some(state) = sip::header(&req.headers, "Subscription-State")
+            .and_then(SubscriptionStateHeader::parse)
         else {
             return respond(StatusCode::BadRequest);
         };
@@ -960,8 +952,8 @@ impl Subscriber {
                 return respond(StatusCode::ServerInternalError);
             }
         }
-        let Some(state) =
-            sip::header(&req.headers, "Subscription-State").and_then(SubscriptionState::parse)
+        let Some(state) = sip::header(&req.headers, "Subscription-State")
+            .and_then(SubscriptionStateHeader::parse)
         else {
             return respond(StatusCode::BadRequest);
         };
@@ -996,7 +988,9 @@ impl Subscriber {
             SubState::Active | SubState::Pending => {
                 if let Some(e) = state.expires {
                     let at = now + Duration::from_secs(u64::from(e));
-                    if sub.expires_at.is_none_or(|old| at < old) && sub.phase == Phase::Active {
+                    if sub.expires_at.is_none_or(|old| at < old)
+                        && sub.state == SubscriptionState::Active
+                    {
                         sub.expires_at = Some(at);
                         let refresh = now + refresh_delay(e);
                         sub.refresh_at = Some(sub.refresh_at.map_or(refresh, |r| r.min(refresh)));
@@ -1004,11 +998,10 @@ impl Subscriber {
                 }
             }
             SubState::Terminated => {
-                let reason = state.reason.clone();
+                let reason = state.reason;
                 sub.expires_at = None;
                 sub.refresh_at = None;
-                let text = reason.as_ref().map(ToString::to_string).unwrap_or_default();
-                sub.phase = Phase::Terminated(text.clone());
+                sub.state = SubscriptionState::Terminated(reason.clone());
                 let retry_at = if reason.as_ref().is_none_or(|r| r.may_retry()) {
                     let wait = Duration::from_secs(u64::from(state.retry_after.unwrap_or(0)));
                     Some(now + wait)
@@ -1021,7 +1014,7 @@ impl Subscriber {
                 self.events.push_back(SubscriberEvent::Terminated {
                     msr: msr.to_owned(),
                     call_id,
-                    reason: text,
+                    reason,
                     retry_at,
                 });
             }

@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use msr_shared::admin::format_number;
+use msr_shared::present::format_number;
 
 use crate::names::{self, NameError, NameKind};
 

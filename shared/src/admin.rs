@@ -22,15 +22,21 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::present::{format_number, normalize_zero};
+use crate::subscription::SubscriptionState;
+
 /// The name of the only event package a subscription can be set for (SPEC §4).
 pub const EVENT_PACKAGE: &str = crate::event_package::EVENT;
 
 /// One control request (one JSON line).
 ///
 /// Unknown fields are refused for every op, including the ops without
-/// fields (`{"op":"msr_list","x":1}` is a `bad_request`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
+/// fields (`{"op":"msr_list","x":1}` is a `bad_request`): those are empty
+/// struct variants (`MsrList {}`), because serde ignores extra fields of a
+/// unit variant of an internally tagged enum even with
+/// `deny_unknown_fields`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
     /// Declare a site (SPEC §6). Declaring an existing site is refused.
     SiteDeclare {
@@ -43,7 +49,7 @@ pub enum Request {
         name: String,
     },
     /// List declared sites, sorted by name.
-    SiteList,
+    SiteList {},
     /// Set the distance between two declared sites (symmetric; `a == b`
     /// sets the site's own distance).
     SiteDistance {
@@ -58,6 +64,7 @@ pub enum Request {
     /// named sites (all sites when `names` is empty).
     SiteMatrix {
         /// Sites to show as columns; empty = all (optional on the wire).
+        #[serde(default)]
         names: Vec<String>,
     },
     /// Set an MSR's performance coefficient (SPEC §6; positive, finite).
@@ -75,11 +82,12 @@ pub enum Request {
         active: bool,
     },
     /// List MSRs (known from registration or from operator configuration).
-    MsrList,
+    MsrList {},
     /// List the live load table (SPEC §5).
     ResourceList {
         /// Only rows that selection may use (registered and active); optional
         /// on the wire, default `false`.
+        #[serde(default)]
         active_only: bool,
     },
     /// Set the zone of one contact (`{iface}@{msr}`).
@@ -114,7 +122,7 @@ pub enum Request {
         expires: u32,
     },
     /// List the load subscriptions, one row per MSR.
-    SubscriptionList,
+    SubscriptionList {},
     /// Set an MSR's load limit, percent (SPEC §9): it takes no new leg at
     /// or above it; the conference thresholds are fractions of it.
     MsrSetLoadLimit {
@@ -138,6 +146,7 @@ pub enum Request {
         random: Option<f64>,
         /// Return the candidates and the interval table (optional on the wire,
         /// default `false`).
+        #[serde(default)]
         explain: bool,
         /// The SIP Call-ID of the leg: the selection creates (or finds) a
         /// leg (optional on the wire).
@@ -159,101 +168,7 @@ pub enum Request {
     /// The core hosts of the cluster and the state of the operator store
     /// (SPEC §12): one row per live collector (lease-backed membership in
     /// etcd; this collector alone with the file store).
-    ClusterList,
-}
-
-/// The wire form [`Request`] is read from. It mirrors [`Request`] field for
-/// field (serde's `remote` derive checks that), except that the ops without
-/// fields are empty struct variants: serde ignores extra fields of a unit
-/// variant of an internally tagged enum even with `deny_unknown_fields`, but
-/// refuses them for a struct variant.
-#[derive(Deserialize)]
-#[serde(
-    remote = "Request",
-    tag = "op",
-    rename_all = "snake_case",
-    deny_unknown_fields
-)]
-enum RequestRepr {
-    SiteDeclare {
-        name: String,
-    },
-    SiteRemove {
-        name: String,
-    },
-    SiteList {},
-    SiteDistance {
-        a: String,
-        b: String,
-        distance: Distance,
-    },
-    SiteMatrix {
-        #[serde(default)]
-        names: Vec<String>,
-    },
-    MsrSetPerformanceCoefficient {
-        msr: String,
-        value: f64,
-    },
-    MsrSetActive {
-        msr: String,
-        active: bool,
-    },
-    MsrList {},
-    ResourceList {
-        #[serde(default)]
-        active_only: bool,
-    },
-    ResourceSetZone {
-        contact: String,
-        zone: String,
-    },
-    ResourceSetSite {
-        contact: String,
-        site: String,
-    },
-    ResourceUnset {
-        contact: String,
-        property: ContactProperty,
-    },
-    SubscriptionSetExpires {
-        msr: String,
-        event: String,
-        expires: u32,
-    },
-    SubscriptionList {},
-    MsrSetLoadLimit {
-        msr: String,
-        value: u32,
-    },
-    Select {
-        zone: String,
-        site: String,
-        #[serde(default)]
-        msr: Option<String>,
-        #[serde(default)]
-        random: Option<f64>,
-        #[serde(default)]
-        explain: bool,
-        #[serde(default)]
-        call_id: Option<String>,
-        #[serde(default)]
-        leg: Option<String>,
-        #[serde(default)]
-        conference: Option<String>,
-    },
-    Release {
-        call_id: String,
-        #[serde(default)]
-        leg: Option<String>,
-    },
     ClusterList {},
-}
-
-impl<'de> Deserialize<'de> for Request {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        RequestRepr::deserialize(deserializer)
-    }
 }
 
 impl Request {
@@ -325,71 +240,6 @@ impl Distance {
         } else {
             Distance::Finite(normalize_zero(value))
         }
-    }
-}
-
-/// `value`, with `-0.0` replaced by `0.0` (they compare equal, but `-0`
-/// would be shown). Other values, NaN included, are returned unchanged.
-pub fn normalize_zero(value: f64) -> f64 {
-    if value == 0.0 {
-        0.0
-    } else {
-        value
-    }
-}
-
-/// Magnitude from which [`format_number`] switches to exponent form.
-pub const EXPONENT_ABOVE: f64 = 1e15;
-
-/// Magnitude below which [`format_number`] switches to exponent form
-/// (zero excepted).
-pub const EXPONENT_BELOW: f64 = 1e-6;
-
-/// Significant digits [`format_number`] keeps: enough for any operator
-/// value, few enough to drop binary noise such as `99.00000000000001`.
-const SIGNIFICANT_DIGITS: usize = 12;
-
-/// Formats a number for people (msrctl's tables and the `from`/`to` texts of
-/// a change): a whole number exactly, without a trailing `.0` (`32`);
-/// others with at most 12 significant digits (`2.5`, `99` for
-/// `99.00000000000001`); `-0` is `0`; in exponent
-/// form from 1e15 and below 1e-6 (`1e308`, `5e-324`); `infinity` for an
-/// infinite value.
-pub fn format_number(value: f64) -> String {
-    if value.is_infinite() {
-        return if value > 0.0 { "infinity" } else { "-infinity" }.to_owned();
-    }
-    if value.is_nan() {
-        return "nan".to_owned();
-    }
-    let value = normalize_zero(value);
-    if value.fract() == 0.0 && value.abs() < EXPONENT_ABOVE {
-        // A whole number is shown exactly.
-        return format!("{value}");
-    }
-    // Rounds to SIGNIFICANT_DIGITS through the decimal text; the parse of
-    // text that `{:e}` wrote cannot fail, and keeps `value` if it did.
-    let rounded = format!("{:.*e}", SIGNIFICANT_DIGITS - 1, value)
-        .parse::<f64>()
-        .ok()
-        .filter(|r| r.is_finite())
-        .map_or(value, normalize_zero);
-    let magnitude = rounded.abs();
-    if magnitude >= EXPONENT_ABOVE || (magnitude != 0.0 && magnitude < EXPONENT_BELOW) {
-        format!("{rounded:e}")
-    } else {
-        format!("{rounded}")
-    }
-}
-
-/// Formats a performance coefficient seed-style: a whole number keeps its
-/// `.0` (`1.0`, `2.0`), others as [`format_number`] (`0.9`, `1e20`).
-pub fn format_coefficient(value: f64) -> String {
-    let text = format_number(value);
-    if value.is_finite() && text.bytes().all(|b| b.is_ascii_digit() || b == b'-') {
-        text + ".0"
-    } else {
-        text
     }
 }
 
@@ -905,9 +755,10 @@ pub struct ResourceInfo {
     pub status: String,
     /// Seconds until the registration expires (0 when expired).
     pub expires_secs: u64,
-    /// Subscription status of the MSR: `pending`, `active`, `terminated`,
-    /// `failed` or `none`.
-    pub subscription: String,
+    /// Subscription state of the MSR (`pending`, `active`, `terminated`
+    /// or `failed`); `None`, `none` on the wire, when it has none.
+    #[serde(with = "subscription_or_none")]
+    pub subscription: Option<SubscriptionState>,
     /// Live legs on this contact (SPEC §9).
     #[serde(default)]
     pub live_legs: u32,
@@ -939,8 +790,74 @@ pub struct SubscriptionInfo {
     pub last_notify_unix: Option<i64>,
     /// Event id (dialog identifier).
     pub event_id: String,
-    /// `pending`, `active`, `terminated`, `failed` or `none`.
-    pub status: String,
+    /// `pending`, `active`, `terminated` or `failed`; `None`, `none` on
+    /// the wire, when the MSR has no subscription.
+    #[serde(with = "subscription_or_none")]
+    pub status: Option<SubscriptionState>,
+}
+
+/// The wire name of a subscription state: its own name, `none` for no
+/// subscription (msrctl shows the same word).
+pub fn subscription_name(state: Option<&SubscriptionState>) -> &'static str {
+    state.map_or("none", SubscriptionState::as_str)
+}
+
+/// On the wire a subscription state is its name; a `terminated` one is
+/// read back without its reason, which the protocol does not carry.
+impl Serialize for SubscriptionState {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for SubscriptionState {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        subscription_from_name(&name)
+            .flatten()
+            .ok_or_else(|| serde::de::Error::unknown_variant(&name, SUBSCRIPTION_NAMES))
+    }
+}
+
+/// What a subscription state's name may be on the wire.
+const SUBSCRIPTION_NAMES: &[&str] = &["pending", "active", "terminated", "failed"];
+
+/// `Some(None)` for `none`, `Some(Some(state))` for a state's name, `None`
+/// for any other word.
+fn subscription_from_name(name: &str) -> Option<Option<SubscriptionState>> {
+    Some(match name {
+        "none" => None,
+        "pending" => Some(SubscriptionState::Pending),
+        "active" => Some(SubscriptionState::Active),
+        "terminated" => Some(SubscriptionState::Terminated(None)),
+        "failed" => Some(SubscriptionState::Failed),
+        _ => return None,
+    })
+}
+
+/// `Option<SubscriptionState>` as one string: the state's name, or `none`.
+mod subscription_or_none {
+    use super::{subscription_from_name, subscription_name, SubscriptionState};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        state: &Option<SubscriptionState>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(subscription_name(state.as_ref()))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<SubscriptionState>, D::Error> {
+        let name = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        subscription_from_name(&name).ok_or_else(|| {
+            serde::de::Error::unknown_variant(
+                &name,
+                &["pending", "active", "terminated", "failed", "none"],
+            )
+        })
+    }
 }
 
 /// The result of a selection (SPEC §7).
@@ -1156,12 +1073,12 @@ mod tests {
     }
 
     /// One request of every op. The match is exhaustive: a new op must be
-    /// added here, and so is checked to be readable through `RequestRepr`.
+    /// added here, and so is checked to read back and to refuse unknown fields.
     fn every_op() -> Vec<Request> {
         let all = vec![
             Request::SiteDeclare { name: "a".into() },
             Request::SiteRemove { name: "a".into() },
-            Request::SiteList,
+            Request::SiteList {},
             Request::SiteDistance {
                 a: "a".into(),
                 b: "b".into(),
@@ -1178,7 +1095,7 @@ mod tests {
                 msr: "m".into(),
                 active: false,
             },
-            Request::MsrList,
+            Request::MsrList {},
             Request::ResourceList { active_only: true },
             Request::ResourceSetZone {
                 contact: "lo@m".into(),
@@ -1197,7 +1114,7 @@ mod tests {
                 event: EVENT_PACKAGE.into(),
                 expires: 30,
             },
-            Request::SubscriptionList,
+            Request::SubscriptionList {},
             Request::Select {
                 zone: "z".into(),
                 site: "s".into(),
@@ -1216,28 +1133,28 @@ mod tests {
                 msr: "m".into(),
                 value: 80,
             },
-            Request::ClusterList,
+            Request::ClusterList {},
         ];
         for request in &all {
             match request {
                 Request::SiteDeclare { .. }
                 | Request::SiteRemove { .. }
-                | Request::SiteList
+                | Request::SiteList {}
                 | Request::SiteDistance { .. }
                 | Request::SiteMatrix { .. }
                 | Request::MsrSetPerformanceCoefficient { .. }
                 | Request::MsrSetActive { .. }
-                | Request::MsrList
+                | Request::MsrList {}
                 | Request::ResourceList { .. }
                 | Request::ResourceSetZone { .. }
                 | Request::ResourceSetSite { .. }
                 | Request::ResourceUnset { .. }
                 | Request::SubscriptionSetExpires { .. }
-                | Request::SubscriptionList
+                | Request::SubscriptionList {}
                 | Request::Select { .. }
                 | Request::Release { .. }
                 | Request::MsrSetLoadLimit { .. }
-                | Request::ClusterList => {}
+                | Request::ClusterList {} => {}
             }
         }
         all
@@ -1251,7 +1168,7 @@ mod tests {
             assert_eq!(back, request, "{line}");
         }
         assert_eq!(
-            serde_json::to_string(&Request::MsrList).expect("serialize"),
+            serde_json::to_string(&Request::MsrList {}).expect("serialize"),
             r#"{"op":"msr_list"}"#
         );
     }
@@ -1305,6 +1222,7 @@ mod tests {
         );
         assert!(serde_json::from_str::<Distance>("\"far\"").is_err());
         assert_eq!(Distance::Finite(32.0).to_string(), "32");
+        assert_eq!(Distance::Finite(1e308).to_string(), "1e308");
         // Negative numbers are read; the collector's validation refuses them.
         assert_eq!(
             serde_json::from_str::<Distance>("-1").expect("negative"),
@@ -1350,51 +1268,6 @@ mod tests {
             assert!(value == 0.0 && value.is_sign_positive(), "{json}: {value}");
         }
         assert_eq!(Distance::from_f64(-0.0).to_string(), "0");
-        assert!(normalize_zero(-0.0).is_sign_positive());
-        assert_eq!(normalize_zero(-2.0), -2.0);
-    }
-
-    #[test]
-    fn numbers_are_formatted_compactly() {
-        for (value, text) in [
-            (0.0, "0"),
-            (-0.0, "0"),
-            (32.0, "32"),
-            (2.5, "2.5"),
-            (0.9, "0.9"),
-            (-1.0, "-1"),
-            (99.000_000_000_000_01, "99"),
-            (54.000_000_000_000_01, "54"),
-            (0.1 + 0.2, "0.3"),
-            (999_999_999_999_999.0, "999999999999999"),
-            (123_456_789_012_345.0, "123456789012345"),
-            (1_234_567.891_234_567, "1234567.89123"),
-            (99.999_999_999_999_99, "100"),
-            (1e15, "1e15"),
-            (1e308, "1e308"),
-            (f64::MAX, "1.79769313486e308"),
-            (1.5e20, "1.5e20"),
-            (0.000_001, "0.000001"),
-            (0.000_000_5, "5e-7"),
-            (5e-324, "5e-324"),
-            (-1e300, "-1e300"),
-            (f64::INFINITY, "infinity"),
-        ] {
-            assert_eq!(format_number(value), text, "{value:?}");
-        }
-        assert!(format_number(1e308).len() < 10);
-        assert_eq!(Distance::Finite(1e308).to_string(), "1e308");
-        for (value, text) in [
-            (1.0, "1.0"),
-            (2.0, "2.0"),
-            (0.9, "0.9"),
-            (-0.0, "0.0"),
-            (1e20, "1e20"),
-            (5e-324, "5e-324"),
-            (123_456.0, "123456.0"),
-        ] {
-            assert_eq!(format_coefficient(value), text, "{value:?}");
-        }
     }
 
     #[test]
@@ -1468,6 +1341,48 @@ mod tests {
             serde_json::to_string(&ErrorCode::MsrUnhealthy).expect("serialize"),
             "\"msr_unhealthy\""
         );
+    }
+
+    #[test]
+    fn subscription_states_are_their_names_on_the_wire() {
+        let states = [
+            Some(SubscriptionState::Pending),
+            Some(SubscriptionState::Active),
+            Some(SubscriptionState::Terminated(Some(
+                crate::sip::TerminationReason::Timeout,
+            ))),
+            Some(SubscriptionState::Failed),
+            None,
+        ];
+        let shown: Vec<&str> = states
+            .iter()
+            .map(|s| subscription_name(s.as_ref()))
+            .collect();
+        assert_eq!(shown, ["pending", "active", "terminated", "failed", "none"]);
+        for state in states {
+            let info = SubscriptionInfo {
+                msr: "m".into(),
+                registered: true,
+                event: EVENT_PACKAGE.into(),
+                active: true,
+                expires: 60,
+                notify_count: 0,
+                last_notify_unix: None,
+                event_id: String::new(),
+                status: state.clone(),
+            };
+            let json = serde_json::to_value(&info).expect("serialize");
+            assert_eq!(json["status"], subscription_name(state.as_ref()));
+            let back: SubscriptionInfo = serde_json::from_value(json).expect("parse");
+            // The reason of a `terminated` state does not travel.
+            let expected = match state {
+                Some(SubscriptionState::Terminated(_)) => Some(SubscriptionState::Terminated(None)),
+                other => other,
+            };
+            assert_eq!(back.status, expected);
+        }
+        assert!(serde_json::from_str::<SubscriptionState>("\"none\"").is_err());
+        assert!(serde_json::from_str::<SubscriptionState>("\"gone\"").is_err());
     }
 
     #[test]

@@ -9,10 +9,15 @@
 //!   transaction layer.
 //! * [`engine`] — the media engine's addresses and their encoding in the
 //!   REGISTER's Contact URI (SPEC §3).
+//! * [`subscription`] — [`subscription::SubscriptionState`], where an
+//!   RFC 6665 subscription stands for its subscriber (one type for the
+//!   collector's subscriber, load table and control protocol).
 //! * [`backoff`] — capped exponential backoff, pure.
 //! * [`refresh`] — when a registration or a subscription is refreshed
 //!   (one rule for REGISTER and SUBSCRIBE, sized by Timer F).
 //! * [`admin`] — the collector control protocol (the only serde wire types).
+//! * [`present`] — how numbers are shown to people (`format_number`,
+//!   `format_coefficient`, `normalize_zero`).
 //! * [`logging`] — the daemons' default log filter, the escaping of every
 //!   logged value and the rate limit of lines strangers can cause.
 //! * [`log_limit`] — the rate limit of log lines, with suppressed counts.
@@ -30,6 +35,8 @@ pub mod event_package;
 pub mod fs;
 pub mod log_limit;
 pub mod logging;
+pub mod present;
 pub mod refresh;
 pub mod signals;
 pub mod sip;
+pub mod subscription;

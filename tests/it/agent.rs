@@ -14,7 +14,7 @@ use std::time::Duration;
 use msr_agent::AgentHandle;
 use msr_shared::event_package::{LoadReport, CONTENT_TYPE, EVENT};
 use msr_shared::sip::{
-    self, Method, Response, SipEndpoint, SipEvent, StatusCode, SubState, SubscriptionState,
+    self, Method, Response, SipEndpoint, SipEvent, StatusCode, SubState, SubscriptionStateHeader,
 };
 use system_tests::{free_udp_port, init_tracing, run_sipp, sipp_scenario, wait_udp_bound};
 use tokio_util::sync::CancellationToken;
@@ -108,7 +108,7 @@ impl Agent {
 struct Subscriber {
     endpoint: SipEndpoint,
     _cancel: CancellationToken,
-    notifies: VecDeque<(SubscriptionState, LoadReport, sip::Request)>,
+    notifies: VecDeque<(SubscriptionStateHeader, LoadReport, sip::Request)>,
     responses: VecDeque<(u64, Response)>,
     next_id: u64,
     call_id: String,
@@ -202,7 +202,7 @@ impl Subscriber {
                 tx.respond(response).await;
                 if request.method == Method::Notify {
                     let state = sip::header(&request.headers, "Subscription-State")
-                        .and_then(SubscriptionState::parse)
+                        .and_then(SubscriptionStateHeader::parse)
                         .expect("subscription-state");
                     let report = LoadReport::decode(&request.body).expect("notify body");
                     self.notifies.push_back((state, report, request));
@@ -218,8 +218,8 @@ impl Subscriber {
     async fn notify_where(
         &mut self,
         limit: Duration,
-        pred: impl Fn(&SubscriptionState, &LoadReport) -> bool,
-    ) -> Option<(SubscriptionState, LoadReport)> {
+        pred: impl Fn(&SubscriptionStateHeader, &LoadReport) -> bool,
+    ) -> Option<(SubscriptionStateHeader, LoadReport)> {
         tokio::time::timeout(limit, async {
             loop {
                 while let Some((s, r, _)) = self.notifies.pop_front() {

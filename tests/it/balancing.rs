@@ -100,7 +100,7 @@ async fn calls_placed_and_released_at_moderate_load_all_land_and_leave_no_leg() 
     assert_eq!(count("release_anomalies"), 0, "every release ended one leg");
     assert_eq!(count("live_legs_after"), 0, "{stdout}");
     // As the operator reads it.
-    match collector.ok(&Request::MsrList).await {
+    match collector.ok(&Request::MsrList {}).await {
         ResponseData::Msrs { msrs } => {
             assert!(msrs.iter().all(|m| m.live_legs == 0), "{msrs:?}");
             assert_eq!(msrs.len(), MSRS.len());

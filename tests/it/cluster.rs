@@ -25,7 +25,7 @@ fn opts(node: &str) -> CollectorOpts {
 }
 
 async fn cluster(c: &Collector) -> Option<ClusterView> {
-    match c.call(&Request::ClusterList).await.ok()? {
+    match c.call(&Request::ClusterList {}).await.ok()? {
         Response::Ok(ResponseData::Cluster(view)) => Some(view),
         _ => None,
     }
@@ -48,14 +48,14 @@ async fn wait_cluster(
 }
 
 async fn sites(client: &mut AdminClient) -> Vec<String> {
-    match client.call(&Request::SiteList).await {
+    match client.call(&Request::SiteList {}).await {
         Ok(Response::Ok(ResponseData::Sites { sites })) => sites,
         other => panic!("site list: {other:?}"),
     }
 }
 
 async fn msrs(c: &Collector) -> Vec<MsrInfo> {
-    match c.ok(&Request::MsrList).await {
+    match c.ok(&Request::MsrList {}).await {
         ResponseData::Msrs { msrs } => msrs,
         other => panic!("msr list: {other:?}"),
     }
@@ -162,7 +162,7 @@ async fn three_collectors_share_one_configuration() {
             }
             loop {
                 let Ok(Response::Ok(ResponseData::Msrs { msrs })) =
-                    client.call(&Request::MsrList).await
+                    client.call(&Request::MsrList {}).await
                 else {
                     panic!("msr list");
                 };

@@ -12,6 +12,7 @@ use msr_collector::CollectorHandle;
 use msr_shared::admin::{
     ErrorCode, ExplainOutcome, HealthState, Request, ResourceInfo, Response, ResponseData,
 };
+use msr_shared::subscription::SubscriptionState;
 use system_tests::{
     bin_path, example, free_udp_port, init_tracing, run_sipp, sipp_scenario, wait_udp_bound,
     AdminClient,
@@ -190,14 +191,14 @@ async fn sipp_msr_registers_reports_load_and_unregisters() {
     assert_eq!(row.node, "core1@test");
     assert_eq!(row.version.as_deref(), Some("9.9.9"));
     assert_eq!(row.status, "registered");
-    assert_eq!(row.subscription, "active");
+    assert_eq!(row.subscription, Some(SubscriptionState::Active));
     assert_eq!(
         (row.cpu, row.calls, row.max_calls),
         (Some(21), Some(303), Some(8192))
     );
     assert!(!row.stale);
     match client
-        .call(&Request::SubscriptionList)
+        .call(&Request::SubscriptionList {})
         .await
         .expect("subscription list")
     {
@@ -207,9 +208,9 @@ async fn sipp_msr_registers_reports_load_and_unregisters() {
                 (
                     rows[0].expires,
                     rows[0].notify_count,
-                    rows[0].status.as_str()
+                    rows[0].status.clone()
                 ),
-                (60, 1, "active")
+                (60, 1, Some(SubscriptionState::Active))
             );
             assert_eq!(rows[0].event_id.len(), 16);
             assert!(rows[0].last_notify_unix.is_some());
@@ -324,14 +325,18 @@ async fn real_agent_registers_and_reports_load() {
         .expect("control socket");
     let row = poll_rows(&mut client, |rows| {
         rows.iter()
-            .find(|r| r.msr == "msr_7" && r.load.is_some() && r.subscription == "active")
+            .find(|r| {
+                r.msr == "msr_7"
+                    && r.load.is_some()
+                    && r.subscription == Some(SubscriptionState::Active)
+            })
             .cloned()
     })
     .await
     .expect("the agent's load reaches the table");
     assert_eq!(row.contact, "lo@msr_7");
     assert_eq!(row.load, Some(7));
-    assert_eq!(row.subscription, "active");
+    assert_eq!(row.subscription, Some(SubscriptionState::Active));
     assert_eq!(row.version.as_deref(), Some(env!("CARGO_PKG_VERSION")));
     // SPEC §3: the media engine's addresses came with the REGISTER, and a
     // selection answers them: the core parks the leg on the engine, not on

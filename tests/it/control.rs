@@ -26,7 +26,7 @@ async fn one_user_holding_its_share_does_not_lock_out_another() {
         let mut client = AdminClient::connect(&collector.socket)
             .await
             .expect("connect");
-        let answer = client.call(&Request::SiteList).await.expect("answer");
+        let answer = client.call(&Request::SiteList {}).await.expect("answer");
         assert!(matches!(answer, Response::Ok(_)), "{answer:?}");
         held.push(client);
     }

@@ -295,7 +295,7 @@ async fn the_http_api_selects_releases_and_counts_as_the_control_socket_does() {
         sample(&metrics, "msr_collector_released_legs_total", &[]),
         Some(f64::from(CALLS))
     );
-    match collector.ok(&Request::MsrList).await {
+    match collector.ok(&Request::MsrList {}).await {
         ResponseData::Msrs { msrs } => assert!(msrs.iter().all(|m| m.live_legs == 0), "{msrs:?}"),
         other => panic!("{other:?}"),
     }
@@ -414,7 +414,7 @@ async fn the_redirect_server_answers_302_to_the_chosen_engine_one_leg_per_call_i
         .await
         .expect("sipp");
     assert_eq!(code, 0, "sipp: {out}");
-    let legs: u32 = match collector.ok(&Request::MsrList).await {
+    let legs: u32 = match collector.ok(&Request::MsrList {}).await {
         ResponseData::Msrs { msrs } => msrs.iter().map(|m| m.live_legs).sum(),
         other => panic!("{other:?}"),
     };
@@ -495,7 +495,7 @@ async fn the_redirect_server_resends_its_302_and_answers_cancel_as_rfc_3261_says
     assert!(stray.starts_with("SIP/2.0 481 "), "{stray}");
     // One selection for the INVITE and its retransmission; the CANCEL
     // released nothing.
-    let legs: u32 = match collector.ok(&Request::MsrList).await {
+    let legs: u32 = match collector.ok(&Request::MsrList {}).await {
         ResponseData::Msrs { msrs } => msrs.iter().map(|m| m.live_legs).sum(),
         other => panic!("{other:?}"),
     };

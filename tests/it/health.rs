@@ -10,6 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use msr_shared::admin::{HealthState, Request, ResourceInfo, Response, ResponseData};
+use msr_shared::subscription::SubscriptionState;
 use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts};
 use system_tests::AdminClient;
 
@@ -253,7 +254,9 @@ async fn dead_and_stopped_msrs_stop_getting_legs_and_come_back() {
         .wait_rows(secs(30), |rows| {
             rows.iter()
                 .find(|r| {
-                    r.msr == "msr_1" && r.report_age_secs == Some(0) && r.subscription == "active"
+                    r.msr == "msr_1"
+                        && r.report_age_secs == Some(0)
+                        && r.subscription == Some(SubscriptionState::Active)
                 })
                 .map(|_| Instant::now())
         })

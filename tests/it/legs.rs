@@ -46,7 +46,7 @@ async fn released(client: &mut AdminClient, request: &Request) -> u32 {
 
 /// Live legs per MSR, from `msr list` as an operator reads it.
 async fn live_legs(collector: &Collector) -> BTreeMap<String, u32> {
-    match collector.ok(&Request::MsrList).await {
+    match collector.ok(&Request::MsrList {}).await {
         ResponseData::Msrs { msrs } => msrs.into_iter().map(|m| (m.name, m.live_legs)).collect(),
         other => panic!("{other:?}"),
     }

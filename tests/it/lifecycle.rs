@@ -18,7 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use msr_shared::admin::{Request, ResourceInfo, ResponseData, SubscriptionInfo};
+use msr_shared::admin::{subscription_name, Request, ResourceInfo, ResponseData, SubscriptionInfo};
+use msr_shared::subscription::SubscriptionState;
 use system_tests::system::{
     agent_xml, live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts,
 };
@@ -61,7 +62,7 @@ async fn active_subscription(collector: &Collector, msr: &str) -> SubscriptionIn
     collector
         .wait_subs(secs(5), |s| {
             s.iter()
-                .find(|s| s.msr == msr && s.status == "active")
+                .find(|s| s.msr == msr && s.status == Some(SubscriptionState::Active))
                 .cloned()
         })
         .await
@@ -73,7 +74,12 @@ fn table_summary(rows: &[ResourceInfo]) -> Vec<String> {
         .map(|r| {
             format!(
                 "{} {} sub={} load={:?} stale={} age={:?}",
-                r.contact, r.status, r.subscription, r.load, r.stale, r.report_age_secs
+                r.contact,
+                r.status,
+                subscription_name(r.subscription.as_ref()),
+                r.load,
+                r.stale,
+                r.report_age_secs
             )
         })
         .collect()
@@ -137,7 +143,11 @@ async fn register_subscribe_notify_refresh_load_change_and_sigterm() {
         })
         .await
         .expect("notify count rises across refreshes");
-    assert_eq!(refreshed.status, "active", "{refreshed:?}");
+    assert_eq!(
+        refreshed.status,
+        Some(SubscriptionState::Active),
+        "{refreshed:?}"
+    );
     assert_eq!(
         refreshed.event_id, first.event_id,
         "a refresh keeps the dialog: {first:?} → {refreshed:?}"
@@ -172,7 +182,9 @@ async fn register_subscribe_notify_refresh_load_change_and_sigterm() {
             subs.iter()
                 .all(|s| {
                     s.msr != "msr_1"
-                        || (s.status != "active" && s.status != "pending" && !s.registered)
+                        || (s.status != Some(SubscriptionState::Active)
+                            && s.status != Some(SubscriptionState::Pending)
+                            && !s.registered)
                 })
                 .then(|| subs.to_vec())
         })
@@ -450,7 +462,7 @@ async fn agent_config_edited_live() {
     let subs = collector.subscriptions().await.unwrap_or_default();
     assert!(
         subs.iter()
-            .all(|s| s.msr != "msr_b" || s.status != "active"),
+            .all(|s| s.msr != "msr_b" || s.status != Some(SubscriptionState::Active)),
         "{subs:?}"
     );
     assert!(live_row(
@@ -606,7 +618,11 @@ async fn two_collectors_each_subscribe_in_their_own_dialog() {
         let s = c
             .wait_subs(secs(5), |s| {
                 s.iter()
-                    .find(|s| s.msr == "msr_1" && s.status == "active" && s.notify_count >= 1)
+                    .find(|s| {
+                        s.msr == "msr_1"
+                            && s.status == Some(SubscriptionState::Active)
+                            && s.notify_count >= 1
+                    })
                     .cloned()
             })
             .await
@@ -691,7 +707,7 @@ async fn fifty_accounts_register_at_once() {
     let subs = collector
         .wait_subs(secs(5), |s| {
             (s.iter()
-                .filter(|s| s.status == "active" && s.registered)
+                .filter(|s| s.status == Some(SubscriptionState::Active) && s.registered)
                 .count()
                 == 50)
                 .then(|| s.to_vec())

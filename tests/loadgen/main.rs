@@ -38,6 +38,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use msr_shared::admin::{ErrorCode, Request, Response, ResponseData};
 use msr_shared::event_package::{LoadReport, CONTENT_TYPE, EVENT};
 use msr_shared::sip::{self, Method, SipMessage, StatusCode};
+use msr_shared::subscription::SubscriptionState;
 use rsipstack::dialog::authenticate::compute_digest;
 use rsipstack::sip::headers::auth::{Algorithm, AuthQop};
 use system_tests::system::try_write_atomic;
@@ -1784,7 +1785,7 @@ async fn declare_site(admin: &mut AdminClient, site: &str) -> anyhow::Result<()>
 
 /// NOTIFYs each of `names` has sent on its current subscription.
 async fn notify_counts(admin: &mut AdminClient, names: &[String]) -> anyhow::Result<Vec<u64>> {
-    let rows = match admin.call(&Request::SubscriptionList).await? {
+    let rows = match admin.call(&Request::SubscriptionList {}).await? {
         Response::Ok(ResponseData::Subscriptions { rows }) => rows,
         other => bail!("subscription list: unexpected answer {other:?}"),
     };
@@ -1818,7 +1819,7 @@ async fn wait_idle_pool(
                         .find(|r| {
                             &r.msr == n
                                 && r.status == "registered"
-                                && r.subscription == "active"
+                                && r.subscription == Some(SubscriptionState::Active)
                                 && r.calls == Some(0)
                         })
                         .and_then(|r| r.max_calls)
@@ -2032,7 +2033,7 @@ async fn calls(args: CallsArgs) -> anyhow::Result<()> {
             _ => s.release_anomalies += 1,
         }
     }
-    s.live_legs_after = match admin.call(&Request::MsrList).await? {
+    s.live_legs_after = match admin.call(&Request::MsrList {}).await? {
         Response::Ok(ResponseData::Msrs { msrs }) => msrs
             .iter()
             .filter(|m| index.contains_key(m.name.as_str()))

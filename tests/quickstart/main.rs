@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use msr_shared::admin::{Request, ResourceInfo, Response, ResponseData};
+use msr_shared::admin::{subscription_name, Request, ResourceInfo, Response, ResponseData};
+use msr_shared::subscription::SubscriptionState;
 use system_tests::{bin_path, example, workspace_root, AdminClient, ChildGuard};
 
 /// Run a local collector with three agents on 127.0.0.1 and show selection at work.
@@ -198,7 +199,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 "{} {}, subscription {}, load {}",
                 r.contact,
                 r.status,
-                r.subscription,
+                subscription_name(r.subscription.as_ref()),
                 r.load.map_or("-".into(), |l| format!("{l}%"))
             );
             if seen.get(&r.msr) != Some(&state) {
@@ -210,7 +211,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             rows.iter().any(|r| {
                 r.msr == *name
                     && r.status == "registered"
-                    && r.subscription == "active"
+                    && r.subscription == Some(SubscriptionState::Active)
                     && r.load == Some(*load)
             })
         });

@@ -14,6 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use msr_shared::admin::{Request, ResourceInfo, Response, ResponseData, SubscriptionInfo};
+use msr_shared::subscription::SubscriptionState;
 
 use crate::{bin_path, free_udp_port, wait_for, AdminClient, ChildGuard};
 
@@ -225,7 +226,7 @@ path = "{state}"
             let socket = socket.clone();
             async move {
                 let mut c = AdminClient::connect(&socket).await.ok()?;
-                matches!(c.call(&Request::SiteList).await, Ok(Response::Ok(_))).then_some(())
+                matches!(c.call(&Request::SiteList {}).await, Ok(Response::Ok(_))).then_some(())
             }
         })
         .await;
@@ -283,7 +284,7 @@ path = "{state}"
 
     /// The subscription list, or `None` if the collector does not answer.
     pub async fn subscriptions(&self) -> Option<Vec<SubscriptionInfo>> {
-        match self.call(&Request::SubscriptionList).await {
+        match self.call(&Request::SubscriptionList {}).await {
             Ok(Response::Ok(ResponseData::Subscriptions { rows })) => Some(rows),
             _ => None,
         }
@@ -605,7 +606,7 @@ pub fn live_row<'a>(
     rows.iter().find(|r| {
         r.msr == msr
             && r.status == "registered"
-            && r.subscription == "active"
+            && r.subscription == Some(SubscriptionState::Active)
             && r.load.is_some()
             && load.is_none_or(|l| r.load == Some(l))
     })

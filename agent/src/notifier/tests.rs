@@ -3,7 +3,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use msr_shared::event_package::LoadReport;
-use msr_shared::sip::{self, Method, Request, Response, StatusCode, SubState, SubscriptionState};
+use msr_shared::sip::{
+    self, Method, Request, Response, StatusCode, SubState, SubscriptionStateHeader,
+};
 use tokio::time::Instant;
 
 use super::*;
@@ -78,8 +80,8 @@ fn h<'a>(headers: &'a msr_shared::sip::Headers, name: &str) -> &'a str {
     sip::header(headers, name).unwrap_or_default()
 }
 
-fn state(n: &NotifyTransmit) -> SubscriptionState {
-    SubscriptionState::parse(h(&n.request.headers, "Subscription-State"))
+fn state(n: &NotifyTransmit) -> SubscriptionStateHeader {
+    SubscriptionStateHeader::parse(h(&n.request.headers, "Subscription-State"))
         .expect("subscription-state")
 }
 
@@ -139,7 +141,7 @@ fn subscribe_gets_200_dialog_and_immediate_notify() {
     assert_eq!(h(&r.headers, "Event"), EVENT);
     assert_eq!(h(&r.headers, "Content-Type"), CONTENT_TYPE);
     assert!(!h(&r.headers, "Contact").is_empty());
-    assert_eq!(state(notify), SubscriptionState::active(3600));
+    assert_eq!(state(notify), SubscriptionStateHeader::active(3600));
     assert_eq!(
         body(notify),
         LoadReport {
@@ -168,7 +170,7 @@ fn refresh_gets_200_and_notify_with_new_expiry() {
     assert_eq!(h(&resp.headers, "Expires"), "60");
     let sent = drain(&mut n);
     assert_eq!(sent.len(), 1);
-    assert_eq!(state(&sent[0]), SubscriptionState::active(60));
+    assert_eq!(state(&sent[0]), SubscriptionStateHeader::active(60));
     assert_eq!(h(&sent[0].request.headers, "CSeq"), "2 NOTIFY");
     // Not expired at t0 + 60 s (refreshed), expired at t1 + 60 s.
     n.handle_timeout(t0 + Duration::from_secs(61));
@@ -194,7 +196,7 @@ fn expiry_sends_terminated_timeout_at_the_right_instant() {
     assert_eq!(sent.len(), 1);
     assert_eq!(
         state(&sent[0]),
-        SubscriptionState::terminated(TerminationReason::Timeout)
+        SubscriptionStateHeader::terminated(TerminationReason::Timeout)
     );
     assert_eq!(n.poll_timeout(), None);
 }
@@ -216,7 +218,7 @@ fn expires_zero_ends_with_timeout() {
     assert_eq!(sent.len(), 1);
     assert_eq!(
         state(&sent[0]),
-        SubscriptionState::terminated(TerminationReason::Timeout)
+        SubscriptionStateHeader::terminated(TerminationReason::Timeout)
     );
     assert!(n.subscriptions().is_empty());
     // The dialog is gone: a further request in it gets 481.
@@ -242,7 +244,7 @@ fn initial_expires_zero_is_a_fetch() {
     assert_eq!(sent.len(), 1);
     assert_eq!(
         state(&sent[0]),
-        SubscriptionState::terminated(TerminationReason::Timeout)
+        SubscriptionStateHeader::terminated(TerminationReason::Timeout)
     );
     assert_eq!(body(&sent[0]).load, 30);
 }
@@ -420,7 +422,7 @@ fn shutdown_deactivates_every_subscription() {
     for s in &sent {
         assert_eq!(
             state(s),
-            SubscriptionState::terminated(TerminationReason::Deactivated)
+            SubscriptionStateHeader::terminated(TerminationReason::Deactivated)
         );
         assert_eq!(h(&s.request.headers, "CSeq"), "2 NOTIFY");
     }
@@ -519,7 +521,7 @@ fn other_final_notifies_are_tracked_too() {
     let sent = drain(&mut n);
     assert_eq!(
         state(&sent[0]),
-        SubscriptionState::terminated(TerminationReason::Timeout)
+        SubscriptionStateHeader::terminated(TerminationReason::Timeout)
     );
     assert_eq!(n.finals_in_flight(), 1);
     assert_eq!(n.poll_timeout(), None, "no deadline before shutdown");
@@ -552,7 +554,7 @@ fn removed_account_ends_with_noresource_and_new_delta_applies_at_once() {
     assert_eq!(sent.len(), 1);
     assert_eq!(
         state(&sent[0]),
-        SubscriptionState::terminated(TerminationReason::Noresource)
+        SubscriptionStateHeader::terminated(TerminationReason::Noresource)
     );
     assert!(n.subscriptions().is_empty());
 }

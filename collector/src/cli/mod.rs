@@ -18,7 +18,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use msr_shared::admin::{normalize_zero, ContactProperty, Distance, ErrorCode, Request, Response};
+use msr_shared::admin::{ContactProperty, Distance, ErrorCode, Request, Response};
+use msr_shared::present::normalize_zero;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 
@@ -343,7 +344,7 @@ impl Command {
             Command::Site(SiteCommand::Remove { name }) => {
                 Request::SiteRemove { name: name.clone() }
             }
-            Command::Site(SiteCommand::List) => Request::SiteList,
+            Command::Site(SiteCommand::List) => Request::SiteList {},
             Command::Site(SiteCommand::Distance { a, b, value }) => Request::SiteDistance {
                 a: a.clone(),
                 b: b.clone(),
@@ -374,7 +375,7 @@ impl Command {
                 // Out of range stays out of range: the collector names it.
                 value: u32::try_from(*value).unwrap_or(u32::MAX),
             },
-            Command::Msr(MsrCommand::List) => Request::MsrList,
+            Command::Msr(MsrCommand::List) => Request::MsrList {},
             Command::Resource(ResourceCommand::List { filter }) => Request::ResourceList {
                 active_only: filter.is_some(),
             },
@@ -411,7 +412,7 @@ impl Command {
                 event: event.clone(),
                 expires: *secs,
             },
-            Command::Subscription(SubscriptionCommand::List) => Request::SubscriptionList,
+            Command::Subscription(SubscriptionCommand::List) => Request::SubscriptionList {},
             Command::Select(args) => Request::Select {
                 zone: args.zone.clone(),
                 site: args.site.clone(),
@@ -426,7 +427,7 @@ impl Command {
                 call_id: call_id.clone(),
                 leg: leg.clone(),
             },
-            Command::Cluster(ClusterCommand::List) => Request::ClusterList,
+            Command::Cluster(ClusterCommand::List) => Request::ClusterList {},
         }
     }
 }
@@ -863,7 +864,7 @@ mod tests {
                 name: "remote_side".into()
             }
         );
-        assert_eq!(request("/system/media/site/list"), Request::SiteList);
+        assert_eq!(request("/system/media/site/list"), Request::SiteList {});
         assert_eq!(
             request("--socket /tmp/x.sock system/media/site/distance remote_1 local 64"),
             Request::SiteDistance {
@@ -882,7 +883,7 @@ mod tests {
         );
         assert_eq!(
             request("system/media/msr/subscription/list"),
-            Request::SubscriptionList
+            Request::SubscriptionList {}
         );
         assert_eq!(
             request("system/media/resource/list active"),
@@ -998,7 +999,7 @@ mod tests {
             (dir.path().to_owned(), "a directory"),
             (file, "a regular file"),
         ] {
-            let error = call(&path, &Request::SiteList).expect_err("not a socket");
+            let error = call(&path, &Request::SiteList {}).expect_err("not a socket");
             let text = error.to_string();
             assert!(
                 matches!(error, TransportError::NotASocket { .. })
@@ -1007,7 +1008,7 @@ mod tests {
             );
         }
         let missing = dir.path().join("none.sock");
-        let error = call(&missing, &Request::SiteList).expect_err("missing");
+        let error = call(&missing, &Request::SiteList {}).expect_err("missing");
         assert!(matches!(error, TransportError::Connect { .. }), "{error}");
     }
 
@@ -1048,7 +1049,7 @@ mod tests {
             }
         });
         let started = std::time::Instant::now();
-        let error = call_within(&path, &Request::SiteList, Duration::from_millis(300))
+        let error = call_within(&path, &Request::SiteList {}, Duration::from_millis(300))
             .expect_err("too slow");
         let elapsed = started.elapsed();
         assert!(matches!(error, TransportError::NoAnswer { .. }), "{error}");
@@ -1071,7 +1072,7 @@ mod tests {
         let (_dir, path, server) = fake_collector(move |stream| {
             let _ = stream.write_all(line.as_bytes());
         });
-        let response = call(&path, &Request::SiteList).expect("answer");
+        let response = call(&path, &Request::SiteList {}).expect("answer");
         assert_eq!(
             response,
             Response::Ok(msr_shared::admin::ResponseData::Sites {
@@ -1098,7 +1099,7 @@ mod tests {
             }
         });
         std::thread::sleep(Duration::from_millis(50));
-        let response = call(&path, &Request::SiteList).expect("the refusal is an answer");
+        let response = call(&path, &Request::SiteList {}).expect("the refusal is an answer");
         let out = output(&Command::Site(SiteCommand::List), false, &response);
         assert_eq!(out.code, EXIT_UNREACHABLE);
         assert_eq!(
@@ -1119,7 +1120,7 @@ mod tests {
                 }
             }
         });
-        let error = call(&path, &Request::SiteList).expect_err("too long");
+        let error = call(&path, &Request::SiteList {}).expect_err("too long");
         assert!(matches!(error, TransportError::TooLong { .. }), "{error}");
         assert!(
             error.to_string().contains("longer than 67108864 bytes"),
@@ -1174,7 +1175,7 @@ mod tests {
             assert_eq!(out.code, EXIT_REFUSED);
             assert_eq!(out.stderr, format!("error: {text}: nothing changed\n"));
         }
-        assert_eq!(request("cluster list"), Request::ClusterList);
+        assert_eq!(request("cluster list"), Request::ClusterList {});
     }
 
     #[test]

@@ -3,10 +3,10 @@
 
 use comfy_table::{Cell, CellAlignment, Table};
 use msr_shared::admin::{
-    format_coefficient, format_number, Change, ClusterView, Distance, ErrorBody, Explain,
-    LegOutcome, MsrInfo, Released, ResourceInfo, ResponseData, Selection, SelectionRule,
-    SiteMatrix, SubscriptionInfo,
+    subscription_name, Change, ClusterView, Distance, ErrorBody, Explain, LegOutcome, MsrInfo,
+    Released, ResourceInfo, ResponseData, Selection, SelectionRule, SiteMatrix, SubscriptionInfo,
 };
+use msr_shared::present::{format_coefficient, format_number};
 
 /// The seed's box style: `┌─┬┐ │ ├┼┤ └┴┘`, one line under the header, no
 /// lines between rows. (comfy-table's `UTF8_FULL` uses `╞═╪╡` under the
@@ -262,7 +262,7 @@ pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
                 r.contact.clone(),
                 r.status.clone(),
                 r.expires_secs.to_string(),
-                r.subscription.clone(),
+                subscription_name(r.subscription.as_ref()).to_owned(),
                 optional(r.report_age_secs),
                 if r.stale {
                     "stale".to_owned()
@@ -380,7 +380,7 @@ pub fn subscriptions(rows: &[SubscriptionInfo]) -> String {
                 s.notify_count.to_string(),
                 s.last_notify_unix.map(timestamp).unwrap_or_default(),
                 s.event_id.clone(),
-                s.status.clone(),
+                subscription_name(s.status.as_ref()).to_owned(),
             ]
         })
         .collect();
@@ -609,6 +609,7 @@ pub fn error(body: &ErrorBody) -> (String, Option<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use msr_shared::subscription::SubscriptionState;
 
     fn f(value: f64) -> Distance {
         Distance::Finite(value)
@@ -771,7 +772,7 @@ Legend:
             notify_count: 0,
             last_notify_unix: Some(1_557_875_794),
             event_id: "0615cfa9332fdbbd".into(),
-            status: "active".into(),
+            status: Some(SubscriptionState::Active),
         }];
         let out = subscriptions(&rows);
         let expected_row =
@@ -805,7 +806,7 @@ Legend:
             mcc: Some("192.168.2.21:5700".into()),
             status: "registered".into(),
             expires_secs: 58,
-            subscription: "active".into(),
+            subscription: Some(SubscriptionState::Active),
             live_legs: 0,
             health: msr_shared::admin::HealthState::Healthy,
             health_since_unix: 0,

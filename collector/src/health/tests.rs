@@ -60,7 +60,7 @@ impl Harness {
         self.drain();
     }
 
-    fn subscription(&mut self, msr: &str, status: SubscriptionStatus, expires: u32) {
+    fn subscription(&mut self, msr: &str, status: SubscriptionState, expires: u32) {
         self.monitor
             .subscription_changed(self.now, msr, &status, expires);
         self.drain();
@@ -150,7 +150,7 @@ fn healthy() -> Harness {
     let mut h = Harness::new(HealthConfig::default());
     h.register("lo@msr_1");
     h.report("msr_1");
-    h.subscription("msr_1", SubscriptionStatus::Active, 60);
+    h.subscription("msr_1", SubscriptionState::Active, 60);
     h
 }
 
@@ -283,7 +283,7 @@ async fn recovery_needs_two_good_signals_in_a_row_and_the_first_probes_at_once()
 async fn a_contact_answering_every_other_probe_does_not_flap_back() {
     let mut h = healthy();
     // A long subscription: the report stays fresh for the whole run.
-    h.subscription("msr_1", SubscriptionStatus::Active, 3600);
+    h.subscription("msr_1", SubscriptionState::Active, 3600);
     h.agent = Agent::Silent;
     h.run_until(Duration::from_secs(30));
     assert_eq!(h.health("lo@msr_1"), Some(Health::Unreachable));
@@ -319,7 +319,7 @@ async fn a_contact_that_never_reports_is_unreported_after_the_grace() {
 #[tokio::test(start_paused = true)]
 async fn a_report_older_than_the_expiry_is_stale_and_a_fresh_one_recovers() {
     let mut h = healthy();
-    h.subscription("msr_1", SubscriptionStatus::Active, 30);
+    h.subscription("msr_1", SubscriptionState::Active, 30);
     h.run_until(Duration::from_secs(30));
     assert_eq!(h.health("lo@msr_1"), Some(Health::Healthy));
     h.run_until(Duration::from_secs(31));
@@ -335,16 +335,16 @@ async fn a_report_older_than_the_expiry_is_stale_and_a_fresh_one_recovers() {
 async fn a_failed_subscription_is_unreachable_until_two_good_signals() {
     let mut h = healthy();
     h.run_until(Duration::from_secs(3));
-    h.subscription("msr_1", SubscriptionStatus::Failed, 60);
+    h.subscription("msr_1", SubscriptionState::Failed, 60);
     assert_eq!(h.health("lo@msr_1"), Some(Health::Unreachable));
     assert_eq!(
         h.changes.last().map(|c| c.cause),
         Some(Cause::SubscriptionFailed)
     );
     // Re-subscribing: pending, then the NOTIFY of the new dialog.
-    h.subscription("msr_1", SubscriptionStatus::Pending, 60);
+    h.subscription("msr_1", SubscriptionState::Pending, 60);
     assert_eq!(h.health("lo@msr_1"), Some(Health::Unreachable));
-    h.subscription("msr_1", SubscriptionStatus::Active, 60);
+    h.subscription("msr_1", SubscriptionState::Active, 60);
     h.report("msr_1");
     assert_eq!(h.health("lo@msr_1"), Some(Health::Healthy));
 }
@@ -399,9 +399,9 @@ async fn flapping_is_logged_at_most_four_times_a_minute_then_counted() {
         h.agent = Agent::Silent;
         let at = h.now - h.t0;
         h.run_until(at + 4 * SECOND + SECOND / 2);
-        h.subscription("msr_1", SubscriptionStatus::Failed, 60);
+        h.subscription("msr_1", SubscriptionState::Failed, 60);
         h.agent = Agent::Answers;
-        h.subscription("msr_1", SubscriptionStatus::Active, 60);
+        h.subscription("msr_1", SubscriptionState::Active, 60);
         h.report("msr_1");
     }
     let changes: Vec<HealthChange> = h

@@ -23,7 +23,7 @@ fn row(msr: &str, load: u8, health: HealthState, live_legs: u32) -> ResourceInfo
         mcc: None,
         status: "registered".into(),
         expires_secs: 60,
-        subscription: "active".into(),
+        subscription: Some(msr_shared::subscription::SubscriptionState::Active),
         live_legs,
         health,
         health_since_unix: 0,

@@ -820,7 +820,7 @@ fn reference_run<R: rand::Rng + ?Sized>(
     topology: &Topology,
     query: &Query,
     draw: Draw<'_, R>,
-    record: bool,
+    detail: Detail,
 ) -> Result<Explanation, DrawOutOfRange> {
     let mut explanation = Explanation {
         media_bridge: false,
@@ -970,7 +970,7 @@ fn reference_run<R: rand::Rng + ?Sized>(
     }
     explanation.min_distance = min_distance;
     explanation.total = total;
-    if record {
+    if detail == Detail::Explanation {
         let weights: BTreeMap<&str, f64> = intervals
             .iter()
             .map(|row| (row.contact.as_str(), row.weight))
@@ -1052,7 +1052,7 @@ fn reference_run<R: rand::Rng + ?Sized>(
             None => Err(Refusal::MsrOverloaded),
         }
     };
-    if record {
+    if detail == Detail::Explanation {
         // A full MSR has no interval (it is `full` among the candidates).
         intervals.retain(|row| row.weight > 0.0);
         explanation.intervals = intervals;
@@ -1081,24 +1081,24 @@ proptest! {
         let topology = world.operator.topology();
         let table = &world.table;
 
-        // Explanations with a fixed draw (record on).
-        let probe = reference_run::<StdRng>(table, topology, &query, Draw::Fixed(0.0), true);
+        // Explanations with a fixed draw.
+        let probe = reference_run::<StdRng>(table, topology, &query, Draw::Fixed(0.0), Detail::Explanation);
         let total = probe.map_or_else(|e| e.total, |e| e.total);
         let value = total * fraction;
-        let want = reference_run::<StdRng>(table, topology, &query, Draw::Fixed(value), true);
-        let got = run::<StdRng>(table, topology, &query, Draw::Fixed(value), true);
+        let want = reference_run::<StdRng>(table, topology, &query, Draw::Fixed(value), Detail::Explanation);
+        let got = run::<StdRng>(table, topology, &query, Draw::Fixed(value), Detail::Explanation);
         prop_assert_eq!(&got, &want);
-        // Record off: same outcome.
-        let got = run::<StdRng>(table, topology, &query, Draw::Fixed(value), false);
+        // The choice only: same outcome.
+        let got = run::<StdRng>(table, topology, &query, Draw::Fixed(value), Detail::Choice);
         prop_assert_eq!(got.map(|e| e.outcome), want.map(|e| e.outcome));
         // Random draws: same generator state, same choice.
         let mut a = StdRng::seed_from_u64(seed);
         let mut b = StdRng::seed_from_u64(seed);
         for _ in 0..3 {
-            let want = reference_run(table, topology, &query, Draw::Random(&mut a), false)
+            let want = reference_run(table, topology, &query, Draw::Random(&mut a), Detail::Choice)
                 .map(|e| e.outcome);
             prop_assert_eq!(
-                run(table, topology, &query, Draw::Random(&mut b), false).map(|e| e.outcome),
+                run(table, topology, &query, Draw::Random(&mut b), Detail::Choice).map(|e| e.outcome),
                 want
             );
         }

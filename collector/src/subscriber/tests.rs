@@ -100,7 +100,7 @@ fn registration_triggers_the_first_subscribe() {
     assert!(sip::tag(h(&t, "To")).is_none());
     assert_eq!(
         s.view("msr_1").expect("view").status,
-        SubscriptionStatus::Pending
+        SubscriptionState::Pending
     );
     assert_eq!(s.view("msr_1").expect("view").event_id.len(), 16);
     // A refresh of the same registration sends nothing new.
@@ -114,7 +114,7 @@ fn grant_then_refresh_in_dialog_forty_five_seconds_before_expiry() {
     let t0 = Instant::now();
     let first = active(&mut s, t0);
     let v = s.view("msr_1").expect("view");
-    assert_eq!((v.status, v.expires_secs), (SubscriptionStatus::Active, 60));
+    assert_eq!((v.status, v.expires_secs), (SubscriptionState::Active, 60));
     assert_eq!(s.poll_timeout(), Some(t0 + Duration::from_secs(15)));
     s.handle_timeout(t0 + Duration::from_secs(14));
     assert!(transmits(&mut s).is_empty());
@@ -359,7 +359,7 @@ fn terminated_noresource_waits_for_a_new_registration() {
     assert_eq!(s.poll_timeout(), None);
     assert_eq!(
         s.view("msr_1").expect("view").status,
-        SubscriptionStatus::Terminated("noresource".into())
+        SubscriptionState::Terminated(Some(TerminationReason::Noresource))
     );
     s.contacts_changed(now, "msr_1", [&lo()]);
     assert!(
@@ -391,7 +391,7 @@ fn refused_and_481_and_timeouts_back_off_then_reset() {
         delays.push(delay.as_secs());
         assert_eq!(
             s.view("msr_1").expect("view").status,
-            SubscriptionStatus::Failed
+            SubscriptionState::Failed
         );
         now += *delay;
         s.handle_timeout(now);
@@ -685,14 +685,14 @@ fn a_final_notify_of_an_old_dialog_leaves_the_new_subscription_alone() {
     assert!(transmits(&mut s).is_empty());
     assert_eq!(
         s.view("msr_1").expect("view").status,
-        SubscriptionStatus::Pending
+        SubscriptionState::Pending
     );
     // The new dialog still works, and `noresource` of the old one did not
     // block it.
     s.handle_response(now, new.id, &answer(&new, StatusCode::OK, Some(60)));
     assert_eq!(
         s.view("msr_1").expect("view").status,
-        SubscriptionStatus::Active
+        SubscriptionState::Active
     );
     check_indexes(&s);
 }
@@ -1266,7 +1266,7 @@ fn a_restarted_contact_is_subscribed_anew_at_once() {
     assert_eq!(h(&again, "Expires"), "60");
     assert_eq!(
         s.view("msr_1").expect("view").status,
-        SubscriptionStatus::Pending
+        SubscriptionState::Pending
     );
     // A NOTIFY of the dead dialog is not ours any more.
     let old = notify(
@@ -1346,7 +1346,7 @@ fn a_notify_from_a_foreign_source_gets_403_and_does_not_poison_the_dialog() {
     );
     assert!(events(&mut s).is_empty());
     let v = s.view("msr_1").expect("view");
-    assert_eq!((v.status, v.notify_count), (SubscriptionStatus::Active, 0));
+    assert_eq!((v.status, v.notify_count), (SubscriptionState::Active, 0));
     // The genuine NOTIFYs, CSeq 2 and 3, below the forged 9 and 10.
     for (cseq, from) in [(2, AGENT), (3, source("[::ffff:127.0.0.1]:5070"))] {
         let genuine = with_cseq(

@@ -5,7 +5,7 @@
 //!
 //! * string-level header access that never panics on peer input
 //!   ([`header`], [`param`], [`tag`], [`cseq`], [`expires`]);
-//! * the RFC 6665 §8.2.3 `Subscription-State` header ([`SubscriptionState`]);
+//! * the RFC 6665 §8.2.3 `Subscription-State` header ([`SubscriptionStateHeader`]);
 //! * message construction for the sans-IO cores ([`request`], [`response`]);
 //! * [`SipEndpoint`], the async adapter between a daemon's event loop and
 //!   rsipstack's transaction layer (the only I/O in this crate).
@@ -222,7 +222,9 @@ pub fn event_package(headers: &Headers) -> Option<String> {
     })
 }
 
-/// `Subscription-State` substate value (RFC 6665 §8.2.3).
+/// The substate value of a `Subscription-State` header (RFC 6665 §8.2.3):
+/// what a notifier says in one NOTIFY. Where the subscriber's own
+/// subscription stands is [`crate::subscription::SubscriptionState`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SubState {
     /// The subscription has been accepted.
@@ -291,8 +293,11 @@ impl fmt::Display for TerminationReason {
 
 /// The `Subscription-State` header (RFC 6665 §8.2.3):
 /// `active;expires=60`, `terminated;reason=timeout;retry-after=5`.
+///
+/// Not to be confused with [`crate::subscription::SubscriptionState`], the
+/// subscriber's view of its subscription, which a header moves.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SubscriptionState {
+pub struct SubscriptionStateHeader {
     /// The substate.
     pub state: SubState,
     /// Remaining subscription duration, seconds.
@@ -303,7 +308,7 @@ pub struct SubscriptionState {
     pub retry_after: Option<u32>,
 }
 
-impl SubscriptionState {
+impl SubscriptionStateHeader {
     /// `active;expires=N`.
     pub fn active(expires: u32) -> Self {
         Self {
@@ -353,7 +358,7 @@ impl SubscriptionState {
     }
 }
 
-impl fmt::Display for SubscriptionState {
+impl fmt::Display for SubscriptionStateHeader {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self.state {
             SubState::Active => "active",

@@ -46,19 +46,20 @@ fn builds_a_response_with_to_tag() {
 
 #[test]
 fn subscription_state_roundtrip() {
-    let s = SubscriptionState::parse("terminated;reason=timeout;retry-after=5").expect("parse");
+    let s =
+        SubscriptionStateHeader::parse("terminated;reason=timeout;retry-after=5").expect("parse");
     assert_eq!(s.state, SubState::Terminated);
     assert_eq!(s.reason, Some(TerminationReason::Timeout));
     assert_eq!(s.retry_after, Some(5));
     assert_eq!(
-        SubscriptionState::active(42).to_string(),
+        SubscriptionStateHeader::active(42).to_string(),
         "active;expires=42"
     );
     assert_eq!(
-        SubscriptionState::terminated(TerminationReason::Noresource).to_string(),
+        SubscriptionStateHeader::terminated(TerminationReason::Noresource).to_string(),
         "terminated;reason=noresource"
     );
-    assert!(SubscriptionState::parse("bogus").is_none());
+    assert!(SubscriptionStateHeader::parse("bogus").is_none());
     assert!(!TerminationReason::Rejected.may_retry());
     assert!(TerminationReason::Deactivated.may_retry());
 }
