@@ -60,7 +60,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use msr_shared::event_package::LoadReport;
-use msr_shared::subscription::SubscriptionState;
 use tokio::time::Instant;
 
 use crate::estimate::{SinceReport, DEFAULT_NOTIFY_FLIGHT_TIME};
@@ -125,22 +124,6 @@ pub enum Change<'a> {
     },
     /// The operator configuration changed (zones, sites, MSR settings).
     OperatorChanged,
-}
-
-/// What the subscriber reports about its subscription to one MSR.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SubscriptionView {
-    /// Subscription state.
-    pub status: SubscriptionState,
-    /// Granted (or requested, while pending) `Expires`, seconds; a load report
-    /// older than this is stale.
-    pub expires_secs: u32,
-    /// NOTIFYs received on the current subscription.
-    pub notify_count: u64,
-    /// Unix time of the last NOTIFY, seconds.
-    pub last_notify_unix: Option<i64>,
-    /// Event id of the subscription (e.g. derived from the dialog).
-    pub event_id: String,
 }
 
 /// One row of the table as seen at a given `now` (SPEC §5).

@@ -91,7 +91,6 @@ use tokio::time::Instant;
 
 use msr_shared::subscription::SubscriptionState;
 
-use crate::load_table::SubscriptionView;
 use crate::registrar::Binding;
 
 /// First retry delay after a failed SUBSCRIBE.
@@ -135,6 +134,23 @@ impl Target {
     fn is(&self, binding: &Binding) -> bool {
         self.name == binding.contact && self.uri == binding.uri
     }
+}
+
+/// The state of the subscription to one MSR, as the subscriber (its one
+/// owner) shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubscriptionView {
+    /// Subscription state.
+    pub status: SubscriptionState,
+    /// Granted (or requested, while pending) `Expires`, seconds; a load report
+    /// older than this is stale.
+    pub expires_secs: u32,
+    /// NOTIFYs received on the current subscription.
+    pub notify_count: u64,
+    /// Unix time of the last NOTIFY, seconds.
+    pub last_notify_unix: Option<i64>,
+    /// Event id of the subscription (e.g. derived from the dialog).
+    pub event_id: String,
 }
 
 /// A request the shell must send (`SipEndpoint::send_request(id, request)`)
