@@ -413,9 +413,8 @@ pub fn sip_agent(data: &[u8]) {
     let mut seen = AgentSeen::default();
     seen.flush(&mut notifier, &mut registration);
     for (i, raw) in messages(data).enumerate() {
-        let call_id = registration.call_id().to_owned();
         let pairs = [
-            ("@@CALLID@@", call_id.as_str()),
+            ("@@CALLID@@", seen.reg_call_id.as_str()),
             ("@@CSEQ@@", seen.reg_cseq.as_str()),
             ("@@NCSEQ@@", seen.notify_cseq.as_str()),
         ];
@@ -457,6 +456,8 @@ pub fn sip_agent(data: &[u8]) {
 /// What the agent harness learnt from the cores' last transmits.
 #[derive(Default)]
 struct AgentSeen {
+    /// The Call-ID of the registration's REGISTERs (one per run, RFC 3261 §10.2).
+    reg_call_id: String,
     reg_cseq: String,
     notify: Option<msr_agent::notifier::SubscriptionId>,
     notify_cseq: String,
@@ -470,6 +471,9 @@ impl AgentSeen {
     ) {
         while let Some(req) = registration.poll_transmit() {
             self.reg_cseq = cseq_number(&req);
+            if let Some(call_id) = sip::call_id(&req.headers) {
+                self.reg_call_id = call_id.to_owned();
+            }
         }
         while let Some(t) = notifier.poll_transmit() {
             let _ = t.request.to_string();
