@@ -367,43 +367,81 @@ fn new_legs(m: &prometheus_parse::Scrape, msr: &str) -> u32 {
     .map_or(0, |v| v as u32)
 }
 
-/// Checks the shares of `calls` new legs against the weights 90 : 60 : 30
-/// (within 12 points) and returns them by MSR.
-fn check_shares(m: &prometheus_parse::Scrape, calls: u32) -> BTreeMap<&'static str, u32> {
-    let legs: BTreeMap<&str, u32> = LOADS
+/// Each MSR's new legs in `m`, less those in `before` (an earlier scrape's
+/// [`check_shares`]; empty for none).
+fn legs_since(
+    m: &prometheus_parse::Scrape,
+    before: &BTreeMap<&'static str, u32>,
+) -> BTreeMap<&'static str, u32> {
+    LOADS
         .iter()
-        .map(|(msr, _)| (*msr, new_legs(m, msr)))
-        .collect();
-    assert_eq!(legs.values().sum::<u32>(), calls, "{legs:?}");
-    for (msr, weight) in [("msr_1", 90.0), ("msr_2", 60.0), ("msr_3", 30.0)] {
-        let share = f64::from(legs[msr]) / f64::from(calls);
-        assert!(
-            (share - weight / 180.0).abs() < 0.12,
-            "{msr} share {share} (weights 90 : 60 : 30): {legs:?}"
-        );
-    }
-    legs
+        .map(|(msr, _)| {
+            let earlier = before.get(msr).copied().unwrap_or(0);
+            (*msr, new_legs(m, msr) - earlier)
+        })
+        .collect()
 }
 
-/// The shipped Kamailio config with real traffic (SPEC §11), path A: 261
-/// calls — 200 at 50/s with three MSRs at loads 10 / 40 / 70 % (weights
-/// 90 : 60 : 30), then 60 with `msr_3` set inactive (and Call-IDs holding
-/// `"`, `\` and `'`), then one held 2 s.
+/// Checks that the `calls` new legs since `before` follow `weights` (the
+/// §7 draw: each call an independent draw, so an MSR of weight share p
+/// gets a binomial(calls, p) count) within 4 standard deviations,
+/// sqrt(p (1 - p) / calls) of the share: a correct draw fails it once in
+/// about 16,000 checks, and at 800 calls the bound is 5 to 7 points. An
+/// MSR not in `weights` (inactive) gets none. Returns the counts by MSR,
+/// `before` included.
+fn check_shares(
+    m: &prometheus_parse::Scrape,
+    before: &BTreeMap<&'static str, u32>,
+    calls: u32,
+    weights: &[(&str, f64)],
+) -> BTreeMap<&'static str, u32> {
+    let legs = legs_since(m, before);
+    assert_eq!(legs.values().sum::<u32>(), calls, "{legs:?}");
+    for (msr, got) in &legs {
+        if !weights.iter().any(|(w, _)| w == msr) {
+            assert_eq!(*got, 0, "{msr} has no weight: {legs:?}");
+        }
+    }
+    let total: f64 = weights.iter().map(|(_, w)| w).sum();
+    let n = f64::from(calls);
+    for (msr, weight) in weights {
+        let p = weight / total;
+        let share = f64::from(legs[msr]) / n;
+        let sigma = (p * (1.0 - p) / n).sqrt();
+        assert!(
+            (share - p).abs() <= 4.0 * sigma,
+            "{msr} share {share:.4}, expected {p:.4} ± {:.4} (4σ of {calls} draws, weights {weights:?}): {legs:?}",
+            4.0 * sigma
+        );
+    }
+    LOADS
+        .iter()
+        .map(|(msr, _)| (*msr, new_legs(m, msr)))
+        .collect()
+}
+
+/// The §7 weights of [`LOADS`]: 100 - load.
+const WEIGHTS: [(&str, f64); 3] = [("msr_1", 90.0), ("msr_2", 60.0), ("msr_3", 30.0)];
+
+/// The shipped Kamailio config with real traffic (SPEC §11), path A:
+/// 1,000 calls at 50/s — 800 with three MSRs at loads 10 / 40 / 70 %
+/// (weights 90 : 60 : 30), then 199 with `msr_3` set inactive (and
+/// Call-IDs holding `"`, `\` and `'`), then one held 2 s.
 /// Each call is redirected by the collector (302 to the chosen MSR's
 /// engine), answered by that engine's SIPp UAS (its count equals the
-/// collector's selections of the MSR), the shares follow the weights, the
-/// inactive MSR gets none, the held call is a live leg while its dialog is
-/// up, and after the BYEs Kamailio's `dialog:end` has released every leg:
-/// zero live legs, and `/metrics` counts 261 redirects, selections and
-/// releases.
+/// collector's selections of the MSR), the shares follow the weights
+/// (within 4σ of the binomial, [`check_shares`]), the inactive MSR gets
+/// none, the held call is a live leg while its dialog is up, and after the
+/// BYEs Kamailio's `dialog:end` has released every leg: zero live legs,
+/// and `/metrics` counts 1,000 redirects, selections and releases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kamailio_parks_calls_on_the_chosen_engines_and_releases_them_at_bye() {
     let mut p = Parking::start(Ask::Redirect).await;
 
-    const FIRST: u32 = 200;
+    const FIRST: u32 = 800;
     p.calls(FIRST, 0, &[]).await;
     let m = p.all_released(FIRST).await;
-    let first = check_shares(&m, FIRST);
+    let first = check_shares(&m, &BTreeMap::new(), FIRST, &WEIGHTS);
 
     let (ok, out, err) = p
         .collector
@@ -411,7 +449,7 @@ async fn kamailio_parks_calls_on_the_chosen_engines_and_releases_them_at_bye() {
     assert!(ok, "{out}{err}");
     // Call-IDs holding `"`, `\` and `'` (legal, RFC 3261 §25.1): the
     // config's release still names the leg in valid JSON.
-    const SECOND: u32 = 60;
+    const SECOND: u32 = 199;
     p.calls(SECOND, 0, &["-cid_str", r#"q"u\o'te-%u-%p@%s"#])
         .await;
     let m = p.all_released(FIRST + SECOND).await;
@@ -420,6 +458,7 @@ async fn kamailio_parks_calls_on_the_chosen_engines_and_releases_them_at_bye() {
         first["msr_3"],
         "an inactive msr gets no call"
     );
+    check_shares(&m, &first, SECOND, &WEIGHTS[..2]);
 
     // The leg lives as long as the call, not as long as the redirect: one
     // call held 2 s is a live leg while Kamailio's dialog is confirmed
@@ -590,7 +629,7 @@ async fn kamailio_parks_calls_through_the_http_api_and_releases_them_at_bye() {
     const CALLS: u32 = 150;
     p.calls(CALLS, 0, &[]).await;
     let m = p.all_released(CALLS).await;
-    check_shares(&m, CALLS);
+    check_shares(&m, &BTreeMap::new(), CALLS, &WEIGHTS);
 
     const REFUSED: u32 = 10;
     p.set_all("active", "false");
