@@ -44,10 +44,12 @@ use crate::health::Health;
 use crate::legs::{
     key_problem, Bound, LegKey, LegTable, MAX_CALL_ID_LEN, MAX_LABEL_LEN, MAX_LIVE_LEGS,
 };
-use crate::load_table::{LoadTable, DEFAULT_SUBSCRIPTION_EXPIRES_SECS};
+use crate::load_table::{Change as TableChange, LoadTable, DEFAULT_SUBSCRIPTION_EXPIRES_SECS};
 use crate::operator::{OperatorConfig, OperatorError};
+use crate::registrar::Registrar;
 use crate::select::{self, CandidateOutcome, Draw, Explanation, Query, Refusal};
 use crate::store::Store;
+use crate::subscriber::Subscriber;
 use crate::topology::TopologyError;
 use quota::{Client, ConnectionQuota, QuotaPolicy};
 
@@ -118,8 +120,13 @@ pub fn effective_policy(
 pub struct AdminContext<'a> {
     /// The operator configuration (source of truth, SPEC §6).
     pub operator: &'a mut OperatorConfig,
-    /// The live load table; refreshed after every operator change.
+    /// The live load table (the selection index); told of every operator
+    /// change.
     pub table: &'a mut LoadTable,
+    /// The bindings (SPEC §3), which the lists show.
+    pub registrar: &'a Registrar,
+    /// The subscriptions (SPEC §4), which the lists show.
+    pub subscriber: &'a Subscriber,
     /// Default zone, site and subscription expiry.
     pub defaults: &'a Defaults,
     /// The RNG for `select` draws.
@@ -219,8 +226,7 @@ pub fn handle(
                 return store_failed(&error);
             }
             *ctx.operator = *next;
-            ctx.table
-                .apply_operator(ctx.operator, &ctx.defaults.zone, &ctx.defaults.site);
+            ctx.table.apply(ctx.operator, TableChange::OperatorChanged);
             response
         }
     }
@@ -591,9 +597,14 @@ fn resource_list(ctx: &AdminContext<'_>, now: Instant, active_only: bool) -> Res
         .into_iter()
         .filter(|row| !active_only || (row.registered && row.active))
         .map(|row| ResourceInfo {
+            // The binding and the subscription are their owners' records.
+            version: ctx
+                .registrar
+                .binding(&row.msr, &row.contact)
+                .and_then(|b| b.version.clone()),
+            subscription: ctx.subscriber.view(&row.msr).map(|s| s.status),
             node: row.node,
             msr: row.msr,
-            version: row.version,
             performance_coefficient: row.performance_coefficient,
             load: row.load.as_ref().map(|r| r.load),
             cpu: row.load.as_ref().map(|r| r.cpu),
@@ -613,7 +624,6 @@ fn resource_list(ctx: &AdminContext<'_>, now: Instant, active_only: bool) -> Res
                 RegistrationStatus::Expired
             },
             expires_secs: row.expires_in.as_secs(),
-            subscription: row.subscription.map(|s| s.status),
             live_legs: ctx.legs.on_contact(&row.contact),
             contact: row.contact,
             health: wire_health(row.health),
@@ -637,7 +647,7 @@ fn subscription_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
                 .subscription_expires(&view.msr)
                 .unwrap_or(ctx.defaults.subscription_expires_secs);
             let active = ctx.operator.is_active(&view.msr);
-            match view.subscription {
+            match ctx.subscriber.view(&view.msr) {
                 Some(s) => SubscriptionInfo {
                     msr: view.msr,
                     registered: view.registered,

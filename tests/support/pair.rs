@@ -1010,7 +1010,7 @@ listen = "off"
 /// owners are reshaping, in one place.
 pub mod adapter {
     use msr_collector::registrar::Registrar;
-    use msr_collector::subscriber::{Subscriber, Target};
+    use msr_collector::subscriber::Subscriber;
     use tokio::time::Instant;
 
     pub use msr_collector::subscriber::Transmit;
@@ -1022,15 +1022,7 @@ pub mod adapter {
         now: Instant,
         msr: &str,
     ) {
-        let targets = registrar
-            .contacts_of(msr)
-            .into_iter()
-            .map(|b| Target {
-                name: b.contact.clone(),
-                uri: b.uri.clone(),
-            })
-            .collect();
-        subscriber.contacts_changed(now, msr, targets);
+        subscriber.contacts_changed(now, msr, registrar.contacts_of(msr));
     }
 
     /// The subscription state of `msr` as `subscription list` shows it.

@@ -6,11 +6,15 @@ use rand::SeedableRng;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use super::*;
-use crate::load_table::ContactBinding;
+use crate::load_table::{Change, Placement};
+use crate::registrar::Binding;
+use crate::subscriber::SubscriberConfig;
 
 struct Harness {
     operator: OperatorConfig,
     table: LoadTable,
+    registrar: Registrar,
+    subscriber: Subscriber,
     store: Store,
     defaults: Defaults,
     rng: StdRng,
@@ -22,11 +26,30 @@ impl Harness {
     fn new() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::new(dir.path().join("operator.json"));
+        let defaults = Defaults::default();
+        let config = crate::config::parse(
+            "[sip]\nrealm = \"msr.local\"\n[[accounts]]\nauth_name = \"msr\"\npassword = \"msr-secret\"\n",
+            "test",
+        )
+        .expect("config");
+        let local = "sip:collector@127.0.0.1:5060".to_owned();
         Self {
             operator: OperatorConfig::new(),
-            table: LoadTable::new("core1@test".into()),
+            table: LoadTable::new(
+                "core1@test".into(),
+                Placement {
+                    zone: defaults.zone.clone(),
+                    site: defaults.site.clone(),
+                },
+            ),
+            registrar: Registrar::new(&config.sip, &config.accounts),
+            subscriber: Subscriber::new(SubscriberConfig {
+                local_uri: local.clone(),
+                contact: local,
+                default_expires: defaults.subscription_expires_secs,
+            }),
             store,
-            defaults: Defaults::default(),
+            defaults,
             rng: StdRng::seed_from_u64(1),
             legs: crate::legs::LegTable::new(crate::legs::DEFAULT_MAX_DURATION),
             _dir: dir,
@@ -37,6 +60,8 @@ impl Harness {
         let mut ctx = AdminContext {
             operator: &mut self.operator,
             table: &mut self.table,
+            registrar: &self.registrar,
+            subscriber: &self.subscriber,
             defaults: &self.defaults,
             rng: &mut self.rng,
             legs: &mut self.legs,
@@ -59,21 +84,27 @@ impl Harness {
         }
     }
 
+    /// `contact` of `msr` registers (or refreshes its registration).
     fn register(&mut self, contact: &str, msr: &str, now: Instant) {
-        let binding = ContactBinding {
-            contact: contact.into(),
-            msr: msr.into(),
-            uri: format!("sip:{msr}@127.0.0.1:5040"),
-            engine: None,
-            version: Some("0.1.0".into()),
-            expires_at: now + Duration::from_secs(60),
+        let uri = format!("sip:{msr}@127.0.0.1:5040");
+        let binding = Binding::test(contact, msr, &uri, now + Duration::from_secs(60));
+        // The registrar keeps a first binding (restore leaves a known one
+        // alone); the table takes every registration, refreshes included.
+        self.registrar.restore(now, vec![binding.clone()]);
+        while self.registrar.poll_event().is_some() {}
+        self.table
+            .apply(&self.operator, Change::BindingChanged(&binding));
+    }
+
+    /// A NOTIFY reported `report` for its MSR at `at`.
+    fn load(&mut self, report: LoadReport, at: Instant) {
+        let msr = report.msr.clone();
+        let change = Change::LoadReported {
+            msr: &msr,
+            report,
+            at,
         };
-        self.table.upsert_contact(
-            binding,
-            &self.operator,
-            &self.defaults.zone,
-            &self.defaults.site,
-        );
+        self.table.apply(&self.operator, change);
     }
 }
 
@@ -325,7 +356,7 @@ fn operator_changes_reach_the_table_and_select() {
         calls: 1,
         max_calls: 10,
     };
-    h.table.set_load("msr_1", report, now);
+    h.load(report, now);
     h.ok(
         Request::MsrSetActive {
             msr: "msr_2".into(),
