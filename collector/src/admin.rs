@@ -1,10 +1,10 @@
 //! The collector side of the control protocol ([`msr_shared::admin`], SPEC §8).
 //!
-//! * [`handle`] carries out one [`Request`] against the collector's state. A
+//! * [`prepare`] carries out one [`Request`] against the collector's state. A
 //!   request that changes the operator configuration is applied to a copy,
-//!   saved through the [`Store`], and only then made current and answered
-//!   `ok`: an acknowledged change is durable, and a failed save changes
-//!   nothing.
+//!   which the shell saves (the file store or etcd) and only then makes
+//!   current and answers `ok`: an acknowledged change is durable, and a
+//!   failed save changes nothing.
 //! * [`serve`] is the Unix-socket server: one task per connection, one JSON
 //!   request per line, one JSON response per line. It owns no state; each
 //!   request goes to the collector's main loop as an [`AdminCommand`]. At
@@ -14,7 +14,7 @@
 //!   collector's user ([`quota`]), and one that sends no complete request
 //!   line for [`IDLE_TIMEOUT`] is closed.
 //!
-//! Architecture invariant: [`handle`] reads no clock (the caller passes `now`)
+//! Architecture invariant: [`prepare`] reads no clock (the caller passes `now`)
 //! and uses only the RNG in [`AdminContext`].
 
 use std::io;
@@ -44,11 +44,10 @@ use crate::health::Health;
 use crate::legs::{
     key_problem, Bound, LegKey, LegTable, MAX_CALL_ID_LEN, MAX_LABEL_LEN, MAX_LIVE_LEGS,
 };
-use crate::load_table::{Change as TableChange, LoadTable, DEFAULT_SUBSCRIPTION_EXPIRES_SECS};
+use crate::load_table::{LoadTable, DEFAULT_SUBSCRIPTION_EXPIRES_SECS};
 use crate::operator::{OperatorConfig, OperatorError};
 use crate::registrar::Registrar;
 use crate::select::{self, CandidateOutcome, Draw, Explanation, Query, Refusal};
-use crate::store::Store;
 use crate::subscriber::Subscriber;
 use crate::topology::TopologyError;
 use quota::{Client, ConnectionQuota, QuotaPolicy};
@@ -116,7 +115,7 @@ pub fn effective_policy(
     }
 }
 
-/// What [`handle`] may read and change; owned by the collector's main loop.
+/// What [`prepare`] may read and change; owned by the collector's main loop.
 pub struct AdminContext<'a> {
     /// The operator configuration (source of truth, SPEC §6).
     pub operator: &'a mut OperatorConfig,
@@ -206,30 +205,6 @@ pub fn prepare(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Ou
         return Outcome::Answer(response);
     }
     Outcome::Answer(query(request, ctx, now))
-}
-
-/// Carries out one control request against the file store: [`prepare`],
-/// then a change is saved and only then made current (and the load table
-/// refreshed); if the save fails the answer is `store_failed` and nothing
-/// changed.
-pub fn handle(
-    request: Request,
-    ctx: &mut AdminContext<'_>,
-    store: &Store,
-    now: Instant,
-) -> Response {
-    match prepare(request, ctx, now) {
-        Outcome::Answer(response) => response,
-        Outcome::Change { next, response } => {
-            if let Err(error) = store.save(&next) {
-                tracing::error!(cause = %error, "operator change not saved");
-                return store_failed(&error);
-            }
-            *ctx.operator = *next;
-            ctx.table.apply(ctx.operator, TableChange::OperatorChanged);
-            response
-        }
-    }
 }
 
 /// The answer to a change the file store could not save.

@@ -29,9 +29,11 @@
 //! health; the load table keeps of them only what selection reads, told by
 //! the shell through [`load_table::LoadTable::apply`].
 //!
-//! Architecture invariant: only [`shell`] (and `admin::serve`, `http::serve`,
-//! `redirect::serve`) perform I/O or
-//! read a clock; the cores take `now` as an argument.
+//! Architecture invariant: only [`shell`] (which saves the operator
+//! configuration and the bindings through [`store`]), the servers
+//! `admin::serve`, `http::serve`, `redirect::serve` and the etcd task
+//! (`store::etcd`) perform I/O or read a clock; the cores take `now` as an
+//! argument.
 pub mod admin;
 pub mod cli;
 pub mod cluster;

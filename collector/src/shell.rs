@@ -1,6 +1,6 @@
 //! The collector's one async loop: it owns the SIP endpoint and every piece
 //! of state, and feeds the sans-IO cores ([`Registrar`], [`Subscriber`])
-//! and the admin handler ([`admin::handle`]), and the health monitor
+//! and the admin handler ([`admin::prepare`], then its commit), and the health monitor
 //! ([`HealthMonitor`]), whose keepalives it sends and whose health changes
 //! it copies into the load table and logs.
 //!
@@ -1367,8 +1367,8 @@ mod tests {
         stop(handle_b, &shutdown_b).await;
     }
 
-    /// `[state] path` in a missing directory used to pass the check, and the
-    /// start then failed writing `state.json.tmp`.
+    /// `[state] path` in a missing directory fails the check, not the
+    /// start's first write of `state.json.tmp`.
     #[test]
     fn check_refuses_a_store_in_a_missing_directory() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -1402,9 +1402,9 @@ mod tests {
         assert!(!socket.exists());
     }
 
-    /// A regular file or a directory at `[control] socket` used to pass the
-    /// check, and the start then failed to bind. A socket left by a previous
-    /// run is fine: the start replaces it.
+    /// A regular file or a directory at `[control] socket` fails the check,
+    /// not the start's bind. A socket left by a previous run is fine: the
+    /// start replaces it.
     #[test]
     fn check_refuses_a_control_socket_path_that_is_not_a_socket() {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -8,7 +8,27 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use super::*;
 use crate::load_table::{Change, Placement};
 use crate::registrar::Binding;
+use crate::store::Store;
 use crate::subscriber::SubscriberConfig;
+
+/// One control request as the shell carries it out with the file store
+/// (`Shell::commit`): [`prepare`], then a change is saved and only then made
+/// current (and the load table told); if the save fails the answer is
+/// `store_failed` and nothing changed.
+fn handle(request: Request, ctx: &mut AdminContext<'_>, store: &Store, now: Instant) -> Response {
+    match prepare(request, ctx, now) {
+        Outcome::Answer(response) => response,
+        Outcome::Change { next, response } => {
+            if let Err(error) = store.save(&next) {
+                tracing::error!(cause = %error, "operator change not saved");
+                return store_failed(&error);
+            }
+            *ctx.operator = *next;
+            ctx.table.apply(ctx.operator, Change::OperatorChanged);
+            response
+        }
+    }
+}
 
 struct Harness {
     operator: OperatorConfig,
