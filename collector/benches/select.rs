@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use msr_collector::legs::{LegKey, LegTable, DEFAULT_MAX_DURATION};
-use msr_collector::load_table::{ContactBinding, LoadTable};
+use msr_collector::load_table::{Change, LoadTable, Placement};
 use msr_collector::operator::OperatorConfig;
+use msr_collector::registrar::Binding;
 use msr_collector::select::{select, Admission, Policy, Query};
 use msr_shared::event_package::LoadReport;
 use rand::rngs::StdRng;
@@ -38,7 +39,7 @@ fn world() -> (OperatorConfig, LoadTable, Instant) {
         }
     }
     let now = Instant::now();
-    let mut table = LoadTable::new("bench".into());
+    let mut table = LoadTable::new("bench".into(), place("zone_0", "site_0"));
     for m in 0..MSRS {
         let msr = format!("msr_{m}");
         operator
@@ -52,19 +53,12 @@ fn world() -> (OperatorConfig, LoadTable, Instant) {
             operator
                 .set_contact_site(&contact, &format!("site_{}", rng.gen_range(0..SITES)))
                 .expect("site");
-            let binding = ContactBinding {
-                contact,
-                msr: msr.clone(),
-                uri: format!("sip:{msr}@10.0.0.1:5040"),
-                engine: None,
-                version: None,
-                expires_at: now + Duration::from_secs(3600),
-            };
-            table.upsert_contact(binding, &operator, "zone_0", "site_0");
+            let binding = binding(contact, &msr, now);
+            table.apply(&operator, Change::BindingChanged(&binding));
         }
-        report_random_load(&mut table, &msr, &mut rng, now);
+        report_random_load(&mut table, &operator, &msr, &mut rng, now);
     }
-    table.apply_operator(&operator, "zone_0", "site_0");
+    table.apply(&operator, Change::OperatorChanged);
     (operator, table, now)
 }
 
@@ -157,8 +151,37 @@ fn bench_select(c: &mut Criterion) {
     });
 }
 
+/// The collector's `[defaults]` of a bench table.
+fn place(zone: &str, site: &str) -> Placement {
+    Placement {
+        zone: zone.into(),
+        site: site.into(),
+    }
+}
+
+/// A binding of `contact` of `msr`, registered for an hour from `now`.
+fn binding(contact: String, msr: &str, now: Instant) -> Binding {
+    Binding {
+        msr: msr.to_owned(),
+        contact,
+        uri: format!("sip:{msr}@10.0.0.1:5040"),
+        engine: None,
+        version: None,
+        expires_at: now + Duration::from_secs(3600),
+        call_id: "bench".into(),
+        cseq: 1,
+        source: None,
+    }
+}
+
 /// Gives `msr` a load report with a random load (0–100 %).
-fn report_random_load(table: &mut LoadTable, msr: &str, rng: &mut StdRng, now: Instant) {
+fn report_random_load(
+    table: &mut LoadTable,
+    operator: &OperatorConfig,
+    msr: &str,
+    rng: &mut StdRng,
+    now: Instant,
+) {
     let load = rng.gen_range(0..=100);
     let report = LoadReport {
         msr: msr.to_owned(),
@@ -167,7 +190,12 @@ fn report_random_load(table: &mut LoadTable, msr: &str, rng: &mut StdRng, now: I
         calls: 0,
         max_calls: 8192,
     };
-    table.set_load(msr, report, now);
+    let change = Change::LoadReported {
+        msr,
+        report,
+        at: now,
+    };
+    table.apply(operator, change);
 }
 
 /// 1,000 MSRs × 1 contact, all in zone "default" and site "local".
@@ -176,21 +204,14 @@ fn one_zone_world() -> (OperatorConfig, LoadTable, Instant) {
     let mut operator = OperatorConfig::new();
     operator.declare_site("local").expect("declare");
     let now = Instant::now();
-    let mut table = LoadTable::new("bench".into());
+    let mut table = LoadTable::new("bench".into(), place("default", "local"));
     for m in 0..MSRS {
         let msr = format!("msr_{m}");
-        let binding = ContactBinding {
-            contact: format!("eth0@{msr}"),
-            msr: msr.clone(),
-            uri: format!("sip:{msr}@10.0.0.1:5040"),
-            engine: None,
-            version: None,
-            expires_at: now + Duration::from_secs(3600),
-        };
-        table.upsert_contact(binding, &operator, "default", "local");
-        report_random_load(&mut table, &msr, &mut rng, now);
+        let binding = binding(format!("eth0@{msr}"), &msr, now);
+        table.apply(&operator, Change::BindingChanged(&binding));
+        report_random_load(&mut table, &operator, &msr, &mut rng, now);
     }
-    table.apply_operator(&operator, "default", "local");
+    table.apply(&operator, Change::OperatorChanged);
     (operator, table, now)
 }
 

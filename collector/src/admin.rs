@@ -1,10 +1,10 @@
 //! The collector side of the control protocol ([`msr_shared::admin`], SPEC §8).
 //!
-//! * [`handle`] carries out one [`Request`] against the collector's state. A
+//! * [`prepare`] carries out one [`Request`] against the collector's state. A
 //!   request that changes the operator configuration is applied to a copy,
-//!   saved through the [`Store`], and only then made current and answered
-//!   `ok`: an acknowledged change is durable, and a failed save changes
-//!   nothing.
+//!   which the shell saves (the file store or etcd) and only then makes
+//!   current and answers `ok`: an acknowledged change is durable, and a
+//!   failed save changes nothing.
 //! * [`serve`] is the Unix-socket server: one task per connection, one JSON
 //!   request per line, one JSON response per line. It owns no state; each
 //!   request goes to the collector's main loop as an [`AdminCommand`]. At
@@ -14,7 +14,7 @@
 //!   collector's user ([`quota`]), and one that sends no complete request
 //!   line for [`IDLE_TIMEOUT`] is closed.
 //!
-//! Architecture invariant: [`handle`] reads no clock (the caller passes `now`)
+//! Architecture invariant: [`prepare`] reads no clock (the caller passes `now`)
 //! and uses only the RNG in [`AdminContext`].
 
 use std::io;
@@ -24,11 +24,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use msr_shared::admin::{
-    Change, ContactProperty, Distance, ErrorBody, ErrorCode, Explain, ExplainCandidate,
-    ExplainOutcome, HealthState, Interval, LegOutcome, MsrInfo, Released, Request, ResourceInfo,
-    Response, ResponseData, Selection, SelectionRule, SiteMatrix, SubscriptionInfo, EVENT_PACKAGE,
+    Change, ChangeValue, ChangedEntity, ChangedProperty, ContactProperty, Distance, ErrorBody,
+    ErrorCode, Explain, ExplainCandidate, ExplainOutcome, HealthState, Hello, Interval, LegOutcome,
+    MsrInfo, RegistrationStatus, Released, Request, ResourceInfo, Response, ResponseData,
+    Selection, SelectionRule, SiteMatrix, SubscriptionInfo, EVENT_PACKAGE, PROTOCOL_VERSION,
 };
-use msr_shared::present::{format_coefficient, format_number, normalize_zero};
+use msr_shared::present::{format_number, normalize_zero};
 use rand::RngCore;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::OwnedWriteHalf;
@@ -45,8 +46,9 @@ use crate::legs::{
 };
 use crate::load_table::{LoadTable, DEFAULT_SUBSCRIPTION_EXPIRES_SECS};
 use crate::operator::{OperatorConfig, OperatorError};
+use crate::registrar::Registrar;
 use crate::select::{self, CandidateOutcome, Draw, Explanation, Query, Refusal};
-use crate::store::Store;
+use crate::subscriber::Subscriber;
 use crate::topology::TopologyError;
 use quota::{Client, ConnectionQuota, QuotaPolicy};
 
@@ -113,12 +115,17 @@ pub fn effective_policy(
     }
 }
 
-/// What [`handle`] may read and change; owned by the collector's main loop.
+/// What [`prepare`] may read and change; owned by the collector's main loop.
 pub struct AdminContext<'a> {
     /// The operator configuration (source of truth, SPEC §6).
     pub operator: &'a mut OperatorConfig,
-    /// The live load table; refreshed after every operator change.
+    /// The live load table (the selection index); told of every operator
+    /// change.
     pub table: &'a mut LoadTable,
+    /// The bindings (SPEC §3), which the lists show.
+    pub registrar: &'a Registrar,
+    /// The subscriptions (SPEC §4), which the lists show.
+    pub subscriber: &'a Subscriber,
     /// Default zone, site and subscription expiry.
     pub defaults: &'a Defaults,
     /// The RNG for `select` draws.
@@ -138,11 +145,17 @@ pub struct AdminCommand {
     pub reply: oneshot::Sender<Response>,
 }
 
-fn changed(entity: &str, name: &str, property: &str, from: String, to: String) -> Response {
+fn changed(
+    entity: ChangedEntity,
+    name: &str,
+    property: ChangedProperty,
+    from: ChangeValue,
+    to: ChangeValue,
+) -> Response {
     Response::Ok(ResponseData::Changed(Change {
-        entity: entity.into(),
+        entity,
         name: name.into(),
-        property: property.into(),
+        property,
         from,
         to,
     }))
@@ -194,31 +207,6 @@ pub fn prepare(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Ou
     Outcome::Answer(query(request, ctx, now))
 }
 
-/// Carries out one control request against the file store: [`prepare`],
-/// then a change is saved and only then made current (and the load table
-/// refreshed); if the save fails the answer is `store_failed` and nothing
-/// changed.
-pub fn handle(
-    request: Request,
-    ctx: &mut AdminContext<'_>,
-    store: &Store,
-    now: Instant,
-) -> Response {
-    match prepare(request, ctx, now) {
-        Outcome::Answer(response) => response,
-        Outcome::Change { next, response } => {
-            if let Err(error) = store.save(&next) {
-                tracing::error!(cause = %error, "operator change not saved");
-                return store_failed(&error);
-            }
-            *ctx.operator = *next;
-            ctx.table
-                .apply_operator(ctx.operator, &ctx.defaults.zone, &ctx.defaults.site);
-            response
-        }
-    }
-}
-
 /// The answer to a change the file store could not save.
 pub fn store_failed(error: &crate::store::StoreError) -> Response {
     Response::error(ErrorCode::StoreFailed, error.to_string())
@@ -256,11 +244,11 @@ fn mutate(
             let value = normalize_zero(distance.as_f64());
             match operator.set_distance(&a, &b, value) {
                 Ok(previous) => changed(
-                    "site",
+                    ChangedEntity::Site,
                     &format!("{a} {b}"),
-                    "distance",
-                    Distance::from_f64(previous).to_string(),
-                    Distance::from_f64(value).to_string(),
+                    ChangedProperty::Distance,
+                    ChangeValue::Distance(Distance::from_f64(previous)),
+                    ChangeValue::Distance(Distance::from_f64(value)),
                 ),
                 Err(e) => operator_error(&e),
             }
@@ -269,46 +257,58 @@ fn mutate(
             let value = normalize_zero(value);
             match operator.set_performance_coefficient(&msr, value) {
                 Ok(previous) => changed(
-                    "msr",
+                    ChangedEntity::Msr,
                     &msr,
-                    "performance_coefficient",
-                    format_coefficient(previous),
-                    format_coefficient(value),
+                    ChangedProperty::PerformanceCoefficient,
+                    ChangeValue::Number(previous),
+                    ChangeValue::Number(value),
                 ),
                 Err(e) => operator_error(&e),
             }
         }
         Request::MsrSetLoadLimit { msr, value } => match operator.set_load_limit(&msr, value) {
             Ok(previous) => changed(
-                "msr",
+                ChangedEntity::Msr,
                 &msr,
-                "load_limit",
-                previous.to_string(),
-                value.to_string(),
+                ChangedProperty::LoadLimit,
+                ChangeValue::Count(previous.into()),
+                ChangeValue::Count(value),
             ),
             Err(e) => operator_error(&e),
         },
         Request::MsrSetActive { msr, active } => match operator.set_active(&msr, active) {
             Ok(previous) => changed(
-                "msr",
+                ChangedEntity::Msr,
                 &msr,
-                "active",
-                previous.to_string(),
-                active.to_string(),
+                ChangedProperty::Active,
+                ChangeValue::Flag(previous),
+                ChangeValue::Flag(active),
             ),
             Err(e) => operator_error(&e),
         },
         Request::ResourceSetZone { contact, zone } => {
             let previous = operator.contact_zone(&contact, &defaults.zone).to_owned();
             match operator.set_contact_zone(&contact, &zone) {
-                Ok(()) => changed("contact", &contact, "zone", previous, zone),
+                Ok(()) => changed(
+                    ChangedEntity::Contact,
+                    &contact,
+                    ChangedProperty::Zone,
+                    ChangeValue::Text(previous),
+                    ChangeValue::Text(zone),
+                ),
                 Err(e) => operator_error(&e),
             }
         }
         Request::ResourceSetSite { contact, site } => {
             let previous = operator.contact_site(&contact, &defaults.site).to_owned();
             match operator.set_contact_site(&contact, &site) {
-                Ok(()) => changed("contact", &contact, "site", previous, site),
+                Ok(()) => changed(
+                    ChangedEntity::Contact,
+                    &contact,
+                    ChangedProperty::Site,
+                    ChangeValue::Text(previous),
+                    ChangeValue::Text(site),
+                ),
                 Err(e) => operator_error(&e),
             }
         }
@@ -325,14 +325,20 @@ fn mutate(
             };
             let (previous, default) = (previous.to_owned(), default.clone());
             match operator.unset_contact(&contact, property) {
-                Ok(_) => changed("contact", &contact, property.as_str(), previous, default),
+                Ok(_) => changed(
+                    ChangedEntity::Contact,
+                    &contact,
+                    property.into(),
+                    ChangeValue::Text(previous),
+                    ChangeValue::Text(default),
+                ),
                 Err(e) => operator_error(&e),
             }
         }
         Request::SubscriptionSetExpires {
             msr,
             event,
-            expires,
+            expires_secs,
         } => {
             if event != EVENT_PACKAGE {
                 return Response::error(
@@ -340,15 +346,13 @@ fn mutate(
                     format!("unknown event package `{event}`, expected `{EVENT_PACKAGE}`"),
                 );
             }
-            match operator.set_subscription_expires(&msr, expires) {
+            match operator.set_subscription_expires(&msr, expires_secs) {
                 Ok(previous) => changed(
-                    "subscription",
+                    ChangedEntity::Subscription,
                     &format!("{msr} {event}"),
-                    "expires",
-                    previous
-                        .unwrap_or(defaults.subscription_expires_secs)
-                        .to_string(),
-                    expires.to_string(),
+                    ChangedProperty::Expires,
+                    ChangeValue::Count(previous.unwrap_or(defaults.subscription_expires_secs)),
+                    ChangeValue::Count(expires_secs),
                 ),
                 Err(e) => operator_error(&e),
             }
@@ -366,6 +370,10 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
         Request::MsrList {} => msr_list(ctx, now),
         Request::ResourceList { active_only } => resource_list(ctx, now, active_only),
         Request::SubscriptionList {} => subscription_list(ctx, now),
+        Request::Hello {} => Response::Ok(ResponseData::Hello(Hello {
+            version: PROTOCOL_VERSION,
+            software: concat!("msr-collector ", env!("CARGO_PKG_VERSION")).to_owned(),
+        })),
         Request::Select {
             zone,
             site,
@@ -564,9 +572,14 @@ fn resource_list(ctx: &AdminContext<'_>, now: Instant, active_only: bool) -> Res
         .into_iter()
         .filter(|row| !active_only || (row.registered && row.active))
         .map(|row| ResourceInfo {
+            // The binding and the subscription are their owners' records.
+            version: ctx
+                .registrar
+                .binding(&row.msr, &row.contact)
+                .and_then(|b| b.version.clone()),
+            subscription: ctx.subscriber.view(&row.msr).map(|s| s.status),
             node: row.node,
             msr: row.msr,
-            version: row.version,
             performance_coefficient: row.performance_coefficient,
             load: row.load.as_ref().map(|r| r.load),
             cpu: row.load.as_ref().map(|r| r.cpu),
@@ -581,13 +594,11 @@ fn resource_list(ctx: &AdminContext<'_>, now: Instant, active_only: bool) -> Res
             engine_uri: row.engine.map(|e| e.sip_uri()),
             mcc: row.engine.and_then(|e| e.mcc).map(|m| m.to_string()),
             status: if row.registered {
-                "registered"
+                RegistrationStatus::Registered
             } else {
-                "expired"
-            }
-            .into(),
+                RegistrationStatus::Expired
+            },
             expires_secs: row.expires_in.as_secs(),
-            subscription: row.subscription.map(|s| s.status),
             live_legs: ctx.legs.on_contact(&row.contact),
             contact: row.contact,
             health: wire_health(row.health),
@@ -611,13 +622,13 @@ fn subscription_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
                 .subscription_expires(&view.msr)
                 .unwrap_or(ctx.defaults.subscription_expires_secs);
             let active = ctx.operator.is_active(&view.msr);
-            match view.subscription {
+            match ctx.subscriber.view(&view.msr) {
                 Some(s) => SubscriptionInfo {
                     msr: view.msr,
                     registered: view.registered,
                     event: EVENT_PACKAGE.into(),
                     active,
-                    expires: s.expires_secs,
+                    expires_secs: s.expires_secs,
                     notify_count: s.notify_count,
                     last_notify_unix: s.last_notify_unix,
                     event_id: s.event_id,
@@ -628,7 +639,7 @@ fn subscription_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
                     registered: view.registered,
                     event: EVENT_PACKAGE.into(),
                     active,
-                    expires: configured,
+                    expires_secs: configured,
                     notify_count: 0,
                     last_notify_unix: None,
                     event_id: String::new(),
@@ -693,7 +704,7 @@ fn to_wire_explain(query: &Query, explanation: &Explanation) -> Explain {
                 weight: c.weight,
             })
             .collect(),
-        min_distance: explanation.min_distance,
+        min_distance: explanation.min_distance.map(Distance::from_f64),
         intervals: explanation
             .intervals
             .iter()
@@ -847,7 +858,7 @@ fn run_select(
                 engine_uri: choice.engine.map(|e| e.sip_uri()),
                 mcc: choice.engine.and_then(|e| e.mcc).map(|m| m.to_string()),
                 media_bridge: choice.media_bridge,
-                distance: choice.distance,
+                distance: Distance::from_f64(choice.distance),
                 draw: choice.draw,
                 total: choice.total,
                 rule: wire_rule(choice.rule),
@@ -889,7 +900,7 @@ fn sticky(ctx: &AdminContext<'_>, query: &Query, key: LegKey<'_>) -> Option<Resp
         engine_uri: contact.engine.map(|e| e.sip_uri()),
         mcc: contact.engine.and_then(|e| e.mcc).map(|m| m.to_string()),
         media_bridge: query.msr.as_deref().is_some_and(|m| m != leg.msr),
-        distance,
+        distance: Distance::from_f64(distance),
         draw: 0.0,
         total: 0.0,
         rule: SelectionRule::Sticky,

@@ -12,7 +12,7 @@
 
 use std::time::SystemTime;
 
-use msr_shared::admin::{ClusterMember, ClusterView, StoreView};
+use msr_shared::admin::{ClusterMember, ClusterView, StoreKind, StoreState, StoreView};
 
 use crate::admin::unix_secs;
 use crate::store::etcd::Member;
@@ -159,16 +159,16 @@ impl Cluster {
     /// The wire form of `cluster list`.
     pub fn view(&self) -> ClusterView {
         let (backend, location) = match &self.location {
-            Location::File(path) => ("file", path.clone()),
+            Location::File(path) => (StoreKind::File, path.clone()),
             Location::Etcd { endpoints, prefix } => {
-                ("etcd", format!("{endpoints} prefix {prefix}"))
+                (StoreKind::Etcd, format!("{endpoints} prefix {prefix}"))
             }
         };
         let (status, since, mut detail) = match &self.status {
-            StoreStatus::Local => ("local", None, None),
-            StoreStatus::Connected => ("connected", None, None),
+            StoreStatus::Local => (StoreState::Local, None, None),
+            StoreStatus::Connected => (StoreState::Connected, None, None),
             StoreStatus::Unavailable { since, reason } => (
-                "unavailable",
+                StoreState::Unavailable,
                 Some(unix_secs(*since)),
                 Some(format!(
                     "{reason}; changes are refused, selection goes on with the last configuration seen"
@@ -201,8 +201,8 @@ impl Cluster {
         ClusterView {
             node: self.this.node.clone(),
             store: StoreView {
-                backend: backend.into(),
-                status: status.into(),
+                backend,
+                status,
                 location,
                 revision,
                 unavailable_since_unix: since,

@@ -35,7 +35,9 @@ use axum::Router;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use msr_shared::admin::{ErrorCode, HealthState, Request, Response, ResponseData};
+use msr_shared::admin::{
+    ErrorCode, HealthState, RegistrationStatus, Request, Response, ResponseData,
+};
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
@@ -376,7 +378,9 @@ async fn health(
         Response::Ok(ResponseData::Resources { rows }) => {
             let mut healthy: Vec<&str> = rows
                 .iter()
-                .filter(|r| r.health == HealthState::Healthy && r.status == "registered")
+                .filter(|r| {
+                    r.health == HealthState::Healthy && r.status == RegistrationStatus::Registered
+                })
                 .map(|r| r.msr.as_str())
                 .collect();
             healthy.dedup();

@@ -1,31 +1,34 @@
-//! The live load table (SPEC §5): one row per registered MSR contact.
+//! The live load table (SPEC §5): the selection index over the registered
+//! MSR contacts, and the owner of the MSRs' load reports.
 //!
-//! The SIP side feeds it — registrations ([`LoadTable::upsert_contact`],
-//! [`LoadTable::remove_contact`], [`LoadTable::remove_msr`]), NOTIFY bodies
-//! ([`LoadTable::set_load`]), subscription state
-//! ([`LoadTable::set_subscription`]) and each contact's health from
-//! [`HealthMonitor`](crate::health::HealthMonitor)
-//! ([`LoadTable::set_health`]) — and selection reads it
-//! ([`LoadTable::zone`]).
+//! Each fact has one owner, and the table is told of changes to them as
+//! typed [`Change`] events through [`LoadTable::apply`], one path for all:
+//! bindings by the [`Registrar`](crate::registrar::Registrar) (the table
+//! borrows the [`Binding`] and keeps only what selection reads: its URI,
+//! engine addresses and expiry), the subscription's granted expiry by the
+//! [`Subscriber`](crate::subscriber::Subscriber) (the rest of the
+//! subscription's state stays there), each contact's health by the
+//! [`HealthMonitor`](crate::health::HealthMonitor), zones, sites and MSR
+//! settings by the [`OperatorConfig`]. Load reports (NOTIFY bodies) are kept
+//! here, with this collector's placements since the last one (SPEC §10).
+//! Selection reads the index through [`LoadTable::zone`]; the control
+//! protocol's lists join [`LoadTable::rows`] with the owners' own records.
 //!
 //! Load is per MSR (one NOTIFY per MSR) and shown on each of its contacts.
-//! Registration status, the admin active flag, the subscription state,
-//! staleness and health are separate fields; staleness and registration status are
-//! computed from the `now` a reader passes, never stored.
-//!
-//! Operator settings (zone, site, performance coefficient, active) are owned by
-//! [`OperatorConfig`]; the table keeps a derived copy that
-//! [`LoadTable::apply_operator`] refreshes after every operator change.
+//! Registration status, the admin active flag, staleness and health are
+//! separate fields; staleness and registration status are computed from the
+//! `now` a reader passes, never stored.
 //!
 //! Architecture invariant: no I/O and no clock; times come from the caller as
 //! `tokio::time::Instant`.
 //!
 //! # The zone index
 //!
-//! `contacts` and `msrs` are the source of truth. `by_zone` is derived from
-//! them so that selection reads one contiguous slice per query, with no
-//! string-keyed lookup per candidate. Invariant, restored by every `&mut self`
-//! method before it returns:
+//! `contacts` (where each contact is filed) and `msrs` (per-MSR state) are
+//! kept with `by_zone`, which holds what selection reads so that it reads one
+//! contiguous slice per query, with no string-keyed lookup per candidate.
+//! The index members are the table's only copy of a binding's URI, engine
+//! and expiry. Invariant, restored by every change before it returns:
 //!
 //! * `by_zone[z]` holds exactly one `ZoneMember` per contact of `contacts`
 //!   whose zone is `z`, sorted by (MSR name, contact name) — so each MSR's
@@ -35,32 +38,34 @@
 //! * a member's `msr_start` is true exactly when it is first in its list or
 //!   its predecessor belongs to another MSR, so a scan tells MSRs apart
 //!   without comparing names;
-//! * each member equals `ZoneMember::new` applied to that contact's
-//!   `ContactEntry` and its MSR's `MsrEntry`: the contact part is rewritten
-//!   by `upsert_contact`, the MSR-level part (`MsrSelection`) by `refresh_msr`
-//!   after `upsert_contact`, `set_load`, and `set_subscription` when it
-//!   changes the `MsrSelection` (the granted expiry bounds staleness);
-//!   `apply_operator` rebuilds the whole index; removals drop members.
+//! * each member carries its contact's `ContactEntry` (MSR, site, health)
+//!   and its MSR's `MsrSelection`: the contact part is rewritten by a
+//!   binding change, the MSR-level part by `refresh_msr` after a binding
+//!   change, a load report, a placement, and a subscription change that
+//!   moves the granted expiry (it bounds staleness); an operator change
+//!   refiles the members whose zone moved, renumbers those whose site moved
+//!   and refreshes the MSRs whose settings changed; removals drop members.
 //!
 //! Contact sites are numbered (`SiteNames`) so that selection compares
 //! integers, not strings: per query, [`ZoneView::distances`]
 //! maps the few sites at a finite distance from the leg's site to a dense
-//! table indexed by site number. Numbers are only added between rebuilds of
-//! the index (`apply_operator`), so the list may name sites no contact
-//! carries any more; it never lacks one that a member refers to.
+//! table indexed by site number. Numbers are only ever added, so the list
+//! may name sites no contact carries any more (at most the collector's
+//! default site and every site the operator declared since the start, a
+//! number the topology caps); it never lacks one that a member refers to.
 //!
-//! `check_index` (tests only) rebuilds the index from scratch and compares.
+//! `check_index` (tests only) checks the invariant member by member.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use msr_shared::event_package::LoadReport;
-use msr_shared::subscription::SubscriptionState;
 use tokio::time::Instant;
 
 use crate::estimate::{SinceReport, DEFAULT_NOTIFY_FLIGHT_TIME};
 use crate::health::Health;
 use crate::operator::{MsrSettings, OperatorConfig};
+use crate::registrar::Binding;
 use crate::topology::SiteDistances;
 use msr_shared::engine::EngineAddresses;
 
@@ -68,37 +73,57 @@ use msr_shared::engine::EngineAddresses;
 /// (SPEC §4); also the staleness limit of an MSR without subscription state.
 pub const DEFAULT_SUBSCRIPTION_EXPIRES_SECS: u32 = 60;
 
-/// One registered contact of an MSR, as the registrar learned it (SPEC §3).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ContactBinding {
-    /// Contact name `{iface}@{msr}`, e.g. `lo@msr_1`.
-    pub contact: String,
-    /// MSR name.
-    pub msr: String,
-    /// Contact URI (where SUBSCRIBE goes).
-    pub uri: String,
-    /// The media engine's addresses (SPEC §3), if the agent reported them.
-    pub engine: Option<EngineAddresses>,
-    /// Agent version from `User-Agent`, if any.
-    pub version: Option<String>,
-    /// When the registration lapses.
-    pub expires_at: Instant,
+/// Where a contact is filed when the operator set no zone or site for it:
+/// the collector's `[defaults]` (SPEC §6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// Zone of a contact without an override.
+    pub zone: String,
+    /// Site of a contact without an override.
+    pub site: String,
 }
 
-/// What the subscriber reports about its subscription to one MSR.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SubscriptionView {
-    /// Subscription state.
-    pub status: SubscriptionState,
-    /// Granted (or requested, while pending) `Expires`, seconds; a load report
-    /// older than this is stale.
-    pub expires_secs: u32,
-    /// NOTIFYs received on the current subscription.
-    pub notify_count: u64,
-    /// Unix time of the last NOTIFY, seconds.
-    pub last_notify_unix: Option<i64>,
-    /// Event id of the subscription (e.g. derived from the dialog).
-    pub event_id: String,
+/// A change to one of the facts the table reads, as its owner reports it
+/// (see the module docs); [`LoadTable::apply`] takes it.
+#[derive(Debug, Clone)]
+pub enum Change<'a> {
+    /// The registrar added or refreshed a binding (SPEC §3).
+    BindingChanged(&'a Binding),
+    /// The registrar removed a binding (unregistered or lapsed).
+    BindingRemoved(&'a Binding),
+    /// The registrar holds no binding of the MSR any more: its load report
+    /// goes with its last contact.
+    MsrUnregistered(&'a str),
+    /// A NOTIFY carried the MSR's load (SPEC §4), received at `at`;
+    /// `report.load` above 100 is read as 100.
+    LoadReported {
+        /// The MSR.
+        msr: &'a str,
+        /// The report.
+        report: LoadReport,
+        /// When it arrived.
+        at: Instant,
+    },
+    /// The subscription to the MSR changed; of it the table reads only the
+    /// granted (or, while pending, requested) expiry, which bounds staleness.
+    SubscriptionChanged {
+        /// The MSR.
+        msr: &'a str,
+        /// `Expires`, seconds.
+        expires_secs: u32,
+    },
+    /// The health monitor set a contact's health (SPEC §5) at `since`
+    /// (`now` of the change and its Unix seconds).
+    HealthChanged {
+        /// The contact.
+        contact: &'a str,
+        /// Its health.
+        health: Health,
+        /// Since when.
+        since: (Instant, i64),
+    },
+    /// The operator configuration changed (zones, sites, MSR settings).
+    OperatorChanged,
 }
 
 /// One row of the table as seen at a given `now` (SPEC §5).
@@ -114,8 +139,6 @@ pub struct ResourceRow {
     pub uri: String,
     /// The media engine's addresses (SPEC §3), if reported.
     pub engine: Option<EngineAddresses>,
-    /// Agent version.
-    pub version: Option<String>,
     /// Performance coefficient of the MSR.
     pub performance_coefficient: f64,
     /// Admin active flag of the MSR.
@@ -134,8 +157,6 @@ pub struct ResourceRow {
     pub report_age: Option<Duration>,
     /// The last report is older than the subscription's expiry.
     pub stale: bool,
-    /// The MSR's subscription state, if the subscriber reported one.
-    pub subscription: Option<SubscriptionView>,
     /// The contact's health (SPEC §5).
     pub health: Health,
     /// Since when (`now` and Unix seconds), once the monitor has set it.
@@ -187,17 +208,17 @@ pub struct MsrView {
     pub registered: bool,
     /// Operator settings in effect.
     pub settings: MsrSettings,
-    /// Subscription state, if reported.
-    pub subscription: Option<SubscriptionView>,
     /// `Healthy` when a registered contact is, else the health of the
     /// first registered contact by name, with since when; `None` without a
     /// registered contact.
     pub health: Option<(Health, Option<(Instant, i64)>)>,
 }
 
+/// Where a contact is filed in the index, and its health.
 #[derive(Debug, Clone, PartialEq)]
 struct ContactEntry {
-    binding: ContactBinding,
+    /// Its MSR.
+    msr: String,
     /// Effective zone (override or default).
     zone: String,
     /// Effective site (override or default).
@@ -215,9 +236,11 @@ struct MsrEntry {
     contacts: BTreeSet<String>,
     /// Last report and when it arrived.
     load: Option<(LoadReport, Instant)>,
-    /// Subscription state from the subscriber.
-    subscription: Option<SubscriptionView>,
-    /// Operator settings in effect (copied from [`OperatorConfig`]).
+    /// The subscription's granted expiry, seconds, as the subscriber last
+    /// reported it (`None`: no subscription state yet).
+    expires_secs: Option<u32>,
+    /// Operator settings in effect: selection's inputs, refiled from
+    /// [`OperatorConfig`] at every operator change.
     settings: MsrSettings,
     /// This collector's placements and releases on the MSR not yet in a
     /// report (SPEC §10; the one owner of these counts).
@@ -232,9 +255,7 @@ impl MsrEntry {
     /// What selection needs of this MSR (copied into the zone index).
     fn selection(&self) -> MsrSelection {
         let limit = self
-            .subscription
-            .as_ref()
-            .map(|s| s.expires_secs)
+            .expires_secs
             .filter(|secs| *secs > 0)
             .unwrap_or(DEFAULT_SUBSCRIPTION_EXPIRES_SECS);
         let limit = Duration::from_secs(u64::from(limit));
@@ -358,20 +379,20 @@ pub struct MemberStatus<'a> {
 }
 
 impl ZoneMember {
-    /// The member for contact `entry` (whose site is numbered `site`) of MSR
-    /// `msr`.
-    fn new(entry: &ContactEntry, site: SiteId, msr: &MsrEntry) -> Self {
+    /// The member for `binding` (whose site is numbered `site`, whose health
+    /// is `health`) of MSR `msr`.
+    fn new(binding: &Binding, site: SiteId, msr: &MsrEntry, health: Health) -> Self {
         Self {
-            contact: entry.binding.contact.clone(),
-            expires_at: entry.binding.expires_at,
+            contact: binding.contact.clone(),
+            expires_at: binding.expires_at,
             msr_selection: msr.selection(),
-            msr: entry.binding.msr.clone(),
+            msr: binding.msr.clone(),
             // Placeholder until the member is in its list.
             msr_start: true,
             site,
-            uri: entry.binding.uri.clone(),
-            engine: entry.binding.engine,
-            health: entry.health,
+            uri: binding.uri.clone(),
+            engine: binding.engine,
+            health,
         }
     }
 
@@ -416,6 +437,49 @@ fn member_position(members: &[ZoneMember], msr: &str, contact: &str) -> Result<u
     members.binary_search_by(|m| member_key(m).cmp(&(msr, contact)))
 }
 
+/// Removes the member of `contact` of MSR `msr` from the list of `zone`
+/// (dropping the list once empty) and returns it.
+fn take_member(
+    by_zone: &mut HashMap<String, Vec<ZoneMember>>,
+    zone: &str,
+    msr: &str,
+    contact: &str,
+) -> Option<ZoneMember> {
+    let members = by_zone.get_mut(zone)?;
+    let removed = match member_position(members, msr, contact) {
+        Ok(at) => {
+            let member = members.remove(at);
+            stamp_msr_starts(members, at..at + 1);
+            Some(member)
+        }
+        Err(_) => None,
+    };
+    if members.is_empty() {
+        by_zone.remove(zone);
+    }
+    removed
+}
+
+/// Puts `member` into the list of `zone`, in order, replacing the one of
+/// its contact if there is one.
+fn file_member(by_zone: &mut HashMap<String, Vec<ZoneMember>>, zone: &str, member: ZoneMember) {
+    let members = match by_zone.get_mut(zone) {
+        Some(members) => members,
+        None => by_zone.entry(zone.to_owned()).or_default(),
+    };
+    let at = match member_position(members, &member.msr, &member.contact) {
+        Ok(at) => {
+            members[at] = member;
+            at
+        }
+        Err(at) => {
+            members.insert(at, member);
+            at
+        }
+    };
+    stamp_msr_starts(members, at..at + 2);
+}
+
 /// Recomputes `msr_start` of the members at `positions` (those past the end
 /// are skipped). A member's flag depends only on its predecessor, so after
 /// an insertion or replacement at `at` restamp `at..at + 2`, after a removal
@@ -431,6 +495,8 @@ fn stamp_msr_starts(members: &mut [ZoneMember], positions: std::ops::Range<usize
 pub struct LoadTable {
     /// This collector's name, shown in the Node column.
     node: String,
+    /// Zone and site of a contact the operator placed nowhere.
+    defaults: Placement,
     /// Rows by contact name.
     contacts: BTreeMap<String, ContactEntry>,
     /// Zone → what selection needs of each contact in it, sorted by MSR
@@ -445,10 +511,12 @@ pub struct LoadTable {
 }
 
 impl LoadTable {
-    /// An empty table; `node` is this collector's name (Node column).
-    pub fn new(node: String) -> Self {
+    /// An empty table; `node` is this collector's name (Node column),
+    /// `defaults` where a contact goes without an operator override.
+    pub fn new(node: String, defaults: Placement) -> Self {
         Self {
             node,
+            defaults,
             contacts: BTreeMap::new(),
             by_zone: HashMap::new(),
             sites: SiteNames::default(),
@@ -480,58 +548,36 @@ impl LoadTable {
         }
     }
 
-    /// This collector's name.
-    pub fn node(&self) -> &str {
-        &self.node
-    }
-
     /// Number of contacts in the table.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.contacts.len()
     }
 
     /// Whether the table has no contact.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.contacts.is_empty()
     }
 
     /// Removes `contact`, indexed under MSR `msr`, from the index entry of
-    /// `zone`.
-    fn unindex(&mut self, contact: &str, msr: &str, zone: &str) {
-        if let Some(members) = self.by_zone.get_mut(zone) {
-            if let Ok(at) = member_position(members, msr, contact) {
-                members.remove(at);
-                stamp_msr_starts(members, at..at + 1);
-            }
-            if members.is_empty() {
-                self.by_zone.remove(zone);
-            }
-        }
+    /// `zone`; returns the member it held.
+    fn unindex(&mut self, contact: &str, msr: &str, zone: &str) -> Option<ZoneMember> {
+        take_member(&mut self.by_zone, zone, msr, contact)
     }
 
-    /// Puts (or replaces) the index entry of `contact`, which must be in
-    /// `contacts` with its MSR in `msrs`, under its current zone.
-    fn index(&mut self, contact: &str) {
-        let Some(entry) = self.contacts.get(contact) else {
-            return;
-        };
-        let Some(msr) = self.msrs.get(&entry.binding.msr) else {
-            return;
-        };
-        let site = self.sites.intern(&entry.site);
-        let member = ZoneMember::new(entry, site, msr);
-        let members = self.by_zone.entry(entry.zone.clone()).or_default();
-        let at = match member_position(members, &entry.binding.msr, contact) {
-            Ok(at) => {
-                members[at] = member;
-                at
-            }
-            Err(at) => {
-                members.insert(at, member);
-                at
-            }
-        };
-        stamp_msr_starts(members, at..at + 2);
+    /// Puts `member` into the list of `zone`, replacing the one of its
+    /// contact if there is one.
+    fn file(&mut self, zone: &str, member: ZoneMember) {
+        file_member(&mut self.by_zone, zone, member);
+    }
+
+    /// The index member of `contact`, if the table has it.
+    fn member(&self, contact: &str) -> Option<&ZoneMember> {
+        let entry = self.contacts.get(contact)?;
+        let members = self.by_zone.get(&entry.zone)?;
+        let at = member_position(members, &entry.msr, contact).ok()?;
+        members.get(at)
     }
 
     /// Copies the MSR-level values of `msr` into the index entries of its
@@ -554,24 +600,41 @@ impl LoadTable {
         }
     }
 
-    /// Adds or refreshes a contact (REGISTER accepted, SPEC §3); zone and site
-    /// come from the operator's overrides, else the collector's defaults.
-    pub fn upsert_contact(
-        &mut self,
-        binding: ContactBinding,
-        operator: &OperatorConfig,
-        default_zone: &str,
-        default_site: &str,
-    ) {
+    /// Takes one change from the owner of the fact it is about (see
+    /// [`Change`]); `operator` is the current operator configuration.
+    pub fn apply(&mut self, operator: &OperatorConfig, change: Change<'_>) {
+        match change {
+            Change::BindingChanged(binding) => self.upsert_contact(binding, operator),
+            Change::BindingRemoved(binding) => self.remove_contact(&binding.contact),
+            Change::MsrUnregistered(msr) => self.remove_msr(msr),
+            Change::LoadReported { msr, report, at } => self.set_load(msr, report, at),
+            Change::SubscriptionChanged { msr, expires_secs } => {
+                self.set_subscription(msr, expires_secs)
+            }
+            Change::HealthChanged {
+                contact,
+                health,
+                since,
+            } => self.set_health(contact, health, since),
+            Change::OperatorChanged => self.apply_operator(operator),
+        }
+    }
+
+    /// A binding added or refreshed (SPEC §3); zone and site come from the
+    /// operator's overrides, else the collector's defaults.
+    fn upsert_contact(&mut self, binding: &Binding, operator: &OperatorConfig) {
         let zone = operator
-            .contact_zone(&binding.contact, default_zone)
+            .contact_zone(&binding.contact, &self.defaults.zone)
             .to_owned();
         let site = operator
-            .contact_site(&binding.contact, default_site)
+            .contact_site(&binding.contact, &self.defaults.site)
             .to_owned();
+        // A refresh keeps the health the monitor set.
+        let (mut health, mut health_since) = (Health::Healthy, None);
         if let Some(old) = self.contacts.get(&binding.contact) {
-            let (old_zone, old_msr) = (old.zone.clone(), old.binding.msr.clone());
-            // A refresh in the same zone and MSR replaces its entry in
+            (health, health_since) = (old.health, old.health_since);
+            let (old_zone, old_msr) = (old.zone.clone(), old.msr.clone());
+            // A refresh in the same zone and MSR replaces its member in
             // place; otherwise its position (or list) changes.
             if old_zone != zone || old_msr != binding.msr {
                 self.unindex(&binding.contact, &old_msr, &old_zone);
@@ -582,57 +645,53 @@ impl LoadTable {
                 }
             }
         }
+        let site_id = self.sites.intern(&site);
         let entry = self.msrs.entry(binding.msr.clone()).or_default();
         entry.settings = operator.msr(&binding.msr);
-        entry.contacts.insert(binding.contact.clone());
-        let (contact, msr) = (binding.contact.clone(), binding.msr.clone());
-        // A refresh keeps the health the monitor set.
-        let (health, health_since) = self
-            .contacts
-            .get(&binding.contact)
-            .map_or((Health::Healthy, None), |old| {
-                (old.health, old.health_since)
-            });
+        if !entry.contacts.contains(&binding.contact) {
+            entry.contacts.insert(binding.contact.clone());
+        }
+        let member = ZoneMember::new(binding, site_id, entry, health);
+        self.file(&zone, member);
         self.contacts.insert(
-            contact.clone(),
+            binding.contact.clone(),
             ContactEntry {
-                binding,
+                msr: binding.msr.clone(),
                 zone,
                 site,
                 health,
                 health_since,
             },
         );
-        self.index(&contact);
         // The settings may have changed: the MSR's other contacts follow.
-        self.refresh_msr(&msr);
+        self.refresh_msr(&binding.msr);
     }
 
     /// Removes a contact (unregistered or lapsed). The MSR's load and
-    /// subscription state stay until [`LoadTable::remove_msr`].
-    pub fn remove_contact(&mut self, contact: &str) {
+    /// subscription state stay until its last contact goes
+    /// ([`Change::MsrUnregistered`]).
+    fn remove_contact(&mut self, contact: &str) {
         if let Some(old) = self.contacts.remove(contact) {
-            self.unindex(contact, &old.binding.msr, &old.zone);
-            if let Some(entry) = self.msrs.get_mut(&old.binding.msr) {
+            self.unindex(contact, &old.msr, &old.zone);
+            if let Some(entry) = self.msrs.get_mut(&old.msr) {
                 entry.contacts.remove(contact);
             }
         }
     }
 
     /// Removes an MSR: every contact, its load and its subscription state.
-    pub fn remove_msr(&mut self, msr: &str) {
+    fn remove_msr(&mut self, msr: &str) {
         if let Some(entry) = self.msrs.remove(msr) {
             for contact in &entry.contacts {
                 if let Some(old) = self.contacts.remove(contact) {
-                    self.unindex(contact, &old.binding.msr, &old.zone);
+                    self.unindex(contact, &old.msr, &old.zone);
                 }
             }
         }
     }
 
-    /// Records a load report (NOTIFY body, SPEC §4) received at `at`.
-    /// `report.load` above 100 is read as 100.
-    pub fn set_load(&mut self, msr: &str, report: LoadReport, at: Instant) {
+    /// Records a load report received at `at`.
+    fn set_load(&mut self, msr: &str, report: LoadReport, at: Instant) {
         let flight = self.notify_flight_time;
         let entry = self.msr_entry(msr);
         entry.since_report.report(at, flight);
@@ -640,31 +699,31 @@ impl LoadTable {
         self.refresh_msr(msr);
     }
 
-    /// Records the state of the subscription to an MSR.
-    /// Only the granted expiry matters to selection (it bounds staleness), so
-    /// the zone index is touched only when that changes: the shell calls this
-    /// for every NOTIFY (the counters move), which must stay cheap.
-    pub fn set_subscription(&mut self, msr: &str, view: SubscriptionView) {
+    /// Records the granted expiry of the subscription to an MSR. It matters
+    /// to selection only when it changes (it bounds staleness), so the zone
+    /// index is touched only then: the shell reports every NOTIFY's
+    /// subscription change (the counters move), which must stay cheap.
+    fn set_subscription(&mut self, msr: &str, expires_secs: u32) {
         let entry = self.msr_entry(msr);
-        let before = entry.selection();
-        entry.subscription = Some(view);
-        if entry.selection() != before {
-            self.refresh_msr(msr);
+        if entry.expires_secs != Some(expires_secs) {
+            let before = entry.selection();
+            entry.expires_secs = Some(expires_secs);
+            if entry.selection() != before {
+                self.refresh_msr(msr);
+            }
         }
     }
 
-    /// Records the health of `contact` (SPEC §5), taken at `since` (`now`
-    /// of the change and its Unix seconds). A contact not in the table is
+    /// Records the health of `contact`; a contact not in the table is
     /// ignored.
-    pub fn set_health(&mut self, contact: &str, health: Health, since: (Instant, i64)) {
+    fn set_health(&mut self, contact: &str, health: Health, since: (Instant, i64)) {
         let Some(entry) = self.contacts.get_mut(contact) else {
             return;
         };
         entry.health = health;
         entry.health_since = Some(since);
-        let (zone, msr) = (entry.zone.clone(), entry.binding.msr.clone());
-        if let Some(members) = self.by_zone.get_mut(&zone) {
-            if let Ok(at) = member_position(members, &msr, contact) {
+        if let Some(members) = self.by_zone.get_mut(&entry.zone) {
+            if let Ok(at) = member_position(members, &entry.msr, contact) {
                 members[at].health = health;
             }
         }
@@ -675,94 +734,94 @@ impl LoadTable {
         self.msrs.entry(msr.to_owned()).or_default()
     }
 
-    /// Re-reads every operator-owned value (zone, site, coefficient, active)
-    /// from `operator`. Call after each operator change.
-    pub fn apply_operator(
-        &mut self,
-        operator: &OperatorConfig,
-        default_zone: &str,
-        default_site: &str,
-    ) {
-        for (name, entry) in &mut self.contacts {
-            entry.zone = operator.contact_zone(name, default_zone).to_owned();
-            entry.site = operator.contact_site(name, default_site).to_owned();
-        }
-        for (name, entry) in &mut self.msrs {
-            entry.settings = operator.msr(name);
-        }
-        (self.by_zone, self.sites) = self.build_index();
-    }
-
-    /// The zone index and its site numbers, derived from scratch from
-    /// `contacts` and `msrs`.
-    fn build_index(&self) -> (HashMap<String, Vec<ZoneMember>>, SiteNames) {
-        let mut by_zone: HashMap<String, Vec<ZoneMember>> = HashMap::new();
-        let mut sites = SiteNames::default();
-        for entry in self.contacts.values() {
-            if let Some(msr) = self.msrs.get(&entry.binding.msr) {
-                let site = sites.intern(&entry.site);
-                by_zone
-                    .entry(entry.zone.clone())
-                    .or_default()
-                    .push(ZoneMember::new(entry, site, msr));
+    /// Re-reads every operator-owned value (zone, site, coefficient, active,
+    /// load limit) from `operator`, and changes in the index only what
+    /// differs: a contact whose zone moved is refiled, one whose site moved
+    /// gets the site's number, an MSR whose settings changed is refreshed.
+    /// Nothing is allocated for what stayed.
+    fn apply_operator(&mut self, operator: &OperatorConfig) {
+        let Self {
+            contacts,
+            by_zone,
+            sites,
+            defaults,
+            ..
+        } = self;
+        for (name, entry) in contacts.iter_mut() {
+            let zone = operator.contact_zone(name, &defaults.zone);
+            let site = operator.contact_site(name, &defaults.site);
+            let (zone_moved, site_moved) = (entry.zone != zone, entry.site != site);
+            if !zone_moved && !site_moved {
+                continue;
+            }
+            if site_moved {
+                entry.site = site.to_owned();
+            }
+            let site = sites.intern(site);
+            if zone_moved {
+                let old = std::mem::replace(&mut entry.zone, zone.to_owned());
+                if let Some(mut member) = take_member(by_zone, &old, &entry.msr, name) {
+                    member.site = site;
+                    file_member(by_zone, zone, member);
+                }
+            } else if let Some(members) = by_zone.get_mut(zone) {
+                if let Ok(at) = member_position(members, &entry.msr, name) {
+                    members[at].site = site;
+                }
             }
         }
-        // `contacts` iterates by contact name; the lists are kept by MSR
-        // name, then contact name (keys are unique: contact names are).
-        for members in by_zone.values_mut() {
-            members.sort_unstable_by(|a, b| member_key(a).cmp(&member_key(b)));
-            let len = members.len();
-            stamp_msr_starts(members, 0..len);
+        let mut changed = Vec::new();
+        for (name, entry) in &mut self.msrs {
+            let settings = operator.msr(name);
+            if entry.settings != settings {
+                entry.settings = settings;
+                changed.push(name.clone());
+            }
         }
-        (by_zone, sites)
+        for msr in changed {
+            self.refresh_msr(&msr);
+        }
     }
 
-    /// Panics unless the zone index matches [`LoadTable::build_index`]
-    /// (comparing site names, not numbers).
+    /// Panics unless the zone index keeps its invariant (module docs):
+    /// every contact has exactly one member, in its zone's list, with its
+    /// MSR, site, health and its MSR's current values; each list is sorted,
+    /// non-empty and stamped.
     #[cfg(test)]
     pub(crate) fn check_index(&self) {
-        fn named(
-            by_zone: &HashMap<String, Vec<ZoneMember>>,
-            sites: &SiteNames,
-        ) -> BTreeMap<String, Vec<(ZoneMember, String)>> {
-            by_zone
-                .iter()
-                .map(|(zone, members)| {
-                    let members = members
-                        .iter()
-                        .map(|m| {
-                            (
-                                ZoneMember {
-                                    site: 0,
-                                    ..m.clone()
-                                },
-                                sites.name(m.site).to_owned(),
-                            )
-                        })
-                        .collect();
-                    (zone.clone(), members)
-                })
-                .collect()
+        let mut members = 0;
+        for (zone, list) in &self.by_zone {
+            assert!(!list.is_empty(), "empty list for zone {zone}");
+            for (i, m) in list.iter().enumerate() {
+                assert_eq!(m.msr_start, i == 0 || list[i - 1].msr != m.msr, "{m:?}");
+                if i > 0 {
+                    assert!(member_key(&list[i - 1]) < member_key(m), "unsorted {zone}");
+                }
+                let entry = self
+                    .contacts
+                    .get(&m.contact)
+                    .expect("member of a known contact");
+                assert_eq!((&entry.zone, &entry.msr), (zone, &m.msr), "{m:?}");
+                assert_eq!(self.sites.name(m.site), entry.site, "{m:?}");
+                assert_eq!(m.health, entry.health, "{m:?}");
+                let msr = self.msrs.get(&m.msr).expect("member of a known msr");
+                assert!(msr.contacts.contains(&m.contact), "{m:?}");
+                assert_eq!(m.msr_selection, msr.selection(), "zone index out of date");
+            }
+            members += list.len();
         }
-        let (by_zone, sites) = self.build_index();
+        assert_eq!(members, self.contacts.len(), "a contact without a member");
+        let filed: usize = self.msrs.values().map(|m| m.contacts.len()).sum();
         assert_eq!(
-            named(&self.by_zone, &self.sites),
-            named(&by_zone, &sites),
-            "zone index out of date"
+            filed,
+            self.contacts.len(),
+            "a contact filed twice or not at all"
         );
-        for members in self.by_zone.values() {
-            assert!(members.iter().all(|m| m.site < self.sites.names.len()));
-        }
     }
 
     /// Whether any contact in the table currently carries `site`.
     pub fn site_in_use(&self, site: &str) -> bool {
         self.contacts.values().any(|c| c.site == site)
-    }
-
-    /// Whether the contact is in the table.
-    pub fn contains_contact(&self, contact: &str) -> bool {
-        self.contacts.contains_key(contact)
     }
 
     /// The contact, if it is still there at `now` for the legs it anchors:
@@ -771,11 +830,12 @@ impl LoadTable {
     /// contact keeps its live legs (a drain lets calls finish).
     pub fn live_contact(&self, contact: &str, now: Instant) -> Option<LiveContact<'_>> {
         let c = self.contacts.get(contact)?;
-        let there = now < c.binding.expires_at && c.health != Health::Unreachable;
+        let m = self.member(contact)?;
+        let there = now < m.expires_at && c.health != Health::Unreachable;
         there.then(|| LiveContact {
-            msr: &c.binding.msr,
-            uri: &c.binding.uri,
-            engine: c.binding.engine,
+            msr: &m.msr,
+            uri: &m.uri,
+            engine: m.engine,
             site: &c.site,
         })
     }
@@ -785,29 +845,27 @@ impl LoadTable {
         let mut rows = Vec::with_capacity(self.contacts.len());
         for (msr, entry) in &self.msrs {
             for contact in &entry.contacts {
-                let Some(c) = self.contacts.get(contact) else {
+                let (Some(c), Some(m)) = (self.contacts.get(contact), self.member(contact)) else {
                     continue;
                 };
                 rows.push(ResourceRow {
                     node: self.node.clone(),
                     contact: contact.clone(),
                     msr: msr.clone(),
-                    uri: c.binding.uri.clone(),
-                    engine: c.binding.engine,
-                    version: c.binding.version.clone(),
+                    uri: m.uri.clone(),
+                    engine: m.engine,
                     performance_coefficient: entry.settings.performance_coefficient,
                     active: entry.settings.active,
                     zone: c.zone.clone(),
                     site: c.site.clone(),
-                    registered: now < c.binding.expires_at,
-                    expires_in: c.binding.expires_at.saturating_duration_since(now),
+                    registered: now < m.expires_at,
+                    expires_in: m.expires_at.saturating_duration_since(now),
                     load: entry.load.as_ref().map(|(report, _)| report.clone()),
                     report_age: entry
                         .load
                         .as_ref()
                         .map(|(_, at)| now.saturating_duration_since(*at)),
                     stale: entry.is_stale(now),
-                    subscription: entry.subscription.clone(),
                     health: c.health,
                     health_since: c.health_since,
                 });
@@ -824,8 +882,8 @@ impl LoadTable {
                 let registered: Vec<&ContactEntry> = entry
                     .contacts
                     .iter()
+                    .filter(|c| self.member(c).is_some_and(|m| now < m.expires_at))
                     .filter_map(|c| self.contacts.get(c))
-                    .filter(|c| now < c.binding.expires_at)
                     .collect();
                 let health = registered
                     .iter()
@@ -836,7 +894,6 @@ impl LoadTable {
                     msr: msr.clone(),
                     registered: !registered.is_empty(),
                     settings: entry.settings.clone(),
-                    subscription: entry.subscription.clone(),
                     health,
                 }
             })
@@ -1064,14 +1121,19 @@ impl<'a> ZoneView<'a> {
 mod tests {
     use super::*;
 
-    fn binding(contact: &str, msr: &str, expires_at: Instant) -> ContactBinding {
-        ContactBinding {
-            contact: contact.into(),
-            msr: msr.into(),
-            uri: format!("sip:{msr}@127.0.0.1:5040"),
-            engine: None,
-            version: Some("msr-agent 0.1.0".into()),
+    fn binding(contact: &str, msr: &str, expires_at: Instant) -> Binding {
+        Binding::test(
+            contact,
+            msr,
+            &format!("sip:{msr}@127.0.0.1:5040"),
             expires_at,
+        )
+    }
+
+    fn place(zone: &str, site: &str) -> Placement {
+        Placement {
+            zone: zone.into(),
+            site: site.into(),
         }
     }
 
@@ -1089,24 +1151,13 @@ mod tests {
     async fn rows_show_expiry_age_and_staleness() {
         let now = Instant::now();
         let operator = OperatorConfig::new();
-        let mut table = LoadTable::new("core1@ecss1".into());
+        let mut table = LoadTable::new("core1@ecss1".into(), place("default", "local"));
         table.upsert_contact(
-            binding("lo@msr_1", "msr_1", now + Duration::from_secs(60)),
+            &binding("lo@msr_1", "msr_1", now + Duration::from_secs(60)),
             &operator,
-            "default",
-            "local",
         );
         table.set_load("msr_1", report("msr_1", 37), now);
-        table.set_subscription(
-            "msr_1",
-            SubscriptionView {
-                status: SubscriptionState::Active,
-                expires_secs: 30,
-                notify_count: 1,
-                last_notify_unix: Some(1_700_000_000),
-                event_id: "abc".into(),
-            },
-        );
+        table.set_subscription("msr_1", 30);
         let rows = table.rows(now + Duration::from_secs(10));
         assert_eq!(rows.len(), 1);
         let row = &rows[0];
@@ -1127,20 +1178,10 @@ mod tests {
     async fn load_is_per_msr_and_index_follows_operator() {
         let now = Instant::now();
         let mut operator = OperatorConfig::new();
-        let mut table = LoadTable::new("n".into());
+        let mut table = LoadTable::new("n".into(), place("default", "local"));
         let far = now + Duration::from_secs(600);
-        table.upsert_contact(
-            binding("eth0@msr_1", "msr_1", far),
-            &operator,
-            "default",
-            "local",
-        );
-        table.upsert_contact(
-            binding("eth1@msr_1", "msr_1", far),
-            &operator,
-            "default",
-            "local",
-        );
+        table.upsert_contact(&binding("eth0@msr_1", "msr_1", far), &operator);
+        table.upsert_contact(&binding("eth1@msr_1", "msr_1", far), &operator);
         table.set_load("msr_1", report("msr_1", 55), now);
         let loads: Vec<_> = table
             .candidates_in_zone("default", now)
@@ -1154,7 +1195,7 @@ mod tests {
         operator
             .set_performance_coefficient("msr_1", 2.0)
             .expect("coef");
-        table.apply_operator(&operator, "default", "local");
+        table.apply_operator(&operator);
         let default: Vec<_> = table
             .candidates_in_zone("default", now)
             .map(|c| c.contact)
@@ -1165,7 +1206,7 @@ mod tests {
         assert_eq!(rtk[0].performance_coefficient, 2.0);
 
         operator.set_active("msr_1", false).expect("active");
-        table.apply_operator(&operator, "default", "local");
+        table.apply_operator(&operator);
         assert_eq!(table.candidates_in_zone("default", now).count(), 0);
     }
 
@@ -1173,11 +1214,11 @@ mod tests {
     async fn remove_contact_and_msr_clean_the_index() {
         let now = Instant::now();
         let operator = OperatorConfig::new();
-        let mut table = LoadTable::new("n".into());
+        let mut table = LoadTable::new("n".into(), place("z", "s"));
         let far = now + Duration::from_secs(600);
-        table.upsert_contact(binding("a@msr_1", "msr_1", far), &operator, "z", "s");
-        table.upsert_contact(binding("b@msr_1", "msr_1", far), &operator, "z", "s");
-        table.upsert_contact(binding("a@msr_2", "msr_2", far), &operator, "z", "s");
+        table.upsert_contact(&binding("a@msr_1", "msr_1", far), &operator);
+        table.upsert_contact(&binding("b@msr_1", "msr_1", far), &operator);
+        table.upsert_contact(&binding("a@msr_2", "msr_2", far), &operator);
         table.remove_contact("a@msr_1");
         assert_eq!(table.len(), 2);
         table.remove_msr("msr_1");
@@ -1196,12 +1237,10 @@ mod tests {
     async fn expired_contacts_are_not_candidates() {
         let now = Instant::now();
         let operator = OperatorConfig::new();
-        let mut table = LoadTable::new("n".into());
+        let mut table = LoadTable::new("n".into(), place("z", "s"));
         table.upsert_contact(
-            binding("a@msr_1", "msr_1", now + Duration::from_secs(5)),
+            &binding("a@msr_1", "msr_1", now + Duration::from_secs(5)),
             &operator,
-            "z",
-            "s",
         );
         assert_eq!(table.candidates_in_zone("z", now).count(), 1);
         assert_eq!(
@@ -1218,30 +1257,21 @@ mod tests {
         let now = Instant::now();
         let far = now + Duration::from_secs(600);
         let mut operator = OperatorConfig::new();
-        let mut table = LoadTable::new("n".into());
+        let mut table = LoadTable::new("n".into(), place("z", "s"));
         for (contact, msr) in [
             ("b@msr_1", "msr_1"),
             ("a@msr_1", "msr_1"),
             ("a@msr_2", "msr_2"),
             ("c@msr_3", "msr_3"),
         ] {
-            table.upsert_contact(binding(contact, msr, far), &operator, "z", "s");
+            table.upsert_contact(&binding(contact, msr, far), &operator);
             table.check_index();
         }
         table.set_load("msr_1", report("msr_1", 120), now);
         table.check_index();
         table.set_load("msr_9", report("msr_9", 10), now);
         table.check_index();
-        table.set_subscription(
-            "msr_1",
-            SubscriptionView {
-                status: SubscriptionState::Active,
-                expires_secs: 5,
-                notify_count: 1,
-                last_notify_unix: None,
-                event_id: "e".into(),
-            },
-        );
+        table.set_subscription("msr_1", 5);
         table.check_index();
         let first = table
             .candidates_in_zone("z", now)
@@ -1254,20 +1284,20 @@ mod tests {
             .is_some_and(|c| c.stale));
 
         // A refresh in place, a move to another zone, a move to another MSR.
-        table.upsert_contact(binding("a@msr_2", "msr_2", now), &operator, "z", "s");
+        table.upsert_contact(&binding("a@msr_2", "msr_2", now), &operator);
         table.check_index();
         operator.set_contact_zone("b@msr_1", "y").expect("zone");
         operator.declare_site("t").expect("declare");
         operator.set_contact_site("b@msr_1", "t").expect("site");
-        table.upsert_contact(binding("b@msr_1", "msr_1", far), &operator, "z", "s");
+        table.upsert_contact(&binding("b@msr_1", "msr_1", far), &operator);
         table.check_index();
         operator
             .set_performance_coefficient("msr_3", 0.5)
             .expect("coef");
-        table.upsert_contact(binding("c@msr_3", "msr_2", far), &operator, "z", "s");
+        table.upsert_contact(&binding("c@msr_3", "msr_2", far), &operator);
         table.check_index();
         operator.set_active("msr_2", false).expect("active");
-        table.apply_operator(&operator, "z", "s");
+        table.apply_operator(&operator);
         table.check_index();
         let z: Vec<_> = table
             .candidates_in_zone("z", now)
@@ -1290,36 +1320,23 @@ mod tests {
     async fn subscription_updates_touch_the_index_only_when_the_expiry_changes() {
         let now = Instant::now();
         let operator = OperatorConfig::new();
-        let mut table = LoadTable::new("n".into());
+        let mut table = LoadTable::new("n".into(), place("z", "s"));
         let far = now + Duration::from_secs(600);
-        table.upsert_contact(binding("a@msr_1", "msr_1", far), &operator, "z", "s");
+        table.upsert_contact(&binding("a@msr_1", "msr_1", far), &operator);
         table.set_load("msr_1", report("msr_1", 30), now);
-        let view = |count: u64, expires_secs: u32| SubscriptionView {
-            status: SubscriptionState::Active,
-            expires_secs,
-            notify_count: count,
-            last_notify_unix: Some(1),
-            event_id: "e".into(),
-        };
-        // Counters move with every NOTIFY; the index stays right.
-        for count in 1..=3 {
-            table.set_subscription("msr_1", view(count, 60));
+        // The subscriber reports a change with every NOTIFY (its counters
+        // move); the same expiry leaves the index as it is.
+        for _ in 1..=3 {
+            table.set_subscription("msr_1", 60);
             table.check_index();
         }
-        assert_eq!(
-            table.rows(now)[0]
-                .subscription
-                .as_ref()
-                .map(|v| v.notify_count),
-            Some(3)
-        );
         let stale_at = |t: &LoadTable, secs| {
             t.candidates_in_zone("z", now + Duration::from_secs(secs))
                 .all(|c| c.stale)
         };
         assert!(!stale_at(&table, 31));
         // A shorter grant makes the report stale sooner: selection sees it.
-        table.set_subscription("msr_1", view(4, 30));
+        table.set_subscription("msr_1", 30);
         table.check_index();
         assert!(stale_at(&table, 31));
     }
@@ -1332,6 +1349,12 @@ mod tests {
         Remove(u8, u8),
         RemoveMsr(u8),
         Load(u8, u8),
+        /// The operator moves contact `if{i}@msr_{m}` to zone `z{zone}`.
+        Rezone(u8, u8, u8),
+        /// The operator moves contact `if{i}@msr_{m}` to site `s{site}`.
+        Resite(u8, u8, u8),
+        /// The operator sets MSR `msr_{n}`'s coefficient to `c` / 4.
+        Coefficient(u8, u8),
     }
 
     fn op() -> impl proptest::strategy::Strategy<Value = Op> {
@@ -1341,39 +1364,107 @@ mod tests {
             2 => (0u8..4, 0u8..3).prop_map(|(m, i)| Op::Remove(m, i)),
             1 => (0u8..4).prop_map(Op::RemoveMsr),
             1 => (0u8..4, 0u8..=100).prop_map(|(m, load)| Op::Load(m, load)),
+            1 => (0u8..4, 0u8..3, 0u8..2).prop_map(|(m, i, z)| Op::Rezone(m, i, z)),
+            1 => (0u8..4, 0u8..3, 0u8..3).prop_map(|(m, i, s)| Op::Resite(m, i, s)),
+            1 => (0u8..4, 1u8..8).prop_map(|(n, c)| Op::Coefficient(n, c)),
         ]
     }
 
+    /// The zone index with site names for numbers: what two tables built
+    /// along different paths must agree on.
+    fn named(table: &LoadTable) -> BTreeMap<String, Vec<(ZoneMember, String)>> {
+        table
+            .by_zone
+            .iter()
+            .map(|(zone, members)| {
+                let members = members
+                    .iter()
+                    .map(|m| {
+                        let site = table.sites.name(m.site).to_owned();
+                        (
+                            ZoneMember {
+                                site: 0,
+                                ..m.clone()
+                            },
+                            site,
+                        )
+                    })
+                    .collect();
+                (zone.clone(), members)
+            })
+            .collect()
+    }
+
     proptest::proptest! {
-        /// Every change leaves the zone index (order and MSR starts) equal
-        /// to a rebuild from scratch, and a scan's MSR groups tell exactly
-        /// the MSRs apart.
+        /// Every change, operator changes included, keeps the zone index's
+        /// invariant and leaves it equal to the index of a table fed only
+        /// the end state (the bindings, the loads, the operator
+        /// configuration), and a scan's MSR groups tell exactly the MSRs
+        /// apart.
         #[test]
         fn index_survives_any_change_sequence(ops in proptest::collection::vec(op(), 0..40)) {
             let now = Instant::now();
             let far = now + Duration::from_secs(600);
             let mut operator = OperatorConfig::new();
-            let mut table = LoadTable::new("n".into());
+            for site in ["s0", "s1", "s2"] {
+                operator.declare_site(site).expect("declare");
+            }
+            let mut table = LoadTable::new("n".into(), place("z0", "s"));
+            // What the owners hold at the end: the registrar's bindings
+            // and the reports of the MSRs still in the table.
+            let mut bindings: BTreeMap<String, Binding> = BTreeMap::new();
+            let mut loads: BTreeMap<String, LoadReport> = BTreeMap::new();
             for op in ops {
                 match op {
                     Op::Upsert(m, i, n, z) => {
                         let contact = format!("if{i}@msr_{m}");
                         operator.set_contact_zone(&contact, &format!("z{z}")).expect("zone");
-                        table.upsert_contact(
-                            binding(&contact, &format!("msr_{n}"), far),
-                            &operator,
-                            "z0",
-                            "s",
-                        );
+                        let b = binding(&contact, &format!("msr_{n}"), far);
+                        table.apply(&operator, Change::BindingChanged(&b));
+                        bindings.insert(contact, b);
                     }
-                    Op::Remove(m, i) => table.remove_contact(&format!("if{i}@msr_{m}")),
-                    Op::RemoveMsr(m) => table.remove_msr(&format!("msr_{m}")),
+                    Op::Remove(m, i) => {
+                        if let Some(b) = bindings.remove(&format!("if{i}@msr_{m}")) {
+                            table.apply(&operator, Change::BindingRemoved(&b));
+                        }
+                    }
+                    Op::RemoveMsr(m) => {
+                        let msr = format!("msr_{m}");
+                        bindings.retain(|_, b| b.msr != msr);
+                        loads.remove(&msr);
+                        table.apply(&operator, Change::MsrUnregistered(&msr));
+                    }
                     Op::Load(m, load) => {
                         let msr = format!("msr_{m}");
-                        table.set_load(&msr, report(&msr, load), now);
+                        loads.insert(msr.clone(), report(&msr, load));
+                        let change = Change::LoadReported { msr: &msr, report: report(&msr, load), at: now };
+                        table.apply(&operator, change);
+                    }
+                    Op::Rezone(m, i, z) => {
+                        operator.set_contact_zone(&format!("if{i}@msr_{m}"), &format!("z{z}")).expect("zone");
+                        table.apply(&operator, Change::OperatorChanged);
+                    }
+                    Op::Resite(m, i, site) => {
+                        operator.set_contact_site(&format!("if{i}@msr_{m}"), &format!("s{site}")).expect("site");
+                        table.apply(&operator, Change::OperatorChanged);
+                    }
+                    Op::Coefficient(n, c) => {
+                        operator.set_performance_coefficient(&format!("msr_{n}"), f64::from(c) / 4.0).expect("coefficient");
+                        table.apply(&operator, Change::OperatorChanged);
                     }
                 }
                 table.check_index();
+                // An MSR whose last contact was removed keeps its report
+                // until it is unregistered: the fresh table gets it too.
+                let mut fresh = LoadTable::new("n".into(), place("z0", "s"));
+                for b in bindings.values() {
+                    fresh.apply(&operator, Change::BindingChanged(b));
+                }
+                for (msr, report) in &loads {
+                    let change = Change::LoadReported { msr, report: report.clone(), at: now };
+                    fresh.apply(&operator, change);
+                }
+                proptest::prop_assert_eq!(named(&table), named(&fresh));
                 for zone in ["z0", "z1"] {
                     let view = table.zone(zone);
                     let column = DistanceColumn(Vec::new());

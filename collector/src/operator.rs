@@ -3,9 +3,11 @@
 //! per-contact zone and site overrides.
 //!
 //! This is the single source of truth for everything the operator sets; the
-//! load table ([`crate::load_table::LoadTable`]) holds a derived copy that is
-//! refreshed with [`crate::load_table::LoadTable::apply_operator`] after
-//! every change. Persisted by [`crate::store`]; the file format is private to
+//! load table ([`crate::load_table::LoadTable`]) keeps in its selection
+//! index what selection reads of it, refiled at every change
+//! ([`crate::load_table::Change::OperatorChanged`]); the subscriber gets the
+//! expires overrides a change touched
+//! ([`OperatorConfig::subscription_expires_changes`]). Persisted by [`crate::store`]; the file format is private to
 //! this module (`OperatorConfig::encode`, `OperatorConfig::decode`).
 //!
 //! Architecture invariant: every value held here has been validated (names
@@ -207,6 +209,26 @@ impl OperatorConfig {
     /// operator set one (SPEC §4, §8).
     pub fn subscription_expires(&self, msr: &str) -> Option<u32> {
         self.msrs.get(msr).and_then(|s| s.subscription_expires)
+    }
+
+    /// The MSRs whose SUBSCRIBE `Expires` differs between `previous` and
+    /// this configuration, each with its value here: what a change of the
+    /// configuration has to tell the subscriber, and nothing else.
+    pub fn subscription_expires_changes<'a>(
+        &'a self,
+        previous: &'a OperatorConfig,
+    ) -> impl Iterator<Item = (&'a str, Option<u32>)> + 'a {
+        let dropped = previous
+            .msrs
+            .iter()
+            .filter(|(name, s)| s.subscription_expires.is_some() && !self.msrs.contains_key(*name))
+            .map(|(name, _)| (name.as_str(), None));
+        let changed = self
+            .msrs
+            .iter()
+            .filter(|(name, s)| previous.subscription_expires(name) != s.subscription_expires)
+            .map(|(name, s)| (name.as_str(), s.subscription_expires));
+        dropped.chain(changed)
     }
 
     /// The MSR's load limit in percent (default [`DEFAULT_LOAD_LIMIT`]).
@@ -721,6 +743,39 @@ mod tests {
         // Back to the defaults leaves no entry behind.
         assert_eq!(config.set_performance_coefficient("msr_1", 1.0), Ok(2.0));
         assert_eq!(config.configured_msrs().count(), 0);
+    }
+
+    #[test]
+    fn expires_changes_name_only_the_msrs_that_changed() {
+        let mut before = OperatorConfig::new();
+        before.set_subscription_expires("msr_1", 30).expect("set");
+        before.set_subscription_expires("msr_2", 40).expect("set");
+        before
+            .set_performance_coefficient("msr_3", 2.0)
+            .expect("set");
+        let mut after = before.clone();
+        assert_eq!(after.subscription_expires_changes(&before).count(), 0);
+        after.set_subscription_expires("msr_2", 50).expect("set");
+        after.set_subscription_expires("msr_4", 20).expect("set");
+        after
+            .set_performance_coefficient("msr_1", 3.0)
+            .expect("set");
+        let changes: Vec<_> = after.subscription_expires_changes(&before).collect();
+        assert_eq!(changes, [("msr_2", Some(50)), ("msr_4", Some(20))]);
+        // From an empty configuration (the start): every override.
+        let empty = OperatorConfig::new();
+        let all: Vec<_> = after.subscription_expires_changes(&empty).collect();
+        assert_eq!(
+            all,
+            [
+                ("msr_1", Some(30)),
+                ("msr_2", Some(50)),
+                ("msr_4", Some(20))
+            ]
+        );
+        // Back to empty: every override is cleared.
+        let cleared: Vec<_> = empty.subscription_expires_changes(&after).collect();
+        assert_eq!(cleared, [("msr_1", None), ("msr_2", None), ("msr_4", None)]);
     }
 
     #[test]

@@ -97,6 +97,26 @@ pub struct Binding {
     pub source: Option<SocketAddr>,
 }
 
+#[cfg(test)]
+impl Binding {
+    /// A binding of `contact` of `msr` at `uri` until `expires_at`, for the
+    /// tests of the cores that borrow bindings (the registration's own
+    /// fields are placeholders).
+    pub(crate) fn test(contact: &str, msr: &str, uri: &str, expires_at: Instant) -> Self {
+        Self {
+            msr: msr.into(),
+            contact: contact.into(),
+            uri: uri.into(),
+            engine: None,
+            version: Some("0.1.0".into()),
+            expires_at,
+            call_id: format!("reg-{contact}"),
+            cseq: 1,
+            source: None,
+        }
+    }
+}
+
 /// Why a binding went away.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RemovalCause {
@@ -595,6 +615,11 @@ impl Registrar {
             .get(msr)
             .map(|aor| aor.values().collect())
             .unwrap_or_default()
+    }
+
+    /// The binding of `contact` of `msr`, if registered.
+    pub fn binding(&self, msr: &str, contact: &str) -> Option<&Binding> {
+        self.aors.get(msr)?.get(contact)
     }
 
     /// Whether at least one contact of `msr` is registered.

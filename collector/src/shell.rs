@@ -1,6 +1,6 @@
 //! The collector's one async loop: it owns the SIP endpoint and every piece
 //! of state, and feeds the sans-IO cores ([`Registrar`], [`Subscriber`])
-//! and the admin handler ([`admin::handle`]), and the health monitor
+//! and the admin handler ([`admin::prepare`], then its commit), and the health monitor
 //! ([`HealthMonitor`]), whose keepalives it sends and whose health changes
 //! it copies into the load table and logs.
 //!
@@ -45,7 +45,7 @@ use crate::config::{CollectorConfig, StoreBackend};
 use crate::error::CollectorError;
 use crate::health::{HealthEvent, HealthMonitor};
 use crate::legs::LegTable;
-use crate::load_table::{ContactBinding, LoadTable};
+use crate::load_table::{Change, LoadTable, Placement};
 use crate::metrics::Metrics;
 use crate::operator::OperatorConfig;
 use crate::redirect::RedirectContext;
@@ -54,7 +54,7 @@ use crate::registrar::{
 };
 use crate::store::etcd::{self, CommitError, EtcdCommand, EtcdEvent, EtcdLink, Member};
 use crate::store::Store;
-use crate::subscriber::{Subscriber, SubscriberConfig, SubscriberEvent, Target};
+use crate::subscriber::{Subscriber, SubscriberConfig, SubscriberEvent};
 use msr_shared::fs::cannot_create_in;
 
 /// Longest wait at shutdown for the answers to the final `Expires: 0`
@@ -339,16 +339,21 @@ pub async fn start(
         }
     };
     let local = format!("sip:collector@{sip_addr}");
-    let mut table = LoadTable::new(config.node.clone());
+    let mut table = LoadTable::new(
+        config.node.clone(),
+        Placement {
+            zone: config.defaults.zone.clone(),
+            site: config.defaults.site.clone(),
+        },
+    );
     table.set_notify_flight_time(config.selection.notify_flight_time);
-    table.apply_operator(&operator, &config.defaults.zone, &config.defaults.site);
     let mut subscriber = Subscriber::new(SubscriberConfig {
         local_uri: local.clone(),
         contact: local,
         default_expires: config.subscription.expires,
     });
-    for (msr, settings) in operator.configured_msrs() {
-        subscriber.set_expires_override(msr, settings.subscription_expires);
+    for (msr, expires) in operator.subscription_expires_changes(&OperatorConfig::new()) {
+        subscriber.set_expires_override(msr, expires);
     }
     let mut shell = Shell {
         registrar: Registrar::new(&config.sip, &config.accounts),
@@ -723,6 +728,8 @@ impl Shell {
         let mut ctx = AdminContext {
             operator: &mut self.operator,
             table: &mut self.table,
+            registrar: &self.registrar,
+            subscriber: &self.subscriber,
             defaults: &self.admin_defaults,
             rng: &mut self.rng,
             legs: &mut self.legs,
@@ -820,25 +827,14 @@ impl Shell {
 
     /// Makes `next` the current operator configuration: the one path for a
     /// change made here and one made on another collector (SPEC §12).
+    ///
+    /// An override reaches the subscriber only here, and only for the MSRs
+    /// whose `Expires` setting the change touched.
     fn install(&mut self, next: OperatorConfig) {
-        let previous: Vec<String> = self
-            .operator
-            .configured_msrs()
-            .map(|(msr, _)| msr.to_owned())
-            .collect();
-        self.operator = next;
-        self.table.apply_operator(
-            &self.operator,
-            &self.admin_defaults.zone,
-            &self.admin_defaults.site,
-        );
-        for msr in previous {
-            self.subscriber
-                .set_expires_override(&msr, self.operator.subscription_expires(&msr));
-        }
-        for (msr, settings) in self.operator.configured_msrs() {
-            self.subscriber
-                .set_expires_override(msr, settings.subscription_expires);
+        let previous = std::mem::replace(&mut self.operator, next);
+        self.table.apply(&self.operator, Change::OperatorChanged);
+        for (msr, expires) in self.operator.subscription_expires_changes(&previous) {
+            self.subscriber.set_expires_override(msr, expires);
         }
     }
 
@@ -953,16 +949,15 @@ impl Shell {
 
     /// Applies what the cores produced: table updates, logs, requests to send.
     fn settle(&mut self, now: Instant) {
-        let zone = self.admin_defaults.zone.clone();
-        let site = self.admin_defaults.site.clone();
         while let Some(event) = self.registrar.poll_event() {
             self.bindings_changed(now);
             let msr = match event {
-                RegistrarEvent::BindingAdded(b) | RegistrarEvent::BindingRefreshed(b) => {
-                    self.on_binding(now, b, &zone, &site, Restart::No)
+                RegistrarEvent::BindingAdded(b) => self.on_binding(now, b, Registered::Added),
+                RegistrarEvent::BindingRefreshed(b) => {
+                    self.on_binding(now, b, Registered::Refreshed)
                 }
                 RegistrarEvent::BindingRestarted(b) => {
-                    self.on_binding(now, b, &zone, &site, Restart::Yes)
+                    self.on_binding(now, b, Registered::Restarted)
                 }
                 RegistrarEvent::BindingRemoved { binding, cause } => {
                     match cause {
@@ -974,23 +969,17 @@ impl Shell {
                         }
                     }
                     self.health.contact_removed(now, &binding.contact);
-                    self.table.remove_contact(&binding.contact);
+                    self.table
+                        .apply(&self.operator, Change::BindingRemoved(&binding));
                     if !self.registrar.is_registered(&binding.msr) {
-                        self.table.remove_msr(&binding.msr);
+                        self.table
+                            .apply(&self.operator, Change::MsrUnregistered(&binding.msr));
                     }
                     binding.msr
                 }
             };
-            let targets = self
-                .registrar
-                .contacts_of(&msr)
-                .into_iter()
-                .map(|b| Target {
-                    name: b.contact.clone(),
-                    uri: b.uri.clone(),
-                })
-                .collect();
-            self.subscriber.contacts_changed(now, &msr, targets);
+            self.subscriber
+                .contacts_changed(now, &msr, self.registrar.contacts_of(&msr));
         }
         self.send_transmits(now);
         while let Some(event) = self.subscriber.poll_event() {
@@ -1013,7 +1002,12 @@ impl Shell {
                 SubscriberEvent::Load { msr, report, at } => {
                     debug!(%msr, load = report.load, cpu = report.cpu, calls = report.calls, "load report");
                     self.health.report_received(at, &msr);
-                    self.table.set_load(&msr, report, at);
+                    let change = Change::LoadReported {
+                        msr: &msr,
+                        report,
+                        at,
+                    };
+                    self.table.apply(&self.operator, change);
                 }
                 SubscriberEvent::Terminated {
                     msr,
@@ -1050,7 +1044,11 @@ impl Shell {
         while let Some((msr, view)) = self.subscriber.poll_view_change() {
             self.health
                 .subscription_changed(now, &msr, &view.status, view.expires_secs);
-            self.table.set_subscription(&msr, view);
+            let change = Change::SubscriptionChanged {
+                msr: &msr,
+                expires_secs: view.expires_secs,
+            };
+            self.table.apply(&self.operator, change);
         }
         self.apply_health(now);
     }
@@ -1070,8 +1068,12 @@ impl Shell {
                 HealthEvent::Changed(change) => {
                     let age = now.saturating_duration_since(change.at).as_secs();
                     let unix = unix_now.saturating_sub(i64::try_from(age).unwrap_or(0));
-                    self.table
-                        .set_health(&change.contact, change.to, (change.at, unix));
+                    let health = Change::HealthChanged {
+                        contact: &change.contact,
+                        health: change.to,
+                        since: (change.at, unix),
+                    };
+                    self.table.apply(&self.operator, health);
                     match change.from {
                         Some(from) if change.log => info!(
                             msr = %change.msr,
@@ -1164,24 +1166,24 @@ impl Shell {
         }
     }
 
-    /// A binding added or refreshed (`Restart::No`) or registered anew with
-    /// a new Call-ID (`Restart::Yes`, SPEC §3: the MSR restarted, subscribe
-    /// anew at once): into the table, logged; returns the MSR.
+    /// A binding added, refreshed, or registered anew with a new Call-ID
+    /// (SPEC §3: the MSR restarted, subscribe anew at once): to the health
+    /// monitor and the table, logged; returns the MSR.
     fn on_binding(
         &mut self,
         now: Instant,
         b: crate::registrar::Binding,
-        zone: &str,
-        site: &str,
-        restart: Restart,
+        how: Registered,
     ) -> String {
         let msr = b.msr.clone();
-        if restart == Restart::Yes {
-            info!(msr = %b.msr, contact = %b.contact, call_id = %b.call_id, "binding restarted (new call-id), subscribing anew");
-        } else if self.table.contains_contact(&b.contact) {
-            debug!(msr = %b.msr, contact = %b.contact, "binding refreshed");
-        } else {
-            info!(
+        match how {
+            Registered::Restarted => {
+                info!(msr = %b.msr, contact = %b.contact, call_id = %b.call_id, "binding restarted (new call-id), subscribing anew")
+            }
+            Registered::Refreshed => {
+                debug!(msr = %b.msr, contact = %b.contact, "binding refreshed")
+            }
+            Registered::Added => info!(
                 msr = %b.msr,
                 contact = %b.contact,
                 uri = %b.uri,
@@ -1189,26 +1191,13 @@ impl Shell {
                 mcc = b.engine.and_then(|e| e.mcc).map(tracing::field::display),
                 version = b.version.as_deref().unwrap_or("unknown"),
                 "binding added"
-            );
+            ),
         }
-        let contact = b.contact.clone();
         self.health
             .contact_registered(now, &b.contact, &b.msr, &b.uri);
-        self.table.upsert_contact(
-            ContactBinding {
-                contact: b.contact,
-                msr: b.msr,
-                uri: b.uri,
-                engine: b.engine,
-                version: b.version,
-                expires_at: b.expires_at,
-            },
-            &self.operator,
-            zone,
-            site,
-        );
-        if restart == Restart::Yes {
-            self.subscriber.contact_restarted(now, &msr, &contact);
+        self.table.apply(&self.operator, Change::BindingChanged(&b));
+        if how == Registered::Restarted {
+            self.subscriber.contact_restarted(now, &msr, &b.contact);
         }
         msr
     }
@@ -1280,11 +1269,15 @@ enum Counted {
     Not,
 }
 
-/// Whether a binding's REGISTER came from a restarted MSR (a new Call-ID).
+/// What the registrar's event said of a binding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Restart {
-    No,
-    Yes,
+enum Registered {
+    /// A contact that was not registered.
+    Added,
+    /// A refresh (same Call-ID).
+    Refreshed,
+    /// A new Call-ID: the MSR restarted.
+    Restarted,
 }
 
 /// Where a request came from, as the transport recorded it in the top
@@ -1374,8 +1367,8 @@ mod tests {
         stop(handle_b, &shutdown_b).await;
     }
 
-    /// `[state] path` in a missing directory used to pass the check, and the
-    /// start then failed writing `state.json.tmp`.
+    /// `[state] path` in a missing directory fails the check, not the
+    /// start's first write of `state.json.tmp`.
     #[test]
     fn check_refuses_a_store_in_a_missing_directory() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -1409,9 +1402,9 @@ mod tests {
         assert!(!socket.exists());
     }
 
-    /// A regular file or a directory at `[control] socket` used to pass the
-    /// check, and the start then failed to bind. A socket left by a previous
-    /// run is fine: the start replaces it.
+    /// A regular file or a directory at `[control] socket` fails the check,
+    /// not the start's bind. A socket left by a previous run is fine: the
+    /// start replaces it.
     #[test]
     fn check_refuses_a_control_socket_path_that_is_not_a_socket() {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -2,7 +2,9 @@
 //! RFC 6665 §4.1).
 //!
 //! [`Subscriber`] is sans-IO. The shell tells it which contacts each MSR has
-//! registered ([`Subscriber::contacts_changed`]), feeds it the final
+//! registered ([`Subscriber::contacts_changed`], which borrows the
+//! registrar's [`Binding`]s and keeps of them only the contact names and
+//! the URI it subscribes to), feeds it the final
 //! responses to the requests it asked to send ([`Subscriber::handle_response`],
 //! [`Subscriber::handle_failure`]) and the NOTIFYs that arrive
 //! ([`Subscriber::handle_notify`], which returns the answer), wakes it at
@@ -89,7 +91,7 @@ use tokio::time::Instant;
 
 use msr_shared::subscription::SubscriptionState;
 
-use crate::load_table::SubscriptionView;
+use crate::registrar::Binding;
 
 /// First retry delay after a failed SUBSCRIBE.
 pub const RETRY_BASE: Duration = Duration::from_secs(1);
@@ -111,13 +113,44 @@ pub struct SubscriberConfig {
     pub default_expires: u32,
 }
 
-/// A registered contact of an MSR the subscription can be sent to.
+/// A registered contact of an MSR a subscription goes (or went) to, as
+/// taken from its [`Binding`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
+struct Target {
     /// Contact name `{iface}@{msr}`.
-    pub name: String,
+    name: String,
     /// Contact URI.
-    pub uri: String,
+    uri: String,
+}
+
+impl Target {
+    fn of(binding: &Binding) -> Self {
+        Self {
+            name: binding.contact.clone(),
+            uri: binding.uri.clone(),
+        }
+    }
+
+    fn is(&self, binding: &Binding) -> bool {
+        self.name == binding.contact && self.uri == binding.uri
+    }
+}
+
+/// The state of the subscription to one MSR, as the subscriber (its one
+/// owner) shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubscriptionView {
+    /// Subscription state.
+    pub status: SubscriptionState,
+    /// Granted (or requested, while pending) `Expires`, seconds; a load report
+    /// older than this is stale.
+    pub expires_secs: u32,
+    /// NOTIFYs received on the current subscription.
+    pub notify_count: u64,
+    /// Unix time of the last NOTIFY, seconds.
+    pub last_notify_unix: Option<i64>,
+    /// Event id of the subscription (e.g. derived from the dialog).
+    pub event_id: String,
 }
 
 /// A request the shell must send (`SipEndpoint::send_request(id, request)`)
@@ -258,7 +291,12 @@ struct EndedDialog {
 
 #[derive(Debug)]
 struct Subscription {
-    contacts: Vec<Target>,
+    /// Names of the MSR's registered contacts, sorted: to tell a contact
+    /// that registers anew (which lifts `blocked`).
+    contacts: Vec<String>,
+    /// The first registered contact by name: where a new dialog goes.
+    first: Target,
+    /// The contact the current (or last) dialog went to.
     target: Option<Target>,
     dialog: Option<Dialog>,
     state: SubscriptionState,
@@ -282,9 +320,10 @@ struct Subscription {
 }
 
 impl Subscription {
-    fn new(contacts: Vec<Target>) -> Self {
+    fn new(contacts: Vec<String>, first: Target) -> Self {
         Self {
             contacts,
+            first,
             target: None,
             dialog: None,
             state: SubscriptionState::Pending,
@@ -429,17 +468,24 @@ impl Subscriber {
         };
     }
 
-    /// The registered contacts of `msr` are now `contacts` (empty: none).
+    /// The registered contacts of `msr` are now `bindings` (none: the MSR
+    /// has no registered contact left), as the registrar holds them.
     ///
     /// * First contacts: subscribe.
     /// * No contacts left: end the subscription (`Expires: 0`).
     /// * The subscribed contact went away: subscribe anew to another one.
     /// * A contact that was not registered before lifts the no-retry state
     ///   left by `rejected`/`noresource`/`invariant`.
-    pub fn contacts_changed(&mut self, now: Instant, msr: &str, mut contacts: Vec<Target>) {
-        contacts.sort_by(|a, b| a.name.cmp(&b.name));
-        contacts.dedup_by(|a, b| a.name == b.name);
-        if contacts.is_empty() {
+    pub fn contacts_changed<'b>(
+        &mut self,
+        now: Instant,
+        msr: &str,
+        bindings: impl IntoIterator<Item = &'b Binding>,
+    ) {
+        let mut contacts: Vec<&Binding> = bindings.into_iter().collect();
+        contacts.sort_by(|a, b| a.contact.cmp(&b.contact));
+        contacts.dedup_by(|a, b| a.contact == b.contact);
+        let Some(first) = contacts.first().copied() else {
             if let Some(sub) = self.subs.remove(msr) {
                 self.forget(msr, Some(&sub));
                 let call_id = sub.dialog.as_ref().map(|d| d.call_id.clone());
@@ -452,26 +498,32 @@ impl Subscriber {
                 });
             }
             return;
-        }
+        };
+        let names = || contacts.iter().map(|c| c.contact.clone()).collect();
         let Some(sub) = self.subs.get_mut(msr) else {
-            self.subs
-                .insert(msr.to_owned(), Subscription::new(contacts));
+            let sub = Subscription::new(names(), Target::of(first));
+            self.subs.insert(msr.to_owned(), sub);
             self.start(now, msr);
             self.touched(msr);
             return;
         };
         if contacts
             .iter()
-            .any(|c| !sub.contacts.iter().any(|o| o.name == c.name))
+            .any(|c| sub.contacts.binary_search(&c.contact).is_err())
         {
             sub.blocked = false;
         }
-        sub.contacts = contacts;
-        let target_gone = sub.target.as_ref().is_some_and(|t| {
-            !sub.contacts
-                .iter()
-                .any(|c| c.name == t.name && c.uri == t.uri)
-        });
+        // A refresh changes nothing here: no allocation then.
+        if !sub.contacts.iter().eq(contacts.iter().map(|c| &c.contact)) {
+            sub.contacts = names();
+        }
+        if !sub.first.is(first) {
+            sub.first = Target::of(first);
+        }
+        let target_gone = sub
+            .target
+            .as_ref()
+            .is_some_and(|t| !contacts.iter().any(|c| t.is(c)));
         if target_gone {
             // The contact the dialog is with is gone: nothing to unsubscribe from.
             sub.backoff.reset();
@@ -553,9 +605,7 @@ impl Subscriber {
         let Some(sub) = self.subs.get_mut(msr) else {
             return;
         };
-        let Some(target) = sub.contacts.first().cloned() else {
-            return;
-        };
+        let target = sub.first.clone();
         let dialog = Dialog {
             call_id: format!("{}@msr-collector", sip::random_token()),
             local_tag: sip::random_token(),
@@ -1079,14 +1129,6 @@ impl Subscriber {
         self.events.pop_front()
     }
 
-    /// The state of every subscription, by MSR name.
-    pub fn views(&self) -> Vec<(String, SubscriptionView)> {
-        self.subs
-            .iter()
-            .map(|(m, s)| (m.clone(), s.view()))
-            .collect()
-    }
-
     /// The next subscription whose view may have changed since it was last
     /// returned here, with its current view. A subscription that went away
     /// is not reported (the shell removes the MSR from the table when its
@@ -1151,7 +1193,8 @@ impl Subscriber {
 
     /// How many dialogs ended by our `Expires: 0` are kept for their final
     /// NOTIFY (module docs).
-    pub fn ended_dialogs(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn ended_dialogs(&self) -> usize {
         self.ended.len()
     }
 }

@@ -157,6 +157,8 @@ fn agent_example() -> &'static msr_agent::AgentConfig {
 struct AdminRig {
     operator: msr_collector::operator::OperatorConfig,
     table: msr_collector::load_table::LoadTable,
+    registrar: msr_collector::registrar::Registrar,
+    subscriber: msr_collector::subscriber::Subscriber,
     defaults: msr_collector::admin::Defaults,
     rng: rand::rngs::StdRng,
     legs: msr_collector::legs::LegTable,
@@ -166,10 +168,26 @@ impl AdminRig {
     fn new() -> Self {
         use rand::SeedableRng;
         let config = collector_example();
+        let defaults = msr_collector::admin::Defaults::default();
+        let local = "sip:collector@127.0.0.1:5060".to_owned();
         Self {
             operator: msr_collector::operator::OperatorConfig::new(),
-            table: msr_collector::load_table::LoadTable::new(config.node.clone()),
-            defaults: msr_collector::admin::Defaults::default(),
+            table: msr_collector::load_table::LoadTable::new(
+                config.node.clone(),
+                msr_collector::load_table::Placement {
+                    zone: defaults.zone.clone(),
+                    site: defaults.site.clone(),
+                },
+            ),
+            registrar: msr_collector::registrar::Registrar::new(&config.sip, &config.accounts),
+            subscriber: msr_collector::subscriber::Subscriber::new(
+                msr_collector::subscriber::SubscriberConfig {
+                    local_uri: local.clone(),
+                    contact: local,
+                    default_expires: config.subscription.expires,
+                },
+            ),
+            defaults,
             rng: rand::rngs::StdRng::seed_from_u64(1),
             legs: msr_collector::legs::LegTable::new(config.legs.max_duration),
         }
@@ -182,6 +200,8 @@ impl AdminRig {
         let mut ctx = AdminContext {
             operator: &mut self.operator,
             table: &mut self.table,
+            registrar: &self.registrar,
+            subscriber: &self.subscriber,
             defaults: &self.defaults,
             rng: &mut self.rng,
             legs: &mut self.legs,
@@ -251,8 +271,8 @@ pub fn sip_redirect(data: &[u8]) {
 /// SUBSCRIBE in flight and to the health monitor's OPTIONS probe.
 pub fn sip_collector(data: &[u8]) {
     use msr_collector::health::HealthMonitor;
-    use msr_collector::registrar::{Registrar, RegistrarEvent};
-    use msr_collector::subscriber::{Subscriber, SubscriberConfig, Target};
+    use msr_collector::registrar::{Binding, Registrar, RegistrarEvent};
+    use msr_collector::subscriber::{Subscriber, SubscriberConfig};
 
     let config = collector_example();
     let mut now = Instant::now();
@@ -266,14 +286,18 @@ pub fn sip_collector(data: &[u8]) {
     });
     let contact = "lo@msr_1";
     let uri = "sip:msr_1@127.0.0.1:5071;engine=127.0.0.1:5070;engine-transport=udp";
-    subscriber.contacts_changed(
-        now,
-        "msr_1",
-        vec![Target {
-            name: contact.into(),
-            uri: uri.into(),
-        }],
-    );
+    let binding = Binding {
+        msr: "msr_1".into(),
+        contact: contact.into(),
+        uri: uri.into(),
+        engine: None,
+        version: None,
+        expires_at: now + Duration::from_secs(3600),
+        call_id: "fuzz".into(),
+        cseq: 1,
+        source: None,
+    };
+    subscriber.contacts_changed(now, "msr_1", [&binding]);
     health.contact_registered(now, contact, "msr_1", uri);
     let Some(first) = subscriber.poll_transmit() else {
         return;
@@ -318,11 +342,7 @@ pub fn sip_collector(data: &[u8]) {
         }
         while let Some(event) = registrar.poll_event() {
             if let RegistrarEvent::BindingAdded(b) | RegistrarEvent::BindingRefreshed(b) = event {
-                let target = Target {
-                    name: b.contact.clone(),
-                    uri: b.uri.clone(),
-                };
-                subscriber.contacts_changed(now, &b.msr, vec![target]);
+                subscriber.contacts_changed(now, &b.msr, registrar.contacts_of(&b.msr));
             }
         }
         while registrar.poll_refusal().is_some() {}
@@ -339,7 +359,7 @@ pub fn sip_collector(data: &[u8]) {
         }
         while subscriber.poll_event().is_some() {}
         while health.poll_event().is_some() {}
-        let _ = subscriber.views();
+        while subscriber.poll_view_change().is_some() {}
     }
 }
 
@@ -393,9 +413,8 @@ pub fn sip_agent(data: &[u8]) {
     let mut seen = AgentSeen::default();
     seen.flush(&mut notifier, &mut registration);
     for (i, raw) in messages(data).enumerate() {
-        let call_id = registration.call_id().to_owned();
         let pairs = [
-            ("@@CALLID@@", call_id.as_str()),
+            ("@@CALLID@@", seen.reg_call_id.as_str()),
             ("@@CSEQ@@", seen.reg_cseq.as_str()),
             ("@@NCSEQ@@", seen.notify_cseq.as_str()),
         ];
@@ -437,6 +456,8 @@ pub fn sip_agent(data: &[u8]) {
 /// What the agent harness learnt from the cores' last transmits.
 #[derive(Default)]
 struct AgentSeen {
+    /// The Call-ID of the registration's REGISTERs (one per run, RFC 3261 §10.2).
+    reg_call_id: String,
     reg_cseq: String,
     notify: Option<msr_agent::notifier::SubscriptionId>,
     notify_cseq: String,
@@ -450,6 +471,9 @@ impl AgentSeen {
     ) {
         while let Some(req) = registration.poll_transmit() {
             self.reg_cseq = cseq_number(&req);
+            if let Some(call_id) = sip::call_id(&req.headers) {
+                self.reg_call_id = call_id.to_owned();
+            }
         }
         while let Some(t) = notifier.poll_transmit() {
             let _ = t.request.to_string();

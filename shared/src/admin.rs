@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! → {"op":"site_distance","a":"local","b":"remote","distance":32}
-//! ← {"ok":true,"data":{"kind":"changed","entity":"site","name":"local remote","property":"distance","from":"infinity","to":"32"}}
+//! ← {"ok":true,"data":{"kind":"changed","entity":"site","name":"local remote","property":"distance","from":"infinity","to":32.0}}
 //! → {"op":"select","zone":"default","site":"local","explain":false}
 //! ← {"ok":false,"error":{"code":"msr_not_found","message":"no registered active msr in zone `default` at a finite distance from site `local`"}}
 //! ```
@@ -27,6 +27,35 @@ use crate::subscription::SubscriptionState;
 
 /// The name of the only event package a subscription can be set for (SPEC §4).
 pub const EVENT_PACKAGE: &str = crate::event_package::EVENT;
+
+/// The version of this protocol, answered by [`Request::Hello`]. It is
+/// raised when a change would break a client written against the previous
+/// one (an op, a field or a value removed or changing meaning); additions
+/// (new ops, new optional fields, new error codes, which an older client
+/// reads as [`ErrorCode::Other`]) keep it.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// `Display` for the wire enums: their wire name (`as_str`), which msrctl
+/// shows as it is.
+macro_rules! display_wire_name {
+    ($($name:ident),+) => {$(
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    )+};
+}
+
+display_wire_name!(
+    StoreKind,
+    StoreState,
+    ChangedEntity,
+    ChangedProperty,
+    HealthState,
+    RegistrationStatus,
+    ExplainOutcome
+);
 
 /// One control request (one JSON line).
 ///
@@ -118,8 +147,9 @@ pub enum Request {
         msr: String,
         /// Event package; only `eltex-call-count` is accepted.
         event: String,
-        /// Seconds, at least 1.
-        expires: u32,
+        /// Seconds, at least 1; `expires` on the wire.
+        #[serde(rename = "expires")]
+        expires_secs: u32,
     },
     /// List the load subscriptions, one row per MSR.
     SubscriptionList {},
@@ -169,6 +199,9 @@ pub enum Request {
     /// (SPEC §12): one row per live collector (lease-backed membership in
     /// etcd; this collector alone with the file store).
     ClusterList {},
+    /// The protocol version the collector speaks ([`PROTOCOL_VERSION`]),
+    /// so that a client can check it before anything else.
+    Hello {},
 }
 
 impl Request {
@@ -520,6 +553,17 @@ pub enum ResponseData {
     Cluster(ClusterView),
     /// The answer to a release.
     Released(Released),
+    /// The answer to `hello`.
+    Hello(Hello),
+}
+
+/// What a collector says to `hello`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    /// The protocol version it speaks ([`PROTOCOL_VERSION`]).
+    pub version: u32,
+    /// Its software and version, e.g. `msr-collector 0.1.0`.
+    pub software: String,
 }
 
 /// The cluster of core hosts as one collector sees it (SPEC §12).
@@ -540,12 +584,10 @@ pub struct ClusterView {
 /// The operator store's state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoreView {
-    /// `file` or `etcd`.
-    pub backend: String,
-    /// `connected` (etcd reachable), `unavailable` (etcd not reachable:
-    /// changes refused, selection on the last configuration seen) or
-    /// `local` (the file store).
-    pub status: String,
+    /// Where the configuration lives.
+    pub backend: StoreKind,
+    /// Whether it can be reached.
+    pub status: StoreState,
     /// With etcd: the endpoints and key prefix; with a file: its path.
     pub location: String,
     /// The etcd revision of the configuration in use (absent for the file
@@ -560,6 +602,52 @@ pub struct StoreView {
     /// in use came from when it is the cached copy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+}
+
+/// Where the operator configuration lives (SPEC §12). On the wire: `file`
+/// or `etcd`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreKind {
+    /// The collector's own file.
+    File,
+    /// etcd, shared by the cluster.
+    Etcd,
+}
+
+impl StoreKind {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoreKind::File => "file",
+            StoreKind::Etcd => "etcd",
+        }
+    }
+}
+
+/// Whether the operator store can be reached (SPEC §12). On the wire:
+/// `connected`, `unavailable` or `local`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreState {
+    /// etcd answered last.
+    Connected,
+    /// etcd cannot be reached: changes are refused, selection goes on with
+    /// the last configuration seen.
+    Unavailable,
+    /// The file store: always reachable.
+    Local,
+}
+
+impl StoreState {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoreState::Connected => "connected",
+            StoreState::Unavailable => "unavailable",
+            StoreState::Local => "local",
+        }
+    }
 }
 
 /// One live core host (a collector's membership key in etcd).
@@ -618,17 +706,164 @@ pub enum SelectionRule {
 
 /// A changed setting.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "ChangeRepr")]
 pub struct Change {
-    /// `site`, `msr`, `contact` or `subscription`.
-    pub entity: String,
-    /// The entity's name (`A B` for a distance).
+    /// What was changed.
+    pub entity: ChangedEntity,
+    /// The entity's name (`A B` for a distance, `MSR EVENT` for a
+    /// subscription).
     pub name: String,
-    /// The property set, e.g. `performance_coefficient`.
-    pub property: String,
-    /// The previous value, as text.
-    pub from: String,
-    /// The new value, as text.
-    pub to: String,
+    /// The property set.
+    pub property: ChangedProperty,
+    /// The previous value.
+    pub from: ChangeValue,
+    /// The new value.
+    pub to: ChangeValue,
+}
+
+/// What a [`Change`] changed. On the wire: `site`, `msr`, `contact` or
+/// `subscription`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangedEntity {
+    /// A site (`site distance`: the name is `A B`).
+    Site,
+    /// An MSR (`msr set`).
+    Msr,
+    /// A contact (`resource set`, `resource unset`).
+    Contact,
+    /// An MSR's subscription (`subscription set`: the name is `MSR EVENT`).
+    Subscription,
+}
+
+impl ChangedEntity {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangedEntity::Site => "site",
+            ChangedEntity::Msr => "msr",
+            ChangedEntity::Contact => "contact",
+            ChangedEntity::Subscription => "subscription",
+        }
+    }
+}
+
+/// The property a [`Change`] set. On the wire: its snake-case name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangedProperty {
+    /// A site distance ([`ChangeValue::Distance`]).
+    Distance,
+    /// An MSR's performance coefficient ([`ChangeValue::Number`]).
+    PerformanceCoefficient,
+    /// An MSR's load limit, percent ([`ChangeValue::Count`]).
+    LoadLimit,
+    /// An MSR's admin active flag ([`ChangeValue::Flag`]).
+    Active,
+    /// A contact's zone ([`ChangeValue::Text`]).
+    Zone,
+    /// A contact's site ([`ChangeValue::Text`]).
+    Site,
+    /// A subscription's `Expires`, seconds ([`ChangeValue::Count`]).
+    Expires,
+}
+
+impl ChangedProperty {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangedProperty::Distance => "distance",
+            ChangedProperty::PerformanceCoefficient => "performance_coefficient",
+            ChangedProperty::LoadLimit => "load_limit",
+            ChangedProperty::Active => "active",
+            ChangedProperty::Zone => "zone",
+            ChangedProperty::Site => "site",
+            ChangedProperty::Expires => "expires",
+        }
+    }
+}
+
+impl From<ContactProperty> for ChangedProperty {
+    fn from(property: ContactProperty) -> Self {
+        match property {
+            ContactProperty::Zone => ChangedProperty::Zone,
+            ContactProperty::Site => ChangedProperty::Site,
+        }
+    }
+}
+
+/// The value of a changed setting, as JSON has it: a number for a number,
+/// `true`/`false` for a flag, a string for a name; a distance is a number
+/// or `"infinity"` ([`Distance`]). Which one a change carries follows from
+/// its [`ChangedProperty`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum ChangeValue {
+    /// A site distance.
+    Distance(Distance),
+    /// A real number (a performance coefficient).
+    Number(f64),
+    /// A whole number (a load limit, seconds).
+    Count(u32),
+    /// A flag.
+    Flag(bool),
+    /// A name (a zone, a site).
+    Text(String),
+}
+
+/// The wire form [`Change`] is read from: the values are read as JSON
+/// gives them, then typed by the property.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChangeRepr {
+    entity: ChangedEntity,
+    name: String,
+    property: ChangedProperty,
+    from: RawValue,
+    to: RawValue,
+}
+
+/// A JSON scalar, before its property says what it is.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawValue {
+    Flag(bool),
+    Count(u32),
+    Number(f64),
+    Text(String),
+}
+
+impl RawValue {
+    fn typed(self, property: ChangedProperty) -> Result<ChangeValue, String> {
+        use ChangedProperty as P;
+        Ok(match (property, self) {
+            (P::Distance, RawValue::Count(n)) => ChangeValue::Distance(Distance::Finite(n.into())),
+            (P::Distance, RawValue::Number(x)) => ChangeValue::Distance(Distance::from_f64(x)),
+            (P::Distance, RawValue::Text(word)) if word == "infinity" => {
+                ChangeValue::Distance(Distance::Infinity)
+            }
+            (P::PerformanceCoefficient, RawValue::Count(n)) => ChangeValue::Number(n.into()),
+            (P::PerformanceCoefficient, RawValue::Number(x)) => ChangeValue::Number(x),
+            (P::LoadLimit | P::Expires, RawValue::Count(n)) => ChangeValue::Count(n),
+            (P::Active, RawValue::Flag(b)) => ChangeValue::Flag(b),
+            (P::Zone | P::Site, RawValue::Text(text)) => ChangeValue::Text(text),
+            (property, _) => return Err(format!("{property}: a value of the wrong type")),
+        })
+    }
+}
+
+impl TryFrom<ChangeRepr> for Change {
+    type Error = String;
+
+    fn try_from(repr: ChangeRepr) -> Result<Self, String> {
+        Ok(Change {
+            entity: repr.entity,
+            name: repr.name,
+            property: repr.property,
+            from: repr.from.typed(repr.property)?,
+            to: repr.to.typed(repr.property)?,
+        })
+    }
 }
 
 /// The site distance matrix (SPEC §6): every declared site is a row; the
@@ -704,12 +939,6 @@ impl HealthState {
     }
 }
 
-impl fmt::Display for HealthState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// One row of the live load table (SPEC §5).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResourceInfo {
@@ -751,8 +980,8 @@ pub struct ResourceInfo {
     /// `Cc-address`), if reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcc: Option<String>,
-    /// `registered` or `expired`.
-    pub status: String,
+    /// Whether the contact's registration holds.
+    pub status: RegistrationStatus,
     /// Seconds until the registration expires (0 when expired).
     pub expires_secs: u64,
     /// Subscription state of the MSR (`pending`, `active`, `terminated`
@@ -771,6 +1000,27 @@ pub struct ResourceInfo {
     pub health_secs: u64,
 }
 
+/// Whether a contact's registration holds (SPEC §5). On the wire:
+/// `registered` or `expired`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RegistrationStatus {
+    /// The binding is live.
+    Registered,
+    /// The binding lapsed; the row stays until it is forgotten.
+    Expired,
+}
+
+impl RegistrationStatus {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RegistrationStatus::Registered => "registered",
+            RegistrationStatus::Expired => "expired",
+        }
+    }
+}
+
 /// One load subscription (SPEC §8 `subscription list`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SubscriptionInfo {
@@ -782,8 +1032,10 @@ pub struct SubscriptionInfo {
     pub event: String,
     /// Admin active flag of the MSR.
     pub active: bool,
-    /// Expires in seconds (granted when subscribed, else configured).
-    pub expires: u32,
+    /// Expires in seconds (granted when subscribed, else configured);
+    /// `expires` on the wire.
+    #[serde(rename = "expires")]
+    pub expires_secs: u32,
     /// NOTIFYs received on the current subscription.
     pub notify_count: u64,
     /// Unix time (seconds) of the last NOTIFY.
@@ -881,8 +1133,10 @@ pub struct Selection {
     /// The given MSR had no candidate: a media bridge between the two MSRs
     /// is needed.
     pub media_bridge: bool,
-    /// The distance from the leg's site to the contact's site.
-    pub distance: f64,
+    /// The distance from the leg's site to the contact's site: finite for
+    /// a choice (§7 step 3); `infinity` only for a sticky leg (§9) whose
+    /// MSR the operator has since put out of reach.
+    pub distance: Distance,
     /// The draw, in `[0, total)`.
     pub draw: f64,
     /// The sum of the weights.
@@ -913,7 +1167,7 @@ pub struct Explain {
     /// weight.
     pub candidates: Vec<ExplainCandidate>,
     /// Step 3: the minimum finite distance, if any.
-    pub min_distance: Option<f64>,
+    pub min_distance: Option<Distance>,
     /// Step 5: the interval table, in order.
     pub intervals: Vec<Interval>,
     /// Step 5: the sum of the weights.
@@ -1015,12 +1269,6 @@ impl ExplainOutcome {
     }
 }
 
-impl fmt::Display for ExplainOutcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// One row of the interval table (SPEC §7 step 5): an MSR with a positive
 /// weight (a full one is listed among the candidates, not here).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -1112,7 +1360,7 @@ mod tests {
             Request::SubscriptionSetExpires {
                 msr: "m".into(),
                 event: EVENT_PACKAGE.into(),
-                expires: 30,
+                expires_secs: 30,
             },
             Request::SubscriptionList {},
             Request::Select {
@@ -1134,6 +1382,7 @@ mod tests {
                 value: 80,
             },
             Request::ClusterList {},
+            Request::Hello {},
         ];
         for request in &all {
             match request {
@@ -1154,7 +1403,8 @@ mod tests {
                 | Request::Select { .. }
                 | Request::Release { .. }
                 | Request::MsrSetLoadLimit { .. }
-                | Request::ClusterList {} => {}
+                | Request::ClusterList {}
+                | Request::Hello {} => {}
             }
         }
         all
@@ -1365,7 +1615,7 @@ mod tests {
                 registered: true,
                 event: EVENT_PACKAGE.into(),
                 active: true,
-                expires: 60,
+                expires_secs: 60,
                 notify_count: 0,
                 last_notify_unix: None,
                 event_id: String::new(),
@@ -1385,14 +1635,245 @@ mod tests {
         assert!(serde_json::from_str::<SubscriptionState>("\"gone\"").is_err());
     }
 
+    /// The closed sets that travel as strings keep their JSON: exact
+    /// lines, as a script sees them.
+    #[test]
+    fn golden_json_of_the_wire_enums() {
+        let row = ResourceInfo {
+            node: "core1@ecss1".into(),
+            msr: "msr_1".into(),
+            version: None,
+            performance_coefficient: 1.0,
+            load: Some(37),
+            cpu: None,
+            calls: None,
+            max_calls: None,
+            report_age_secs: None,
+            stale: false,
+            zone: "default".into(),
+            site: "local".into(),
+            active: true,
+            contact: "lo@msr_1".into(),
+            uri: "sip:msr_1@127.0.0.1:5070".into(),
+            engine_uri: None,
+            mcc: None,
+            status: RegistrationStatus::Registered,
+            expires_secs: 58,
+            subscription: Some(SubscriptionState::Active),
+            live_legs: 0,
+            health: HealthState::Healthy,
+            health_since_unix: 1,
+            health_secs: 2,
+        };
+        let line = serde_json::to_string(&row).expect("serialize");
+        assert_eq!(
+            line,
+            r#"{"node":"core1@ecss1","msr":"msr_1","version":null,"performance_coefficient":1.0,"load":37,"cpu":null,"calls":null,"max_calls":null,"report_age_secs":null,"stale":false,"zone":"default","site":"local","active":true,"contact":"lo@msr_1","uri":"sip:msr_1@127.0.0.1:5070","status":"registered","expires_secs":58,"subscription":"active","live_legs":0,"health":"healthy","health_since_unix":1,"health_secs":2}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<ResourceInfo>(&line).expect("parse"),
+            row
+        );
+        let expired = ResourceInfo {
+            status: RegistrationStatus::Expired,
+            subscription: None,
+            ..row
+        };
+        let json = serde_json::to_value(&expired).expect("serialize");
+        assert_eq!(
+            (json["status"].as_str(), json["subscription"].as_str()),
+            (Some("expired"), Some("none"))
+        );
+
+        let none = SubscriptionInfo {
+            msr: "msr_9".into(),
+            registered: false,
+            event: EVENT_PACKAGE.into(),
+            active: true,
+            expires_secs: 30,
+            notify_count: 0,
+            last_notify_unix: None,
+            event_id: String::new(),
+            status: None,
+        };
+        let line = serde_json::to_string(&none).expect("serialize");
+        assert_eq!(
+            line,
+            r#"{"msr":"msr_9","registered":false,"event":"eltex-call-count","active":true,"expires":30,"notify_count":0,"last_notify_unix":null,"event_id":"","status":"none"}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<SubscriptionInfo>(&line).expect("parse"),
+            none
+        );
+
+        for (backend, status, json) in [
+            (
+                StoreKind::File,
+                StoreState::Local,
+                r#"{"backend":"file","status":"local","location":"x"}"#,
+            ),
+            (
+                StoreKind::Etcd,
+                StoreState::Connected,
+                r#"{"backend":"etcd","status":"connected","location":"x"}"#,
+            ),
+            (
+                StoreKind::Etcd,
+                StoreState::Unavailable,
+                r#"{"backend":"etcd","status":"unavailable","location":"x"}"#,
+            ),
+        ] {
+            let view = StoreView {
+                backend,
+                status,
+                location: "x".into(),
+                revision: None,
+                unavailable_since_unix: None,
+                detail: None,
+            };
+            assert_eq!(serde_json::to_string(&view).expect("serialize"), json);
+            assert_eq!(
+                serde_json::from_str::<StoreView>(json).expect("parse"),
+                view
+            );
+        }
+    }
+
+    /// A change names its entity and property as before; its values are
+    /// JSON numbers, flags and strings as the property says (a distance
+    /// with no path stays `"infinity"`).
+    #[test]
+    fn golden_json_of_changes() {
+        let change = |entity, name: &str, property, from, to| {
+            ResponseData::Changed(Change {
+                entity,
+                name: name.into(),
+                property,
+                from,
+                to,
+            })
+        };
+        use ChangeValue as V;
+        use ChangedEntity as E;
+        use ChangedProperty as P;
+        for (data, json) in [
+            (
+                change(
+                    E::Site,
+                    "local remote",
+                    P::Distance,
+                    V::Distance(Distance::Infinity),
+                    V::Distance(Distance::Finite(32.0)),
+                ),
+                r#"{"kind":"changed","entity":"site","name":"local remote","property":"distance","from":"infinity","to":32.0}"#,
+            ),
+            (
+                change(
+                    E::Msr,
+                    "msr_1",
+                    P::PerformanceCoefficient,
+                    V::Number(1.0),
+                    V::Number(0.9),
+                ),
+                r#"{"kind":"changed","entity":"msr","name":"msr_1","property":"performance_coefficient","from":1.0,"to":0.9}"#,
+            ),
+            (
+                change(E::Msr, "msr_1", P::LoadLimit, V::Count(100), V::Count(80)),
+                r#"{"kind":"changed","entity":"msr","name":"msr_1","property":"load_limit","from":100,"to":80}"#,
+            ),
+            (
+                change(E::Msr, "msr_1", P::Active, V::Flag(true), V::Flag(false)),
+                r#"{"kind":"changed","entity":"msr","name":"msr_1","property":"active","from":true,"to":false}"#,
+            ),
+            (
+                change(
+                    E::Contact,
+                    "lo@msr_1",
+                    P::Zone,
+                    V::Text("default".into()),
+                    V::Text("z2".into()),
+                ),
+                r#"{"kind":"changed","entity":"contact","name":"lo@msr_1","property":"zone","from":"default","to":"z2"}"#,
+            ),
+            (
+                change(
+                    E::Contact,
+                    "lo@msr_1",
+                    P::Site,
+                    V::Text("infinity".into()),
+                    V::Text("local".into()),
+                ),
+                r#"{"kind":"changed","entity":"contact","name":"lo@msr_1","property":"site","from":"infinity","to":"local"}"#,
+            ),
+            (
+                change(
+                    E::Subscription,
+                    "msr_1 eltex-call-count",
+                    P::Expires,
+                    V::Count(60),
+                    V::Count(30),
+                ),
+                r#"{"kind":"changed","entity":"subscription","name":"msr_1 eltex-call-count","property":"expires","from":60,"to":30}"#,
+            ),
+        ] {
+            assert_eq!(serde_json::to_string(&data).expect("serialize"), json);
+            assert_eq!(
+                serde_json::from_str::<ResponseData>(json).expect(json),
+                data,
+                "{json}"
+            );
+        }
+        // A whole distance or coefficient may come as an integer.
+        let read: ResponseData = serde_json::from_str(
+            r#"{"kind":"changed","entity":"site","name":"a b","property":"distance","from":1,"to":2}"#,
+        )
+        .expect("integers");
+        assert!(
+            matches!(read, ResponseData::Changed(Change { to: V::Distance(Distance::Finite(t)), .. }) if t == 2.0)
+        );
+        // A value of the wrong type for its property is refused.
+        for json in [
+            r#"{"kind":"changed","entity":"msr","name":"m","property":"active","from":1,"to":0}"#,
+            r#"{"kind":"changed","entity":"site","name":"a b","property":"distance","from":"far","to":1}"#,
+            r#"{"kind":"changed","entity":"contact","name":"c","property":"zone","from":1,"to":"z"}"#,
+            r#"{"kind":"changed","entity":"msr","name":"m","property":"colour","from":1,"to":2}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<ResponseData>(json).is_err(),
+                "{json}"
+            );
+        }
+    }
+
+    #[test]
+    fn hello_answers_the_protocol_version() {
+        assert_eq!(
+            serde_json::from_str::<Request>(r#"{"op":"hello"}"#).expect("parse"),
+            Request::Hello {}
+        );
+        let hello = Response::Ok(ResponseData::Hello(Hello {
+            version: PROTOCOL_VERSION,
+            software: "msr-collector 0.1.0".into(),
+        }));
+        let line = serde_json::to_string(&hello).expect("serialize");
+        assert_eq!(
+            line,
+            r#"{"ok":true,"data":{"kind":"hello","version":1,"software":"msr-collector 0.1.0"}}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<Response>(&line).expect("parse"),
+            hello
+        );
+    }
+
     #[test]
     fn changed_is_flattened_into_data() {
         let data = ResponseData::Changed(Change {
-            entity: "msr".into(),
+            entity: ChangedEntity::Msr,
             name: "msr_1".into(),
-            property: "performance_coefficient".into(),
-            from: "1.0".into(),
-            to: "2".into(),
+            property: ChangedProperty::PerformanceCoefficient,
+            from: ChangeValue::Number(1.0),
+            to: ChangeValue::Number(2.5),
         });
         let json = serde_json::to_value(&data).expect("serialize");
         assert_eq!(json["kind"], "changed");

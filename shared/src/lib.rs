@@ -23,9 +23,12 @@
 //! * [`log_limit`] — the rate limit of log lines, with suppressed counts.
 //! * [`signals`] — SIGTERM/SIGINT stop, SIGHUP never does.
 //!
-//! Architecture invariant: apart from [`sip::SipEndpoint`] and
-//! [`signals`], nothing in this crate performs I/O, reads a clock or spawns
-//! a task.
+//! Architecture invariant: nothing in this crate performs I/O, reads a
+//! clock or spawns a task, except [`sip::SipEndpoint`] (the adapter over
+//! rsipstack: sockets, its tasks, receive times), [`signals`] (the signal
+//! handlers), [`fs::cannot_create_in`] (the `--check-config` permission
+//! check) and [`logging::FloodLimit`] (it reads the clock to rate-limit
+//! log lines).
 #![warn(missing_docs)]
 
 pub mod admin;

@@ -39,8 +39,9 @@ use msr_agent::notifier::{NotifyGate, NotifyRule, Reported, Verdict};
 use msr_collector::admin::effective_policy;
 use msr_collector::config::{SelectionConfig, SelectionPolicy};
 use msr_collector::legs::{LegKey, LegTable, DEFAULT_MAX_DURATION};
-use msr_collector::load_table::{ContactBinding, LoadTable};
+use msr_collector::load_table::{Change, LoadTable, Placement};
 use msr_collector::operator::OperatorConfig;
+use msr_collector::registrar::Binding;
 use msr_collector::select::{self, Admission, Query};
 use msr_shared::event_package::LoadReport;
 use rand::rngs::StdRng;
@@ -417,21 +418,27 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
     };
     let mut hosts: Vec<Host> = (0..scenario.core_hosts)
         .map(|h| {
-            let mut table = LoadTable::new(format!("core{h}"));
+            let defaults = Placement {
+                zone: "default".into(),
+                site: "local".into(),
+            };
+            let mut table = LoadTable::new(format!("core{h}"), defaults);
             table.set_notify_flight_time(scenario.report_delay);
             for (m, name) in names.iter().enumerate() {
-                let binding = ContactBinding {
-                    contact: contacts[m].clone(),
+                let binding = Binding {
                     msr: name.clone(),
+                    contact: contacts[m].clone(),
                     uri: format!("sip:{name}@127.0.0.1:5040"),
                     engine: None,
                     version: None,
                     // Registered for the whole run.
                     expires_at: base + Duration::from_secs(100 * 365 * 86_400),
+                    call_id: format!("sim-{name}"),
+                    cseq: 1,
+                    source: None,
                 };
-                table.upsert_contact(binding, &operator, "default", "local");
+                table.apply(&operator, Change::BindingChanged(&binding));
             }
-            table.apply_operator(&operator, "default", "local");
             Host {
                 table,
                 // Legs live for the run: a core that releases nothing must
@@ -635,7 +642,12 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                     max_calls: cap,
                 };
                 let host = &mut hosts[host as usize];
-                host.table.set_load(&names[m], report, now);
+                let change = Change::LoadReported {
+                    msr: &names[m],
+                    report,
+                    at: now,
+                };
+                host.table.apply(&operator, change);
                 host.seen.reported[m] = Some(calls);
                 host.seen.placed_since[m] = 0;
             }

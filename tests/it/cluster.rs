@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use msr_shared::admin::{ClusterView, ErrorCode, MsrInfo, Request, Response, ResponseData};
+use msr_shared::admin::{StoreKind, StoreState};
 use system_tests::system::{
     live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts, Etcd,
 };
@@ -94,8 +95,8 @@ async fn three_collectors_share_one_configuration() {
     for c in &cs {
         let view = wait_cluster(c, secs(10), |v| v.members.len() == 3).await;
         assert_eq!(view.core_hosts, 3);
-        assert_eq!(view.store.backend, "etcd");
-        assert_eq!(view.store.status, "connected");
+        assert_eq!(view.store.backend, StoreKind::Etcd);
+        assert_eq!(view.store.status, StoreState::Connected);
         assert!(view.members.iter().any(|m| m.this && m.node == c.name));
     }
     let (ok, out, _) = cs[0].msrctl(&["cluster", "list"]);
@@ -301,7 +302,7 @@ async fn an_etcd_outage_keeps_selection_and_refuses_changes() {
         conference: None,
     };
     etcd.kill9();
-    wait_cluster(&a, secs(10), |v| v.store.status == "unavailable").await;
+    wait_cluster(&a, secs(10), |v| v.store.status == StoreState::Unavailable).await;
     let (ok, out, _) = a.msrctl(&["cluster", "list"]);
     assert!(
         ok && out.contains("unavailable") && out.contains("last configuration seen"),
@@ -338,8 +339,8 @@ async fn an_etcd_outage_keeps_selection_and_refuses_changes() {
 
     // etcd back: changes accepted again, through both collectors.
     etcd.start().await;
-    wait_cluster(&a, secs(15), |v| v.store.status == "connected").await;
-    wait_cluster(&b, secs(15), |v| v.store.status == "connected").await;
+    wait_cluster(&a, secs(15), |v| v.store.status == StoreState::Connected).await;
+    wait_cluster(&b, secs(15), |v| v.store.status == StoreState::Connected).await;
     for _ in 0..50 {
         match client.call(&select).await.expect("select") {
             Response::Ok(ResponseData::Selected(_)) => {}
@@ -363,7 +364,7 @@ async fn an_etcd_outage_keeps_selection_and_refuses_changes() {
     b.ok(&set_coefficient("msr_1", 4.0)).await;
     etcd.kill9();
     a.spawn().await;
-    let view = wait_cluster(&a, secs(5), |v| v.store.status == "unavailable").await;
+    let view = wait_cluster(&a, secs(5), |v| v.store.status == StoreState::Unavailable).await;
     assert!(
         view.store
             .detail
@@ -390,7 +391,7 @@ async fn an_etcd_outage_keeps_selection_and_refuses_changes() {
     })
     .await;
     assert!(seen.is_some(), "a did not catch up with b's change");
-    let view = wait_cluster(&a, secs(5), |v| v.store.status == "connected").await;
+    let view = wait_cluster(&a, secs(5), |v| v.store.status == StoreState::Connected).await;
     assert!(view.store.detail.is_none(), "{view:?}");
     etcd.kill9();
 }
@@ -450,8 +451,8 @@ async fn a_file_store_migrates_into_etcd_once() {
     assert!(ok, "{out}{err}");
 
     file.spawn().await;
-    let view = wait_cluster(&file, secs(10), |v| v.store.status == "connected").await;
-    assert_eq!(view.store.backend, "etcd");
+    let view = wait_cluster(&file, secs(10), |v| v.store.status == StoreState::Connected).await;
+    assert_eq!(view.store.backend, StoreKind::Etcd);
     let mut client = AdminClient::connect(&file.socket).await.expect("connect");
     assert_eq!(
         sites(&mut client).await,

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use msr_collector::CollectorHandle;
+use msr_shared::admin::RegistrationStatus;
 use msr_shared::admin::{
     ErrorCode, ExplainOutcome, HealthState, Request, ResourceInfo, Response, ResponseData,
 };
@@ -190,7 +191,7 @@ async fn sipp_msr_registers_reports_load_and_unregisters() {
     assert_eq!(row.msr, "msr_1");
     assert_eq!(row.node, "core1@test");
     assert_eq!(row.version.as_deref(), Some("9.9.9"));
-    assert_eq!(row.status, "registered");
+    assert_eq!(row.status, RegistrationStatus::Registered);
     assert_eq!(row.subscription, Some(SubscriptionState::Active));
     assert_eq!(
         (row.cpu, row.calls, row.max_calls),
@@ -206,7 +207,7 @@ async fn sipp_msr_registers_reports_load_and_unregisters() {
             assert_eq!(rows.len(), 1);
             assert_eq!(
                 (
-                    rows[0].expires,
+                    rows[0].expires_secs,
                     rows[0].notify_count,
                     rows[0].status.clone()
                 ),
@@ -468,7 +469,7 @@ async fn an_msr_that_never_reports_gets_no_selection_after_the_grace() {
     .expect("unreported after the grace");
     let after = registered.elapsed();
     assert!(after >= Duration::from_millis(1500), "{after:?}");
-    assert_eq!(unreported.status, "registered");
+    assert_eq!(unreported.status, RegistrationStatus::Registered);
     match client.call(&select).await.expect("select") {
         Response::Err(body) => {
             assert_eq!(body.code, ErrorCode::MsrUnhealthy, "{body:?}");

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use msr_shared::admin::RegistrationStatus;
 use msr_shared::admin::{subscription_name, Request, ResourceInfo, ResponseData, SubscriptionInfo};
 use msr_shared::subscription::SubscriptionState;
 use system_tests::system::{
@@ -134,7 +135,7 @@ async fn register_subscribe_notify_refresh_load_change_and_sigterm() {
     // after every refresh (the load does not change). When the refreshes
     // go out is checked in virtual time (`tests/pair/`).
     let first = active_subscription(&collector, "msr_1").await;
-    assert_eq!(first.expires, 4);
+    assert_eq!(first.expires_secs, 4);
     let refreshed = collector
         .wait_subs(secs(12), |s| {
             s.iter()
@@ -255,7 +256,8 @@ async fn killed_msr_goes_stale_then_lapses_and_comes_back() {
         .await
         .unwrap_or_else(|| panic!("row never became stale: {:?}", before));
     assert_eq!(
-        stale.status, "registered",
+        stale.status,
+        RegistrationStatus::Registered,
         "stale while the registration still runs: {stale:?}"
     );
     assert!(
@@ -528,7 +530,9 @@ async fn agent_config_edited_live() {
     change_load(&collector, &agent, "msr_a", 30, 30).await;
     let rows = collector.rows().await.unwrap_or_default();
     assert_eq!(
-        rows.iter().filter(|r| r.status == "registered").count(),
+        rows.iter()
+            .filter(|r| r.status == RegistrationStatus::Registered)
+            .count(),
         1,
         "{:?}",
         table_summary(&rows)

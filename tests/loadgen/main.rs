@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use msr_shared::admin::RegistrationStatus;
 use msr_shared::admin::{ErrorCode, Request, Response, ResponseData};
 use msr_shared::event_package::{LoadReport, CONTENT_TYPE, EVENT};
 use msr_shared::sip::{self, Method, SipMessage, StatusCode};
@@ -1818,7 +1819,7 @@ async fn wait_idle_pool(
                     rows.iter()
                         .find(|r| {
                             &r.msr == n
-                                && r.status == "registered"
+                                && r.status == RegistrationStatus::Registered
                                 && r.subscription == Some(SubscriptionState::Active)
                                 && r.calls == Some(0)
                         })

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Parser;
+use msr_shared::admin::RegistrationStatus;
 use msr_shared::admin::{subscription_name, Request, ResourceInfo, Response, ResponseData};
 use msr_shared::subscription::SubscriptionState;
 use system_tests::{bin_path, example, workspace_root, AdminClient, ChildGuard};
@@ -210,7 +211,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         let ready = expected.iter().all(|(name, load)| {
             rows.iter().any(|r| {
                 r.msr == *name
-                    && r.status == "registered"
+                    && r.status == RegistrationStatus::Registered
                     && r.subscription == Some(SubscriptionState::Active)
                     && r.load == Some(*load)
             })
@@ -317,9 +318,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             bin_path("msrctl").display(),
             socket.display()
         ));
-        let mut last: BTreeMap<String, (Option<u8>, String)> = rows
+        let mut last: BTreeMap<String, (Option<u8>, RegistrationStatus)> = rows
             .iter()
-            .map(|r| (r.contact.clone(), (r.load, r.status.clone())))
+            .map(|r| (r.contact.clone(), (r.load, r.status)))
             .collect();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
@@ -332,7 +333,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                         bail!("{report}");
                     }
                     for r in resources(&mut admin).await? {
-                        let now = (r.load, r.status.clone());
+                        let now = (r.load, r.status);
                         if last.get(&r.contact) != Some(&now) {
                             println!("    {} load {} {}", r.contact, r.load.map_or("-".into(), |l| format!("{l}%")), r.status);
                             last.insert(r.contact.clone(), now);

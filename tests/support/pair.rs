@@ -1017,7 +1017,7 @@ listen = "off"
 /// owners are reshaping, in one place.
 pub mod adapter {
     use msr_collector::registrar::Registrar;
-    use msr_collector::subscriber::{Subscriber, Target};
+    use msr_collector::subscriber::Subscriber;
     use msr_shared::subscription::SubscriptionState;
     use tokio::time::Instant;
 
@@ -1030,15 +1030,7 @@ pub mod adapter {
         now: Instant,
         msr: &str,
     ) {
-        let targets = registrar
-            .contacts_of(msr)
-            .into_iter()
-            .map(|b| Target {
-                name: b.contact.clone(),
-                uri: b.uri.clone(),
-            })
-            .collect();
-        subscriber.contacts_changed(now, msr, targets);
+        subscriber.contacts_changed(now, msr, registrar.contacts_of(msr));
     }
 
     /// The subscription state of `msr`.

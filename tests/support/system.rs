@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use msr_shared::admin::RegistrationStatus;
 use msr_shared::admin::{Request, ResourceInfo, Response, ResponseData, SubscriptionInfo};
 use msr_shared::subscription::SubscriptionState;
 
@@ -605,7 +606,7 @@ pub fn live_row<'a>(
 ) -> Option<&'a ResourceInfo> {
     rows.iter().find(|r| {
         r.msr == msr
-            && r.status == "registered"
+            && r.status == RegistrationStatus::Registered
             && r.subscription == Some(SubscriptionState::Active)
             && r.load.is_some()
             && load.is_none_or(|l| r.load == Some(l))

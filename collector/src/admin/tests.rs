@@ -6,11 +6,35 @@ use rand::SeedableRng;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use super::*;
-use crate::load_table::ContactBinding;
+use crate::load_table::{Change, Placement};
+use crate::registrar::Binding;
+use crate::store::Store;
+use crate::subscriber::SubscriberConfig;
+
+/// One control request as the shell carries it out with the file store
+/// (`Shell::commit`): [`prepare`], then a change is saved and only then made
+/// current (and the load table told); if the save fails the answer is
+/// `store_failed` and nothing changed.
+fn handle(request: Request, ctx: &mut AdminContext<'_>, store: &Store, now: Instant) -> Response {
+    match prepare(request, ctx, now) {
+        Outcome::Answer(response) => response,
+        Outcome::Change { next, response } => {
+            if let Err(error) = store.save(&next) {
+                tracing::error!(cause = %error, "operator change not saved");
+                return store_failed(&error);
+            }
+            *ctx.operator = *next;
+            ctx.table.apply(ctx.operator, Change::OperatorChanged);
+            response
+        }
+    }
+}
 
 struct Harness {
     operator: OperatorConfig,
     table: LoadTable,
+    registrar: Registrar,
+    subscriber: Subscriber,
     store: Store,
     defaults: Defaults,
     rng: StdRng,
@@ -22,11 +46,30 @@ impl Harness {
     fn new() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::new(dir.path().join("operator.json"));
+        let defaults = Defaults::default();
+        let config = crate::config::parse(
+            "[sip]\nrealm = \"msr.local\"\n[[accounts]]\nauth_name = \"msr\"\npassword = \"msr-secret\"\n",
+            "test",
+        )
+        .expect("config");
+        let local = "sip:collector@127.0.0.1:5060".to_owned();
         Self {
             operator: OperatorConfig::new(),
-            table: LoadTable::new("core1@test".into()),
+            table: LoadTable::new(
+                "core1@test".into(),
+                Placement {
+                    zone: defaults.zone.clone(),
+                    site: defaults.site.clone(),
+                },
+            ),
+            registrar: Registrar::new(&config.sip, &config.accounts),
+            subscriber: Subscriber::new(SubscriberConfig {
+                local_uri: local.clone(),
+                contact: local,
+                default_expires: defaults.subscription_expires_secs,
+            }),
             store,
-            defaults: Defaults::default(),
+            defaults,
             rng: StdRng::seed_from_u64(1),
             legs: crate::legs::LegTable::new(crate::legs::DEFAULT_MAX_DURATION),
             _dir: dir,
@@ -37,6 +80,8 @@ impl Harness {
         let mut ctx = AdminContext {
             operator: &mut self.operator,
             table: &mut self.table,
+            registrar: &self.registrar,
+            subscriber: &self.subscriber,
             defaults: &self.defaults,
             rng: &mut self.rng,
             legs: &mut self.legs,
@@ -59,21 +104,27 @@ impl Harness {
         }
     }
 
+    /// `contact` of `msr` registers (or refreshes its registration).
     fn register(&mut self, contact: &str, msr: &str, now: Instant) {
-        let binding = ContactBinding {
-            contact: contact.into(),
-            msr: msr.into(),
-            uri: format!("sip:{msr}@127.0.0.1:5040"),
-            engine: None,
-            version: Some("0.1.0".into()),
-            expires_at: now + Duration::from_secs(60),
+        let uri = format!("sip:{msr}@127.0.0.1:5040");
+        let binding = Binding::test(contact, msr, &uri, now + Duration::from_secs(60));
+        // The registrar keeps a first binding (restore leaves a known one
+        // alone); the table takes every registration, refreshes included.
+        self.registrar.restore(now, vec![binding.clone()]);
+        while self.registrar.poll_event().is_some() {}
+        self.table
+            .apply(&self.operator, Change::BindingChanged(&binding));
+    }
+
+    /// A NOTIFY reported `report` for its MSR at `at`.
+    fn load(&mut self, report: LoadReport, at: Instant) {
+        let msr = report.msr.clone();
+        let change = Change::LoadReported {
+            msr: &msr,
+            report,
+            at,
         };
-        self.table.upsert_contact(
-            binding,
-            &self.operator,
-            &self.defaults.zone,
-            &self.defaults.site,
-        );
+        self.table.apply(&self.operator, change);
     }
 }
 
@@ -99,8 +150,11 @@ fn mutations_are_persisted_before_ok() {
         panic!("{data:?}")
     };
     assert_eq!(
-        (change.from.as_str(), change.to.as_str()),
-        ("infinity", "64")
+        (change.from, change.to),
+        (
+            ChangeValue::Distance(Distance::Infinity),
+            ChangeValue::Distance(Distance::Finite(64.0))
+        )
     );
     h.ok(
         Request::MsrSetPerformanceCoefficient {
@@ -110,6 +164,17 @@ fn mutations_are_persisted_before_ok() {
         now,
     );
     assert_eq!(h.store.load().expect("load"), h.operator);
+}
+
+#[test]
+fn hello_answers_the_protocol_version() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    let ResponseData::Hello(hello) = h.ok(Request::Hello {}, now) else {
+        panic!("hello")
+    };
+    assert_eq!(hello.version, PROTOCOL_VERSION);
+    assert!(hello.software.starts_with("msr-collector "), "{hello:?}");
 }
 
 #[test]
@@ -161,7 +226,7 @@ fn refusals_carry_codes() {
             Request::SubscriptionSetExpires {
                 msr: "m".into(),
                 event: "presence".into(),
-                expires: 30
+                expires_secs: 30
             },
             now
         ),
@@ -230,8 +295,11 @@ fn site_in_use_by_live_contact_cannot_be_removed() {
         panic!("changed")
     };
     assert_eq!(
-        (change.from.as_str(), change.to.as_str()),
-        ("remote", "local")
+        (change.from, change.to),
+        (
+            ChangeValue::Text("remote".into()),
+            ChangeValue::Text("local".into())
+        )
     );
     let ResponseData::Resources { rows } = h.ok(Request::ResourceList { active_only: false }, now)
     else {
@@ -308,7 +376,7 @@ fn operator_changes_reach_the_table_and_select() {
         calls: 1,
         max_calls: 10,
     };
-    h.table.set_load("msr_1", report, now);
+    h.load(report, now);
     h.ok(
         Request::MsrSetActive {
             msr: "msr_2".into(),
@@ -398,7 +466,7 @@ fn lists_msrs_and_subscriptions() {
         Request::SubscriptionSetExpires {
             msr: "msr_1".into(),
             event: EVENT_PACKAGE.into(),
-            expires: 30,
+            expires_secs: 30,
         },
         now,
     );
@@ -414,7 +482,7 @@ fn lists_msrs_and_subscriptions() {
         panic!("subs")
     };
     assert_eq!(rows.len(), 1);
-    assert_eq!((rows[0].expires, rows[0].status.as_ref()), (30, None));
+    assert_eq!((rows[0].expires_secs, rows[0].status.as_ref()), (30, None));
 }
 
 #[tokio::test]
@@ -557,7 +625,10 @@ fn negative_zero_is_taken_as_zero() {
     ) else {
         panic!("changed")
     };
-    assert_eq!(change.to, "0");
+    assert!(
+        matches!(change.to, ChangeValue::Distance(Distance::Finite(v)) if v == 0.0 && v.is_sign_positive()),
+        "{change:?}"
+    );
     let stored = h
         .operator
         .topology()
@@ -619,8 +690,11 @@ fn huge_values_are_shown_compactly() {
         panic!("changed")
     };
     assert_eq!(
-        (change.from.as_str(), change.to.as_str()),
-        ("infinity", "1e308")
+        (change.from, change.to),
+        (
+            ChangeValue::Distance(Distance::Infinity),
+            ChangeValue::Distance(Distance::Finite(1e308))
+        )
     );
     let ResponseData::Changed(change) = h.ok(
         Request::SiteDistance {
@@ -633,8 +707,11 @@ fn huge_values_are_shown_compactly() {
         panic!("changed")
     };
     assert_eq!(
-        (change.from.as_str(), change.to.as_str()),
-        ("1e308", "5e-324")
+        (change.from, change.to),
+        (
+            ChangeValue::Distance(Distance::Finite(1e308)),
+            ChangeValue::Distance(Distance::Finite(5e-324))
+        )
     );
     let ResponseData::Changed(change) = h.ok(
         Request::MsrSetPerformanceCoefficient {
@@ -646,8 +723,8 @@ fn huge_values_are_shown_compactly() {
         panic!("changed")
     };
     assert_eq!(
-        (change.from.as_str(), change.to.as_str()),
-        ("1.0", "1e-300")
+        (change.from, change.to),
+        (ChangeValue::Number(1.0), ChangeValue::Number(1e-300))
     );
     let message = |response: Response| match response {
         Response::Err(error) => error.message,

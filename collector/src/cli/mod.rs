@@ -106,6 +106,8 @@ pub enum Command {
     /// The core hosts sharing the operator configuration, and the store's state (SPEC §12).
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// The control protocol version the collector speaks, and its software version.
+    Hello,
 }
 
 /// `cluster …`
@@ -410,7 +412,7 @@ impl Command {
             }) => Request::SubscriptionSetExpires {
                 msr: msr.clone(),
                 event: event.clone(),
-                expires: *secs,
+                expires_secs: *secs,
             },
             Command::Subscription(SubscriptionCommand::List) => Request::SubscriptionList {},
             Command::Select(args) => Request::Select {
@@ -428,6 +430,7 @@ impl Command {
                 leg: leg.clone(),
             },
             Command::Cluster(ClusterCommand::List) => Request::ClusterList {},
+            Command::Hello => Request::Hello {},
         }
     }
 }
@@ -838,7 +841,7 @@ mod tests {
             Request::SubscriptionSetExpires {
                 msr: "msr_1".into(),
                 event: "eltex-call-count".into(),
-                expires: 30
+                expires_secs: 30
             }
         );
         assert_eq!(
@@ -878,7 +881,7 @@ mod tests {
             Request::SubscriptionSetExpires {
                 msr: "msr_1".into(),
                 event: "eltex-call-count".into(),
-                expires: 30
+                expires_secs: 30
             }
         );
         assert_eq!(

@@ -3,8 +3,9 @@
 
 use comfy_table::{Cell, CellAlignment, Table};
 use msr_shared::admin::{
-    subscription_name, Change, ClusterView, Distance, ErrorBody, Explain, LegOutcome, MsrInfo,
-    Released, ResourceInfo, ResponseData, Selection, SelectionRule, SiteMatrix, SubscriptionInfo,
+    subscription_name, Change, ChangeValue, ChangedEntity, ChangedProperty, ClusterView, Distance,
+    ErrorBody, Explain, LegOutcome, MsrInfo, Released, ResourceInfo, ResponseData, Selection,
+    SelectionRule, SiteMatrix, SubscriptionInfo, PROTOCOL_VERSION,
 };
 use msr_shared::present::{format_coefficient, format_number};
 
@@ -118,25 +119,47 @@ pub fn matrix(matrix: &SiteMatrix) -> String {
 
 /// The answer to a setting change, seed-style (`msr set`, `subscription set`).
 pub fn change(change: &Change) -> String {
-    match change.entity.as_str() {
-        "site" => {
+    let (from, to) = (
+        change_value(change.property, &change.from),
+        change_value(change.property, &change.to),
+    );
+    match change.entity {
+        ChangedEntity::Site => {
             let (a, b) = change
                 .name
                 .split_once(' ')
                 .unwrap_or((&change.name, &change.name));
-            format!("Distance between {a} and {b} changed to: {}.\n", change.to)
+            format!("Distance between {a} and {b} changed to: {to}.\n")
         }
-        "subscription" => {
+        ChangedEntity::Subscription => {
             let (msr, event) = change.name.split_once(' ').unwrap_or((&change.name, ""));
             format!(
-                " msr   {msr}\n event {event}\n set   {}\n from  {}\n to    {}\n",
-                change.property, change.from, change.to
+                " msr   {msr}\n event {event}\n set   {}\n from  {from}\n to    {to}\n",
+                change.property
             )
         }
-        entity => format!(
-            " {entity:<5} {}\n set   {}\n from  {}\n to    {}\n",
-            change.name, change.property, change.from, change.to
+        entity @ (ChangedEntity::Msr | ChangedEntity::Contact) => format!(
+            " {:<5} {}\n set   {}\n from  {from}\n to    {to}\n",
+            entity.as_str(),
+            change.name,
+            change.property
         ),
+    }
+}
+
+/// A changed value as msrctl shows it: a coefficient seed-style (`1.0`),
+/// other numbers compactly (`32`, `1e308`), a distance with no path as
+/// `infinity`.
+fn change_value(property: ChangedProperty, value: &ChangeValue) -> String {
+    match value {
+        ChangeValue::Distance(distance) => distance.to_string(),
+        ChangeValue::Number(x) if property == ChangedProperty::PerformanceCoefficient => {
+            format_coefficient(*x)
+        }
+        ChangeValue::Number(x) => format_number(*x),
+        ChangeValue::Count(n) => n.to_string(),
+        ChangeValue::Flag(flag) => flag.to_string(),
+        ChangeValue::Text(text) => text.clone(),
     }
 }
 
@@ -260,7 +283,7 @@ pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
                 r.zone.clone(),
                 r.site.clone(),
                 r.contact.clone(),
-                r.status.clone(),
+                r.status.to_string(),
                 r.expires_secs.to_string(),
                 subscription_name(r.subscription.as_ref()).to_owned(),
                 optional(r.report_age_secs),
@@ -376,7 +399,7 @@ pub fn subscriptions(rows: &[SubscriptionInfo]) -> String {
                 s.registered.to_string(),
                 s.event.clone(),
                 s.active.to_string(),
-                s.expires.to_string(),
+                s.expires_secs.to_string(),
                 s.notify_count.to_string(),
                 s.last_notify_unix.map(timestamp).unwrap_or_default(),
                 s.event_id.clone(),
@@ -412,10 +435,7 @@ pub fn explain(explain: &Explain) -> String {
         .candidates
         .iter()
         .map(|c| {
-            let distance = match c.distance {
-                Distance::Infinity => "infinity".to_owned(),
-                Distance::Finite(d) => number(d),
-            };
+            let distance = c.distance.to_string();
             vec![
                 c.contact.clone(),
                 c.msr.clone(),
@@ -574,7 +594,7 @@ pub fn selection(selection: &Selection) -> String {
         optional(selection.engine_uri.as_deref()),
         optional(selection.mcc.as_deref()),
         selection.uri,
-        number(selection.distance),
+        selection.distance,
         if selection.media_bridge { "needed" } else { "no" },
     ));
     out
@@ -594,6 +614,10 @@ pub fn response(data: &ResponseData, active_only: bool) -> String {
         ResponseData::Selected(s) => selection(s),
         ResponseData::Released(r) => released(r),
         ResponseData::Cluster(c) => cluster(c),
+        ResponseData::Hello(h) => format!(
+            "{}, control protocol version {} (msrctl speaks {PROTOCOL_VERSION}).\n",
+            h.software, h.version
+        ),
     }
 }
 
@@ -686,33 +710,33 @@ Legend:
     #[test]
     fn seed_msr_set_and_subscription_set() {
         let msr = Change {
-            entity: "msr".into(),
+            entity: ChangedEntity::Msr,
             name: "msr_1".into(),
-            property: "performance_coefficient".into(),
-            from: "1.0".into(),
-            to: "2".into(),
+            property: ChangedProperty::PerformanceCoefficient,
+            from: ChangeValue::Number(1.0),
+            to: ChangeValue::Number(2.0),
         };
         assert_eq!(
             change(&msr),
-            " msr   msr_1\n set   performance_coefficient\n from  1.0\n to    2\n"
+            " msr   msr_1\n set   performance_coefficient\n from  1.0\n to    2.0\n"
         );
         let sub = Change {
-            entity: "subscription".into(),
+            entity: ChangedEntity::Subscription,
             name: "msr_1 eltex-call-count".into(),
-            property: "expires".into(),
-            from: "60".into(),
-            to: "30".into(),
+            property: ChangedProperty::Expires,
+            from: ChangeValue::Count(60),
+            to: ChangeValue::Count(30),
         };
         assert_eq!(
             change(&sub),
             " msr   msr_1\n event eltex-call-count\n set   expires\n from  60\n to    30\n"
         );
         let site = Change {
-            entity: "site".into(),
+            entity: ChangedEntity::Site,
             name: "remote_1 local".into(),
-            property: "distance".into(),
-            from: "infinity".into(),
-            to: "64".into(),
+            property: ChangedProperty::Distance,
+            from: ChangeValue::Distance(Distance::Infinity),
+            to: ChangeValue::Distance(Distance::Finite(64.0)),
         };
         assert_eq!(
             change(&site),
@@ -768,7 +792,7 @@ Legend:
             registered: true,
             event: "eltex-call-count".into(),
             active: true,
-            expires: 30,
+            expires_secs: 30,
             notify_count: 0,
             last_notify_unix: Some(1_557_875_794),
             event_id: "0615cfa9332fdbbd".into(),
@@ -804,7 +828,7 @@ Legend:
             uri: String::new(),
             engine_uri: Some("sip:192.168.2.21:5040".into()),
             mcc: Some("192.168.2.21:5700".into()),
-            status: "registered".into(),
+            status: msr_shared::admin::RegistrationStatus::Registered,
             expires_secs: 58,
             subscription: Some(SubscriptionState::Active),
             live_legs: 0,
@@ -860,7 +884,7 @@ Legend:
             engine_uri: None,
             mcc: None,
             media_bridge: false,
-            distance: 1e20,
+            distance: Distance::Finite(1e20),
             draw: 5e-324,
             total: 1e17,
             explain: None,
@@ -909,7 +933,7 @@ Legend:
                     None,
                 ),
             ],
-            min_distance: Some(0.0),
+            min_distance: Some(Distance::Finite(0.0)),
             intervals: vec![],
             total: 60.0,
             draw: None,
@@ -938,7 +962,7 @@ Legend:
             msr: None,
             media_bridge: false,
             candidates: vec![],
-            min_distance: Some(0.0),
+            min_distance: Some(Distance::Finite(0.0)),
             intervals: vec![msr_shared::admin::Interval {
                 msr: "msr_2".into(),
                 contact: "con_1@msr_2".into(),

@@ -21,7 +21,7 @@ fn row(msr: &str, load: u8, health: HealthState, live_legs: u32) -> ResourceInfo
         uri: format!("sip:{msr}@127.0.0.1:5041"),
         engine_uri: None,
         mcc: None,
-        status: "registered".into(),
+        status: msr_shared::admin::RegistrationStatus::Registered,
         expires_secs: 60,
         subscription: Some(msr_shared::subscription::SubscriptionState::Active),
         live_legs,

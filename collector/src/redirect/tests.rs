@@ -36,7 +36,7 @@ fn selection(engine: Option<&str>) -> AdminResponse {
         engine_uri: engine.map(str::to_owned),
         mcc: None,
         media_bridge: false,
-        distance: 0.0,
+        distance: msr_shared::admin::Distance::Finite(0.0),
         draw: 1.0,
         total: 2.0,
         rule: SelectionRule::Draw,

@@ -9,8 +9,17 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::health::Health;
-use crate::load_table::{Candidate, ContactBinding};
+use crate::load_table::{Candidate, Change, Placement};
 use crate::operator::OperatorConfig;
+use crate::registrar::Binding;
+
+/// The collector's `[defaults]` of a test table.
+fn place(zone: &str, site: &str) -> Placement {
+    Placement {
+        zone: zone.into(),
+        site: site.into(),
+    }
+}
 
 /// A contact to put in a test table.
 struct Spec {
@@ -41,7 +50,7 @@ impl World {
             .expect("distance");
         Self {
             operator,
-            table: LoadTable::new("test".into()),
+            table: LoadTable::new("test".into(), place("default", "local")),
             now: Instant::now(),
         }
     }
@@ -57,16 +66,14 @@ impl World {
         self.operator
             .set_contact_site(spec.contact, spec.site)
             .expect("site");
-        let binding = ContactBinding {
-            contact: spec.contact.into(),
-            msr: msr.into(),
-            uri: format!("sip:{msr}@10.0.0.1:5040"),
-            engine: None,
-            version: None,
-            expires_at: self.now + Duration::from_secs(3600),
-        };
+        let binding = Binding::test(
+            spec.contact,
+            msr,
+            &format!("sip:{msr}@10.0.0.1:5040"),
+            self.now + Duration::from_secs(3600),
+        );
         self.table
-            .upsert_contact(binding, &self.operator, "default", "local");
+            .apply(&self.operator, Change::BindingChanged(&binding));
         self
     }
 
@@ -78,7 +85,27 @@ impl World {
             calls: 0,
             max_calls: 100,
         };
-        self.table.set_load(msr, report, self.now);
+        let at = self.now;
+        self.table
+            .apply(&self.operator, Change::LoadReported { msr, report, at });
+        self
+    }
+
+    /// The health monitor set `contact`'s health.
+    fn health(&mut self, contact: &str, health: Health) -> &mut Self {
+        let since = (self.now, 0);
+        let change = Change::HealthChanged {
+            contact,
+            health,
+            since,
+        };
+        self.table.apply(&self.operator, change);
+        self
+    }
+
+    /// The operator configuration changed.
+    fn operator_changed(&mut self) -> &mut Self {
+        self.table.apply(&self.operator, Change::OperatorChanged);
         self
     }
 
@@ -86,8 +113,7 @@ impl World {
         self.operator
             .set_performance_coefficient(msr, value)
             .expect("coefficient");
-        self.table
-            .apply_operator(&self.operator, "default", "local");
+        self.operator_changed();
         self
     }
 
@@ -121,8 +147,7 @@ impl World {
 impl World {
     fn load_limit(&mut self, msr: &str, limit: u32) -> &mut Self {
         self.operator.set_load_limit(msr, limit).expect("limit");
-        self.table
-            .apply_operator(&self.operator, "default", "local");
+        self.operator_changed();
         self
     }
 
@@ -419,9 +444,7 @@ fn filter_active() {
         .contact(c("a@msr_1", "default", "local"))
         .contact(c("a@msr_2", "default", "local"));
     world.operator.set_active("msr_1", false).expect("active");
-    world
-        .table
-        .apply_operator(&world.operator, "default", "local");
+    world.operator_changed();
     for draw in [0.0, 50.0, 99.0] {
         let choice = world
             .fixed(&world.query("default", "local", None), draw)
@@ -657,7 +680,7 @@ fn arbitrary_world(
         }
     }
     let now = Instant::now();
-    let mut table = LoadTable::new("prop".into());
+    let mut table = LoadTable::new("prop".into(), place("z0", "s0"));
     for &(m, i, zone, site, active, registered) in contacts {
         let msr = format!("msr_{m}");
         let contact = format!("if{i}@{msr}");
@@ -673,39 +696,41 @@ fn arbitrary_world(
         } else {
             now
         };
-        let binding = ContactBinding {
-            contact,
-            msr: msr.clone(),
-            uri: String::new(),
-            engine: None,
-            version: None,
-            expires_at,
-        };
+        let binding = Binding::test(&contact, &msr, "", expires_at);
         let health = health_of(m, i);
-        let contact = binding.contact.clone();
-        table.upsert_contact(binding, &operator, "z0", "s0");
-        table.set_health(&contact, health, (now, 0));
+        table.apply(&operator, Change::BindingChanged(&binding));
+        let since = (now, 0);
+        table.apply(
+            &operator,
+            Change::HealthChanged {
+                contact: &contact,
+                health,
+                since,
+            },
+        );
     }
     for (m, load) in loads.iter().enumerate() {
         let msr = format!("msr_{m}");
-        table.set_load(
-            &msr,
-            LoadReport {
-                msr: msr.clone(),
-                load: *load,
-                cpu: 0,
-                calls: 0,
-                max_calls: 0,
-            },
-            now,
-        );
+        let report = LoadReport {
+            msr: msr.clone(),
+            load: *load,
+            cpu: 0,
+            calls: 0,
+            max_calls: 0,
+        };
+        let change = Change::LoadReported {
+            msr: &msr,
+            report,
+            at: now,
+        };
+        table.apply(&operator, change);
     }
     for (m, coefficient) in coefficients.iter().enumerate() {
         operator
             .set_performance_coefficient(&format!("msr_{m}"), *coefficient)
             .expect("coefficient");
     }
-    table.apply_operator(&operator, "z0", "s0");
+    table.apply(&operator, Change::OperatorChanged);
     World {
         operator,
         table,
@@ -1094,18 +1119,11 @@ fn unhealthy_contacts_are_dropped_and_every_contact_is_explained() {
         .contact(c("a@msr_6", "default", "local"))
         .load("msr_1", 40)
         .load("msr_2", 100);
-    let now = world.now;
-    world
-        .table
-        .set_health("a@msr_3", Health::Unreachable, (now, 0));
-    world.table.set_health("a@msr_4", Health::Stale, (now, 0));
-    world
-        .table
-        .set_health("a@msr_5", Health::Unreported, (now, 0));
+    world.health("a@msr_3", Health::Unreachable);
+    world.health("a@msr_4", Health::Stale);
+    world.health("a@msr_5", Health::Unreported);
     world.operator.set_active("msr_6", false).expect("active");
-    world
-        .table
-        .apply_operator(&world.operator, "default", "local");
+    world.operator_changed();
     let query = world.query("default", "local", None);
     for _ in 0..50 {
         assert_eq!(world.pick(&query).map(|c| c.msr), Ok("msr_1".to_owned()));
@@ -1141,28 +1159,21 @@ fn nothing_healthy_left_is_refused_as_msr_unhealthy() {
         .contact(c("a@msr_2", "default", "isolated"))
         .load("msr_1", 10)
         .load("msr_2", 10);
-    let now = world.now;
-    world
-        .table
-        .set_health("a@msr_1", Health::Unreachable, (now, 0));
+    world.health("a@msr_1", Health::Unreachable);
     let query = world.query("default", "local", None);
     assert_eq!(world.pick(&query), Err(Refusal::MsrUnhealthy));
     let explanation = world.fixed(&query, 0.0);
     assert_eq!(explanation.outcome, Err(Refusal::MsrUnhealthy));
     assert_eq!(Refusal::MsrUnhealthy.cause(), "msr_unhealthy");
     // An unhealthy MSR at infinite distance is no alternative.
-    world.table.set_health("a@msr_1", Health::Healthy, (now, 0));
-    world.table.set_health("a@msr_2", Health::Stale, (now, 0));
+    world.health("a@msr_1", Health::Healthy);
+    world.health("a@msr_2", Health::Stale);
     world.operator.set_active("msr_1", false).expect("active");
-    world
-        .table
-        .apply_operator(&world.operator, "default", "local");
+    world.operator_changed();
     assert_eq!(world.pick(&query), Err(Refusal::MsrNotFound));
     // Back to healthy: selected again.
     world.operator.set_active("msr_1", true).expect("active");
-    world
-        .table
-        .apply_operator(&world.operator, "default", "local");
+    world.operator_changed();
     assert_eq!(world.pick(&query).map(|c| c.msr), Ok("msr_1".to_owned()));
 }
 
@@ -1177,7 +1188,8 @@ impl World {
             calls,
             max_calls,
         };
-        self.table.set_load(msr, report, at);
+        self.table
+            .apply(&self.operator, Change::LoadReported { msr, report, at });
         self
     }
 

@@ -1,5 +1,5 @@
 use super::*;
-use crate::load_table::{ContactBinding, LoadTable};
+use crate::load_table::{Change, LoadTable, Placement};
 use crate::operator::OperatorConfig;
 use std::collections::{BTreeSet, HashMap};
 
@@ -19,18 +19,17 @@ fn subscriber() -> Subscriber {
     })
 }
 
-fn lo() -> Target {
-    Target {
-        name: "lo@msr_1".into(),
-        uri: "sip:msr_1@127.0.0.1:5070".into(),
-    }
+/// A binding of contact `name` of `msr` at `uri`, as the registrar holds it.
+fn binding(name: &str, msr: &str, uri: &str) -> Binding {
+    Binding::test(name, msr, uri, Instant::now() + Duration::from_secs(3600))
 }
 
-fn eth() -> Target {
-    Target {
-        name: "eth0@msr_1".into(),
-        uri: "sip:msr_1@10.0.0.1:5070".into(),
-    }
+fn lo() -> Binding {
+    binding("lo@msr_1", "msr_1", "sip:msr_1@127.0.0.1:5070")
+}
+
+fn eth() -> Binding {
+    binding("eth0@msr_1", "msr_1", "sip:msr_1@10.0.0.1:5070")
 }
 
 fn transmits(s: &mut Subscriber) -> Vec<Transmit> {
@@ -77,7 +76,7 @@ fn notify(t: &Transmit, call_id: &str, from_tag: &str, state: &str, body: &str) 
 
 /// Registers `lo`, answers the first SUBSCRIBE with 200 (expires 60).
 fn active(s: &mut Subscriber, now: Instant) -> Transmit {
-    s.contacts_changed(now, "msr_1", vec![lo()]);
+    s.contacts_changed(now, "msr_1", [&lo()]);
     let t = one(s);
     s.handle_response(now, t.id, &answer(&t, StatusCode::OK, Some(60)));
     events(s);
@@ -88,7 +87,7 @@ fn active(s: &mut Subscriber, now: Instant) -> Transmit {
 fn registration_triggers_the_first_subscribe() {
     let mut s = subscriber();
     let now = Instant::now();
-    s.contacts_changed(now, "msr_1", vec![lo()]);
+    s.contacts_changed(now, "msr_1", [&lo()]);
     let t = one(&mut s);
     assert_eq!(t.request.method, Method::Subscribe);
     assert_eq!(t.request.uri.to_string(), "sip:msr_1@127.0.0.1:5070");
@@ -105,7 +104,7 @@ fn registration_triggers_the_first_subscribe() {
     );
     assert_eq!(s.view("msr_1").expect("view").event_id.len(), 16);
     // A refresh of the same registration sends nothing new.
-    s.contacts_changed(now, "msr_1", vec![lo()]);
+    s.contacts_changed(now, "msr_1", [&lo()]);
     assert!(transmits(&mut s).is_empty());
 }
 
@@ -143,7 +142,7 @@ fn a_refresh_lost_until_timer_f_is_retried_before_expiry() {
     for e in [60u32, 120, 3600] {
         let mut s = subscriber();
         let t0 = Instant::now();
-        s.contacts_changed(t0, "msr_1", vec![lo()]);
+        s.contacts_changed(t0, "msr_1", [&lo()]);
         let t = one(&mut s);
         s.handle_response(t0, t.id, &answer(&t, StatusCode::OK, Some(e)));
         events(&mut s);
@@ -170,7 +169,7 @@ fn a_refresh_lost_until_timer_f_is_retried_before_expiry() {
     // A very short grant: refreshed before it lapses (at a quarter of it).
     let mut s = subscriber();
     let t0 = Instant::now();
-    s.contacts_changed(t0, "msr_1", vec![lo()]);
+    s.contacts_changed(t0, "msr_1", [&lo()]);
     let t = one(&mut s);
     s.handle_response(t0, t.id, &answer(&t, StatusCode::OK, Some(8)));
     events(&mut s);
@@ -233,7 +232,7 @@ fn unreadable_body_gets_400_and_keeps_the_last_load() {
 fn a_notify_racing_ahead_of_the_200_is_accepted() {
     let mut s = subscriber();
     let now = Instant::now();
-    s.contacts_changed(now, "msr_1", vec![lo()]);
+    s.contacts_changed(now, "msr_1", [&lo()]);
     let t = one(&mut s);
     let n = notify(&t, h(&t, "Call-ID"), "agent-tag", "active;expires=60", BODY);
     assert_eq!(
@@ -254,22 +253,14 @@ fn a_notify_racing_ahead_of_the_200_is_accepted() {
 #[tokio::test(start_paused = true)]
 async fn no_notify_within_expiry_makes_the_row_stale() {
     let mut s = subscriber();
-    let mut table = LoadTable::new("core1@localhost".into());
+    let defaults = Placement {
+        zone: "default".into(),
+        site: "local".into(),
+    };
+    let mut table = LoadTable::new("core1@localhost".into(), defaults);
     let operator = OperatorConfig::new();
     let t0 = Instant::now();
-    table.upsert_contact(
-        ContactBinding {
-            contact: "lo@msr_1".into(),
-            msr: "msr_1".into(),
-            uri: lo().uri,
-            engine: None,
-            version: Some("0.1.0".into()),
-            expires_at: t0 + Duration::from_secs(3600),
-        },
-        &operator,
-        "default",
-        "local",
-    );
+    table.apply(&operator, Change::BindingChanged(&lo()));
     let t = active(&mut s, t0);
     s.handle_notify(
         t0,
@@ -279,11 +270,20 @@ async fn no_notify_within_expiry_makes_the_row_stale() {
     );
     for ev in events(&mut s) {
         if let SubscriberEvent::Load { msr, report, at } = ev {
-            table.set_load(&msr, report, at);
+            let change = Change::LoadReported {
+                msr: &msr,
+                report,
+                at,
+            };
+            table.apply(&operator, change);
         }
     }
-    for (msr, view) in s.views() {
-        table.set_subscription(&msr, view);
+    while let Some((msr, view)) = s.poll_view_change() {
+        let change = Change::SubscriptionChanged {
+            msr: &msr,
+            expires_secs: view.expires_secs,
+        };
+        table.apply(&operator, change);
     }
     tokio::time::advance(Duration::from_secs(59)).await;
     assert!(!table.rows(Instant::now())[0].stale);
@@ -361,12 +361,12 @@ fn terminated_noresource_waits_for_a_new_registration() {
         s.view("msr_1").expect("view").status,
         SubscriptionState::Terminated(Some(TerminationReason::Noresource))
     );
-    s.contacts_changed(now, "msr_1", vec![lo()]);
+    s.contacts_changed(now, "msr_1", [&lo()]);
     assert!(
         transmits(&mut s).is_empty(),
         "a registration refresh is not a new registration"
     );
-    s.contacts_changed(now, "msr_1", vec![lo(), eth()]);
+    s.contacts_changed(now, "msr_1", [&lo(), &eth()]);
     assert_eq!(transmits(&mut s).len(), 1);
 }
 
@@ -374,7 +374,7 @@ fn terminated_noresource_waits_for_a_new_registration() {
 fn refused_and_481_and_timeouts_back_off_then_reset() {
     let mut s = subscriber();
     let t0 = Instant::now();
-    s.contacts_changed(t0, "msr_1", vec![lo()]);
+    s.contacts_changed(t0, "msr_1", [&lo()]);
     let mut now = t0;
     let mut delays = Vec::new();
     for status in [
@@ -429,7 +429,7 @@ fn refused_and_481_and_timeouts_back_off_then_reset() {
 fn backoff_is_capped_at_sixty_seconds() {
     let mut s = subscriber();
     let mut now = Instant::now();
-    s.contacts_changed(now, "msr_1", vec![lo()]);
+    s.contacts_changed(now, "msr_1", [&lo()]);
     let mut last = Duration::ZERO;
     for _ in 0..10 {
         let t = one(&mut s);
@@ -450,7 +450,7 @@ fn interval_too_brief_is_retried_with_min_expires() {
     let mut s = subscriber();
     let now = Instant::now();
     s.set_expires_override("msr_1", Some(5));
-    s.contacts_changed(now, "msr_1", vec![lo()]);
+    s.contacts_changed(now, "msr_1", [&lo()]);
     let t = one(&mut s);
     assert_eq!(h(&t, "Expires"), "5");
     let mut r = sip::response(&t.request, StatusCode::IntervalTooBrief, Some("x"));
@@ -590,7 +590,7 @@ fn ended_dialogs_are_forgotten_at_their_deadline() {
     for i in 0..100u64 {
         let msr = format!("msr_{i:03}");
         let at = t0 + Duration::from_millis(i);
-        s.contacts_changed(at, &msr, vec![target(&msr)]);
+        s.contacts_changed(at, &msr, [&target(&msr)]);
         let t = one(&mut s);
         s.handle_response(at, t.id, &answer(&t, StatusCode::OK, Some(60)));
         firsts.push(t);
@@ -666,7 +666,7 @@ fn a_final_notify_of_an_old_dialog_leaves_the_new_subscription_alone() {
     let old = active(&mut s, now);
     s.contacts_changed(now, "msr_1", vec![]);
     one(&mut s);
-    s.contacts_changed(now, "msr_1", vec![lo()]);
+    s.contacts_changed(now, "msr_1", [&lo()]);
     let new = one(&mut s);
     assert_ne!(h(&new, "Call-ID"), h(&old, "Call-ID"));
     events(&mut s);
@@ -701,7 +701,7 @@ fn a_final_notify_of_an_old_dialog_leaves_the_new_subscription_alone() {
 fn the_subscription_moves_when_its_contact_goes() {
     let mut s = subscriber();
     let now = Instant::now();
-    s.contacts_changed(now, "msr_1", vec![lo(), eth()]);
+    s.contacts_changed(now, "msr_1", [&lo(), &eth()]);
     let t = one(&mut s);
     assert_eq!(
         t.request.uri.to_string(),
@@ -709,7 +709,7 @@ fn the_subscription_moves_when_its_contact_goes() {
         "first contact by name"
     );
     s.handle_response(now, t.id, &answer(&t, StatusCode::OK, Some(60)));
-    s.contacts_changed(now, "msr_1", vec![lo()]);
+    s.contacts_changed(now, "msr_1", [&lo()]);
     let moved = one(&mut s);
     assert_eq!(moved.request.uri.to_string(), lo().uri);
     assert_ne!(h(&moved, "Call-ID"), h(&t, "Call-ID"));
@@ -737,7 +737,7 @@ fn shutdown_awaits_and_answers_the_final_notifies() {
     let now = Instant::now();
     let mut dialogs = Vec::new();
     for msr in ["msr_1", "msr_2", "msr_3"] {
-        s.contacts_changed(now, msr, vec![target(msr)]);
+        s.contacts_changed(now, msr, [&target(msr)]);
         let t = one(&mut s);
         s.handle_response(now, t.id, &answer(&t, StatusCode::OK, Some(60)));
         dialogs.push(t);
@@ -850,7 +850,7 @@ fn shutdown_awaits_only_the_unsubscribes_it_sent() {
     active(&mut s, now);
     s.contacts_changed(now, "msr_1", vec![]);
     let earlier = one(&mut s);
-    s.contacts_changed(now, "msr_2", vec![target("msr_2")]);
+    s.contacts_changed(now, "msr_2", [&target("msr_2")]);
     let t2 = one(&mut s);
     s.handle_response(now, t2.id, &answer(&t2, StatusCode::OK, Some(60)));
     assert_eq!(s.shutdown(now), 1);
@@ -872,7 +872,7 @@ fn shutdown_awaits_only_the_unsubscribes_it_sent() {
 fn shutdown_counts_only_the_unsubscribes_queued() {
     let mut s = subscriber();
     let now = Instant::now();
-    s.contacts_changed(now, "msr_1", vec![lo()]);
+    s.contacts_changed(now, "msr_1", [&lo()]);
     let t = one(&mut s);
     let mut ok = answer(&t, StatusCode::OK, Some(60));
     sip::set_header(&mut ok.headers, "Contact", "<sip:msr_1@127.0.0.1:99999>");
@@ -908,7 +908,7 @@ fn ended_names_the_dialog_only_when_one_is_open() {
         [SubscriberEvent::Ended { call_id: None, .. }]
     ));
     // A pending initial SUBSCRIBE is a dialog being set up: it is named.
-    s.contacts_changed(now, "msr_1", vec![lo()]);
+    s.contacts_changed(now, "msr_1", [&lo()]);
     let t = one(&mut s);
     s.contacts_changed(now, "msr_1", vec![]);
     assert!(matches!(
@@ -930,11 +930,12 @@ fn unanswered_expiry_starts_a_new_dialog() {
     );
 }
 
-fn target(msr: &str) -> Target {
-    Target {
-        name: format!("lo@{msr}"),
-        uri: format!("sip:{msr}@127.0.0.1:5070"),
-    }
+fn target(msr: &str) -> Binding {
+    binding(
+        &format!("lo@{msr}"),
+        msr,
+        &format!("sip:{msr}@127.0.0.1:5070"),
+    )
 }
 
 fn body(msr: &str, load: u8) -> String {
@@ -1109,7 +1110,7 @@ fn poll_timeout_with_many_subscriptions_returns_the_earliest() {
     for i in (0..n).rev() {
         let msr = format!("msr_{i:03}");
         let at = t0 + Duration::from_millis(10 * i as u64);
-        s.contacts_changed(at, &msr, vec![target(&msr)]);
+        s.contacts_changed(at, &msr, [&target(&msr)]);
         let t = one(&mut s);
         s.handle_response(
             at,
@@ -1161,7 +1162,7 @@ fn poll_timeout_with_many_subscriptions_returns_the_earliest() {
         }
         check_indexes(&s);
     }
-    s.contacts_changed(t0, "msr_001", vec![target("msr_001")]);
+    s.contacts_changed(t0, "msr_001", [&target("msr_001")]);
     check_indexes(&s);
     // Run every deadline for 20 minutes of test time; the set stays exact.
     let end = t0 + Duration::from_secs(1200);
@@ -1199,7 +1200,7 @@ fn only_changed_subscriptions_are_reported() {
     let now = Instant::now();
     let mut dialogs = Vec::new();
     for msr in ["msr_1", "msr_2", "msr_3"] {
-        s.contacts_changed(now, msr, vec![target(msr)]);
+        s.contacts_changed(now, msr, [&target(msr)]);
         let t = one(&mut s);
         s.handle_response(now, t.id, &answer(&t, StatusCode::OK, Some(60)));
         dialogs.push(t);
@@ -1375,7 +1376,7 @@ fn a_notify_from_a_foreign_source_gets_403_and_does_not_poison_the_dialog() {
 fn a_foreign_notify_ahead_of_the_200_does_not_fix_the_dialog() {
     let mut s = subscriber();
     let now = Instant::now();
-    s.contacts_changed(now, "msr_1", vec![lo()]);
+    s.contacts_changed(now, "msr_1", [&lo()]);
     let t = one(&mut s);
     let call_id = h(&t, "Call-ID").to_owned();
     let forged = notify(&t, &call_id, "evil-tag", "active;expires=60", FORGED);
