@@ -45,6 +45,7 @@ use crate::legs::{
     key_problem, Bound, LegKey, LegTable, MAX_CALL_ID_LEN, MAX_LABEL_LEN, MAX_LIVE_LEGS,
 };
 use crate::load_table::{LoadTable, DEFAULT_SUBSCRIPTION_EXPIRES_SECS};
+use crate::names::{self, NameKind};
 use crate::operator::{OperatorConfig, OperatorError};
 use crate::registrar::Registrar;
 use crate::select::{self, CandidateOutcome, Draw, Explanation, Query, Refusal};
@@ -384,6 +385,19 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
             leg,
             conference,
         } => {
+            // The names a selection reads are held to the rules they were
+            // stored under (SPEC §6): an empty or malformed `msr` would
+            // otherwise read as "the other leg is elsewhere", a malformed
+            // zone as "no MSR in it".
+            let checked = [
+                (NameKind::Zone, Some(zone.as_str())),
+                (NameKind::Msr, msr.as_deref()),
+            ];
+            for (kind, name) in checked {
+                if let Some(Err(error)) = name.map(|n| names::check(kind, n)) {
+                    return Response::error(ErrorCode::InvalidValue, error.to_string());
+                }
+            }
             let leg = match (call_id, leg, conference) {
                 (Some(call_id), leg, conference) => Some(LegRequest {
                     call_id,

@@ -454,6 +454,18 @@ async fn not_found() -> HttpResponse {
     )
 }
 
+async fn head_of_select() -> HttpResponse {
+    let mut response = error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "HEAD /v1/select is not served: a selection places a leg; use GET",
+    );
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("GET"));
+    response
+}
+
 async fn method_not_allowed() -> HttpResponse {
     error(
         StatusCode::METHOD_NOT_ALLOWED,
@@ -474,7 +486,9 @@ pub fn router(
         token: token.map(Arc::from),
     };
     Router::new()
-        .route("/v1/select", get(select))
+        // HEAD must not change anything (RFC 9110 §9.2.1): axum would serve
+        // it with the GET handler, and a select with a call_id places a leg.
+        .route("/v1/select", get(select).head(head_of_select))
         .route("/v1/release", post(release))
         .route("/v1/resources", get(resources))
         .route("/health", get(health))

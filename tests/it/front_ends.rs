@@ -360,6 +360,36 @@ async fn the_http_api_selects_releases_and_counts_as_the_control_socket_does() {
             "{text}"
         );
     }
+    // A HEAD changes nothing: as a GET, this select would place a leg.
+    let (got, _) = http(
+        port,
+        "HEAD",
+        "/v1/select?zone=default&site=local&call_id=head-1@core",
+        "",
+        "",
+    )
+    .await;
+    assert_eq!(got, 405, "HEAD /v1/select");
+    let (got, body) = http(
+        port,
+        "POST",
+        "/v1/release",
+        "",
+        "{\"call_id\":\"head-1@core\"}",
+    )
+    .await;
+    assert_eq!(
+        (got, json(&body)["released"].as_u64()),
+        (200, Some(0)),
+        "{body}"
+    );
+    // A select with a malformed zone is refused as such, not "no MSR".
+    let (got, body) = http(port, "GET", "/v1/select?zone=a+b&site=local", "", "").await;
+    assert_eq!(
+        (got, json(&body)["code"].as_str()),
+        (400, Some("invalid_value")),
+        "{body}"
+    );
     let metrics = scrape(port).await;
     assert_eq!(
         sample(

@@ -450,6 +450,55 @@ fn operator_changes_reach_the_table_and_select() {
     }
 }
 
+/// A selection's zone and other-leg MSR are names: an empty, malformed or
+/// over-long one is refused, not read as "no MSR there" or "elsewhere",
+/// and nothing is placed.
+#[test]
+fn select_refuses_malformed_zone_and_msr_names() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.ok(declare("local"), now);
+    h.register("lo@msr_1", "msr_1", now);
+    let report = LoadReport {
+        msr: "msr_1".into(),
+        load: 50,
+        cpu: 10,
+        calls: 1,
+        max_calls: 10,
+    };
+    h.load(report, now);
+    let select = |zone: &str, msr: Option<&str>| Request::Select {
+        zone: zone.into(),
+        site: "local".into(),
+        msr: msr.map(Into::into),
+        random: None,
+        explain: false,
+        call_id: Some("refused-1".into()),
+        leg: None,
+        conference: None,
+    };
+    let long = "m".repeat(3000);
+    for (zone, msr) in [
+        ("", None),
+        ("a b", None),
+        ("\u{1b}[31m", None),
+        ("default", Some("")),
+        ("default", Some("a\u{0}b")),
+        ("default", Some(long.as_str())),
+    ] {
+        assert_eq!(
+            h.err(select(zone, msr), now),
+            ErrorCode::InvalidValue,
+            "{zone:?} {msr:?}"
+        );
+    }
+    assert_eq!(h.legs.len(), 0, "a refused selection places no leg");
+    let ResponseData::Selected(chosen) = h.ok(select("default", Some("msr_1")), now) else {
+        panic!("selected")
+    };
+    assert_eq!(chosen.msr, "msr_1");
+}
+
 #[test]
 fn lists_msrs_and_subscriptions() {
     let now = Instant::now();
