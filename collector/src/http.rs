@@ -216,7 +216,7 @@ impl Api {
         let given = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
+            .and_then(bearer_credentials);
         if given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
             return None;
         }
@@ -231,6 +231,13 @@ impl Api {
         );
         Some(response)
     }
+}
+
+/// The token of an `Authorization: Bearer <token>` value; the scheme's
+/// name is case-insensitive (RFC 9110 §11.1).
+fn bearer_credentials(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(token)
 }
 
 /// Compares without stopping at the first difference, so the time taken

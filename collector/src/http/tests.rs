@@ -58,6 +58,15 @@ fn bad_select_queries_are_refused_with_the_reason() {
 }
 
 #[test]
+fn the_bearer_scheme_is_case_insensitive() {
+    assert_eq!(bearer_credentials("Bearer abc"), Some("abc"));
+    assert_eq!(bearer_credentials("bearer abc"), Some("abc"));
+    assert_eq!(bearer_credentials("BEARER abc"), Some("abc"));
+    assert_eq!(bearer_credentials("Basic abc"), None);
+    assert_eq!(bearer_credentials("Bearerabc"), None);
+}
+
+#[test]
 fn tokens_compare_whole() {
     assert!(constant_time_eq(b"abcdefgh", b"abcdefgh"));
     assert!(!constant_time_eq(b"abcdefgh", b"abcdefgx"));
