@@ -362,6 +362,17 @@ fn matrix_rows_all_sites_columns_named() {
     );
 }
 
+/// A report of `msr` at load 50 (1 call of 10).
+fn half_loaded(msr: &str) -> LoadReport {
+    LoadReport {
+        msr: msr.into(),
+        load: 50,
+        cpu: 10,
+        calls: 1,
+        max_calls: 10,
+    }
+}
+
 #[test]
 fn operator_changes_reach_the_table_and_select() {
     let now = Instant::now();
@@ -369,14 +380,7 @@ fn operator_changes_reach_the_table_and_select() {
     h.ok(declare("local"), now);
     h.register("lo@msr_1", "msr_1", now);
     h.register("lo@msr_2", "msr_2", now);
-    let report = LoadReport {
-        msr: "msr_1".into(),
-        load: 50,
-        cpu: 10,
-        calls: 1,
-        max_calls: 10,
-    };
-    h.load(report, now);
+    h.load(half_loaded("msr_1"), now);
     h.ok(
         Request::MsrSetActive {
             msr: "msr_2".into(),
@@ -459,14 +463,7 @@ fn select_refuses_malformed_zone_and_msr_names() {
     let mut h = Harness::new();
     h.ok(declare("local"), now);
     h.register("lo@msr_1", "msr_1", now);
-    let report = LoadReport {
-        msr: "msr_1".into(),
-        load: 50,
-        cpu: 10,
-        calls: 1,
-        max_calls: 10,
-    };
-    h.load(report, now);
+    h.load(half_loaded("msr_1"), now);
     let select = |zone: &str, msr: Option<&str>| Request::Select {
         zone: zone.into(),
         site: "local".into(),
