@@ -4,8 +4,10 @@
 # the independent peers of the system tests: SIPp (sip-tester), Kamailio
 # (kamailio, kamcmd, kamailio-utils-modules for http_client and
 # kamailio-json-modules for the json module of its path B), etcd
-# (etcd-server; the cluster tests start their own) and promtool (prometheus;
-# the tests lint /metrics with `promtool check metrics`), and the fault
+# (etcd-server; the cluster tests start their own) and Prometheus with
+# promtool (prometheus; the tests lint /metrics with `promtool check
+# metrics`, unit-test the alert rules and run their own Prometheus against
+# a collector, tests/it/monitoring.rs), and the fault
 # suite's jq, iproute2 and nftables.
 # `scripts/deps.sh build` installs only what the build needs.
 set -euo pipefail
@@ -27,9 +29,12 @@ if [ "${1:-all}" != build ]; then
   { command -v ip && command -v ss; } >/dev/null 2>&1 || need+=(iproute2)
   command -v nft >/dev/null 2>&1 || need+=(nftables)
 fi
-# promtool only: prometheus without its recommends (node-exporter …).
+# prometheus and promtool without the recommends (node-exporter …).
 nr=()
-if [ "${1:-all}" != build ] && ! command -v promtool >/dev/null 2>&1; then nr+=(prometheus); fi
+if [ "${1:-all}" != build ] && ! { command -v promtool && command -v prometheus; } >/dev/null 2>&1; then nr+=(prometheus); fi
+# rtpengine without its recommends (the recording daemon, rtpengine-utils):
+# the tests run the daemon alone, relaying in user space (no kernel module).
+if [ "${1:-all}" != build ] && ! command -v rtpengine >/dev/null 2>&1; then nr+=(rtpengine-daemon); fi
 if [ "$((${#need[@]} + ${#nr[@]}))" -gt 0 ]; then
   echo "== installing ${need[*]} ${nr[*]} (Debian packages)"
   SUDO=""
@@ -43,6 +48,7 @@ if [ "$((${#need[@]} + ${#nr[@]}))" -gt 0 ]; then
   fi
 fi
 # Debian's etcd-server starts a system etcd on 127.0.0.1:2379, and its
-# prometheus a Prometheus server on :9090 (on a host where services start);
-# the tests use only their own etcd and promtool, so they may keep running
-# or not.
+# prometheus a Prometheus server on :9090, and rtpengine-daemon a relay
+# with its ng port on 127.0.0.1:2223 (on a host where services start);
+# the tests use only their own etcd, Prometheus and rtpengines, on free
+# ports, so they may keep running or not.

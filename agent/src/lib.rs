@@ -10,7 +10,9 @@
 //! * [`cli`] — the command line (`main.rs` parses it; `msr-dist` makes the
 //!   man page and completions from it);
 //! * [`config`] — XML → validated [`config::AgentConfig`], hot reload;
-//! * [`load`] — CPU and media-session sampling, the `load` figure;
+//! * [`load`] — CPU and media-session sampling, the `load` figure; the
+//!   sans-IO ng client of the `rtpengine` calls source
+//!   ([`load::rtpengine`]);
 //! * [`log_file`] — the config's log file: opened by the daemon, checked
 //!   (without creating it) by `--check-config`;
 //! * [`registration`] — sans-IO REGISTER client, one per account;
@@ -19,8 +21,9 @@
 //!   cores;
 //! * [`run`] / [`start`] — the entry points used by `main.rs` and tests.
 //!
-//! Architecture Invariant: [`registration`] and [`notifier`] read no clock
-//! and own no socket; they get `now` from the shell.
+//! Architecture Invariant: [`registration`], [`notifier`] and
+//! [`load::rtpengine::NgClient`] read no clock and own no socket; they get
+//! `now` from the shell.
 
 pub mod cli;
 pub mod config;

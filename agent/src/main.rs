@@ -1,7 +1,6 @@
 //! `msr-agent`: parses the command line, sets up logging, runs
 //! [`msr_agent::run`] until SIGTERM/SIGINT and maps errors to exit code 1.
 
-use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -36,6 +35,9 @@ fn main() -> ExitCode {
 }
 
 fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
+    if cli.check_config {
+        return Ok(ExitCode::from(check_config(&cli)));
+    }
     let mut config = msr_agent::config::load(&cli.config)?;
     if let Some(port) = cli.sip_port {
         config = config.with_sip_port(port, &cli.config)?;
@@ -44,14 +46,6 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(path) => Some(LogFile::new(path)),
         None => LogFile::from_config(&config.agent).filter(|_| !cli.log_stderr),
     };
-    if cli.check_config {
-        if let Some(file) = &log_file {
-            file.check()?;
-        }
-        print_summary(&cli.config, &config, log_file.as_ref());
-        host_notes(&config);
-        return Ok(ExitCode::SUCCESS);
-    }
     let flood = msr_shared::logging::FloodLimit::default();
     // Kept to the end: dropping it flushes the log file, counts included.
     let (_guard, reopening) = init_tracing(&cli, log_file, &flood)?;
@@ -98,63 +92,99 @@ fn run_agent(
     })
 }
 
-/// What this host lacks for the config (it is valid; these are notes, as
-/// the check may run on a build host): `bind-addr` not an address of this
-/// host, or the agent's SIP port already taken.
-fn host_notes(config: &msr_agent::AgentConfig) {
-    let bind = config.transport.bind_addr;
-    if !bind.is_unspecified() && msr_agent::interface_name(bind).is_none() {
-        eprintln!(
-            "note: <transport bind-addr=\"{bind}\"> is not an address of this host: \
-             the agent cannot start here"
-        );
-        return;
-    }
-    let port = config.agent.sip_port;
-    if port != 0 {
-        if let Err(e) = std::net::UdpSocket::bind(std::net::SocketAddr::new(bind, port)) {
-            eprintln!(
-                "note: the agent's sip port {bind}:{port} cannot be bound now ({e}): \
-                 set <agent sip-port> or --sip-port to a free port"
-            );
+/// `--check-config` (SPEC §13): 0 when the agent would start on this host
+/// with its config, 1 when not, each reason and every warning named
+/// ([`msr_shared::check`], the collector's rules).
+fn check_config(cli: &Cli) -> u8 {
+    use msr_shared::check::{is_local_address, listen_address, CheckReport, Proto};
+    let mut report = CheckReport::default();
+    let loaded = msr_agent::config::load(&cli.config).and_then(|config| match cli.sip_port {
+        Some(port) => config.with_sip_port(port, &cli.config),
+        None => Ok(config),
+    });
+    let config = match loaded {
+        Ok(config) => config,
+        Err(e) => {
+            report.reason(e.to_string());
+            report.print(&cli.config, "msr-agent", "");
+            return report.exit_code();
         }
+    };
+    let log_file = match &cli.log_file {
+        Some(path) => Some(LogFile::new(path)),
+        None => LogFile::from_config(&config.agent).filter(|_| !cli.log_stderr),
+    };
+    if let Some(Err(e)) = log_file.as_ref().map(LogFile::check) {
+        report.reason(e.to_string());
     }
+    // The agent binds its own SIP port on bind-addr and puts that address
+    // in its Contacts (SPEC §3): it must be this host's. The engine's own
+    // port is the engine's, never bound by the agent.
+    let bind = config.transport.bind_addr;
+    match is_local_address(bind) {
+        Err(e) => report.reason(format!("<transport bind-addr=\"{bind}\">: {e}")),
+        Ok(()) => listen_address(
+            &mut report,
+            "the agent's sip port (<agent sip-port>, --sip-port)",
+            std::net::SocketAddr::new(bind, config.agent.sip_port),
+            Proto::Udp,
+        ),
+    }
+    report.print(
+        &cli.config,
+        "msr-agent",
+        &summary(&config, log_file.as_ref()),
+    );
+    report.exit_code()
 }
 
-fn print_summary(path: &Path, config: &msr_agent::AgentConfig, log_file: Option<&LogFile>) {
-    println!("{}: ok", path.display());
+/// What the agent would run with, one fact a line.
+fn summary(config: &msr_agent::AgentConfig, log_file: Option<&LogFile>) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
     match log_file {
-        Some(file) => println!("log: {}", file.path().display()),
-        None => println!("log: stderr"),
+        Some(file) => {
+            let _ = write!(out, "log: {}", file.path().display());
+        }
+        None => out.push_str("log: stderr"),
     }
-    println!(
-        "engine: sip {} {} mcc {}",
+    let _ = write!(
+        out,
+        "\nengine: sip {} {} mcc {}",
         config.transport.transport,
         std::net::SocketAddr::new(config.transport.bind_addr, config.transport.port),
         config
             .mcc
             .map_or_else(|| "none".to_owned(), |m| m.to_string())
     );
-    println!(
-        "agent: sip udp {}",
+    let _ = write!(
+        out,
+        "\nagent: sip udp {}",
         std::net::SocketAddr::new(config.transport.bind_addr, config.agent.sip_port)
     );
-    println!(
-        "load: sensor={} delta={} max-calls={} calls-source={}",
+    let _ = write!(
+        out,
+        "\nload: sensor={} delta={} max-calls={} calls-source={}",
         config.general.load_sensor,
         config.general.load_delta,
         config.general.max_calls,
         config.agent.calls_source
     );
-    println!(
-        "media: ports {}..{}",
+    let _ = write!(
+        out,
+        "\nmedia: ports {}..{}",
         config.media.port_start,
         config.media.port_end()
     );
-    println!("accounts: {}", config.accounts.len());
+    let _ = write!(out, "\naccounts: {}", config.accounts.len());
     for a in &config.accounts {
-        println!("  {} -> {} (auth {})", a.msr_name, a.realm, a.auth_name);
+        let _ = write!(
+            out,
+            "\n  {} -> {} (auth {})",
+            a.msr_name, a.realm, a.auth_name
+        );
     }
+    out
 }
 
 /// What SIGHUP does: reopen the agent's own log file (after logrotate moved

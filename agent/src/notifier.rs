@@ -20,6 +20,17 @@
 //!   §6.1, §6.3; SPEC §4). The refusals are logged at warn with target
 //!   [`NETWORK`](msr_shared::logging::NETWORK): a stranger can cause them,
 //!   so they are rate limited with a suppressed count;
+//! * slots: a SUBSCRIBE from a registrar's own address
+//!   ([`NotifierConfig::registrars`], the socket a collector registers and
+//!   subscribes from) always gets one; from one subscriber address there is
+//!   at most one subscription per MSR, a new dialog replacing the old one
+//!   (its subscriber restarted and forgot it); other addresses share
+//!   [`MAX_SUBSCRIPTIONS`], at most [`SUBSCRIPTIONS_PER_HOST_PER_ACCOUNT`]
+//!   per account from one host. So no source, not even another process on
+//!   a registrar's host, can take the slots a collector needs; their
+//!   subscription lines are rate limited (target `network`);
+//! * a NOTIFY a registrar answers `481` makes the shell REGISTER that
+//!   account again at once ([`Notifier::poll_forgotten`], SPEC §3);
 //! * SUBSCRIBE for `Event: eltex-call-count` → 200 with the granted
 //!   `Expires` = min(requested, `max-subscription-expires`) (60 s when the
 //!   request has no `Expires`), a new dialog (our To-tag), then at once a
@@ -75,10 +86,16 @@ mod tests;
 
 pub use rule::{NotifyGate, NotifyRule, Reported, Verdict, DEFAULT_HIGH_WATER};
 
-/// The most subscriptions the notifier keeps at once; a new SUBSCRIBE past
-/// it gets `503 Service Unavailable` with `Retry-After: 60`. A cluster has
-/// one subscription per core host and MSR name.
+/// The most subscriptions from sources that are not a registrar's address
+/// the notifier keeps at once; a new SUBSCRIBE past it gets `503 Service
+/// Unavailable` with `Retry-After: 60`. A cluster has one subscription per
+/// core host and MSR name, from the registrars' own addresses, which are
+/// not counted here.
 pub const MAX_SUBSCRIPTIONS: usize = 256;
+
+/// Subscriptions one host that is not a registrar's address may hold, per
+/// account: room for a few collectors behind one address, no more.
+pub const SUBSCRIPTIONS_PER_HOST_PER_ACCOUNT: usize = 4;
 
 /// The expiry granted when a SUBSCRIBE carries no `Expires` (SPEC §4's
 /// default subscription length).
@@ -111,6 +128,11 @@ pub struct NotifierConfig {
     /// registrars' addresses and `<agent allow-subscribers>`, canonical
     /// ([`IpAddr::to_canonical`]: an IPv4-mapped IPv6 address as IPv4).
     pub subscribers: BTreeSet<IpAddr>,
+    /// The registrars' own SIP addresses (each `<dynamic realm>` URI's
+    /// address and port): a collector subscribes from the socket it
+    /// registers on (SPEC §4), so a SUBSCRIBE from one of these is a
+    /// registrar's and always gets its slot (module docs, "Slots").
+    pub registrars: BTreeSet<SocketAddr>,
 }
 
 /// Identifies one subscription for the shell (request id ↔ subscription).
@@ -171,6 +193,10 @@ struct Subscription {
     /// The last NOTIFY and a change held for the end of the window (SPEC §4).
     gate: NotifyGate,
     notify_count: u64,
+    /// Where the SUBSCRIBE that made it came from (canonical).
+    source: Option<SocketAddr>,
+    /// `source` is one of [`NotifierConfig::registrars`].
+    from_registrar: bool,
 }
 
 type DialogKey = (String, String, String);
@@ -190,6 +216,10 @@ pub struct Notifier {
     finals: HashMap<SubscriptionId, u32>,
     /// Set by [`Notifier::shutdown`]: when waiting for `finals` ends.
     finals_deadline: Option<Instant>,
+    /// Registrars that answered a NOTIFY `481`: `(account, registrar
+    /// address)`, for the shell to REGISTER that account again at once
+    /// (SPEC §3: the registrar may have lost the binding).
+    forgotten: VecDeque<(String, SocketAddr)>,
 }
 
 impl Notifier {
@@ -205,6 +235,7 @@ impl Notifier {
             shut_down: false,
             finals: HashMap::new(),
             finals_deadline: None,
+            forgotten: VecDeque::new(),
         }
     }
 
@@ -333,6 +364,15 @@ impl Notifier {
         }
     }
 
+    /// Sets the registrars' addresses ([`NotifierConfig::registrars`]), as
+    /// a registrar host name resolves anew.
+    pub fn set_registrars(&mut self, registrars: BTreeSet<SocketAddr>) {
+        self.config.registrars = registrars
+            .into_iter()
+            .map(|s| SocketAddr::new(s.ip().to_canonical(), s.port()))
+            .collect();
+    }
+
     /// Sets the MSR names that may be subscribed to; subscriptions for names
     /// no longer present end with `terminated;reason=noresource`.
     pub fn set_accounts(&mut self, now: Instant, accounts: BTreeSet<String>) {
@@ -378,11 +418,24 @@ impl Notifier {
         if (200..300).contains(&code) {
             return;
         }
+        if code == 481 {
+            if let Some(sub) = self.subs.get(&id).filter(|s| s.from_registrar) {
+                if let Some(source) = sub.source {
+                    self.forgotten.push_back((sub.msr.clone(), source));
+                }
+            }
+        }
         if ends_subscription(code) {
             self.drop_subscription(id, &format!("notify answered {code}"));
         } else if self.subs.contains_key(&id) {
             warn!(subscription = %id, status = code, "notify refused");
         }
+    }
+
+    /// The next registrar that answered a NOTIFY of this account `481`
+    /// (SPEC §3): `(account, registrar address)`.
+    pub fn poll_forgotten(&mut self) -> Option<(String, SocketAddr)> {
+        self.forgotten.pop_front()
     }
 
     /// The NOTIFY of subscription `id` with CSeq `cseq` got no response at
@@ -431,7 +484,7 @@ impl Notifier {
                         Some(&sip::random_token()),
                     ))
                 }
-                None => self.handle_subscribe(now, request),
+                None => self.handle_subscribe(now, source, request),
             }),
             Method::Options => {
                 let mut r = sip::response(request, StatusCode::OK, Some(&sip::random_token()));
@@ -485,7 +538,12 @@ impl Notifier {
         }
     }
 
-    fn handle_subscribe(&mut self, now: Instant, request: &Request) -> Response {
+    fn handle_subscribe(
+        &mut self,
+        now: Instant,
+        source: Option<SocketAddr>,
+        request: &Request,
+    ) -> Response {
         let h = &request.headers;
         let reject = |status: StatusCode, why: &str| {
             debug!(%status, reason = why, "subscribe rejected");
@@ -564,7 +622,7 @@ impl Notifier {
                 self.terminate(now, id, TerminationReason::Timeout);
             } else if let Some(sub) = self.subs.get_mut(&id) {
                 sub.expires_at = now + secs(granted);
-                info!(subscription = %id, msr = %sub.msr, expires = granted, "subscription refreshed");
+                debug!(subscription = %id, msr = %sub.msr, expires = granted, "subscription refreshed");
                 self.send_active(now, id);
             }
             return response;
@@ -572,15 +630,6 @@ impl Notifier {
 
         if self.shut_down {
             return reject(StatusCode::ServiceUnavailable, "shutting down");
-        }
-        if self.subs.len() >= MAX_SUBSCRIPTIONS {
-            // Every core host subscribes once per MSR name; far more than
-            // that is a misbehaving or hostile peer, and each subscription
-            // costs NOTIFY traffic towards whatever Contact it named.
-            warn!(limit = MAX_SUBSCRIPTIONS, from = %from, "subscription refused: too many subscriptions");
-            let mut r = sip::response(request, StatusCode::ServiceUnavailable, None);
-            sip::push_header(&mut r.headers, "Retry-After", "60");
-            return finish(r);
         }
         let Some(target) = sip::header(h, "Contact")
             .map(sip::addr_uri)
@@ -599,6 +648,46 @@ impl Notifier {
                 .unwrap_or_default(),
             _ => return reject(StatusCode::NotFound, "unknown msr"),
         };
+        let source = source.map(|s| SocketAddr::new(s.ip().to_canonical(), s.port()));
+        let from_registrar = source.is_some_and(|s| self.config.registrars.contains(&s));
+        // Slots (module docs): one subscription per subscriber address and
+        // MSR — a new dialog from the same address replaces the old one,
+        // which its subscriber forgot (a restarted collector) — and the
+        // subscriptions of other addresses held to a share of their own.
+        let replaced = self
+            .subs
+            .values()
+            .find(|s| s.source == source && s.msr == msr)
+            .map(|s| s.id);
+        if let Some(old) = replaced {
+            self.drop_subscription(old, "replaced by a new subscription from the same address");
+        }
+        if !from_registrar {
+            let host = source.map(|s| s.ip());
+            let others = self.subs.values().filter(|s| !s.from_registrar);
+            let (all, same_host) = others.fold((0, 0), |(all, same), s| {
+                (
+                    all + 1,
+                    same + usize::from(s.source.map(|a| a.ip()) == host),
+                )
+            });
+            let per_host = self.config.accounts.len().max(1) * SUBSCRIPTIONS_PER_HOST_PER_ACCOUNT;
+            if all >= MAX_SUBSCRIPTIONS || same_host >= per_host {
+                // More than a core host needs: a misbehaving or hostile
+                // peer, and each subscription costs NOTIFY traffic towards
+                // whatever Contact it named. A registrar never meets this.
+                warn!(
+                    target: msr_shared::logging::NETWORK,
+                    limit = if all >= MAX_SUBSCRIPTIONS { MAX_SUBSCRIPTIONS } else { per_host },
+                    from = %from,
+                    source = %source.map_or_else(|| "unknown".to_owned(), |s| s.to_string()),
+                    "subscription refused: too many subscriptions"
+                );
+                let mut r = sip::response(request, StatusCode::ServiceUnavailable, None);
+                sip::push_header(&mut r.headers, "Retry-After", "60");
+                return finish(r);
+            }
+        }
         let local_tag = sip::random_token();
         let id = SubscriptionId(self.next_id);
         self.next_id += 1;
@@ -617,6 +706,8 @@ impl Notifier {
             expires_at: now + secs(granted),
             gate: NotifyGate::default(),
             notify_count: 0,
+            source,
+            from_registrar,
         };
         self.dialogs
             .insert((call_id.to_owned(), local_tag.clone(), remote_tag), id);
@@ -626,7 +717,12 @@ impl Notifier {
             // A fetch (RFC 6665 §4.4.3): one final NOTIFY.
             self.terminate(now, id, TerminationReason::Timeout);
         } else {
-            info!(subscription = %id, %msr, call_id, subscriber = %target, expires = granted, "subscription created");
+            if from_registrar {
+                info!(subscription = %id, %msr, call_id, subscriber = %target, expires = granted, "subscription created");
+            } else {
+                // Anyone on an allowed host can cause it: rate limited.
+                info!(target: msr_shared::logging::NETWORK, subscription = %id, %msr, call_id, subscriber = %target, expires = granted, "subscription created");
+            }
             self.send_active(now, id);
         }
         response
@@ -677,7 +773,11 @@ impl Notifier {
 
     fn terminate(&mut self, now: Instant, id: SubscriptionId, reason: TerminationReason) {
         if let Some(sub) = self.subs.get(&id) {
-            info!(subscription = %id, msr = %sub.msr, call_id = %sub.call_id, %reason, "subscription terminated");
+            if sub.from_registrar {
+                info!(subscription = %id, msr = %sub.msr, call_id = %sub.call_id, %reason, "subscription terminated");
+            } else {
+                info!(target: msr_shared::logging::NETWORK, subscription = %id, msr = %sub.msr, call_id = %sub.call_id, %reason, "subscription terminated");
+            }
         }
         self.send_notify(now, id, SubscriptionStateHeader::terminated(reason));
         // `send_notify` removes the subscription when the NOTIFY cannot be
@@ -690,7 +790,11 @@ impl Notifier {
 
     fn drop_subscription(&mut self, id: SubscriptionId, reason: &str) {
         if let Some(sub) = self.subs.get(&id) {
-            info!(subscription = %id, msr = %sub.msr, call_id = %sub.call_id, %reason, "subscription dropped");
+            if sub.from_registrar {
+                info!(subscription = %id, msr = %sub.msr, call_id = %sub.call_id, %reason, "subscription dropped");
+            } else {
+                info!(target: msr_shared::logging::NETWORK, subscription = %id, msr = %sub.msr, call_id = %sub.call_id, %reason, "subscription dropped");
+            }
             self.remove(id);
         }
     }

@@ -238,6 +238,17 @@ impl Registration {
         self.expires_at
     }
 
+    /// REGISTERs again now (a refresh, same Call-ID, next CSeq) unless one
+    /// is in flight or the account is unregistering: its registrar answered
+    /// a NOTIFY of this account `481` and may have lost the binding (SPEC
+    /// §3). A retry waiting out its backoff goes now too.
+    pub fn register_now(&mut self, now: Instant) {
+        if self.finished || self.unregistering || self.in_flight.is_some() {
+            return;
+        }
+        self.next_attempt = Some(now);
+    }
+
     /// Changes the expiry requested from the next REGISTER on (hot reload).
     pub fn set_expires(&mut self, expires: u32) {
         self.config.expires = expires;

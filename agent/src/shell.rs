@@ -8,7 +8,11 @@
 //!   through the request id);
 //! * the earliest core deadline (`sleep_until(min(poll_timeout))`);
 //! * the sampling tick (the [`LoadSampler`] runs in `spawn_blocking`, it reads
-//!   `/proc`);
+//!   `/proc`); with the `rtpengine` calls source the tick first asks
+//!   rtpengine over its ng port ([`NgClient`]) and the sample is taken
+//!   when the exchange ends, with its answer;
+//! * a datagram from rtpengine's ng port (a connected UDP socket of the
+//!   agent's own, so only that address is heard);
 //! * a config reload from [`crate::config::watch()`];
 //! * the end of a resolution of the registrars' host names (below);
 //! * shutdown (the `CancellationToken`).
@@ -52,7 +56,8 @@ use tracing::{debug, error, info, warn};
 
 use crate::config::{self, Account, AgentConfig, ConfigError, Transports};
 use crate::error::AgentError;
-use crate::load::{LoadSampler, Sample};
+use crate::load::rtpengine::{Answer, AskOutcome, NgClient};
+use crate::load::{EngineSessions, LoadSampler, Sample};
 use crate::notifier::{Notifier, NotifierConfig, SubscriptionId};
 use crate::registration::{Registration, RegistrationConfig};
 
@@ -144,6 +149,83 @@ fn host_port(addr: IpAddr, port: u16) -> String {
     SocketAddr::new(addr, port).to_string()
 }
 
+/// The `rtpengine` calls source's I/O: its sans-IO client and the UDP
+/// socket, connected to the ng address, it talks through.
+struct NgLink {
+    client: NgClient,
+    socket: tokio::net::UdpSocket,
+}
+
+/// The largest ng answer read: rtpengine's `statistics` answer is about
+/// 8 KB (it grows by a few hundred bytes per proxy that talks to it).
+const NG_MAX_DATAGRAM: usize = 65_535;
+
+impl NgLink {
+    /// A link to the ng address of `config`'s `rtpengine` source; `None`
+    /// for another source, or (logged) when no socket can be had.
+    fn for_config(config: &AgentConfig) -> Option<NgLink> {
+        let target = config.ng_address()?;
+        let local: SocketAddr = match target {
+            SocketAddr::V4(_) => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
+            SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+        };
+        let socket = std::net::UdpSocket::bind(local)
+            .and_then(|s| s.connect(target).map(|()| s))
+            .and_then(|s| s.set_nonblocking(true).map(|()| s))
+            .and_then(tokio::net::UdpSocket::from_std);
+        match socket {
+            Ok(socket) => {
+                info!(ng = %target, "calls from rtpengine's ng port {target}");
+                let prefix = format!("msr-agent-{:08x}", rand::random::<u32>());
+                Some(NgLink {
+                    client: NgClient::new(target, prefix),
+                    socket,
+                })
+            }
+            Err(e) => {
+                error!(ng = %target, error = %e, "cannot open a socket to rtpengine's ng port: the msr is reported full");
+                None
+            }
+        }
+    }
+
+    /// One whole exchange, outside the loop (before the first sample):
+    /// at most [`TRIES`](crate::load::rtpengine::TRIES) sends
+    /// [`RETRANSMIT_AFTER`](crate::load::rtpengine::RETRANSMIT_AFTER)
+    /// apart.
+    async fn exchange(&mut self) -> EngineSessions {
+        let mut buf = vec![0_u8; NG_MAX_DATAGRAM];
+        self.client.ask(Instant::now());
+        loop {
+            let mut answer = None;
+            while let Some(datagram) = self.client.poll_transmit() {
+                if let Err(e) = self.socket.send(&datagram).await {
+                    answer = self
+                        .client
+                        .handle_send_error(Instant::now(), &e.to_string());
+                }
+            }
+            if answer.is_none() {
+                let Some(deadline) = self.client.poll_timeout() else {
+                    return EngineSessions::Unavailable;
+                };
+                answer = tokio::select! {
+                    received = self.socket.recv(&mut buf) => match received {
+                        Ok(n) => self.client.handle_datagram(Instant::now(), buf.get(..n).unwrap_or_default()),
+                        Err(e) => self.client.handle_send_error(Instant::now(), &e.to_string()),
+                    },
+                    () = sleep_until(deadline) => self.client.handle_timeout(Instant::now()),
+                };
+            }
+            match answer {
+                Some(Answer::Sessions(n)) => return EngineSessions::Known(n),
+                Some(Answer::Failed(_)) => return EngineSessions::Unavailable,
+                None => {}
+            }
+        }
+    }
+}
+
 /// The shell's state.
 pub(crate) struct Shell {
     endpoint: SipEndpoint,
@@ -155,6 +237,12 @@ pub(crate) struct Shell {
     retiring: Vec<Registration>,
     notifier: Notifier,
     sampler: Option<LoadSampler>,
+    /// The `rtpengine` calls source's link, `None` for the other sources.
+    ng: Option<NgLink>,
+    /// The engine's answer for a sample that is to be taken now: set when
+    /// an ng exchange started by a tick ends, or at a tick inside the
+    /// exchange's backoff.
+    engine_ready: Option<EngineSessions>,
     requests: HashMap<u64, Origin>,
     next_request_id: u64,
     /// The registrars' host names and their last resolved addresses.
@@ -172,6 +260,11 @@ fn notifier_config(
 ) -> NotifierConfig {
     NotifierConfig {
         subscribers: subscribers(config, resolved),
+        registrars: config
+            .accounts
+            .iter()
+            .flat_map(|a| registrar_addrs(a, resolved))
+            .collect(),
         load_delta: config.general.load_delta,
         high_water: config.agent.notify_high_water,
         notify_min_interval: Duration::from_millis(config.agent.notify_min_interval_ms),
@@ -199,6 +292,34 @@ fn subscribers(
     all
 }
 
+/// The SIP addresses of `account`'s registrar: its realm URI's address (or
+/// the addresses its host name resolved to) at the URI's port, 5060 when
+/// it has none (RFC 3263 §4.2 for a URI without port).
+fn registrar_addrs(
+    account: &Account,
+    resolved: &BTreeMap<String, BTreeSet<IpAddr>>,
+) -> Vec<std::net::SocketAddr> {
+    let realm = &account.realm;
+    let port = realm.port.unwrap_or(5060);
+    let bare = realm
+        .host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(&realm.host);
+    let ips: Vec<IpAddr> = match bare.parse::<IpAddr>() {
+        Ok(ip) => vec![ip.to_canonical()],
+        Err(_) => resolved
+            .get(&realm.host)
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect(),
+    };
+    ips.into_iter()
+        .map(|ip| std::net::SocketAddr::new(ip, port))
+        .collect()
+}
+
 /// Resolves `names`, each within [`RESOLVE_TIMEOUT`].
 async fn resolve(names: BTreeSet<String>) -> Resolution {
     let mut out = Vec::new();
@@ -223,6 +344,12 @@ impl Shell {
             "unknown".to_owned()
         });
         let mut sampler = LoadSampler::new(&config.media, &config.general, &config.agent);
+        let mut ng = NgLink::for_config(&config);
+        if let Some(link) = ng.as_mut() {
+            // The first report carries rtpengine's answer too, not "full"
+            // for want of one.
+            sampler.set_engine_sessions(link.exchange().await);
+        }
         let (sampler, initial) = match tokio::task::spawn_blocking(move || {
             let s = sampler.sample();
             (sampler, s)
@@ -256,6 +383,8 @@ impl Shell {
             retiring: Vec::new(),
             notifier,
             sampler,
+            ng,
+            engine_ready: None,
             requests: HashMap::new(),
             next_request_id: 1,
             resolved,
@@ -283,8 +412,10 @@ impl Shell {
                 }
             }
         }
-        self.notifier
-            .set_subscribers(subscribers(&self.config, &self.resolved));
+        let contact = host_port(self.contact_addr, self.endpoint.local_addr().port());
+        let config = notifier_config(&self.config, &contact, &self.resolved);
+        self.notifier.set_subscribers(config.subscribers);
+        self.notifier.set_registrars(config.registrars);
     }
 
     fn registration_config(&self, account: &Account) -> RegistrationConfig {
@@ -325,9 +456,15 @@ impl Shell {
         let mut ticker = new_ticker(self.config.agent.sample_interval_ms);
         let mut sampling: Option<JoinHandle<(LoadSampler, Sample)>> = None;
         let mut resolving = self.start_resolving();
+        let mut ng_buf = vec![0_u8; NG_MAX_DATAGRAM];
 
         let result = loop {
             self.flush();
+            if sampling.is_none() {
+                if let Some(engine) = self.engine_ready.take() {
+                    sampling = self.spawn_sample(Some(engine));
+                }
+            }
             let deadline = self.poll_timeout();
             tokio::select! {
                 () = shutdown.cancelled() => break Ok(()),
@@ -338,12 +475,29 @@ impl Shell {
                 () = sleep_until(deadline.unwrap_or_else(far_future)), if deadline.is_some() => {
                     self.handle_timeout(Instant::now());
                 }
-                _ = ticker.tick(), if sampling.is_none() => {
-                    if let Some(mut sampler) = self.sampler.take() {
-                        sampling = Some(tokio::task::spawn_blocking(move || {
-                            let s = sampler.sample();
-                            (sampler, s)
-                        }));
+                _ = ticker.tick(), if sampling.is_none() && self.engine_ready.is_none() => {
+                    match self.ng.as_mut() {
+                        None => sampling = self.spawn_sample(None),
+                        // The previous exchange is still going (its
+                        // retransmissions outlast a short interval): this
+                        // tick is skipped, its answer will be the sample.
+                        Some(link) if link.client.in_flight() => {}
+                        Some(link) => match link.client.ask(Instant::now()) {
+                            AskOutcome::Asking => {}
+                            AskOutcome::Backoff => self.engine_ready = Some(EngineSessions::Unavailable),
+                        },
+                    }
+                }
+                received = async { match self.ng.as_ref() { Some(link) => link.socket.recv(&mut ng_buf).await, None => std::future::pending().await } }, if self.ng.is_some() => {
+                    let now = Instant::now();
+                    if let Some(link) = self.ng.as_mut() {
+                        let answer = match received {
+                            Ok(n) => link.client.handle_datagram(now, ng_buf.get(..n).unwrap_or_default()),
+                            // ICMP port unreachable, reported on the
+                            // connected socket: nothing listens there.
+                            Err(e) => link.client.handle_send_error(now, &e.to_string()),
+                        };
+                        self.ng_answered(answer);
                     }
                 }
                 joined = async { match sampling.as_mut() { Some(h) => h.await, None => std::future::pending().await } }, if sampling.is_some() => {
@@ -375,6 +529,9 @@ impl Shell {
                                 ticker = new_ticker(interval);
                             }
                             self.reload(Instant::now(), config);
+                            if self.ng.is_none() {
+                                self.engine_ready = None;
+                            }
                             if let Some(old) = resolving.take() {
                                 old.abort();
                             }
@@ -398,6 +555,7 @@ impl Shell {
             .values()
             .filter_map(Registration::poll_timeout)
             .chain(self.notifier.poll_timeout())
+            .chain(self.ng.as_ref().and_then(|l| l.client.poll_timeout()))
             .min()
     }
 
@@ -406,6 +564,51 @@ impl Shell {
             reg.handle_timeout(now);
         }
         self.notifier.handle_timeout(now);
+        let answer = self.ng.as_mut().and_then(|l| l.client.handle_timeout(now));
+        self.ng_answered(answer);
+    }
+
+    /// The ng exchange of a tick ended: its answer is the next sample's.
+    fn ng_answered(&mut self, answer: Option<Answer>) {
+        match answer {
+            Some(Answer::Sessions(n)) => self.engine_ready = Some(EngineSessions::Known(n)),
+            Some(Answer::Failed(_)) => self.engine_ready = Some(EngineSessions::Unavailable),
+            None => {}
+        }
+    }
+
+    /// Takes a sample off the loop (the sampler reads `/proc`), with
+    /// `engine` as the `rtpengine` source's count; `None` when the
+    /// sampler is away.
+    fn spawn_sample(
+        &mut self,
+        engine: Option<EngineSessions>,
+    ) -> Option<JoinHandle<(LoadSampler, Sample)>> {
+        let mut sampler = self.sampler.take()?;
+        if let Some(engine) = engine {
+            sampler.set_engine_sessions(engine);
+        }
+        Some(tokio::task::spawn_blocking(move || {
+            let s = sampler.sample();
+            (sampler, s)
+        }))
+    }
+
+    /// SPEC §3: a registrar that answered a NOTIFY `481` may have lost the
+    /// binding: that account REGISTERs again at once.
+    fn reregister_forgotten(&mut self, now: Instant) {
+        while let Some((msr, registrar)) = self.notifier.poll_forgotten() {
+            let resolved = &self.resolved;
+            for reg in self.registrations.values_mut() {
+                let account = &reg.config().account;
+                if account.msr_name == msr
+                    && registrar_addrs(account, resolved).contains(&registrar)
+                {
+                    info!(%msr, %registrar, "the registrar forgot a subscription: registering again");
+                    reg.register_now(now);
+                }
+            }
+        }
     }
 
     async fn on_sip_event(&mut self, event: SipEvent) {
@@ -453,8 +656,22 @@ impl Shell {
         })
     }
 
-    /// Hands every queued request to the endpoint.
+    /// Hands every queued request to the endpoint, and the ng client's
+    /// datagram to its socket.
     fn flush(&mut self) {
+        self.reregister_forgotten(Instant::now());
+        if let Some(link) = self.ng.as_mut() {
+            let now = Instant::now();
+            let mut answer = None;
+            while let Some(datagram) = link.client.poll_transmit() {
+                // A datagram of tens of bytes on an idle socket: the send
+                // buffer has room, so this never waits.
+                if let Err(e) = link.socket.try_send(&datagram) {
+                    answer = link.client.handle_send_error(now, &e.to_string());
+                }
+            }
+            self.ng_answered(answer);
+        }
         let mut out = Vec::new();
         for (key, reg) in &mut self.registrations {
             while let Some(request) = reg.poll_transmit() {
@@ -555,6 +772,10 @@ impl Shell {
         }
         if let Some(sampler) = self.sampler.as_mut() {
             sampler.reconfigure(&self.config.media, &self.config.general, &self.config.agent);
+        }
+        let target = self.config.ng_address();
+        if self.ng.as_ref().map(|l| l.client.target()) != target {
+            self.ng = NgLink::for_config(&self.config);
         }
         // Names no longer in the config are forgotten; new ones are
         // resolved by the caller, and allowed once they are.

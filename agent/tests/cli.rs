@@ -86,7 +86,13 @@ fn check_config_reports_a_log_file_the_daemon_cannot_open() {
 
     let checked = check_config(&config, &[]);
     assert_eq!(checked.status.code(), Some(1), "{checked:?}");
-    assert_eq!(text(&checked.stderr).trim_end(), expected);
+    assert_eq!(
+        text(&checked.stderr),
+        format!(
+            "{}: msr-agent would not start on this host (1 reason):\n  {expected}\nwarnings: none\n",
+            config.display()
+        )
+    );
     assert!(!text(&checked.stdout).contains(": ok"), "{checked:?}");
 
     let daemon = run_daemon(&config);
@@ -116,8 +122,10 @@ fn check_config_accepts_a_writable_log_directory_without_creating_the_file() {
     let stdout = text(&checked.stdout);
     let log = dir.path().join("x.log");
     assert!(
-        stdout.contains(&format!("{}: ok", config.display()))
-            && stdout.contains(&format!("log: {}", log.display())),
+        stdout.contains(&format!(
+            "{}: ok, msr-agent would start on this host",
+            config.display()
+        )) && stdout.contains(&format!("log: {}", log.display())),
         "{stdout}"
     );
     assert!(!log.exists(), "--check-config created the log file");
@@ -227,4 +235,20 @@ fn the_agent_starts_beside_an_engine_that_holds_its_port() {
         "the agent wrote into the engine's log directory"
     );
     drop(engine);
+}
+
+/// The seed's config names the MSR host's address (192.168.2.21): on any
+/// other host the agent cannot bind its SIP port there, so the check says
+/// it would not start, and why, with exit code 1 (SPEC §13).
+#[test]
+fn check_config_refuses_a_bind_addr_that_is_not_this_hosts() {
+    let seed = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config-examples/msr.xml");
+    let checked = check_config(&seed, &["--log-stderr"]);
+    assert_eq!(checked.status.code(), Some(1), "{checked:?}");
+    let stderr = text(&checked.stderr);
+    assert!(
+        stderr.contains("msr-agent would not start on this host (1 reason):\n  error: <transport bind-addr=\"192.168.2.21\">: 192.168.2.21 is not an address of this host\n"),
+        "{stderr}"
+    );
+    assert!(stderr.ends_with("warnings: none\n"), "{stderr}");
 }

@@ -6,11 +6,11 @@
 use std::time::Duration;
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use msr_collector::legs::{LegKey, LegTable, DEFAULT_MAX_DURATION};
-use msr_collector::load_table::{Change, LoadTable, Placement};
+use msr_collector::model::legs::{LegKey, LegTable, DEFAULT_MAX_DURATION};
+use msr_collector::model::load_table::{Change, LoadTable, Placement};
 use msr_collector::operator::OperatorConfig;
-use msr_collector::registrar::Binding;
 use msr_collector::select::{select, Admission, Policy, Query};
+use msr_collector::sip::registrar::Binding;
 use msr_shared::event_package::LoadReport;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -170,6 +170,7 @@ fn binding(contact: String, msr: &str, now: Instant) -> Binding {
         expires_at: now + Duration::from_secs(3600),
         call_id: "bench".into(),
         cseq: 1,
+        branch: None,
         source: None,
     }
 }

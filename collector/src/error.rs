@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use crate::config::ConfigError;
-use crate::store::StoreError;
+use crate::operator::store::StoreError;
 
 /// Why the collector could not start or had to stop.
 #[derive(Debug, thiserror::Error)]
@@ -17,9 +17,16 @@ pub enum CollectorError {
     /// collector running on it.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// The SIP endpoint could not be bound.
-    #[error(transparent)]
-    Sip(#[from] msr_shared::sip::EndpointError),
+    /// A SIP socket could not be bound.
+    #[error("cannot bind sip {transport} socket on {addr}: {source}")]
+    Sip {
+        /// `udp` or `tcp`.
+        transport: &'static str,
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// The control socket could not be bound.
     #[error("cannot bind [control] socket {path}: {source}")]
     ControlSocket {
@@ -62,9 +69,6 @@ pub enum CollectorError {
         /// The OS error.
         source: std::io::Error,
     },
-    /// The SIP endpoint stopped while the collector was running.
-    #[error("sip endpoint stopped unexpectedly")]
-    EndpointClosed,
     /// The collector task panicked or was aborted.
     #[error("collector task failed: {reason}")]
     Task {

@@ -5,57 +5,36 @@
 //! table (SPEC §5) and the operator configuration (SPEC §6), and answers
 //! selection and admin requests on a Unix socket (SPEC §7, §8).
 //!
-//! Codemap:
-//! * [`daemon_cli`] — the daemon's command line; [`cli`] — msrctl's.
+//! Codemap (ARCHITECTURE.md has the whole map and the invariants):
+//! * [`core`] — [`core::Collector`], every fact's one owner and the glue
+//!   between them, sans-IO.
+//! * [`daemon`] — the shell: start, sockets, the loop, files, host checks;
+//!   [`daemon::cli`] is the daemon's command line.
 //! * [`config`] — the TOML config file: raw → validated [`config::CollectorConfig`].
-//! * [`registrar`] — sans-IO registrar: digest auth, bindings per MSR.
-//! * [`subscriber`] — sans-IO RFC 6665 subscriber: one subscription per MSR,
-//!   to a contact it takes from the registrar's bindings.
-//! * [`health`] — sans-IO health of each MSR contact (SPEC §5): OPTIONS
-//!   keepalive, report age, subscription state.
-//! * [`shell`] — the async loop: [`start`]/[`run`] own the sockets and feed the cores.
-//! * [`cluster`] — the store's reachability and the live core hosts (G).
-//! * [`http`] — the HTTP API and `/metrics` (SPEC §11), [`redirect`] — the
-//!   SIP redirect server (SPEC §11): both translate onto the control
-//!   protocol's one handler; [`metrics`] — the counters and the exposition.
-//! * [`load_table`] — the selection index, fed by typed
-//!   [`load_table::Change`] events from each fact's owner, and the load
-//!   reports.
-//! * `operator`, `topology`, `store` (file, `store::etcd`), `select`, `admin`, `cli`
-//!   — the operator configuration, selection and the control protocol.
+//! * [`sip`] — the registrar and the RFC 6665 subscriber, sans-IO.
+//! * [`model`] — the load table (the selection index), health, call legs and
+//!   the pooled policy's estimate, sans-IO.
+//! * [`select`] — selection (SPEC §7, §9, §10), pure.
+//! * [`operator`] — the operator configuration, its names and topology, the
+//!   cluster view and the stores (file, etcd).
+//! * [`api`] — the request handler and the front ends: control socket, HTTP
+//!   and `/metrics`, SIP redirect.
+//! * [`msrctl`] — the admin command line.
 //!
 //! One owner per fact: the registrar owns the bindings, the subscriber the
-//! subscriptions, [`operator::OperatorConfig`] the settings, [`health`] the
-//! health; the load table keeps of them only what selection reads, told by
-//! the shell through [`load_table::LoadTable::apply`].
-//!
-//! Architecture invariant: only [`shell`] (which saves the operator
-//! configuration and the bindings through [`store`]), the servers
-//! `admin::serve`, `http::serve`, `redirect::serve` and the etcd task
-//! (`store::etcd`) perform I/O or read a clock; the cores take `now` as an
-//! argument.
-pub mod admin;
-pub mod cli;
-pub mod cluster;
+//! subscriptions, [`operator::OperatorConfig`] the settings, [`model::health`]
+//! the health; the load table keeps of them only what selection reads.
+pub mod api;
 pub mod config;
-pub mod daemon_cli;
+pub mod core;
+pub mod daemon;
 pub mod error;
-pub mod estimate;
-pub mod health;
-pub mod http;
-pub mod legs;
-pub mod load_table;
-pub mod metrics;
-pub mod names;
+pub mod model;
+pub mod msrctl;
 pub mod operator;
-pub mod redirect;
-pub mod registrar;
 pub mod select;
-pub mod shell;
-pub mod store;
-pub mod subscriber;
-pub mod topology;
+pub mod sip;
 
 pub use config::CollectorConfig;
+pub use daemon::{check_environment, run, start, CollectorHandle};
 pub use error::CollectorError;
-pub use shell::{check_environment, run, start, CollectorHandle};

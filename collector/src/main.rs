@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use msr_collector::daemon_cli::{Cli, StoreTask, Target, Task};
+use msr_collector::daemon::cli::{Cli, StoreTask, Target, Task};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -31,6 +31,9 @@ fn main() -> ExitCode {
         .with(flood.clone())
         .init();
 
+    if cli.check_config && cli.task.is_none() {
+        return ExitCode::from(check_config(&cli.config));
+    }
     let outcome = run(cli, &flood);
     // What the rate limit of network-caused lines still holds back.
     flood.finish();
@@ -53,7 +56,9 @@ fn run(cli: Cli, flood: &msr_shared::logging::FloodLimit) -> anyhow::Result<()> 
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let done = runtime.block_on(msr_collector::store::migrate::migrate(&config, force))?;
+        let done = runtime.block_on(msr_collector::operator::store::migrate::migrate(
+            &config, force,
+        ))?;
         let (sites, msrs, contacts) = done.counts;
         println!(
             "migrated {} to etcd {} key {} at revision {} ({sites} site(s), {msrs} msr setting(s), {contacts} contact setting(s))",
@@ -64,59 +69,30 @@ fn run(cli: Cli, flood: &msr_shared::logging::FloodLimit) -> anyhow::Result<()> 
         );
         return Ok(());
     }
-    if cli.check_config {
-        // The shipped production config's placeholder: valid, but no MSR
-        // configured with its own credentials will authenticate.
-        for account in config.accounts.iter().filter(|a| a.password == "change-me") {
-            eprintln!(
-                "note: [[accounts]] auth_name {:?} still has the example's password \"change-me\": \
-                 set it to the auth_password of the MSRs' <dynamic> accounts",
-                account.auth_name
-            );
-        }
-        // The error's own text already ends in its cause (no chain to print).
-        msr_collector::check_environment(&config).map_err(|e| {
-            anyhow::anyhow!(
-                "{}: the config is valid, but this host is not ready for it: {e}",
-                cli.config.display()
-            )
-        })?;
-        // A collector running on this store is what a check on a live host
-        // finds: the config may still be checked, but not started beside it.
-        if let Err(e) = msr_collector::store::Store::new(config.state_path.clone()).check_unlocked()
-        {
-            eprintln!("note: {e}");
-        }
-        println!(
-            "{}: ok (node {}, sip {} {:?}, {} account(s), control socket {}, store {})",
-            cli.config.display(),
-            config.node,
-            config.sip.listen,
-            config
-                .sip
-                .transports
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>(),
-            config.accounts.len(),
-            config.control_socket.display(),
-            config.store.name()
-        );
-        return Ok(());
-    }
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    // A worker per core: the SIP readers and writer, the control and HTTP
+    // servers run beside the loop that owns the state (daemon module docs).
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
         tokio::spawn(flood.clone().flush_periodically());
         let shutdown = CancellationToken::new();
         let signals = shutdown.clone();
+        let handle = msr_collector::start(config, shutdown.clone()).await?;
+        let reload = handle.reload.clone();
+        let path = cli.config.clone();
         tokio::spawn(async move {
-            match msr_shared::signals::shutdown_signal(|| {
-                "ignored: configuration changes need a restart".to_owned()
-            })
-            .await
-            {
+            // SPEC §13: SIGHUP re-reads the TOML; a bad file changes nothing.
+            let on_hup = move || match msr_collector::config::load(&path) {
+                Ok(config) => {
+                    let _ = reload.send(config);
+                    format!("reloading {}", path.display())
+                }
+                Err(e) => format!(
+                    "config reload failed, the collector runs on with the last good configuration: {e}"
+                ),
+            };
+            match msr_shared::signals::shutdown_signal(on_hup).await {
                 Ok(signal) => tracing::info!(signal, "signal received, shutting down"),
                 Err(e) => {
                     tracing::error!(error = %e, "cannot install signal handlers, shutting down")
@@ -124,7 +100,80 @@ fn run(cli: Cli, flood: &msr_shared::logging::FloodLimit) -> anyhow::Result<()> 
             }
             signals.cancel();
         });
-        msr_collector::run(config, shutdown).await
+        handle.join.await.map_err(|e| msr_collector::CollectorError::Task {
+            reason: e.to_string(),
+        })?
     })?;
     Ok(())
+}
+
+/// `--check-config` (SPEC §13): 0 when the collector would start on this
+/// host with `path`, 1 when not, each reason and every warning named
+/// ([`msr_shared::check`]).
+fn check_config(path: &std::path::Path) -> u8 {
+    use msr_shared::check::{listen_address, CheckReport, Proto};
+    let mut report = CheckReport::default();
+    let config = match msr_collector::config::load(path) {
+        Ok(config) => config,
+        Err(e) => {
+            report.reason(e.to_string());
+            report.print(path, "msr-collector", "");
+            return report.exit_code();
+        }
+    };
+    // The shipped production config's placeholder: valid, but no MSR
+    // configured with its own credentials will authenticate.
+    for account in config.accounts.iter().filter(|a| a.password == "change-me") {
+        report.warning(format!(
+            "[[accounts]] auth_name {:?} still has the example's password \"change-me\": \
+             set it to the auth_password of the MSRs' <dynamic> accounts",
+            account.auth_name
+        ));
+    }
+    if let Err(e) = msr_collector::check_environment(&config) {
+        report.reason(e.to_string());
+    }
+    listen_address(&mut report, "[sip] listen", config.sip.listen, Proto::Udp);
+    if config.sip.tcp() {
+        listen_address(
+            &mut report,
+            "[sip] listen (tcp)",
+            config.sip.listen,
+            Proto::Tcp,
+        );
+    }
+    if let Some(http) = &config.http {
+        listen_address(&mut report, "[http] listen", http.listen, Proto::Tcp);
+    }
+    if let Some(redirect) = &config.redirect {
+        listen_address(
+            &mut report,
+            "[redirect] listen",
+            redirect.listen,
+            Proto::Udp,
+        );
+    }
+    // A collector running on this store is what a check on a live host
+    // finds: the config may still be checked, but not started beside it.
+    if let Err(e) =
+        msr_collector::operator::store::Store::new(config.state_path.clone()).check_unlocked()
+    {
+        report.warning(e.to_string());
+    }
+    let summary = format!(
+        "node {}, sip {} {:?}, {} account(s), control socket {}, store {}",
+        config.node,
+        config.sip.listen,
+        config
+            .sip
+            .transports
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        config.accounts.len(),
+        config.control_socket.display(),
+        config.store.name()
+    );
+    report.print(path, "msr-collector", &summary);
+    report.exit_code()
 }

@@ -2,8 +2,8 @@
 //! binaries, for the Debian packages (`scripts/package-test.sh`).
 //!
 //! Each page and each completion script is made from the binary's own clap
-//! definition ([`msr_agent::cli::Cli`], [`msr_collector::daemon_cli::Cli`],
-//! [`msr_collector::cli::Cli`]), so they cannot drift from `--help`.
+//! definition ([`msr_agent::cli::Cli`], [`msr_collector::daemon::cli::Cli`],
+//! [`msr_collector::msrctl::Cli`]), so they cannot drift from `--help`.
 //!
 //! Output, under the directory given:
 //!
@@ -65,7 +65,7 @@ fn binaries() -> [Binary; 3] {
             see_also: &["msr-collector(8)", "msrctl(1)", "systemd.exec(5)"],
         },
         Binary {
-            command: msr_collector::daemon_cli::Cli::command(),
+            command: msr_collector::daemon::cli::Cli::command(),
             section: "8",
             files: &[
                 (
@@ -73,7 +73,7 @@ fn binaries() -> [Binary; 3] {
                     "The collector's config (TOML; it holds the MSR accounts' passwords).",
                 ),
                 (
-                    msr_collector::cli::DEFAULT_SOCKET,
+                    msr_collector::msrctl::DEFAULT_SOCKET,
                     "The control socket msrctl talks to (group msr-collector).",
                 ),
                 (
@@ -88,10 +88,10 @@ fn binaries() -> [Binary; 3] {
             see_also: &["msrctl(1)", "msr-agent(8)"],
         },
         Binary {
-            command: msr_collector::cli::Cli::command(),
+            command: msr_collector::msrctl::Cli::command(),
             section: "1",
             files: &[(
-                msr_collector::cli::DEFAULT_SOCKET,
+                msr_collector::msrctl::DEFAULT_SOCKET,
                 "The collector's control socket, unless --socket or MSRCTL_SOCKET names another.",
             )],
             see_also: &["msr-collector(8)", "msr-agent(8)"],

@@ -156,32 +156,32 @@ fn agent_example() -> &'static msr_agent::AgentConfig {
 /// An empty collector's admin state: the control handler's context.
 struct AdminRig {
     operator: msr_collector::operator::OperatorConfig,
-    table: msr_collector::load_table::LoadTable,
-    registrar: msr_collector::registrar::Registrar,
-    subscriber: msr_collector::subscriber::Subscriber,
-    defaults: msr_collector::admin::Defaults,
+    table: msr_collector::model::load_table::LoadTable,
+    registrar: msr_collector::sip::registrar::Registrar,
+    subscriber: msr_collector::sip::subscriber::Subscriber,
+    defaults: msr_collector::api::handler::Defaults,
     rng: rand::rngs::StdRng,
-    legs: msr_collector::legs::LegTable,
+    legs: msr_collector::model::legs::LegTable,
 }
 
 impl AdminRig {
     fn new() -> Self {
         use rand::SeedableRng;
         let config = collector_example();
-        let defaults = msr_collector::admin::Defaults::default();
+        let defaults = msr_collector::api::handler::Defaults::default();
         let local = "sip:collector@127.0.0.1:5060".to_owned();
         Self {
             operator: msr_collector::operator::OperatorConfig::new(),
-            table: msr_collector::load_table::LoadTable::new(
+            table: msr_collector::model::load_table::LoadTable::new(
                 config.node.clone(),
-                msr_collector::load_table::Placement {
+                msr_collector::model::load_table::Placement {
                     zone: defaults.zone.clone(),
                     site: defaults.site.clone(),
                 },
             ),
-            registrar: msr_collector::registrar::Registrar::new(&config.sip, &config.accounts),
-            subscriber: msr_collector::subscriber::Subscriber::new(
-                msr_collector::subscriber::SubscriberConfig {
+            registrar: msr_collector::sip::registrar::Registrar::new(&config.sip, &config.accounts),
+            subscriber: msr_collector::sip::subscriber::Subscriber::new(
+                msr_collector::sip::subscriber::SubscriberConfig {
                     local_uri: local.clone(),
                     contact: local,
                     default_expires: config.subscription.expires,
@@ -189,14 +189,14 @@ impl AdminRig {
             ),
             defaults,
             rng: rand::rngs::StdRng::seed_from_u64(1),
-            legs: msr_collector::legs::LegTable::new(config.legs.max_duration),
+            legs: msr_collector::model::legs::LegTable::new(config.legs.max_duration),
         }
     }
 
     /// Carries out `request` as the shell does, a change made current
     /// without storing it.
     fn run(&mut self, request: msr_shared::admin::Request) -> msr_shared::admin::Response {
-        use msr_collector::admin::{self, AdminContext, Outcome};
+        use msr_collector::api::handler::{self as admin, AdminContext, Outcome};
         let mut ctx = AdminContext {
             operator: &mut self.operator,
             table: &mut self.table,
@@ -237,11 +237,12 @@ pub fn control_line(data: &[u8]) {
 /// an INVITE is decided, its `select` carried out against an empty
 /// collector and answered; any other method answered as the server does.
 pub fn sip_redirect(data: &[u8]) {
-    use msr_collector::redirect::{self, Decision, RedirectContext};
+    use msr_collector::api::redirect::{self, Decision, RedirectContext};
     let ctx = RedirectContext {
         own: vec![SocketAddr::from(([127, 0, 0, 1], 5080))],
         default_zone: "default".into(),
         default_site: "local".into(),
+        allow: Vec::new(),
     };
     let mut rig = AdminRig::new();
     for raw in messages(data) {
@@ -265,101 +266,108 @@ pub fn sip_redirect(data: &[u8]) {
     }
 }
 
-/// SIP datagrams received by the collector: REGISTER into the registrar,
-/// NOTIFY into the subscriber (with a live dialog to `msr_1`), anything
-/// else answered as the shell does; responses go to the subscriber's
-/// SUBSCRIBE in flight and to the health monitor's OPTIONS probe.
+/// SIP datagrams received by the collector's core — the product's
+/// [`msr_collector::core::Collector`], glue and all — decoded as its
+/// transport decodes them, with a live dialog to `msr_1` (restored from a
+/// saved binding, whose first SUBSCRIBE the agent accepts); every eighth
+/// from a stranger. Saves and commits succeed at once; time moves 7 s a
+/// message, so refreshes, keepalives, retransmissions and timeouts run.
 pub fn sip_collector(data: &[u8]) {
-    use msr_collector::health::HealthMonitor;
-    use msr_collector::registrar::{Binding, Registrar, RegistrarEvent};
-    use msr_collector::subscriber::{Subscriber, SubscriberConfig};
+    use msr_collector::core::{Backend, Collector, Inbound, Route, Start};
+    use msr_collector::operator::cluster::Cluster;
+    use msr_collector::operator::store::etcd::Member;
+    use msr_shared::sip::wire::{self, Carrier};
 
     let config = collector_example();
     let mut now = Instant::now();
-    let local = "sip:collector@127.0.0.1:5060".to_owned();
-    let mut registrar = Registrar::new(&config.sip, &config.accounts);
-    let mut health = HealthMonitor::new(config.health, local.clone());
-    let mut subscriber = Subscriber::new(SubscriberConfig {
-        local_uri: local.clone(),
-        contact: local,
-        default_expires: config.subscription.expires,
-    });
-    let contact = "lo@msr_1";
-    let uri = "sip:msr_1@127.0.0.1:5071;engine=127.0.0.1:5070;engine-transport=udp";
-    let binding = Binding {
-        msr: "msr_1".into(),
-        contact: contact.into(),
-        uri: uri.into(),
-        engine: None,
-        version: None,
-        expires_at: now + Duration::from_secs(3600),
-        call_id: "fuzz".into(),
-        cseq: 1,
-        source: None,
+    let local = SocketAddr::from(([127, 0, 0, 1], 5060));
+    let this = Member {
+        node: config.node.clone(),
+        sip: local.to_string(),
+        started_unix: 1_700_000_000,
     };
-    subscriber.contacts_changed(now, "msr_1", [&binding]);
-    health.contact_registered(now, contact, "msr_1", uri);
-    let Some(first) = subscriber.poll_transmit() else {
-        return;
+    let mut core = Collector::new(
+        config,
+        Start {
+            local,
+            operator: msr_collector::operator::OperatorConfig::new(),
+            cluster: Cluster::file(this, "fuzz.json".into(), 1),
+            backend: Backend::File,
+            metrics: std::sync::Arc::new(msr_collector::api::metrics::Metrics::new()),
+            seed: 1,
+            now,
+            unix_ms: 1_700_000_000_000,
+        },
+    );
+    let saved = r#"{"format":"msr-collector bindings","version":2,"bindings":[{"msr":"msr_1","contact":"lo@msr_1","uri":"sip:msr_1@127.0.0.1:5071;engine=127.0.0.1:5070;engine-transport=udp","version":null,"expires_unix_ms":1700003600000,"call_id":"fuzz","cseq":1,"source":"127.0.0.1:5071"}]}"#;
+    core.restore_bindings(now, saved);
+    let mut call_id = String::new();
+    let mut from_tag = String::new();
+    let drain = |core: &mut Collector, now: Instant, first: &mut Option<SipMessage>| {
+        while let Some(t) = core.poll_transmit() {
+            if first.is_none() {
+                if let Ok(m @ SipMessage::Request(_)) = SipMessage::try_from(t.bytes.as_ref()) {
+                    *first = Some(m);
+                }
+            }
+        }
+        while let Some(effect) = core.poll_effect() {
+            match effect {
+                msr_collector::core::Effect::Commit { ticket, .. } => {
+                    core.handle_committed(now, ticket, Ok(()))
+                }
+                msr_collector::core::Effect::SaveBindings { generation, .. } => {
+                    core.handle_bindings_saved(now, generation, Ok(()))
+                }
+                msr_collector::core::Effect::Answer { .. } => {}
+            }
+        }
+        while core.poll_event().is_some() {}
     };
-    let call_id = first.call_id.clone();
-    let from_tag = sip::header(&first.request.headers, "From")
-        .and_then(sip::tag)
-        .unwrap_or_default();
-    // The agent's 200 establishes the dialog (RFC 6665 §4.1.2.1).
-    let mut ok = sip::response(&first.request, sip::StatusCode::OK, Some("msrtag"));
-    sip::push_header(&mut ok.headers, "Expires", "60");
-    subscriber.handle_response(now, first.id, &ok);
-    let mut pending = None;
-    let mut probe = health.poll_transmit().map(|p| p.id);
+    let mut first = None;
+    drain(&mut core, now, &mut first);
+    if let Some(SipMessage::Request(subscribe)) = first {
+        call_id = sip::call_id(&subscribe.headers)
+            .unwrap_or_default()
+            .to_owned();
+        from_tag = sip::header(&subscribe.headers, "From")
+            .and_then(sip::tag)
+            .unwrap_or_default();
+        // The agent's 200 establishes the dialog (RFC 6665 §4.1.2.1).
+        let mut ok = sip::response(&subscribe, sip::StatusCode::OK, Some("msrtag"));
+        sip::push_header(&mut ok.headers, "Expires", "60");
+        if let Ok(message) = wire::decode(&wire::encode_response(ok), peer(), Carrier::Udp) {
+            core.handle_message(
+                now,
+                Inbound {
+                    route: Route::Udp(peer()),
+                    source: peer(),
+                    message,
+                },
+            );
+        }
+    }
     let pairs = [
         ("@@CALLID@@", call_id.as_str()),
         ("@@FTAG@@", from_tag.as_str()),
     ];
     for (i, raw) in messages(data).enumerate() {
-        let Some(msg) = parse(&substitute(raw, &pairs)) else {
-            continue;
-        };
-        match msg {
-            SipMessage::Request(req) => {
-                let response = match req.method {
-                    Method::Register => registrar.handle_register(now, &req, Some(peer())),
-                    Method::Notify => subscriber.handle_notify(now, 1_700_000_000, source(i), &req),
-                    Method::Ack => continue,
-                    Method::Options => sip::response(&req, sip::StatusCode::OK, Some("t")),
-                    _ => sip::response(&req, sip::StatusCode::MethodNotAllowed, Some("t")),
-                };
-                let _ = response.to_string();
-            }
-            SipMessage::Response(response) => {
-                if let Some(id) = pending.take() {
-                    subscriber.handle_response(now, id, &response);
-                }
-                if let Some(id) = probe.take() {
-                    health.handle_response(now, id, &response.status_code);
-                }
-            }
+        let source = source(i).unwrap_or_else(peer);
+        if let Ok(message) = wire::decode(&substitute(raw, &pairs), source, Carrier::Udp) {
+            core.handle_message(
+                now,
+                Inbound {
+                    route: Route::Udp(source),
+                    source,
+                    message,
+                },
+            );
         }
-        while let Some(event) = registrar.poll_event() {
-            if let RegistrarEvent::BindingAdded(b) | RegistrarEvent::BindingRefreshed(b) = event {
-                subscriber.contacts_changed(now, &b.msr, registrar.contacts_of(&b.msr));
-            }
-        }
-        while registrar.poll_refusal().is_some() {}
+        let mut ignore = Some(SipMessage::Response(sip::Response::default()));
+        drain(&mut core, now, &mut ignore);
         now += Duration::from_secs(7);
-        registrar.handle_timeout(now);
-        subscriber.handle_timeout(now);
-        health.handle_timeout(now);
-        while let Some(t) = subscriber.poll_transmit() {
-            let _ = t.request.to_string();
-            pending = Some(t.id);
-        }
-        while let Some(p) = health.poll_transmit() {
-            probe = Some(p.id);
-        }
-        while subscriber.poll_event().is_some() {}
-        while health.poll_event().is_some() {}
-        while subscriber.poll_view_change().is_some() {}
+        core.handle_timeout(now);
+        drain(&mut core, now, &mut ignore);
     }
 }
 
@@ -385,6 +393,7 @@ pub fn sip_agent(data: &[u8]) {
             contact_host_port: PEER.into(),
             accounts: config.accounts.iter().map(|a| a.msr_name.clone()).collect(),
             subscribers: config.subscriber_hosts().addresses,
+            registrars: std::collections::BTreeSet::from([peer()]),
         },
         Sample {
             load: 10,

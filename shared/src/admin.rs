@@ -28,6 +28,12 @@ use crate::subscription::SubscriptionState;
 /// The name of the only event package a subscription can be set for (SPEC §4).
 pub const EVENT_PACKAGE: &str = crate::event_package::EVENT;
 
+/// The rows a `leg_list` answers unless it asks for another limit.
+pub const DEFAULT_LEG_LIST_LIMIT: u32 = 1_000;
+
+/// The most rows a `leg_list` answers: a reply line stays a few MiB.
+pub const MAX_LEG_LIST_LIMIT: u32 = 10_000;
+
 /// The version of this protocol, answered by [`Request::Hello`]. It is
 /// raised when a change would break a client written against the previous
 /// one (an op, a field or a value removed or changing meaning); additions
@@ -194,6 +200,21 @@ pub enum Request {
         call_id: String,
         /// The leg label (optional on the wire).
         leg: Option<String>,
+    },
+    /// The live legs (SPEC §9), oldest first, so an operator can find
+    /// and release leaked ones: those on `msr` only, those at least
+    /// `older_than_secs` old only, at most `limit` rows (default
+    /// [`DEFAULT_LEG_LIST_LIMIT`], at most [`MAX_LEG_LIST_LIMIT`]).
+    LegList {
+        /// Only legs on this MSR (optional).
+        #[serde(default)]
+        msr: Option<String>,
+        /// Only legs at least this many seconds old (optional).
+        #[serde(default)]
+        older_than_secs: Option<u64>,
+        /// The most rows answered (optional).
+        #[serde(default)]
+        limit: Option<u32>,
     },
     /// The core hosts of the cluster and the state of the operator store
     /// (SPEC §12): one row per live collector (lease-backed membership in
@@ -482,6 +503,9 @@ pub enum ErrorCode {
     /// The shared operator store (etcd) cannot be reached: changes are
     /// refused, selection goes on with the last configuration seen.
     StoreUnavailable,
+    /// §9 refusal: the leg was released less than 32 s before this select
+    /// (the release overtook it), so nothing is placed.
+    LegReleased,
     /// A code this client does not know (sent by a newer collector).
     #[serde(other)]
     Other,
@@ -503,6 +527,7 @@ impl fmt::Display for ErrorCode {
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Conflict => "conflict",
             ErrorCode::StoreUnavailable => "store_unavailable",
+            ErrorCode::LegReleased => "leg_released",
             ErrorCode::Other => "other",
         })
     }
@@ -553,6 +578,8 @@ pub enum ResponseData {
     Cluster(ClusterView),
     /// The answer to a release.
     Released(Released),
+    /// The live legs asked for (`leg_list`).
+    Legs(LegRows),
     /// The answer to `hello`.
     Hello(Hello),
 }
@@ -576,6 +603,11 @@ pub struct ClusterView {
     /// The number of core hosts, G (SPEC §10): the live members with etcd,
     /// `[cluster] core_hosts` with the file store.
     pub core_hosts: u32,
+    /// With etcd: G is `[cluster] core_hosts`, not a count of live
+    /// members, because etcd has not been reached since this collector
+    /// started.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub core_hosts_from_config: bool,
     /// The live core hosts, sorted by node name (with the file store: this
     /// collector only).
     pub members: Vec<ClusterMember>,
@@ -661,6 +693,35 @@ pub struct ClusterMember {
     pub started_unix: i64,
     /// Whether this is the collector that answered.
     pub this: bool,
+}
+
+/// The answer to `leg_list` (SPEC §9).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LegRows {
+    /// Live legs that match the filters, all of them (`rows` may hold
+    /// fewer: at most the limit).
+    pub total: u64,
+    /// The oldest of them first.
+    pub rows: Vec<LegInfo>,
+}
+
+/// One live leg.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LegInfo {
+    /// The SIP Call-ID.
+    pub call_id: String,
+    /// The leg label, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leg: Option<String>,
+    /// The MSR anchoring it.
+    pub msr: String,
+    /// The contact it was given.
+    pub contact: String,
+    /// Seconds since it was placed.
+    pub age_secs: u64,
+    /// Its conference, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conference: Option<String>,
 }
 
 /// What a release ended (SPEC §9).
@@ -896,6 +957,10 @@ pub struct MsrInfo {
     /// Live legs on the MSR (SPEC §9): a drained MSR is empty at 0.
     #[serde(default)]
     pub live_legs: u32,
+    /// Age in seconds of the MSR's oldest live leg (SPEC §13), absent
+    /// without live legs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_leg_secs: Option<u64>,
     /// `healthy` when at least one registered contact is (selection can use
     /// the MSR), else the health of its first contact by name; absent when
     /// no contact is registered (SPEC §5).
@@ -1383,6 +1448,11 @@ mod tests {
             },
             Request::ClusterList {},
             Request::Hello {},
+            Request::LegList {
+                msr: Some("msr_1".into()),
+                older_than_secs: Some(60),
+                limit: None,
+            },
         ];
         for request in &all {
             match request {
@@ -1404,6 +1474,7 @@ mod tests {
                 | Request::Release { .. }
                 | Request::MsrSetLoadLimit { .. }
                 | Request::ClusterList {}
+                | Request::LegList { .. }
                 | Request::Hello {} => {}
             }
         }

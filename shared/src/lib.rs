@@ -22,6 +22,7 @@
 //!   logged value and the rate limit of lines strangers can cause.
 //! * [`log_limit`] — the rate limit of log lines, with suppressed counts.
 //! * [`signals`] — SIGTERM/SIGINT stop, SIGHUP never does.
+//! * [`time`] — Unix times of a `SystemTime` (pure conversions).
 //!
 //! Architecture invariant: nothing in this crate performs I/O, reads a
 //! clock or spawns a task, except [`sip::SipEndpoint`] (the adapter over
@@ -33,6 +34,7 @@
 
 pub mod admin;
 pub mod backoff;
+pub mod check;
 pub mod engine;
 pub mod event_package;
 pub mod fs;
@@ -43,3 +45,4 @@ pub mod refresh;
 pub mod signals;
 pub mod sip;
 pub mod subscription;
+pub mod time;

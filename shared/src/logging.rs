@@ -3,8 +3,9 @@
 //! anyone on the network can cause.
 //!
 //! rsipstack logs every datagram it sends or receives at `info`, raw message
-//! included; at our `info` that would drown the lines an operator reads, so
-//! the stack is held one level below ours until `-vv`.
+//! included, and so does the collector's own transport with target [`WIRE`];
+//! at our `info` that would drown the lines an operator reads, so both are
+//! held one level below ours until `-vv`.
 //!
 //! Values in a log line may come from the network (a Call-ID, a Contact, a
 //! parse error quoting a datagram): [`EscapingFields`] formats every field
@@ -38,6 +39,11 @@ use crate::log_limit::{LimitPolicy, Limited, LimitedLine, LineLimiter};
 /// (a datagram, a connection): rate limited by [`FloodLimit`] like
 /// rsipstack's warnings.
 pub const NETWORK: &str = "network";
+
+/// The target of the lines that show every SIP datagram sent and
+/// received, raw message included (`udp received`, `udp send`): off at
+/// the default level, on with `-vv` or `RUST_LOG=…,sip_wire=info`.
+pub const WIRE: &str = "sip_wire";
 
 /// How often [`FloodLimit::flush_periodically`] looks for windows that
 /// ended (a fraction of the 60 s window, so a count is at most this late).
@@ -287,8 +293,8 @@ pub fn filter_directive(verbosity: i8) -> &'static str {
     match verbosity {
         i8::MIN..=-2 => "error",
         -1 => "warn",
-        0 => "info,rsipstack=warn",
-        1 => "debug,rsipstack=info",
+        0 => "info,rsipstack=warn,sip_wire=warn",
+        1 => "debug,rsipstack=info,sip_wire=info",
         // notify (the agent's config watcher) traces every inotify event,
         // including writes to a log file next to the config: a feedback loop.
         _ => "trace,notify=info",
@@ -302,7 +308,10 @@ mod tests;
 mod filter_tests {
     #[test]
     fn default_keeps_the_stack_quiet() {
-        assert_eq!(super::filter_directive(0), "info,rsipstack=warn");
+        assert_eq!(
+            super::filter_directive(0),
+            "info,rsipstack=warn,sip_wire=warn"
+        );
         assert_eq!(super::filter_directive(-5), "error");
         assert_eq!(super::filter_directive(9), "trace,notify=info");
     }

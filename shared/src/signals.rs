@@ -2,7 +2,7 @@
 //! SIGHUP, which would otherwise kill them without their shutdown sequence
 //! (no final NOTIFYs, no `Expires: 0`), never stops them: the daemon says
 //! what it does instead (the agent reopens its own log file; the collector
-//! ignores it, its TOML needs a restart).
+//! re-reads its TOML, SPEC §13).
 
 use tracing::{info, warn};
 

@@ -4,7 +4,7 @@
 //! * each of G core hosts has its own collector state — a
 //!   [`LoadTable`], a [`LegTable`] and the operator configuration — and
 //!   picks an MSR with [`msr_collector::select::select`] under the policy
-//!   [`msr_collector::admin::effective_policy`] gives it (so the `pooled`
+//!   [`msr_collector::api::handler::effective_policy`] gives it (so the `pooled`
 //!   fallback to `ecss` is the collector's own); placements and releases
 //!   reach the estimate through the same `note_placed` / `release_at` /
 //!   `note_ended` calls the control protocol makes;
@@ -36,13 +36,13 @@ use std::collections::BinaryHeap;
 use std::time::Duration;
 
 use msr_agent::notifier::{NotifyGate, NotifyRule, Reported, Verdict};
-use msr_collector::admin::effective_policy;
+use msr_collector::api::handler::effective_policy;
 use msr_collector::config::{SelectionConfig, SelectionPolicy};
-use msr_collector::legs::{LegKey, LegTable, DEFAULT_MAX_DURATION};
-use msr_collector::load_table::{Change, LoadTable, Placement};
+use msr_collector::model::legs::{LegKey, LegTable, DEFAULT_MAX_DURATION};
+use msr_collector::model::load_table::{Change, LoadTable, Placement};
 use msr_collector::operator::OperatorConfig;
-use msr_collector::registrar::Binding;
 use msr_collector::select::{self, Admission, Query};
+use msr_collector::sip::registrar::Binding;
 use msr_shared::event_package::LoadReport;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -276,6 +276,13 @@ pub struct Outcome {
     pub max_notify_per_sec_per_subscription: f64,
     /// Simulated seconds measured.
     pub simulated_secs: f64,
+    /// Of the measured calls a core host sent to an MSR (not refused), the
+    /// share that found it actually full: what refusing in overload (SPEC
+    /// §10) is meant to keep small.
+    pub full_share: f64,
+    /// Window ends that found their held change not yet due (should be 0:
+    /// an event is queued at the window's exact end, issue 24 defect b).
+    pub early_window_ends: u64,
 }
 
 impl Outcome {
@@ -403,7 +410,12 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
     let names: Vec<String> = (0..n).map(|i| format!("msr_{i}")).collect();
     let contacts: Vec<String> = names.iter().map(|m| format!("lo@{m}")).collect();
     let base = Instant::now();
-    let at = |secs: f64| base + Duration::from_secs_f64(secs);
+    // Event times are integer nanoseconds since `base`, exactly as the
+    // product's `Instant`s differ: a time that went through f64 seconds
+    // could land a nanosecond before the gate's window end, and the held
+    // change would then wait for the next change (issue 24, defect b).
+    let at = |t_ns: u64| base + Duration::from_nanos(t_ns);
+    let delay_ns = u64::try_from(scenario.report_delay.as_nanos()).unwrap_or(u64::MAX);
     let mut operator = OperatorConfig::new();
     operator.declare_site("local")?;
     for (name, &coefficient) in names.iter().zip(&scenario.coefficients) {
@@ -435,6 +447,7 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                     expires_at: base + Duration::from_secs(100 * 365 * 86_400),
                     call_id: format!("sim-{name}"),
                     cseq: 1,
+                    branch: None,
                     source: None,
                 };
                 table.apply(&operator, Change::BindingChanged(&binding));
@@ -477,20 +490,22 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
     let mut batch_blocked = vec![0_u64; batches as usize];
     let mut batch_offered = vec![0_u64; batches as usize];
     let (mut refused, mut lost_full) = (0_u64, 0_u64);
+    let mut early_window_ends = 0_u64;
     let mut queue: BinaryHeap<Reverse<(u64, u64, Event)>> = BinaryHeap::new();
     let mut seq = 0_u64;
-    let ns = |secs: f64| (secs * 1e9) as u64;
-    let mut push = |queue: &mut BinaryHeap<_>, t: f64, e: Event| {
+    // A sampled duration in seconds, rounded to whole nanoseconds.
+    let ns = |secs: f64| (secs * 1e9).round() as u64;
+    let mut push = |queue: &mut BinaryHeap<_>, t_ns: u64, e: Event| {
         seq += 1;
-        queue.push(Reverse((ns(t), seq, e)));
+        queue.push(Reverse((t_ns, seq, e)));
     };
     // Every agent reports at once to every host (the NOTIFY after SUBSCRIBE).
     for m in 0..n {
         for h in 0..g {
-            gates[m * g + h].sent(at(0.0), Reported { load: 0, calls: 0 });
+            gates[m * g + h].sent(at(0), Reported { load: 0, calls: 0 });
             push(
                 &mut queue,
-                scenario.report_delay.as_secs_f64(),
+                delay_ns,
                 Event::Notify {
                     msr: m as u32,
                     host: h as u32,
@@ -499,7 +514,11 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
             );
         }
     }
-    push(&mut queue, exponential(&mut rng, lambda), Event::Arrival);
+    push(
+        &mut queue,
+        ns(exponential(&mut rng, lambda)),
+        Event::Arrival,
+    );
     let mut arrivals = 0_u64;
     let mut measure_from = None::<f64>;
     let mut last_t = 0.0_f64;
@@ -511,7 +530,7 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
             spread_integral += (t - last_t) * spread_pp(&busy, &scenario.capacities);
         }
         last_t = t;
-        let now = at(t);
+        let now = at(t_ns);
         // The MSRs whose `calls` changed at this event.
         let mut changed: Option<usize> = None;
         match event {
@@ -526,7 +545,7 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                 }
                 push(
                     &mut queue,
-                    t + exponential(&mut rng, lambda),
+                    t_ns.saturating_add(ns(exponential(&mut rng, lambda))),
                     Event::Arrival,
                 );
                 let h = rng.gen_range(0..g);
@@ -570,7 +589,7 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                         let hold = scenario.holding.sample(&mut rng);
                         push(
                             &mut queue,
-                            t + hold,
+                            t_ns.saturating_add(ns(hold)),
                             Event::Departure {
                                 id,
                                 host: h as u32,
@@ -610,6 +629,9 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
             Event::WindowEnd { msr, host } => {
                 let i = msr as usize * g + host as usize;
                 window_queued[i] = false;
+                if gates[i].held_until(&rule).is_some_and(|end| now < end) {
+                    early_window_ends += 1;
+                }
                 if gates[i].due(&rule, now) {
                     let m = msr as usize;
                     let latest = Reported {
@@ -621,7 +643,7 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                         notifies[i] += 1;
                         push(
                             &mut queue,
-                            t + scenario.report_delay.as_secs_f64(),
+                            t_ns.saturating_add(delay_ns),
                             Event::Notify {
                                 msr,
                                 host,
@@ -665,7 +687,7 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                         notifies[i] += 1;
                         push(
                             &mut queue,
-                            t + scenario.report_delay.as_secs_f64(),
+                            t_ns.saturating_add(delay_ns),
                             Event::Notify {
                                 msr: m as u32,
                                 host: h as u32,
@@ -675,7 +697,8 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                     }
                     Verdict::HoldUntil(end) if !window_queued[i] => {
                         window_queued[i] = true;
-                        let end = end.saturating_duration_since(base).as_secs_f64();
+                        let end = u64::try_from(end.saturating_duration_since(base).as_nanos())
+                            .unwrap_or(u64::MAX);
                         push(
                             &mut queue,
                             end,
@@ -715,6 +738,16 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
             as f64
             / elapsed,
         simulated_secs: elapsed,
+        full_share: {
+            let offered: u64 = batch_offered.iter().sum();
+            let sent = offered.saturating_sub(refused);
+            if sent > 0 {
+                lost_full as f64 / sent as f64
+            } else {
+                0.0
+            }
+        },
+        early_window_ends,
     })
 }
 
@@ -755,7 +788,7 @@ fn choose(
         }
         Policy::PooledLiteral => {
             let view = host.table.zone("default");
-            let g = f64::from(scenario.core_hosts.max(1));
+            let g = scenario.core_hosts.max(1);
             let mut candidates = Vec::with_capacity(view.len());
             for position in 0..view.len() {
                 let (load, _) = view.weight_inputs(position);
@@ -767,10 +800,7 @@ fn choose(
                 };
                 let capacity = f64::from(inputs.max_calls) * inputs.performance_coefficient;
                 let occupancy = match inputs.calls {
-                    Some(calls) if capacity > 0.0 => {
-                        (f64::from(calls) + g * f64::from(inputs.net_since_report)).max(0.0)
-                            / capacity
-                    }
+                    Some(_) if capacity > 0.0 => inputs.estimate.sessions(g) / capacity,
                     _ => f64::INFINITY,
                 };
                 candidates.push((position, occupancy));

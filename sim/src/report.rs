@@ -66,7 +66,7 @@ pub fn variant(s: &Scenario) -> String {
     }
 }
 
-const HEADER: &str = "| scenario | variant | policy | G | calls | blocking ± 99 % CI | pooled Erlang-B | × pooled | refused by selection | spread (pp) | NOTIFY/s | max NOTIFY/s per subscription |\n|---|---|---|---|---|---|---|---|---|---|---|---|";
+const HEADER: &str = "| scenario | variant | policy | G | calls | blocking ± 99 % CI | pooled Erlang-B | × pooled | refused by selection | sent to a full MSR | spread (pp) | NOTIFY/s | max NOTIFY/s per subscription |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|";
 
 /// The rows as a Markdown table.
 pub fn markdown(rows: &[Row]) -> String {
@@ -74,7 +74,7 @@ pub fn markdown(rows: &[Row]) -> String {
     for r in rows {
         let o = &r.outcome;
         out.push_str(&format!(
-            "\n| {} | {} | {} | {} | {} | {:.2e} ± {:.1e} | {:.2e} | {:.1} | {:.0} % | {:.1} | {:.2} | {:.2} |",
+            "\n| {} | {} | {} | {} | {} | {:.2e} ± {:.1e} | {:.2e} | {:.1} | {:.0} % | {:.2} % | {:.1} | {:.2} | {:.2} |",
             r.scenario,
             r.variant,
             r.policy.name(),
@@ -85,6 +85,7 @@ pub fn markdown(rows: &[Row]) -> String {
             o.pooled_erlang_b,
             o.times_pooled(),
             o.refused_share * 100.0,
+            o.full_share * 100.0,
             o.spread_pp,
             o.notify_per_sec,
             o.max_notify_per_sec_per_subscription,
@@ -93,7 +94,7 @@ pub fn markdown(rows: &[Row]) -> String {
     out
 }
 
-const CSV_HEADER: &str = "scenario,variant,policy,core_hosts,calls,blocking,half_width,pooled_erlang_b,refused_share,spread_pp,notify_per_sec,max_notify_per_sec_per_subscription,simulated_secs";
+const CSV_HEADER: &str = "scenario,variant,policy,core_hosts,calls,blocking,half_width,pooled_erlang_b,refused_share,spread_pp,notify_per_sec,max_notify_per_sec_per_subscription,simulated_secs,full_share,early_window_ends";
 
 /// The rows as CSV (full precision; no field holds a comma).
 pub fn csv(rows: &[Row]) -> String {
@@ -101,7 +102,7 @@ pub fn csv(rows: &[Row]) -> String {
     for r in rows {
         let o = &r.outcome;
         out.push_str(&format!(
-            "\n{},{},{},{},{},{:e},{:e},{:e},{:e},{:e},{:e},{:e},{:e}",
+            "\n{},{},{},{},{},{:e},{:e},{:e},{:e},{:e},{:e},{:e},{:e},{:e},{}",
             r.scenario,
             r.variant.replace(',', ";"),
             r.policy.name(),
@@ -115,6 +116,8 @@ pub fn csv(rows: &[Row]) -> String {
             o.notify_per_sec,
             o.max_notify_per_sec_per_subscription,
             o.simulated_secs,
+            o.full_share,
+            o.early_window_ends,
         ));
     }
     out.push('\n');
@@ -133,8 +136,8 @@ pub fn parse_csv(text: &str) -> Result<Vec<Row>, SimError> {
             continue;
         }
         let f: Vec<&str> = line.split(',').collect();
-        if f.len() != 13 {
-            return Err(bad(i + 1, "expected 13 fields"));
+        if f.len() != 13 && f.len() != 15 {
+            return Err(bad(i + 1, "expected 13 or 15 fields"));
         }
         let num = |k: usize| -> Result<f64, SimError> {
             f[k].parse::<f64>().map_err(|_| bad(i + 1, f[k]))
@@ -155,6 +158,12 @@ pub fn parse_csv(text: &str) -> Result<Vec<Row>, SimError> {
                 notify_per_sec: num(10)?,
                 max_notify_per_sec_per_subscription: num(11)?,
                 simulated_secs: num(12)?,
+                // Columns a file of an earlier version lacks read as 0.
+                full_share: if f.len() > 13 { num(13)? } else { 0.0 },
+                early_window_ends: match f.get(14) {
+                    Some(v) => v.parse().map_err(|_| bad(i + 1, v))?,
+                    None => 0,
+                },
             },
         });
     }

@@ -153,3 +153,32 @@ fn the_literal_capacity_of_spec_10_loses_calls_where_pooled_loses_none() -> Resu
     assert!(literal.spread_pp > 5.0 * pooled.spread_pp, "{literal:?}");
     Ok(())
 }
+
+/// Issue 24, defect b: the window end is queued at the gate's exact end,
+/// so a held change is always due when its window ends.
+#[test]
+fn every_window_end_finds_its_held_change_due() -> Result<(), SimError> {
+    for core_hosts in [1, 3] {
+        let mut s = Scenario::a(0.9);
+        s.calls = 50_000;
+        s.core_hosts = core_hosts;
+        let outcome = run(&s)?;
+        assert_eq!(
+            outcome.early_window_ends, 0,
+            "G = {core_hosts}: {outcome:?}"
+        );
+    }
+    Ok(())
+}
+
+/// SPEC §10: in overload the pooled policy refuses rather than send a leg
+/// to an MSR it believes full; with one core host its estimate is exact.
+#[test]
+fn pooled_in_overload_refuses_instead_of_sending_to_full_msrs() -> Result<(), SimError> {
+    let mut s = Scenario::a(1.2);
+    s.calls = 50_000;
+    let outcome = run(&s)?;
+    assert!(outcome.full_share < 0.05, "{outcome:?}");
+    assert!(outcome.refused_share > 0.9, "{outcome:?}");
+    Ok(())
+}

@@ -29,7 +29,11 @@ async fn calls_placed_and_released_at_moderate_load_all_land_and_leave_no_leg() 
         .map(|(i, msr)| {
             let spec = AgentSpec {
                 accounts: vec![AccountSpec::new(msr, &collector)],
-                load_delta: 10,
+                // One call is 5 points of 20: every change of `calls` is
+                // reported (SPEC §4), so the idle pool at the end is seen.
+                // With 10 a last step from 1 call to 0 moves 5 points and
+                // is, rightly, not reported before the next refresh.
+                load_delta: 5,
                 max_calls: 20,
                 register_expires: 60,
                 sample_interval_ms: 100,

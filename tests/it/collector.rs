@@ -397,7 +397,8 @@ fn check_config_names_the_file_and_what_the_host_lacks() {
         .output()
         .expect("run msr-collector");
     assert!(ok.status.success(), "{ok:?}");
-    assert!(String::from_utf8_lossy(&ok.stdout).contains("collector.toml: ok"));
+    assert!(String::from_utf8_lossy(&ok.stdout)
+        .contains("collector.toml: ok, msr-collector would start on this host"));
 
     let dir = tempfile::tempdir().expect("tempdir");
     let text = std::fs::read_to_string(example("collector.toml")).expect("example");
@@ -422,11 +423,57 @@ fn check_config_names_the_file_and_what_the_host_lacks() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains(&format!("{}: the config is valid", config.display()))
-            && stderr.contains("[control] socket")
+        stderr.contains(&format!(
+            "{}: msr-collector would not start on this host (1 reason):\n  error: ",
+            config.display()
+        )) && stderr.contains("[control] socket")
             && stderr.contains("no-such-dir does not exist"),
         "{stderr}"
     );
+}
+
+/// `--check-config` checks that the listen addresses are this host's
+/// (SPEC §13): a `[redirect] listen` on another host's address is a reason
+/// not to start (exit 1), named with its key.
+#[test]
+fn check_config_refuses_a_listen_address_that_is_not_this_hosts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = std::fs::read_to_string(example("collector.toml")).expect("example");
+    let text = text
+        .replace(
+            "/tmp/msr-collector.sock",
+            dir.path()
+                .join("control.sock")
+                .to_str()
+                .expect("utf-8 path"),
+        )
+        .replace(
+            "/tmp/msr-collector-state.json",
+            dir.path().join("state.json").to_str().expect("utf-8 path"),
+        );
+    let config = dir.path().join("collector.toml");
+    // RFC 5737 TEST-NET-1: no host has it.
+    std::fs::write(
+        &config,
+        format!("{text}\n[redirect]\nlisten = \"192.0.2.10:5062\"\n"),
+    )
+    .expect("write config");
+    let out = std::process::Command::new(bin_path("msr-collector"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--check-config")
+        .output()
+        .expect("run msr-collector");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "{}: msr-collector would not start on this host (1 reason):\n  error: [redirect] listen = \"192.0.2.10:5062\": 192.0.2.10 is not an address of this host\n",
+            config.display()
+        )),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "{out:?}");
 }
 
 /// SPEC §5: an MSR that registers and never reports (nothing answers at

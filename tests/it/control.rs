@@ -1,4 +1,4 @@
-//! The control socket's bound per client (README "Control socket"): one
+//! The control socket's bound per client (docs/interfaces.md, "Control protocol"): one
 //! user id holds at most 64 connections; past that it gets a one-line
 //! refusal, and msrctl run by another user is still served.
 
@@ -7,7 +7,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use msr_collector::admin::MAX_CONNECTIONS_PER_CLIENT;
+use msr_collector::api::handler::MAX_CONNECTIONS_PER_CLIENT;
 use msr_shared::admin::{Request, Response};
 use system_tests::system::{Collector, CollectorOpts};
 use system_tests::{bin_path, AdminClient};

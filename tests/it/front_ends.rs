@@ -11,9 +11,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use msr_shared::admin::{Request, ResponseData};
-use system_tests::system::{
-    free_tcp_port, live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts,
-};
+use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts};
 use system_tests::{free_udp_port, run_sipp, sipp_scenario};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -116,13 +114,15 @@ pub(crate) fn promtool_check(body: &str) {
 
 /// A collector with `[http]` and `[redirect]`, and three agents at loads
 /// 10 / 40 / 70 %, each with its own engine port.
-async fn system(dir: &std::path::Path) -> (Collector, Vec<Agent>, u16, u16, BTreeMap<String, u16>) {
-    let http_port = free_tcp_port();
-    let redirect_port = free_udp_port();
-    let extra = format!(
-        "[http]\nlisten = \"127.0.0.1:{http_port}\"\n[redirect]\nlisten = \"127.0.0.1:{redirect_port}\"\n"
-    );
-    let collector = Collector::start_with(dir, "core1", &CollectorOpts::default(), &extra).await;
+pub(crate) async fn system(
+    dir: &std::path::Path,
+) -> (Collector, Vec<Agent>, u16, u16, BTreeMap<String, u16>) {
+    let extra = "[http]\nlisten = \"127.0.0.1:0\"\n[redirect]\nlisten = \"127.0.0.1:0\"\n";
+    let collector = Collector::start_with(dir, "core1", &CollectorOpts::default(), extra).await;
+    let http_port = collector.http_port.expect("the http port announced");
+    let redirect_port = collector
+        .redirect_port
+        .expect("the redirect port announced");
     let loads = [("msr_1", 10), ("msr_2", 40), ("msr_3", 70)];
     let mut engines = BTreeMap::new();
     let agents = loads

@@ -13,9 +13,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use system_tests::kamailio::Kamailio;
-use system_tests::system::{
-    free_tcp_port, live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts,
-};
+use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts};
 use system_tests::{free_udp_port, run_sipp, sipp_scenario, sipp_total, wait_for, SippBackground};
 
 use crate::front_ends::{sample, scrape};
@@ -63,13 +61,17 @@ async fn kamailio_stores_the_engines_addresses_with_the_binding() {
 }
 
 /// The shipped Kamailio configuration (SPEC §11) is valid for the
-/// installed Kamailio, both paths: `kamailio -c` loads every module each
-/// names (http_client, dialog, uac_redirect for path A, json for path B…)
-/// and parses every route.
+/// installed Kamailio, every path: `kamailio -c` loads every module each
+/// names (http_client, dialog, uac_redirect for path A, json for path B,
+/// rtpengine, db_text and avpops for path C…) and parses every route.
 #[test]
 fn the_shipped_kamailio_config_passes_kamailio_c() {
     let cfg = system_tests::example("kamailio/kamailio.cfg");
-    for flags in [&[][..], &["-A", "WITH_HTTP_SELECT"][..]] {
+    for flags in [
+        &[][..],
+        &["-A", "WITH_HTTP_SELECT"][..],
+        &["-A", "WITH_RTPENGINE"][..],
+    ] {
         let out = std::process::Command::new("kamailio")
             .arg("-c")
             .args(flags)
@@ -122,18 +124,18 @@ struct Parking {
 impl Parking {
     async fn start(ask: Ask) -> Parking {
         let dir = tempfile::tempdir().expect("tempdir");
-        let http_port = free_tcp_port();
-        let redirect_port = free_udp_port();
         // The §7 draw, whose shares follow the weights: the `pooled`
         // default (SPEC §10) ranks by estimated occupancy instead, and with
         // these fixed `file:` loads and short calls it keeps choosing the
         // emptiest MSR.
-        let extra = format!(
-            "[http]\nlisten = \"127.0.0.1:{http_port}\"\n[redirect]\nlisten = \"127.0.0.1:{redirect_port}\"\n\
-             [selection]\npolicy = \"ecss\"\n"
-        );
+        let extra = "[http]\nlisten = \"127.0.0.1:0\"\n[redirect]\nlisten = \"127.0.0.1:0\"\n\
+             [selection]\npolicy = \"ecss\"\n";
         let collector =
-            Collector::start_with(dir.path(), "core1", &CollectorOpts::default(), &extra).await;
+            Collector::start_with(dir.path(), "core1", &CollectorOpts::default(), extra).await;
+        let http_port = collector.http_port.expect("the http port announced");
+        let redirect_port = collector
+            .redirect_port
+            .expect("the redirect port announced");
         let mut engines = BTreeMap::new();
         let mut agents = Vec::new();
         for (msr, calls) in LOADS {
@@ -310,16 +312,16 @@ async fn caller(port: u16, scenario: &str, calls: u32, extra: &[&str]) -> String
 /// A final response a caller received: its call's Call-ID, its status and
 /// the values of its `Reason` and `Warning` headers (empty when absent).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Refusal {
-    call_id: String,
-    status: u16,
-    reason: String,
-    warning: String,
+pub(crate) struct Refusal {
+    pub(crate) call_id: String,
+    pub(crate) status: u16,
+    pub(crate) reason: String,
+    pub(crate) warning: String,
 }
 
 /// The final (≥ 300) responses in a SIPp `-trace_msg` file, one per call
 /// (a retransmission, sent again before the ACK arrived, counts once).
-fn received_finals(trace: &str) -> Vec<Refusal> {
+pub(crate) fn received_finals(trace: &str) -> Vec<Refusal> {
     let mut by_call: BTreeMap<String, Refusal> = BTreeMap::new();
     for chunk in trace.split("message received").skip(1) {
         // `… [N] bytes :`, a blank line, then the message up to the next
@@ -513,7 +515,7 @@ async fn kamailio_parks_calls_on_the_chosen_engines_and_releases_them_at_bye() {
 
 /// Asserts that each of `finals` is `status` with
 /// `Reason: SIP ;cause=<status>;text="<code>"`, and that there are `calls`.
-fn check_refusals(finals: &[Refusal], calls: u32, status: u16, code: &str) {
+pub(crate) fn check_refusals(finals: &[Refusal], calls: u32, status: u16, code: &str) {
     assert_eq!(finals.len(), calls as usize, "{finals:?}");
     let reason = format!("SIP ;cause={status};text=\"{code}\"");
     for f in finals {

@@ -155,3 +155,70 @@ async fn a_thousand_legs_selected_and_released_leave_every_count_at_zero_and_a_d
     let (ok, out, _) = collector.msrctl(&["release", "--call-id", "never-placed"]);
     assert!(ok && out.contains("no live leg"), "{out}");
 }
+
+/// `leg list` over msrctl and HTTP (SPEC §9): legs placed are listed with
+/// their MSR, filtered by MSR, gone once released; a select after its own
+/// release places nothing (`leg_released`, HTTP 409).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leg_list_shows_filters_and_forgets_released_legs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (collector, _agents, http_port, _, _) = crate::front_ends::system(dir.path()).await;
+    let mut client = AdminClient::connect(&collector.socket)
+        .await
+        .expect("control socket");
+    for (call, other) in [("a", "msr_1"), ("b", "msr_1"), ("c", "msr_2")] {
+        let request = Request::Select {
+            zone: "default".into(),
+            site: "local".into(),
+            msr: Some(other.into()),
+            random: None,
+            explain: false,
+            call_id: Some(call.into()),
+            leg: None,
+            conference: None,
+        };
+        assert_eq!(selected(&mut client, &request).await.msr, other);
+    }
+    let listed = collector.msrctl_json(&["leg", "list"]);
+    assert_eq!(listed["total"], 3, "{listed}");
+    let (ok, out, err) = collector.msrctl(&["leg", "list", "--msr", "msr_1"]);
+    assert!(
+        ok && out.contains("2 live legs") && !out.contains("│ c "),
+        "{out}{err}"
+    );
+    let (status, body) =
+        crate::front_ends::http(http_port, "GET", "/v1/legs?msr=msr_2&older_than=0", "", "").await;
+    let value: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(
+        (status, &value["total"]),
+        (200, &serde_json::json!(1)),
+        "{body}"
+    );
+    assert_eq!(value["rows"][0]["call_id"], "c", "{body}");
+    let (status, _) = crate::front_ends::http(http_port, "GET", "/v1/legs?limit=0", "", "").await;
+    assert_eq!(status, 400);
+
+    assert_eq!(released(&mut client, &release("a")).await, 1);
+    let listed = collector.msrctl_json(&["leg", "list"]);
+    assert_eq!(listed["total"], 2, "{listed}");
+    assert!(
+        listed["rows"]
+            .as_array()
+            .is_some_and(|rows| rows.iter().all(|r| r["call_id"] != "a")),
+        "{listed}"
+    );
+
+    // A release that overtakes its select.
+    assert_eq!(released(&mut client, &release("early")).await, 0);
+    let (status, body) = crate::front_ends::http(
+        http_port,
+        "GET",
+        "/v1/select?zone=default&site=local&call_id=early",
+        "",
+        "",
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("leg_released"), "{body}");
+    assert_eq!(collector.msrctl_json(&["leg", "list"])["total"], 2);
+}

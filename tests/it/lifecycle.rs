@@ -768,7 +768,7 @@ async fn full_msr_edges_are_reported_despite_load_delta() {
 }
 
 /// Restarts `collector` (stopped with SIGTERM first) with its SIP
-/// datagrams logged (`RUST_LOG=info,rsipstack=info`: one `udp send` /
+/// datagrams logged (`RUST_LOG=info,sip_wire=info`: one `udp send` /
 /// `udp received` line per datagram) into a log of its own; waits for its
 /// control socket.
 async fn respawn_logging_sip(collector: &mut Collector) {
@@ -783,7 +783,7 @@ async fn respawn_logging_sip(collector: &mut Collector) {
     let child = Command::new(bin_path("msr-collector"))
         .arg("--config")
         .arg(&collector.config)
-        .env("RUST_LOG", "info,rsipstack=info")
+        .env("RUST_LOG", "info,sip_wire=info")
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("clone log"))
         .stderr(log)
@@ -977,6 +977,8 @@ fn config_on_the_same_store(first: &Collector, name: &str) -> Collector {
     Collector {
         name: name.to_owned(),
         port,
+        http_port: None,
+        redirect_port: None,
         socket,
         state: first.state.clone(),
         config,
@@ -1038,13 +1040,13 @@ async fn a_second_collector_on_the_same_store_refuses_to_start() {
     let lock = lock_path(&first.state);
     let config = second.config.display().to_string();
 
-    // On a live host the config still checks ok, with a note on the lock.
+    // On a live host the config still checks ok, with a warning on the lock.
     let (code, stderr) = run_collector(&["--config", &config, "--check-config"], secs(10))
         .expect("--check-config returns");
     assert_eq!(code, Some(0), "{stderr}");
     assert!(
         stderr.contains(&format!(
-            "note: operator store {} is in use: another collector holds the lock on {}",
+            "warning: operator store {} is in use: another collector holds the lock on {}",
             first.state.display(),
             lock.display()
         )),

@@ -63,7 +63,8 @@ fn burst(to: SocketAddr, method: &str) {
         let _ = socket.send_to(garbage.as_bytes(), to);
         let _ = socket.send_to(&request(method, from, to, &format!("flood-{n}"), n + 1), to);
     }
-    let last = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    // From another address: the burst's own has used its admission.
+    let last = UdpSocket::bind("127.0.0.2:0").expect("bind");
     last.set_read_timeout(Some(LIMIT)).expect("read timeout");
     let from = last.local_addr().expect("addr");
     last.send_to(&request(method, from, to, "last", 1), to)

@@ -46,9 +46,8 @@ async fn a_killed_collector_resumes_every_subscription_without_a_register() {
         .wait_rows(secs(15), |rows| all_live(rows, [10, 20, 30]).then_some(()))
         .await
         .expect("three MSRs live");
-    // Bindings are saved within a second of a change: wait until the file
-    // holds all three (a crash inside that second loses the newest ones
-    // until their next REGISTER).
+    // Each binding is on disk before its 200 (SPEC §3): the file holds
+    // all three once the MSRs are live.
     let saved = {
         let mut path = collector.state.clone().into_os_string();
         path.push(".bindings");
@@ -65,6 +64,19 @@ async fn a_killed_collector_resumes_every_subscription_without_a_register() {
     })
     .await
     .expect("every binding saved");
+    assert!((1..=3)
+        .all(|i| std::fs::read_to_string(&saved)
+            .is_ok_and(|t| t.contains(&format!("\"lo@msr_{i}\"")))));
+    // The subscription starts with the binding, before its 200 (which
+    // waits for the disk): count the REGISTERs once each agent has its 200.
+    let confirmed = system_tests::wait_for(secs(5), || {
+        let all = agents
+            .iter()
+            .all(|a| a.log_count(&["registration confirmed"]) > 0);
+        async move { all.then_some(()) }
+    })
+    .await;
+    confirmed.expect("every agent registered");
     let registers_before: Vec<usize> = agents
         .iter()
         .map(|a| a.log_count(&["registration confirmed"]))
@@ -230,4 +242,50 @@ async fn a_torn_bindings_file_is_reported_and_ignored() {
             .unwrap_or_else(|| panic!("{what}: msr_1 does not register"));
         collector.kill9();
     }
+}
+
+/// SPEC §3: a binding is on disk before its 200, so a collector killed the
+/// instant the agent has its 200 still has the binding when it restarts,
+/// and the MSR is live again from it, without a REGISTER.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_killed_right_after_a_200_keeps_that_binding() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut collector = Collector::start(dir.path(), "core1", &CollectorOpts::default()).await;
+    let agent = Agent::start(
+        dir.path(),
+        "msr_1",
+        &long_registration("msr_1", &collector),
+        10,
+    );
+    // The agent logs its 200 as it reads it; kill the collector then.
+    let confirmed = system_tests::wait_for(secs(10), || {
+        let n = agent.log_count(&["registration confirmed"]);
+        async move { (n > 0).then_some(()) }
+    })
+    .await;
+    collector.kill9();
+    confirmed.expect("registered");
+    let registers = agent.log_count(&["registration confirmed"]);
+    let restarted = Instant::now();
+    collector.spawn().await;
+    collector
+        .wait_rows(secs(10), |rows| {
+            live_row(rows, "msr_1", Some(10)).map(|_| ())
+        })
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "msr_1 not back from the saved binding\n{}",
+                collector.log_text()
+            )
+        });
+    eprintln!(
+        "msr_1 selectable again {:?} after the restart",
+        restarted.elapsed()
+    );
+    assert_eq!(
+        agent.log_count(&["registration confirmed"]),
+        registers,
+        "back without a new REGISTER"
+    );
 }

@@ -94,6 +94,35 @@ enum Command {
     /// would fail) and released at once; a call still up when the
     /// measured phase ends is released then.
     Calls(CallsArgs),
+    /// Flood the collector as a stranger would: unauthenticated REGISTERs,
+    /// OPTIONS, INVITEs and garbage, each with a new branch and Call-ID,
+    /// from --sources loopback addresses (127.0.1.x), at --rate datagrams/s
+    /// for --duration seconds; INVITEs go to --redirect as well when given.
+    /// Prints what it sent and, with --collector-pid, the collector's CPU
+    /// and RSS.
+    Flood(FloodArgs),
+}
+
+#[derive(Args, Debug)]
+struct FloodArgs {
+    /// The collector's SIP UDP address.
+    #[arg(long, default_value = "127.0.0.1:5060")]
+    collector: SocketAddr,
+    /// The redirect server's address: a share of the INVITEs goes there.
+    #[arg(long)]
+    redirect: Option<SocketAddr>,
+    /// Datagrams per second, over all sources.
+    #[arg(long, default_value_t = 50_000.0)]
+    rate: f64,
+    /// Seconds.
+    #[arg(long, default_value_t = 60)]
+    duration: u64,
+    /// Source addresses (127.0.1.1, 127.0.1.2, …; at most 250).
+    #[arg(long, default_value_t = 200)]
+    sources: u8,
+    /// PID of the collector to sample.
+    #[arg(long)]
+    collector_pid: Option<u32>,
 }
 
 #[derive(Args, Debug)]
@@ -253,7 +282,7 @@ fn main() {
     let threads = match &cli.command {
         Command::Notify(a) => a.threads,
         Command::Select(a) => a.threads,
-        Command::Calls(_) => 1,
+        Command::Calls(_) | Command::Flood(_) => 1,
     };
     let runtime = if threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
@@ -271,6 +300,7 @@ fn main() {
                 Command::Notify(a) => notify(a).await,
                 Command::Select(a) => select(a).await,
                 Command::Calls(a) => calls(a).await,
+                Command::Flood(a) => flood(a).await,
             }
         })
     });
@@ -1089,6 +1119,85 @@ async fn flush(socks: &[Arc<UdpSocket>], out: Out) {
 
 // ───────────────────────────── notify: driver ─────────────────────────────
 
+/// The `n`th datagram of the flood from `from` to `to`: REGISTER without
+/// credentials, OPTIONS, INVITE or garbage in turn, each with a new branch
+/// and Call-ID.
+fn flood_datagram(n: u64, from: SocketAddr, to: SocketAddr) -> Vec<u8> {
+    let method = match n % 4 {
+        0 => "REGISTER",
+        1 => "OPTIONS",
+        2 => "INVITE",
+        _ => return format!("\u{1}garbage {n} \r\n\r\n").into_bytes(),
+    };
+    format!(
+        "{method} sip:msr_flood@{to} SIP/2.0\r\nVia: SIP/2.0/UDP {from};branch=z9hG4bKflood{n};rport\r\n\
+         From: <sip:msr_flood@{to}>;tag=f{n}\r\nTo: <sip:msr_flood@{to}>\r\nCall-ID: flood-{n}@{from}\r\n\
+         CSeq: 1 {method}\r\nMax-Forwards: 70\r\nContact: <sip:msr_flood@{from}>;iface=lo\r\n\
+         Expires: 60\r\nContent-Length: 0\r\n\r\n"
+    )
+    .into_bytes()
+}
+
+async fn flood(args: FloodArgs) -> anyhow::Result<()> {
+    let sources = usize::from(args.sources.clamp(1, 250));
+    let mut sockets = Vec::with_capacity(sources);
+    for i in 0..sources {
+        let ip = std::net::Ipv4Addr::new(127, 0, 1, u8::try_from(i + 1).unwrap_or(250));
+        let socket = std::net::UdpSocket::bind((ip, 0))
+            .with_context(|| format!("bind a flood source on {ip}"))?;
+        socket.set_nonblocking(true)?;
+        sockets.push(socket);
+    }
+    let stop = tokio_util::sync::CancellationToken::new();
+    let sampler = args
+        .collector_pid
+        .map(|pid| tokio::spawn(sample_process(pid, stop.clone())));
+    let start = Instant::now();
+    let end = start + Duration::from_secs(args.duration);
+    let interval = Duration::from_secs_f64(1.0 / args.rate.max(1.0));
+    let (mut sent, mut failed, mut to_redirect) = (0u64, 0u64, 0u64);
+    let mut next = start;
+    while Instant::now() < end {
+        // Sends what is due in bursts of up to 1 ms, then sleeps.
+        let now = Instant::now();
+        while next <= now {
+            let socket = &sockets[usize::try_from(sent).unwrap_or(0) % sources];
+            let from = socket.local_addr()?;
+            let mut to = args.collector;
+            if let Some(redirect) = args.redirect {
+                if sent % 4 == 2 && (sent / 4) % 2 == 1 {
+                    to = redirect;
+                    to_redirect += 1;
+                }
+            }
+            match socket.send_to(&flood_datagram(sent, from, to), to) {
+                Ok(_) => {}
+                Err(_) => failed += 1,
+            }
+            sent += 1;
+            next += interval;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    stop.cancel();
+    println!(
+        "flood: {sent} datagrams in {elapsed:.1} s ({:.0}/s) from {sources} sources, {to_redirect} INVITEs to the redirect server, {failed} send errors",
+        sent as f64 / elapsed
+    );
+    if let Some(sampler) = sampler {
+        let samples = sampler.await?;
+        println!(
+            "collector: cpu {:.1} % of one core, rss first {} MiB, max {} MiB, last {} MiB",
+            samples.avg_cpu(),
+            samples.rss_first() / 1024,
+            samples.rss_max() / 1024,
+            samples.rss_last() / 1024
+        );
+    }
+    Ok(())
+}
+
 async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
     if args.msrs == 0 || args.sockets == 0 || args.rate <= 0.0 {
         bail!("--msrs, --sockets and --rate must be positive");
@@ -1104,10 +1213,13 @@ async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
     let mut socks = Vec::new();
     let mut local_addrs = Vec::new();
     for _ in 0..args.sockets.min(args.msrs) {
-        let s = std::net::UdpSocket::bind("127.0.0.1:0").context("bind udp socket")?;
-        s.set_nonblocking(true)?;
+        // The daemons' own socket setup (a 4 MiB receive buffer): at tens
+        // of thousands of answers a second the kernel's default would drop
+        // some here, and the figures would be the tool's, not the
+        // collector's.
+        let s = msr_shared::sip::udp_socket("127.0.0.1:0".parse()?).context("bind udp socket")?;
         local_addrs.push(s.local_addr()?);
-        socks.push(Arc::new(UdpSocket::from_std(s)?));
+        socks.push(Arc::new(s));
     }
     let nsock = socks.len();
     let msrs = (0..args.msrs)

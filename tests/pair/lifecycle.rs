@@ -10,8 +10,8 @@ use std::time::Duration;
 use msr_agent::notifier::FINAL_NOTIFY_GRACE;
 use msr_agent::registration::RegistrationState;
 use msr_agent::SHUTDOWN_GRACE;
-use msr_collector::registrar::{RegistrarEvent, RemovalCause};
-use msr_collector::subscriber::{SubscriberEvent, RETRY_CAP};
+use msr_collector::sip::registrar::{RegistrarEvent, RemovalCause};
+use msr_collector::sip::subscriber::{SubscriberEvent, RETRY_CAP};
 use msr_shared::refresh::refresh_delay;
 use msr_shared::sip::Method;
 use msr_shared::subscription::SubscriptionState;
@@ -164,8 +164,8 @@ fn subscription_and_registration_are_refreshed_before_they_expire() {
 
 /// A refresh lost with all its retransmissions: Timer F ends it 13 s
 /// before the grant lapses (refresh 45 s ahead, SPEC §4), the collector
-/// starts a new dialog at once after its 1 s backoff, and the old dialog's
-/// `timeout` NOTIFY at the lapse changes nothing.
+/// starts a new dialog at once after its 1 s backoff, which replaces the
+/// old one at the agent.
 #[test]
 fn a_lost_refresh_is_replaced_by_a_new_dialog_before_the_grant_lapses() {
     let mut p = live(PairConfig::default(), 10);
@@ -203,15 +203,15 @@ fn a_lost_refresh_is_replaced_by_a_new_dialog_before_the_grant_lapses() {
         "the new dialog starts before the old grant lapses"
     );
 
-    // The old dialog lapses at the agent 60 s after its grant: a final
-    // NOTIFY the collector refuses (481) without touching the new one.
-    let timeout = p
+    // The new dialog comes from the same collector address: it replaces
+    // the old one at the agent (its subscriber forgot it), so no NOTIFY is
+    // sent in the old dialog after it, not even a `timeout` at its lapse.
+    let late: Vec<&Packet> = p
         .requests(Party::Agent, Method::Notify)
         .into_iter()
-        .find(|n| n.call_id() == first && notify_state(n, "terminated;reason=timeout"))
-        .unwrap_or_else(|| panic!("no timeout notify:\n{}", p.dump()));
-    assert!(timeout.at >= granted_at + secs(60) && timeout.at <= granted_at + secs(60) + ms(2));
-    assert_eq!(answer(&p, timeout).and_then(Packet::status), Some(481));
+        .filter(|n| n.call_id() == first && n.at > second.at + ms(2))
+        .collect();
+    assert!(late.is_empty(), "{late:?}\n{}", p.dump());
     assert_eq!(p.subscription_status(), Some(SubscriptionState::Active));
     assert_eq!(
         p.agent.as_ref().map(|a| a.notifier.subscriptions().len()),
@@ -760,36 +760,140 @@ fn after_a_lossy_link_heals_the_pair_settles() {
     eprintln!("settled at most {worst:?} after the link healed (40 seeds)");
 }
 
-/// A SUBSCRIBE the endpoint cannot send (`SipEvent::Failed`) is a failure
-/// like a 408: the collector retries in a new dialog after its backoff.
+/// The collector's own client transactions (RFC 3261 §17.1.2): a
+/// SUBSCRIBE whose first copy is lost is retransmitted after T1 and taken
+/// by the agent; a lost 200 to it makes the agent answer the
+/// retransmission from its cache, and the collector takes that answer.
 #[test]
-fn a_subscribe_that_cannot_be_sent_is_retried_after_the_backoff() {
+fn a_lost_subscribe_or_its_lost_answer_is_repaired_by_a_retransmission() {
     let mut p = Pair::new(PairConfig::default(), 10);
-    let mut failed = 0;
-    p.set_link(move |pk| {
-        if pk.is(Party::Collector, Method::Subscribe) && failed < 3 {
-            failed += 1;
-            Fate::Fail
+    p.set_link(|pk| {
+        let first_subscribe = pk.is(Party::Collector, Method::Subscribe) && !pk.retransmission;
+        if first_subscribe {
+            Fate::Drop
         } else {
             Fate::Deliver
         }
     });
-    let live = p.run_until(secs(10), |p| p.last_load());
+    let live = p.run_until(secs(5), |p| p.last_load());
     assert_eq!(live, Some(10), "{}", p.dump());
-    let retrying = events(&p, |e| matches!(e, SubscriberEvent::Retrying { .. }));
-    let delays: Vec<Duration> = retrying
-        .iter()
-        .map(|(_, e)| match e {
-            SubscriberEvent::Retrying { delay, cause, .. } => {
-                assert_eq!(cause, "transport failure");
-                *delay
-            }
-            _ => unreachable!(),
+    let subscribe = p.requests(Party::Collector, Method::Subscribe)[0].clone();
+    let copies = p.sent(|pk| {
+        pk.is(Party::Collector, Method::Subscribe) && pk.call_id() == subscribe.call_id()
+    });
+    assert_eq!(copies.len(), 2, "{}", p.dump());
+    assert_eq!(copies[1].at - copies[0].at, ms(500), "T1");
+    assert_eq!(p.subscription_status(), Some(SubscriptionState::Active));
+    assert!(events(&p, |e| matches!(e, SubscriberEvent::Retrying { .. })).is_empty());
+
+    // Now the agent's first answer to the next (refresh) is lost.
+    let mut lost = false;
+    p.set_link(move |pk| {
+        if pk.from == Party::Agent
+            && pk.status() == Some(200)
+            && pk.cseq_method().as_deref() == Some("SUBSCRIBE")
+            && !lost
+        {
+            lost = true;
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    p.run_for(secs(30));
+    let refresh = p.requests(Party::Collector, Method::Subscribe)[1].clone();
+    assert_eq!(
+        refresh.call_id(),
+        subscribe.call_id(),
+        "an in-dialog refresh"
+    );
+    let answers = p.sent(|pk| {
+        pk.from == Party::Agent
+            && pk.status() == Some(200)
+            && pk.call_id() == refresh.call_id()
+            && pk.header("CSeq") == refresh.header("CSeq")
+    });
+    assert_eq!(answers.len(), 2, "the cached 200 again:\n{}", p.dump());
+    assert_eq!(p.subscription_status(), Some(SubscriptionState::Active));
+    assert!(events(&p, |e| matches!(e, SubscriberEvent::Retrying { .. })).is_empty());
+}
+
+/// SPEC §3: the bindings are saved before their 200, so a collector killed
+/// and restarted resumes the subscription from them within 2 s, without
+/// waiting for the MSR's next REGISTER; the old dialog's NOTIFYs get 481,
+/// and the agent's subscription is the new one.
+#[test]
+fn a_restarted_collector_resumes_from_its_saved_bindings_within_two_seconds() {
+    let mut p = live(PairConfig::default(), 10);
+    p.run_for(secs(5));
+    let restarted = p.elapsed();
+    p.set_calls(30);
+    p.restart_collector(true);
+    let back = p.run_until(secs(5), |p| {
+        p.loads()
+            .iter()
+            .any(|(at, r)| *at >= restarted && r.load == p.load_of(30))
+            .then(|| p.elapsed())
+    });
+    let back = back.unwrap_or_else(|| panic!("not back:\n{}", p.dump()));
+    assert!(
+        back - restarted <= secs(2),
+        "{:?}\n{}",
+        back - restarted,
+        p.dump()
+    );
+    assert_eq!(p.subscription_status(), Some(SubscriptionState::Active));
+    assert!(p.is_registered());
+    p.run_for(secs(120));
+    assert_eq!(
+        p.agent.as_ref().map(|a| a.notifier.subscriptions().len()),
+        Some(1),
+        "the old subscription is gone at the agent:\n{}",
+        p.dump()
+    );
+}
+
+/// SPEC §3: a collector that lost its bindings answers the agent's next
+/// NOTIFY 481; the agent REGISTERs again at once, and is subscribed and
+/// reporting within 2 s of that answer.
+#[test]
+fn a_collector_that_lost_its_bindings_has_the_msr_back_at_its_next_notify() {
+    let mut p = live(PairConfig::default(), 10);
+    p.run_for(secs(5));
+    p.restart_collector(false);
+    let lost = p.elapsed();
+    assert!(p.subscription_status().is_none());
+    p.set_calls(40);
+    let refused = p
+        .run_until(secs(3), |p| {
+            p.sent(|pk| pk.from == Party::Collector && pk.status() == Some(481) && pk.at >= lost)
+                .first()
+                .map(|pk| pk.at)
         })
-        .collect();
-    assert_eq!(delays, backoff(3));
-    let subscribes = p.requests(Party::Collector, Method::Subscribe);
-    let dialogs: std::collections::BTreeSet<&str> =
-        subscribes.iter().map(|s| s.call_id()).collect();
-    assert_eq!(dialogs.len(), 4, "a new dialog each time");
+        .unwrap_or_else(|| panic!("no 481:\n{}", p.dump()));
+    let back = p
+        .run_until(secs(5), |p| {
+            p.loads()
+                .iter()
+                .find(|(at, r)| *at >= lost && r.load == p.load_of(40))
+                .map(|(at, _)| *at)
+        })
+        .unwrap_or_else(|| panic!("not back:\n{}", p.dump()));
+    assert!(
+        back - refused <= secs(2),
+        "{:?}\n{}",
+        back - refused,
+        p.dump()
+    );
+    let register = p
+        .requests(Party::Agent, Method::Register)
+        .into_iter()
+        .find(|r| r.at >= refused)
+        .unwrap_or_else(|| panic!("no register after the 481:\n{}", p.dump()));
+    assert!(
+        register.at - refused <= ms(10),
+        "at once: {:?}",
+        register.at - refused
+    );
+    assert_eq!(p.subscription_status(), Some(SubscriptionState::Active));
 }

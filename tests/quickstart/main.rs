@@ -7,6 +7,14 @@
 //! runs selections and compares each MSR's share with the share its weight
 //! predicts, then keeps showing load changes until Ctrl-C (`--once` exits
 //! after the report). Every child gets SIGTERM on the way out.
+//!
+//! Each run has a private run folder (mode 0700, printed first: the configs
+//! it ran with, the logs, the control socket and a fresh operator store),
+//! under `$XDG_RUNTIME_DIR` or else the system's temporary directory, so two
+//! users (or two runs) never share one; `--run-dir` names one. Every port
+//! (the collector's SIP and HTTP ports, each agent's engine and SIP ports,
+//! the RTP ranges) is one that is free at start, unless `--sip-port`,
+//! `--http-port` or `--rtp-base` chooses it.
 
 use std::collections::BTreeMap;
 use std::net::UdpSocket;
@@ -27,7 +35,7 @@ use system_tests::{bin_path, example, workspace_root, AdminClient, ChildGuard};
     name = "msr-quickstart",
     version,
     after_help = "Run by scripts/quickstart.sh (which builds the release binaries first).\n\
-                  While it watches, try: msrctl --socket /tmp/msr-quickstart/control.sock resource list"
+                  While it watches, try the msrctl command it prints (its --socket is in the run folder)."
 )]
 struct Cli {
     /// Exit after the report instead of watching for changes.
@@ -39,36 +47,138 @@ struct Cli {
     /// Simulated media sessions per agent (max-calls is 100 in the examples).
     #[arg(long, value_delimiter = ',', default_value = "10,40,70")]
     calls: Vec<u16>,
-    /// The run folder: the children's logs, the collector's control socket
-    /// (`control.sock`) and its fresh operator store.
-    #[arg(long, default_value = "/tmp/msr-quickstart")]
-    log_dir: PathBuf,
+    /// The run folder: the configs, the children's logs, the collector's
+    /// control socket (`control.sock`) and its fresh operator store
+    /// (default: a new private folder under $XDG_RUNTIME_DIR or the system's
+    /// temporary directory).
+    #[arg(long, alias = "log-dir")]
+    run_dir: Option<PathBuf>,
+    /// The collector's SIP port on 127.0.0.1 (default: one free at start).
+    #[arg(long)]
+    sip_port: Option<u16>,
+    /// The collector's HTTP port on 127.0.0.1 (default: one free at start).
+    #[arg(long)]
+    http_port: Option<u16>,
+    /// The first MSR's RTP range starts here, the others 1000 and 2000
+    /// higher (default: the first base from 20000 on, in steps of 3000,
+    /// whose session ports are free).
+    #[arg(long)]
+    rtp_base: Option<u16>,
 }
 
-/// One simulated MSR: its agent config and RTP range.
+/// One simulated MSR: its agent config.
 struct Msr {
     name: &'static str,
     config: &'static str,
-    rtp_start: u16,
 }
 
 const MSRS: [Msr; 3] = [
     Msr {
         name: "msr_1",
         config: "msr-loopback.xml",
-        rtp_start: 20000,
     },
     Msr {
         name: "msr_2",
         config: "msr-loopback-2.xml",
-        rtp_start: 21000,
     },
     Msr {
         name: "msr_3",
         config: "msr-loopback-3.xml",
-        rtp_start: 22000,
     },
 ];
+
+/// Each MSR's RTP range (`<media port-range>` of the examples).
+const RTP_RANGE: u16 = 1000;
+
+/// A UDP port on 127.0.0.1 that is free now, and the one after it
+/// (an agent listens on its engine's port + 1).
+fn free_udp_pair() -> anyhow::Result<u16> {
+    for _ in 0..200 {
+        let first = UdpSocket::bind("127.0.0.1:0")?;
+        let port = first.local_addr()?.port();
+        if port < u16::MAX && UdpSocket::bind(("127.0.0.1", port + 1)).is_ok() {
+            return Ok(port);
+        }
+    }
+    bail!("no two adjacent free udp ports on 127.0.0.1")
+}
+
+fn free_tcp_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .context("cannot find a free tcp port")?
+        .port())
+}
+
+/// The run folder: `chosen`, or a new private one (0700).
+fn run_folder(chosen: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(dir) = chosen {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        return Ok(dir.to_path_buf());
+    }
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|d| d.is_dir())
+        .unwrap_or_else(std::env::temp_dir);
+    let dir = tempfile::Builder::new()
+        .prefix("msr-quickstart-")
+        .tempdir_in(&base)
+        .with_context(|| format!("cannot create a run folder in {}", base.display()))?;
+    let dir = dir.keep();
+    // Only this user: the folder holds the collector's control socket.
+    std::fs::set_permissions(
+        &dir,
+        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o700),
+    )
+    .with_context(|| format!("cannot make {} private", dir.display()))?;
+    Ok(dir)
+}
+
+/// `text` with attribute `attr` of the first `<element …>` tag set to
+/// `value`.
+fn set_attr(text: &str, element: &str, attr: &str, value: &str) -> anyhow::Result<String> {
+    let open = format!("<{element} ");
+    let start = text
+        .find(&open)
+        .with_context(|| format!("no <{element}> in the example"))?;
+    let end = start + text[start..].find('>').context("an unclosed tag")?;
+    let tag = &text[start..end];
+    let key = format!(" {attr}=\"");
+    let at = tag
+        .find(&key)
+        .with_context(|| format!("no {attr} in <{element}>"))?
+        + key.len();
+    let close = at + tag[at..].find('"').context("an unclosed attribute")?;
+    Ok(format!(
+        "{}{value}{}",
+        &text[..start + at],
+        &text[start + close..]
+    ))
+}
+
+/// The example agent config with this run's ports: the engine's SIP port
+/// (the agent listens on it + 1), its media-control port, the collector's
+/// address in the realm and the RTP range.
+fn agent_config(
+    example: &Path,
+    engine: u16,
+    mcc: u16,
+    collector: u16,
+    rtp: u16,
+) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(example)
+        .with_context(|| format!("cannot read {}", example.display()))?;
+    let text = set_attr(&text, "transport", "port", &engine.to_string())?;
+    let text = set_attr(&text, "mcc", "port", &mcc.to_string())?;
+    let text = set_attr(&text, "media", "port-start", &rtp.to_string())?;
+    let text = set_attr(
+        &text,
+        "dynamic",
+        "realm",
+        &format!("sip:127.0.0.1:{collector}"),
+    )?;
+    Ok(text)
+}
 
 #[tokio::main]
 async fn main() {
@@ -91,24 +201,30 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             cli.calls.len()
         );
     }
-    std::fs::create_dir_all(&cli.log_dir)
-        .with_context(|| format!("cannot create {}", cli.log_dir.display()))?;
-    // The example config as it is, except for the control socket and the
-    // operator store: a fresh store in the run folder, so that settings made
-    // elsewhere on this machine don't change the report.
-    let socket = cli.log_dir.join("control.sock");
-    // HTTP (on by default at 127.0.0.1:8080, SPEC §11) on a port free now,
-    // so a quickstart beside another collector or a test still starts.
-    let http_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .context("cannot find a free tcp port for the http api")?
-        .port();
+    let run_dir = run_folder(cli.run_dir.as_deref())?;
+    step(format!(
+        "run folder {} (configs, logs, control socket, operator store)",
+        run_dir.display()
+    ));
+    // The example config as it is, except for the control socket, the
+    // operator store (a fresh one in the run folder, so that settings made
+    // elsewhere on this machine don't change the report) and the ports.
+    let socket = run_dir.join("control.sock");
+    let sip_port = match cli.sip_port {
+        Some(port) => port,
+        None => free_udp_pair()?,
+    };
+    let http_port = match cli.http_port {
+        Some(port) => port,
+        None => free_tcp_port()?,
+    };
     let collector_config = run_config(
         &example("collector.toml"),
         &socket,
-        &cli.log_dir.join("operator.json"),
+        &run_dir.join("operator.json"),
+        sip_port,
         http_port,
-        &cli.log_dir.join("collector.toml"),
+        &run_dir.join("collector.toml"),
     )?;
     for bin in ["msr-collector", "msr-agent", "msrctl"] {
         if !bin_path(bin).exists() {
@@ -120,29 +236,27 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 
     // Simulated media sessions: UDP sockets on even ports of each RTP range.
-    let mut held: Vec<UdpSocket> = Vec::new();
-    for (msr, &calls) in MSRS.iter().zip(&cli.calls) {
-        for i in 0..calls {
-            let port = msr.rtp_start + 2 * i;
-            let s = UdpSocket::bind(("127.0.0.1", port))
-                .with_context(|| format!("cannot hold rtp port {port} for {}", msr.name))?;
-            held.push(s);
-        }
+    let (rtp_base, held) = hold_sessions(cli.rtp_base, &cli.calls)?;
+    for (i, (msr, calls)) in MSRS.iter().zip(&cli.calls).enumerate() {
         step(format!(
             "{}: holding {calls} media sessions on even ports from {}",
-            msr.name, msr.rtp_start
+            msr.name,
+            rtp_base + RTP_RANGE * i as u16
         ));
     }
 
-    step(format!("starting msr-collector --config {} (config-examples/collector.toml with its socket and store in {})", collector_config.display(), cli.log_dir.display()));
+    step(format!(
+        "starting msr-collector --config {} (config-examples/collector.toml with its socket and store in the run folder, sip 127.0.0.1:{sip_port})",
+        collector_config.display()
+    ));
     let mut children = Vec::new();
     children.push((
         "msr-collector".to_owned(),
-        cli.log_dir.join("collector.log"),
+        run_dir.join("collector.log"),
         spawn(
             "msr-collector",
             &["--config", &collector_config.to_string_lossy()],
-            &cli.log_dir.join("collector.log"),
+            &run_dir.join("collector.log"),
         )?,
     ));
     let mut admin = match AdminClient::connect_retry(&socket, Duration::from_secs(10)).await {
@@ -156,7 +270,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     format!(
                         "collector control socket {} did not appear (see {})",
                         socket.display(),
-                        cli.log_dir.join("collector.log").display()
+                        run_dir.join("collector.log").display()
                     )
                 })
             }
@@ -167,10 +281,23 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         socket.display()
     ));
 
-    for msr in &MSRS {
-        let cfg = example(msr.config);
-        step(format!("starting msr-agent --config {}", rel(&cfg)));
-        let log = cli.log_dir.join(format!("{}.log", msr.name));
+    for (i, msr) in MSRS.iter().enumerate() {
+        let engine = free_udp_pair()?;
+        let mcc = free_tcp_port()?;
+        let rtp = rtp_base + RTP_RANGE * i as u16;
+        let cfg = run_dir.join(format!("{}.xml", msr.name));
+        std::fs::write(
+            &cfg,
+            agent_config(&example(msr.config), engine, mcc, sip_port, rtp)?,
+        )
+        .with_context(|| format!("cannot write {}", cfg.display()))?;
+        step(format!(
+            "starting msr-agent --config {} ({} with this run's ports: engine {engine}, agent {})",
+            cfg.display(),
+            rel(&example(msr.config)),
+            engine + 1
+        ));
+        let log = run_dir.join(format!("{}.log", msr.name));
         children.push((
             msr.name.to_owned(),
             log.clone(),
@@ -222,7 +349,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         if tokio::time::Instant::now() > deadline {
             bail!(
                 "not every MSR reported its load within 60 s; logs in {}",
-                cli.log_dir.display()
+                run_dir.display()
             );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -355,6 +482,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
     drop(held);
+    step(format!(
+        "the run folder {} stays with the logs and configs (remove it when done)",
+        run_dir.display()
+    ));
     Ok(())
 }
 
@@ -419,13 +550,14 @@ fn msrctl(socket: &Path, args: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes `example` to `out` with `[control] socket`, `[state] path` and
-/// `[http] listen` (on `127.0.0.1:http_port`) replaced, starting from an
-/// empty operator store.
+/// Writes `example` to `out` with `[control] socket`, `[state] path`,
+/// `[sip] listen` (on `127.0.0.1:sip_port`) and `[http] listen` (on
+/// `127.0.0.1:http_port`) replaced, starting from an empty operator store.
 fn run_config(
     example: &Path,
     socket: &Path,
     state: &Path,
+    sip_port: u16,
     http_port: u16,
     out: &Path,
 ) -> anyhow::Result<PathBuf> {
@@ -452,6 +584,7 @@ fn run_config(
         "listen",
         Path::new(&format!("127.0.0.1:{http_port}")),
     );
+    set("sip", "listen", Path::new(&format!("127.0.0.1:{sip_port}")));
     for stale in [state.to_path_buf(), state.with_extension("json.tmp")] {
         match std::fs::remove_file(&stale) {
             Ok(()) => {}
@@ -462,6 +595,39 @@ fn run_config(
     std::fs::write(out, toml::to_string(&value)?)
         .with_context(|| format!("cannot write {}", out.display()))?;
     Ok(out.to_path_buf())
+}
+
+/// Binds `calls[i]` UDP sockets on even ports from `base + i * 1000` for
+/// each MSR: at `chosen`, or the first base from 20000 on (steps of 3000)
+/// where every port of the three ranges is free (an agent counts every
+/// socket in its range as a media session).
+fn hold_sessions(chosen: Option<u16>, calls: &[u16]) -> anyhow::Result<(u16, Vec<UdpSocket>)> {
+    let bind_all = |base: u16| -> std::io::Result<Vec<UdpSocket>> {
+        let mut held = Vec::new();
+        for (i, &n) in calls.iter().enumerate() {
+            let start = u32::from(base) + u32::from(RTP_RANGE) * i as u32;
+            for k in 0..u32::from(n) {
+                let port =
+                    u16::try_from(start + 2 * k).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+                held.push(UdpSocket::bind(("127.0.0.1", port))?);
+            }
+        }
+        Ok(held)
+    };
+    if let Some(base) = chosen {
+        let held = bind_all(base).with_context(|| {
+            format!("cannot hold the media sessions' ports from --rtp-base {base}")
+        })?;
+        return Ok((base, held));
+    }
+    let mut base: u16 = 20000;
+    while base <= 59000 {
+        if let Ok(held) = bind_all(base) {
+            return Ok((base, held));
+        }
+        base += 3 * RTP_RANGE;
+    }
+    bail!("no free rtp ranges between 20000 and 62000 on 127.0.0.1: choose one with --rtp-base")
 }
 
 fn rel(path: &Path) -> String {

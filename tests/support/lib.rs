@@ -204,8 +204,19 @@ impl AdminClient {
 /// `limit`; returns (exit code, stdout+stderr). SIPp's own `-timeout`
 /// should be set below `limit`.
 pub async fn run_sipp(args: &[String], limit: Duration) -> anyhow::Result<(i32, String)> {
+    run_sipp_in(Path::new("."), args, limit).await
+}
+
+/// [`run_sipp`] in the working directory `dir` (where a scenario's
+/// `rtp_stream` finds its audio file).
+pub async fn run_sipp_in(
+    dir: &Path,
+    args: &[String],
+    limit: Duration,
+) -> anyhow::Result<(i32, String)> {
     let mut cmd = tokio::process::Command::new("sipp");
-    cmd.args(args)
+    cmd.current_dir(dir)
+        .args(args)
         .arg("-nostdin")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -229,9 +240,15 @@ pub struct SippBackground {
 impl SippBackground {
     /// Starts `sipp ARGS -nostdin`, writing its output to `log`.
     pub fn start(args: &[String], log: &Path) -> anyhow::Result<Self> {
+        Self::start_in(Path::new("."), args, log)
+    }
+
+    /// [`start`](Self::start) in the working directory `dir`.
+    pub fn start_in(dir: &Path, args: &[String], log: &Path) -> anyhow::Result<Self> {
         let file = std::fs::File::create(log)?;
         let err = file.try_clone()?;
         let child = Command::new("sipp")
+            .current_dir(dir)
             .args(args)
             .arg("-nostdin")
             .stdin(Stdio::null())
@@ -301,4 +318,5 @@ pub fn addr(text: &str) -> SocketAddr {
 }
 pub mod kamailio;
 pub mod pair;
+pub mod rtpengine;
 pub mod system;

@@ -1,15 +1,17 @@
 //! An in-memory two-party harness in virtual time (quinn-proto's test
 //! `Pair`): one MSR agent's sans-IO cores — its [`Notifier`] and the
-//! [`Registration`] of its one account — and one collector's — its
-//! [`Registrar`] and [`Subscriber`] — joined by a simulated UDP link, with a
-//! clock that jumps from one deadline to the next.
+//! [`Registration`] of its one account — and one real collector core, the
+//! product's [`Collector`] with its registrar, subscriber, health monitor,
+//! load table, legs and operator configuration, joined by a simulated UDP
+//! link, with a clock that jumps from one deadline to the next.
 //!
-//! Every message is the SIP message the cores build, sent as the daemons'
-//! endpoint sends it (a top `Via` with a fresh branch and `rport`,
-//! `Max-Forwards: 70`), printed to text and parsed back by rsipstack at the
-//! receiving side (with `received`/`rport` stamped on the `Via`, as the
-//! real transport does). Nothing touches a socket or the wall clock: the
-//! harness holds `now` and hands it to every core.
+//! Every message is the SIP message the cores build. The agent's are sent
+//! as its endpoint sends them (a top `Via` with a fresh branch and
+//! `rport`, `Max-Forwards: 70`); the collector's are the bytes its core
+//! emits, retransmissions included. Each is printed to text and parsed back
+//! at the receiving side (with `received`/`rport` stamped on the `Via`, as
+//! the real transports do). Nothing touches a socket or the wall clock:
+//! the harness holds `now` and hands it to every core.
 //!
 //! Driving ([`Pair::advance`]): at each step the clock jumps to the
 //! earliest of every party's `poll_timeout()`, the agent's next load
@@ -22,41 +24,41 @@
 //!
 //! What the shells and the transport add, modelled here explicitly:
 //!
-//! * **Link** ([`Pair::set_link`]): each message, request or response,
-//!   meets a [`Fate`] chosen by a test-supplied function: delivered after
-//!   [`PairConfig::latency`] (the default), delayed further, dropped, or
-//!   failed at the sender. A *drop* stands for the loss of the message and
-//!   of every retransmission of it (a peer that is unreachable or down); a
-//!   single lost datagram that a retransmission repairs is a *delay*.
-//! * **Client transactions** (rsipstack's, RFC 3261 §17.1.2): a request
-//!   that gets no final response within [`TIMER_F`] (64 × T1) ends with a
-//!   locally generated `408`, handed to the sender's `handle_response` —
-//!   what `SipEndpoint` reports for Timer F. [`Fate::Fail`] is the
-//!   endpoint's `SipEvent::Failed` (a send error): the sender's
-//!   `handle_failure` at once. A response that arrives after its
-//!   transaction ended is ignored, as the transaction layer does.
+//! * **Link** ([`Pair::set_link`]): each datagram meets a [`Fate`] chosen
+//!   by a test-supplied function: delivered after [`PairConfig::latency`]
+//!   (the default), delayed further, or dropped. The collector's core
+//!   retransmits its own requests (RFC 3261 Timer E), and the link judges
+//!   each retransmission as it judges any datagram
+//!   ([`Packet::retransmission`]), so a predicate that drops a request
+//!   drops its retransmissions too.
+//! * **The agent's client transactions** (rsipstack's in the agent, RFC
+//!   3261 §17.1.2): an agent request dropped by the link stands for its
+//!   loss with every retransmission; one that gets no final response within
+//!   [`TIMER_F`] (64 × T1) ends with a locally generated `408`, handed to
+//!   the sender; [`Fate::Fail`] is its endpoint's transport failure at
+//!   once. A response that arrives after its transaction ended is ignored.
+//! * **The agent's server transactions**: a retransmitted request of the
+//!   collector is answered with the response the agent gave the first time
+//!   (rsipstack's cache), not handed to the notifier again.
 //! * **Sources**: the agent takes a SUBSCRIBE's source from the socket
-//!   ([`COLLECTOR_ADDR`]); the collector takes a REGISTER's and a NOTIFY's
-//!   from the datagram too ([`AGENT_ADDR`], which the agent's `Via` names
-//!   as well, so `received`/`rport` agree).
+//!   ([`COLLECTOR_ADDR`]); the collector a REGISTER's and a NOTIFY's
+//!   ([`AGENT_ADDR`], which the agent's `Via` names as well).
 //! * **The agent's shell** (`agent/src/shell.rs`): the load sampler, every
 //!   [`PairConfig::sample_interval`], feeds [`Pair::set_calls`]'s value to
 //!   `Notifier::on_sample`; SIGTERM ([`Pair::stop_agent`]) is its two-step
 //!   shutdown: the `deactivated` NOTIFYs, waited for until answered (at
 //!   most `FINAL_NOTIFY_GRACE`), then `Expires: 0`, waited for at most
-//!   [`SHUTDOWN_GRACE`]; `kill -9` ([`Pair::kill_agent`]) drops the cores
+//!   [`SHUTDOWN_GRACE`]; a NOTIFY its registrar answers `481` REGISTERs
+//!   again at once (`Notifier::poll_forgotten`); `kill -9` ([`Pair::kill_agent`]) drops the cores
 //!   with nothing sent; a restart ([`Pair::start_agent`]) builds new cores
 //!   (a new Call-ID, no dialogs).
-//! * **The collector's shell** (`collector/src/shell.rs`, `settle`): each
-//!   registrar event hands the MSR's registered contacts to the
-//!   subscriber, a re-registration with a new Call-ID first restarts the
-//!   subscription ([`CollectorSide::settle`]; the calls whose signatures
-//!   follow the collector's shapes are in [`adapter`]).
-//!
-//! Not modelled: the collector's health keepalives (OPTIONS), its load
-//! table and selection, the operator's settings, account changes by a
-//! reload of the agent, and the collector's own restart and shutdown —
-//! the system tests in `tests/it/` run those with the real binaries.
+//! * **The collector's shell** (`collector/src/daemon/`): a disk that
+//!   writes at once — every bindings save and every commit the core asks
+//!   for succeeds at the instant it is asked — and control requests
+//!   ([`Pair::ask`]) answered through the core's effects;
+//!   [`Pair::restart_collector`] is its `kill -9` and restart, with the
+//!   bindings last saved or none. Everything else, the glue between the
+//!   collector's cores included, is the product's.
 //!
 //! Addresses are fixed: the collector is [`COLLECTOR_ADDR`], the agent
 //! [`AGENT_ADDR`], on different hosts so that the agent's subscriber-host
@@ -73,9 +75,16 @@ use msr_agent::load::{compute_load, Sample};
 use msr_agent::notifier::{Notifier, NotifierConfig, SubscriptionId};
 use msr_agent::registration::{Registration, RegistrationConfig, RegistrationState};
 use msr_agent::SHUTDOWN_GRACE;
-use msr_collector::registrar::{Registrar, RegistrarEvent};
-use msr_collector::subscriber::{Subscriber, SubscriberConfig, SubscriberEvent};
+use msr_collector::core::{AdminId, Backend, Collector, Effect, Event, Inbound, Route, Start};
+use msr_collector::model::health::HealthEvent;
+use msr_collector::operator::cluster::Cluster;
+use msr_collector::operator::store::etcd::Member;
+use msr_collector::operator::OperatorConfig;
+use msr_collector::sip::registrar::RegistrarEvent;
+use msr_collector::sip::subscriber::SubscriberEvent;
+use msr_shared::admin::{Request as AdminRequest, Response as AdminResponse, ResponseData};
 use msr_shared::event_package::LoadReport;
+use msr_shared::sip::wire::{self, Carrier};
 use msr_shared::sip::{self, Method, Request, Response, SipMessage, StatusCode};
 use msr_shared::subscription::SubscriptionState;
 use tokio::time::Instant;
@@ -113,13 +122,6 @@ impl Party {
             Party::Collector => COLLECTOR_ADDR,
         }
     }
-
-    fn peer(self) -> Party {
-        match self {
-            Party::Agent => Party::Collector,
-            Party::Collector => Party::Agent,
-        }
-    }
 }
 
 /// What the link does with one message (module docs).
@@ -129,10 +131,12 @@ pub enum Fate {
     Deliver,
     /// Delivered after the latency plus this.
     Delay(Duration),
-    /// Lost with every retransmission: a request's sender sees Timer F.
+    /// Lost. For an agent's request, with every retransmission: the agent
+    /// sees Timer F.
     Drop,
-    /// The sender's endpoint reports a transport failure at once (a
-    /// request only; for a response it is a drop).
+    /// The agent's endpoint reports a transport failure at once (an agent
+    /// request only; anything else is a drop: the collector's UDP sends
+    /// report nothing).
     Fail,
 }
 
@@ -147,6 +151,9 @@ pub struct Packet {
     pub message: SipMessage,
     /// What the link did with it.
     pub fate: Fate,
+    /// A retransmission by the collector's transaction layer of a request
+    /// it sent before (same branch).
+    pub retransmission: bool,
 }
 
 impl Packet {
@@ -296,20 +303,26 @@ pub struct AgentSide {
     next_sample: Instant,
 }
 
-/// The collector's cores and what happened to them.
+/// The collector's core and what happened to it.
 #[derive(Debug)]
 pub struct CollectorSide {
-    /// The registrar core.
-    pub registrar: Registrar,
-    /// The subscriber core.
-    pub subscriber: Subscriber,
+    /// The product's collector core.
+    pub core: Collector,
     /// Every registrar event, with its time since the start.
     pub registrar_events: Vec<(Duration, RegistrarEvent)>,
     /// Every subscriber event, with its time since the start.
     pub events: Vec<(Duration, SubscriberEvent)>,
+    /// Every health event, with its time since the start.
+    pub health_events: Vec<(Duration, HealthEvent)>,
+    answers: HashMap<AdminId, AdminResponse>,
+    next_admin: u64,
+    /// The bindings as last written to the (simulated) disk.
+    saved_bindings: Option<String>,
+    /// Which run of the collector this is (a restart counts up).
+    pub incarnation: u64,
 }
 
-/// Who sent a request and what to tell when its transaction ends.
+/// Who sent an agent request and what to tell when its transaction ends.
 #[derive(Debug, Clone)]
 enum Origin {
     /// A REGISTER of the agent run `incarnation`.
@@ -320,8 +333,6 @@ enum Origin {
         subscription: SubscriptionId,
         cseq: u32,
     },
-    /// A SUBSCRIBE with the subscriber's request id.
-    Subscribe(u64),
 }
 
 #[derive(Debug)]
@@ -333,14 +344,18 @@ struct ClientTransaction {
 
 #[derive(Debug)]
 enum Due {
-    /// A request's text arrives at the peer of its transaction's sender.
-    Request { txn: u64, to: Party, text: String },
-    /// A response's text arrives back at the transaction's sender.
+    /// An agent request's text arrives at the collector.
+    Request { txn: u64, text: String },
+    /// The collector's response to an agent request arrives at the agent.
     Response { txn: u64, text: String },
-    /// Timer F of a transaction.
+    /// Timer F of an agent transaction.
     TimerF(u64),
-    /// The endpoint reports the request failed.
+    /// The agent's endpoint reports the request failed.
     Failed(u64),
+    /// A collector request's text arrives at the agent.
+    ToAgent { text: String },
+    /// The agent's answer to a collector request arrives at the collector.
+    ToCollector { text: String },
 }
 
 /// The link's policy: a [`Fate`] for each message.
@@ -363,7 +378,14 @@ pub struct Pair {
     /// Every message sent, in order.
     pub trace: Vec<Packet>,
     txns: HashMap<u64, ClientTransaction>,
+    /// The agent transaction of each branch the agent sent.
+    txn_of_branch: HashMap<String, u64>,
     next_txn: u64,
+    /// The agent's server transactions: its answer to each collector
+    /// request's branch, for the retransmissions.
+    agent_answers: HashMap<String, Option<String>>,
+    /// Branches of collector requests already sent once.
+    collector_branches: BTreeSet<String>,
     queue: BTreeMap<(Instant, u64), Due>,
     next_seq: u64,
 }
@@ -383,7 +405,7 @@ impl Pair {
     /// once (its first REGISTER is due now). Nothing has run yet.
     pub fn new(config: PairConfig, calls: u32) -> Pair {
         let start = Instant::now();
-        let collector = CollectorSide::new(&config);
+        let collector = CollectorSide::new(&config, start);
         let mut pair = Pair {
             config,
             start,
@@ -395,7 +417,10 @@ impl Pair {
             link: Box::new(|_| Fate::Deliver),
             trace: Vec::new(),
             txns: HashMap::new(),
+            txn_of_branch: HashMap::new(),
             next_txn: 1,
+            agent_answers: HashMap::new(),
+            collector_branches: BTreeSet::new(),
             queue: BTreeMap::new(),
             next_seq: 0,
         };
@@ -462,6 +487,7 @@ impl Pair {
             contact_host_port: AGENT_ADDR.to_string(),
             accounts: parsed.accounts.iter().map(|a| a.msr_name.clone()).collect(),
             subscribers: BTreeSet::from([COLLECTOR_ADDR.ip()]),
+            registrars: BTreeSet::from([COLLECTOR_ADDR]),
         };
         let notifier = Notifier::new(notifier_config.clone(), self.sample());
         self.agent = Some(AgentSide {
@@ -472,6 +498,33 @@ impl Pair {
             phase: AgentPhase::Running,
             next_sample: self.now + self.config.sample_interval,
         });
+    }
+
+    /// `kill -9` of the collector and its restart at once: a new core
+    /// that reads back the bindings last saved (`with_bindings`) or none
+    /// (a lost disk), and whatever was on its way to the old one is lost
+    /// with it. Its events so far stay recorded.
+    pub fn restart_collector(&mut self, with_bindings: bool) {
+        let old = std::mem::replace(
+            &mut self.collector,
+            CollectorSide::new(&self.config, self.start),
+        );
+        self.collector.registrar_events = old.registrar_events;
+        self.collector.events = old.events;
+        self.collector.health_events = old.health_events;
+        self.collector.incarnation = old.incarnation + 1;
+        self.collector.saved_bindings = old.saved_bindings.clone();
+        let now = self.now;
+        if with_bindings {
+            if let Some(text) = &old.saved_bindings {
+                self.collector.core.restore_bindings(now, text);
+            }
+        }
+        // The old process's datagrams die with it.
+        self.queue
+            .retain(|_, due| !matches!(due, Due::Request { .. } | Due::ToCollector { .. }));
+        self.txn_of_branch.clear();
+        self.settle();
     }
 
     /// `kill -9`: the agent's cores are gone, nothing more is sent or
@@ -513,15 +566,45 @@ impl Pair {
         self.agent.as_ref().map(|a| a.registration.state())
     }
 
-    /// Whether the collector holds a binding of the MSR.
+    /// Whether the collector holds a binding of the MSR (as its last
+    /// registrar event says).
     pub fn is_registered(&self) -> bool {
-        self.collector.registrar.is_registered(&self.config.msr)
+        self.collector
+            .registrar_events
+            .iter()
+            .rev()
+            .find(|(_, e)| match e {
+                RegistrarEvent::BindingRemoved { binding, .. } => binding.msr == self.config.msr,
+                RegistrarEvent::BindingAdded(b)
+                | RegistrarEvent::BindingRefreshed(b)
+                | RegistrarEvent::BindingRestarted(b) => b.msr == self.config.msr,
+            })
+            .is_some_and(|(_, e)| !matches!(e, RegistrarEvent::BindingRemoved { .. }))
     }
 
-    /// The collector's subscription state of the MSR (`subscription
-    /// list`'s `status`); `None` without a subscription.
-    pub fn subscription_status(&self) -> Option<SubscriptionState> {
-        adapter::status(&self.collector.subscriber, &self.config.msr)
+    /// The collector's subscription state of the MSR, as `subscription
+    /// list` shows it; `None` without a subscription.
+    pub fn subscription_status(&mut self) -> Option<SubscriptionState> {
+        let msr = self.config.msr.clone();
+        match self.ask(AdminRequest::SubscriptionList {}) {
+            AdminResponse::Ok(ResponseData::Subscriptions { rows }) => rows
+                .into_iter()
+                .find(|r| r.msr == msr)
+                .and_then(|r| r.status),
+            other => panic!("subscription list answered {other:?}"),
+        }
+    }
+
+    /// Asks the collector a control request at the current instant (as
+    /// msrctl does, through the core) and returns its answer.
+    pub fn ask(&mut self, request: AdminRequest) -> AdminResponse {
+        let id = self.collector.next_id();
+        self.collector.core.handle_admin(self.now, id, request);
+        self.settle();
+        self.collector
+            .answers
+            .remove(&id)
+            .unwrap_or_else(|| panic!("no answer to control request {id:?}"))
     }
 
     /// Every load report the collector took in, with its time.
@@ -546,9 +629,10 @@ impl Pair {
         self.trace.iter().filter(|p| pred(p)).collect()
     }
 
-    /// The requests with `method` sent by `from`.
+    /// The requests with `method` sent by `from`, each once: the
+    /// collector's retransmissions left out ([`sent`](Self::sent) has all).
     pub fn requests(&self, from: Party, method: Method) -> Vec<&Packet> {
-        self.sent(|p| p.is(from, method))
+        self.sent(|p| p.is(from, method) && !p.retransmission)
     }
 
     /// The trace as text, one message a line (for failure messages).
@@ -567,15 +651,10 @@ impl Pair {
     pub fn next_deadline(&self) -> Option<Instant> {
         let queued = self.queue.keys().next().map(|(at, _)| *at);
         let agent = self.agent.as_ref().and_then(AgentSide::poll_timeout);
-        [
-            queued,
-            agent,
-            self.collector.registrar.poll_timeout(),
-            self.collector.subscriber.poll_timeout(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        [queued, agent, self.collector.core.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Jumps to the next deadline and runs everything due then until the
@@ -605,7 +684,7 @@ impl Pair {
     pub fn run_until<T>(
         &mut self,
         limit: Duration,
-        mut check: impl FnMut(&Pair) -> Option<T>,
+        mut check: impl FnMut(&mut Pair) -> Option<T>,
     ) -> Option<T> {
         let until = self.now + limit;
         self.run_now();
@@ -667,13 +746,8 @@ impl Pair {
         if let Some(agent) = self.agent.as_mut() {
             busy |= agent.handle_timeout(now, sample, self.config.sample_interval);
         }
-        let c = &mut self.collector;
-        if due(c.registrar.poll_timeout(), now) {
-            c.registrar.handle_timeout(now);
-            busy = true;
-        }
-        if due(c.subscriber.poll_timeout(), now) {
-            c.subscriber.handle_timeout(now);
+        if due(self.collector.core.poll_timeout(), now) {
+            self.collector.core.handle_timeout(now);
             busy = true;
         }
         busy
@@ -682,18 +756,22 @@ impl Pair {
     fn handle_due(&mut self, due: Due) {
         let now = self.now;
         match due {
-            Due::Request { txn, to, text } => {
-                let request = parse_request(&text, to.peer().addr());
-                let response = match to {
-                    Party::Agent => self.agent.as_mut().and_then(|a| {
-                        a.notifier
-                            .handle_request(now, Some(COLLECTOR_ADDR), &request)
-                    }),
-                    Party::Collector => Some(self.collector.answer(now, &request, self.start)),
-                };
-                if let Some(response) = response {
-                    self.send_response(to, txn, response);
+            Due::Request { txn, text } => {
+                let message = wire::decode(text.as_bytes(), AGENT_ADDR, Carrier::Udp)
+                    .unwrap_or_else(|e| {
+                        panic!("the collector cannot read the agent's ({e}):\n{text}")
+                    });
+                if let Some(branch) = top_branch(&message) {
+                    self.txn_of_branch.insert(branch, txn);
                 }
+                self.collector.core.handle_message(
+                    now,
+                    Inbound {
+                        route: Route::Udp(AGENT_ADDR),
+                        source: AGENT_ADDR,
+                        message,
+                    },
+                );
             }
             Due::Response { txn, text } => {
                 if let Some(t) = self.txns.remove(&txn) {
@@ -712,21 +790,62 @@ impl Pair {
                     self.complete(t.origin, Err("transport failure"));
                 }
             }
+            Due::ToAgent { text } => {
+                let request = parse_request(&text, COLLECTOR_ADDR);
+                let branch = top_branch(&SipMessage::Request(request.clone()));
+                // A retransmission: the agent's transaction layer answers
+                // it from its cache; the notifier never sees it.
+                if let Some(cached) = branch.as_ref().and_then(|b| self.agent_answers.get(b)) {
+                    if let Some(text) = cached.clone() {
+                        self.send_to_collector(text);
+                    }
+                    return;
+                }
+                let response = self.agent.as_mut().and_then(|a| {
+                    a.notifier
+                        .handle_request(now, Some(COLLECTOR_ADDR), &request)
+                });
+                let text = response.map(|r| r.to_string());
+                if let Some(branch) = branch {
+                    self.agent_answers.insert(branch, text.clone());
+                }
+                if let Some(text) = text {
+                    self.send_to_collector(text);
+                }
+            }
+            Due::ToCollector { text } => {
+                let message = wire::decode(text.as_bytes(), AGENT_ADDR, Carrier::Udp)
+                    .unwrap_or_else(|e| {
+                        panic!("the collector cannot read the agent's ({e}):\n{text}")
+                    });
+                self.collector.core.handle_message(
+                    now,
+                    Inbound {
+                        route: Route::Udp(AGENT_ADDR),
+                        source: AGENT_ADDR,
+                        message,
+                    },
+                );
+            }
         }
     }
 
-    /// Hands the end of a client transaction to the core that sent it: a
-    /// final response (a local 408 included) or a transport failure.
+    /// The agent's answer to a collector request, through the link.
+    fn send_to_collector(&mut self, text: String) {
+        let message = SipMessage::Response(parse_response(&text));
+        let at = match self.judge(Party::Agent, message, false) {
+            Fate::Deliver => self.now + self.config.latency,
+            Fate::Delay(d) => self.now + self.config.latency + d,
+            Fate::Drop | Fate::Fail => return,
+        };
+        self.schedule(at, Due::ToCollector { text });
+    }
+
+    /// Hands the end of an agent client transaction to the core that sent
+    /// it: a final response (a local 408 included) or a transport failure.
     fn complete(&mut self, origin: Origin, outcome: Result<&Response, &str>) {
         let now = self.now;
         match origin {
-            Origin::Subscribe(id) => {
-                let s = &mut self.collector.subscriber;
-                match outcome {
-                    Ok(r) => s.handle_response(now, id, r),
-                    Err(why) => s.handle_failure(now, id, why),
-                }
-            }
             Origin::Register { incarnation } => {
                 if let Some(a) = self.agent_run(incarnation) {
                     match outcome {
@@ -771,6 +890,16 @@ impl Pair {
             }
             if let Some(agent) = self.agent.as_mut() {
                 let incarnation = agent.incarnation;
+                // The agent shell's glue (SPEC §3): its registrar answered
+                // a NOTIFY 481, so the account REGISTERs again at once.
+                while let Some((_, registrar)) = agent.notifier.poll_forgotten() {
+                    if registrar == COLLECTOR_ADDR {
+                        agent.registration.register_now(self.now);
+                    }
+                }
+                if due(agent.registration.poll_timeout(), self.now) {
+                    agent.registration.handle_timeout(self.now);
+                }
                 while let Some(r) = agent.registration.poll_transmit() {
                     out.push((Party::Agent, Origin::Register { incarnation }, r));
                 }
@@ -784,19 +913,50 @@ impl Pair {
                 }
             }
             let elapsed = self.elapsed();
-            for t in self.collector.settle(self.now, elapsed) {
-                out.push((Party::Collector, Origin::Subscribe(t.id), t.request));
-            }
-            if out.is_empty() {
+            let sent = self.collector.settle(self.now, elapsed);
+            if out.is_empty() && sent.is_empty() {
                 return;
             }
             for (from, origin, request) in out {
                 self.send_request(from, origin, request);
             }
+            for message in sent {
+                self.send_from_collector(message);
+            }
         }
     }
 
-    /// Sends a request as the endpoint does (module docs) through the link.
+    /// A message the collector's core emitted, through the link: a request
+    /// of its own (to the agent's server side) or its answer to one of the
+    /// agent's requests (to that transaction).
+    fn send_from_collector(&mut self, message: SipMessage) {
+        let text = message.to_string();
+        let request = matches!(message, SipMessage::Request(_));
+        let branch = top_branch(&message).unwrap_or_default();
+        let (retransmission, txn) = if request {
+            (!self.collector_branches.insert(branch), None)
+        } else {
+            let txn = self.txn_of_branch.get(&branch).copied();
+            (
+                false,
+                Some(txn.unwrap_or_else(|| {
+                    panic!("the collector answered a request the agent never sent:\n{text}")
+                })),
+            )
+        };
+        let at = match self.judge(Party::Collector, message, retransmission) {
+            Fate::Deliver => self.now + self.config.latency,
+            Fate::Delay(d) => self.now + self.config.latency + d,
+            Fate::Drop | Fate::Fail => return,
+        };
+        match txn {
+            None => self.schedule(at, Due::ToAgent { text }),
+            Some(txn) => self.schedule(at, Due::Response { txn, text }),
+        }
+    }
+
+    /// Sends an agent request as its endpoint does (module docs) through
+    /// the link.
     fn send_request(&mut self, from: Party, origin: Origin, mut request: Request) {
         let via = format!(
             "SIP/2.0/UDP {};branch=z9hG4bK{};rport",
@@ -810,42 +970,30 @@ impl Pair {
         let txn = self.next_txn;
         self.next_txn += 1;
         let text = request.to_string();
-        let fate = self.judge(from, SipMessage::Request(request.clone()));
+        let fate = self.judge(from, SipMessage::Request(request.clone()), false);
         self.txns.insert(txn, ClientTransaction { origin, request });
         self.schedule(self.now + TIMER_F, Due::TimerF(txn));
-        let to = from.peer();
         match fate {
-            Fate::Deliver => self.schedule(
-                self.now + self.config.latency,
-                Due::Request { txn, to, text },
-            ),
+            Fate::Deliver => {
+                self.schedule(self.now + self.config.latency, Due::Request { txn, text })
+            }
             Fate::Delay(d) => self.schedule(
                 self.now + self.config.latency + d,
-                Due::Request { txn, to, text },
+                Due::Request { txn, text },
             ),
             Fate::Drop => {}
             Fate::Fail => self.schedule(self.now, Due::Failed(txn)),
         }
     }
 
-    /// Sends `from`'s answer to the request of transaction `txn`.
-    fn send_response(&mut self, from: Party, txn: u64, response: Response) {
-        let text = response.to_string();
-        let at = match self.judge(from, SipMessage::Response(response)) {
-            Fate::Deliver => self.now + self.config.latency,
-            Fate::Delay(d) => self.now + self.config.latency + d,
-            Fate::Drop | Fate::Fail => return,
-        };
-        self.schedule(at, Due::Response { txn, text });
-    }
-
     /// The link's verdict on a message, recorded in the trace.
-    fn judge(&mut self, from: Party, message: SipMessage) -> Fate {
+    fn judge(&mut self, from: Party, message: SipMessage, retransmission: bool) -> Fate {
         let mut packet = Packet {
             at: self.elapsed(),
             from,
             message,
             fate: Fate::Deliver,
+            retransmission,
         };
         packet.fate = (self.link)(&packet);
         let fate = packet.fate;
@@ -930,7 +1078,7 @@ impl AgentSide {
 }
 
 impl CollectorSide {
-    fn new(config: &PairConfig) -> CollectorSide {
+    fn new(config: &PairConfig, start: Instant) -> CollectorSide {
         let toml = format!(
             r#"node = "core1@pair"
 [sip]
@@ -954,88 +1102,88 @@ listen = "off"
         );
         let parsed = msr_collector::config::parse(&toml, "pair")
             .unwrap_or_else(|e| panic!("the harness's collector config: {e}\n{toml}"));
-        let local = format!("sip:collector@{COLLECTOR_ADDR}");
+        let mut operator = OperatorConfig::new();
+        operator
+            .declare_site(&parsed.defaults.site)
+            .unwrap_or_else(|e| panic!("the default site: {e}"));
+        let this = Member {
+            node: parsed.node.clone(),
+            sip: COLLECTOR_ADDR.to_string(),
+            started_unix: UNIX_START,
+        };
+        let core = Collector::new(
+            &parsed,
+            Start {
+                local: COLLECTOR_ADDR,
+                operator,
+                cluster: Cluster::file(this, "/nonexistent/pair.json".into(), 1),
+                backend: Backend::File,
+                metrics: std::sync::Arc::new(msr_collector::api::metrics::Metrics::new()),
+                seed: 1,
+                now: start,
+                unix_ms: UNIX_START * 1000,
+            },
+        );
         CollectorSide {
-            registrar: Registrar::new(&parsed.sip, &parsed.accounts),
-            subscriber: Subscriber::new(SubscriberConfig {
-                local_uri: local.clone(),
-                contact: local,
-                default_expires: parsed.subscription.expires,
-            }),
+            core,
             registrar_events: Vec::new(),
             events: Vec::new(),
+            health_events: Vec::new(),
+            answers: HashMap::new(),
+            next_admin: 0,
+            saved_bindings: None,
+            incarnation: 1,
         }
     }
 
-    /// Answers a request as the collector's shell does (REGISTER to the
-    /// registrar, NOTIFY to the subscriber, OPTIONS 200, others 405).
-    fn answer(&mut self, now: Instant, request: &Request, start: Instant) -> Response {
-        match request.method {
-            Method::Register => self
-                .registrar
-                .handle_register(now, request, Some(AGENT_ADDR)),
-            Method::Notify => {
-                let unix = UNIX_START + i64::try_from((now - start).as_secs()).unwrap_or(0);
-                self.subscriber
-                    .handle_notify(now, unix, Some(AGENT_ADDR), request)
-            }
-            Method::Options => sip::response(request, StatusCode::OK, None),
-            _ => sip::response(request, StatusCode::MethodNotAllowed, None),
-        }
+    fn next_id(&mut self) -> AdminId {
+        self.next_admin += 1;
+        AdminId(self.next_admin)
     }
 
-    /// The collector shell's `settle`: registrar events to the subscriber,
-    /// then the subscriber's requests (returned, to send) and events
-    /// (recorded).
-    fn settle(&mut self, now: Instant, elapsed: Duration) -> Vec<adapter::Transmit> {
-        while let Some(event) = self.registrar.poll_event() {
-            let msr = match &event {
-                RegistrarEvent::BindingAdded(b) | RegistrarEvent::BindingRefreshed(b) => {
-                    b.msr.clone()
-                }
-                RegistrarEvent::BindingRestarted(b) => {
-                    self.subscriber.contact_restarted(now, &b.msr, &b.contact);
-                    b.msr.clone()
-                }
-                RegistrarEvent::BindingRemoved { binding, .. } => binding.msr.clone(),
-            };
-            self.registrar_events.push((elapsed, event));
-            adapter::contacts_changed(&self.registrar, &mut self.subscriber, now, &msr);
-        }
+    /// The shell's part (module docs): the core's messages (returned, to
+    /// send), its effects carried out at once, its events recorded.
+    fn settle(&mut self, now: Instant, elapsed: Duration) -> Vec<SipMessage> {
         let mut out = Vec::new();
-        while let Some(t) = self.subscriber.poll_transmit() {
-            out.push(t);
+        loop {
+            let mut busy = false;
+            while let Some(t) = self.core.poll_transmit() {
+                busy = true;
+                let message = SipMessage::try_from(t.bytes.as_ref()).unwrap_or_else(|e| {
+                    panic!(
+                        "the collector sent what it cannot parse ({e}):\n{}",
+                        String::from_utf8_lossy(&t.bytes)
+                    )
+                });
+                out.push(message);
+            }
+            while let Some(effect) = self.core.poll_effect() {
+                busy = true;
+                match effect {
+                    Effect::Answer { id, response } => {
+                        self.answers.insert(id, *response);
+                    }
+                    Effect::Commit { ticket, .. } => {
+                        self.core.handle_committed(now, ticket, Ok(()))
+                    }
+                    Effect::SaveBindings { generation, text } => {
+                        self.saved_bindings = Some(text);
+                        self.core.handle_bindings_saved(now, generation, Ok(()))
+                    }
+                }
+            }
+            while let Some(event) = self.core.poll_event() {
+                match event {
+                    Event::Registrar(e) => self.registrar_events.push((elapsed, e)),
+                    Event::Subscriber(e) => self.events.push((elapsed, e)),
+                    Event::Health(e) => self.health_events.push((elapsed, e)),
+                    _ => {}
+                }
+            }
+            if !busy {
+                return out;
+            }
         }
-        while let Some(e) = self.subscriber.poll_event() {
-            self.events.push((elapsed, e));
-        }
-        out
-    }
-}
-
-/// The calls into the collector's cores whose shapes the collector's
-/// owners are reshaping, in one place.
-pub mod adapter {
-    use msr_collector::registrar::Registrar;
-    use msr_collector::subscriber::Subscriber;
-    use msr_shared::subscription::SubscriptionState;
-    use tokio::time::Instant;
-
-    pub use msr_collector::subscriber::Transmit;
-
-    /// Tells the subscriber the registered contacts of `msr`.
-    pub fn contacts_changed(
-        registrar: &Registrar,
-        subscriber: &mut Subscriber,
-        now: Instant,
-        msr: &str,
-    ) {
-        subscriber.contacts_changed(now, msr, registrar.contacts_of(msr));
-    }
-
-    /// The subscription state of `msr`.
-    pub fn status(subscriber: &Subscriber, msr: &str) -> Option<SubscriptionState> {
-        subscriber.view(msr).map(|v| v.status)
     }
 }
 
@@ -1084,6 +1232,15 @@ fn parse_request(text: &str, source: SocketAddr) -> Request {
         SipMessage::Request(r) => r,
         SipMessage::Response(_) => panic!("a request parsed as a response:\n{text}"),
     }
+}
+
+/// The top `Via` branch of a message.
+fn top_branch(message: &SipMessage) -> Option<String> {
+    let headers = match message {
+        SipMessage::Request(r) => &r.headers,
+        SipMessage::Response(r) => &r.headers,
+    };
+    sip::header(headers, "Via").and_then(|v| sip::param(v, "branch"))
 }
 
 fn parse_response(text: &str) -> Response {

@@ -121,6 +121,11 @@ pub struct Collector {
     pub name: String,
     /// The SIP (UDP) port on 127.0.0.1.
     pub port: u16,
+    /// The HTTP port, when its config has `[http] listen` on port 0 (the
+    /// port the collector announced).
+    pub http_port: Option<u16>,
+    /// The redirect server's port, likewise.
+    pub redirect_port: Option<u16>,
     /// The control socket.
     pub socket: PathBuf,
     /// The operator-configuration store.
@@ -135,7 +140,9 @@ pub struct Collector {
 
 impl Collector {
     /// Writes a config into `dir` (files prefixed with `name`) and starts
-    /// the collector on a free UDP port; waits for the control socket.
+    /// the collector on port 0; its ports are the ones it announces in its
+    /// `listening on …` lines, and the config is rewritten with them, so a
+    /// restart binds the same ones. Waits for the control socket.
     pub async fn start(dir: &Path, name: &str, opts: &CollectorOpts) -> Collector {
         Self::start_with(dir, name, opts, "").await
     }
@@ -148,15 +155,63 @@ impl Collector {
         opts: &CollectorOpts,
         extra: &str,
     ) -> Collector {
-        let mut c = Self::configure(dir, name, opts, extra);
+        let mut c = Self::write(dir, name, opts, extra, 0);
         c.spawn().await;
+        c.learn_ports();
         c
     }
 
     /// Writes the config as [`start_with`](Self::start_with) does, without
-    /// starting the collector.
+    /// starting the collector, for a test that needs its address first:
+    /// its SIP port is one that was free a moment ago.
     pub fn configure(dir: &Path, name: &str, opts: &CollectorOpts, extra: &str) -> Collector {
-        let port = free_udp_port();
+        Self::write(dir, name, opts, extra, free_udp_port())
+    }
+
+    /// The ports the collector announced at its first start (`listening on
+    /// udp …`, `listening on http …`, `redirect server listening on udp
+    /// …`), written back into its config for the next start.
+    fn learn_ports(&mut self) {
+        let log = read_log(&self.log);
+        let announced = |needle: &str| -> Option<u16> {
+            let line = log.lines().find(|l| l.contains(needle))?;
+            let addr = line.split(needle).nth(1)?.split_whitespace().next()?;
+            addr.parse::<std::net::SocketAddr>().ok().map(|a| a.port())
+        };
+        let Ok(text) = std::fs::read_to_string(&self.config) else {
+            return;
+        };
+        let mut section = String::new();
+        let mut out = String::new();
+        for line in text.lines() {
+            if line.starts_with('[') {
+                section = line.trim_matches(|c| c == '[' || c == ']').to_owned();
+            }
+            let port = match section.as_str() {
+                "sip" => announced("listening on udp "),
+                "http" => announced("listening on http "),
+                "redirect" => announced("redirect server listening on udp "),
+                _ => None,
+            };
+            match port {
+                Some(p) if line.trim() == "listen = \"127.0.0.1:0\"" => {
+                    out.push_str(&format!("listen = \"127.0.0.1:{p}\"\n"));
+                    match section.as_str() {
+                        "sip" => self.port = p,
+                        "http" => self.http_port = Some(p),
+                        _ => self.redirect_port = Some(p),
+                    }
+                }
+                _ => {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+        }
+        std::fs::write(&self.config, out).expect("rewrite collector config");
+    }
+
+    fn write(dir: &Path, name: &str, opts: &CollectorOpts, extra: &str, port: u16) -> Collector {
         let socket = dir.join(format!("{name}.sock"));
         let state = dir.join(format!("{name}-state.json"));
         let config = dir.join(format!("{name}.toml"));
@@ -203,6 +258,8 @@ path = "{state}"
         Collector {
             name: name.to_owned(),
             port,
+            http_port: None,
+            redirect_port: None,
             socket,
             state,
             config,
@@ -508,6 +565,22 @@ impl Agent {
             config,
             calls: calls_path,
             log,
+            child: None,
+        };
+        a.spawn();
+        a
+    }
+
+    /// Writes `xml` as the config and starts the agent (for a calls source
+    /// other than [`agent_xml`]'s `file:`, e.g. `rtpengine`).
+    pub fn start_xml(dir: &Path, name: &str, xml: &str) -> Agent {
+        let config = dir.join(format!("{name}.xml"));
+        std::fs::write(&config, xml).expect("write agent config");
+        let mut a = Agent {
+            name: name.to_owned(),
+            config,
+            calls: dir.join(format!("{name}.calls")),
+            log: dir.join(format!("{name}.log")),
             child: None,
         };
         a.spawn();

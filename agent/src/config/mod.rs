@@ -25,6 +25,10 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
+/// The default high-water mark, percent of `load` (SPEC §4: 80 %): at or
+/// above it every change of `calls` is notified.
+pub const DEFAULT_HIGH_WATER: u8 = 80;
+
 mod validate;
 pub mod watch;
 mod xml;
@@ -78,6 +82,24 @@ impl AgentConfig {
         self.agent.sip_port = port;
         validate::check_sip_port(&self, origin, PortSetting::Flag)?;
         Ok(self)
+    }
+}
+
+impl AgentConfig {
+    /// Where the `rtpengine` calls source asks (`<pbyte><mcc>`; an
+    /// unspecified `bind-addr`, rtpengine listening on every address, is
+    /// asked on loopback); `None` for the other sources.
+    pub fn ng_address(&self) -> Option<SocketAddr> {
+        if self.agent.calls_source != CallsSource::Rtpengine {
+            return None;
+        }
+        let mcc = self.mcc?;
+        let ip = match mcc.ip() {
+            IpAddr::V4(v4) if v4.is_unspecified() => IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+            IpAddr::V6(v6) if v6.is_unspecified() => IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+            ip => ip,
+        };
+        Some(SocketAddr::new(ip, mcc.port()))
     }
 }
 
@@ -318,7 +340,7 @@ pub struct AgentSettings {
     /// `notify-high-water` (1 to 101): at or above this `load`, percent,
     /// every change of `calls` is notified (still at most one NOTIFY per
     /// `notify-min-interval-ms`); default
-    /// [`DEFAULT_HIGH_WATER`](crate::notifier::DEFAULT_HIGH_WATER) (SPEC §4,
+    /// [`DEFAULT_HIGH_WATER`] (SPEC §4,
     /// §10). 101 turns the rule off.
     pub notify_high_water: u8,
     /// `sample-interval-ms` (100 to 60000): milliseconds between two load samples;
@@ -350,7 +372,7 @@ impl Default for AgentSettings {
             max_subscription_expires: DEFAULT_MAX_SUBSCRIPTION_EXPIRES,
             calls_source: CallsSource::ProcNetUdp,
             notify_min_interval_ms: DEFAULT_NOTIFY_MIN_INTERVAL_MS,
-            notify_high_water: crate::notifier::DEFAULT_HIGH_WATER,
+            notify_high_water: DEFAULT_HIGH_WATER,
             sample_interval_ms: DEFAULT_SAMPLE_INTERVAL_MS,
             node_name: None,
             sip_port: 0,
@@ -388,6 +410,11 @@ pub enum CallsSource {
     File(PathBuf),
     /// `fixed:N`: a constant (tests, hosts without `/proc`).
     Fixed(u32),
+    /// `rtpengine`: the sessions of the rtpengine whose ng control port is
+    /// `<pbyte><mcc>` (required with this source), read over the ng
+    /// protocol ([`crate::load::rtpengine`]; SPEC §11). The media-control
+    /// address the agent reports is thus the port it reads the count from.
+    Rtpengine,
 }
 
 impl std::fmt::Display for CallsSource {
@@ -396,6 +423,7 @@ impl std::fmt::Display for CallsSource {
             CallsSource::ProcNetUdp => f.write_str("proc"),
             CallsSource::File(p) => write!(f, "file:{}", p.display()),
             CallsSource::Fixed(n) => write!(f, "fixed:{n}"),
+            CallsSource::Rtpengine => f.write_str("rtpengine"),
         }
     }
 }

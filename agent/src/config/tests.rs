@@ -552,6 +552,71 @@ fn calls_source_values() {
         assert_eq!(parse_calls_source(bad), None, "{bad}");
     }
     assert_eq!(CallsSource::Fixed(3).to_string(), "fixed:3");
+    assert_eq!(
+        parse_calls_source("rtpengine"),
+        Some(CallsSource::Rtpengine)
+    );
+    assert_eq!(CallsSource::Rtpengine.to_string(), "rtpengine");
+    for bad in ["rtpengine:127.0.0.1:2223", "Rtpengine", "rtpengine:"] {
+        assert_eq!(parse_calls_source(bad), None, "{bad}");
+    }
+}
+
+/// The `rtpengine` source asks rtpengine at `<pbyte><mcc>`, the address the
+/// agent reports as the media-control address (SPEC §3, §11); without
+/// `<mcc>` the config is refused, naming what is missing.
+#[test]
+fn the_rtpengine_source_reads_the_mcc_address() -> TestResult {
+    let rtpengine = |mcc: &str| {
+        doc(
+            GOOD_GENERAL,
+            &format!(
+                r#"<pbyte><mcc bind-addr="{mcc}" port="2223"/></pbyte><agent calls-source="rtpengine"/>"#
+            ),
+        )
+    };
+    let c = parse(&rtpengine("127.0.0.2"), origin())?;
+    assert_eq!(c.agent.calls_source, CallsSource::Rtpengine);
+    assert_eq!(c.ng_address(), Some("127.0.0.2:2223".parse()?));
+    assert_eq!(c.mcc, c.ng_address());
+    // rtpengine listening on every address is asked on loopback, and the
+    // address reported stays as written (the shell reports the contact's).
+    let any = parse(&rtpengine("0.0.0.0"), origin())?;
+    assert_eq!(any.ng_address(), Some("127.0.0.1:2223".parse()?));
+    let any6 = parse(&rtpengine("::"), origin())?;
+    assert_eq!(any6.ng_address(), Some("[::1]:2223".parse()?));
+    // Another source asks nothing.
+    let proc = parse(
+        &doc(
+            GOOD_GENERAL,
+            r#"<pbyte><mcc bind-addr="127.0.0.1" port="2223"/></pbyte>"#,
+        ),
+        origin(),
+    )?;
+    assert_eq!(proc.ng_address(), None);
+    let m = err(&doc(GOOD_GENERAL, r#"<agent calls-source="rtpengine"/>"#));
+    assert!(
+        m.starts_with(r#"config-examples/bad.xml: <agent calls-source="rtpengine">: rtpengine is asked at its ng port, <pbyte><mcc bind-addr port>, which this file lacks"#),
+        "{m}"
+    );
+    Ok(())
+}
+
+#[test]
+fn the_rtpengine_example_reads_its_ng_port() -> TestResult {
+    let c = load(&examples_dir().join("msr-rtpengine.xml"))?;
+    let ng: std::net::SocketAddr = "127.0.0.1:2223".parse()?;
+    assert_eq!(c.agent.calls_source, CallsSource::Rtpengine);
+    assert_eq!(c.ng_address(), Some(ng));
+    assert_eq!(c.mcc, Some(ng));
+    assert_eq!(
+        (c.transport.bind_addr, c.transport.port),
+        (ng.ip(), ng.port())
+    );
+    assert_eq!(c.agent.sip_port, 5061);
+    assert_eq!((c.media.port_start, c.media.port_end()), (30000, 40001));
+    assert_eq!(c.general.load_sensor, LoadSensor::Media);
+    Ok(())
 }
 
 #[test]

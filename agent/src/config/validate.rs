@@ -150,6 +150,17 @@ pub(super) fn validate(
         Some(v) => cx.int::<u16>(v, "agent", "sip-port", 0, u16::MAX)?,
         None => default_sip_port(&cx, transport.port)?,
     };
+    if agent.calls_source == CallsSource::Rtpengine && mcc.is_none() {
+        return Err(cx.invalid(
+            "agent",
+            "calls-source",
+            "rtpengine",
+            ValueProblem::Detail(
+                "rtpengine is asked at its ng port, <pbyte><mcc bind-addr port>, which this file lacks",
+            ),
+            "proc, file:/path, fixed:N, or rtpengine with <pbyte><mcc> set to rtpengine's listen-ng address",
+        ));
+    }
     let config = AgentConfig {
         general,
         transport,
@@ -474,15 +485,8 @@ fn agent(cx: &Ctx<'_>, raw: &RawAgent) -> Result<AgentSettings, ConfigError> {
     };
     let calls_source = match raw.calls_source.as_deref() {
         None => d.calls_source,
-        Some(v) => parse_calls_source(v).ok_or_else(|| {
-            cx.invalid(
-                E,
-                "calls-source",
-                v,
-                ValueProblem::Bad,
-                "proc, file:/path, fixed:N",
-            )
-        })?,
+        Some(v) => parse_calls_source(v)
+            .ok_or_else(|| cx.invalid(E, "calls-source", v, ValueProblem::Bad, CALLS_SOURCES))?,
     };
     let node_name = match raw.node_name.as_deref() {
         None => None,
@@ -541,10 +545,16 @@ fn agent(cx: &Ctx<'_>, raw: &RawAgent) -> Result<AgentSettings, ConfigError> {
     })
 }
 
-/// `proc` | `file:/path` | `fixed:N`
+/// The accepted `<agent calls-source>` values, as error messages list them.
+const CALLS_SOURCES: &str = "proc, file:/path, fixed:N, rtpengine (its ng port at <pbyte><mcc>)";
+
+/// `proc` | `file:/path` | `fixed:N` | `rtpengine`
 pub(super) fn parse_calls_source(v: &str) -> Option<CallsSource> {
     if v == "proc" {
         return Some(CallsSource::ProcNetUdp);
+    }
+    if v == "rtpengine" {
+        return Some(CallsSource::Rtpengine);
     }
     if let Some(p) = v.strip_prefix("file:") {
         return (!p.is_empty()).then(|| CallsSource::File(PathBuf::from(p)));

@@ -2,11 +2,15 @@
 //! `load` figure chosen by `<general load-sensor>` that goes into NOTIFY
 //! bodies.
 //!
-//! [`LoadSampler::sample`] never fails: when the calls source cannot be read
-//! the last known count is kept and a warning is logged (once per failure
-//! streak), so a transient `/proc` or file problem does not stop NOTIFYs.
+//! [`LoadSampler::sample`] never fails: when the `proc` or `file:` source
+//! cannot be read the last known count is kept and a warning is logged (once
+//! per failure streak), so a transient `/proc` or file problem does not stop
+//! NOTIFYs. The `rtpengine` source is the engine itself: its count comes
+//! with each sample from the shell's ng exchange ([`rtpengine`]), and an
+//! engine that does not answer is reported full ([`EngineSessions`]).
 
 pub mod cpu;
+pub mod rtpengine;
 pub mod sessions;
 
 use crate::config::{AgentSettings, CallsSource, General, LoadSensor, MediaConfig};
@@ -51,6 +55,20 @@ fn calls_load(calls: u32, max_calls: u32) -> u8 {
     u8::try_from(pct.min(100)).unwrap_or(100)
 }
 
+/// What the media engine said of its sessions for one sample (the
+/// `rtpengine` source, [`LoadSampler::set_engine_sessions`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineSessions {
+    /// The engine's own count, answered for this sample.
+    Known(u32),
+    /// The engine did not answer. The MSR is reported full, `load` 100 and
+    /// `calls` = `max-calls`, whatever the sensor: a leg sent to a relay
+    /// that does not answer its control port fails, and selection takes no
+    /// full MSR (SPEC §4: reaching 100 is notified at once; §7, §9). The
+    /// last good count is not reported instead: it would read as current.
+    Unavailable,
+}
+
 /// Samples CPU and media sessions and computes `load` (SPEC §2).
 #[derive(Debug)]
 pub struct LoadSampler {
@@ -61,6 +79,7 @@ pub struct LoadSampler {
     cpu: CpuSensor,
     last_calls: u32,
     failing: bool,
+    engine: EngineSessions,
 }
 
 impl LoadSampler {
@@ -75,6 +94,7 @@ impl LoadSampler {
             cpu: CpuSensor::new(),
             last_calls: 0,
             failing: false,
+            engine: EngineSessions::Unavailable,
         }
     }
 
@@ -87,11 +107,36 @@ impl LoadSampler {
         self.source = agent.calls_source.clone();
     }
 
+    /// What the engine answered for the next sample (the `rtpengine`
+    /// source; ignored by the others).
+    pub fn set_engine_sessions(&mut self, engine: EngineSessions) {
+        self.engine = engine;
+    }
+
     /// Takes a sample: CPU over the window since the previous call, the
     /// current calls count (the last known one if the source cannot be read)
     /// and the resulting `load`.
     pub fn sample(&mut self) -> Sample {
         let cpu = self.cpu.sample();
+        if self.source == CallsSource::Rtpengine {
+            let calls = match self.engine {
+                EngineSessions::Known(n) => n,
+                EngineSessions::Unavailable => {
+                    return Sample {
+                        load: 100,
+                        cpu,
+                        calls: self.max_calls,
+                        max_calls: self.max_calls,
+                    };
+                }
+            };
+            return Sample {
+                load: compute_load(self.sensor, cpu, calls, self.max_calls),
+                cpu,
+                calls,
+                max_calls: self.max_calls,
+            };
+        }
         let calls = self.read_calls();
         Sample {
             load: compute_load(self.sensor, cpu, calls, self.max_calls),
@@ -108,6 +153,7 @@ impl LoadSampler {
                 sessions::read_proc_calls(self.media.port_start, self.media.port_range)
             }
             CallsSource::File(path) => sessions::read_calls_file(path),
+            CallsSource::Rtpengine => return self.last_calls,
         };
         match result {
             Ok(n) => {
@@ -206,6 +252,36 @@ mod tests {
         std::fs::write(&file, "12")?;
         assert_eq!(s.sample().calls, 12);
         Ok(())
+    }
+
+    #[test]
+    fn sampler_rtpengine_source_reports_the_answer_or_full() {
+        let media = MediaConfig {
+            port_start: 20000,
+            port_range: 1000,
+        };
+        let agent = AgentSettings {
+            calls_source: CallsSource::Rtpengine,
+            ..AgentSettings::default()
+        };
+        let mut s = LoadSampler::new(&media, &general(LoadSensor::Calls), &agent);
+        // Before the first answer the engine is not known to relay anything.
+        let first = s.sample();
+        assert_eq!((first.load, first.calls, first.max_calls), (100, 100, 100));
+        s.set_engine_sessions(EngineSessions::Known(37));
+        let known = s.sample();
+        assert_eq!((known.load, known.calls), (37, 37));
+        // No answer: full again, not the last good 37.
+        s.set_engine_sessions(EngineSessions::Unavailable);
+        let gone = s.sample();
+        assert_eq!((gone.load, gone.calls), (100, 100));
+        // Whatever the sensor.
+        let mut cpu = LoadSampler::new(&media, &general(LoadSensor::Cpu), &agent);
+        assert_eq!(cpu.sample().load, 100);
+        cpu.set_engine_sessions(EngineSessions::Known(99));
+        let sample = cpu.sample();
+        assert_eq!(sample.calls, 99);
+        assert!(sample.load <= 100);
     }
 
     #[test]

@@ -22,8 +22,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// The default high-water mark, percent of `load` (SPEC §4: 80 %).
-pub const DEFAULT_HIGH_WATER: u8 = 80;
+pub use crate::config::DEFAULT_HIGH_WATER;
 
 /// The thresholds of SPEC §4.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

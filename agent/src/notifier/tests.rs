@@ -19,6 +19,11 @@ const COLLECTOR: Option<SocketAddr> = Some(SocketAddr::new(
     5060,
 ));
 
+/// The address of collector `i` (`i` = 0: [`COLLECTOR`]).
+fn registrar(i: u16) -> Option<SocketAddr> {
+    Some(SocketAddr::from(([127, 0, 0, 1], 5060 + i)))
+}
+
 fn config() -> NotifierConfig {
     NotifierConfig {
         load_delta: 10,
@@ -28,6 +33,11 @@ fn config() -> NotifierConfig {
         contact_host_port: "127.0.0.1:5070".into(),
         accounts: BTreeSet::from(["msr_1".to_owned()]),
         subscribers: BTreeSet::from([IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)]),
+        // A collector at 127.0.0.1:5060, and more on the next ports
+        // (several collectors, one host: `registrar(i)`).
+        registrars: (0..100)
+            .map(|i| SocketAddr::from(([127, 0, 0, 1], 5060 + i)))
+            .collect(),
     }
 }
 
@@ -409,7 +419,7 @@ fn shutdown_deactivates_every_subscription() {
         let resp = n
             .handle_request(
                 t0,
-                COLLECTOR,
+                registrar(i),
                 &subscribe(&format!("c{i}"), None, 1, Some(60), EVENT),
             )
             .expect("response");
@@ -440,7 +450,7 @@ fn five_subscriptions() -> (Notifier, Instant, Vec<NotifyTransmit>) {
     for i in 0..5 {
         n.handle_request(
             t0,
-            COLLECTOR,
+            registrar(i),
             &subscribe(&format!("c{i}"), None, 1, Some(60), EVENT),
         )
         .expect("response");
@@ -588,7 +598,7 @@ fn many_subscribers_each_get_their_own_dialog() {
         let resp = n
             .handle_request(
                 t0,
-                COLLECTOR,
+                registrar(i),
                 &subscribe(&format!("c{i}"), None, 1, Some(60), EVENT),
             )
             .expect("response");
@@ -624,34 +634,117 @@ fn other_requests() {
     );
 }
 
+/// Slots (SPEC §4, module docs): other processes on the registrar's host
+/// get a few subscriptions, never the registrar's own: the collector,
+/// subscribing from the address it registers on, always gets its slot,
+/// and its new dialog replaces the one it forgot when it restarted.
 #[test]
-fn subscriptions_are_capped_and_the_excess_gets_503_with_retry_after() {
+fn no_other_source_can_lock_the_registrar_out_of_its_slot() {
     let t0 = Instant::now();
     let mut n = Notifier::new(config(), sample(30));
-    for i in 0..MAX_SUBSCRIPTIONS {
+    let mut statuses = Vec::new();
+    for i in 0..8u16 {
+        let r = subscribe(&format!("other{i}"), None, 1, Some(60), EVENT);
         let resp = n
-            .handle_request(
-                t0,
-                COLLECTOR,
-                &subscribe(&format!("c{i}"), None, 1, Some(60), EVENT),
-            )
+            .handle_request(t0, from(&format!("127.0.0.1:{}", 40_000 + i)), &r)
             .expect("response");
+        statuses.push(resp.status_code.code());
+    }
+    assert_eq!(statuses, [200, 200, 200, 200, 503, 503, 503, 503]);
+    drain(&mut n);
+    // The same other address again: its new dialog replaces its old one.
+    let again = n
+        .handle_request(
+            t0,
+            from("127.0.0.1:40000"),
+            &subscribe("other0b", None, 1, Some(60), EVENT),
+        )
+        .expect("response");
+    assert_eq!(again.status_code, StatusCode::OK);
+    assert_eq!(n.subscriptions().len(), 4);
+    // The registrar: accepted however full the others' share is, and a
+    // restarted one (a new dialog) replaces its dialog instead of taking
+    // a second slot.
+    for i in 0..3 {
+        let r = subscribe(&format!("collector{i}"), None, 1, Some(60), EVENT);
+        let resp = n.handle_request(t0, COLLECTOR, &r).expect("response");
         assert_eq!(resp.status_code, StatusCode::OK);
     }
-    assert_eq!(drain(&mut n).len(), MAX_SUBSCRIPTIONS);
+    assert_eq!(n.subscriptions().len(), 5);
+}
+
+#[test]
+fn subscriptions_of_other_hosts_are_capped_in_all_with_retry_after() {
+    let t0 = Instant::now();
+    let mut c = config();
+    c.subscribers
+        .extend((0..=255u8).map(|i| IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 1, i))));
+    let mut n = Notifier::new(c, sample(30));
+    let mut accepted = 0;
+    'hosts: for host in 0..=255u8 {
+        for port in 0..SUBSCRIPTIONS_PER_HOST_PER_ACCOUNT as u16 {
+            let mut r = subscribe(&format!("c{host}-{port}"), None, 1, Some(60), EVENT);
+            sip::set_header(
+                &mut r.headers,
+                "Contact",
+                format!("<sip:collector@127.0.1.{host}:5060>"),
+            );
+            let source = from(&format!("127.0.1.{host}:{}", 6000 + port));
+            let resp = n.handle_request(t0, source, &r).expect("response");
+            if resp.status_code != StatusCode::OK {
+                assert_eq!(resp.status_code, StatusCode::ServiceUnavailable);
+                assert_eq!(h(&resp.headers, "Retry-After"), "60");
+                break 'hosts;
+            }
+            accepted += 1;
+        }
+    }
+    assert_eq!(accepted, MAX_SUBSCRIPTIONS);
+    drain(&mut n);
+    // The registrar is not counted among them.
     let resp = n
         .handle_request(
             t0,
             COLLECTOR,
-            &subscribe("one-too-many", None, 1, Some(60), EVENT),
+            &subscribe("registrar", None, 1, Some(60), EVENT),
         )
         .expect("response");
-    assert_eq!(resp.status_code, StatusCode::ServiceUnavailable);
-    assert_eq!(h(&resp.headers, "Retry-After"), "60");
-    assert!(
-        drain(&mut n).is_empty(),
-        "no NOTIFY for a refused subscription"
+    assert_eq!(resp.status_code, StatusCode::OK);
+}
+
+/// SPEC §3: a registrar that answers a NOTIFY 481 may have lost the
+/// binding: the notifier names the account and the registrar; a 481 from
+/// another subscriber does not.
+#[test]
+fn a_481_from_the_registrar_asks_for_a_new_register() {
+    let t0 = Instant::now();
+    let mut n = Notifier::new(config(), sample(30));
+    n.handle_request(t0, COLLECTOR, &subscribe("c1", None, 1, Some(600), EVENT))
+        .expect("response");
+    let notify = drain(&mut n).remove(0);
+    let response = sip::response(
+        &notify.request,
+        StatusCode::CallTransactionDoesNotExist,
+        None,
     );
+    n.handle_notify_response(t0, notify.subscription, &response);
+    assert_eq!(
+        n.poll_forgotten(),
+        Some(("msr_1".to_owned(), SocketAddr::from(([127, 0, 0, 1], 5060))))
+    );
+    assert!(n.subscriptions().is_empty());
+    // From another address on that host: no new REGISTER.
+    let r = subscribe("other", None, 1, Some(60), EVENT);
+    n.handle_request(t0, from("127.0.0.1:40000"), &r)
+        .expect("response");
+    let sent = drain(&mut n);
+    let response = sip::response(
+        &sent[0].request,
+        StatusCode::CallTransactionDoesNotExist,
+        None,
+    );
+    n.handle_notify_response(t0, sent[0].subscription, &response);
+    assert_eq!(n.poll_forgotten(), None);
 }
 
 fn sample_calls(load: u8, calls: u32) -> Sample {
@@ -751,9 +844,14 @@ fn notify_error_responses_end_the_subscription_as_rfc_6665_says() {
     let keeping = [200, 202, 302, 400, 401, 403, 407, 486, 491, 500, 503, 600];
     for code in ending.into_iter().chain(keeping) {
         let (mut n, t0, _) = subscribed(60);
-        // A second subscription, answered 200: it must be untouched.
-        n.handle_request(t0, COLLECTOR, &subscribe("other", None, 1, Some(60), EVENT))
-            .expect("response");
+        // A second collector's subscription, answered 200: it must be
+        // untouched.
+        n.handle_request(
+            t0,
+            registrar(1),
+            &subscribe("other", None, 1, Some(60), EVENT),
+        )
+        .expect("response");
         let first = drain(&mut n);
         assert_eq!(first.len(), 1);
         n.handle_notify_response(t0, first[0].subscription, &reply(&first[0], 200));

@@ -219,7 +219,8 @@ fn a_validation_error_points_at_the_value_it_names() {
     assert_eq!(locate(text, "accounts[2].auth_name"), None);
     assert_eq!(locate(text, "store.tls"), None);
     let text = "[store]\nendpoints = [\"127.0.0.1:2379\"]\n";
-    assert_eq!(locate(text, "store.endpoints[0]"), Some((2, 13)));
+    // The element itself, not the array.
+    assert_eq!(locate(text, "store.endpoints[0]"), Some((2, 14)));
 }
 
 #[test]

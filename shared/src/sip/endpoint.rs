@@ -270,6 +270,13 @@ pub(super) const UDP_RECV_BUFFER: usize = 4 << 20;
 /// Also for a daemon's stateless UDP sockets (the collector's redirect
 /// server), so every SIP socket gets the same receive buffer.
 pub fn udp_socket(addr: SocketAddr) -> std::io::Result<tokio::net::UdpSocket> {
+    tokio::net::UdpSocket::from_std(std_udp_socket(addr)?)
+}
+
+/// [`udp_socket`] before it is handed to a tokio runtime (non-blocking):
+/// for a daemon that reads and writes the same socket from threads with
+/// runtimes of their own (`try_clone`).
+pub fn std_udp_socket(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let domain = if addr.is_ipv6() {
         Domain::IPV6
@@ -282,8 +289,14 @@ pub fn udp_socket(addr: SocketAddr) -> std::io::Result<tokio::net::UdpSocket> {
     if let Err(e) = socket.set_recv_buffer_size(UDP_RECV_BUFFER) {
         tracing::debug!(error = %e, "cannot enlarge the udp receive buffer");
     }
+    // Each datagram sent is charged to the sender until the receiver has
+    // read it: a burst of answers to a slow reader must not stall the
+    // writer at the kernel's default (about 200 KiB).
+    if let Err(e) = socket.set_send_buffer_size(UDP_RECV_BUFFER) {
+        tracing::debug!(error = %e, "cannot enlarge the udp send buffer");
+    }
     socket.bind(&addr.into())?;
-    tokio::net::UdpSocket::from_std(socket.into())
+    Ok(socket.into())
 }
 
 impl SipEndpoint {

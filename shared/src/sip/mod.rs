@@ -12,10 +12,12 @@
 
 pub mod digest;
 mod endpoint;
+pub mod transaction;
+pub mod wire;
 
 pub use endpoint::{
-    udp_socket, EndpointError, ServerTransaction, SipEndpoint, SipEvent, MAX_DATAGRAM,
-    OVERSIZED_LOG_INTERVAL,
+    std_udp_socket, udp_socket, EndpointError, ServerTransaction, SipEndpoint, SipEvent,
+    MAX_DATAGRAM, OVERSIZED_LOG_INTERVAL,
 };
 pub use rsipstack::sip::{Header, Headers, Method, Request, Response, SipMessage, StatusCode, Uri};
 

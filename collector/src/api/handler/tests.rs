@@ -1,0 +1,1566 @@
+use std::time::Duration;
+
+use msr_shared::event_package::LoadReport;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use super::*;
+use crate::model::load_table::{Change, Placement};
+use crate::operator::store::Store;
+use crate::sip::registrar::Binding;
+use crate::sip::subscriber::SubscriberConfig;
+
+/// One control request as the shell carries it out with the file store
+/// (`Shell::commit`): [`prepare`], then a change is saved and only then made
+/// current (and the load table told); if the save fails the answer is
+/// `store_failed` and nothing changed.
+fn handle(request: Request, ctx: &mut AdminContext<'_>, store: &Store, now: Instant) -> Response {
+    match prepare(request, ctx, now) {
+        Outcome::Answer(response) => response,
+        Outcome::Change { next, response } => {
+            if let Err(error) = store.save(&next) {
+                tracing::error!(cause = %error, "operator change not saved");
+                return store_failed(&error);
+            }
+            *ctx.operator = *next;
+            ctx.table.apply(ctx.operator, Change::OperatorChanged);
+            response
+        }
+    }
+}
+
+struct Harness {
+    operator: OperatorConfig,
+    table: LoadTable,
+    registrar: Registrar,
+    subscriber: Subscriber,
+    store: Store,
+    defaults: Defaults,
+    rng: StdRng,
+    legs: crate::model::legs::LegTable,
+    _dir: tempfile::TempDir,
+}
+
+impl Harness {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::new(dir.path().join("operator.json"));
+        let defaults = Defaults::default();
+        let config = crate::config::parse(
+            "[sip]\nrealm = \"msr.local\"\n[[accounts]]\nauth_name = \"msr\"\npassword = \"msr-secret\"\n",
+            "test",
+        )
+        .expect("config");
+        let local = "sip:collector@127.0.0.1:5060".to_owned();
+        Self {
+            operator: OperatorConfig::new(),
+            table: LoadTable::new(
+                "core1@test".into(),
+                Placement {
+                    zone: defaults.zone.clone(),
+                    site: defaults.site.clone(),
+                },
+            ),
+            registrar: Registrar::new(&config.sip, &config.accounts),
+            subscriber: Subscriber::new(SubscriberConfig {
+                local_uri: local.clone(),
+                contact: local,
+                default_expires: defaults.subscription_expires_secs,
+            }),
+            store,
+            defaults,
+            rng: StdRng::seed_from_u64(1),
+            legs: crate::model::legs::LegTable::new(crate::model::legs::DEFAULT_MAX_DURATION),
+            _dir: dir,
+        }
+    }
+
+    fn run(&mut self, request: Request, now: Instant) -> Response {
+        let mut ctx = AdminContext {
+            operator: &mut self.operator,
+            table: &mut self.table,
+            registrar: &self.registrar,
+            subscriber: &self.subscriber,
+            defaults: &self.defaults,
+            rng: &mut self.rng,
+            legs: &mut self.legs,
+            core_hosts: 1,
+        };
+        handle(request, &mut ctx, &self.store, now)
+    }
+
+    fn ok(&mut self, request: Request, now: Instant) -> ResponseData {
+        match self.run(request.clone(), now) {
+            Response::Ok(data) => data,
+            Response::Err(error) => panic!("{request:?} refused: {error:?}"),
+        }
+    }
+
+    fn err(&mut self, request: Request, now: Instant) -> ErrorCode {
+        match self.run(request.clone(), now) {
+            Response::Err(error) => error.code,
+            Response::Ok(data) => panic!("{request:?} accepted: {data:?}"),
+        }
+    }
+
+    /// `contact` of `msr` registers (or refreshes its registration).
+    fn register(&mut self, contact: &str, msr: &str, now: Instant) {
+        let uri = format!("sip:{msr}@127.0.0.1:5040");
+        let binding = Binding::test(contact, msr, &uri, now + Duration::from_secs(60));
+        // The registrar keeps a first binding (restore leaves a known one
+        // alone); the table takes every registration, refreshes included.
+        self.registrar.restore(now, vec![binding.clone()]);
+        while self.registrar.poll_event().is_some() {}
+        self.table
+            .apply(&self.operator, Change::BindingChanged(&binding));
+    }
+
+    /// A NOTIFY reported `report` for its MSR at `at`.
+    fn load(&mut self, report: LoadReport, at: Instant) {
+        let msr = report.msr.clone();
+        let change = Change::LoadReported {
+            msr: &msr,
+            report,
+            at,
+        };
+        self.table.apply(&self.operator, change);
+    }
+}
+
+fn declare(name: &str) -> Request {
+    Request::SiteDeclare { name: name.into() }
+}
+
+#[test]
+fn mutations_are_persisted_before_ok() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.ok(declare("local"), now);
+    h.ok(declare("remote"), now);
+    let data = h.ok(
+        Request::SiteDistance {
+            a: "local".into(),
+            b: "remote".into(),
+            distance: Distance::Finite(64.0),
+        },
+        now,
+    );
+    let ResponseData::Changed(change) = data else {
+        panic!("{data:?}")
+    };
+    assert_eq!(
+        (change.from, change.to),
+        (
+            ChangeValue::Distance(Distance::Infinity),
+            ChangeValue::Distance(Distance::Finite(64.0))
+        )
+    );
+    h.ok(
+        Request::MsrSetPerformanceCoefficient {
+            msr: "msr_1".into(),
+            value: 2.0,
+        },
+        now,
+    );
+    assert_eq!(h.store.load().expect("load"), h.operator);
+}
+
+#[test]
+fn hello_answers_the_protocol_version() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    let ResponseData::Hello(hello) = h.ok(Request::Hello {}, now) else {
+        panic!("hello")
+    };
+    assert_eq!(hello.version, PROTOCOL_VERSION);
+    assert!(hello.software.starts_with("msr-collector "), "{hello:?}");
+}
+
+#[test]
+fn failed_save_changes_nothing() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.store = Store::new(h._dir.path().join("missing").join("operator.json"));
+    assert_eq!(h.err(declare("local"), now), ErrorCode::StoreFailed);
+    assert!(!h.operator.topology().contains("local"));
+}
+
+#[test]
+fn refusals_carry_codes() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.ok(declare("local"), now);
+    assert_eq!(h.err(declare("local"), now), ErrorCode::SiteExists);
+    assert_eq!(
+        h.err(
+            Request::SiteRemove {
+                name: "nowhere".into()
+            },
+            now
+        ),
+        ErrorCode::UnknownSite
+    );
+    // `local` is the default site: every contact without an override uses it.
+    assert_eq!(
+        h.err(
+            Request::SiteRemove {
+                name: "local".into()
+            },
+            now
+        ),
+        ErrorCode::SiteInUse
+    );
+    assert_eq!(
+        h.err(
+            Request::MsrSetPerformanceCoefficient {
+                msr: "m".into(),
+                value: 0.0
+            },
+            now
+        ),
+        ErrorCode::InvalidValue
+    );
+    assert_eq!(
+        h.err(
+            Request::SubscriptionSetExpires {
+                msr: "m".into(),
+                event: "presence".into(),
+                expires_secs: 30
+            },
+            now
+        ),
+        ErrorCode::BadEvent
+    );
+    assert_eq!(
+        h.err(
+            Request::ResourceSetSite {
+                contact: "lo@m".into(),
+                site: "mars".into()
+            },
+            now
+        ),
+        ErrorCode::UnknownSite
+    );
+    assert_eq!(
+        h.err(
+            Request::SiteDistance {
+                a: "local".into(),
+                b: "local".into(),
+                distance: Distance::Finite(-1.0)
+            },
+            now
+        ),
+        ErrorCode::InvalidValue
+    );
+}
+
+#[test]
+fn site_in_use_by_live_contact_cannot_be_removed() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.ok(declare("local"), now);
+    h.ok(declare("remote"), now);
+    h.register("lo@msr_1", "msr_1", now);
+    h.ok(
+        Request::ResourceSetSite {
+            contact: "lo@msr_1".into(),
+            site: "remote".into(),
+        },
+        now,
+    );
+    assert_eq!(
+        h.err(
+            Request::SiteRemove {
+                name: "remote".into()
+            },
+            now
+        ),
+        ErrorCode::SiteInUse
+    );
+    let ResponseData::Resources { rows } = h.ok(Request::ResourceList { active_only: false }, now)
+    else {
+        panic!("resources")
+    };
+    assert_eq!(rows[0].site, "remote");
+
+    // Unset: the contact takes the default site again, and the site can go.
+    let ResponseData::Changed(change) = h.ok(
+        Request::ResourceUnset {
+            contact: "lo@msr_1".into(),
+            property: ContactProperty::Site,
+        },
+        now,
+    ) else {
+        panic!("changed")
+    };
+    assert_eq!(
+        (change.from, change.to),
+        (
+            ChangeValue::Text("remote".into()),
+            ChangeValue::Text("local".into())
+        )
+    );
+    let ResponseData::Resources { rows } = h.ok(Request::ResourceList { active_only: false }, now)
+    else {
+        panic!("resources")
+    };
+    assert_eq!(rows[0].site, "local");
+    h.ok(
+        Request::SiteRemove {
+            name: "remote".into(),
+        },
+        now,
+    );
+    // Unsetting what is not set changes nothing and is not an error.
+    h.ok(
+        Request::ResourceUnset {
+            contact: "lo@msr_1".into(),
+            property: ContactProperty::Zone,
+        },
+        now,
+    );
+}
+
+#[test]
+fn matrix_rows_all_sites_columns_named() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    for site in ["local", "remote", "remote_1", "remote_side"] {
+        h.ok(declare(site), now);
+    }
+    h.ok(
+        Request::SiteDistance {
+            a: "local".into(),
+            b: "remote_1".into(),
+            distance: Distance::Finite(32.0),
+        },
+        now,
+    );
+    let names = vec!["local".into(), "remote".into(), "remote_1".into()];
+    let ResponseData::Matrix(matrix) = h.ok(Request::SiteMatrix { names }, now) else {
+        panic!("matrix")
+    };
+    assert_eq!(matrix.sites.len(), 4);
+    assert_eq!(matrix.columns, vec![0, 1, 2]);
+    assert_eq!(
+        matrix.cells[0],
+        vec![
+            Distance::Finite(0.0),
+            Distance::Infinity,
+            Distance::Finite(32.0)
+        ]
+    );
+    assert_eq!(
+        h.err(
+            Request::SiteMatrix {
+                names: vec!["nowhere".into()]
+            },
+            now
+        ),
+        ErrorCode::UnknownSite
+    );
+}
+
+/// A report of `msr` at load 50 (1 call of 10).
+fn half_loaded(msr: &str) -> LoadReport {
+    LoadReport {
+        msr: msr.into(),
+        load: 50,
+        cpu: 10,
+        calls: 1,
+        max_calls: 10,
+    }
+}
+
+#[test]
+fn operator_changes_reach_the_table_and_select() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.ok(declare("local"), now);
+    h.register("lo@msr_1", "msr_1", now);
+    h.register("lo@msr_2", "msr_2", now);
+    h.load(half_loaded("msr_1"), now);
+    h.ok(
+        Request::MsrSetActive {
+            msr: "msr_2".into(),
+            active: false,
+        },
+        now,
+    );
+    let select = Request::Select {
+        zone: "default".into(),
+        site: "local".into(),
+        msr: None,
+        random: Some(10.0),
+        explain: true,
+        call_id: None,
+        leg: None,
+        conference: None,
+    };
+    let ResponseData::Selected(selection) = h.ok(select, now) else {
+        panic!("selected")
+    };
+    assert_eq!(selection.msr, "msr_1");
+    let explain = selection.explain.expect("explain");
+    assert_eq!(explain.intervals.len(), 1);
+    assert_eq!(explain.total, 50.0);
+
+    let ResponseData::Resources { rows } = h.ok(Request::ResourceList { active_only: true }, now)
+    else {
+        panic!("resources")
+    };
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].load, Some(50));
+
+    let out_of_range = Request::Select {
+        zone: "default".into(),
+        site: "local".into(),
+        msr: None,
+        random: Some(50.0),
+        explain: false,
+        call_id: None,
+        leg: None,
+        conference: None,
+    };
+    assert_eq!(h.err(out_of_range, now), ErrorCode::InvalidValue);
+    let unknown = Request::Select {
+        zone: "default".into(),
+        site: "mars".into(),
+        msr: None,
+        random: None,
+        explain: false,
+        call_id: None,
+        leg: None,
+        conference: None,
+    };
+    assert_eq!(h.err(unknown, now), ErrorCode::UnknownSite);
+    let nothing = Request::Select {
+        zone: "rtk".into(),
+        site: "local".into(),
+        msr: None,
+        random: None,
+        explain: true,
+        call_id: None,
+        leg: None,
+        conference: None,
+    };
+    match h.run(nothing, now) {
+        Response::Err(error) => {
+            assert_eq!(error.code, ErrorCode::MsrNotFound);
+            assert!(error.explain.is_some());
+        }
+        Response::Ok(data) => panic!("{data:?}"),
+    }
+}
+
+/// A selection's zone and other-leg MSR are names: an empty, malformed or
+/// over-long one is refused, not read as "no MSR there" or "elsewhere",
+/// and nothing is placed.
+#[test]
+fn select_refuses_malformed_zone_and_msr_names() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.ok(declare("local"), now);
+    h.register("lo@msr_1", "msr_1", now);
+    h.load(half_loaded("msr_1"), now);
+    let select = |zone: &str, msr: Option<&str>| Request::Select {
+        zone: zone.into(),
+        site: "local".into(),
+        msr: msr.map(Into::into),
+        random: None,
+        explain: false,
+        call_id: Some("refused-1".into()),
+        leg: None,
+        conference: None,
+    };
+    let long = "m".repeat(3000);
+    for (zone, msr) in [
+        ("", None),
+        ("a b", None),
+        ("\u{1b}[31m", None),
+        ("default", Some("")),
+        ("default", Some("a\u{0}b")),
+        ("default", Some(long.as_str())),
+    ] {
+        assert_eq!(
+            h.err(select(zone, msr), now),
+            ErrorCode::InvalidValue,
+            "{zone:?} {msr:?}"
+        );
+    }
+    assert_eq!(h.legs.len(), 0, "a refused selection places no leg");
+    let ResponseData::Selected(chosen) = h.ok(select("default", Some("msr_1")), now) else {
+        panic!("selected")
+    };
+    assert_eq!(chosen.msr, "msr_1");
+}
+
+#[test]
+fn lists_msrs_and_subscriptions() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.register("lo@msr_1", "msr_1", now);
+    h.ok(
+        Request::MsrSetPerformanceCoefficient {
+            msr: "msr_9".into(),
+            value: 2.0,
+        },
+        now,
+    );
+    h.ok(
+        Request::SubscriptionSetExpires {
+            msr: "msr_1".into(),
+            event: EVENT_PACKAGE.into(),
+            expires_secs: 30,
+        },
+        now,
+    );
+    let ResponseData::Msrs { msrs } = h.ok(Request::MsrList {}, now) else {
+        panic!("msrs")
+    };
+    let names: Vec<_> = msrs
+        .iter()
+        .map(|m| (m.name.as_str(), m.registered, m.performance_coefficient))
+        .collect();
+    assert_eq!(names, [("msr_1", true, 1.0), ("msr_9", false, 2.0)]);
+    let ResponseData::Subscriptions { rows } = h.ok(Request::SubscriptionList {}, now) else {
+        panic!("subs")
+    };
+    assert_eq!(rows.len(), 1);
+    assert_eq!((rows[0].expires_secs, rows[0].status.as_ref()), (30, None));
+}
+
+#[tokio::test]
+async fn socket_round_trip_and_bad_lines() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("control.sock");
+    // A stale socket file from a previous run is replaced.
+    drop(std::os::unix::net::UnixListener::bind(&path).expect("stale"));
+    let listener = bind_control_socket(&path).expect("bind");
+    let mode = std::fs::metadata(&path).expect("meta").permissions().mode() & 0o777;
+    assert_eq!(mode, SOCKET_MODE);
+    assert_eq!(
+        bind_control_socket(&path).expect_err("in use").kind(),
+        io::ErrorKind::AddrInUse
+    );
+
+    let (tx, mut rx) = mpsc::channel::<AdminCommand>(8);
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn(serve(listener, tx, shutdown.clone()));
+    // A stand-in main loop: answers every request with the site list.
+    let main_loop = tokio::spawn(async move {
+        while let Some(command) = rx.recv().await {
+            let data = match command.request {
+                Request::SiteList {} => ResponseData::Sites {
+                    sites: vec!["local".into()],
+                },
+                other => ResponseData::Sites {
+                    sites: vec![format!("{other:?}")],
+                },
+            };
+            let _ = command.reply.send(Response::Ok(data));
+        }
+    });
+
+    let stream = UnixStream::connect(&path).await.expect("connect");
+    let (read, mut write) = stream.into_split();
+    let mut lines = BufReader::new(read).lines();
+    write
+        .write_all(b"not json\n{\"op\":\"reboot\"}\n\n{\"op\":\"site_list\"}\n")
+        .await
+        .expect("write");
+    let mut responses = Vec::new();
+    for _ in 0..3 {
+        let line = lines.next_line().await.expect("read").expect("line");
+        responses.push(serde_json::from_str::<Response>(&line).expect("json"));
+    }
+    let [first, second, third] = <[Response; 3]>::try_from(responses).expect("three");
+    assert!(matches!(
+        first,
+        Response::Err(ErrorBody {
+            code: ErrorCode::BadRequest,
+            ..
+        })
+    ));
+    assert!(matches!(
+        second,
+        Response::Err(ErrorBody {
+            code: ErrorCode::BadRequest,
+            ..
+        })
+    ));
+    assert_eq!(
+        third,
+        Response::Ok(ResponseData::Sites {
+            sites: vec!["local".into()]
+        })
+    );
+
+    shutdown.cancel();
+    server.await.expect("server");
+    main_loop.await.expect("main loop");
+}
+
+#[test]
+fn bind_refuses_a_regular_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("control.sock");
+    std::fs::write(&path, "x").expect("write");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let result = rt.block_on(async { bind_control_socket(&path).map(drop) });
+    assert_eq!(
+        result.expect_err("not a socket").kind(),
+        io::ErrorKind::AlreadyExists
+    );
+}
+
+#[tokio::test]
+async fn connections_past_the_limit_get_an_error_line_and_are_closed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("control.sock");
+    let listener = bind_control_socket(&path).expect("bind");
+    let (tx, _rx) = mpsc::channel::<AdminCommand>(8);
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn(serve(listener, tx, shutdown.clone()));
+    let mut idle = Vec::new();
+    for _ in 0..MAX_CONNECTIONS {
+        idle.push(UnixStream::connect(&path).await.expect("connect"));
+    }
+    // The server accepts in order: the first 256 are being served when it
+    // accepts this one.
+    let extra = UnixStream::connect(&path).await.expect("connect");
+    let mut lines = BufReader::new(extra).lines();
+    let line = lines
+        .next_line()
+        .await
+        .expect("read")
+        .expect("an error line");
+    let response: Response = serde_json::from_str(&line).expect("json");
+    assert!(
+        matches!(
+            response,
+            Response::Err(ErrorBody {
+                code: ErrorCode::Unavailable,
+                ..
+            })
+        ),
+        "{line}"
+    );
+    assert_eq!(lines.next_line().await.expect("read"), None, "then closed");
+    drop(idle);
+    shutdown.cancel();
+    server.await.expect("server");
+}
+
+#[test]
+fn negative_zero_is_taken_as_zero() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.ok(declare("local"), now);
+    let ResponseData::Changed(change) = h.ok(
+        Request::SiteDistance {
+            a: "local".into(),
+            b: "local".into(),
+            distance: Distance::Finite(-0.0),
+        },
+        now,
+    ) else {
+        panic!("changed")
+    };
+    assert!(
+        matches!(change.to, ChangeValue::Distance(Distance::Finite(v)) if v == 0.0 && v.is_sign_positive()),
+        "{change:?}"
+    );
+    let stored = h
+        .operator
+        .topology()
+        .distance("local", "local")
+        .expect("distance");
+    assert!(stored == 0.0 && stored.is_sign_positive(), "{stored}");
+    match h.run(
+        Request::MsrSetPerformanceCoefficient {
+            msr: "m".into(),
+            value: -0.0,
+        },
+        now,
+    ) {
+        Response::Err(error) => {
+            assert_eq!(error.code, ErrorCode::InvalidValue);
+            assert!(
+                error
+                    .message
+                    .starts_with("invalid performance coefficient 0 for msr `m`"),
+                "{}",
+                error.message
+            );
+        }
+        Response::Ok(data) => panic!("{data:?}"),
+    }
+    h.register("lo@msr_1", "msr_1", now);
+    let ResponseData::Selected(selection) = h.ok(
+        Request::Select {
+            zone: "default".into(),
+            site: "local".into(),
+            msr: None,
+            random: Some(-0.0),
+            explain: false,
+            call_id: None,
+            leg: None,
+            conference: None,
+        },
+        now,
+    ) else {
+        panic!("selected")
+    };
+    assert!(selection.draw == 0.0 && selection.draw.is_sign_positive());
+}
+
+#[test]
+fn huge_values_are_shown_compactly() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.ok(declare("local"), now);
+    h.ok(declare("remote"), now);
+    let ResponseData::Changed(change) = h.ok(
+        Request::SiteDistance {
+            a: "local".into(),
+            b: "remote".into(),
+            distance: Distance::Finite(1e308),
+        },
+        now,
+    ) else {
+        panic!("changed")
+    };
+    assert_eq!(
+        (change.from, change.to),
+        (
+            ChangeValue::Distance(Distance::Infinity),
+            ChangeValue::Distance(Distance::Finite(1e308))
+        )
+    );
+    let ResponseData::Changed(change) = h.ok(
+        Request::SiteDistance {
+            a: "local".into(),
+            b: "remote".into(),
+            distance: Distance::Finite(5e-324),
+        },
+        now,
+    ) else {
+        panic!("changed")
+    };
+    assert_eq!(
+        (change.from, change.to),
+        (
+            ChangeValue::Distance(Distance::Finite(1e308)),
+            ChangeValue::Distance(Distance::Finite(5e-324))
+        )
+    );
+    let ResponseData::Changed(change) = h.ok(
+        Request::MsrSetPerformanceCoefficient {
+            msr: "m".into(),
+            value: 1e-300,
+        },
+        now,
+    ) else {
+        panic!("changed")
+    };
+    assert_eq!(
+        (change.from, change.to),
+        (ChangeValue::Number(1.0), ChangeValue::Number(1e-300))
+    );
+    let message = |response: Response| match response {
+        Response::Err(error) => error.message,
+        Response::Ok(data) => panic!("{data:?}"),
+    };
+    assert_eq!(
+        message(h.run(
+            Request::MsrSetPerformanceCoefficient {
+                msr: "m".into(),
+                value: 1e308,
+            },
+            now,
+        )),
+        "invalid performance coefficient 1e308 for msr `m`: expected a number above 0 and at \
+         most 1000000"
+    );
+    assert_eq!(
+        message(h.run(
+            Request::SiteDistance {
+                a: "local".into(),
+                b: "remote".into(),
+                distance: Distance::Finite(-1e308),
+            },
+            now,
+        )),
+        "invalid distance -1e308 between `local` and `remote`: expected a non-negative number or \
+         infinity"
+    );
+    h.register("lo@msr_1", "msr_1", now);
+    assert_eq!(
+        message(h.run(
+            Request::Select {
+                zone: "default".into(),
+                site: "local".into(),
+                msr: None,
+                random: Some(1e308),
+                explain: false,
+                call_id: None,
+                leg: None,
+                conference: None,
+            },
+            now,
+        )),
+        "draw 1e308 is outside [0, 100)"
+    );
+}
+
+/// A control server on a fresh socket with a stand-in main loop that
+/// answers every request with the site list `["local"]`.
+struct Server {
+    path: std::path::PathBuf,
+    shutdown: CancellationToken,
+    server: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start(limits: Option<ServeLimits>) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("control.sock");
+        let listener = bind_control_socket(&path).expect("bind");
+        let (tx, mut rx) = mpsc::channel::<AdminCommand>(8);
+        let shutdown = CancellationToken::new();
+        let server = match limits {
+            Some(limits) => tokio::spawn(serve_with(listener, tx, shutdown.clone(), limits)),
+            None => tokio::spawn(serve(listener, tx, shutdown.clone())),
+        };
+        tokio::spawn(async move {
+            while let Some(command) = rx.recv().await {
+                let _ = command.reply.send(Response::Ok(ResponseData::Sites {
+                    sites: vec!["local".into()],
+                }));
+            }
+        });
+        Self {
+            path,
+            shutdown,
+            server,
+            _dir: dir,
+        }
+    }
+
+    async fn stop(self) {
+        self.shutdown.cancel();
+        self.server.await.expect("server");
+    }
+}
+
+/// Writes `bytes` and reads one response line (`None` at end of stream).
+async fn exchange(
+    write: &mut tokio::net::unix::OwnedWriteHalf,
+    lines: &mut tokio::io::Lines<BufReader<tokio::net::unix::OwnedReadHalf>>,
+    bytes: &[u8],
+) -> Option<Response> {
+    write.write_all(bytes).await.expect("write");
+    let line = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
+        .await
+        .expect("an answer within 5 s")
+        .expect("read")?;
+    Some(serde_json::from_str(&line).expect("json"))
+}
+
+fn split(
+    stream: UnixStream,
+) -> (
+    tokio::net::unix::OwnedWriteHalf,
+    tokio::io::Lines<BufReader<tokio::net::unix::OwnedReadHalf>>,
+) {
+    let (read, write) = stream.into_split();
+    (write, BufReader::new(read).lines())
+}
+
+fn is_sites(response: Option<&Response>) -> bool {
+    matches!(response, Some(Response::Ok(ResponseData::Sites { .. })))
+}
+
+fn error_code(response: Option<&Response>) -> Option<ErrorCode> {
+    match response {
+        Some(Response::Err(error)) => Some(error.code),
+        _ => None,
+    }
+}
+
+/// Connects; while the listen backlog is full (the flood is faster than the
+/// server accepts), a non-blocking connect fails with `EAGAIN`: retries.
+async fn connect_when_backlog_allows(path: &std::path::Path) -> UnixStream {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match UnixStream::connect(path).await {
+            Ok(stream) => return stream,
+            Err(error)
+                if error.kind() == io::ErrorKind::WouldBlock && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            Err(error) => panic!("connect: {error}"),
+        }
+    }
+}
+
+/// Connections that were closed free their slot. The server counted
+/// finished-but-unreaped connection tasks (it reaped at most one per turn
+/// of its loop), so clients doing connect(); close() in a loop locked out
+/// msrctl although at most a few were connected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn closed_connections_do_not_count_toward_the_limit() {
+    let server = Server::start(None);
+    // The flood runs on threads of its own, like clients in other
+    // processes: a blocking connect waits while the backlog is full.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let cycles = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let flood: Vec<_> = (0..3)
+        .map(|_| {
+            let path = server.path.clone();
+            let stop = Arc::clone(&stop);
+            let cycles = Arc::clone(&cycles);
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Ok(stream) = std::os::unix::net::UnixStream::connect(&path) {
+                        drop(stream);
+                        cycles.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    // Legitimate clients, one attempt each, while the flood goes on.
+    let mut refused = 0;
+    for _ in 0..20 {
+        let stream = connect_when_backlog_allows(&server.path).await;
+        let (mut write, mut lines) = split(stream);
+        let response = exchange(&mut write, &mut lines, b"{\"op\":\"site_list\"}\n").await;
+        if !is_sites(response.as_ref()) {
+            refused += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for thread in flood {
+        thread.join().expect("flood thread");
+    }
+    let cycles = cycles.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        cycles > MAX_CONNECTIONS,
+        "only {cycles} connect/close cycles"
+    );
+    assert_eq!(
+        refused, 0,
+        "of 20 clients, during {cycles} connect/close cycles"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn idle_connections_are_closed_busy_ones_are_not() {
+    let limits = ServeLimits {
+        max_connections: 2,
+        idle_timeout: Duration::from_millis(300),
+        ..ServeLimits::default()
+    };
+    let server = Server::start(Some(limits));
+    // Two idle clients fill the limit; a third is refused for now.
+    let (_idle_write, mut idle) = split(UnixStream::connect(&server.path).await.expect("connect"));
+    let (mut busy_write, mut busy) =
+        split(UnixStream::connect(&server.path).await.expect("connect"));
+    let (_w, mut third) = split(UnixStream::connect(&server.path).await.expect("connect"));
+    let refused = third.next_line().await.expect("read");
+    assert!(
+        refused
+            .as_deref()
+            .is_some_and(|l| l.contains("too many control connections")),
+        "{refused:?}"
+    );
+    // The busy client sends a request every 100 ms for 1 s, three times the
+    // timeout: it is served throughout.
+    let started = Instant::now();
+    for _ in 0..10 {
+        let response = exchange(&mut busy_write, &mut busy, b"{\"op\":\"site_list\"}\n").await;
+        assert!(is_sites(response.as_ref()), "{response:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The idle one got an `unavailable` line after 300 ms and was closed.
+    let line = idle.next_line().await.expect("read").expect("a line");
+    let response: Response = serde_json::from_str(&line).expect("json");
+    assert_eq!(
+        error_code(Some(&response)),
+        Some(ErrorCode::Unavailable),
+        "{line}"
+    );
+    assert!(
+        line.contains("no complete request line within 300 ms"),
+        "{line}"
+    );
+    assert_eq!(idle.next_line().await.expect("read"), None, "then closed");
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    // Its slot is free again.
+    let (mut write, mut lines) = split(UnixStream::connect(&server.path).await.expect("connect"));
+    let response = exchange(&mut write, &mut lines, b"{\"op\":\"site_list\"}\n").await;
+    assert!(is_sites(response.as_ref()), "{response:?}");
+    drop((write, lines, busy_write, busy));
+    // Half a line is not a request: a client dripping one never completes
+    // one and is closed too.
+    let (mut drip_write, mut drip) =
+        split(UnixStream::connect(&server.path).await.expect("connect"));
+    let before = Instant::now();
+    for byte in b"{\"op\":\"si" {
+        if drip_write.write_all(&[*byte]).await.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let line = tokio::time::timeout(Duration::from_secs(5), drip.next_line())
+        .await
+        .expect("closed within 5 s")
+        .expect("read")
+        .unwrap_or_default();
+    assert!(line.contains("no complete request line"), "{line}");
+    assert!(before.elapsed() < Duration::from_secs(2));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_default_idle_timeout_is_a_minute() {
+    assert_eq!(IDLE_TIMEOUT, Duration::from_secs(60));
+    assert_eq!(ServeLimits::default().idle_timeout, IDLE_TIMEOUT);
+    assert_eq!(ServeLimits::default().max_connections, MAX_CONNECTIONS);
+}
+
+/// A client (here root, the only user a test has) holding its share of the
+/// control connections gets a one-line refusal for the next; what it gives
+/// back can be taken again. (Which users the quota tells apart:
+/// `quota::tests`.)
+#[tokio::test]
+async fn a_client_holding_its_share_gets_a_refusal_line() {
+    let limits = ServeLimits {
+        per_client: 3,
+        ..ServeLimits::default()
+    };
+    let server = Server::start(Some(limits));
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let (mut write, mut lines) =
+            split(UnixStream::connect(&server.path).await.expect("connect"));
+        let response = exchange(&mut write, &mut lines, b"{\"op\":\"site_list\"}\n").await;
+        assert!(is_sites(response.as_ref()), "{response:?}");
+        held.push((write, lines));
+    }
+    let (_w, mut fourth) = split(UnixStream::connect(&server.path).await.expect("connect"));
+    let line = fourth.next_line().await.expect("read").expect("a line");
+    let uid = std::fs::metadata(&server.path)
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+        .expect("socket");
+    assert!(
+        line.contains(&format!(
+            "too many control connections from uid {uid} (at most 3 per user)"
+        )),
+        "{line}"
+    );
+    assert_eq!(fourth.next_line().await.expect("read"), None, "then closed");
+    held.pop();
+    let (mut write, mut lines) = split(UnixStream::connect(&server.path).await.expect("connect"));
+    let response = exchange(&mut write, &mut lines, b"{\"op\":\"site_list\"}\n").await;
+    assert!(is_sites(response.as_ref()), "{response:?}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn invalid_utf8_is_a_bad_request_and_the_connection_stays_open() {
+    let server = Server::start(None);
+    let (mut write, mut lines) = split(UnixStream::connect(&server.path).await.expect("connect"));
+    let response = exchange(
+        &mut write,
+        &mut lines,
+        b"{\"op\":\"site_declare\",\"name\":\"bad\xff\xfeutf\"}\n",
+    )
+    .await;
+    let Some(Response::Err(error)) = &response else {
+        panic!("{response:?}")
+    };
+    assert_eq!(error.code, ErrorCode::BadRequest);
+    assert_eq!(
+        error.message,
+        "invalid request: not valid utf-8 (at byte 32)"
+    );
+    let response = exchange(&mut write, &mut lines, b"{\"op\":\"site_list\"}\n").await;
+    assert!(is_sites(response.as_ref()), "{response:?}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_line_of_exactly_the_limit_is_read() {
+    let server = Server::start(None);
+    let (mut write, mut lines) = split(UnixStream::connect(&server.path).await.expect("connect"));
+    // A request padded with spaces to exactly MAX_LINE_BYTES, then `\n`.
+    let request = b"{\"op\":\"site_list\"}";
+    let mut line = request.to_vec();
+    line.resize(MAX_LINE_BYTES, b' ');
+    line.push(b'\n');
+    let response = exchange(&mut write, &mut lines, &line).await;
+    assert!(is_sites(response.as_ref()), "{response:?}");
+    // And `\r\n` endings still work at that length.
+    let mut crlf = request.to_vec();
+    crlf.resize(MAX_LINE_BYTES - 1, b' ');
+    crlf.extend_from_slice(b"\r\n");
+    let response = exchange(&mut write, &mut lines, &crlf).await;
+    assert!(is_sites(response.as_ref()), "{response:?}");
+    // One byte more is refused, and the connection closed.
+    let mut long = request.to_vec();
+    long.resize(MAX_LINE_BYTES + 1, b' ');
+    long.push(b'\n');
+    let response = exchange(&mut write, &mut lines, &long).await;
+    let Some(Response::Err(error)) = &response else {
+        panic!("{response:?}")
+    };
+    assert_eq!(error.code, ErrorCode::BadRequest);
+    assert_eq!(error.message, "request line longer than 65536 bytes");
+    assert_eq!(lines.next_line().await.expect("read"), None, "then closed");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_fields_and_bad_distances_are_explained() {
+    let server = Server::start(None);
+    let (mut write, mut lines) = split(UnixStream::connect(&server.path).await.expect("connect"));
+    for (line, want) in [
+        (
+            "{\"op\":\"msr_list\",\"x\":1}\n",
+            "invalid request: unknown field `x`",
+        ),
+        (
+            "{\"op\":\"site_distance\",\"a\":\"a\",\"b\":\"b\",\"distance\":null}\n",
+            "invalid request: distance: expected a number >= 0 or \"infinity\", not null",
+        ),
+        (
+            "{\"op\":\"site_distance\",\"a\":\"a\",\"b\":\"b\",\"distance\":true}\n",
+            "invalid request: distance: expected a number >= 0 or \"infinity\", not true",
+        ),
+    ] {
+        let response = exchange(&mut write, &mut lines, line.as_bytes()).await;
+        let Some(Response::Err(error)) = &response else {
+            panic!("{line}: {response:?}")
+        };
+        assert_eq!(error.code, ErrorCode::BadRequest, "{line}");
+        assert!(error.message.starts_with(want), "{line}: {}", error.message);
+    }
+    server.stop().await;
+}
+
+fn leg_select(call_id: &str, leg: Option<&str>, conference: Option<&str>) -> Request {
+    Request::Select {
+        zone: "default".into(),
+        site: "local".into(),
+        msr: None,
+        random: None,
+        explain: false,
+        call_id: Some(call_id.into()),
+        leg: leg.map(Into::into),
+        conference: conference.map(Into::into),
+    }
+}
+
+fn selected(data: ResponseData) -> Selection {
+    match data {
+        ResponseData::Selected(s) => s,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn live_legs(h: &mut Harness, now: Instant) -> Vec<(String, u32)> {
+    match h.ok(Request::MsrList {}, now) {
+        ResponseData::Msrs { msrs } => msrs.into_iter().map(|m| (m.name, m.live_legs)).collect(),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// SPEC §9 stickiness: a live leg gets its MSR and contact again whatever
+/// changed (loads, coefficients, the MSR set inactive, other MSRs added);
+/// only when its contact is gone is it re-anchored, and the answer says so.
+#[test]
+fn a_live_leg_keeps_its_msr_until_the_msr_is_gone() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.ok(declare("local"), now);
+    h.register("lo@msr_1", "msr_1", now);
+    let first = selected(h.ok(leg_select("call-1", None, None), now));
+    assert_eq!(
+        (first.msr.as_str(), first.leg),
+        ("msr_1", Some(LegOutcome::New))
+    );
+
+    // Everything changes: another, emptier MSR; msr_1 drained and weighted down.
+    h.register("lo@msr_2", "msr_2", now);
+    h.ok(
+        Request::MsrSetActive {
+            msr: "msr_1".into(),
+            active: false,
+        },
+        now,
+    );
+    h.ok(
+        Request::MsrSetPerformanceCoefficient {
+            msr: "msr_1".into(),
+            value: 0.01,
+        },
+        now,
+    );
+    for _ in 0..20 {
+        let again = selected(h.ok(leg_select("call-1", None, None), now));
+        assert_eq!(
+            (
+                again.msr.as_str(),
+                again.contact.as_str(),
+                again.leg,
+                again.rule
+            ),
+            (
+                "msr_1",
+                "lo@msr_1",
+                Some(LegOutcome::Sticky),
+                SelectionRule::Sticky
+            )
+        );
+    }
+    // Drain: the inactive MSR takes no new leg, keeps its live one.
+    let other = selected(h.ok(leg_select("call-2", None, None), now));
+    assert_eq!(other.msr, "msr_2");
+    assert_eq!(
+        live_legs(&mut h, now),
+        vec![("msr_1".to_owned(), 1), ("msr_2".to_owned(), 1)]
+    );
+
+    // msr_1's registration lapses: the leg is re-anchored, and says so.
+    let later = now + Duration::from_secs(61);
+    h.register("lo@msr_2", "msr_2", later);
+    let moved = selected(h.ok(leg_select("call-1", None, None), later));
+    assert_eq!(
+        (moved.msr.as_str(), moved.leg),
+        ("msr_2", Some(LegOutcome::Reanchored))
+    );
+    assert_eq!(
+        live_legs(&mut h, later),
+        vec![("msr_1".to_owned(), 0), ("msr_2".to_owned(), 2)]
+    );
+}
+
+/// Release is idempotent and says what it did; legs of one Call-ID are told
+/// apart by their label.
+#[test]
+fn release_is_idempotent_and_names_what_it_released() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.ok(declare("local"), now);
+    h.register("lo@msr_1", "msr_1", now);
+    h.ok(leg_select("call-1", Some("a"), None), now);
+    h.ok(leg_select("call-1", Some("b"), None), now);
+    let release = |leg: Option<&str>| Request::Release {
+        call_id: "call-1".into(),
+        leg: leg.map(Into::into),
+    };
+    let released = |data: ResponseData| match data {
+        ResponseData::Released(r) => r.released,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(released(h.ok(release(Some("a")), now)), 1);
+    assert_eq!(
+        released(h.ok(release(Some("a")), now)),
+        0,
+        "again: harmless"
+    );
+    assert_eq!(live_legs(&mut h, now), vec![("msr_1".to_owned(), 1)]);
+    assert_eq!(
+        released(h.ok(release(None), now)),
+        1,
+        "the rest of the call"
+    );
+    assert_eq!(released(h.ok(release(None), now)), 0);
+    assert_eq!(live_legs(&mut h, now), vec![("msr_1".to_owned(), 0)]);
+    // A leg label or conference without a Call-ID names no leg.
+    let bad = Request::Select {
+        zone: "default".into(),
+        site: "local".into(),
+        msr: None,
+        random: None,
+        explain: false,
+        call_id: None,
+        leg: Some("a".into()),
+        conference: None,
+    };
+    assert_eq!(h.err(bad, now), ErrorCode::BadRequest);
+    // A select without a Call-ID places nothing.
+    h.ok(
+        Request::Select {
+            zone: "default".into(),
+            site: "local".into(),
+            msr: None,
+            random: None,
+            explain: false,
+            call_id: None,
+            leg: None,
+            conference: None,
+        },
+        now,
+    );
+    assert_eq!(live_legs(&mut h, now), vec![("msr_1".to_owned(), 0)]);
+}
+
+/// Conference affinity through the control protocol: the second leg of a
+/// conference goes where the first went (the existing-conference rule), and
+/// `msr set NAME load_limit` is validated and shown.
+#[test]
+fn conference_legs_follow_their_host_and_load_limits_are_set() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.ok(declare("local"), now);
+    for m in 1..=3 {
+        h.register(&format!("lo@msr_{m}"), &format!("msr_{m}"), now);
+    }
+    let first = selected(h.ok(leg_select("a", None, Some("room")), now));
+    assert_eq!(first.rule, SelectionRule::NewConference);
+    for call in ["b", "c", "d"] {
+        let next = selected(h.ok(leg_select(call, None, Some("room")), now));
+        assert_eq!(
+            (next.msr.as_str(), next.rule),
+            (first.msr.as_str(), SelectionRule::ExistingConference)
+        );
+    }
+    let set = |value: u32| Request::MsrSetLoadLimit {
+        msr: "msr_1".into(),
+        value,
+    };
+    assert_eq!(h.err(set(0), now), ErrorCode::InvalidValue);
+    assert_eq!(h.err(set(101), now), ErrorCode::InvalidValue);
+    h.ok(set(90), now);
+    let ResponseData::Msrs { msrs } = h.ok(Request::MsrList {}, now) else {
+        panic!("msr list")
+    };
+    assert_eq!(
+        msrs.iter()
+            .find(|m| m.name == "msr_1")
+            .map(|m| m.load_limit),
+        Some(90)
+    );
+}
+
+#[test]
+fn pooled_applies_to_named_legs_while_the_core_releases_legs() {
+    use crate::config::{SelectionConfig, SelectionPolicy};
+    let t0 = Instant::now();
+    let pooled = SelectionConfig::default();
+    let at = |secs| t0 + Duration::from_secs(secs);
+    let g3 = select::Policy::Pooled { core_hosts: 3 };
+    assert_eq!(effective_policy(&pooled, true, Some(t0), at(10), 3), g3);
+    // No release yet (a start), none within the window, no call_id: ecss.
+    assert_eq!(
+        effective_policy(&pooled, true, None, t0, 3),
+        select::Policy::Ecss
+    );
+    assert_eq!(
+        effective_policy(&pooled, true, Some(t0), at(61), 3),
+        select::Policy::Ecss
+    );
+    assert_eq!(
+        effective_policy(&pooled, false, Some(t0), at(1), 3),
+        select::Policy::Ecss
+    );
+    let ecss = SelectionConfig {
+        policy: SelectionPolicy::Ecss,
+        ..pooled
+    };
+    assert_eq!(
+        effective_policy(&ecss, true, Some(t0), at(1), 3),
+        select::Policy::Ecss
+    );
+}
+
+#[test]
+fn a_release_through_the_control_protocol_enables_pooled_and_counts_down() {
+    let mut h = Harness::new();
+    let t0 = Instant::now();
+    assert_eq!(h.legs.last_release(), None);
+    h.legs.bind(
+        t0,
+        crate::model::legs::LegKey {
+            call_id: "c1",
+            leg: None,
+        },
+        "msr_1",
+        "lo@msr_1",
+        None,
+    );
+    let released = h.legs.release_at(t0, "c1", None, |_| {});
+    assert_eq!(released, 1);
+    assert_eq!(h.legs.last_release(), Some(t0));
+    // A release of nothing live is not a release.
+    h.legs
+        .release_at(t0 + Duration::from_secs(5), "c1", None, |_| {});
+    assert_eq!(h.legs.last_release(), Some(t0));
+}
+
+/// Leg keys are bounded and printable: an empty, huge or escape-laden
+/// Call-ID, label or conference id is refused, and places nothing.
+#[test]
+fn hostile_leg_keys_are_refused() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.ok(declare("local"), now);
+    h.register("lo@msr_1", "msr_1", now);
+    let long = "x".repeat(65_000);
+    for (call_id, leg, conference) in [
+        ("", None, None),
+        (long.as_str(), None, None),
+        ("a\u{1b}[31m", None, None),
+        ("ok@core", Some(""), None),
+        ("ok@core", None, Some("\u{0}")),
+    ] {
+        assert_eq!(
+            h.err(leg_select(call_id, leg, conference), now),
+            ErrorCode::InvalidValue,
+            "{call_id:?} {leg:?} {conference:?}"
+        );
+    }
+    let release = Request::Release {
+        call_id: "a\nb".into(),
+        leg: None,
+    };
+    assert_eq!(h.err(release, now), ErrorCode::InvalidValue);
+    assert_eq!(live_legs(&mut h, now), vec![("msr_1".to_owned(), 0)]);
+}
+
+/// A release that overtakes its select (another connection, a CANCEL
+/// racing its INVITE) is remembered for 32 s: the select places nothing
+/// and says why (SPEC §9); after that the Call-ID may be placed again.
+#[test]
+fn a_select_after_its_release_places_nothing_for_32_s() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.ok(declare("local"), now);
+    h.register("lo@msr_1", "msr_1", now);
+    let release = Request::Release {
+        call_id: "early".into(),
+        leg: Some("a".into()),
+    };
+    h.ok(release, now);
+    let later = now + Duration::from_secs(31);
+    match h.run(leg_select("early", Some("a"), None), later) {
+        Response::Err(body) => {
+            assert_eq!(body.code, ErrorCode::LegReleased);
+            assert!(body.message.contains("early/a"), "{}", body.message);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(live_legs(&mut h, later), vec![("msr_1".to_owned(), 0)]);
+    // The Call-ID's other leg was not released.
+    h.ok(leg_select("early", Some("b"), None), later);
+    let after = now + Duration::from_secs(32);
+    let placed = selected(h.ok(leg_select("early", Some("a"), None), after));
+    assert_eq!(placed.leg, Some(LegOutcome::New));
+    assert_eq!(live_legs(&mut h, after), vec![("msr_1".to_owned(), 2)]);
+}
+
+/// Four clients interleave selects and releases of their own legs, some
+/// releases overtaking their selects: at the end exactly the legs never
+/// released are live, and every count agrees.
+#[test]
+fn interleaved_selects_and_releases_leave_exactly_the_unreleased_legs() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.ok(declare("local"), now);
+    h.register("lo@msr_1", "msr_1", now);
+    h.register("lo@msr_2", "msr_2", now);
+    let mut expected = 0;
+    for n in 0..200u32 {
+        for client in 0..4u32 {
+            let call = format!("c{client}-{n}");
+            let release = Request::Release {
+                call_id: call.clone(),
+                leg: None,
+            };
+            match (n + client) % 4 {
+                // Placed, then released.
+                0 => {
+                    h.ok(leg_select(&call, None, None), now);
+                    h.ok(release, now);
+                }
+                // The release overtakes the select: nothing placed.
+                1 => {
+                    h.ok(release, now);
+                    assert_eq!(
+                        h.err(leg_select(&call, None, None), now),
+                        ErrorCode::LegReleased
+                    );
+                }
+                // Never released.
+                _ => {
+                    h.ok(leg_select(&call, None, None), now);
+                    expected += 1;
+                }
+            }
+        }
+    }
+    let live: u32 = live_legs(&mut h, now).iter().map(|(_, n)| n).sum();
+    assert_eq!(live, expected);
+}
+
+/// `leg_list` answers the live legs with their total, filtered, and
+/// refuses a bad limit or MSR name (SPEC §9).
+#[test]
+fn leg_list_shows_live_legs_filtered_and_bounded() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.ok(declare("local"), now);
+    h.register("lo@msr_1", "msr_1", now);
+    h.ok(leg_select("old", None, Some("room")), now);
+    let later = now + Duration::from_secs(40);
+    h.ok(leg_select("new", Some("b"), None), later);
+    let list = |msr: Option<&str>, older: Option<u64>, limit: Option<u32>| Request::LegList {
+        msr: msr.map(Into::into),
+        older_than_secs: older,
+        limit,
+    };
+    let rows = |data: ResponseData| match data {
+        ResponseData::Legs(l) => l,
+        other => panic!("{other:?}"),
+    };
+    let all = rows(h.ok(list(None, None, None), later));
+    assert_eq!(all.total, 2);
+    assert_eq!(
+        (
+            all.rows[0].call_id.as_str(),
+            all.rows[0].age_secs,
+            all.rows[0].conference.as_deref()
+        ),
+        ("old", 40, Some("room"))
+    );
+    assert_eq!(all.rows[1].leg.as_deref(), Some("b"));
+    let old = rows(h.ok(list(Some("msr_1"), Some(20), None), later));
+    assert_eq!((old.total, old.rows.len()), (1, 1));
+    let one = rows(h.ok(list(None, None, Some(1)), later));
+    assert_eq!((one.total, one.rows.len()), (2, 1));
+    assert_eq!(rows(h.ok(list(Some("msr_2"), None, None), later)).total, 0);
+    assert_eq!(
+        h.err(list(None, None, Some(0)), later),
+        ErrorCode::InvalidValue
+    );
+    assert_eq!(
+        h.err(list(None, None, Some(10_001)), later),
+        ErrorCode::InvalidValue
+    );
+    assert_eq!(
+        h.err(list(Some(""), None, None), later),
+        ErrorCode::InvalidValue
+    );
+}

@@ -1,0 +1,335 @@
+use msr_shared::admin::Selection;
+use msr_shared::admin::{ErrorBody, SelectionRule};
+
+use super::*;
+
+fn invite(uri: &str, extra: &str) -> Request {
+    Request::try_from(invite_text(uri, extra).as_str()).expect("valid invite")
+}
+
+fn invite_text(uri: &str, extra: &str) -> String {
+    format!(
+        "INVITE {uri} SIP/2.0\r\n\
+         Via: SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bK-1\r\n\
+         Max-Forwards: 70\r\n\
+         From: <sip:alice@127.0.0.1>;tag=f1\r\n\
+         To: <sip:park@127.0.0.1>\r\n\
+         Call-ID: call-1@core\r\n\
+         CSeq: 1 INVITE\r\n\
+         {extra}Content-Length: 0\r\n\r\n"
+    )
+}
+
+fn ctx() -> RedirectContext {
+    RedirectContext {
+        own: vec!["127.0.0.1:5062".parse().expect("addr")],
+        default_zone: "default".into(),
+        default_site: "local".into(),
+        allow: vec!["127.0.0.1/32".parse().expect("net")],
+    }
+}
+
+#[test]
+fn only_the_allowed_softswitch_hosts_are_served() {
+    let c = RedirectContext {
+        allow: vec![
+            "127.0.0.1/32".parse().expect("net"),
+            "10.1.0.0/16".parse().expect("net"),
+        ],
+        ..ctx()
+    };
+    for (src, allowed) in [
+        ("127.0.0.1:5060", true),
+        ("10.1.2.3:5060", true),
+        ("127.0.1.7:5060", false),
+        ("10.2.0.1:5060", false),
+        ("[::ffff:127.0.0.1]:5060", true),
+    ] {
+        assert_eq!(c.allows(src.parse().expect("addr")), allowed, "{src}");
+    }
+}
+
+fn selection(engine: Option<&str>) -> AdminResponse {
+    AdminResponse::Ok(ResponseData::Selected(Selection {
+        msr: "msr_1".into(),
+        contact: "lo@msr_1".into(),
+        uri: "sip:msr_1@127.0.0.1:5041".into(),
+        engine_uri: engine.map(str::to_owned),
+        mcc: None,
+        media_bridge: false,
+        distance: msr_shared::admin::Distance::Finite(0.0),
+        draw: 1.0,
+        total: 2.0,
+        rule: SelectionRule::Draw,
+        leg: None,
+        explain: None,
+    }))
+}
+
+fn header<'a>(r: &'a Response, name: &str) -> Option<&'a str> {
+    sip::header(&r.headers, name)
+}
+
+#[test]
+fn uri_parameters_come_first_then_headers_then_defaults() {
+    let req = invite(
+        "sip:park@127.0.0.1:5062;zone=z1;msr=msr_9",
+        "X-MSR-Zone: z2\r\nX-MSR-Site: s2\r\nX-MSR-Leg: b\r\n",
+    );
+    let Decision::Select(AdminRequest::Select {
+        zone,
+        site,
+        msr,
+        call_id,
+        leg,
+        conference,
+        ..
+    }) = decide(&req, &ctx())
+    else {
+        panic!("a select")
+    };
+    assert_eq!((zone.as_str(), site.as_str()), ("z1", "s2"));
+    assert_eq!(msr.as_deref(), Some("msr_9"));
+    assert_eq!(call_id.as_deref(), Some("call-1@core"));
+    assert_eq!(leg.as_deref(), Some("b"));
+    assert_eq!(conference, None);
+
+    let Decision::Select(AdminRequest::Select { zone, site, .. }) =
+        decide(&invite("sip:park@127.0.0.1:5062", ""), &ctx())
+    else {
+        panic!("a select")
+    };
+    assert_eq!((zone.as_str(), site.as_str()), ("default", "local"));
+}
+
+#[test]
+fn an_exhausted_max_forwards_gets_483_and_a_bad_one_400() {
+    let req = invite("sip:park@127.0.0.1:5062", "")
+        .to_string()
+        .replace("Max-Forwards: 70", "Max-Forwards: 0");
+    let req = Request::try_from(req.as_str()).expect("valid");
+    let Decision::Reply(response) = decide(&req, &ctx()) else {
+        panic!("a reply")
+    };
+    assert_eq!(response.status_code.code(), 483);
+    let req = invite("sip:park@127.0.0.1:5062", "")
+        .to_string()
+        .replace("Max-Forwards: 70", "Max-Forwards: many");
+    let req = Request::try_from(req.as_str()).expect("valid");
+    let Decision::Reply(response) = decide(&req, &ctx()) else {
+        panic!("a reply")
+    };
+    assert_eq!(response.status_code.code(), 400);
+}
+
+#[test]
+fn a_selection_becomes_a_302_to_the_engine_or_the_contact() {
+    let req = invite("sip:park@127.0.0.1:5062", "");
+    let response = answer(&req, &selection(Some("sip:127.0.0.1:5090")), &ctx());
+    assert_eq!(response.status_code.code(), 302);
+    assert_eq!(header(&response, "Contact"), Some("<sip:127.0.0.1:5090>"));
+    assert_eq!(header(&response, "X-MSR"), Some("msr_1"));
+    let to = header(&response, "To").expect("to");
+    assert!(to.contains(";tag="), "{to}");
+    // The same INVITE again: the same answer, tag included.
+    assert_eq!(
+        answer(&req, &selection(Some("sip:127.0.0.1:5090")), &ctx()).to_string(),
+        response.to_string()
+    );
+    let fallback = answer(&req, &selection(None), &ctx());
+    assert_eq!(
+        header(&fallback, "Contact"),
+        Some("<sip:msr_1@127.0.0.1:5041>")
+    );
+}
+
+#[test]
+fn a_302_never_points_back_at_the_collector() {
+    let req = invite("sip:park@127.0.0.1:5062", "");
+    let response = answer(
+        &req,
+        &selection(Some("sip:127.0.0.1:5062;transport=udp")),
+        &ctx(),
+    );
+    assert_eq!(response.status_code.code(), 482);
+}
+
+#[test]
+fn refusals_carry_a_reason_naming_the_cause() {
+    let req = invite("sip:park@127.0.0.1:5062", "");
+    for (code, status) in [
+        (ErrorCode::MsrNotFound, 480),
+        (ErrorCode::MsrOverloaded, 503),
+        (ErrorCode::MsrUnhealthy, 503),
+        (ErrorCode::UnknownSite, 400),
+        (ErrorCode::Unavailable, 503),
+    ] {
+        let refused = AdminResponse::Err(ErrorBody {
+            code,
+            message: "a \"quoted\" message".into(),
+            explain: None,
+        });
+        let response = answer(&req, &refused, &ctx());
+        assert_eq!(response.status_code.code(), status, "{code}");
+        assert_eq!(
+            header(&response, "Reason"),
+            Some(format!("SIP ;cause={status};text=\"{code}\"").as_str())
+        );
+        assert_eq!(
+            header(&response, "Warning"),
+            Some("399 msr-collector \"a 'quoted' message\"")
+        );
+    }
+}
+
+#[test]
+fn other_methods_as_a_redirect_server_answers_them() {
+    let req = invite("sip:park@127.0.0.1:5062", "");
+    let text = req.to_string();
+    let cancel = Request::try_from(
+        text.replace("INVITE sip", "CANCEL sip")
+            .replace("1 INVITE", "1 CANCEL")
+            .as_str(),
+    )
+    .expect("cancel");
+    // A CANCEL shares its INVITE's branch (RFC 3261 §9.1): the same key.
+    assert_eq!(transaction_key(&cancel), transaction_key(&req));
+    assert_eq!(
+        transaction_key(&req).as_deref(),
+        Some("z9hG4bK-1 127.0.0.1:5070")
+    );
+    let ack = Request::try_from(
+        text.replace("INVITE sip", "ACK sip")
+            .replace("1 INVITE", "1 ACK")
+            .as_str(),
+    )
+    .expect("ack");
+    assert!(other_method(&ack).is_none());
+    let bye = Request::try_from(
+        text.replace("INVITE sip", "BYE sip")
+            .replace("1 INVITE", "2 BYE")
+            .as_str(),
+    )
+    .expect("bye");
+    let response = other_method(&bye).expect("an answer");
+    assert_eq!(response.status_code.code(), 405);
+    assert_eq!(header(&response, "Allow"), Some(ALLOW));
+}
+
+#[test]
+fn uri_parameters_are_percent_decoded() {
+    assert_eq!(
+        uri_params("sip:p@h;zone=a%20b;site=x;lr?X=1"),
+        vec![
+            ("zone".to_owned(), "a b".to_owned()),
+            ("site".to_owned(), "x".to_owned()),
+            ("lr".to_owned(), String::new()),
+        ]
+    );
+    assert_eq!(percent_decode("100%"), "100%");
+    assert_eq!(percent_decode("%4"), "%4");
+}
+
+#[test]
+fn the_cache_resends_an_answer_absorbs_a_retransmission_in_flight_and_matches_cancels() {
+    let t0 = Instant::now();
+    let mut cache = InviteCache::default();
+    assert_eq!(cache.on_cancel(t0, "b1 h:1"), OnCancel::NoMatch);
+    assert_eq!(cache.on_invite(t0, "b1 h:1"), OnInvite::New);
+    // Retransmitted while its selection runs: the answer will come.
+    assert_eq!(cache.on_invite(t0, "b1 h:1"), OnInvite::Absorb);
+    let bytes: Arc<[u8]> = Arc::from(&b"SIP/2.0 302 Moved Temporarily"[..]);
+    assert!(cache.answered("b1 h:1", Arc::clone(&bytes)));
+    assert_eq!(
+        cache.on_invite(t0, "b1 h:1"),
+        OnInvite::Resend(Arc::clone(&bytes))
+    );
+    // §9.2: a CANCEL after the final response changes nothing.
+    assert_eq!(cache.on_cancel(t0, "b1 h:1"), OnCancel::Answered);
+    assert_eq!(cache.on_invite(t0, "b1 h:1"), OnInvite::Resend(bytes));
+    // One cancelled while selecting: its answer is refused once (the
+    // caller sends 487 and records that).
+    assert_eq!(cache.on_invite(t0, "b2 h:1"), OnInvite::New);
+    assert_eq!(cache.on_cancel(t0, "b2 h:1"), OnCancel::Terminate);
+    let ok: Arc<[u8]> = Arc::from(&b"302"[..]);
+    assert!(!cache.answered("b2 h:1", ok));
+    let terminated: Arc<[u8]> = Arc::from(&b"487"[..]);
+    assert!(cache.answered("b2 h:1", Arc::clone(&terminated)));
+    assert_eq!(cache.on_invite(t0, "b2 h:1"), OnInvite::Resend(terminated));
+    // Forgotten after Timer B's 32 s: a CANCEL then matches nothing.
+    let later = t0 + REMEMBER;
+    assert_eq!(cache.on_cancel(later, "b1 h:1"), OnCancel::NoMatch);
+    assert!(cache.is_empty());
+}
+
+#[test]
+fn the_cache_is_bounded_oldest_first() {
+    let t0 = Instant::now();
+    let mut cache = InviteCache::default();
+    for i in 0..=MAX_REMEMBERED {
+        assert_eq!(cache.on_invite(t0, &format!("b{i}")), OnInvite::New);
+    }
+    assert_eq!(cache.len(), MAX_REMEMBERED);
+    assert_eq!(cache.on_cancel(t0, "b0"), OnCancel::NoMatch);
+    assert_eq!(cache.on_cancel(t0, "b1"), OnCancel::Terminate);
+}
+
+#[test]
+fn responses_go_to_the_source_with_rport_else_to_the_via_port() {
+    let src: SocketAddr = "10.0.0.9:40000".parse().expect("addr");
+    let with = |via: &str| {
+        let text = invite("sip:park@127.0.0.1:5062", "")
+            .to_string()
+            .replace("SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bK-1", via);
+        response_destination(&Request::try_from(text.as_str()).expect("invite"), src)
+    };
+    assert_eq!(
+        with("SIP/2.0/UDP 10.0.0.1:5070;rport;branch=z9hG4bK-1"),
+        src
+    );
+    assert_eq!(
+        with("SIP/2.0/UDP 10.0.0.1:5070;branch=z9hG4bK-1"),
+        "10.0.0.9:5070".parse().expect("addr")
+    );
+    assert_eq!(
+        with("SIP/2.0/UDP core.example;branch=z9hG4bK-1"),
+        "10.0.0.9:5060".parse().expect("addr")
+    );
+}
+
+#[test]
+fn an_invite_without_to_from_or_an_invite_cseq_gets_400() {
+    let full = invite_text("sip:park@127.0.0.1", "");
+    for (without, edit, needle) in [
+        ("To", "To: <sip:park@127.0.0.1>\r\n", "no to header"),
+        (
+            "From",
+            "From: <sip:alice@127.0.0.1>;tag=f1\r\n",
+            "no from header",
+        ),
+        ("CSeq", "CSeq: 1 INVITE\r\n", "no cseq"),
+    ] {
+        let text = full.replace(edit, "");
+        let req = Request::try_from(text.as_str()).expect("parses");
+        match decide(&req, &ctx()) {
+            Decision::Reply(r) => {
+                assert_eq!(r.status_code, StatusCode::BadRequest, "without {without}");
+                assert!(
+                    header(&r, "Warning").is_some_and(|w| w.contains(needle)),
+                    "without {without}: {:?}",
+                    header(&r, "Warning")
+                );
+            }
+            other => panic!("without {without}: {other:?}"),
+        }
+    }
+    let text = full.replace("CSeq: 1 INVITE", "CSeq: 1 BYE");
+    let req = Request::try_from(text.as_str()).expect("parses");
+    assert!(
+        matches!(decide(&req, &ctx()), Decision::Reply(r) if r.status_code == StatusCode::BadRequest)
+    );
+    assert!(matches!(
+        decide(&Request::try_from(full.as_str()).expect("parses"), &ctx()),
+        Decision::Select(_)
+    ));
+}

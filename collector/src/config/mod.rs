@@ -1,0 +1,519 @@
+//! The collector's own configuration file (TOML).
+//!
+//! [`load`] reads a file and [`parse`] does the work: the text is
+//! deserialised into raw structs (serde, `deny_unknown_fields`, named
+//! defaults) and then converted into the validated [`CollectorConfig`], so
+//! that later code never sees an invalid value. Every error names the file,
+//! the key, the value and what is accepted.
+//!
+//! ```toml
+//! node = "core1@localhost"
+//!
+//! [sip]
+//! listen = "127.0.0.1:5060"
+//! transports = ["udp"]
+//! realm = "msr.local"
+//!
+//! [[accounts]]
+//! auth_name = "msr"
+//! password = "msr-secret"
+//! ```
+//!
+//! The operator's configuration (zones, sites, distances, coefficients,
+//! per-MSR subscription expiry; SPEC §6) is not here: it lives in the store
+//! at `[state] path` and is changed with `msrctl`.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+mod positions;
+mod raw;
+mod validate;
+
+use positions::{line_col, locate, out_of_type_range, with_position};
+use raw::*;
+pub use raw::{
+    DEFAULT_ETCD_PREFIX, DEFAULT_LEASE_TTL_SECS, DEFAULT_REQUEST_TIMEOUT_MS,
+    DEFAULT_SUBSCRIPTION_EXPIRES_SECS, HTTP_OFF,
+};
+use validate::validate;
+
+/// The default config file path (also `msr-collector --config`'s default).
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/msr-collector/collector.toml";
+
+/// Why a configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{origin}: cannot read: {source}")]
+    Read {
+        /// The file path.
+        origin: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The text is not valid TOML, or a key is unknown or has the wrong type.
+    #[error("{origin}:{line}:{column}: {message}")]
+    Syntax {
+        /// The file path (or `<string>`).
+        origin: String,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// The TOML parser's message, lowercased first letter.
+        message: String,
+    },
+    /// The file is not UTF-8 text (TOML v1.0.0 "Spec": a TOML file must be
+    /// a valid UTF-8 encoded Unicode document).
+    #[error("{origin}:{line}:{column}: byte 0x{byte:02x} is not valid utf-8 (the file must be utf-8 text)")]
+    Encoding {
+        /// The file path.
+        origin: String,
+        /// 1-based line of the first invalid byte.
+        line: usize,
+        /// 1-based column (in characters) of the first invalid byte.
+        column: usize,
+        /// That byte.
+        byte: u8,
+    },
+    /// A value is well-formed TOML but not acceptable.
+    #[error("{}: `{key}` = {value}: expected {expected}", with_position(origin, *position))]
+    Invalid {
+        /// The file path (or `<string>`).
+        origin: String,
+        /// Line and column (1-based) of the value, when it is written in
+        /// the text (not for a missing key).
+        position: Option<(usize, usize)>,
+        /// The dotted key, e.g. `sip.transports`.
+        key: String,
+        /// The offending value as written (TOML syntax).
+        value: String,
+        /// What is accepted.
+        expected: String,
+    },
+}
+
+/// A SIP transport the collector listens on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Transport {
+    /// UDP (always bound: every request leaves from the UDP socket).
+    Udp,
+    /// TCP listener on the same address and port.
+    Tcp,
+}
+
+impl fmt::Display for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Transport::Udp => "udp",
+            Transport::Tcp => "tcp",
+        })
+    }
+}
+
+/// A digest algorithm offered in the registrar's challenge (RFC 7616 §3.3,
+/// RFC 8760). Each one is offered in its own `WWW-Authenticate` header, in
+/// the configured order (the client uses the first one it supports).
+pub use msr_shared::sip::digest::Algorithm as DigestAlgorithm;
+
+/// The validated collector configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CollectorConfig {
+    /// The collector's node name, shown in the `Node` column (SPEC §5).
+    pub node: String,
+    /// SIP endpoint and registrar settings.
+    pub sip: SipConfig,
+    /// Credentials MSR accounts authenticate with (RFC 3261 §22).
+    pub accounts: Vec<Account>,
+    /// Zone and site given to contacts the operator has not placed (SPEC §6).
+    pub defaults: Defaults,
+    /// Load subscription defaults (SPEC §4).
+    pub subscription: SubscriptionDefaults,
+    /// MSR health: keepalive and grace (SPEC §5).
+    pub health: HealthConfig,
+    /// Where `msrctl` connects (SPEC §8).
+    pub control_socket: PathBuf,
+    /// Where the operator configuration is stored (SPEC §6); with the etcd
+    /// backend, the local cached copy a collector starts from when etcd is
+    /// unreachable (SPEC §12).
+    pub state_path: PathBuf,
+    /// `[store]`: the file store (default) or etcd (SPEC §12).
+    pub store: StoreBackend,
+    /// `[cluster]`: what the collector assumes of the cluster when the
+    /// store cannot tell (SPEC §10, §12).
+    pub cluster: ClusterConfig,
+    /// `[legs]`: call legs (SPEC §9).
+    pub legs: LegsConfig,
+    /// `[selection]`: the policy (SPEC §7, §10).
+    pub selection: SelectionConfig,
+    /// `[http]`: the HTTP API and `/metrics` (SPEC §11): on at
+    /// `127.0.0.1:8080` when the section is absent; `None` only for
+    /// `listen = "off"`.
+    pub http: Option<HttpConfig>,
+    /// `[redirect]`: the SIP redirect server (SPEC §11); `None` when the
+    /// section is absent.
+    pub redirect: Option<RedirectConfig>,
+}
+
+/// The settings of `new` that differ from `running` and take a restart
+/// to apply (SPEC §13 reload): what the process bound or opened at start.
+/// Everything else applies live ([`crate::core::Collector::reconfigure`]).
+pub fn restart_needed(running: &CollectorConfig, new: &CollectorConfig) -> Vec<&'static str> {
+    let mut keys = Vec::new();
+    let mut differs = |changed: bool, key: &'static str| {
+        if changed {
+            keys.push(key);
+        }
+    };
+    differs(running.node != new.node, "node");
+    differs(running.sip.listen != new.sip.listen, "sip.listen");
+    differs(
+        running.sip.transports != new.sip.transports,
+        "sip.transports",
+    );
+    differs(
+        running.control_socket != new.control_socket,
+        "control.socket",
+    );
+    differs(running.state_path != new.state_path, "state.path");
+    differs(running.store != new.store, "store");
+    differs(running.http != new.http, "http");
+    differs(running.redirect != new.redirect, "redirect");
+    keys
+}
+
+/// `[http]`: the HTTP API (SPEC §11).
+#[derive(Clone, PartialEq, Eq)]
+pub struct HttpConfig {
+    /// The TCP address to listen on (default `127.0.0.1:8080`); port 0
+    /// picks a free port.
+    pub listen: SocketAddr,
+    /// The bearer token every request must carry (`Authorization: Bearer
+    /// …`); required for a non-loopback `listen`.
+    pub token: Option<String>,
+}
+
+impl fmt::Debug for HttpConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpConfig")
+            .field("listen", &self.listen)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// `[redirect]`: the SIP redirect server (SPEC §11).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedirectConfig {
+    /// The UDP address of the redirect server, e.g. `127.0.0.1:5062`
+    /// (not the registrar's `[sip] listen`); port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// `allow`: the softswitch hosts (addresses or networks) whose INVITEs
+    /// are served; anything else is dropped unread, since each INVITE
+    /// places a leg. Default: the listen address's own host.
+    pub allow: Vec<ipnet::IpNet>,
+}
+
+/// `[selection] policy`: how a plain leg's MSR is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SelectionPolicy {
+    /// SPEC §7 exactly: the draw weighted by free load × coefficient.
+    Ecss,
+    /// SPEC §10: the lowest estimated occupancy; the default. A leg it
+    /// cannot follow to its end (no `call_id`), or any leg while the core
+    /// releases none, is drawn as with `ecss`.
+    Pooled,
+}
+
+impl SelectionPolicy {
+    /// `ecss` or `pooled`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SelectionPolicy::Ecss => "ecss",
+            SelectionPolicy::Pooled => "pooled",
+        }
+    }
+}
+
+/// `[selection]`: the policy and the inputs of its estimate (SPEC §10).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SelectionConfig {
+    /// `policy`: `pooled` (default) or `ecss`.
+    pub policy: SelectionPolicy,
+    /// `notify_flight_time_ms`: how much older than its arrival a load
+    /// report is taken to be (its NOTIFY's flight; default 20 ms).
+    pub notify_flight_time: Duration,
+    /// `release_window_secs`: `pooled` applies while a leg release was seen
+    /// within this long (default 60 s); otherwise the core is taken not to
+    /// report leg ends and legs are drawn as with `ecss`.
+    pub release_window: Duration,
+}
+
+impl Default for SelectionConfig {
+    fn default() -> Self {
+        Self {
+            policy: SelectionPolicy::Pooled,
+            notify_flight_time: crate::model::estimate::DEFAULT_NOTIFY_FLIGHT_TIME,
+            release_window: DEFAULT_RELEASE_WINDOW,
+        }
+    }
+}
+
+/// `[selection] release_window_secs` when unset.
+pub const DEFAULT_RELEASE_WINDOW: Duration = Duration::from_secs(60);
+
+/// `[legs]`: call legs and their admission (SPEC §9).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LegsConfig {
+    /// The longest a leg lives without a release (a lost release cannot
+    /// leak): default 4 h.
+    pub max_duration: Duration,
+    /// A conference's host takes its legs below this fraction of its load
+    /// limit (default 0.8).
+    pub existing_conference_threshold: f64,
+    /// An MSR takes a new conference below this fraction of its load limit
+    /// (default 0.5).
+    pub new_conference_threshold: f64,
+}
+
+/// `[store]`: where the operator configuration lives (SPEC §6, §12).
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoreBackend {
+    /// The JSON file at `[state] path`, for a single core host.
+    File,
+    /// etcd, shared by every collector of the cluster.
+    Etcd(EtcdConfig),
+}
+
+impl StoreBackend {
+    /// `file` or `etcd`, as in the config file.
+    pub fn name(&self) -> &'static str {
+        match self {
+            StoreBackend::File => "file",
+            StoreBackend::Etcd(_) => "etcd",
+        }
+    }
+}
+
+/// `[store]` with `backend = "etcd"`.
+#[derive(Clone, PartialEq)]
+pub struct EtcdConfig {
+    /// `http://host:port` or `https://host:port`, at least one.
+    pub endpoints: Vec<String>,
+    /// The key prefix, ending in `/`: the configuration is the key
+    /// `<prefix>operator`, the members are `<prefix>members/<node>`.
+    pub prefix: String,
+    /// The membership lease's time to live: a collector that stops without
+    /// revoking it (kill -9, host down) leaves the member list after this.
+    pub lease_ttl: Duration,
+    /// How long one etcd request may take before etcd counts as unreachable.
+    pub request_timeout: Duration,
+    /// etcd authentication (user, password), both or neither.
+    pub user: Option<(String, String)>,
+    /// TLS towards etcd (for `https://` endpoints).
+    pub tls: Option<EtcdTls>,
+}
+
+impl fmt::Debug for EtcdConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdConfig")
+            .field("endpoints", &self.endpoints)
+            .field("prefix", &self.prefix)
+            .field("lease_ttl", &self.lease_ttl)
+            .field("request_timeout", &self.request_timeout)
+            .field(
+                "user",
+                &self.user.as_ref().map(|(user, _)| (user, "<redacted>")),
+            )
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
+
+/// `[store.tls]`: PEM files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdTls {
+    /// The CA that signed etcd's server certificate.
+    pub ca: PathBuf,
+    /// A client certificate and its key, when etcd asks for one.
+    pub identity: Option<(PathBuf, PathBuf)>,
+}
+
+/// `[cluster]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// G, the number of core hosts (SPEC §10), when the store does not
+    /// count them: with the file store, and with etcd before the first
+    /// member list arrived.
+    pub core_hosts: u32,
+}
+
+/// `[sip]`: the endpoint and the registrar (SPEC §3).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SipConfig {
+    /// The UDP (and TCP) address to bind; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Transports; always contains [`Transport::Udp`].
+    pub transports: Vec<Transport>,
+    /// The digest realm of challenges (RFC 3261 §22.1).
+    pub realm: String,
+    /// How long a nonce is accepted; a REGISTER with an older one gets a
+    /// new challenge with `stale=true` (RFC 7616 §3.3).
+    pub nonce_ttl: Duration,
+    /// Shortest registration accepted, seconds; shorter gets `423` with
+    /// `Min-Expires` (RFC 3261 §10.3 step 7).
+    pub min_expires: u32,
+    /// Longest registration granted, seconds; longer is cut to this.
+    pub max_expires: u32,
+    /// Algorithms offered in challenges, in order.
+    pub digest_algorithms: Vec<DigestAlgorithm>,
+}
+
+impl SipConfig {
+    /// Whether a TCP listener is configured besides UDP.
+    pub fn tcp(&self) -> bool {
+        self.transports.contains(&Transport::Tcp)
+    }
+}
+
+/// One `[[accounts]]` entry.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Account {
+    /// Digest user name (`auth_name` in the MSR's `<dynamic>`).
+    pub auth_name: String,
+    /// Digest password (`auth_password` in the MSR's `<dynamic>`).
+    pub password: String,
+    /// The MSR names (AOR users) this account may register; empty = any.
+    pub msrs: Vec<String>,
+}
+
+impl fmt::Debug for Account {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Account")
+            .field("auth_name", &self.auth_name)
+            .field("password", &"<redacted>")
+            .field("msrs", &self.msrs)
+            .finish()
+    }
+}
+
+/// `[defaults]`: the zone and site of a contact until the operator sets them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Defaults {
+    /// Zone label.
+    pub zone: String,
+    /// Site name.
+    pub site: String,
+}
+
+/// `[subscription]`: the load subscription (SPEC §4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriptionDefaults {
+    /// Event package; only `eltex-call-count`.
+    pub event: String,
+    /// `Expires` requested in SUBSCRIBE, seconds, unless the operator set
+    /// one for the MSR (`subscription set`).
+    pub expires: u32,
+}
+
+/// `[health]`: how MSR contacts are judged healthy (SPEC §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthConfig {
+    /// Time between two OPTIONS keepalives to one contact.
+    pub keepalive_interval: Duration,
+    /// How long a keepalive may go unanswered before it counts as a miss;
+    /// at most the interval. A miss is probed again at once, so
+    /// `keepalive_misses` misses in a row take about
+    /// `interval + misses × timeout`.
+    pub keepalive_timeout: Duration,
+    /// Misses in a row that make a contact `unreachable`.
+    pub keepalive_misses: u32,
+    /// How long a new contact may go without a load report before it is
+    /// `unreported`.
+    pub unreported_grace: Duration,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        Self {
+            keepalive_interval: Duration::from_secs(default_keepalive_interval()),
+            keepalive_timeout: Duration::from_millis(default_keepalive_timeout()),
+            keepalive_misses: default_keepalive_misses(),
+            unreported_grace: Duration::from_millis(default_unreported_grace()),
+        }
+    }
+}
+
+/// Reads and validates the config file at `path`.
+///
+/// # Errors
+/// [`ConfigError::Read`] when the file cannot be read, otherwise as [`parse`].
+pub fn load(path: &Path) -> Result<CollectorConfig, ConfigError> {
+    let origin = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|source| ConfigError::Read {
+        origin: origin.clone(),
+        source,
+    })?;
+    let text = std::str::from_utf8(&bytes).map_err(|e| {
+        let valid = e.valid_up_to();
+        // The prefix up to the error is valid UTF-8 by definition.
+        let before = std::str::from_utf8(&bytes[..valid]).unwrap_or_default();
+        let (line, column) = line_col(before, valid);
+        ConfigError::Encoding {
+            origin: origin.clone(),
+            line,
+            column,
+            byte: bytes.get(valid).copied().unwrap_or_default(),
+        }
+    })?;
+    parse(text, &origin)
+}
+
+/// Parses and validates config text; `origin` names it in errors (a path,
+/// or `<string>`).
+///
+/// # Errors
+/// [`ConfigError::Syntax`] for broken TOML, unknown keys and wrong types;
+/// [`ConfigError::Invalid`] for values out of range.
+pub fn parse(text: &str, origin: &str) -> Result<CollectorConfig, ConfigError> {
+    let raw: RawConfig = toml::from_str(text).map_err(|e| {
+        let (line, column) = e
+            .span()
+            .map(|span| line_col(text, span.start))
+            .unwrap_or((1, 1));
+        let message = e.message().trim();
+        let message = e
+            .span()
+            .and_then(|span| out_of_type_range(text, span.start, message))
+            .unwrap_or_else(|| message.to_owned());
+        ConfigError::Syntax {
+            origin: origin.to_owned(),
+            line,
+            column,
+            message,
+        }
+    })?;
+    validate(raw, origin).map_err(|e| match e {
+        ConfigError::Invalid {
+            origin,
+            position: None,
+            key,
+            value,
+            expected,
+        } => ConfigError::Invalid {
+            origin,
+            position: locate(text, &key),
+            key,
+            value,
+            expected,
+        },
+        e => e,
+    })
+}
+
+#[cfg(test)]
+mod tests;

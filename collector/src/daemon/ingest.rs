@@ -1,0 +1,504 @@
+//! The SIP sockets: the UDP reader with its admission, the TCP listener
+//! with its framing, and the writer of everything the core sends.
+//!
+//! The reader runs beside the core's loop, on another worker thread: it
+//! reads datagrams in batches, classes each one before any work is done on
+//! it ([`Admission`]: a registered contact's traffic first, strangers and
+//! unauthenticated REGISTERs within their rate, the rest dropped
+//! unparsed), parses what it admits and hands the loop whole batches on
+//! two bounded queues, the known contacts' and the others'. A full queue
+//! means the loop is behind: the batch is dropped there, counted and
+//! logged (rate-limited), so that the loop always works on recent
+//! requests at its full rate and memory stays bounded; the senders
+//! retransmit (RFC 3261 Timer E), and stateless answers make a
+//! retransmission cost no more than the original.
+//!
+//! Every datagram the collector sends leaves from the one UDP socket (SPEC
+//! §4: one address for peers behind symmetric NAT), from the writer task.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use msr_shared::logging::WIRE;
+use msr_shared::sip::wire::{self, Carrier, DecodeError, Frame, StreamFramer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, UdpSocket};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::core::{Inbound, Route, StreamId, Transmit};
+use crate::sip::admission::{Admission, AdmissionConfig, Class};
+
+/// Datagrams read in one wake-up of the reader: one batch for the loop.
+pub(super) const BATCH: usize = 64;
+
+/// Known contacts' messages the loop may have waiting: about a tenth of a
+/// second of its work at its ceiling, so that whatever is queued is
+/// answered well inside T1 (500 ms) and never causes the retransmission
+/// it would then also have to answer.
+pub(super) const KNOWN_QUEUE: usize = 4_096;
+
+/// Other messages (strangers within their rate, TCP) the loop may have
+/// waiting.
+pub(super) const OTHER_QUEUE: usize = 512;
+
+/// At most one warning about dropped datagrams per this interval.
+const DROP_LOG_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The largest UDP payload (RFC 768's 16-bit length less the headers).
+const UDP_MAX_PAYLOAD: usize = 65_535;
+
+/// TCP connections served at once.
+const MAX_STREAMS: usize = 1_024;
+
+/// A TCP connection that sends nothing for this long is closed.
+const STREAM_IDLE: Duration = Duration::from_secs(300);
+
+/// The registered contacts' addresses, as the loop last published them.
+#[derive(Debug, Clone, Default)]
+pub(super) struct KnownSources {
+    inner: Arc<RwLock<(u64, Arc<HashSet<SocketAddr>>)>>,
+}
+
+impl KnownSources {
+    /// Publishes the set as of `generation`.
+    pub(super) fn publish(&self, generation: u64, set: HashSet<SocketAddr>) {
+        if let Ok(mut guard) = self.inner.write() {
+            *guard = (generation, Arc::new(set));
+        }
+    }
+
+    /// The set, when newer than `seen`.
+    fn newer_than(&self, seen: u64) -> Option<(u64, Arc<HashSet<SocketAddr>>)> {
+        let guard = self.inner.read().ok()?;
+        (guard.0 != seen).then(|| (guard.0, Arc::clone(&guard.1)))
+    }
+}
+
+/// What the ingest counts, for logs and `/metrics`.
+#[derive(Debug, Default)]
+pub struct IngestStats {
+    /// Datagrams dropped by admission.
+    pub refused: AtomicU64,
+    /// Messages dropped because the loop's queue was full.
+    pub shed: AtomicU64,
+    /// Datagrams that were no SIP message.
+    pub malformed: AtomicU64,
+    /// Datagrams larger than a UDP payload can be (never, but counted).
+    pub oversized: AtomicU64,
+}
+
+/// One queue between the readers and the loop: batches, bounded by the
+/// messages they hold (a batch of one datagram counts one).
+pub(super) struct Queue {
+    rx: mpsc::UnboundedReceiver<Vec<Inbound>>,
+    held: Arc<AtomicUsize>,
+}
+
+impl Queue {
+    /// The next batch (cancel-safe).
+    pub(super) async fn recv(&mut self) -> Option<Vec<Inbound>> {
+        let batch = self.rx.recv().await?;
+        self.held.fetch_sub(batch.len(), Ordering::Relaxed);
+        Some(batch)
+    }
+
+    /// The next batch if one waits.
+    pub(super) fn try_recv(&mut self) -> Option<Vec<Inbound>> {
+        let batch = self.rx.try_recv().ok()?;
+        self.held.fetch_sub(batch.len(), Ordering::Relaxed);
+        Some(batch)
+    }
+}
+
+/// The loop's side of the ingest.
+pub(super) struct Queues {
+    pub(super) known: Queue,
+    pub(super) other: Queue,
+}
+
+struct Sender {
+    tx: mpsc::UnboundedSender<Vec<Inbound>>,
+    held: Arc<AtomicUsize>,
+    limit: usize,
+}
+
+struct Senders {
+    known: Sender,
+    other: Sender,
+}
+
+fn queue(limit: usize) -> (Sender, Queue) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let held = Arc::new(AtomicUsize::new(0));
+    (
+        Sender {
+            tx,
+            held: Arc::clone(&held),
+            limit,
+        },
+        Queue { rx, held },
+    )
+}
+
+/// The queues between the readers and the loop.
+pub(super) fn queues() -> (Queues, SendersHandle) {
+    let (known_tx, known) = queue(KNOWN_QUEUE);
+    let (other_tx, other) = queue(OTHER_QUEUE);
+    let senders = SendersHandle(Arc::new(Senders {
+        known: known_tx,
+        other: other_tx,
+    }));
+    (Queues { known, other }, senders)
+}
+
+/// A reader's way to the loop.
+#[derive(Clone)]
+pub(super) struct SendersHandle(Arc<Senders>);
+
+impl SendersHandle {
+    /// Hands a batch to the loop; what does not fit in a full queue is
+    /// dropped (module docs).
+    fn send(&self, known: bool, mut batch: Vec<Inbound>, stats: &IngestStats) {
+        let queue = if known { &self.0.known } else { &self.0.other };
+        let room = queue
+            .limit
+            .saturating_sub(queue.held.load(Ordering::Relaxed));
+        if batch.len() > room {
+            let shed = batch.len() - room;
+            batch.truncate(room);
+            stats.shed.fetch_add(shed as u64, Ordering::Relaxed);
+        }
+        if batch.is_empty() {
+            return;
+        }
+        let n = batch.len();
+        queue.held.fetch_add(n, Ordering::Relaxed);
+        if queue.tx.send(batch).is_err() {
+            queue.held.fetch_sub(n, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A rate limit for the reader's warnings.
+struct DropLog {
+    last: Option<Instant>,
+    refused: u64,
+    shed: u64,
+    malformed: u64,
+}
+
+impl DropLog {
+    fn maybe_log(&mut self, now: Instant, stats: &IngestStats) {
+        if self
+            .last
+            .is_some_and(|t| now.duration_since(t) < DROP_LOG_INTERVAL)
+        {
+            return;
+        }
+        let refused = stats.refused.load(Ordering::Relaxed);
+        let shed = stats.shed.load(Ordering::Relaxed);
+        let malformed = stats.malformed.load(Ordering::Relaxed);
+        let (dr, ds, dm) = (
+            refused - self.refused,
+            shed - self.shed,
+            malformed - self.malformed,
+        );
+        if dr + ds + dm == 0 {
+            return;
+        }
+        if dr > 0 {
+            warn!(
+                dropped = dr,
+                dropped_total = refused,
+                "sip datagrams over the admission limits dropped unread (unknown sources or unauthenticated registers)"
+            );
+        }
+        if ds > 0 {
+            warn!(
+                dropped = ds,
+                dropped_total = shed,
+                "overloaded: sip messages dropped, the loop's queue was full"
+            );
+        }
+        if dm > 0 {
+            info!(
+                dropped = dm,
+                dropped_total = malformed,
+                "datagrams that are no sip message dropped"
+            );
+        }
+        (self.refused, self.shed, self.malformed) = (refused, shed, malformed);
+        self.last = Some(now);
+    }
+}
+
+/// Reads the UDP socket until `cancel` (module docs).
+pub(super) async fn read_udp(
+    socket: Arc<UdpSocket>,
+    to_loop: SendersHandle,
+    known: KnownSources,
+    admission: AdmissionConfig,
+    stats: Arc<IngestStats>,
+    cancel: CancellationToken,
+) {
+    let mut admission = Admission::new(admission, Instant::now());
+    let mut seen = u64::MAX;
+    let mut buf = vec![0u8; UDP_MAX_PAYLOAD];
+    let mut log = DropLog {
+        last: None,
+        refused: 0,
+        shed: 0,
+        malformed: 0,
+    };
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            ready = socket.readable() => if let Err(e) = ready {
+                warn!(error = %e, "sip udp socket unusable");
+                return;
+            },
+        }
+        let now = Instant::now();
+        if let Some((generation, set)) = known.newer_than(seen) {
+            seen = generation;
+            admission.set_known((*set).clone());
+        }
+        let mut known_batch = Vec::new();
+        let mut other_batch = Vec::new();
+        for _ in 0..BATCH {
+            let (len, from) = match socket.try_recv_from(&mut buf) {
+                Ok(v) => v,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    // ICMP errors surface here on Linux (ECONNREFUSED): not fatal.
+                    debug!(error = %e, "sip udp receive error");
+                    break;
+                }
+            };
+            let datagram = &buf[..len];
+            let class = admission.classify(now, from, datagram);
+            if class == Class::Dropped {
+                stats.refused.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            if tracing::enabled!(target: WIRE, tracing::Level::INFO) {
+                log_datagram("udp received", from, datagram);
+            }
+            match wire::decode(datagram, from, Carrier::Udp) {
+                Ok(message) => {
+                    let inbound = Inbound {
+                        route: Route::Udp(from),
+                        source: from,
+                        message,
+                    };
+                    if class == Class::Known {
+                        known_batch.push(inbound);
+                    } else {
+                        other_batch.push(inbound);
+                    }
+                }
+                Err(DecodeError::Keepalive) => {}
+                Err(e) => {
+                    stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    debug!(src = %from, error = %e, "sip datagram dropped");
+                }
+            }
+        }
+        to_loop.send(true, known_batch, &stats);
+        to_loop.send(false, other_batch, &stats);
+        log.maybe_log(now, &stats);
+    }
+}
+
+/// The TCP connections' writers, by id.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Streams {
+    inner: Arc<Mutex<HashMap<StreamId, mpsc::UnboundedSender<Bytes>>>>,
+}
+
+impl Streams {
+    fn len(&self) -> usize {
+        self.inner.lock().map_or(0, |m| m.len())
+    }
+
+    fn insert(&self, id: StreamId, tx: mpsc::UnboundedSender<Bytes>) {
+        if let Ok(mut m) = self.inner.lock() {
+            m.insert(id, tx);
+        }
+    }
+
+    fn remove(&self, id: StreamId) {
+        if let Ok(mut m) = self.inner.lock() {
+            m.remove(&id);
+        }
+    }
+
+    /// Queues `bytes` on connection `id`; `false` when it is gone.
+    fn send(&self, id: StreamId, bytes: Bytes) -> bool {
+        let tx = self.inner.lock().ok().and_then(|m| m.get(&id).cloned());
+        tx.is_some_and(|tx| tx.send(bytes).is_ok())
+    }
+}
+
+/// Accepts TCP connections until `cancel`; each is read by its own task
+/// ([`serve_stream`]).
+pub(super) async fn accept_tcp(
+    listener: TcpListener,
+    to_loop: SendersHandle,
+    streams: Streams,
+    cancel: CancellationToken,
+) {
+    let mut next = 0u64;
+    loop {
+        let accepted = tokio::select! {
+            () = cancel.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(v) => v,
+            Err(e) => {
+                debug!(error = %e, "sip tcp accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        if streams.len() >= MAX_STREAMS {
+            debug!(%peer, "sip tcp connection refused: too many");
+            continue;
+        }
+        next += 1;
+        let id = StreamId(next);
+        tokio::spawn(serve_stream(
+            stream,
+            peer,
+            id,
+            to_loop.clone(),
+            streams.clone(),
+            cancel.clone(),
+        ));
+    }
+}
+
+/// Reads one TCP connection's messages (RFC 3261 §18.3 framing) into the
+/// loop's queue and writes what the core answers on it.
+async fn serve_stream(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    id: StreamId,
+    to_loop: SendersHandle,
+    streams: Streams,
+    cancel: CancellationToken,
+) {
+    let (mut read, mut write) = stream.into_split();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+    streams.insert(id, tx.clone());
+    let writer = tokio::spawn(async move {
+        while let Some(bytes) = rx.recv().await {
+            if write.write_all(&bytes).await.is_err() {
+                break;
+            }
+        }
+    });
+    let stats = IngestStats::default();
+    let mut framer = StreamFramer::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    'read: loop {
+        let n = tokio::select! {
+            () = cancel.cancelled() => break,
+            read = tokio::time::timeout(STREAM_IDLE, read.read(&mut buf)) => match read {
+                Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+                Ok(Ok(n)) => n,
+            },
+        };
+        framer.push(&buf[..n]);
+        let mut batch = Vec::new();
+        loop {
+            match framer.next_frame() {
+                Ok(Some(Frame::Message(bytes))) => match wire::decode(&bytes, peer, Carrier::Tcp) {
+                    Ok(message) => batch.push(Inbound {
+                        route: Route::Stream(id),
+                        source: peer,
+                        message,
+                    }),
+                    Err(e) => debug!(%peer, error = %e, "sip tcp message dropped"),
+                },
+                // RFC 5626 §3.5.1: a CRLF answers the ping.
+                Ok(Some(Frame::Ping)) => {
+                    let _ = tx.send(Bytes::from_static(b"\r\n"));
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    debug!(%peer, error = %e, "sip tcp connection closed");
+                    to_loop.send(false, batch, &stats);
+                    break 'read;
+                }
+            }
+        }
+        to_loop.send(false, batch, &stats);
+    }
+    streams.remove(id);
+    drop(tx);
+    let _ = writer.await;
+}
+
+/// Sends what the core emits, in order, until the loop drops its sender.
+pub(super) async fn write(
+    socket: Arc<UdpSocket>,
+    streams: Streams,
+    mut from_loop: mpsc::UnboundedReceiver<Vec<Transmit>>,
+) {
+    let mut failures = 0u64;
+    let mut last_log: Option<Instant> = None;
+    while let Some(batch) = from_loop.recv().await {
+        for t in batch {
+            if tracing::enabled!(target: WIRE, tracing::Level::INFO) {
+                if let Route::Udp(to) = t.route {
+                    log_datagram("udp send", to, &t.bytes);
+                }
+            }
+            let sent = match t.route {
+                Route::Udp(to) => socket.send_to(&t.bytes, to).await.is_ok(),
+                Route::Stream(id) => streams.send(id, t.bytes),
+            };
+            if !sent {
+                failures += 1;
+                let now = Instant::now();
+                if last_log.is_none_or(|at| now.duration_since(at) >= DROP_LOG_INTERVAL) {
+                    info!(
+                        target: msr_shared::logging::NETWORK,
+                        failures,
+                        "sip messages could not be sent"
+                    );
+                    last_log = Some(now);
+                }
+            }
+        }
+    }
+}
+
+/// One datagram at target [`WIRE`] (`msr_shared::logging`): its peer,
+/// length, `CSeq` and text.
+fn log_datagram(what: &'static str, peer: SocketAddr, bytes: &[u8]) {
+    let text = String::from_utf8_lossy(bytes);
+    let cseq = text
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.trim()
+                .eq_ignore_ascii_case("cseq")
+                .then(|| value.trim())
+        })
+        .unwrap_or_default();
+    if what == "udp send" {
+        info!(target: WIRE, len = bytes.len(), dst = %peer, cseq = %cseq, raw_message = ?text, "{what}");
+    } else {
+        info!(target: WIRE, len = bytes.len(), src = %peer, cseq = %cseq, raw_message = ?text, "{what}");
+    }
+}

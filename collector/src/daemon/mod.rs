@@ -1,0 +1,720 @@
+//! The collector's shell: the sockets, the timer, the files and the etcd
+//! link around the sans-IO [`Collector`], and nothing else.
+//!
+//! [`start`] takes the operator store's lock, loads the configuration,
+//! binds every socket, builds the core and spawns:
+//!
+//! * the SIP readers ([`ingest::read_udp`], and [`ingest::accept_tcp`]
+//!   with TCP), which admit, parse and queue messages for the loop;
+//! * the SIP writer ([`ingest::write`]), which sends what the core emits;
+//! * the control socket, HTTP and redirect servers, which send control
+//!   requests to the loop;
+//! * with etcd, its task ([`crate::operator::store::etcd`]);
+//! * the loop ([`Shell::run`]): it feeds the core each input with the
+//!   time, sleeps until the core's next deadline, and carries out the
+//!   core's effects — answers, commits (the file store's save, or a
+//!   command to the etcd task) and the saves of the bindings, which run on
+//!   a blocking thread so the loop goes on while the disk works.
+//!
+//! The runtime has a worker per core, so the readers' parsing, the
+//! writer's sends and the control servers run beside the loop, which owns
+//! every fact.
+//!
+//! Shutdown: `Expires: 0` for every subscription, at most
+//! [`SHUTDOWN_GRACE`] waiting for the answers and for the final NOTIFYs
+//! that follow them (and answering whatever else arrives), the bindings
+//! saved, then the control socket removed and the store's lock released.
+
+mod environment;
+mod ingest;
+#[cfg(test)]
+mod tests;
+
+pub mod cli;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use msr_shared::admin::{Request, Response};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::api::handler::{self as admin, AdminCommand};
+use crate::api::metrics::Metrics;
+use crate::api::redirect::RedirectContext;
+use crate::config::{CollectorConfig, StoreBackend};
+use crate::core::{AdminId, Backend, Collector, CommitFailure, Effect, Start, Transmit};
+use crate::error::CollectorError;
+use crate::operator::cluster::Cluster;
+use crate::operator::store::etcd::{self, CommitError, EtcdCommand, EtcdEvent, EtcdLink, Member};
+use crate::operator::store::Store;
+use crate::operator::OperatorConfig;
+use crate::sip::admission::AdmissionConfig;
+use msr_shared::time::{unix_millis, unix_secs};
+
+pub use environment::check_environment;
+pub use ingest::IngestStats;
+
+/// Longest wait at shutdown for the answers to the final `Expires: 0`
+/// SUBSCRIBEs and for the final NOTIFYs that follow them.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// At shutdown, how long the messages still queued for the writer may
+/// take when [`SHUTDOWN_GRACE`] is already over.
+const REPLY_FLUSH: Duration = Duration::from_millis(100);
+
+/// The most inputs of one kind served in one wake-up of the loop.
+const LOOP_BATCH: usize = 64;
+
+/// A running collector (see [`start`]).
+#[derive(Debug)]
+pub struct CollectorHandle {
+    /// The bound SIP (UDP) address.
+    pub sip_addr: SocketAddr,
+    /// The control socket path.
+    pub control_socket: PathBuf,
+    /// The bound HTTP address (`[http]`), if configured.
+    pub http_addr: Option<SocketAddr>,
+    /// The bound redirect server address (`[redirect]`), if configured.
+    pub redirect_addr: Option<SocketAddr>,
+    /// A reloaded configuration, already validated, to apply (SPEC §13:
+    /// `SIGHUP`): what can change live does, what needs a restart is named
+    /// in a warning.
+    pub reload: mpsc::UnboundedSender<CollectorConfig>,
+    /// Ends when the collector has shut down.
+    pub join: JoinHandle<Result<(), CollectorError>>,
+}
+
+/// Runs the collector until `shutdown` is cancelled (then ends the
+/// subscriptions and removes the control socket).
+///
+/// # Errors
+/// As [`start`].
+pub async fn run(
+    config: CollectorConfig,
+    shutdown: CancellationToken,
+) -> Result<(), CollectorError> {
+    let handle = start(config, shutdown).await?;
+    handle.join.await.map_err(|e| CollectorError::Task {
+        reason: e.to_string(),
+    })?
+}
+
+/// Takes the operator store's lock, loads the operator configuration, binds
+/// the SIP sockets and the control socket, and spawns the collector's
+/// tasks; the loop holds the lock until it has stopped. `[sip] listen` may
+/// use port 0.
+///
+/// The lock is taken before anything else is bound, so a second collector
+/// on the same store stops there, without touching the first one's control
+/// socket.
+///
+/// # Errors
+/// [`CollectorError::Store`] (with [`StoreError::Locked`](crate::operator::store::StoreError::Locked)
+/// when another collector runs on the same store), [`CollectorError::Sip`],
+/// [`CollectorError::ControlSocket`] or [`CollectorError::ControlSocketPath`]
+/// when a resource cannot be had.
+pub async fn start(
+    config: CollectorConfig,
+    shutdown: CancellationToken,
+) -> Result<CollectorHandle, CollectorError> {
+    let store = Store::new(config.state_path.clone());
+    store.check_dir()?;
+    environment::check_control_socket(&config.control_socket)?;
+    let lock = store.lock()?;
+    debug!(lock = %lock.path().display(), "operator store locked");
+    let mut operator = match config.store {
+        StoreBackend::File => store.load()?,
+        // Read from etcd once the SIP address (part of the membership key) is bound.
+        StoreBackend::Etcd(_) => OperatorConfig::new(),
+    };
+    // The site new contacts get must exist, or every leg at it is refused
+    // with `unknown_site` until an operator declares it (with etcd: once
+    // etcd is reachable, the core declares it).
+    if config.store == StoreBackend::File && !operator.topology().contains(&config.defaults.site) {
+        match operator.declare_site(&config.defaults.site) {
+            Ok(()) => {
+                store.save(&operator)?;
+                info!(site = %config.defaults.site, "declared the default site");
+            }
+            // Only the site cap can refuse it (the config checked the name).
+            Err(error) => warn!(
+                site = %config.defaults.site,
+                %error,
+                "cannot declare the default site; new contacts' legs get unknown_site until it is"
+            ),
+        }
+    }
+    let bind_error =
+        |transport: &'static str, addr: SocketAddr, source: std::io::Error| CollectorError::Sip {
+            transport,
+            addr,
+            source,
+        };
+    let udp = msr_shared::sip::std_udp_socket(config.sip.listen)
+        .map_err(|e| bind_error("udp", config.sip.listen, e))?;
+    let sip_addr = udp
+        .local_addr()
+        .map_err(|e| bind_error("udp", config.sip.listen, e))?;
+    // The reader has the socket on a thread of its own; the writer sends
+    // on a clone of it (the same socket, so every datagram leaves from the
+    // one address, SPEC §4).
+    let reader_socket = udp
+        .try_clone()
+        .map_err(|e| bind_error("udp", sip_addr, e))?;
+    let udp =
+        Arc::new(tokio::net::UdpSocket::from_std(udp).map_err(|e| bind_error("udp", sip_addr, e))?);
+    info!(addr = %sip_addr, "listening on udp {sip_addr}");
+    let tcp = if config.sip.tcp() {
+        let listener = tokio::net::TcpListener::bind(sip_addr)
+            .await
+            .map_err(|e| bind_error("tcp", sip_addr, e))?;
+        info!(addr = %sip_addr, "listening on tcp {sip_addr}");
+        Some(listener)
+    } else {
+        None
+    };
+    let control_socket = config.control_socket.clone();
+    let listener = admin::bind_control_socket(&control_socket).map_err(|source| {
+        CollectorError::ControlSocket {
+            path: control_socket.clone(),
+            source,
+        }
+    })?;
+    info!(path = %control_socket.display(), "control socket on {}", control_socket.display());
+    let (admin_tx, admin_rx) = mpsc::channel(1024);
+    let admin_stop = CancellationToken::new();
+    let metrics = Arc::new(Metrics::new());
+    let stats = Arc::new(IngestStats::default());
+    // SPEC §11: the HTTP API and the redirect server send their requests
+    // over the control socket's channel, to the one handler.
+    let http_addr = match &config.http {
+        Some(http) => {
+            let error = |source| CollectorError::Http {
+                addr: http.listen,
+                source,
+            };
+            let listener = crate::api::http::bind(http.listen).await.map_err(error)?;
+            let addr = listener.local_addr().map_err(error)?;
+            info!(%addr, "listening on http {addr}");
+            let router = crate::api::http::router(
+                admin_tx.clone(),
+                Arc::clone(&metrics),
+                Arc::clone(&stats),
+                http.token.clone(),
+            );
+            tokio::spawn(crate::api::http::serve(listener, router, shutdown.clone()));
+            Some(addr)
+        }
+        None => None,
+    };
+    let redirect_addr = match &config.redirect {
+        Some(redirect) => {
+            let error = |source| CollectorError::Redirect {
+                addr: redirect.listen,
+                source,
+            };
+            let socket = msr_shared::sip::udp_socket(redirect.listen).map_err(error)?;
+            let addr = socket.local_addr().map_err(error)?;
+            info!(%addr, "redirect server listening on udp {addr}");
+            let ctx = RedirectContext {
+                own: vec![addr, sip_addr],
+                default_zone: config.defaults.zone.clone(),
+                default_site: config.defaults.site.clone(),
+                allow: redirect.allow.clone(),
+            };
+            tokio::spawn(crate::api::redirect::serve(
+                socket,
+                admin_tx.clone(),
+                ctx,
+                Arc::clone(&metrics),
+                shutdown.clone(),
+            ));
+            Some(addr)
+        }
+        None => None,
+    };
+    tokio::spawn(admin::serve(listener, admin_tx, admin_stop.clone()));
+
+    let this = Member {
+        node: config.node.clone(),
+        sip: sip_addr.to_string(),
+        started_unix: unix_secs(SystemTime::now()),
+    };
+    let (backend, cluster, etcd, etcd_join) = match &config.store {
+        StoreBackend::File => (
+            Backend::File,
+            Cluster::file(
+                this,
+                store.path().display().to_string(),
+                config.cluster.core_hosts,
+            ),
+            None,
+            None,
+        ),
+        StoreBackend::Etcd(etcd_config) => {
+            let mut cluster = Cluster::etcd(
+                this.clone(),
+                etcd_config.endpoints.join(","),
+                etcd_config.prefix.clone(),
+                config.cluster.core_hosts,
+            );
+            let (mut link, join) =
+                etcd::spawn(etcd_config.clone(), this, store.clone(), shutdown.clone());
+            operator = first_configuration(etcd_config, &mut link, &mut cluster, &store).await?;
+            (Backend::Etcd, cluster, Some(link), Some(join))
+        }
+    };
+    let now = Instant::now();
+    let mut core = Collector::new(
+        &config,
+        Start {
+            local: sip_addr,
+            operator,
+            cluster,
+            backend,
+            metrics: Arc::clone(&metrics),
+            seed: rand::random(),
+            now,
+            unix_ms: unix_millis(SystemTime::now()),
+        },
+    );
+    match store.load_bindings() {
+        Ok(Some(text)) => core.restore_bindings(now, &text),
+        Ok(None) => {}
+        Err(error) => warn!(%error, "cannot read the saved bindings, starting without them"),
+    }
+
+    let io_stop = CancellationToken::new();
+    let known = ingest::KnownSources::default();
+    let (queues, to_loop) = ingest::queues();
+    let streams = ingest::Streams::default();
+    spawn_thread("sip-ingest", {
+        let (to_loop, known, stats, stop) = (
+            to_loop.clone(),
+            known.clone(),
+            Arc::clone(&stats),
+            io_stop.clone(),
+        );
+        move || async move {
+            match tokio::net::UdpSocket::from_std(reader_socket) {
+                Ok(socket) => {
+                    ingest::read_udp(
+                        Arc::new(socket),
+                        to_loop,
+                        known,
+                        AdmissionConfig::default(),
+                        stats,
+                        stop,
+                    )
+                    .await
+                }
+                Err(e) => warn!(error = %e, "sip udp reader cannot start"),
+            }
+        }
+    })
+    .map_err(|e| bind_error("udp", sip_addr, e))?;
+    if let Some(listener) = tcp {
+        tokio::spawn(ingest::accept_tcp(
+            listener,
+            to_loop,
+            streams.clone(),
+            io_stop.clone(),
+        ));
+    }
+    let (egress, from_loop) = mpsc::unbounded_channel();
+    let writer = tokio::spawn(ingest::write(udp, streams, from_loop));
+    let (saved_tx, saved_rx) = mpsc::unbounded_channel();
+    let (reload, reload_rx) = mpsc::unbounded_channel();
+    let mut shell = Shell {
+        started: config.clone(),
+        reload_rx,
+        core,
+        store,
+        etcd,
+        admin_rx,
+        replies: HashMap::new(),
+        next_admin: 0,
+        queues,
+        egress,
+        saved_tx,
+        saved_rx,
+        known,
+        known_generation: u64::MAX,
+        metrics,
+    };
+    let socket_path = control_socket.clone();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let core_loop = async move {
+        shell.run(&shutdown).await;
+        io_stop.cancel();
+        admin_stop.cancel();
+        // The writer ends once the loop's sender is gone and its queue is
+        // sent (bounded).
+        drop(shell);
+        if tokio::time::timeout(REPLY_FLUSH, writer).await.is_err() {
+            warn!("answers to sip requests not sent before shutdown");
+        }
+        if let Some(join) = etcd_join {
+            // The task revokes the membership lease at shutdown (bounded).
+            if tokio::time::timeout(Duration::from_secs(2), join)
+                .await
+                .is_err()
+            {
+                warn!("etcd task did not stop in time");
+            }
+        }
+        match std::fs::remove_file(&socket_path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                warn!(path = %socket_path.display(), cause = %e, "cannot remove control socket")
+            }
+        }
+        info!("collector stopped");
+        // Only now may another collector take the store.
+        drop(lock);
+        let _ = done_tx.send(());
+    };
+    spawn_thread("collector-core", move || core_loop).map_err(|e| CollectorError::Task {
+        reason: format!("cannot start the collector's loop: {e}"),
+    })?;
+    let join = tokio::spawn(async move {
+        done_rx.await.map_err(|_| CollectorError::Task {
+            reason: "the collector's loop ended without stopping cleanly".to_owned(),
+        })
+    });
+    Ok(CollectorHandle {
+        sip_addr,
+        control_socket,
+        http_addr,
+        redirect_addr,
+        reload,
+        join,
+    })
+}
+
+/// Runs the future `make` builds on a thread of its own, with a
+/// current-thread runtime: the loop and the SIP reader each get a core's
+/// worth of scheduling, instead of sharing a worker and waking each other
+/// through it. The thread's runtime also drives the I/O the future
+/// registers.
+fn spawn_thread<F, Fut>(name: &str, make: F) -> std::io::Result<()>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || runtime.block_on(make()))?;
+    Ok(())
+}
+
+/// Waits for the etcd task's first word at start: the configuration as
+/// etcd holds it, or (etcd unreachable, or silent for longer than two
+/// request timeouts) the local cached copy at `[state] path` (SPEC §12).
+async fn first_configuration(
+    config: &crate::config::EtcdConfig,
+    link: &mut EtcdLink,
+    cluster: &mut Cluster,
+    cache: &Store,
+) -> Result<OperatorConfig, CollectorError> {
+    let limit = config.request_timeout * 2 + Duration::from_millis(500);
+    let reason = match tokio::time::timeout(limit, link.events.recv()).await {
+        Ok(Some(EtcdEvent::Config {
+            config,
+            mod_revision,
+            revision,
+        })) => {
+            cluster.observe(revision, mod_revision);
+            return Ok(*config);
+        }
+        Ok(Some(EtcdEvent::Unavailable { reason, since })) => {
+            cluster.unavailable(since, reason.clone());
+            reason
+        }
+        Ok(Some(other)) => format!("unexpected first event {other:?}"),
+        Ok(None) => "the etcd task stopped".to_owned(),
+        Err(_) => format!("no answer within {} ms", limit.as_millis()),
+    };
+    let operator = cache.load()?;
+    cluster.started_from_cache(cache.path().display().to_string());
+    warn!(
+        cache = %cache.path().display(),
+        %reason,
+        "etcd unreachable at start: starting from the local cached copy of the operator configuration"
+    );
+    Ok(operator)
+}
+
+/// The next event of the etcd task; never, with the file store.
+async fn etcd_event(link: &mut Option<EtcdLink>) -> Option<EtcdEvent> {
+    match link {
+        None => std::future::pending().await,
+        Some(link) => link.events.recv().await,
+    }
+}
+
+/// The loop's state: the core and the shell's ends of every channel.
+struct Shell {
+    /// The configuration the process started with: what a reload's
+    /// restart-needing settings are compared with.
+    started: CollectorConfig,
+    reload_rx: mpsc::UnboundedReceiver<CollectorConfig>,
+    core: Collector,
+    store: Store,
+    etcd: Option<EtcdLink>,
+    admin_rx: mpsc::Receiver<AdminCommand>,
+    /// Where each control request's answer goes.
+    replies: HashMap<AdminId, oneshot::Sender<Response>>,
+    next_admin: u64,
+    queues: ingest::Queues,
+    egress: mpsc::UnboundedSender<Vec<Transmit>>,
+    saved_tx: mpsc::UnboundedSender<(u64, Result<(), String>)>,
+    saved_rx: mpsc::UnboundedReceiver<(u64, Result<(), String>)>,
+    known: ingest::KnownSources,
+    known_generation: u64,
+    metrics: Arc<Metrics>,
+}
+
+impl Shell {
+    /// The time, given to the core with the wall clock.
+    fn now(&mut self) -> Instant {
+        let now = Instant::now();
+        self.core
+            .set_wall_clock(now, unix_millis(SystemTime::now()));
+        now
+    }
+
+    async fn run(&mut self, shutdown: &CancellationToken) {
+        loop {
+            self.drive();
+            let deadline = self.core.poll_timeout();
+            let sleep = async move {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                Some(batch) = self.queues.known.recv() => self.on_batch(batch, true),
+                Some(batch) = self.queues.other.recv() => self.on_batch(batch, false),
+                Some(command) = self.admin_rx.recv() => self.on_admin(command),
+                Some(event) = etcd_event(&mut self.etcd) => {
+                    let now = self.now();
+                    self.core.handle_etcd(now, event);
+                }
+                Some((generation, result)) = self.saved_rx.recv() => {
+                    let now = self.now();
+                    self.core.handle_bindings_saved(now, generation, result);
+                }
+                Some(config) = self.reload_rx.recv() => self.on_reload(&config),
+                () = sleep => {
+                    let now = self.now();
+                    self.core.handle_timeout(now);
+                }
+            }
+        }
+        self.drain().await;
+    }
+
+    /// A reloaded configuration (SPEC §13).
+    fn on_reload(&mut self, config: &CollectorConfig) {
+        let now = self.now();
+        self.core.reconfigure(now, config);
+        let pending = crate::config::restart_needed(&self.started, config);
+        if pending.is_empty() {
+            info!("configuration reloaded");
+        } else {
+            warn!(
+                restart_needed = %pending.join(", "),
+                "configuration reloaded; these settings differ from the running ones and take effect at the next restart"
+            );
+        }
+    }
+
+    /// One batch from the ingest, and up to [`LOOP_BATCH`] more of the same
+    /// queue that are already waiting.
+    fn on_batch(&mut self, batch: Vec<crate::core::Inbound>, known: bool) {
+        let now = self.now();
+        for inbound in batch {
+            self.core.handle_message(now, inbound);
+        }
+        for _ in 1..LOOP_BATCH {
+            let queue = if known {
+                &mut self.queues.known
+            } else {
+                &mut self.queues.other
+            };
+            let Some(batch) = queue.try_recv() else {
+                break;
+            };
+            for inbound in batch {
+                self.core.handle_message(now, inbound);
+            }
+        }
+        if self.core.poll_timeout().is_some_and(|at| at <= now) {
+            self.core.handle_timeout(now);
+        }
+    }
+
+    /// The control requests waiting, at most [`LOOP_BATCH`].
+    fn on_admin(&mut self, first: AdminCommand) {
+        let mut next = Some(first);
+        let mut served = 0;
+        while let Some(command) = next.take() {
+            let now = self.now();
+            self.next_admin += 1;
+            let id = AdminId(self.next_admin);
+            self.replies.insert(id, command.reply);
+            let select = matches!(command.request, Request::Select { .. });
+            self.core.handle_admin(now, id, command.request);
+            if select {
+                self.metrics.selection_duration(now.elapsed().as_secs_f64());
+            }
+            // A change's commit is carried out before the next request.
+            self.drive();
+            served += 1;
+            if served < LOOP_BATCH {
+                next = self.admin_rx.try_recv().ok();
+            }
+        }
+    }
+
+    /// Carries out what the core produced: messages to the writer, known
+    /// sources to the readers, effects.
+    fn drive(&mut self) {
+        loop {
+            let mut out = Vec::new();
+            while let Some(t) = self.core.poll_transmit() {
+                out.push(t);
+            }
+            if !out.is_empty() && self.egress.send(out).is_err() {
+                debug!("sip writer gone");
+            }
+            if let Some(event) = self.core.poll_event() {
+                crate::core::log::log(Instant::now(), &event);
+                continue;
+            }
+            let Some(effect) = self.core.poll_effect() else {
+                break;
+            };
+            self.on_effect(effect);
+        }
+        let generation = self.core.bindings_generation();
+        if generation != self.known_generation {
+            self.known_generation = generation;
+            self.known
+                .publish(generation, self.core.known_sources().collect());
+        }
+    }
+
+    fn on_effect(&mut self, effect: Effect) {
+        match effect {
+            Effect::Answer { id, response } => {
+                if let Some(reply) = self.replies.remove(&id) {
+                    if reply.send(*response).is_err() {
+                        debug!("control client went away before the answer");
+                    }
+                }
+            }
+            Effect::Commit {
+                ticket,
+                config,
+                expected,
+            } => match &mut self.etcd {
+                None => {
+                    let result = self.store.save(&config).map_err(CommitFailure::File);
+                    let now = self.now();
+                    self.core.handle_committed(now, ticket, result);
+                }
+                Some(link) => {
+                    let command = EtcdCommand::Commit {
+                        ticket: ticket.0,
+                        config,
+                        expected,
+                    };
+                    if let Err(error) = link.commands.try_send(command) {
+                        let error = CommitError::Unavailable {
+                            reason: format!("the etcd task does not take commands: {error}"),
+                        };
+                        let now = self.now();
+                        self.core.handle_etcd(
+                            now,
+                            EtcdEvent::Refused {
+                                ticket: ticket.0,
+                                error,
+                            },
+                        );
+                    }
+                }
+            },
+            Effect::SaveBindings { generation, text } => {
+                let store = self.store.clone();
+                let done = self.saved_tx.clone();
+                tokio::task::spawn_blocking(move || {
+                    let result = store.save_bindings(&text).map_err(|e| e.to_string());
+                    let _ = done.send((generation, result));
+                });
+            }
+        }
+    }
+
+    /// Ends every subscription and waits (bounded) for the answers to these
+    /// unsubscribes and for the final NOTIFYs that follow them, answering
+    /// every SIP request that arrives meanwhile; then logs what the rate
+    /// limits hold back and saves the bindings (the MSRs stay registered:
+    /// the next collector resumes them).
+    async fn drain(&mut self) {
+        let now = self.now();
+        let sent = self.core.shutdown(now);
+        let deadline = now + SHUTDOWN_GRACE;
+        loop {
+            self.drive();
+            if self.core.is_drained() {
+                break;
+            }
+            let timeout = self
+                .core
+                .poll_timeout()
+                .map_or(deadline, |t| t.min(deadline));
+            tokio::select! {
+                () = tokio::time::sleep_until(timeout) => {
+                    if Instant::now() >= deadline {
+                        let (unanswered, final_notifies) = self.core.awaited();
+                        if unanswered > 0 {
+                            warn!(unanswered, final_notifies, subscriptions = sent, "unsubscribe answers not received in time");
+                        } else {
+                            warn!(final_notifies, subscriptions = sent, "final notifies not received in time");
+                        }
+                        break;
+                    }
+                    let now = self.now();
+                    self.core.handle_timeout(now);
+                }
+                Some(batch) = self.queues.known.recv() => self.on_batch(batch, true),
+                Some(batch) = self.queues.other.recv() => self.on_batch(batch, false),
+                Some((generation, result)) = self.saved_rx.recv() => {
+                    let now = self.now();
+                    self.core.handle_bindings_saved(now, generation, result);
+                }
+            }
+        }
+        let now = self.now();
+        self.core.flush_logs(now);
+        if let Err(error) = self.store.save_bindings(&self.core.bindings_text(now)) {
+            warn!(%error, "cannot save the bindings");
+        }
+        self.drive();
+    }
+}

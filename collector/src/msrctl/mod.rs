@@ -1,0 +1,1288 @@
+//! `msrctl`, the admin CLI (SPEC §8): parses a command, sends one
+//! [`Request`] line to the collector's control socket, prints the response as
+//! a box table (or JSON with `--json`).
+//!
+//! The seed's ECSS slash paths are accepted as aliases:
+//! `msrctl system/media/site/declare NAME` is `msrctl site declare NAME`,
+//! `system/media/msr/subscription/list` is `subscription list`.
+//!
+//! Exit codes: 0 done; 1 the collector refused the request; 2 usage error;
+//! 3 cannot reach the collector (connect, send or receive failed, no
+//! complete answer within [`REPLY_TIMEOUT`]) or it answered `unavailable`
+//! (shutting down, too many connections).
+
+pub mod render;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use msr_shared::admin::{ContactProperty, Distance, ErrorCode, Request, Response};
+use msr_shared::present::normalize_zero;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+
+/// Default control socket path.
+pub const DEFAULT_SOCKET: &str = "/run/msr-collector/control.sock";
+
+/// The environment variable naming the control socket when `--socket` is
+/// not given; unset or empty means [`DEFAULT_SOCKET`].
+pub const SOCKET_ENV: &str = "MSRCTL_SOCKET";
+
+/// Exit code: the collector refused the request.
+pub const EXIT_REFUSED: i32 = 1;
+/// Exit code: bad command line.
+pub const EXIT_USAGE: i32 = 2;
+/// Exit code: the collector could not be reached.
+pub const EXIT_UNREACHABLE: i32 = 3;
+
+/// The longest msrctl waits for the whole exchange with the collector
+/// (connect, send the request, read the complete answer): 10 s.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest answer msrctl reads, in bytes (64 MiB, newline not counted).
+pub const MAX_REPLY_BYTES: usize = 64 * 1024 * 1024;
+
+/// Admin CLI of msr-collector: sites, distances, MSR settings, the load table,
+/// subscriptions and selection.
+#[derive(Debug, Parser)]
+#[command(
+    name = "msrctl",
+    version,
+    after_help = "Examples:
+  msrctl --socket /tmp/msr-quickstart/control.sock resource list
+  msrctl site declare remote_side
+  msrctl site distance local remote_side 64
+  msrctl msr set msr_1 performance_coefficient 1.5
+  msrctl select --zone default --site local --explain
+
+The seed's ECSS paths are aliases: `msrctl system/media/site/declare NAME`
+is `msrctl site declare NAME`.
+
+Exit codes: 0 done; 1 the collector refused the request (the reason on
+stderr); 2 usage error; 3 the collector could not be reached."
+)]
+pub struct Cli {
+    /// Control socket of the collector [default: $MSRCTL_SOCKET, or
+    /// /run/msr-collector/control.sock when that is unset or empty].
+    #[arg(long, global = true, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// Print the response data as JSON instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Top-level commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Sites and the site distance matrix.
+    #[command(subcommand)]
+    Site(SiteCommand),
+    /// Per-MSR settings: performance coefficient, admin active flag and load limit.
+    #[command(subcommand)]
+    Msr(MsrCommand),
+    /// The live load table (one row per MSR contact) and per-contact zone/site.
+    #[command(subcommand)]
+    Resource(ResourceCommand),
+    /// Load subscriptions (eltex-call-count) to the MSRs.
+    #[command(subcommand)]
+    Subscription(SubscriptionCommand),
+    /// Run a selection for a leg (SPEC §7); with --call-id, place the leg
+    /// (SPEC §9): selected again, it keeps its MSR until released.
+    Select(SelectArgs),
+    /// End a leg placed with `select --call-id` (SPEC §9); idempotent.
+    Release {
+        /// The leg's SIP Call-ID.
+        #[arg(long)]
+        call_id: String,
+        /// The leg label; without it, every leg of the Call-ID ends.
+        #[arg(long)]
+        leg: Option<String>,
+    },
+    /// Live call legs (SPEC §9), to find and release leaked ones.
+    #[command(subcommand)]
+    Leg(LegCommand),
+    /// The core hosts sharing the operator configuration, and the store's state (SPEC §12).
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+    /// The control protocol version the collector speaks, and its software version.
+    Hello,
+}
+
+/// `leg …`
+#[derive(Debug, Subcommand)]
+pub enum LegCommand {
+    /// List live legs, oldest first: Call-ID, leg, MSR, contact, age, conference.
+    List {
+        /// Only the legs on this MSR.
+        #[arg(long)]
+        msr: Option<String>,
+        /// Only the legs at least this many seconds old.
+        #[arg(long, value_name = "SECS")]
+        older_than: Option<u64>,
+        /// The most rows shown (the total is always given).
+        #[arg(long, default_value_t = msr_shared::admin::DEFAULT_LEG_LIST_LIMIT,
+              value_parser = clap::value_parser!(u32).range(1..=i64::from(msr_shared::admin::MAX_LEG_LIST_LIMIT)))]
+        limit: u32,
+    },
+}
+
+/// `cluster …`
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// List the live core hosts (collectors) and the operator store's state.
+    List,
+}
+
+/// `site …`
+#[derive(Debug, Subcommand)]
+pub enum SiteCommand {
+    /// Declare a site.
+    Declare {
+        /// Site name.
+        name: String,
+    },
+    /// Remove a site (refused while a contact uses it).
+    Remove {
+        /// Site name.
+        name: String,
+    },
+    /// List declared sites.
+    List,
+    /// Set the distance between two sites (symmetric), a number ≥ 0 or `infinity`.
+    Distance {
+        /// First site.
+        a: String,
+        /// Second site (the same as the first sets a site's own distance).
+        b: String,
+        /// Distance, or `infinity`.
+        #[arg(value_parser = parse_distance, allow_negative_numbers = true)]
+        value: Distance,
+    },
+    /// Show the distance matrix; columns limited to the named sites if given.
+    Matrix {
+        /// Sites to show as columns.
+        names: Vec<String>,
+    },
+}
+
+/// `msr …`
+#[derive(Debug, Subcommand)]
+pub enum MsrCommand {
+    /// Set a property of an MSR.
+    Set {
+        /// MSR name.
+        name: String,
+        /// The property and its value.
+        #[command(subcommand)]
+        property: MsrProperty,
+    },
+    /// List MSRs with their coefficient, active flag, load limit, live legs and health.
+    List,
+}
+
+/// `msr set NAME …`
+#[derive(Debug, Subcommand)]
+pub enum MsrProperty {
+    /// Performance coefficient: a positive number (default 1.0).
+    #[command(name = "performance_coefficient")]
+    PerformanceCoefficient {
+        /// The coefficient.
+        #[arg(value_parser = parse_finite, allow_negative_numbers = true)]
+        value: f64,
+    },
+    /// Admin active flag: `false` takes the MSR out of selection (its live
+    /// legs stay: a drain).
+    Active {
+        /// `true` or `false`.
+        #[arg(action = clap::ArgAction::Set)]
+        value: bool,
+    },
+    /// Load limit in percent (default 100): no new leg at or above it; the
+    /// conference thresholds are fractions of it (SPEC §9).
+    #[command(name = "load_limit")]
+    LoadLimit {
+        /// 1 to 100.
+        #[arg(allow_negative_numbers = true)]
+        value: i64,
+    },
+}
+
+/// `resource …`
+#[derive(Debug, Subcommand)]
+pub enum ResourceCommand {
+    /// List the load table; `active` keeps only rows selection may use.
+    List {
+        /// `active`
+        #[arg(value_parser = ["active"])]
+        filter: Option<String>,
+        /// Every column (version, coefficient, Cc-address, engine URI,
+        /// expiry, staleness, health age); by default the table fits 120
+        /// columns.
+        #[arg(long)]
+        wide: bool,
+    },
+    /// Set a contact's zone or site.
+    Set {
+        /// Contact name, `{iface}@{msr}`.
+        contact: String,
+        /// The property and its value.
+        #[command(subcommand)]
+        property: ResourceProperty,
+    },
+    /// Remove a contact's zone or site setting: it takes the collector's
+    /// `[defaults]` again.
+    Unset {
+        /// Contact name, `{iface}@{msr}`.
+        contact: String,
+        /// `zone` or `site`.
+        #[arg(value_parser = ["zone", "site"])]
+        property: String,
+    },
+}
+
+/// `resource set CONTACT …`
+#[derive(Debug, Subcommand)]
+pub enum ResourceProperty {
+    /// The contact's zone.
+    Zone {
+        /// Zone label.
+        zone: String,
+    },
+    /// The contact's site (a declared site).
+    Site {
+        /// Site name.
+        site: String,
+    },
+}
+
+/// `subscription …`
+#[derive(Debug, Subcommand)]
+pub enum SubscriptionCommand {
+    /// Set a subscription property for one MSR.
+    Set {
+        /// MSR name.
+        msr: String,
+        /// Event package (`eltex-call-count`).
+        event: String,
+        /// The property and its value.
+        #[command(subcommand)]
+        property: SubscriptionProperty,
+    },
+    /// List subscriptions, one row per MSR.
+    List,
+}
+
+/// `subscription set MSR EVENT …`
+#[derive(Debug, Subcommand)]
+pub enum SubscriptionProperty {
+    /// The `Expires` requested in SUBSCRIBE, seconds.
+    Expires {
+        /// Seconds (at least 1).
+        #[arg(value_parser = clap::value_parser!(u32).range(1..=86_400))]
+        secs: u32,
+    },
+}
+
+/// `select …`
+#[derive(Debug, Args)]
+pub struct SelectArgs {
+    /// The leg's zone.
+    #[arg(long)]
+    pub zone: String,
+    /// The leg's site.
+    #[arg(long)]
+    pub site: String,
+    /// The MSR already chosen for the other leg.
+    #[arg(long)]
+    pub msr: Option<String>,
+    /// Fix the draw to R in [0, total) instead of a random one.
+    #[arg(long, value_name = "R", value_parser = parse_finite, allow_negative_numbers = true)]
+    pub random: Option<f64>,
+    /// Show the candidates, distances and interval table.
+    #[arg(long)]
+    pub explain: bool,
+    /// Place the leg with this SIP Call-ID (SPEC §9): a live leg gets its
+    /// MSR again; `release --call-id` ends it.
+    #[arg(long)]
+    pub call_id: Option<String>,
+    /// Tells two legs of one Call-ID apart (needs --call-id).
+    #[arg(long, requires = "call_id")]
+    pub leg: Option<String>,
+    /// The conference or space the leg joins: admission thresholds and
+    /// affinity (needs --call-id).
+    #[arg(long, requires = "call_id")]
+    pub conference: Option<String>,
+}
+
+/// A finite number (JSON has no NaN or infinity: they would travel as
+/// `null` and change the meaning of the request); `-0` is read as `0`.
+fn parse_finite(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(value) if value.is_finite() => Ok(normalize_zero(value)),
+        _ => Err(format!("`{text}` is not a finite number")),
+    }
+}
+
+/// A number >= 0 (`-0` read as `0`) or `infinity`.
+fn parse_distance(text: &str) -> Result<Distance, String> {
+    if text.eq_ignore_ascii_case("infinity") || text.eq_ignore_ascii_case("inf") {
+        return Ok(Distance::Infinity);
+    }
+    match text.parse::<f64>() {
+        Ok(value) if value.is_finite() && value >= 0.0 => {
+            Ok(Distance::Finite(normalize_zero(value)))
+        }
+        _ => Err(format!(
+            "`{text}` is not a distance: expected a number >= 0 or `infinity`"
+        )),
+    }
+}
+
+impl Cli {
+    /// The control socket to use: `--socket`, else [`SOCKET_ENV`] from the
+    /// environment, else [`DEFAULT_SOCKET`].
+    pub fn socket_path(&self) -> PathBuf {
+        resolve_socket(self.socket.as_deref(), std::env::var_os(SOCKET_ENV))
+    }
+}
+
+/// The control socket to use: `flag` (`--socket`) if given, else `env` (the
+/// value of [`SOCKET_ENV`]) unless it is unset or empty, else
+/// [`DEFAULT_SOCKET`].
+pub fn resolve_socket(flag: Option<&Path>, env: Option<OsString>) -> PathBuf {
+    match (flag, env) {
+        (Some(path), _) => path.to_owned(),
+        (None, Some(value)) if !value.is_empty() => PathBuf::from(value),
+        (None, _) => PathBuf::from(DEFAULT_SOCKET),
+    }
+}
+
+impl Command {
+    /// The wire request for this command.
+    pub fn to_request(&self) -> Request {
+        match self {
+            Command::Site(SiteCommand::Declare { name }) => {
+                Request::SiteDeclare { name: name.clone() }
+            }
+            Command::Site(SiteCommand::Remove { name }) => {
+                Request::SiteRemove { name: name.clone() }
+            }
+            Command::Site(SiteCommand::List) => Request::SiteList {},
+            Command::Site(SiteCommand::Distance { a, b, value }) => Request::SiteDistance {
+                a: a.clone(),
+                b: b.clone(),
+                distance: *value,
+            },
+            Command::Site(SiteCommand::Matrix { names }) => Request::SiteMatrix {
+                names: names.clone(),
+            },
+            Command::Msr(MsrCommand::Set {
+                name,
+                property: MsrProperty::PerformanceCoefficient { value },
+            }) => Request::MsrSetPerformanceCoefficient {
+                msr: name.clone(),
+                value: *value,
+            },
+            Command::Msr(MsrCommand::Set {
+                name,
+                property: MsrProperty::Active { value },
+            }) => Request::MsrSetActive {
+                msr: name.clone(),
+                active: *value,
+            },
+            Command::Msr(MsrCommand::Set {
+                name,
+                property: MsrProperty::LoadLimit { value },
+            }) => Request::MsrSetLoadLimit {
+                msr: name.clone(),
+                // Out of range stays out of range: the collector names it.
+                value: u32::try_from(*value).unwrap_or(u32::MAX),
+            },
+            Command::Msr(MsrCommand::List) => Request::MsrList {},
+            Command::Resource(ResourceCommand::List { filter, .. }) => Request::ResourceList {
+                active_only: filter.is_some(),
+            },
+            Command::Resource(ResourceCommand::Set {
+                contact,
+                property: ResourceProperty::Zone { zone },
+            }) => Request::ResourceSetZone {
+                contact: contact.clone(),
+                zone: zone.clone(),
+            },
+            Command::Resource(ResourceCommand::Set {
+                contact,
+                property: ResourceProperty::Site { site },
+            }) => Request::ResourceSetSite {
+                contact: contact.clone(),
+                site: site.clone(),
+            },
+            Command::Resource(ResourceCommand::Unset { contact, property }) => {
+                Request::ResourceUnset {
+                    contact: contact.clone(),
+                    property: if property == "site" {
+                        ContactProperty::Site
+                    } else {
+                        ContactProperty::Zone
+                    },
+                }
+            }
+            Command::Subscription(SubscriptionCommand::Set {
+                msr,
+                event,
+                property: SubscriptionProperty::Expires { secs },
+            }) => Request::SubscriptionSetExpires {
+                msr: msr.clone(),
+                event: event.clone(),
+                expires_secs: *secs,
+            },
+            Command::Subscription(SubscriptionCommand::List) => Request::SubscriptionList {},
+            Command::Select(args) => Request::Select {
+                zone: args.zone.clone(),
+                site: args.site.clone(),
+                msr: args.msr.clone(),
+                random: args.random,
+                explain: args.explain,
+                call_id: args.call_id.clone(),
+                leg: args.leg.clone(),
+                conference: args.conference.clone(),
+            },
+            Command::Release { call_id, leg } => Request::Release {
+                call_id: call_id.clone(),
+                leg: leg.clone(),
+            },
+            Command::Cluster(ClusterCommand::List) => Request::ClusterList {},
+            Command::Leg(LegCommand::List {
+                msr,
+                older_than,
+                limit,
+            }) => Request::LegList {
+                msr: msr.clone(),
+                older_than_secs: *older_than,
+                limit: Some(*limit),
+            },
+            Command::Hello => Request::Hello {},
+        }
+    }
+}
+
+/// Rewrites a seed-style slash path (`system/media/site/declare`,
+/// `/system/media/msr/subscription/set`) in the first command word into
+/// separate words; other arguments are left alone.
+pub fn rewrite_aliases(args: Vec<OsString>) -> Vec<OsString> {
+    let mut out = Vec::with_capacity(args.len() + 3);
+    let mut iter = args.into_iter();
+    if let Some(program) = iter.next() {
+        out.push(program);
+    }
+    let mut rewritten = false;
+    let mut skip_value = false;
+    for arg in iter {
+        if rewritten || skip_value {
+            skip_value = false;
+            out.push(arg);
+            continue;
+        }
+        let Some(text) = arg.to_str() else {
+            out.push(arg);
+            continue;
+        };
+        if text == "--socket" {
+            skip_value = true;
+            out.push(arg);
+            continue;
+        }
+        if text.starts_with('-') {
+            out.push(arg);
+            continue;
+        }
+        rewritten = true;
+        if !text.contains('/') {
+            out.push(arg);
+            continue;
+        }
+        let path = text.trim_start_matches('/');
+        let path = path.strip_prefix("system/media/").unwrap_or(path);
+        let path = match path.strip_prefix("msr/subscription/") {
+            Some(rest) => format!("subscription/{rest}"),
+            None => path.to_owned(),
+        };
+        out.extend(
+            path.split('/')
+                .filter(|part| !part.is_empty())
+                .map(OsString::from),
+        );
+    }
+    out
+}
+
+/// Why the collector could not be asked.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// Connecting to the socket failed.
+    #[error(
+        "cannot connect to {path}: {source} (is msr-collector running? \
+         give its [control] socket with --socket PATH or MSRCTL_SOCKET)"
+    )]
+    Connect {
+        /// Socket path.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The path exists but is not a socket.
+    #[error(
+        "{path} is {what}, not a socket (give the collector's [control] socket \
+         with --socket PATH or MSRCTL_SOCKET)"
+    )]
+    NotASocket {
+        /// The path given.
+        path: PathBuf,
+        /// What it is: `a directory`, `a regular file`, ….
+        what: &'static str,
+    },
+    /// Sending or receiving failed.
+    #[error("lost the collector at {path}: {source}")]
+    Io {
+        /// Socket path.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The complete answer did not arrive in time.
+    #[error("no answer from the collector at {path} within {limit}")]
+    NoAnswer {
+        /// Socket path.
+        path: PathBuf,
+        /// The time allowed, as text (`10 s`).
+        limit: String,
+    },
+    /// The answer was longer than [`MAX_REPLY_BYTES`].
+    #[error("the answer from the collector at {path} is longer than {limit} bytes")]
+    TooLong {
+        /// Socket path.
+        path: PathBuf,
+        /// The most msrctl reads, bytes.
+        limit: usize,
+    },
+    /// The answer was not a response line.
+    #[error("bad answer from the collector at {path}: {reason}")]
+    BadAnswer {
+        /// Socket path.
+        path: PathBuf,
+        /// What was wrong.
+        reason: String,
+    },
+    /// msrctl could not set up its I/O.
+    #[error("cannot start msrctl's i/o: {source}")]
+    Runtime {
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// Sends one request and reads its response, all within [`REPLY_TIMEOUT`].
+///
+/// Blocking: it runs its own single-threaded tokio runtime.
+///
+/// # Errors
+/// [`TransportError`].
+///
+/// # Panics
+/// When called from async code (inside a tokio runtime).
+pub fn call(socket: &Path, request: &Request) -> Result<Response, TransportError> {
+    call_within(socket, request, REPLY_TIMEOUT)
+}
+
+/// [`call`] with `limit` for the whole exchange (connect, send, the complete
+/// answer) instead of [`REPLY_TIMEOUT`].
+///
+/// # Errors
+/// [`TransportError`]; [`TransportError::NoAnswer`] when `limit` runs out.
+pub fn call_within(
+    socket: &Path,
+    request: &Request,
+    limit: Duration,
+) -> Result<Response, TransportError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(|source| TransportError::Runtime { source })?;
+    runtime.block_on(async {
+        tokio::time::timeout(limit, exchange(socket, request))
+            .await
+            .unwrap_or_else(|_| {
+                Err(TransportError::NoAnswer {
+                    path: socket.to_owned(),
+                    limit: crate::api::handler::describe_duration(limit),
+                })
+            })
+    })
+}
+
+/// What is at `path` when connecting to it failed: a clearer error when it
+/// exists and is not a socket.
+fn connect_error(path: &Path, source: std::io::Error) -> TransportError {
+    let what = std::fs::metadata(path)
+        .ok()
+        .and_then(|meta| crate::api::handler::not_a_socket(meta.file_type()));
+    match what {
+        Some(what) => TransportError::NotASocket {
+            path: path.to_owned(),
+            what,
+        },
+        None => TransportError::Connect {
+            path: path.to_owned(),
+            source,
+        },
+    }
+}
+
+/// Connects to `socket`. While its listen backlog is full (the collector
+/// is slower to accept than clients connect), a non-blocking connect fails
+/// with `EAGAIN`: retried every 10 ms, until the caller's deadline.
+async fn connect(socket: &Path) -> Result<UnixStream, TransportError> {
+    loop {
+        match UnixStream::connect(socket).await {
+            Ok(stream) => return Ok(stream),
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(error) => return Err(connect_error(socket, error)),
+        }
+    }
+}
+
+async fn exchange(socket: &Path, request: &Request) -> Result<Response, TransportError> {
+    let io = |source| TransportError::Io {
+        path: socket.to_owned(),
+        source,
+    };
+    let bad = |reason: String| TransportError::BadAnswer {
+        path: socket.to_owned(),
+        reason,
+    };
+    let mut stream = connect(socket).await?;
+    let mut line = serde_json::to_string(request).map_err(|e| bad(e.to_string()))?;
+    line.push('\n');
+    // A collector that refuses the connection (too many connections)
+    // answers at once and closes: the send may fail, but its answer is
+    // still there to read.
+    let sent = stream.write_all(line.as_bytes()).await;
+    let mut answer = Vec::new();
+    let most = u64::try_from(MAX_REPLY_BYTES).unwrap_or(u64::MAX) + 1;
+    let read = BufReader::new(stream)
+        .take(most)
+        .read_until(b'\n', &mut answer)
+        .await;
+    let cut_short = read.is_err();
+    if answer.is_empty() {
+        sent.map_err(io)?;
+        read.map_err(io)?;
+    }
+    let content = match answer.strip_suffix(b"\n") {
+        Some(content) => content,
+        None if answer.is_empty() => {
+            return Err(bad("connection closed without a response".into()));
+        }
+        // Cut short: a partial answer is not one.
+        None if cut_short => {
+            return Err(bad("connection lost in the middle of the response".into()));
+        }
+        None if answer.len() > MAX_REPLY_BYTES => {
+            return Err(TransportError::TooLong {
+                path: socket.to_owned(),
+                limit: MAX_REPLY_BYTES,
+            });
+        }
+        None => &answer,
+    };
+    serde_json::from_slice(content).map_err(|e| bad(e.to_string()))
+}
+
+/// What `msrctl` prints and its exit code, computed from a response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    /// Text for stdout.
+    pub stdout: String,
+    /// Text for stderr.
+    pub stderr: String,
+    /// Process exit code.
+    pub code: i32,
+}
+
+/// Turns a response into output (pure).
+pub fn output(command: &Command, json: bool, response: &Response) -> Output {
+    match response {
+        Response::Ok(data) => {
+            let stdout = if json {
+                let mut text = serde_json::to_string_pretty(data).unwrap_or_default();
+                text.push('\n');
+                text
+            } else {
+                let view = match command {
+                    Command::Resource(ResourceCommand::List { filter, wide }) => {
+                        render::ResourceView {
+                            active_only: filter.is_some(),
+                            wide: *wide,
+                        }
+                    }
+                    _ => render::ResourceView::default(),
+                };
+                render::response(data, view)
+            };
+            Output {
+                stdout,
+                stderr: String::new(),
+                code: 0,
+            }
+        }
+        Response::Err(body) => {
+            let (mut message, explain) = render::error(body);
+            if json {
+                // The protocol's error object, without the explanation
+                // (which goes to stdout).
+                message =
+                    serde_json::json!({ "code": body.code, "message": body.message }).to_string();
+            }
+            let stdout = if json {
+                body.explain
+                    .as_ref()
+                    .and_then(|e| serde_json::to_string_pretty(e).ok())
+                    .map(|text| text + "\n")
+                    .unwrap_or_default()
+            } else {
+                explain.unwrap_or_default()
+            };
+            // `unavailable`: the collector is shutting down or has too many
+            // connections; it cannot be reached for now.
+            let code = if body.code == ErrorCode::Unavailable {
+                EXIT_UNREACHABLE
+            } else {
+                EXIT_REFUSED
+            };
+            Output {
+                stdout,
+                stderr: message + "\n",
+                code,
+            }
+        }
+    }
+}
+
+/// Runs `msrctl` with these arguments (program name first); returns the exit
+/// code.
+pub fn run(args: Vec<OsString>) -> i32 {
+    let cli = match Cli::try_parse_from(rewrite_aliases(args)) {
+        Ok(cli) => cli,
+        Err(error) => {
+            let _ = error.print();
+            return if error.use_stderr() { EXIT_USAGE } else { 0 };
+        }
+    };
+    let request = cli.command.to_request();
+    let response = match call(&cli.socket_path(), &request) {
+        Ok(response) => response,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return EXIT_UNREACHABLE;
+        }
+    };
+    let out = output(&cli.command, cli.json, &response);
+    print!("{}", out.stdout);
+    eprint!("{}", out.stderr);
+    out.code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(line: &str) -> Result<Cli, clap::Error> {
+        let args: Vec<OsString> = std::iter::once("msrctl")
+            .chain(line.split_whitespace())
+            .map(Into::into)
+            .collect();
+        Cli::try_parse_from(rewrite_aliases(args))
+    }
+
+    fn request(line: &str) -> Request {
+        parse(line)
+            .map(|cli| cli.command.to_request())
+            .unwrap_or_else(|e| panic!("{line}: {e}"))
+    }
+
+    #[test]
+    fn leg_list_maps_to_its_request_with_a_bounded_limit() {
+        assert_eq!(
+            request("leg list --msr msr_1 --older-than 60"),
+            Request::LegList {
+                msr: Some("msr_1".into()),
+                older_than_secs: Some(60),
+                limit: Some(1_000),
+            }
+        );
+        assert_eq!(
+            request("leg list --limit 5"),
+            Request::LegList {
+                msr: None,
+                older_than_secs: None,
+                limit: Some(5),
+            }
+        );
+        for bad in [
+            "leg list --limit 0",
+            "leg list --limit 10001",
+            "leg list --older-than -1",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn commands_map_to_requests() {
+        assert_eq!(
+            request("resource unset lo@msr_1 site"),
+            Request::ResourceUnset {
+                contact: "lo@msr_1".into(),
+                property: ContactProperty::Site
+            }
+        );
+        assert!(parse("resource unset lo@msr_1 coefficient").is_err());
+        assert_eq!(
+            request("site declare local"),
+            Request::SiteDeclare {
+                name: "local".into()
+            }
+        );
+        assert_eq!(
+            request("site distance a b infinity"),
+            Request::SiteDistance {
+                a: "a".into(),
+                b: "b".into(),
+                distance: Distance::Infinity
+            }
+        );
+        assert_eq!(
+            request("site matrix local remote"),
+            Request::SiteMatrix {
+                names: vec!["local".into(), "remote".into()]
+            }
+        );
+        assert_eq!(
+            request("msr set msr_1 performance_coefficient 2"),
+            Request::MsrSetPerformanceCoefficient {
+                msr: "msr_1".into(),
+                value: 2.0
+            }
+        );
+        assert_eq!(
+            request("msr set msr_1 active false"),
+            Request::MsrSetActive {
+                msr: "msr_1".into(),
+                active: false
+            }
+        );
+        assert_eq!(
+            request("resource list active"),
+            Request::ResourceList { active_only: true }
+        );
+        assert_eq!(
+            request("resource list"),
+            Request::ResourceList { active_only: false }
+        );
+        assert_eq!(
+            request("resource set lo@msr_1 site remote"),
+            Request::ResourceSetSite {
+                contact: "lo@msr_1".into(),
+                site: "remote".into()
+            }
+        );
+        assert_eq!(
+            request("subscription set msr_1 eltex-call-count expires 30"),
+            Request::SubscriptionSetExpires {
+                msr: "msr_1".into(),
+                event: "eltex-call-count".into(),
+                expires_secs: 30
+            }
+        );
+        assert_eq!(
+            request("--json select --zone z --site s --msr msr_1 --random 58 --explain"),
+            Request::Select {
+                zone: "z".into(),
+                site: "s".into(),
+                msr: Some("msr_1".into()),
+                random: Some(58.0),
+                explain: true,
+                call_id: None,
+                leg: None,
+                conference: None,
+            }
+        );
+    }
+
+    #[test]
+    fn seed_slash_paths_are_aliases() {
+        assert_eq!(
+            request("system/media/site/declare remote_side"),
+            Request::SiteDeclare {
+                name: "remote_side".into()
+            }
+        );
+        assert_eq!(request("/system/media/site/list"), Request::SiteList {});
+        assert_eq!(
+            request("--socket /tmp/x.sock system/media/site/distance remote_1 local 64"),
+            Request::SiteDistance {
+                a: "remote_1".into(),
+                b: "local".into(),
+                distance: Distance::Finite(64.0)
+            }
+        );
+        assert_eq!(
+            request("system/media/msr/subscription/set msr_1 eltex-call-count expires 30"),
+            Request::SubscriptionSetExpires {
+                msr: "msr_1".into(),
+                event: "eltex-call-count".into(),
+                expires_secs: 30
+            }
+        );
+        assert_eq!(
+            request("system/media/msr/subscription/list"),
+            Request::SubscriptionList {}
+        );
+        assert_eq!(
+            request("system/media/resource/list active"),
+            Request::ResourceList { active_only: true }
+        );
+        // Only the command word is rewritten; a later argument keeps its slash.
+        assert_eq!(
+            request("resource set eth0/1@msr_1 zone rtk"),
+            Request::ResourceSetZone {
+                contact: "eth0/1@msr_1".into(),
+                zone: "rtk".into()
+            }
+        );
+    }
+
+    #[test]
+    fn usage_errors() {
+        for bad in [
+            "site distance a b -1",
+            "site distance a b far",
+            "msr set msr_1 active maybe",
+            "msr set msr_1 performance_coefficient x",
+            "msr set msr_1 performance_coefficient nan",
+            "msr set msr_1 performance_coefficient inf",
+            "select --zone z --site s --random nan",
+            "select --zone z --site s --random 1e400",
+            "subscription set m eltex-call-count expires 0",
+            "resource list passive",
+            "select --zone z",
+            "frobnicate",
+        ] {
+            let error = parse(bad).expect_err(bad);
+            assert!(error.use_stderr(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn socket_default_and_flag() {
+        let cli = parse("--socket /tmp/c.sock site list").expect("parse");
+        assert_eq!(cli.socket, Some(PathBuf::from("/tmp/c.sock")));
+        let flag = Path::new("/tmp/c.sock");
+        assert_eq!(
+            resolve_socket(Some(flag), Some("/tmp/env.sock".into())),
+            flag
+        );
+        assert_eq!(
+            resolve_socket(None, Some("/tmp/env.sock".into())),
+            PathBuf::from("/tmp/env.sock")
+        );
+        assert_eq!(resolve_socket(None, None), PathBuf::from(DEFAULT_SOCKET));
+    }
+
+    #[test]
+    fn empty_socket_variable_means_the_default() {
+        // clap's `env` took an empty MSRCTL_SOCKET for a missing --socket
+        // value: "a value is required for '--socket <SOCKET>'".
+        let cli = parse("site list").expect("parse");
+        assert_eq!(cli.socket, None);
+        assert_eq!(
+            resolve_socket(None, Some(OsString::new())),
+            PathBuf::from(DEFAULT_SOCKET)
+        );
+    }
+
+    #[test]
+    fn negative_zero_is_read_as_zero() {
+        let Request::SiteDistance {
+            distance: Distance::Finite(distance),
+            ..
+        } = request("site distance a b -0")
+        else {
+            panic!("distance")
+        };
+        assert!(distance == 0.0 && distance.is_sign_positive());
+        let Request::Select {
+            random: Some(draw), ..
+        } = request("select --zone z --site s --random -0")
+        else {
+            panic!("select")
+        };
+        assert!(draw == 0.0 && draw.is_sign_positive());
+        let Request::MsrSetPerformanceCoefficient { value, .. } =
+            request("msr set m performance_coefficient -0.0")
+        else {
+            panic!("coefficient")
+        };
+        assert!(value == 0.0 && value.is_sign_positive());
+        // The JSON a script sees says 0 too.
+        let line = serde_json::to_string(&request("site distance a b -0")).expect("serialize");
+        assert!(line.ends_with(r#""distance":0.0}"#), "{line}");
+    }
+
+    #[test]
+    fn unavailable_exits_3() {
+        let command = Command::Site(SiteCommand::List);
+        let busy = Response::error(
+            msr_shared::admin::ErrorCode::Unavailable,
+            "too many control connections (at most 256)",
+        );
+        for json in [false, true] {
+            let out = output(&command, json, &busy);
+            assert_eq!(out.code, EXIT_UNREACHABLE, "json {json}");
+            assert!(out.stderr.contains("too many control connections"));
+        }
+    }
+
+    #[test]
+    fn a_path_that_is_not_a_socket_is_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("control.sock");
+        std::fs::write(&file, "x").expect("write");
+        for (path, what) in [
+            (dir.path().to_owned(), "a directory"),
+            (file, "a regular file"),
+        ] {
+            let error = call(&path, &Request::SiteList {}).expect_err("not a socket");
+            let text = error.to_string();
+            assert!(
+                matches!(error, TransportError::NotASocket { .. })
+                    && text.contains(&format!("is {what}, not a socket")),
+                "{text}"
+            );
+        }
+        let missing = dir.path().join("none.sock");
+        let error = call(&missing, &Request::SiteList {}).expect_err("missing");
+        assert!(matches!(error, TransportError::Connect { .. }), "{error}");
+    }
+
+    /// A stand-in collector on a fresh socket: reads one request line, then
+    /// runs `answer` on the connection.
+    fn fake_collector(
+        answer: impl FnOnce(&mut std::os::unix::net::UnixStream) + Send + 'static,
+    ) -> (tempfile::TempDir, PathBuf, std::thread::JoinHandle<()>) {
+        use std::io::BufRead;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("control.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+        let server = std::thread::spawn(move || {
+            let Ok((mut stream, _)) = listener.accept() else {
+                return;
+            };
+            let mut line = String::new();
+            if let Ok(reader) = stream.try_clone() {
+                let _ = std::io::BufReader::new(reader).read_line(&mut line);
+            }
+            answer(&mut stream);
+        });
+        (dir, path, server)
+    }
+
+    #[test]
+    fn the_reply_deadline_covers_the_whole_answer() {
+        use std::io::Write;
+        // A valid answer, one byte every 20 ms: about 1.1 s in all. Each read
+        // gets a byte long before any per-read timeout.
+        let line = "{\"ok\":true,\"data\":{\"kind\":\"sites\",\"sites\":[\"local\"]}}\n";
+        let (_dir, path, server) = fake_collector(move |stream| {
+            for byte in line.as_bytes() {
+                if stream.write_all(&[*byte]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        let started = std::time::Instant::now();
+        let error = call_within(&path, &Request::SiteList {}, Duration::from_millis(300))
+            .expect_err("too slow");
+        let elapsed = started.elapsed();
+        assert!(matches!(error, TransportError::NoAnswer { .. }), "{error}");
+        assert!(
+            error.to_string().starts_with(&format!(
+                "no answer from the collector at {}",
+                path.display()
+            )),
+            "{error}"
+        );
+        assert!(error.to_string().ends_with("within 300 ms"), "{error}");
+        assert!(elapsed < Duration::from_millis(900), "{elapsed:?}");
+        server.join().expect("server");
+        assert_eq!(
+            crate::api::handler::describe_duration(REPLY_TIMEOUT),
+            "10 s",
+            "msrctl says `within 10 s`"
+        );
+        // The same answer at full speed is read.
+        let (_dir, path, server) = fake_collector(move |stream| {
+            let _ = stream.write_all(line.as_bytes());
+        });
+        let response = call(&path, &Request::SiteList {}).expect("answer");
+        assert_eq!(
+            response,
+            Response::Ok(msr_shared::admin::ResponseData::Sites {
+                sites: vec!["local".into()]
+            })
+        );
+        server.join().expect("server");
+    }
+
+    #[test]
+    fn a_refusal_sent_before_the_request_is_read() {
+        use std::io::Write;
+        // A full collector answers `unavailable` and closes without reading
+        // the request: msrctl's send may fail, the answer is still read.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("control.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+        let server = std::thread::spawn(move || {
+            if let Ok((mut stream, _)) = listener.accept() {
+                let _ = stream.write_all(
+                    b"{\"ok\":false,\"error\":{\"code\":\"unavailable\",\
+                      \"message\":\"too many control connections (at most 256)\"}}\n",
+                );
+            }
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let response = call(&path, &Request::SiteList {}).expect("the refusal is an answer");
+        let out = output(&Command::Site(SiteCommand::List), false, &response);
+        assert_eq!(out.code, EXIT_UNREACHABLE);
+        assert_eq!(
+            out.stderr,
+            "error: unavailable: too many control connections (at most 256)\n"
+        );
+        server.join().expect("server");
+    }
+
+    #[test]
+    fn the_answer_size_is_bounded() {
+        use std::io::Write;
+        let (_dir, path, server) = fake_collector(|stream| {
+            let chunk = vec![b'x'; 1024 * 1024];
+            for _ in 0..=MAX_REPLY_BYTES / chunk.len() {
+                if stream.write_all(&chunk).is_err() {
+                    return;
+                }
+            }
+        });
+        let error = call(&path, &Request::SiteList {}).expect_err("too long");
+        assert!(matches!(error, TransportError::TooLong { .. }), "{error}");
+        assert!(
+            error.to_string().contains("longer than 67108864 bytes"),
+            "{error}"
+        );
+        server.join().expect("server");
+    }
+
+    #[test]
+    fn output_codes() {
+        let command = Command::Site(SiteCommand::List);
+        let ok = Response::Ok(msr_shared::admin::ResponseData::Sites {
+            sites: vec!["local".into()],
+        });
+        let out = output(&command, false, &ok);
+        assert_eq!(
+            (out.stdout.as_str(), out.code),
+            ("List of all sites:\n local\n", 0)
+        );
+        let out = output(&command, true, &ok);
+        let value: serde_json::Value = serde_json::from_str(&out.stdout).expect("json");
+        assert_eq!(value["sites"][0], "local");
+        let refused = Response::error(
+            msr_shared::admin::ErrorCode::SiteExists,
+            "site `local` is already declared",
+        );
+        let out = output(&command, false, &refused);
+        assert_eq!(out.code, EXIT_REFUSED);
+        assert_eq!(
+            out.stderr,
+            "error: site_exists: site `local` is already declared\n"
+        );
+        // With --json a script reads the refusal as the protocol's error object.
+        let out = output(&command, true, &refused);
+        assert_eq!(out.code, EXIT_REFUSED);
+        let value: serde_json::Value = serde_json::from_str(&out.stderr).expect("json");
+        assert_eq!(
+            value,
+            serde_json::json!({"code": "site_exists", "message": "site `local` is already declared"})
+        );
+    }
+
+    /// The collector was reached and refused the change: exit 1, not 3.
+    #[test]
+    fn a_conflict_and_an_unreachable_store_exit_1() {
+        let command = Command::Site(SiteCommand::Declare { name: "x".into() });
+        for (code, text) in [
+            (ErrorCode::Conflict, "conflict"),
+            (ErrorCode::StoreUnavailable, "store_unavailable"),
+        ] {
+            let out = output(&command, false, &Response::error(code, "nothing changed"));
+            assert_eq!(out.code, EXIT_REFUSED);
+            assert_eq!(out.stderr, format!("error: {text}: nothing changed\n"));
+        }
+        assert_eq!(request("cluster list"), Request::ClusterList {});
+    }
+
+    #[test]
+    fn negative_values_reach_validation() {
+        // Not mistaken for flags: the value's own check explains the error.
+        let error = parse("site distance a b -5").expect_err("negative distance");
+        assert!(
+            error.to_string().contains("expected a number >= 0"),
+            "{error}"
+        );
+        assert_eq!(
+            request("msr set msr_1 performance_coefficient -1"),
+            Request::MsrSetPerformanceCoefficient {
+                msr: "msr_1".into(),
+                value: -1.0
+            }
+        );
+    }
+
+    #[test]
+    fn unreachable_socket_exits_3() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("none.sock");
+        let args = [
+            "msrctl",
+            "--socket",
+            socket.to_str().expect("utf-8"),
+            "site",
+            "list",
+        ];
+        assert_eq!(
+            run(args.iter().map(OsString::from).collect()),
+            EXIT_UNREACHABLE
+        );
+        assert_eq!(
+            run(["msrctl", "nonsense"].iter().map(OsString::from).collect()),
+            EXIT_USAGE
+        );
+    }
+}

@@ -1,0 +1,1223 @@
+//! Human output of `msrctl`: box-drawn tables laid out like the seed's ECSS
+//! CLI (SPEC §8). Every function here is pure: response data in, text out.
+
+use comfy_table::{Cell, CellAlignment, Table};
+use msr_shared::admin::{
+    subscription_name, Change, ChangeValue, ChangedEntity, ChangedProperty, ClusterView, Distance,
+    ErrorBody, Explain, LegOutcome, LegRows, MsrInfo, Released, ResourceInfo, ResponseData,
+    Selection, SelectionRule, SiteMatrix, SubscriptionInfo, PROTOCOL_VERSION,
+};
+use msr_shared::present::{format_coefficient, format_number};
+
+/// The seed's box style: `┌─┬┐ │ ├┼┤ └┴┘`, one line under the header, no
+/// lines between rows. (comfy-table's `UTF8_FULL` uses `╞═╪╡` under the
+/// header and `├╌┼┤` between rows, which the seed does not.)
+pub const SEED_STYLE: &str = "││──├─┼┤│    ┬┴┌┐└┘";
+
+/// The legend printed under a site matrix.
+pub const MATRIX_LEGEND: &str = "Legend:\n empty distance - infinity distance between sites.";
+
+/// Alignment of a data column; headers are always centred.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Align {
+    /// Text.
+    Left,
+    /// Numbers.
+    Right,
+}
+
+/// Builds a seed-style table. Header cells may contain `\n` for two-line
+/// headers; they are centred with any odd space on the right, as in the seed
+/// (comfy-table would put it on the left).
+pub fn table(headers: &[&str], aligns: &[Align], rows: Vec<Vec<String>>) -> String {
+    // Cells carry what peers sent (a version, a URI, a Call-ID): a control
+    // character would move the terminal's cursor or forge a row, so each is
+    // shown escaped (`\u{1b}`); the line breaks of multi-line cells are ours.
+    let rows: Vec<Vec<String>> = rows
+        .into_iter()
+        .map(|row| row.into_iter().map(|cell| printable(&cell)).collect())
+        .collect();
+    let width = |text: &str| {
+        text.lines()
+            .map(|line| line.chars().count())
+            .max()
+            .unwrap_or(0)
+    };
+    let widths: Vec<usize> = headers
+        .iter()
+        .enumerate()
+        .map(|(i, header)| {
+            rows.iter()
+                .filter_map(|row| row.get(i))
+                .map(|cell| width(cell))
+                .fold(width(header), usize::max)
+        })
+        .collect();
+    let mut table = Table::new();
+    table.load_preset(SEED_STYLE);
+    table.force_no_tty();
+    table.set_header(headers.iter().zip(&widths).map(|(header, &column)| {
+        let centred: Vec<String> = header
+            .lines()
+            .map(|line| {
+                let left = (column - line.chars().count()) / 2;
+                format!("{}{line}", " ".repeat(left))
+            })
+            .collect();
+        Cell::new(centred.join("\n")).set_alignment(CellAlignment::Left)
+    }));
+    for row in rows {
+        table.add_row(row.into_iter().enumerate().map(|(i, text)| {
+            let alignment = match aligns.get(i) {
+                Some(Align::Right) => CellAlignment::Right,
+                _ => CellAlignment::Left,
+            };
+            Cell::new(text).set_alignment(alignment)
+        }));
+    }
+    table.to_string()
+}
+
+/// A distance cell: empty for infinity (SPEC §6), else the number as
+/// [`format_number`] writes it.
+pub fn distance_cell(distance: Distance) -> String {
+    match distance {
+        Distance::Infinity => String::new(),
+        Distance::Finite(value) => format_number(value),
+    }
+}
+
+/// A coefficient seed-style: `1.0`, `2.0`, `0.9` ([`format_coefficient`]).
+pub fn coefficient(value: f64) -> String {
+    format_coefficient(value)
+}
+
+/// The site matrix: `Site-name`, `#`, then one column per shown site,
+/// numbered by that site's row; infinite cells empty; legend below.
+pub fn matrix(matrix: &SiteMatrix) -> String {
+    let mut headers = vec!["Site-name".to_owned(), "#".to_owned()];
+    headers.extend(matrix.columns.iter().map(|c| (c + 1).to_string()));
+    let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
+    let mut aligns = vec![Align::Left, Align::Right];
+    aligns.extend(matrix.columns.iter().map(|_| Align::Right));
+    let rows = matrix
+        .sites
+        .iter()
+        .enumerate()
+        .map(|(i, site)| {
+            let mut row = vec![site.clone(), (i + 1).to_string()];
+            let cells = matrix.cells.get(i).map(Vec::as_slice).unwrap_or_default();
+            row.extend(
+                (0..matrix.columns.len())
+                    .map(|c| cells.get(c).copied().map(distance_cell).unwrap_or_default()),
+            );
+            row
+        })
+        .collect();
+    format!("{}\n\n{MATRIX_LEGEND}\n", table(&headers, &aligns, rows))
+}
+
+/// The answer to a setting change, seed-style (`msr set`, `subscription set`).
+pub fn change(change: &Change) -> String {
+    let (from, to) = (
+        change_value(change.property, &change.from),
+        change_value(change.property, &change.to),
+    );
+    match change.entity {
+        ChangedEntity::Site => {
+            let (a, b) = change
+                .name
+                .split_once(' ')
+                .unwrap_or((&change.name, &change.name));
+            format!("Distance between {a} and {b} changed to: {to}.\n")
+        }
+        ChangedEntity::Subscription => {
+            let (msr, event) = change.name.split_once(' ').unwrap_or((&change.name, ""));
+            format!(
+                " msr   {msr}\n event {event}\n set   {}\n from  {from}\n to    {to}\n",
+                change.property
+            )
+        }
+        entity @ (ChangedEntity::Msr | ChangedEntity::Contact) => format!(
+            " {:<5} {}\n set   {}\n from  {from}\n to    {to}\n",
+            entity.as_str(),
+            change.name,
+            change.property
+        ),
+    }
+}
+
+/// A changed value as msrctl shows it: a coefficient seed-style (`1.0`),
+/// other numbers compactly (`32`, `1e308`), a distance with no path as
+/// `infinity`.
+fn change_value(property: ChangedProperty, value: &ChangeValue) -> String {
+    match value {
+        ChangeValue::Distance(distance) => distance.to_string(),
+        ChangeValue::Number(x) if property == ChangedProperty::PerformanceCoefficient => {
+            format_coefficient(*x)
+        }
+        ChangeValue::Number(x) => format_number(*x),
+        ChangeValue::Count(n) => n.to_string(),
+        ChangeValue::Flag(flag) => flag.to_string(),
+        ChangeValue::Text(text) => text.clone(),
+    }
+}
+
+/// `site list`.
+pub fn sites(sites: &[String]) -> String {
+    let mut out = String::from("List of all sites:\n");
+    for site in sites {
+        out.push(' ');
+        out.push_str(site);
+        out.push('\n');
+    }
+    out
+}
+
+/// `msr list`.
+pub fn msrs(msrs: &[MsrInfo]) -> String {
+    let rows = msrs
+        .iter()
+        .map(|m| {
+            vec![
+                m.name.clone(),
+                coefficient(m.performance_coefficient),
+                m.active.to_string(),
+                m.registered.to_string(),
+                m.load_limit.to_string(),
+                m.live_legs.to_string(),
+                optional(m.health),
+                optional(m.health_since_unix.map(timestamp)),
+            ]
+        })
+        .collect();
+    let headers = [
+        "Name",
+        "Performance\ncoefficient",
+        "Active",
+        "Registered",
+        "Load\nlimit",
+        "Live\nlegs",
+        "Health",
+        "Health since",
+    ];
+    let aligns = [
+        Align::Left,
+        Align::Right,
+        Align::Left,
+        Align::Left,
+        Align::Right,
+        Align::Right,
+        Align::Left,
+        Align::Left,
+    ];
+    format!(" Media server list:\n{}\n", table(&headers, &aligns, rows))
+}
+
+fn optional<T: ToString>(value: Option<T>) -> String {
+    value.map(|v| v.to_string()).unwrap_or_default()
+}
+
+/// `resource list [active]` by default: the columns an operator reads at a
+/// glance, in 120 columns for usual names (the `--wide` table,
+/// [`resources`], has all of them). The contact names its MSR
+/// (`{iface}@{msr}`), so the MSR has no column of its own. The node is in
+/// the title when every row is from one collector, else a column.
+pub fn resources_narrow(rows: &[ResourceInfo], active_only: bool) -> String {
+    let one_node = rows
+        .first()
+        .map(|r| r.node.as_str())
+        .filter(|first| rows.iter().all(|r| r.node == *first));
+    let mut headers = vec![
+        "Contact",
+        "Load",
+        "Active",
+        "Zone",
+        "Site",
+        "Status",
+        "Subscr.",
+        "Report\nage",
+        "Live\nlegs",
+        "Health",
+    ];
+    let mut aligns = vec![
+        Align::Left,
+        Align::Right,
+        Align::Left,
+        Align::Left,
+        Align::Left,
+        Align::Left,
+        Align::Left,
+        Align::Right,
+        Align::Right,
+        Align::Left,
+    ];
+    if one_node.is_none() {
+        headers.insert(0, "Node");
+        aligns.insert(0, Align::Left);
+    }
+    let body = rows
+        .iter()
+        .map(|r| {
+            let mut cells = vec![
+                r.contact.clone(),
+                optional(r.load),
+                r.active.to_string(),
+                r.zone.clone(),
+                r.site.clone(),
+                r.status.to_string(),
+                subscription_name(r.subscription.as_ref()).to_owned(),
+                optional(r.report_age_secs),
+                r.live_legs.to_string(),
+                r.health.to_string(),
+            ];
+            if one_node.is_none() {
+                cells.insert(0, r.node.clone());
+            }
+            cells
+        })
+        .collect();
+    let title = if active_only {
+        "  Active media resource selected list"
+    } else {
+        "  Media resource list"
+    };
+    let title = match one_node {
+        Some(node) => format!("{title} ({node}; --wide for every column):"),
+        None => format!("{title} (--wide for every column):"),
+    };
+    format!("{title}\n{}\n", table(&headers, &aligns, body))
+}
+
+/// `resource list [active]`: one row per contact (SPEC §5).
+pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
+    let headers = [
+        "Node",
+        "MSR",
+        "MSR\nversion",
+        "MSR\nperf coef",
+        "MSR\nload",
+        "Cc-address",
+        "Engine",
+        "Active",
+        "Zone",
+        "Site",
+        "Contact",
+        "Status",
+        "Expired",
+        "Subscription",
+        "Report\nage",
+        "Stale",
+        "Live\nlegs",
+        "Health",
+        "Health\nfor",
+    ];
+    let aligns = [
+        Align::Left,
+        Align::Left,
+        Align::Left,
+        Align::Right,
+        Align::Right,
+        Align::Left,
+        Align::Left,
+        Align::Left,
+        Align::Left,
+        Align::Left,
+        Align::Left,
+        Align::Left,
+        Align::Right,
+        Align::Left,
+        Align::Right,
+        Align::Left,
+        Align::Right,
+    ];
+    let mut previous_node: Option<&str> = None;
+    let body = rows
+        .iter()
+        .map(|r| {
+            // The seed shows each node once, on its first row.
+            let node = if previous_node == Some(r.node.as_str()) {
+                String::new()
+            } else {
+                r.node.clone()
+            };
+            previous_node = Some(&r.node);
+            vec![
+                node,
+                r.msr.clone(),
+                optional(r.version.as_deref()),
+                coefficient(r.performance_coefficient),
+                optional(r.load),
+                optional(r.mcc.as_deref()),
+                optional(r.engine_uri.as_deref()),
+                r.active.to_string(),
+                r.zone.clone(),
+                r.site.clone(),
+                r.contact.clone(),
+                r.status.to_string(),
+                r.expires_secs.to_string(),
+                subscription_name(r.subscription.as_ref()).to_owned(),
+                optional(r.report_age_secs),
+                if r.stale {
+                    "stale".to_owned()
+                } else {
+                    String::new()
+                },
+                r.live_legs.to_string(),
+                r.health.to_string(),
+                r.health_secs.to_string(),
+            ]
+        })
+        .collect();
+    let title = if active_only {
+        "  Active media resource selected list:"
+    } else {
+        "  Media resource list:"
+    };
+    format!("{title}\n{}\n", table(&headers, &aligns, body))
+}
+
+/// `cluster list`: the store's state on top, then one row per core host.
+pub fn cluster(view: &ClusterView) -> String {
+    let store = &view.store;
+    let mut out = format!(
+        " Operator store: {} {} ({})",
+        store.backend, store.status, store.location
+    );
+    if let Some(revision) = store.revision {
+        out.push_str(&format!(", revision {revision}"));
+    }
+    out.push('\n');
+    if let Some(since) = store.unavailable_since_unix {
+        out.push_str(&format!(" Unavailable since: {}\n", timestamp(since)));
+    }
+    if let Some(detail) = &store.detail {
+        out.push_str(&format!(" Note: {detail}\n"));
+    }
+    let headers = ["Node", "SIP address", "Started", "This"];
+    let aligns = [Align::Left, Align::Left, Align::Left, Align::Left];
+    let rows = view
+        .members
+        .iter()
+        .map(|m| {
+            vec![
+                m.node.clone(),
+                m.sip.clone(),
+                timestamp(m.started_unix),
+                if m.this { "*".into() } else { String::new() },
+            ]
+        })
+        .collect();
+    let source = if view.core_hosts_from_config {
+        " (from [cluster] core_hosts: etcd has not been reached since this collector \
+         started, so the other live collectors are not known yet)"
+    } else {
+        ""
+    };
+    out.push_str(&format!(
+        " Core hosts: {}{source}\n{}\n",
+        view.core_hosts,
+        table(&headers, &aligns, rows)
+    ));
+    out
+}
+
+/// Formats Unix seconds as `YYYY/MM/DD hh:mm:ss` (UTC), as in the seed.
+pub fn timestamp(unix: i64) -> String {
+    let days = unix.div_euclid(86_400);
+    let secs = unix.rem_euclid(86_400);
+    // Civil-from-days (H. Hinnant), proleptic Gregorian calendar.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}/{month:02}/{day:02} {:02}:{:02}:{:02}",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60
+    )
+}
+
+/// `subscription list` (columns as in the seed).
+pub fn subscriptions(rows: &[SubscriptionInfo]) -> String {
+    let headers = [
+        "MSR",
+        "Is MSR\nregistered?",
+        "Event",
+        "Active",
+        "Expires",
+        "Notify",
+        "Timestamp",
+        "Event id",
+        "Status",
+    ];
+    let aligns = [
+        Align::Left,
+        Align::Left,
+        Align::Left,
+        Align::Left,
+        Align::Right,
+        Align::Right,
+        Align::Left,
+        Align::Left,
+        Align::Left,
+    ];
+    let body = rows
+        .iter()
+        .map(|s| {
+            vec![
+                s.msr.clone(),
+                s.registered.to_string(),
+                s.event.clone(),
+                s.active.to_string(),
+                s.expires_secs.to_string(),
+                s.notify_count.to_string(),
+                s.last_notify_unix.map(timestamp).unwrap_or_default(),
+                s.event_id.clone(),
+                subscription_name(s.status.as_ref()).to_owned(),
+            ]
+        })
+        .collect();
+    format!(
+        " Subscriptions on msr\n{}\n",
+        table(&headers, &aligns, body)
+    )
+}
+
+/// `leg list`: the live legs, oldest first, and how many matched when
+/// the limit cut the rows short (SPEC §9).
+pub fn legs(data: &LegRows) -> String {
+    let headers = ["Call-ID", "Leg", "MSR", "Contact", "Age, s", "Conference"];
+    let aligns = [
+        Align::Left,
+        Align::Left,
+        Align::Left,
+        Align::Left,
+        Align::Right,
+        Align::Left,
+    ];
+    let body = data
+        .rows
+        .iter()
+        .map(|l| {
+            vec![
+                l.call_id.clone(),
+                l.leg.clone().unwrap_or_default(),
+                l.msr.clone(),
+                l.contact.clone(),
+                l.age_secs.to_string(),
+                l.conference.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    let shown = data.rows.len() as u64;
+    let footer = if shown < data.total {
+        format!(
+            " {shown} of {} live legs shown (--limit).
+",
+            data.total
+        )
+    } else {
+        format!(
+            " {} live legs.
+",
+            data.total
+        )
+    };
+    format!(
+        " Live legs
+{}
+{footer}",
+        table(&headers, &aligns, body)
+    )
+}
+
+/// Every other number: [`format_number`] (binary noise such as
+/// `99.00000000000001` rounded away, exponent form for huge and tiny values).
+fn number(value: f64) -> String {
+    format_number(value)
+}
+
+/// The steps of a selection: candidates with their fate, then the interval
+/// table and the draw.
+pub fn explain(explain: &Explain) -> String {
+    let mut out = format!(
+        "Leg: zone {}, site {}, other leg's msr {}\n",
+        explain.zone,
+        explain.site,
+        explain.msr.as_deref().unwrap_or("-")
+    );
+    if explain.media_bridge {
+        out.push_str("The other leg's msr has no candidate: media bridge needed.\n");
+    }
+    let candidates = explain
+        .candidates
+        .iter()
+        .map(|c| {
+            let distance = c.distance.to_string();
+            vec![
+                c.contact.clone(),
+                c.msr.clone(),
+                c.site.clone(),
+                distance,
+                c.health.to_string(),
+                c.outcome.to_string(),
+                optional(c.weight.map(number)),
+            ]
+        })
+        .collect();
+    out.push_str("Contacts of the zone:\n");
+    out.push_str(&table(
+        &[
+            "Contact", "MSR", "Site", "Distance", "Health", "Outcome", "Weight",
+        ],
+        &[
+            Align::Left,
+            Align::Left,
+            Align::Left,
+            Align::Right,
+            Align::Left,
+            Align::Left,
+            Align::Right,
+        ],
+        candidates,
+    ));
+    out.push('\n');
+    let intervals = explain
+        .intervals
+        .iter()
+        .map(|i| {
+            let load = if i.reported {
+                i.load.to_string()
+            } else {
+                "-".to_owned()
+            };
+            let load = if i.stale {
+                format!("{load} (stale)")
+            } else {
+                load
+            };
+            vec![
+                i.msr.clone(),
+                i.contact.clone(),
+                load,
+                coefficient(i.performance_coefficient),
+                number(i.weight),
+                format!("[{}, {})", number(i.bottom), number(i.top)),
+            ]
+        })
+        .collect();
+    out.push_str("Intervals:\n");
+    out.push_str(&table(
+        &["MSR", "Contact", "Load", "Perf\ncoef", "Weight", "Interval"],
+        &[
+            Align::Left,
+            Align::Left,
+            Align::Right,
+            Align::Right,
+            Align::Right,
+            Align::Left,
+        ],
+        intervals,
+    ));
+    out.push('\n');
+    match (explain.rule, explain.draw) {
+        (SelectionRule::Draw, Some(draw)) => out.push_str(&format!(
+            "Draw {} in [0, {})\n",
+            number(draw),
+            number(explain.total)
+        )),
+        (SelectionRule::Draw | SelectionRule::Sticky, _) => {
+            out.push_str(&format!("No draw (total {})\n", number(explain.total)))
+        }
+        (SelectionRule::ExistingConference, _) => out.push_str(&format!(
+            "Rule existing_conference: the conference's msr, below {}% of its load limit (no draw)\n",
+            number(explain.threshold.unwrap_or(0.0))
+        )),
+        (SelectionRule::NewConference, _) => out.push_str(&format!(
+            "Rule new_conference: the conference's first msr by preference below {}% of its load limit (no draw)\n",
+            number(explain.threshold.unwrap_or(0.0))
+        )),
+        (SelectionRule::Pooled, _) => out.push_str(
+            "Rule pooled: the lowest estimated occupancy, calls + G x (placed - released since the report) over max-calls x coefficient (no draw)\n",
+        ),
+    }
+    out
+}
+
+/// The answer to `release`.
+pub fn released(r: &Released) -> String {
+    let leg = r
+        .leg
+        .as_deref()
+        .map_or(String::new(), |l| format!(" leg {l}"));
+    match r.released {
+        0 => format!(
+            " call-id {}{leg}: no live leg (nothing to release)\n",
+            r.call_id
+        ),
+        1 => format!(" call-id {}{leg}: 1 leg released\n", r.call_id),
+        n => format!(" call-id {}{leg}: {n} legs released\n", r.call_id),
+    }
+}
+
+/// `text` with every control character but `\n` escaped.
+fn printable(text: &str) -> String {
+    if !text.chars().any(|c| c.is_control() && c != '\n') {
+        return text.to_owned();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// The result of `select`.
+pub fn selection(selection: &Selection) -> String {
+    let mut out = String::new();
+    if let Some(e) = &selection.explain {
+        out.push_str(&explain(e));
+    }
+    if let Some(leg) = selection.leg {
+        let leg = match leg {
+            LegOutcome::New => "new",
+            LegOutcome::Sticky => "sticky (its msr again)",
+            LegOutcome::Reanchored => "re-anchored (its msr was gone)",
+        };
+        out.push_str(&format!(" leg          {leg}\n"));
+    }
+    if selection.rule != SelectionRule::Draw {
+        let rule = match selection.rule {
+            SelectionRule::Draw | SelectionRule::Sticky => "sticky",
+            SelectionRule::ExistingConference => "existing_conference",
+            SelectionRule::NewConference => "new_conference",
+            SelectionRule::Pooled => "pooled",
+        };
+        out.push_str(&format!(" rule         {rule}\n"));
+    }
+    // Only the §7 rule draws; the others name their rule instead.
+    let draw = if selection.rule == SelectionRule::Draw {
+        format!("{} of {}", number(selection.draw), number(selection.total))
+    } else {
+        "none".to_owned()
+    };
+    out.push_str(&format!(
+        " msr          {}\n contact      {}\n engine       {}\n mcc          {}\n uri          {}\n distance     {}\n media bridge {}\n draw         {draw}\n",
+        selection.msr,
+        selection.contact,
+        optional(selection.engine_uri.as_deref()),
+        optional(selection.mcc.as_deref()),
+        selection.uri,
+        selection.distance,
+        if selection.media_bridge { "needed" } else { "no" },
+    ));
+    out
+}
+
+/// How `resource list` is shown.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResourceView {
+    /// `resource list active`: the title says so.
+    pub active_only: bool,
+    /// `--wide`: every column.
+    pub wide: bool,
+}
+
+/// Any successful response; `view` says how a resource list is shown.
+pub fn response(data: &ResponseData, view: ResourceView) -> String {
+    match data {
+        ResponseData::SiteDeclared { name } => format!("Site: {name}.\n Created successfully.\n"),
+        ResponseData::SiteRemoved { name } => format!("Site: {name}.\n Removed successfully.\n"),
+        ResponseData::Changed(c) => change(c),
+        ResponseData::Sites { sites: list } => sites(list),
+        ResponseData::Matrix(m) => matrix(m),
+        ResponseData::Msrs { msrs: list } => msrs(list),
+        ResponseData::Resources { rows } if view.wide => resources(rows, view.active_only),
+        ResponseData::Resources { rows } => resources_narrow(rows, view.active_only),
+        ResponseData::Subscriptions { rows } => subscriptions(rows),
+        ResponseData::Selected(s) => selection(s),
+        ResponseData::Released(r) => released(r),
+        ResponseData::Legs(l) => legs(l),
+        ResponseData::Cluster(c) => cluster(c),
+        ResponseData::Hello(h) => format!(
+            "{}, control protocol version {} (msrctl speaks {PROTOCOL_VERSION}).\n",
+            h.software, h.version
+        ),
+    }
+}
+
+/// An error for stderr: `error: <code>: <message>`; a refused `select
+/// --explain` also gets its steps (returned as the second value, for stdout).
+pub fn error(body: &ErrorBody) -> (String, Option<String>) {
+    (
+        format!("error: {}: {}", body.code, body.message),
+        body.explain.as_ref().map(explain),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use msr_shared::subscription::SubscriptionState;
+
+    fn f(value: f64) -> Distance {
+        Distance::Finite(value)
+    }
+
+    const INF: Distance = Distance::Infinity;
+
+    #[test]
+    fn legs_are_a_table_with_the_total() {
+        let leg = |call_id: &str, age_secs| msr_shared::admin::LegInfo {
+            call_id: call_id.into(),
+            leg: Some("a".into()),
+            msr: "msr_1".into(),
+            contact: "lo@msr_1".into(),
+            age_secs,
+            conference: None,
+        };
+        let data = LegRows {
+            total: 3,
+            rows: vec![leg("c1", 120), leg("c2", 5)],
+        };
+        let text = legs(&data);
+        for needle in [
+            "Call-ID",
+            "Conference",
+            "│ c1 ",
+            "120",
+            "2 of 3 live legs shown",
+        ] {
+            assert!(text.contains(needle), "{needle}:\n{text}");
+        }
+        let all = LegRows {
+            total: 2,
+            rows: data.rows.clone(),
+        };
+        assert!(legs(&all).ends_with(" 2 live legs.\n"), "{}", legs(&all));
+    }
+
+    #[test]
+    fn seed_matrix_first_example() {
+        let data = SiteMatrix {
+            sites: vec![
+                "local".into(),
+                "site_102".into(),
+                "site_103".into(),
+                "site_104".into(),
+            ],
+            columns: vec![0, 1, 2, 3],
+            cells: vec![
+                vec![f(0.0), f(10.0), f(20.0), INF],
+                vec![f(10.0), INF, INF, INF],
+                vec![f(20.0), INF, INF, INF],
+                vec![INF, INF, INF, f(0.0)],
+            ],
+        };
+        let expected = "\
+┌───────────┬───┬────┬────┬────┬───┐
+│ Site-name │ # │ 1  │ 2  │ 3  │ 4 │
+├───────────┼───┼────┼────┼────┼───┤
+│ local     │ 1 │  0 │ 10 │ 20 │   │
+│ site_102  │ 2 │ 10 │    │    │   │
+│ site_103  │ 3 │ 20 │    │    │   │
+│ site_104  │ 4 │    │    │    │ 0 │
+└───────────┴───┴────┴────┴────┴───┘
+
+Legend:
+ empty distance - infinity distance between sites.
+";
+        assert_eq!(matrix(&data), expected);
+    }
+
+    #[test]
+    fn seed_matrix_second_example_with_named_columns() {
+        let data = SiteMatrix {
+            sites: vec![
+                "local".into(),
+                "remote".into(),
+                "remote_1".into(),
+                "remote_side".into(),
+            ],
+            columns: vec![0, 1, 2],
+            cells: vec![
+                vec![f(0.0), INF, f(32.0)],
+                vec![INF, f(0.0), INF],
+                vec![f(32.0), INF, f(0.0)],
+                vec![INF, INF, INF],
+            ],
+        };
+        let expected = "\
+┌─────────────┬───┬────┬───┬────┐
+│  Site-name  │ # │ 1  │ 2 │ 3  │
+├─────────────┼───┼────┼───┼────┤
+│ local       │ 1 │  0 │   │ 32 │
+│ remote      │ 2 │    │ 0 │    │
+│ remote_1    │ 3 │ 32 │   │  0 │
+│ remote_side │ 4 │    │   │    │
+└─────────────┴───┴────┴───┴────┘
+
+Legend:
+ empty distance - infinity distance between sites.
+";
+        assert_eq!(matrix(&data), expected);
+    }
+
+    #[test]
+    fn seed_msr_set_and_subscription_set() {
+        let msr = Change {
+            entity: ChangedEntity::Msr,
+            name: "msr_1".into(),
+            property: ChangedProperty::PerformanceCoefficient,
+            from: ChangeValue::Number(1.0),
+            to: ChangeValue::Number(2.0),
+        };
+        assert_eq!(
+            change(&msr),
+            " msr   msr_1\n set   performance_coefficient\n from  1.0\n to    2.0\n"
+        );
+        let sub = Change {
+            entity: ChangedEntity::Subscription,
+            name: "msr_1 eltex-call-count".into(),
+            property: ChangedProperty::Expires,
+            from: ChangeValue::Count(60),
+            to: ChangeValue::Count(30),
+        };
+        assert_eq!(
+            change(&sub),
+            " msr   msr_1\n event eltex-call-count\n set   expires\n from  60\n to    30\n"
+        );
+        let site = Change {
+            entity: ChangedEntity::Site,
+            name: "remote_1 local".into(),
+            property: ChangedProperty::Distance,
+            from: ChangeValue::Distance(Distance::Infinity),
+            to: ChangeValue::Distance(Distance::Finite(64.0)),
+        };
+        assert_eq!(
+            change(&site),
+            "Distance between remote_1 and local changed to: 64.\n"
+        );
+    }
+
+    #[test]
+    fn seed_msr_list_layout() {
+        let list = [
+            MsrInfo {
+                name: "msr_1".into(),
+                performance_coefficient: 2.0,
+                active: true,
+                registered: true,
+                load_limit: 100,
+                live_legs: 0,
+                oldest_leg_secs: None,
+                health: None,
+                health_since_unix: None,
+            },
+            MsrInfo {
+                name: "msr_2".into(),
+                performance_coefficient: 1.0,
+                active: true,
+                registered: true,
+                load_limit: 100,
+                live_legs: 0,
+                oldest_leg_secs: None,
+                health: None,
+                health_since_unix: None,
+            },
+        ];
+        let out = msrs(&list);
+        assert!(
+            out.contains("│ Name  │ Performance │ Active │ Registered │"),
+            "{out}"
+        );
+        assert!(
+            out.contains("│       │ coefficient │        │            │"),
+            "{out}"
+        );
+        assert!(
+            out.contains("│ msr_1 │         2.0 │ true   │ true       │"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn subscription_list_columns_and_timestamp() {
+        assert_eq!(timestamp(1_557_875_794), "2019/05/14 23:16:34");
+        assert_eq!(timestamp(0), "1970/01/01 00:00:00");
+        let rows = [SubscriptionInfo {
+            msr: "msr_1".into(),
+            registered: true,
+            event: "eltex-call-count".into(),
+            active: true,
+            expires_secs: 30,
+            notify_count: 0,
+            last_notify_unix: Some(1_557_875_794),
+            event_id: "0615cfa9332fdbbd".into(),
+            status: Some(SubscriptionState::Active),
+        }];
+        let out = subscriptions(&rows);
+        let expected_row =
+            "│ msr_1 │ true        │ eltex-call-count │ true   │      30 │      0 │ 2019/05/14 23:16:34 │ 0615cfa9332fdbbd │ active │";
+        assert!(out.contains(expected_row), "{out}");
+        assert!(
+            out.contains("│  MSR  │   Is MSR    │      Event       │ Active │ Expires │ Notify │"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn resource_rows_show_node_once() {
+        let row = |msr: &str| ResourceInfo {
+            node: "core1@ecss1".into(),
+            msr: msr.into(),
+            version: Some("3.14.0.156".into()),
+            performance_coefficient: 2.0,
+            load: Some(0),
+            cpu: Some(0),
+            calls: Some(0),
+            max_calls: Some(8192),
+            report_age_secs: Some(3),
+            stale: false,
+            zone: "default".into(),
+            site: "local".into(),
+            active: true,
+            contact: format!("bond1.2@{msr}"),
+            uri: String::new(),
+            engine_uri: Some("sip:192.168.2.21:5040".into()),
+            mcc: Some("192.168.2.21:5700".into()),
+            status: msr_shared::admin::RegistrationStatus::Registered,
+            expires_secs: 58,
+            subscription: Some(SubscriptionState::Active),
+            live_legs: 0,
+            health: msr_shared::admin::HealthState::Healthy,
+            health_since_unix: 0,
+            health_secs: 3,
+        };
+        let out = resources(&[row("msr_1"), row("msr_2")], true);
+        assert!(
+            out.starts_with("  Active media resource selected list:\n┌"),
+            "{out}"
+        );
+        assert_eq!(out.matches("core1@ecss1").count(), 1, "{out}");
+        assert!(
+            out.contains("│ 192.168.2.21:5700 │ sip:192.168.2.21:5040 │ true "),
+            "{out}"
+        );
+        assert!(
+            out.contains("│ bond1.2@msr_2 │ registered │      58 │"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn the_default_resource_list_fits_120_columns_and_wide_has_every_column() {
+        let row = |msr: &str, contact: &str| ResourceInfo {
+            node: "core1@ecss1.example.net".into(),
+            msr: msr.into(),
+            version: Some("msr-agent/0.2.0".into()),
+            performance_coefficient: 1.0,
+            load: Some(100),
+            cpu: Some(40),
+            calls: Some(10),
+            max_calls: Some(100),
+            report_age_secs: Some(12345),
+            stale: false,
+            zone: "zone-east".into(),
+            site: "msk-2".into(),
+            active: true,
+            contact: contact.into(),
+            uri: "sip:msr_10@192.168.200.210:5070".into(),
+            engine_uri: Some("sip:192.168.200.210:5040".into()),
+            mcc: Some("192.168.200.210:5700".into()),
+            status: msr_shared::admin::RegistrationStatus::Registered,
+            expires_secs: 3600,
+            subscription: Some(SubscriptionState::Terminated(None)),
+            live_legs: 12345,
+            health: msr_shared::admin::HealthState::Unreachable,
+            health_since_unix: 0,
+            health_secs: 86400,
+        };
+        let rows = [
+            row("msr_10", "bond1.200@msr_10"),
+            row("msr_11", "eth0@msr_11"),
+        ];
+        let data = ResponseData::Resources {
+            rows: rows.to_vec(),
+        };
+        let narrow = response(&data, ResourceView::default());
+        let widest = narrow.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+        assert!(widest <= 120, "{widest} columns:\n{narrow}");
+        assert!(
+            narrow.starts_with(
+                "  Media resource list (core1@ecss1.example.net; --wide for every column):\n"
+            ),
+            "{narrow}"
+        );
+        assert!(
+            narrow.contains("│ bond1.200@msr_10 │  100 │ true   │ zone-east │ msk-2 │ registered │ terminated │"),
+            "{narrow}"
+        );
+        let wide = response(
+            &data,
+            ResourceView {
+                active_only: false,
+                wide: true,
+            },
+        );
+        for column in ["Cc-address", "Engine", "Expired", "Stale"] {
+            assert!(
+                wide.contains(column) && !narrow.contains(column),
+                "{column}:\n{wide}"
+            );
+        }
+        assert!(wide.contains("sip:192.168.200.210:5040"), "{wide}");
+    }
+
+    #[test]
+    fn huge_and_tiny_numbers_are_compact() {
+        // `{}` of 1e308 is a 309-digit number, which made a one-cell matrix
+        // 300 characters wide.
+        let data = SiteMatrix {
+            sites: vec!["a".into(), "b".into()],
+            columns: vec![0, 1],
+            cells: vec![vec![f(-0.0), f(1e308)], vec![f(1e308), f(5e-324)]],
+        };
+        let out = matrix(&data);
+        assert!(out.contains("│ a         │ 1 │     0 │  1e308 │"), "{out}");
+        assert!(out.contains("│ b         │ 2 │ 1e308 │ 5e-324 │"), "{out}");
+        assert!(out.lines().all(|l| l.chars().count() < 60), "{out}");
+        let list = [MsrInfo {
+            name: "m".into(),
+            performance_coefficient: 1e300,
+            active: true,
+            registered: false,
+            load_limit: 100,
+            live_legs: 0,
+            oldest_leg_secs: None,
+            health: None,
+            health_since_unix: None,
+        }];
+        let out = msrs(&list);
+        assert!(out.contains("│ m    │       1e300 │"), "{out}");
+        let selected = Selection {
+            msr: "m".into(),
+            contact: "lo@m".into(),
+            uri: "sip:m@127.0.0.1".into(),
+            engine_uri: None,
+            mcc: None,
+            media_bridge: false,
+            distance: Distance::Finite(1e20),
+            draw: 5e-324,
+            total: 1e17,
+            explain: None,
+            rule: msr_shared::admin::SelectionRule::Draw,
+            leg: None,
+        };
+        let out = selection(&selected);
+        assert!(out.contains(" distance     1e20\n"), "{out}");
+        assert!(out.contains(" draw         5e-324 of 1e17\n"), "{out}");
+    }
+
+    #[test]
+    fn explain_lists_every_contact_with_health_and_outcome() {
+        use msr_shared::admin::{ExplainCandidate, ExplainOutcome, HealthState};
+        let candidate = |contact: &str, health, outcome, weight| ExplainCandidate {
+            contact: contact.into(),
+            msr: contact.split_once('@').map_or("", |(_, m)| m).into(),
+            site: "local".into(),
+            distance: Distance::Finite(0.0),
+            health,
+            outcome,
+            weight,
+        };
+        let e = Explain {
+            zone: "default".into(),
+            site: "local".into(),
+            msr: None,
+            media_bridge: false,
+            candidates: vec![
+                candidate(
+                    "lo@msr_1",
+                    HealthState::Healthy,
+                    ExplainOutcome::Kept,
+                    Some(60.0),
+                ),
+                candidate(
+                    "lo@msr_2",
+                    HealthState::Healthy,
+                    ExplainOutcome::Full,
+                    Some(0.0),
+                ),
+                candidate(
+                    "lo@msr_3",
+                    HealthState::Unreachable,
+                    ExplainOutcome::Unreachable,
+                    None,
+                ),
+            ],
+            min_distance: Some(Distance::Finite(0.0)),
+            intervals: vec![],
+            total: 60.0,
+            draw: None,
+            rule: SelectionRule::Draw,
+            threshold: None,
+        };
+        let out = explain(&e);
+        assert!(
+            out.contains(
+                "│ lo@msr_1 │ msr_1 │ local │        0 │ healthy     │ kept        │     60 │"
+            ),
+            "{out}"
+        );
+        assert!(out.contains("│ full        │      0 │"), "{out}");
+        assert!(
+            out.contains("│ unreachable │ unreachable │        │"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn explain_shows_intervals() {
+        let e = Explain {
+            zone: "default".into(),
+            site: "local".into(),
+            msr: None,
+            media_bridge: false,
+            candidates: vec![],
+            min_distance: Some(Distance::Finite(0.0)),
+            intervals: vec![msr_shared::admin::Interval {
+                msr: "msr_2".into(),
+                contact: "con_1@msr_2".into(),
+                load: 40,
+                reported: true,
+                stale: false,
+                performance_coefficient: 0.9,
+                weight: 54.00000000000001,
+                bottom: 45.0,
+                top: 99.00000000000001,
+            }],
+            total: 147.0,
+            draw: Some(58.0),
+            rule: msr_shared::admin::SelectionRule::Draw,
+            threshold: None,
+        };
+        let out = explain(&e);
+        assert!(
+            out.contains("│ msr_2 │ con_1@msr_2 │   40 │  0.9 │     54 │ [45, 99) │"),
+            "{out}"
+        );
+        assert!(out.contains("Draw 58 in [0, 147)"), "{out}");
+    }
+}

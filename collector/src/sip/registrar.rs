@@ -1,0 +1,928 @@
+//! The registrar for MSR accounts (SPEC §3; RFC 3261 §10.3, §22; RFC 7616).
+//!
+//! [`Registrar`] is sans-IO: the shell hands it each REGISTER with the
+//! current time ([`Registrar::handle_register`]) and sends the response it
+//! returns; it wakes the registrar at [`Registrar::poll_timeout`] to let
+//! bindings lapse ([`Registrar::handle_timeout`]); and it drains
+//! [`RegistrarEvent`]s ([`Registrar::poll_event`]) to update the load table
+//! and the subscriber.
+//!
+//! Bindings are kept per AOR — the MSR name, the user part of the `To`
+//! URI — with one contact per interface: the contact `<sip:msr_1@10.0.0.1:5040>;iface=bond1.2`
+//! is named `bond1.2@msr_1`. A contact without `iface` is named after its
+//! `host:port`. The MSR name and the interface name must follow the name
+//! rules of [`crate::operator::names`] — the ones `msrctl` applies, so every MSR and
+//! contact that registers can be drained and moved — or the REGISTER gets
+//! `400` with the rule broken in the reason phrase.
+//!
+//! Authentication: a REGISTER without valid credentials is challenged with
+//! `401` and one `WWW-Authenticate` per configured algorithm (SHA-256 first
+//! by default, RFC 8760 §2.4), `qop="auth"`. Nonces are accepted for
+//! `nonce_ttl`; a correct response computed with an expired (or unknown)
+//! nonce gets a new challenge with `stale=true` (RFC 7616 §3.3). A wrong
+//! password or an unknown user gets `403` and registers nothing, and so does
+//! an account that registers an MSR name its `[[accounts]] msrs` list does
+//! not allow. Against replay (RFC 7616 §5.3, §5.5): the nonce count must
+//! grow with every use of a nonce (a nonce used without `qop` is good once),
+//! and the digest `uri` must be the Request-URI (`400` otherwise). Nonces
+//! are kept in issue order, so purging and evicting them costs O(1) each.
+//!
+//! Refused REGISTERs — `403` for credentials or an MSR name the account
+//! may not register, `400` for a malformed request — are reported as
+//! [`RefusalLog`]s ([`Registrar::poll_refusal`]) for the shell to log at
+//! warn. They are rate-limited on the `now` given: one line per username
+//! (else MSR name) per [`REFUSAL_WINDOW`], with the count of those held
+//! back; at most [`MAX_REFUSAL_KEYS`] keys tracked; at most
+//! [`MAX_REFUSAL_LINES_PER_WINDOW`] lines per window in all, the rest
+//! counted. Challenges, stale nonces included, are the normal course of
+//! digest authentication and are not reported.
+//!
+//! Expiries are kept in an ordered set of `(instant, msr, contact)`, in step
+//! with the bindings, so [`Registrar::poll_timeout`] is O(1) and
+//! [`Registrar::handle_timeout`] visits only the bindings that are due.
+//!
+//! Architecture invariant: no I/O, no clock, no task; `now` is always given.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use msr_shared::engine::{EngineAddresses, EngineParamError};
+use msr_shared::sip::{self, Request, Response, StatusCode, Uri};
+use tokio::time::Instant;
+
+use msr_shared::sip::digest::{self, Credentials};
+mod refusals;
+pub mod saved;
+use refusals::RefusalLimiter;
+pub use refusals::{
+    Refusal, RefusalLog, RefusalReason, MAX_FIELD_CHARS, MAX_KEYS as MAX_REFUSAL_KEYS,
+    MAX_LINES_PER_WINDOW as MAX_REFUSAL_LINES_PER_WINDOW, WINDOW as REFUSAL_WINDOW,
+};
+
+use crate::config::{Account, DigestAlgorithm, SipConfig};
+use crate::operator::names::{self, NameKind, NameProblem};
+
+/// Upper bound on outstanding nonces (older ones are forgotten first).
+const MAX_NONCES: usize = 10_000;
+
+/// Registration lifetime used when a REGISTER gives no `Expires` at all
+/// (RFC 3261 §10.3 step 7 lets the registrar choose), seconds, before capping.
+const DEFAULT_EXPIRES: u32 = 3600;
+
+/// One registered contact of an MSR.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    /// The MSR name (AOR user part).
+    pub msr: String,
+    /// Contact name `{iface}@{msr}` (SPEC §3).
+    pub contact: String,
+    /// The contact URI, e.g. `sip:msr_1@127.0.0.1:5071;engine=…`: the
+    /// agent's address (where SUBSCRIBE goes) with the engine's parameters.
+    pub uri: String,
+    /// The media engine's addresses, from the contact URI's parameters
+    /// (SPEC §3, [`msr_shared::engine`]); `None` when the agent sent none.
+    pub engine: Option<EngineAddresses>,
+    /// The agent version from `User-Agent` (`msr-agent/0.1.0` → `0.1.0`).
+    pub version: Option<String>,
+    /// When the binding lapses unless refreshed.
+    pub expires_at: Instant,
+    /// The registration's Call-ID (RFC 3261 §10.2: constant per account;
+    /// a new one means the MSR restarted).
+    pub call_id: String,
+    /// The CSeq number of the REGISTER that last changed the binding
+    /// (RFC 3261 §10.3 step 7).
+    pub cseq: u32,
+    /// The top `Via` branch of that REGISTER: a retransmission of it
+    /// (same Call-ID, CSeq and branch) is answered again, unchanged
+    /// (module docs).
+    pub branch: Option<String>,
+    /// Where the REGISTER came from, when the shell knows it.
+    pub source: Option<SocketAddr>,
+}
+
+#[cfg(test)]
+impl Binding {
+    /// A binding of `contact` of `msr` at `uri` until `expires_at`, for the
+    /// tests of the cores that borrow bindings (the registration's own
+    /// fields are placeholders).
+    pub(crate) fn test(contact: &str, msr: &str, uri: &str, expires_at: Instant) -> Self {
+        Self {
+            msr: msr.into(),
+            contact: contact.into(),
+            uri: uri.into(),
+            engine: None,
+            version: Some("0.1.0".into()),
+            expires_at,
+            call_id: format!("reg-{contact}"),
+            cseq: 1,
+            branch: None,
+            source: None,
+        }
+    }
+}
+
+/// Why a binding went away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemovalCause {
+    /// `Expires: 0` for this contact or `Contact: *`.
+    Unregistered,
+    /// Not refreshed before it expired.
+    Lapsed,
+}
+
+impl std::fmt::Display for RemovalCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RemovalCause::Unregistered => "unregistered",
+            RemovalCause::Lapsed => "lapsed",
+        })
+    }
+}
+
+/// A change of the bindings, for the load table and the subscriber.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistrarEvent {
+    /// A contact registered that was not registered before.
+    BindingAdded(Binding),
+    /// A registered contact was refreshed (its URI or version may have changed).
+    BindingRefreshed(Binding),
+    /// A registered contact registered again with a new Call-ID: the MSR
+    /// restarted (RFC 3261 §10.2, SPEC §3), so a subscription to it is
+    /// dead and must start anew at once.
+    BindingRestarted(Binding),
+    /// A contact went away.
+    BindingRemoved {
+        /// The binding as it was.
+        binding: Binding,
+        /// Why.
+        cause: RemovalCause,
+    },
+}
+
+/// The registrar: credentials, outstanding nonces and bindings.
+#[derive(Debug)]
+pub struct Registrar {
+    realm: String,
+    nonce_ttl: Duration,
+    min_expires: u32,
+    max_expires: u32,
+    algorithms: Vec<DigestAlgorithm>,
+    /// auth_name → the account (password and the MSR names it may register).
+    credentials: HashMap<String, Account>,
+    /// Outstanding nonces and their use.
+    nonces: HashMap<String, NonceUse>,
+    /// The nonces in issue order (issue times never decrease).
+    nonce_order: VecDeque<(Instant, String)>,
+    nonce_counter: u64,
+    /// msr → contact name → binding.
+    aors: BTreeMap<String, BTreeMap<String, Binding>>,
+    /// `(expires_at, msr, contact)` of every binding in `aors`.
+    expiries: BTreeSet<(Instant, String, String)>,
+    events: VecDeque<RegistrarEvent>,
+    /// Refused REGISTERs, rate-limited for the log.
+    refusals: RefusalLimiter,
+}
+
+/// What the registrar remembers of a nonce it issued.
+#[derive(Debug, Clone, Copy)]
+struct NonceUse {
+    issued: Instant,
+    /// The highest nonce count accepted with it; `u32::MAX` once it was
+    /// used without `qop` (such a use cannot be told from a replay).
+    last_nc: Option<u32>,
+}
+
+/// The `expiries` key of a binding.
+fn expiry_key(b: &Binding) -> (Instant, String, String) {
+    (b.expires_at, b.msr.clone(), b.contact.clone())
+}
+
+/// What was wrong with a REGISTER (answered `400`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Malformed {
+    #[error("no user part in the to uri")]
+    NoToUser,
+    #[error("missing call-id or cseq")]
+    NoCallId,
+    #[error("no contact header")]
+    NoContact,
+    #[error("bad expires value `{0}`")]
+    BadExpires(String),
+    #[error("bad contact `{0}`")]
+    BadContact(String),
+    #[error("contact `*` needs expires 0 and no other contact")]
+    BadWildcard,
+    /// More contacts than one MSR may have.
+    #[error("{0} contacts, at most {MAX_CONTACTS_PER_MSR} per msr")]
+    TooManyContacts(usize),
+    /// The media engine's addresses in a contact URI are wrong (SPEC §3).
+    #[error("{0}")]
+    BadEngine(EngineParamError),
+    /// RFC 3261 §10.3 step 7: same Call-ID as the binding, CSeq not above
+    /// the binding's: the update is aborted.
+    #[error("cseq {got} not above the binding's {last}")]
+    OldCSeq {
+        /// The request's CSeq number.
+        got: u32,
+        /// The binding's.
+        last: u32,
+    },
+    /// The `To` user or a contact's interface breaks the name rules.
+    #[error("bad {field}: {problem}")]
+    BadName {
+        /// `msr name` (the `To` user), `iface` or `contact host:port`.
+        field: &'static str,
+        /// The rule broken.
+        problem: NameProblem,
+    },
+}
+
+/// Where a REGISTER's bindings come from: its dialog-less identity
+/// (RFC 3261 §10.2) and its sender.
+struct Origin<'a> {
+    call_id: &'a str,
+    cseq: u32,
+    branch: Option<&'a str>,
+    version: Option<String>,
+    source: Option<SocketAddr>,
+}
+
+/// One contact of a REGISTER, parsed.
+#[derive(Debug)]
+struct ContactSpec {
+    name: String,
+    uri: String,
+    engine: Option<EngineAddresses>,
+    expires: u32,
+}
+
+enum ContactsSpec {
+    Wildcard,
+    List(Vec<ContactSpec>),
+}
+
+impl Registrar {
+    /// A registrar with the `[sip]` settings and `[[accounts]]` credentials.
+    pub fn new(sip: &SipConfig, accounts: &[Account]) -> Self {
+        Self {
+            realm: sip.realm.clone(),
+            nonce_ttl: sip.nonce_ttl,
+            min_expires: sip.min_expires,
+            max_expires: sip.max_expires,
+            algorithms: sip.digest_algorithms.clone(),
+            credentials: accounts
+                .iter()
+                .map(|a| (a.auth_name.clone(), a.clone()))
+                .collect(),
+            nonces: HashMap::new(),
+            nonce_order: VecDeque::new(),
+            nonce_counter: 0,
+            aors: BTreeMap::new(),
+            expiries: BTreeSet::new(),
+            events: VecDeque::new(),
+            refusals: RefusalLimiter::new(refusals::POLICY),
+        }
+    }
+
+    /// Takes a reloaded `[sip]` and `[[accounts]]` (SPEC §13): realm, nonce
+    /// lifetime, expiry bounds, algorithms and credentials apply from the
+    /// next REGISTER on; bindings stay (one whose account is gone is
+    /// refused at its next REGISTER and lapses).
+    pub fn reconfigure(&mut self, sip: &SipConfig, accounts: &[Account]) {
+        self.realm = sip.realm.clone();
+        self.nonce_ttl = sip.nonce_ttl;
+        self.min_expires = sip.min_expires;
+        self.max_expires = sip.max_expires;
+        self.algorithms = sip.digest_algorithms.clone();
+        self.credentials = accounts
+            .iter()
+            .map(|a| (a.auth_name.clone(), a.clone()))
+            .collect();
+    }
+
+    /// Handles one REGISTER received at `now` and returns the final response
+    /// to send: `200` (listing every current contact with `;expires=N`),
+    /// `401` (challenge), `403` (bad credentials), `423` (too brief, with
+    /// `Min-Expires`) or `400` (malformed). Changes are reported as
+    /// [`RegistrarEvent`]s, `403`s and `400`s as [`RefusalLog`]s.
+    pub fn handle_register(
+        &mut self,
+        now: Instant,
+        req: &Request,
+        source: Option<SocketAddr>,
+    ) -> Response {
+        self.purge_nonces(now);
+        let to_tag = sip::random_token();
+        let (msr, call_id, cseq) = match self.check_structure(req) {
+            Ok(v) => v,
+            Err(e) => return self.bad_request(now, req, source, &to_tag, &e),
+        };
+        let branch = sip::header(&req.headers, "Via").and_then(|v| sip::param(v, "branch"));
+        if self.is_retransmission(&msr, &call_id, cseq, branch.as_deref()) {
+            return self.ok_response(now, req, &msr, &to_tag);
+        }
+        match self.authenticate(now, req, &msr) {
+            AuthOutcome::Ok => {}
+            AuthOutcome::Challenge { stale } => return self.challenge(now, req, &to_tag, stale),
+            AuthOutcome::Forbidden(reason) => {
+                let resp = sip::response(req, StatusCode::Forbidden, Some(&to_tag));
+                self.refuse(now, req, source, reason, &resp);
+                return resp;
+            }
+            AuthOutcome::Malformed(why) => {
+                return self.bad_request(now, req, source, &to_tag, &why)
+            }
+        }
+        let contacts = match parse_contacts(req, &msr) {
+            Ok(c) => c,
+            Err(e) => return self.bad_request(now, req, source, &to_tag, &e),
+        };
+        if let Err(e) = self.check_cseq(&msr, &call_id, cseq, &contacts) {
+            return self.bad_request(now, req, source, &to_tag, &e);
+        }
+        match contacts {
+            ContactsSpec::Wildcard => {
+                if let Some(bindings) = self.aors.remove(&msr) {
+                    for binding in bindings.into_values() {
+                        self.expiries.remove(&expiry_key(&binding));
+                        self.events.push_back(RegistrarEvent::BindingRemoved {
+                            binding,
+                            cause: RemovalCause::Unregistered,
+                        });
+                    }
+                }
+            }
+            ContactsSpec::List(list) => {
+                if list
+                    .iter()
+                    .any(|c| c.expires != 0 && c.expires < self.min_expires)
+                {
+                    let mut resp = sip::response(req, StatusCode::IntervalTooBrief, Some(&to_tag));
+                    sip::push_header(
+                        &mut resp.headers,
+                        "Min-Expires",
+                        self.min_expires.to_string(),
+                    );
+                    return resp;
+                }
+                let version = sip::header(&req.headers, "User-Agent").and_then(agent_version);
+                for c in list {
+                    let origin = Origin {
+                        call_id: &call_id,
+                        cseq,
+                        branch: branch.as_deref(),
+                        version: version.clone(),
+                        source,
+                    };
+                    self.apply(now, &msr, origin, c);
+                }
+            }
+        }
+        self.ok_response(now, req, &msr, &to_tag)
+    }
+
+    /// Whether a REGISTER is a retransmission of the one that last changed
+    /// a binding of `msr`: the same Call-ID, CSeq and top `Via` branch
+    /// (RFC 3261 §17.2.3). The collector answers statelessly (RFC 3261
+    /// §8.2.7), so it answers that one again, as its server transaction
+    /// would have, and changes nothing; a lost `200` is then not read as a
+    /// failed registration. The branch is saved with the binding, so this
+    /// holds across a restart too.
+    fn is_retransmission(&self, msr: &str, call_id: &str, cseq: u32, branch: Option<&str>) -> bool {
+        let Some(branch) = branch else {
+            return false;
+        };
+        self.aors.get(msr).is_some_and(|aor| {
+            aor.values().any(|b| {
+                b.call_id == call_id && b.cseq == cseq && b.branch.as_deref() == Some(branch)
+            })
+        })
+    }
+
+    /// RFC 3261 §10.3 step 7: a REGISTER with a binding's Call-ID and a
+    /// CSeq not above the binding's changes nothing (a replay, or a request
+    /// overtaken by a later one); a new Call-ID is always taken.
+    fn check_cseq(
+        &self,
+        msr: &str,
+        call_id: &str,
+        cseq: u32,
+        contacts: &ContactsSpec,
+    ) -> Result<(), Malformed> {
+        let Some(aor) = self.aors.get(msr) else {
+            return Ok(());
+        };
+        let affected = |b: &Binding| match contacts {
+            ContactsSpec::Wildcard => true,
+            ContactsSpec::List(list) => list.iter().any(|c| c.name == b.contact || c.uri == b.uri),
+        };
+        match aor
+            .values()
+            .find(|b| b.call_id == call_id && b.cseq >= cseq && affected(b))
+        {
+            Some(b) => Err(Malformed::OldCSeq {
+                got: cseq,
+                last: b.cseq,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn apply(&mut self, now: Instant, msr: &str, origin: Origin<'_>, c: ContactSpec) {
+        let Origin {
+            call_id,
+            cseq,
+            branch,
+            version,
+            source,
+        } = origin;
+        let aor = self.aors.entry(msr.to_owned()).or_default();
+        // A contact is matched by name, or by URI when its interface name changed.
+        let existing = if aor.contains_key(&c.name) {
+            Some(c.name.clone())
+        } else {
+            aor.iter()
+                .find(|(_, b)| b.uri == c.uri)
+                .map(|(k, _)| k.clone())
+        };
+        if c.expires == 0 {
+            if let Some(binding) = existing.and_then(|k| aor.remove(&k)) {
+                self.expiries.remove(&expiry_key(&binding));
+                self.events.push_back(RegistrarEvent::BindingRemoved {
+                    binding,
+                    cause: RemovalCause::Unregistered,
+                });
+            }
+        } else {
+            let binding = Binding {
+                msr: msr.to_owned(),
+                contact: c.name.clone(),
+                uri: c.uri,
+                engine: c.engine,
+                version,
+                expires_at: now + Duration::from_secs(u64::from(c.expires.min(self.max_expires))),
+                call_id: call_id.to_owned(),
+                cseq,
+                branch: branch.map(str::to_owned),
+                source,
+            };
+            self.expiries.insert(expiry_key(&binding));
+            match existing {
+                Some(old_name) if old_name == c.name => {
+                    let restarted = match aor.insert(c.name, binding.clone()) {
+                        Some(old) => {
+                            if old.expires_at != binding.expires_at {
+                                self.expiries.remove(&expiry_key(&old));
+                            }
+                            old.call_id != binding.call_id
+                        }
+                        None => false,
+                    };
+                    self.events.push_back(if restarted {
+                        RegistrarEvent::BindingRestarted(binding)
+                    } else {
+                        RegistrarEvent::BindingRefreshed(binding)
+                    });
+                }
+                Some(old_name) => {
+                    if let Some(old) = aor.remove(&old_name) {
+                        self.expiries.remove(&expiry_key(&old));
+                        self.events.push_back(RegistrarEvent::BindingRemoved {
+                            binding: old,
+                            cause: RemovalCause::Unregistered,
+                        });
+                    }
+                    aor.insert(c.name, binding.clone());
+                    self.events.push_back(RegistrarEvent::BindingAdded(binding));
+                }
+                None => {
+                    aor.insert(c.name, binding.clone());
+                    self.events.push_back(RegistrarEvent::BindingAdded(binding));
+                }
+            }
+        }
+        if aor.is_empty() {
+            self.aors.remove(msr);
+        }
+    }
+
+    fn ok_response(&self, now: Instant, req: &Request, msr: &str, to_tag: &str) -> Response {
+        let mut resp = sip::response(req, StatusCode::OK, Some(to_tag));
+        if let Some(aor) = self.aors.get(msr) {
+            for b in aor.values() {
+                let secs = b.expires_at.saturating_duration_since(now).as_secs();
+                let iface = b
+                    .contact
+                    .rsplit_once('@')
+                    .map_or(b.contact.as_str(), |(i, _)| i);
+                sip::push_header(
+                    &mut resp.headers,
+                    "Contact",
+                    format!("<{}>;iface={iface};expires={secs}", b.uri),
+                );
+            }
+        }
+        resp
+    }
+
+    /// Answers `400` to `req` and reports the refusal.
+    fn bad_request(
+        &mut self,
+        now: Instant,
+        req: &Request,
+        source: Option<SocketAddr>,
+        to_tag: &str,
+        why: &dyn std::fmt::Display,
+    ) -> Response {
+        let resp = bad_request(req, to_tag, why);
+        self.refuse(
+            now,
+            req,
+            source,
+            RefusalReason::Malformed(why.to_string()),
+            &resp,
+        );
+        resp
+    }
+
+    /// Reports a refused REGISTER (answered with `resp`) to the rate limit.
+    fn refuse(
+        &mut self,
+        now: Instant,
+        req: &Request,
+        source: Option<SocketAddr>,
+        reason: RefusalReason,
+        resp: &Response,
+    ) {
+        let msr = sip::header(&req.headers, "To").and_then(|to| sip::uri_user(sip::addr_uri(to)));
+        let auth_name = self.auth_username(req);
+        let refusal = Refusal::new(
+            msr,
+            auth_name.as_deref(),
+            reason,
+            resp.status_code.clone(),
+            source,
+        );
+        self.refusals.record(now, refusal);
+    }
+
+    /// The digest username of `req`: from the `Authorization` for our
+    /// realm, else from the first one.
+    fn auth_username(&self, req: &Request) -> Option<String> {
+        let all = sip::header_all(&req.headers, "Authorization");
+        let ours = all
+            .iter()
+            .find(|v| digest::digest_param(v, "realm").as_deref() == Some(self.realm.as_str()));
+        ours.or(all.first())
+            .and_then(|v| digest::digest_param(v, "username"))
+    }
+
+    /// The next refused REGISTER (or count of refusals) to log, as the
+    /// rate limit lets them through.
+    pub fn poll_refusal(&mut self) -> Option<RefusalLog> {
+        self.refusals.poll()
+    }
+
+    /// Releases the refusals the rate limit holds back (at shutdown), for
+    /// [`poll_refusal`](Self::poll_refusal); still within the line budget.
+    pub fn flush_refusals(&mut self, now: Instant) {
+        self.refusals.finish(now);
+    }
+
+    /// Lets every binding whose expiry is at or before `now` lapse, and
+    /// ends the refusal rate-limit windows that are over.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.purge_nonces(now);
+        self.refusals.advance(now);
+        while self.expiries.first().is_some_and(|(at, _, _)| *at <= now) {
+            let Some((_, msr, contact)) = self.expiries.pop_first() else {
+                break;
+            };
+            let Some(aor) = self.aors.get_mut(&msr) else {
+                continue;
+            };
+            if let Some(binding) = aor.remove(&contact) {
+                if aor.is_empty() {
+                    self.aors.remove(&msr);
+                }
+                self.events.push_back(RegistrarEvent::BindingRemoved {
+                    binding,
+                    cause: RemovalCause::Lapsed,
+                });
+            }
+        }
+    }
+
+    /// The next instant [`handle_timeout`](Self::handle_timeout) has work:
+    /// the earliest binding expiry or end of a refusal rate-limit window, O(1).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let expiry = self.expiries.first().map(|(at, _, _)| *at);
+        expiry.into_iter().chain(self.refusals.poll_timeout()).min()
+    }
+
+    /// Panics unless `expiries` holds exactly one entry per binding.
+    #[cfg(test)]
+    fn check_expiries(&self) {
+        let expected: BTreeSet<_> = self.bindings().map(expiry_key).collect();
+        assert_eq!(self.expiries, expected, "expiry index out of date");
+    }
+
+    /// Takes back bindings saved before a restart ([`saved::decode`]), each
+    /// reported as [`RegistrarEvent::BindingAdded`] so it is subscribed to
+    /// at once (SPEC §3). An expiry beyond `max_expires` from `now` is cut
+    /// to it; a binding already known is left as it is.
+    pub fn restore(&mut self, now: Instant, bindings: Vec<Binding>) {
+        let longest = now + Duration::from_secs(u64::from(self.max_expires));
+        for mut binding in bindings {
+            binding.expires_at = binding.expires_at.min(longest);
+            let aor = self.aors.entry(binding.msr.clone()).or_default();
+            if aor.contains_key(&binding.contact) {
+                continue;
+            }
+            self.expiries.insert(expiry_key(&binding));
+            aor.insert(binding.contact.clone(), binding.clone());
+            self.events.push_back(RegistrarEvent::BindingAdded(binding));
+        }
+    }
+
+    /// The next change since the last call.
+    pub fn poll_event(&mut self) -> Option<RegistrarEvent> {
+        self.events.pop_front()
+    }
+
+    /// Whether a change waits for [`poll_event`](Self::poll_event): right
+    /// after [`handle_register`](Self::handle_register), whether that
+    /// REGISTER changed a binding.
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
+    /// Every binding, by MSR then contact name.
+    pub fn bindings(&self) -> impl Iterator<Item = &Binding> + '_ {
+        self.aors.values().flat_map(|aor| aor.values())
+    }
+
+    /// The bindings of one MSR, by contact name.
+    pub fn contacts_of(&self, msr: &str) -> Vec<&Binding> {
+        self.aors
+            .get(msr)
+            .map(|aor| aor.values().collect())
+            .unwrap_or_default()
+    }
+
+    /// The binding of `contact` of `msr`, if registered.
+    pub fn binding(&self, msr: &str, contact: &str) -> Option<&Binding> {
+        self.aors.get(msr)?.get(contact)
+    }
+
+    /// Whether at least one contact of `msr` is registered.
+    pub fn is_registered(&self, msr: &str) -> bool {
+        self.aors.contains_key(msr)
+    }
+
+    fn check_structure(&self, req: &Request) -> Result<(String, String, u32), Malformed> {
+        let to = sip::header(&req.headers, "To").ok_or(Malformed::NoToUser)?;
+        let msr = sip::uri_user(sip::addr_uri(to))
+            .ok_or(Malformed::NoToUser)?
+            .to_owned();
+        if let Some(problem) = names::problem(NameKind::Msr, &msr) {
+            return Err(Malformed::BadName {
+                field: "msr name",
+                problem,
+            });
+        }
+        let call_id = sip::call_id(&req.headers)
+            .ok_or(Malformed::NoCallId)?
+            .to_owned();
+        let (cseq, _) = sip::cseq(&req.headers).ok_or(Malformed::NoCallId)?;
+        if let Some(e) = sip::header(&req.headers, "Expires") {
+            if e.parse::<u32>().is_err() {
+                return Err(Malformed::BadExpires(e.to_owned()));
+            }
+        }
+        if sip::header_all(&req.headers, "Contact").is_empty() {
+            return Err(Malformed::NoContact);
+        }
+        Ok((msr, call_id, cseq))
+    }
+
+    fn authenticate(&mut self, now: Instant, req: &Request, msr: &str) -> AuthOutcome {
+        let Some(raw) = sip::header_all(&req.headers, "Authorization")
+            .into_iter()
+            .find(|v| digest::digest_param(v, "realm").as_deref() == Some(self.realm.as_str()))
+        else {
+            return AuthOutcome::Challenge { stale: false };
+        };
+        let Some(credentials) = Credentials::parse(raw) else {
+            return AuthOutcome::Malformed("malformed authorization header");
+        };
+        // An algorithm we did not offer: challenge again with the ones we do.
+        let Some(algorithm) = credentials
+            .digest_algorithm()
+            .filter(|a| self.algorithms.contains(a))
+        else {
+            return AuthOutcome::Challenge { stale: false };
+        };
+        if !same_uri(&credentials.uri, &req.uri) {
+            return AuthOutcome::Malformed("digest uri does not match the request-uri");
+        }
+        let Some(account) = self.credentials.get(&credentials.username) else {
+            return AuthOutcome::Forbidden(RefusalReason::UnknownAuthName);
+        };
+        if !credentials.verify(algorithm, &account.password, "REGISTER") {
+            return AuthOutcome::Forbidden(RefusalReason::WrongPassword);
+        }
+        if !account.msrs.is_empty() && !account.msrs.iter().any(|m| m == msr) {
+            return AuthOutcome::Forbidden(RefusalReason::MsrNotAllowed);
+        }
+        let Some(nonce) = self.nonces.get_mut(&credentials.nonce) else {
+            return AuthOutcome::Challenge { stale: true };
+        };
+        if now >= nonce.issued + self.nonce_ttl {
+            return AuthOutcome::Challenge { stale: true };
+        }
+        let count = match (&credentials.qop, credentials.nonce_count()) {
+            (Some(_), Some(count)) => count,
+            (Some(_), None) => return AuthOutcome::Malformed("qop without a valid nc"),
+            (None, _) => u32::MAX,
+        };
+        if nonce.last_nc.is_some_and(|last| count <= last) {
+            // A replayed (or reordered) use of the nonce.
+            return AuthOutcome::Challenge { stale: true };
+        }
+        nonce.last_nc = Some(count);
+        AuthOutcome::Ok
+    }
+
+    fn challenge(&mut self, now: Instant, req: &Request, to_tag: &str, stale: bool) -> Response {
+        self.nonce_counter += 1;
+        let nonce = format!("{}{:08x}", sip::random_token(), self.nonce_counter);
+        while self.nonces.len() >= MAX_NONCES {
+            match self.nonce_order.pop_front() {
+                Some((_, oldest)) => {
+                    self.nonces.remove(&oldest);
+                }
+                None => break,
+            }
+        }
+        self.nonces.insert(
+            nonce.clone(),
+            NonceUse {
+                issued: now,
+                last_nc: None,
+            },
+        );
+        self.nonce_order.push_back((now, nonce.clone()));
+        let mut resp = sip::response(req, StatusCode::Unauthorized, Some(to_tag));
+        for alg in &self.algorithms {
+            let mut value = format!(
+                "Digest realm=\"{}\", nonce=\"{nonce}\", algorithm={}, qop=\"auth\"",
+                self.realm,
+                alg.token()
+            );
+            if stale {
+                value.push_str(", stale=true");
+            }
+            sip::push_header(&mut resp.headers, "WWW-Authenticate", value);
+        }
+        resp
+    }
+
+    /// Forgets nonces one TTL past their expiry (until then a late use is
+    /// answered `stale=true` rather than as unknown; both get `stale=true`).
+    fn purge_nonces(&mut self, now: Instant) {
+        let keep = self.nonce_ttl * 2;
+        while let Some((issued, _)) = self.nonce_order.front() {
+            if now < *issued + keep {
+                break;
+            }
+            if let Some((_, nonce)) = self.nonce_order.pop_front() {
+                self.nonces.remove(&nonce);
+            }
+        }
+    }
+}
+
+enum AuthOutcome {
+    Ok,
+    Challenge { stale: bool },
+    Forbidden(RefusalReason),
+    Malformed(&'static str),
+}
+
+fn bad_request(req: &Request, to_tag: &str, why: &dyn std::fmt::Display) -> Response {
+    let mut resp = sip::response(req, StatusCode::BadRequest, Some(to_tag));
+    resp.wire_reason = Some(format!("Bad Request ({why})"));
+    resp
+}
+
+/// Whether the digest `uri` names the Request-URI (RFC 3261 §22.4: they
+/// must be equal; compared as parsed URIs, so case and parameter order in
+/// the scheme, host or transport do not matter).
+fn same_uri(digest_uri: &str, request_uri: &Uri) -> bool {
+    match Uri::try_from(digest_uri) {
+        Ok(uri) => uri == *request_uri,
+        Err(_) => digest_uri == request_uri.to_string(),
+    }
+}
+
+fn parse_contacts(req: &Request, msr: &str) -> Result<ContactsSpec, Malformed> {
+    let header_expires = match sip::header(&req.headers, "Expires") {
+        Some(v) => Some(
+            v.parse::<u32>()
+                .map_err(|_| Malformed::BadExpires(v.to_owned()))?,
+        ),
+        None => None,
+    };
+    let values: Vec<&str> = sip::header_all(&req.headers, "Contact")
+        .into_iter()
+        .flat_map(|v| sip::split_outside_quotes(v, ','))
+        .map(str::trim)
+        .collect();
+    if values.is_empty() {
+        return Err(Malformed::NoContact);
+    }
+    if values.contains(&"*") {
+        return if values.len() == 1 && header_expires == Some(0) {
+            Ok(ContactsSpec::Wildcard)
+        } else {
+            Err(Malformed::BadWildcard)
+        };
+    }
+    if values.len() > MAX_CONTACTS_PER_MSR {
+        return Err(Malformed::TooManyContacts(values.len()));
+    }
+    let mut list = Vec::new();
+    for v in values {
+        let uri = sip::addr_uri(v);
+        let valid = (uri.starts_with("sip:") || uri.starts_with("sips:"))
+            && uri.len() <= MAX_CONTACT_URI_LEN
+            && !uri.chars().any(|c| c.is_control() || c.is_whitespace())
+            && rsipstack::sip::Uri::try_from(uri).is_ok();
+        if !valid {
+            // Shown in the 400's reason phrase and the refusal log: escaped
+            // and cut, never raw.
+            return Err(Malformed::BadContact(
+                v.chars()
+                    .take(80)
+                    .collect::<String>()
+                    .escape_debug()
+                    .to_string(),
+            ));
+        }
+        let expires = match sip::param(v, "expires") {
+            Some(e) => e
+                .parse::<u32>()
+                .map_err(|_| Malformed::BadExpires(e.clone()))?,
+            None => header_expires.unwrap_or(DEFAULT_EXPIRES),
+        };
+        let (iface, field) = match sip::param(v, "iface").filter(|i| !i.is_empty()) {
+            Some(iface) => (iface, "iface"),
+            None => {
+                let rest = uri.split_once(':').map_or(uri, |(_, r)| r);
+                let host = rest.split_once('@').map_or(rest, |(_, h)| h);
+                let host = host.split([';', '?']).next().unwrap_or(host);
+                (host.to_owned(), "contact host:port")
+            }
+        };
+        if let Some(problem) = names::problem(NameKind::Interface, &iface) {
+            return Err(Malformed::BadName { field, problem });
+        }
+        let engine = EngineAddresses::from_uri(uri).map_err(Malformed::BadEngine)?;
+        list.push(ContactSpec {
+            name: names::contact_name(&iface, msr),
+            uri: uri.to_owned(),
+            engine,
+            expires,
+        });
+    }
+    Ok(ContactsSpec::List(list))
+}
+
+/// The version in a `User-Agent` value: the text after the first `/` of
+/// its first product token (`msr-agent/0.1.0 (linux)` → `0.1.0`).
+fn agent_version(user_agent: &str) -> Option<String> {
+    let product = user_agent.split_whitespace().next()?;
+    let (_, version) = product.split_once('/')?;
+    // A version is shown in tables and logs: a SIP token of at most 64
+    // bytes (RFC 3261 §20.41 product-version), or nothing.
+    let ok = !version.is_empty()
+        && version.len() <= MAX_VERSION_LEN
+        && version.chars().all(sip::is_token_char);
+    ok.then(|| version.to_owned())
+}
+
+/// The longest agent version kept from a `User-Agent`, bytes.
+const MAX_VERSION_LEN: usize = 64;
+
+/// The longest contact URI accepted, bytes: the agent's is under 200 with
+/// every engine parameter; a longer one only bloats the 200 OK that lists
+/// every contact (over UDP, RFC 3261 §18.1.1).
+pub const MAX_CONTACT_URI_LEN: usize = 512;
+
+/// The most contacts one MSR may register (one per interface).
+pub const MAX_CONTACTS_PER_MSR: usize = 16;
+
+#[cfg(test)]
+mod tests;

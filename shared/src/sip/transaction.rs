@@ -1,0 +1,318 @@
+//! Non-INVITE client transactions over UDP (RFC 3261 §17.1.2), sans-IO.
+//!
+//! [`ClientTransactions`] is the transaction layer of a daemon that speaks
+//! SIP statelessly on its server side (RFC 3261 §8.2.7) and needs only a
+//! few client transactions of its own: the collector's SUBSCRIBEs and its
+//! OPTIONS keepalives. It stamps each request with a top `Via` (the local
+//! address, a fresh `z9hG4bK` branch, `rport`), keeps its bytes for the
+//! retransmissions, and matches responses by branch and `CSeq` method
+//! (§17.1.3).
+//!
+//! ```text
+//!            send ──▶ Trying ──1xx──▶ Proceeding
+//!                       │ Timer E: retransmit, E = min(2E, T2)
+//!                       │           (Proceeding: every T2)
+//!     final response ───┼──────────────────────────▶ reported, forgotten
+//!     timeout (Timer F) ┴──────────────────────────▶ reported as TimedOut
+//! ```
+//!
+//! A transaction is forgotten at its final response: the Completed state's
+//! only job over UDP is to absorb retransmitted final responses (Timer K),
+//! and a response that matches no transaction is dropped all the same.
+//! [`ClientTransactions::cancel`] forgets one whose answer its user no
+//! longer waits for (a keepalive counted as missed), so nothing more is
+//! retransmitted toward a peer that does not answer.
+//!
+//! Cost: one hash map entry and one ordered-set entry per transaction in
+//! flight, holding the request's bytes; each retransmission is a copy of
+//! a reference-counted buffer.
+//!
+//! Architecture invariant: no I/O, no clock, no task; `now` is always given.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::hash::Hash;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use super::{Request, Response};
+
+/// RFC 3261 T1, the round-trip estimate: the first retransmission interval.
+pub const T1: Duration = Duration::from_millis(500);
+/// RFC 3261 T2: the longest retransmission interval of a non-INVITE request.
+pub const T2: Duration = Duration::from_secs(4);
+/// RFC 3261 Timer F (64 × T1): a transaction without a final response by
+/// then has timed out.
+pub const TIMER_F: Duration = Duration::from_secs(32);
+
+/// One datagram to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Datagram {
+    /// Where to.
+    pub to: SocketAddr,
+    /// The encoded message.
+    pub bytes: Bytes,
+}
+
+/// How a transaction ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Its final response (status ≥ 200).
+    Response(Response),
+    /// No final response within its timeout (RFC 3261 Timer F; RFC 3261
+    /// §8.1.3.1 treats it as a `408`).
+    TimedOut,
+}
+
+/// Why a request could not be sent.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SendError {
+    /// The request has no `CSeq` (the transaction key needs its method).
+    #[error("the request has no cseq")]
+    NoCSeq,
+    /// A transaction with this id is in flight already.
+    #[error("a transaction with this id is in flight")]
+    Duplicate,
+}
+
+#[derive(Debug)]
+struct Entry<Id> {
+    id: Id,
+    to: SocketAddr,
+    bytes: Bytes,
+    /// The `CSeq` method, which a response must carry too (§17.1.3).
+    method: String,
+    /// The next retransmission interval (Timer E).
+    interval: Duration,
+    retransmit_at: Instant,
+    give_up_at: Instant,
+    /// The deadline it is filed under in `timers`.
+    armed: Instant,
+}
+
+impl<Id> Entry<Id> {
+    fn deadline(&self) -> Instant {
+        self.retransmit_at.min(self.give_up_at)
+    }
+}
+
+/// The client transactions in flight (module docs).
+#[derive(Debug)]
+pub struct ClientTransactions<Id> {
+    /// The `Via` sent-by: this endpoint's address.
+    sent_by: SocketAddr,
+    user_agent: String,
+    by_branch: HashMap<String, Entry<Id>>,
+    by_id: HashMap<Id, String>,
+    timers: BTreeSet<(Instant, String)>,
+    transmits: VecDeque<Datagram>,
+    outcomes: VecDeque<(Id, Outcome)>,
+    retransmissions: u64,
+}
+
+impl<Id: Clone + Eq + Hash> ClientTransactions<Id> {
+    /// No transaction in flight; requests leave with `Via: SIP/2.0/UDP
+    /// {sent_by}` and `User-Agent: {user_agent}` (unless they carry one).
+    pub fn new(sent_by: SocketAddr, user_agent: &str) -> Self {
+        Self {
+            sent_by,
+            user_agent: user_agent.to_owned(),
+            by_branch: HashMap::new(),
+            by_id: HashMap::new(),
+            timers: BTreeSet::new(),
+            transmits: VecDeque::new(),
+            outcomes: VecDeque::new(),
+            retransmissions: 0,
+        }
+    }
+
+    /// Sends `request` to `to` in a new transaction that times out at
+    /// [`TIMER_F`]; see [`send_with_timeout`](Self::send_with_timeout).
+    ///
+    /// # Errors
+    /// As [`send_with_timeout`](Self::send_with_timeout).
+    pub fn send(
+        &mut self,
+        now: Instant,
+        id: Id,
+        to: SocketAddr,
+        request: Request,
+    ) -> Result<(), SendError> {
+        self.send_with_timeout(now, id, to, request, TIMER_F)
+    }
+
+    /// Sends `request` to `to` in a new transaction `id` that gives up
+    /// after `timeout` (at most [`TIMER_F`]): adds the top `Via`,
+    /// `Max-Forwards: 70` and `User-Agent` when absent, queues the first
+    /// transmission ([`poll_transmit`](Self::poll_transmit)) and
+    /// retransmits it until a final response or the timeout, whose
+    /// outcome [`poll_outcome`](Self::poll_outcome) reports.
+    ///
+    /// # Errors
+    /// [`SendError::NoCSeq`]; [`SendError::Duplicate`] when `id` is in
+    /// flight.
+    pub fn send_with_timeout(
+        &mut self,
+        now: Instant,
+        id: Id,
+        to: SocketAddr,
+        mut request: Request,
+        timeout: Duration,
+    ) -> Result<(), SendError> {
+        if self.by_id.contains_key(&id) {
+            return Err(SendError::Duplicate);
+        }
+        let (_, method) = super::cseq(&request.headers).ok_or(SendError::NoCSeq)?;
+        let branch = loop {
+            let branch = format!("z9hG4bK{}", super::random_token());
+            if !self.by_branch.contains_key(&branch) {
+                break branch;
+            }
+        };
+        let via = format!("SIP/2.0/UDP {};branch={branch};rport", self.sent_by);
+        request
+            .headers
+            .push_front(rsipstack::sip::headers::make_header("Via", via));
+        if super::header(&request.headers, "Max-Forwards").is_none() {
+            super::push_header(&mut request.headers, "Max-Forwards", "70");
+        }
+        if super::header(&request.headers, "User-Agent").is_none() {
+            super::push_header(&mut request.headers, "User-Agent", self.user_agent.clone());
+        }
+        let bytes = super::wire::encode_request(request);
+        let timeout = timeout.min(TIMER_F);
+        let entry = Entry {
+            id: id.clone(),
+            to,
+            bytes: bytes.clone(),
+            method,
+            interval: T1,
+            retransmit_at: now + T1,
+            give_up_at: now + timeout,
+            armed: now,
+        };
+        self.transmits.push_back(Datagram { to, bytes });
+        self.by_id.insert(id, branch.clone());
+        self.file(branch, entry);
+        Ok(())
+    }
+
+    /// Files `entry` under its next deadline.
+    fn file(&mut self, branch: String, mut entry: Entry<Id>) {
+        entry.armed = entry.deadline();
+        self.timers.insert((entry.armed, branch.clone()));
+        self.by_branch.insert(branch, entry);
+    }
+
+    fn remove(&mut self, branch: &str) -> Option<Entry<Id>> {
+        let entry = self.by_branch.remove(branch)?;
+        self.timers.remove(&(entry.armed, branch.to_owned()));
+        self.by_id.remove(&entry.id);
+        Some(entry)
+    }
+
+    /// Forgets transaction `id` without an outcome: nothing more is
+    /// retransmitted and a late answer is dropped. Whether it was in
+    /// flight.
+    pub fn cancel(&mut self, id: &Id) -> bool {
+        match self.by_id.get(id).cloned() {
+            Some(branch) => self.remove(&branch).is_some(),
+            None => false,
+        }
+    }
+
+    /// A response arrived: the id of its transaction and the response
+    /// when it is final (the transaction is then forgotten). A provisional
+    /// response slows the retransmissions to every T2 (§17.1.2.2); a
+    /// response that matches no transaction in flight is dropped
+    /// (§17.1.3).
+    pub fn handle_response(&mut self, now: Instant, response: Response) -> Option<(Id, Response)> {
+        let via = super::header(&response.headers, "Via")?;
+        let branch = super::param(via, "branch")?;
+        let (_, method) = super::cseq(&response.headers)?;
+        let entry = self.by_branch.get(&branch)?;
+        if !entry.method.eq_ignore_ascii_case(&method) {
+            return None;
+        }
+        if response.status_code.code() < 200 {
+            if let Some(mut entry) = self.by_branch.remove(&branch) {
+                self.timers.remove(&(entry.armed, branch.clone()));
+                entry.interval = T2;
+                entry.retransmit_at = entry.retransmit_at.max(now + T2);
+                self.file(branch, entry);
+            }
+            return None;
+        }
+        let entry = self.remove(&branch)?;
+        Some((entry.id, response))
+    }
+
+    /// Retransmits what is due and times out what has waited too long.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some((at, _)) = self.timers.first() {
+            if *at > now {
+                break;
+            }
+            let Some((_, branch)) = self.timers.pop_first() else {
+                break;
+            };
+            let Some(mut entry) = self.by_branch.remove(&branch) else {
+                continue;
+            };
+            if entry.give_up_at <= now {
+                self.by_id.remove(&entry.id);
+                self.outcomes.push_back((entry.id, Outcome::TimedOut));
+                continue;
+            }
+            self.transmits.push_back(Datagram {
+                to: entry.to,
+                bytes: entry.bytes.clone(),
+            });
+            self.retransmissions += 1;
+            entry.interval = (entry.interval * 2).min(T2);
+            entry.retransmit_at = now + entry.interval;
+            self.file(branch, entry);
+        }
+    }
+
+    /// The earliest retransmission or timeout.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.first().map(|(at, _)| *at)
+    }
+
+    /// The next datagram to send.
+    pub fn poll_transmit(&mut self) -> Option<Datagram> {
+        self.transmits.pop_front()
+    }
+
+    /// The next transaction that ended without a final response.
+    pub fn poll_outcome(&mut self) -> Option<(Id, Outcome)> {
+        self.outcomes.pop_front()
+    }
+
+    /// Transactions in flight.
+    pub fn len(&self) -> usize {
+        self.by_branch.len()
+    }
+
+    /// Whether none is in flight.
+    pub fn is_empty(&self) -> bool {
+        self.by_branch.is_empty()
+    }
+
+    /// Whether transaction `id` is in flight.
+    pub fn contains(&self, id: &Id) -> bool {
+        self.by_id.contains_key(id)
+    }
+
+    /// Retransmissions sent since the start.
+    pub fn retransmissions(&self) -> u64 {
+        self.retransmissions
+    }
+}
+
+#[cfg(test)]
+mod tests;

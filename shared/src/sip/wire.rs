@@ -1,0 +1,223 @@
+//! SIP messages to and from bytes for a daemon that owns its sockets: the
+//! decoding of one datagram or framed stream message, the stamping of
+//! where it came from, where a response goes, and the encoding with a
+//! correct `Content-Length`.
+//!
+//! * [`decode`] parses with rsipstack's parser and, for a request, records
+//!   the real source in its top `Via` as `received`/`rport` (RFC 3261
+//!   §18.2.1, RFC 3581 §4), so that a response built from the request
+//!   carries them and [`response_target`] finds the way back.
+//! * [`encode_request`] and [`encode_response`] set `Content-Length` from
+//!   the body on every message (mandatory on stream transports, RFC 3261
+//!   §18.3, §20.14; harmless and customary on UDP).
+//!
+//! Architecture invariant: no I/O, no clock.
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use rsipstack::sip::prelude::HeadersExt;
+use rsipstack::sip::transport::Transport;
+use rsipstack::transport::SipConnection;
+
+use super::{Request, Response, SipMessage};
+
+/// Why bytes are not a SIP message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// Nothing but whitespace: a keepalive (RFC 5626 §3.5.1 CRLF ping), not
+    /// an error to report.
+    #[error("keepalive")]
+    Keepalive,
+    /// The parser refused it.
+    #[error("not a sip message: {reason}")]
+    Malformed {
+        /// The parser's words.
+        reason: String,
+    },
+    /// A request without a top `Via` to answer through.
+    #[error("request without a valid via")]
+    NoVia,
+}
+
+/// The transport a message came over, for the `Via` stamping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carrier {
+    /// A datagram.
+    Udp,
+    /// A TCP connection.
+    Tcp,
+}
+
+/// Parses one message that arrived from `source` over `carrier`; a
+/// request's top `Via` gets `received`/`rport` (module docs).
+///
+/// # Errors
+/// [`DecodeError`].
+pub fn decode(
+    bytes: &[u8],
+    source: SocketAddr,
+    carrier: Carrier,
+) -> Result<SipMessage, DecodeError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(DecodeError::Keepalive);
+    }
+    let message = SipMessage::try_from(bytes).map_err(|e| DecodeError::Malformed {
+        reason: e.to_string(),
+    })?;
+    let transport = match carrier {
+        Carrier::Udp => Transport::Udp,
+        Carrier::Tcp => Transport::Tcp,
+    };
+    match message {
+        SipMessage::Request(_) => SipConnection::update_msg_received(message, source, transport)
+            .map_err(|_| DecodeError::NoVia),
+        SipMessage::Response(_) => Ok(message),
+    }
+}
+
+/// Where a response to `request` goes over UDP: where the request came
+/// from. [`decode`] stamps `received` and `rport` whenever the source is
+/// not the `Via`'s sent-by (rsipstack's rule, RFC 3581 §4 symmetric
+/// response routing, also without `rport`: a peer behind NAT can be
+/// reached only there), so this reads them back; `source` when the `Via`
+/// cannot be read.
+pub fn response_target(request: &Request, source: SocketAddr) -> SocketAddr {
+    let Ok(via) = request.via_header() else {
+        return source;
+    };
+    let Ok((_, target)) = SipConnection::parse_target_from_via(via) else {
+        return source;
+    };
+    SocketAddr::try_from(target).unwrap_or(source)
+}
+
+/// The bytes of `request`, with `Content-Length` set from its body.
+pub fn encode_request(mut request: Request) -> Bytes {
+    let len = request.body.len().to_string();
+    super::set_header(&mut request.headers, "Content-Length", len);
+    Bytes::from(request.to_bytes())
+}
+
+/// The bytes of `response`, with `Content-Length` set from its body.
+pub fn encode_response(mut response: Response) -> Bytes {
+    let len = response.body.len().to_string();
+    super::set_header(&mut response.headers, "Content-Length", len);
+    Bytes::from(response.to_bytes())
+}
+
+/// The largest message a stream may carry, head and body.
+pub const MAX_STREAM_MESSAGE: usize = 64 * 1024;
+
+/// Why a stream cannot be read on (the connection is closed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameError {
+    /// A message (or its head) longer than [`MAX_STREAM_MESSAGE`].
+    #[error("message over {MAX_STREAM_MESSAGE} bytes")]
+    TooLong,
+    /// A `Content-Length` that is no number.
+    #[error("bad content-length {0:?}")]
+    BadLength(String),
+}
+
+/// What [`StreamFramer::next_frame`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    /// One whole message: its head and body.
+    Message(Bytes),
+    /// A keepalive (RFC 5626 §3.5.1 double CRLF), to be answered with one
+    /// CRLF.
+    Ping,
+}
+
+/// Splits a SIP byte stream into messages (RFC 3261 §18.3): a message's
+/// head ends at the first empty line and its body is `Content-Length`
+/// bytes (0 when absent, which the RFC forbids on streams and which is the
+/// only safe reading). CRLFs between messages are skipped; a double CRLF
+/// on its own is a keepalive ping. Sans-IO: feed bytes with
+/// [`push`](Self::push), take messages with [`next_frame`](Self::next_frame).
+#[derive(Debug, Default)]
+pub struct StreamFramer {
+    buf: bytes::BytesMut,
+}
+
+impl StreamFramer {
+    /// An empty framer.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends bytes read from the stream.
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Bytes held that are not a whole message yet.
+    pub fn pending(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The next whole message, `Ok(None)` when more bytes are needed.
+    ///
+    /// # Errors
+    /// [`FrameError`]: the stream is not SIP, or a message is too large;
+    /// nothing more can be read from it.
+    pub fn next_frame(&mut self) -> Result<Option<Frame>, FrameError> {
+        let lead = self
+            .buf
+            .iter()
+            .take_while(|b| **b == b'\r' || **b == b'\n')
+            .count();
+        if lead > 0 {
+            let ping = self.buf.starts_with(b"\r\n\r\n");
+            if ping {
+                let _ = self.buf.split_to(4);
+                return Ok(Some(Frame::Ping));
+            }
+            if lead == self.buf.len() && lead < 4 {
+                // Maybe the start of a ping: wait for more.
+                return Ok(None);
+            }
+            let _ = self.buf.split_to(lead);
+        }
+        let Some(head_end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+            if self.buf.len() > MAX_STREAM_MESSAGE {
+                return Err(FrameError::TooLong);
+            }
+            return Ok(None);
+        };
+        let body = content_length(&self.buf[..head_end])?;
+        let total = head_end + 4 + body;
+        if total > MAX_STREAM_MESSAGE {
+            return Err(FrameError::TooLong);
+        }
+        if self.buf.len() < total {
+            return Ok(None);
+        }
+        Ok(Some(Frame::Message(self.buf.split_to(total).freeze())))
+    }
+}
+
+/// The `Content-Length` (or compact `l`) of a message head; 0 when absent.
+fn content_length(head: &[u8]) -> Result<usize, FrameError> {
+    for line in head.split(|b| *b == b'\n').skip(1) {
+        let Some(colon) = line.iter().position(|b| *b == b':') else {
+            continue;
+        };
+        let name = String::from_utf8_lossy(&line[..colon]);
+        let name = name.trim();
+        if name.eq_ignore_ascii_case("content-length") || name.eq_ignore_ascii_case("l") {
+            let value = String::from_utf8_lossy(&line[colon + 1..]);
+            let value = value.trim();
+            return value
+                .parse::<usize>()
+                .map_err(|_| FrameError::BadLength(value.chars().take(32).collect()));
+        }
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests;

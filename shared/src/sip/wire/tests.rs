@@ -1,0 +1,194 @@
+use std::net::SocketAddr;
+
+use super::*;
+use crate::sip::{self, StatusCode};
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().expect("addr")
+}
+
+fn options(via: &str) -> String {
+    format!(
+        "OPTIONS sip:collector@10.0.0.1 SIP/2.0\r\nVia: {via}\r\n\
+         From: <sip:probe@10.0.0.2>;tag=p\r\nTo: <sip:collector@10.0.0.1>\r\nCall-ID: c@test\r\n\
+         CSeq: 1 OPTIONS\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n"
+    )
+}
+
+fn request(text: &str, source: &str) -> Request {
+    match decode(text.as_bytes(), addr(source), Carrier::Udp).expect("decode") {
+        SipMessage::Request(r) => r,
+        SipMessage::Response(_) => panic!("request"),
+    }
+}
+
+/// A response goes where the request came from (RFC 3581 §4, symmetric
+/// response routing), and to the sent-by address when that is the source.
+#[test]
+fn a_response_goes_back_as_the_via_and_the_source_say() {
+    let with_rport = request(
+        &options("SIP/2.0/UDP 10.0.0.2:5070;branch=z9hG4bKa;rport"),
+        "192.0.2.9:40000",
+    );
+    let via = sip::header(&with_rport.headers, "Via").expect("via");
+    assert!(via.contains("received=192.0.2.9"), "{via}");
+    assert!(via.contains("rport=40000"), "{via}");
+    assert_eq!(
+        response_target(&with_rport, addr("192.0.2.9:40000")),
+        addr("192.0.2.9:40000")
+    );
+    let without = request(
+        &options("SIP/2.0/UDP 10.0.0.2:5070;branch=z9hG4bKb"),
+        "192.0.2.9:40000",
+    );
+    assert_eq!(
+        response_target(&without, addr("192.0.2.9:40000")),
+        addr("192.0.2.9:40000")
+    );
+    let same = request(
+        &options("SIP/2.0/UDP 10.0.0.2;branch=z9hG4bKc"),
+        "10.0.0.2:5060",
+    );
+    assert_eq!(
+        response_target(&same, addr("10.0.0.2:5060")),
+        addr("10.0.0.2:5060")
+    );
+    // A response built from the request carries the stamped Via.
+    let response = sip::response(&with_rport, StatusCode::OK, Some("t"));
+    let text = String::from_utf8_lossy(&encode_response(response)).to_string();
+    assert!(text.contains("received=192.0.2.9"), "{text}");
+}
+
+#[test]
+fn every_encoded_message_carries_its_content_length() {
+    let req = request(
+        &options("SIP/2.0/UDP 10.0.0.2:5070;branch=z9hG4bKa"),
+        "10.0.0.2:5070",
+    );
+    let mut response = sip::response(&req, StatusCode::OK, None);
+    response.body = b"hello".to_vec();
+    let text = String::from_utf8_lossy(&encode_response(response)).to_string();
+    assert!(text.contains("Content-Length: 5\r\n"), "{text}");
+    assert!(text.ends_with("\r\n\r\nhello"), "{text}");
+    assert_eq!(text.matches("Content-Length").count(), 1, "{text}");
+    let mut req = req;
+    req.body = b"abc".to_vec();
+    let text = String::from_utf8_lossy(&encode_request(req)).to_string();
+    assert!(text.contains("Content-Length: 3\r\n"), "{text}");
+}
+
+#[test]
+fn whitespace_is_a_keepalive_and_garbage_is_malformed() {
+    let from = addr("10.0.0.2:5070");
+    assert_eq!(
+        decode(b"\r\n\r\n", from, Carrier::Udp),
+        Err(DecodeError::Keepalive)
+    );
+    assert!(matches!(
+        decode(b"\x00\xffnot sip", from, Carrier::Udp),
+        Err(DecodeError::Malformed { .. })
+    ));
+}
+
+proptest::proptest! {
+    /// Bytes from the network never make the decoder panic.
+    #[test]
+    fn decoding_random_bytes_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..600)) {
+        let _ = decode(&bytes, addr("10.0.0.2:5070"), Carrier::Udp);
+    }
+}
+
+fn message(body: &str) -> String {
+    format!(
+        "NOTIFY sip:c@10.0.0.1 SIP/2.0\r\nVia: SIP/2.0/TCP 10.0.0.2;branch=z9hG4bKa\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+#[test]
+fn a_stream_is_split_at_each_content_length_whatever_the_chunks() {
+    let stream = format!(
+        "{}\r\n\r\n{}{}",
+        message("load: 1"),
+        message(""),
+        message("x")
+    );
+    for chunk in [1, 3, 7, 50, stream.len()] {
+        let mut framer = StreamFramer::new();
+        let mut frames = Vec::new();
+        for piece in stream.as_bytes().chunks(chunk) {
+            framer.push(piece);
+            while let Some(frame) = framer.next_frame().expect("frame") {
+                frames.push(frame);
+            }
+        }
+        assert_eq!(
+            frames,
+            [
+                Frame::Message(Bytes::from(message("load: 1"))),
+                Frame::Ping,
+                Frame::Message(Bytes::from(message(""))),
+                Frame::Message(Bytes::from(message("x"))),
+            ],
+            "chunks of {chunk}"
+        );
+        assert_eq!(framer.pending(), 0);
+    }
+}
+
+#[test]
+fn a_compact_length_counts_and_a_missing_one_is_zero() {
+    let mut framer = StreamFramer::new();
+    framer.push(b"OPTIONS sip:x SIP/2.0\r\nl: 2\r\n\r\nabOPTIONS sip:y SIP/2.0\r\n\r\n");
+    assert_eq!(
+        framer.next_frame().expect("first"),
+        Some(Frame::Message(Bytes::from_static(
+            b"OPTIONS sip:x SIP/2.0\r\nl: 2\r\n\r\nab"
+        )))
+    );
+    assert_eq!(
+        framer.next_frame().expect("second"),
+        Some(Frame::Message(Bytes::from_static(
+            b"OPTIONS sip:y SIP/2.0\r\n\r\n"
+        )))
+    );
+}
+
+#[test]
+fn an_oversized_or_unreadable_length_ends_the_stream() {
+    let mut framer = StreamFramer::new();
+    framer.push(b"OPTIONS sip:x SIP/2.0\r\nContent-Length: 999999\r\n\r\n");
+    assert_eq!(framer.next_frame(), Err(FrameError::TooLong));
+    let mut framer = StreamFramer::new();
+    framer.push(b"OPTIONS sip:x SIP/2.0\r\nContent-Length: lots\r\n\r\n");
+    assert_eq!(
+        framer.next_frame(),
+        Err(FrameError::BadLength("lots".into()))
+    );
+    let mut framer = StreamFramer::new();
+    framer.push(&vec![b'a'; MAX_STREAM_MESSAGE + 1]);
+    assert_eq!(framer.next_frame(), Err(FrameError::TooLong));
+}
+
+proptest::proptest! {
+    /// Whatever the bytes and however they are cut, the framer never
+    /// panics and never holds more than one message's worth.
+    #[test]
+    fn framing_random_bytes_never_panics(
+        bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..2000),
+        cut in 1usize..64,
+    ) {
+        let mut framer = StreamFramer::new();
+        'outer: for piece in bytes.chunks(cut) {
+            framer.push(piece);
+            loop {
+                match framer.next_frame() {
+                    Ok(Some(_)) => {}
+                    Ok(None) => break,
+                    Err(_) => break 'outer,
+                }
+            }
+            proptest::prop_assert!(framer.pending() <= MAX_STREAM_MESSAGE + 64);
+        }
+    }
+}

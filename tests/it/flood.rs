@@ -1,0 +1,166 @@
+//! A stranger's flood costs the collector what admission allows and no
+//! more (SPEC §3–§5): `msr-loadgen flood` sends unauthenticated REGISTERs,
+//! OPTIONS, INVITEs (some to the redirect server) and garbage, a new
+//! branch and Call-ID each, from 200 loopback addresses (127.0.1.x), while
+//! three real agents report. No MSR leaves `healthy`, a load change
+//! reaches the table (within 2 s on a quiet host; the test allows for its
+//! own polling and load), the collector's memory stays bounded, and
+//! the drops are counted and logged. CI runs a short, smaller flood; the
+//! recorded runs (BENCHMARKS.md) are 50,000 datagrams/s for 60 s.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use msr_shared::admin::{HealthState, Request};
+use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts};
+use system_tests::{bin_path, AdminClient};
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// `VmHWM` (peak resident memory) of `pid`, KiB.
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_from_strangers_leaves_the_msrs_healthy_and_memory_bounded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let collector = Collector::start_with(
+        dir.path(),
+        "core1",
+        &CollectorOpts::default(),
+        "[redirect]\nlisten = \"127.0.0.1:0\"\n",
+    )
+    .await;
+    let redirect = collector
+        .redirect_port
+        .expect("the redirect port announced");
+    let agents: Vec<Agent> = (1..=3)
+        .map(|i| {
+            let msr = format!("msr_{i}");
+            let spec = AgentSpec {
+                accounts: vec![AccountSpec::new(&msr, &collector)],
+                register_expires: 300,
+                ..AgentSpec::default()
+            };
+            Agent::start(dir.path(), &msr, &spec, 10 * i)
+        })
+        .collect();
+    collector
+        .wait_rows(secs(15), |rows| {
+            (1..=3)
+                .all(|i| {
+                    live_row(rows, &format!("msr_{i}"), Some(10 * i as u8))
+                        .is_some_and(|r| r.health == HealthState::Healthy)
+                })
+                .then_some(())
+        })
+        .await
+        .expect("three MSRs live and healthy");
+    let pid = collector.child.as_ref().expect("running").pid();
+
+    // The flood, beside this test's checks.
+    let (rate, seconds) = (20_000, 10u64);
+    let mut flood = system_tests::ChildGuard::spawn(Command::new(bin_path("msr-loadgen")).args([
+        "flood",
+        "--collector",
+        &format!("127.0.0.1:{}", collector.port),
+        "--redirect",
+        &format!("127.0.0.1:{redirect}"),
+        "--rate",
+        &rate.to_string(),
+        "--duration",
+        &seconds.to_string(),
+        "--sources",
+        "200",
+    ]))
+    .expect("start msr-loadgen flood");
+
+    let mut client = AdminClient::connect(&collector.socket)
+        .await
+        .expect("control socket");
+    let started = Instant::now();
+    let mut changed = None;
+    let mut seen = None;
+    let mut not_healthy = Vec::new();
+    let mut selections = Vec::new();
+    while started.elapsed() < secs(seconds) {
+        let t = Instant::now();
+        let rows = collector.rows().await.expect("rows during the flood");
+        for r in rows.iter().filter(|r| r.health != HealthState::Healthy) {
+            not_healthy.push((started.elapsed(), r.msr.clone(), r.health));
+        }
+        let answer = client
+            .call(&Request::Select {
+                zone: "default".into(),
+                site: "local".into(),
+                msr: None,
+                random: None,
+                explain: false,
+                call_id: None,
+                leg: None,
+                conference: None,
+            })
+            .await;
+        assert!(answer.is_ok(), "select during the flood: {answer:?}");
+        selections.push(t.elapsed());
+        if changed.is_none() && started.elapsed() >= secs(3) {
+            agents[0].set_calls(40);
+            changed = Some(Instant::now());
+        }
+        if let (Some(at), None) = (changed, seen) {
+            if live_row(&rows, "msr_1", Some(40)).is_some() {
+                seen = Some(at.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status = flood.child.wait().expect("flood exits");
+    assert!(status.success(), "{status}");
+    assert!(
+        not_healthy.is_empty(),
+        "not healthy during the flood: {not_healthy:?}"
+    );
+    let seen = match seen {
+        Some(s) => s,
+        None => {
+            let at = changed.expect("changed");
+            collector
+                .wait_rows(secs(2).saturating_sub(at.elapsed()), |rows| {
+                    live_row(rows, "msr_1", Some(40)).map(|_| ())
+                })
+                .await
+                .expect("the load change reached the table");
+            at.elapsed()
+        }
+    };
+    // SPEC §4's bound is 2 s (a sampling interval, the one-per-second
+    // rule, the flight). The test's own observation adds its polling and
+    // the host's load (this binary runs other system tests beside it), so
+    // it asserts only that the flood does not starve the report; the 2 s
+    // figure is the recorded run's (BENCHMARKS.md).
+    assert!(seen <= secs(5), "load change seen after {seen:?}");
+    selections.sort();
+    let p99 = selections[selections.len() * 99 / 100];
+    let peak = peak_rss_kib(pid).expect("the collector's VmHWM");
+    eprintln!(
+        "flood {rate}/s × {seconds} s: load change seen after {seen:?}; {} selections, p99 round trip {p99:?}; collector peak RSS {} MiB",
+        selections.len(),
+        peak / 1024
+    );
+    assert!(peak < 250 * 1024, "peak RSS {} MiB", peak / 1024);
+    let log = collector.log_text();
+    assert!(
+        log.contains("dropped unread"),
+        "the admission drops are logged:\n{log}"
+    );
+}

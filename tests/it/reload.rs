@@ -1,0 +1,106 @@
+//! SPEC §13 reload: `SIGHUP` re-reads the collector's TOML. What can change
+//! live does (here `[defaults] zone`: the contacts without an override
+//! move), what needs a restart is named in a warning (`[sip] listen`), and
+//! a file that does not validate changes nothing.
+
+use std::process::Command;
+use std::time::Duration;
+
+use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts};
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+fn hup(collector: &Collector) {
+    let pid = collector
+        .child
+        .as_ref()
+        .expect("collector running")
+        .pid()
+        .to_string();
+    let ok = Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill -HUP {pid}");
+}
+
+async fn wait_log(collector: &Collector, needle: &str, times: usize) {
+    let found = system_tests::wait_for(secs(10), || {
+        let n = collector.log_text().matches(needle).count();
+        async move { (n >= times).then_some(()) }
+    })
+    .await;
+    assert!(
+        found.is_some(),
+        "no {times} × `{needle}` in\n{}",
+        collector.log_text()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_applies_what_it_can_names_what_needs_a_restart_and_refuses_a_bad_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let collector = Collector::start(dir.path(), "core1", &CollectorOpts::default()).await;
+    let spec = AgentSpec {
+        accounts: vec![AccountSpec::new("msr_1", &collector)],
+        ..AgentSpec::default()
+    };
+    let _agent = Agent::start(dir.path(), "msr_1", &spec, 10);
+    collector
+        .wait_rows(secs(15), |rows| {
+            live_row(rows, "msr_1", Some(10)).map(|_| ())
+        })
+        .await
+        .expect("msr_1 live");
+    let original = std::fs::read_to_string(&collector.config).expect("config");
+
+    // A live change: [defaults] zone.
+    let zoned = original.replace("zone = \"default\"", "zone = \"east\"");
+    assert_ne!(zoned, original);
+    std::fs::write(&collector.config, &zoned).expect("write");
+    hup(&collector);
+    wait_log(&collector, "configuration reloaded", 1).await;
+    collector
+        .wait_rows(secs(5), |rows| {
+            rows.iter()
+                .any(|r| r.msr == "msr_1" && r.zone == "east")
+                .then_some(())
+        })
+        .await
+        .expect("msr_1's contact moved to the new default zone");
+
+    // A change that needs a restart: named, and the rest still applies.
+    let moved = zoned
+        .replace(&format!("127.0.0.1:{}", collector.port), "127.0.0.1:1")
+        .replace("zone = \"east\"", "zone = \"west\"");
+    std::fs::write(&collector.config, &moved).expect("write");
+    hup(&collector);
+    wait_log(&collector, "restart_needed=sip.listen", 1).await;
+    collector
+        .wait_rows(secs(5), |rows| {
+            rows.iter()
+                .any(|r| r.msr == "msr_1" && r.zone == "west")
+                .then_some(())
+        })
+        .await
+        .expect("the live part of that reload applied");
+
+    // A file that does not validate changes nothing.
+    std::fs::write(
+        &collector.config,
+        zoned.replace("[defaults]", "[defaults\n"),
+    )
+    .expect("write");
+    hup(&collector);
+    wait_log(&collector, "config reload failed", 1).await;
+    let rows = collector.rows().await.expect("rows");
+    assert!(
+        rows.iter().any(|r| r.msr == "msr_1" && r.zone == "west"),
+        "{rows:?}"
+    );
+    let (ok, out, err) = collector.msrctl(&["select", "--zone", "west", "--site", "local"]);
+    assert!(ok, "{out}{err}");
+    assert!(collector.child.is_some(), "still running");
+}
