@@ -30,7 +30,7 @@ while [ "$#" -gt 0 ]; do
     *) break ;;
   esac
 done
-all=(sip_collector sip_agent sip_redirect notify_body operator_store agent_config collector_config control_line)
+all=(sip_collector sip_agent sip_redirect sip_stream notify_body operator_store agent_config collector_config control_line)
 targets=("$@")
 [ "${#targets[@]}" -gt 0 ] || targets=("${all[@]}")
 

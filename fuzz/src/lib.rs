@@ -106,6 +106,37 @@ pub fn notify_body(data: &[u8]) {
     }
 }
 
+/// A SIP byte stream (TCP, RFC 3261 §18.3) as the collector's stream
+/// reader frames it: the first byte sets the size of each read (1–64), the
+/// rest is the stream. Cut into reads or pushed whole, the stream must give
+/// the same messages and keepalives, fail the same way, and never hold
+/// more than one message's worth.
+pub fn sip_stream(data: &[u8]) {
+    use msr_shared::sip::wire::{Frame, StreamFramer, MAX_STREAM_MESSAGE};
+    let Some((&cut, stream)) = data.split_first() else {
+        return;
+    };
+    let frames_of = |pieces: &mut dyn Iterator<Item = &[u8]>| -> (Vec<Frame>, bool) {
+        let mut framer = StreamFramer::new();
+        let mut frames = Vec::new();
+        for piece in pieces {
+            framer.push(piece);
+            loop {
+                match framer.next_frame() {
+                    Ok(Some(frame)) => frames.push(frame),
+                    Ok(None) => break,
+                    Err(_) => return (frames, true),
+                }
+            }
+            assert!(framer.pending() <= MAX_STREAM_MESSAGE + 64, "held too much");
+        }
+        (frames, false)
+    };
+    let whole = frames_of(&mut std::iter::once(stream));
+    let cut_up = frames_of(&mut stream.chunks(usize::from(cut % 64) + 1));
+    assert_eq!(whole, cut_up, "framing depends on how the stream is cut");
+}
+
 /// The agent's XML config (SPEC §2), as `--check-config` and hot reload
 /// read it.
 pub fn agent_config(data: &[u8]) {

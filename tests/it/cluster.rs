@@ -20,8 +20,7 @@ fn secs(n: u64) -> Duration {
 fn opts(node: &str) -> CollectorOpts {
     CollectorOpts {
         node: node.into(),
-        min_expires: 2,
-        subscription_expires: 30,
+        ..CollectorOpts::default()
     }
 }
 

@@ -18,3 +18,4 @@ mod reload;
 mod restart;
 mod rtpengine;
 mod selection;
+mod stream;

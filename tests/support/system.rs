@@ -103,6 +103,8 @@ pub struct CollectorOpts {
     pub min_expires: u32,
     /// `subscription.expires`.
     pub subscription_expires: u32,
+    /// `sip.transports`: TCP beside UDP, on the same port.
+    pub tcp: bool,
 }
 
 impl Default for CollectorOpts {
@@ -111,6 +113,7 @@ impl Default for CollectorOpts {
             node: "core1@test".into(),
             min_expires: 2,
             subscription_expires: 30,
+            tcp: false,
         }
     }
 }
@@ -220,7 +223,7 @@ impl Collector {
             r#"node = "{node}"
 [sip]
 listen = "127.0.0.1:{port}"
-transports = ["udp"]
+transports = {transports}
 realm = "msr.local"
 min_expires = {min}
 max_expires = 3600
@@ -249,6 +252,11 @@ path = "{state}"
                 "[http]\nlisten = \"off\""
             },
             node = opts.node,
+            transports = if opts.tcp {
+                r#"["udp", "tcp"]"#
+            } else {
+                r#"["udp"]"#
+            },
             min = opts.min_expires,
             sub = opts.subscription_expires,
             socket = socket.display(),

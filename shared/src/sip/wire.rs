@@ -138,9 +138,19 @@ pub enum Frame {
 /// only safe reading). CRLFs between messages are skipped; a double CRLF
 /// on its own is a keepalive ping. Sans-IO: feed bytes with
 /// [`push`](Self::push), take messages with [`next_frame`](Self::next_frame).
+///
+/// Each byte is examined once however the stream is cut: the search for a
+/// head's end resumes where the last one stopped, and a head found stays
+/// found while its body arrives, so that a peer trickling a message a byte
+/// at a time costs what the message costs.
 #[derive(Debug, Default)]
 pub struct StreamFramer {
     buf: bytes::BytesMut,
+    /// Bytes at the front of `buf` already searched for the head's end
+    /// (its last three are searched again: an end may straddle two reads).
+    scanned: usize,
+    /// The whole length of the message at the front, once its head is in.
+    message_len: Option<usize>,
 }
 
 impl StreamFramer {
@@ -165,24 +175,64 @@ impl StreamFramer {
     /// [`FrameError`]: the stream is not SIP, or a message is too large;
     /// nothing more can be read from it.
     pub fn next_frame(&mut self) -> Result<Option<Frame>, FrameError> {
+        let total = match self.message_len {
+            Some(total) => total,
+            None => {
+                if let Some(ping) = self.skip_blank_lines() {
+                    return Ok(ping);
+                }
+                let Some(total) = self.find_head()? else {
+                    return Ok(None);
+                };
+                total
+            }
+        };
+        if self.buf.len() < total {
+            self.message_len = Some(total);
+            return Ok(None);
+        }
+        self.message_len = None;
+        self.scanned = 0;
+        Ok(Some(Frame::Message(self.buf.split_to(total).freeze())))
+    }
+
+    /// Drops the CRLFs before a message (RFC 3261 §7.5); `Some` when they
+    /// are a whole keepalive (`Some(Some(Ping))`) or may be the start of
+    /// one (`Some(None)`: wait for more).
+    fn skip_blank_lines(&mut self) -> Option<Option<Frame>> {
+        if self.scanned > 0 {
+            // The front is part of a head already searched.
+            return None;
+        }
         let lead = self
             .buf
             .iter()
             .take_while(|b| **b == b'\r' || **b == b'\n')
             .count();
-        if lead > 0 {
-            let ping = self.buf.starts_with(b"\r\n\r\n");
-            if ping {
-                let _ = self.buf.split_to(4);
-                return Ok(Some(Frame::Ping));
-            }
-            if lead == self.buf.len() && lead < 4 {
-                // Maybe the start of a ping: wait for more.
-                return Ok(None);
-            }
-            let _ = self.buf.split_to(lead);
+        if lead == 0 {
+            return None;
         }
-        let Some(head_end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+        if self.buf.starts_with(b"\r\n\r\n") {
+            let _ = self.buf.split_to(4);
+            return Some(Some(Frame::Ping));
+        }
+        if lead == self.buf.len() && lead < 4 {
+            return Some(None);
+        }
+        let _ = self.buf.split_to(lead);
+        None
+    }
+
+    /// The whole length of the message whose head starts `buf`, once the
+    /// head is in; resumes the search where the last call stopped.
+    fn find_head(&mut self) -> Result<Option<usize>, FrameError> {
+        let from = self.scanned.saturating_sub(3);
+        let found = self.buf[from..]
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map(|at| from + at);
+        let Some(head_end) = found else {
+            self.scanned = self.buf.len();
             if self.buf.len() > MAX_STREAM_MESSAGE {
                 return Err(FrameError::TooLong);
             }
@@ -193,10 +243,7 @@ impl StreamFramer {
         if total > MAX_STREAM_MESSAGE {
             return Err(FrameError::TooLong);
         }
-        if self.buf.len() < total {
-            return Ok(None);
-        }
-        Ok(Some(Frame::Message(self.buf.split_to(total).freeze())))
+        Ok(Some(total))
     }
 }
 

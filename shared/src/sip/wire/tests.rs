@@ -192,3 +192,69 @@ proptest::proptest! {
         }
     }
 }
+
+/// Every frame `framer` yields from `pieces`, and whether it ended in an
+/// error.
+fn frames_of<'a>(pieces: impl IntoIterator<Item = &'a [u8]>) -> (Vec<Frame>, bool) {
+    let mut framer = StreamFramer::new();
+    let mut frames = Vec::new();
+    for piece in pieces {
+        framer.push(piece);
+        loop {
+            match framer.next_frame() {
+                Ok(Some(frame)) => frames.push(frame),
+                Ok(None) => break,
+                Err(_) => return (frames, true),
+            }
+        }
+    }
+    (frames, false)
+}
+
+proptest::proptest! {
+    /// How a stream is cut into reads changes nothing: the same messages
+    /// and keepalives come out, and a stream that is not SIP fails either
+    /// way, after the same messages.
+    #[test]
+    fn framing_does_not_depend_on_how_the_stream_is_cut(
+        parts in proptest::collection::vec(
+            proptest::prop_oneof![
+                proptest::strategy::Strategy::prop_map("[a-z:; ]{0,40}", |body| message(&body)),
+                proptest::strategy::Just("\r\n\r\n".to_owned()),
+                proptest::strategy::Just("\r\n".to_owned()),
+                "[ -~\r\n]{0,30}",
+            ],
+            0..8,
+        ),
+        cut in 1usize..40,
+    ) {
+        let stream = parts.concat();
+        let whole = frames_of([stream.as_bytes()]);
+        let cut_up = frames_of(stream.as_bytes().chunks(cut));
+        proptest::prop_assert_eq!(whole, cut_up);
+    }
+}
+
+#[test]
+fn a_head_trickled_a_byte_at_a_time_is_searched_once() {
+    // 60 KB of header lines, one byte per read: the framer must not search
+    // the whole head again after every byte (that is quadratic: about
+    // 1.8 G comparisons here, seconds of CPU per connection).
+    let mut head = String::from("OPTIONS sip:x SIP/2.0\r\n");
+    while head.len() < 60_000 {
+        head.push_str("X-Pad: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
+    }
+    let text = format!("{head}Content-Length: 2\r\n\r\nok");
+    let mut framer = StreamFramer::new();
+    let mut frames = Vec::new();
+    for byte in text.as_bytes() {
+        framer.push(std::slice::from_ref(byte));
+        if let Some(frame) = framer.next_frame().expect("a message") {
+            frames.push(frame);
+        }
+        if framer.message_len.is_none() {
+            assert_eq!(framer.scanned, framer.pending(), "searched up to here");
+        }
+    }
+    assert_eq!(frames, [Frame::Message(Bytes::from(text))]);
+}

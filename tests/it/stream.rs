@@ -1,0 +1,206 @@
+//! SIP over TCP (RFC 3261 §18.3): on a stream the peer finds the end of
+//! each message by its `Content-Length` alone. A client on one connection
+//! to the real collector sends requests pipelined in one write, trickled a
+//! few bytes at a time and a keepalive between them; it reads every
+//! response by its length, and its REGISTER binds as over UDP.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use msr_shared::sip::digest::{self, Challenge};
+use msr_shared::sip::wire::{self, Carrier, Frame, StreamFramer};
+use msr_shared::sip::{SipMessage, StatusCode};
+use system_tests::system::{Collector, CollectorOpts};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+fn options(local: SocketAddr, cseq: u32) -> String {
+    format!(
+        "OPTIONS sip:127.0.0.1 SIP/2.0\r\n\
+         Via: SIP/2.0/TCP {local};branch=z9hG4bK-o{cseq}\r\n\
+         From: <sip:probe@127.0.0.1>;tag=p1\r\n\
+         To: <sip:127.0.0.1>\r\n\
+         Call-ID: options-over-tcp\r\n\
+         CSeq: {cseq} OPTIONS\r\n\
+         Max-Forwards: 70\r\n\
+         Content-Length: 0\r\n\r\n"
+    )
+}
+
+fn register(local: SocketAddr, cseq: u32, authorization: Option<&str>) -> String {
+    let auth = authorization
+        .map(|a| format!("Authorization: {a}\r\n"))
+        .unwrap_or_default();
+    format!(
+        "REGISTER sip:127.0.0.1 SIP/2.0\r\n\
+         Via: SIP/2.0/TCP {local};branch=z9hG4bK-r{cseq}\r\n\
+         From: <sip:msr_1@127.0.0.1>;tag=r1\r\n\
+         To: <sip:msr_1@127.0.0.1>\r\n\
+         Call-ID: register-over-tcp\r\n\
+         CSeq: {cseq} REGISTER\r\n\
+         Contact: <sip:msr_1@{local};transport=tcp>\r\n\
+         Expires: 60\r\n\
+         {auth}\
+         Max-Forwards: 70\r\n\
+         Content-Length: 0\r\n\r\n"
+    )
+}
+
+/// One client connection: what it reads is framed as the collector frames
+/// what it reads.
+struct Client {
+    stream: TcpStream,
+    framer: StreamFramer,
+}
+
+impl Client {
+    /// The next `n` messages, each checked to carry the `Content-Length`
+    /// of its body.
+    async fn read(&mut self, n: usize) -> Vec<(StatusCode, String, Vec<(String, String)>)> {
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 4096];
+        while out.len() < n {
+            match self
+                .framer
+                .next_frame()
+                .expect("the collector's stream is SIP")
+            {
+                Some(Frame::Message(bytes)) => out.push(response_of(&bytes)),
+                Some(Frame::Ping) => {}
+                None => {
+                    let read = tokio::time::timeout(LIMIT, self.stream.read(&mut buf))
+                        .await
+                        .expect("a response within 10 s")
+                        .expect("read");
+                    assert!(read > 0, "the collector closed the connection");
+                    self.framer.push(&buf[..read]);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Status, `CSeq` and headers of a response, asserting that its
+/// `Content-Length` is there and is its body's length.
+fn response_of(bytes: &[u8]) -> (StatusCode, String, Vec<(String, String)>) {
+    let text = String::from_utf8_lossy(bytes);
+    let (head, body) = text.split_once("\r\n\r\n").expect("a head");
+    let headers: Vec<(String, String)> = head
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let length = headers
+        .iter()
+        .find(|(n, _)| n == "content-length" || n == "l")
+        .map(|(_, v)| v.clone());
+    assert_eq!(
+        length,
+        Some(body.len().to_string()),
+        "Content-Length on a stream (RFC 3261 §20.14):\n{text}"
+    );
+    let peer = SocketAddr::from(([127, 0, 0, 1], 0));
+    let Ok(SipMessage::Response(response)) = wire::decode(bytes, peer, Carrier::Tcp) else {
+        panic!("not a response:\n{text}");
+    };
+    let cseq = headers
+        .iter()
+        .find(|(n, _)| n == "cseq")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    (response.status_code, cseq, headers)
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tcp_every_response_is_framed_by_its_length_and_a_register_binds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = CollectorOpts {
+        tcp: true,
+        ..CollectorOpts::default()
+    };
+    let collector = Collector::start(dir.path(), "core1", &opts).await;
+    let stream = TcpStream::connect(("127.0.0.1", collector.port))
+        .await
+        .expect("the collector listens on tcp on its SIP port");
+    let local = stream.local_addr().expect("local address");
+    let mut client = Client {
+        stream,
+        framer: StreamFramer::new(),
+    };
+
+    // Two requests in one write: two responses, in order.
+    let pipelined = format!("{}{}", options(local, 1), register(local, 1, None));
+    client
+        .stream
+        .write_all(pipelined.as_bytes())
+        .await
+        .expect("write");
+    let answers = client.read(2).await;
+    assert_eq!(
+        (answers[0].0.clone(), answers[0].1.as_str()),
+        (StatusCode::OK, "1 OPTIONS")
+    );
+    assert_eq!(
+        (answers[1].0.clone(), answers[1].1.as_str()),
+        (StatusCode::Unauthorized, "1 REGISTER")
+    );
+    let challenge = header(&answers[1].2, "www-authenticate")
+        .and_then(Challenge::parse)
+        .expect("a digest challenge");
+
+    // RFC 5626 §3.5.1: a double CRLF is answered with one CRLF, and the
+    // connection goes on.
+    client.stream.write_all(b"\r\n\r\n").await.expect("ping");
+    let mut pong = [0u8; 2];
+    tokio::time::timeout(LIMIT, client.stream.read_exact(&mut pong))
+        .await
+        .expect("a pong within 10 s")
+        .expect("read");
+    assert_eq!(&pong, b"\r\n");
+
+    // The authorized REGISTER, seven bytes per write.
+    let authorization = digest::authorization(
+        &challenge,
+        "msr",
+        "msr-secret",
+        "REGISTER",
+        "sip:127.0.0.1",
+        1,
+        "tcp-cnonce",
+    );
+    let request = register(local, 2, Some(&authorization));
+    for piece in request.as_bytes().chunks(7) {
+        client.stream.write_all(piece).await.expect("write");
+        client.stream.flush().await.expect("flush");
+    }
+    let answers = client.read(1).await;
+    let (status, cseq, headers) = &answers[0];
+    assert_eq!(
+        (status.clone(), cseq.as_str()),
+        (StatusCode::OK, "2 REGISTER")
+    );
+    let contact = header(headers, "contact").unwrap_or_default();
+    assert!(
+        contact.contains(&format!("{local}")) && contact.contains("expires="),
+        "the binding in the 200: {contact}"
+    );
+    // As the operator sees it.
+    let row = collector
+        .wait_rows(LIMIT, |rows| {
+            rows.iter().find(|r| r.msr == "msr_1").cloned()
+        })
+        .await
+        .expect("msr_1 is in the resource list");
+    assert!(row.uri.contains("transport=tcp"), "{row:?}");
+}
