@@ -47,10 +47,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use msr_shared::admin::{
     ErrorCode, Request as AdminRequest, Response as AdminResponse, ResponseData,
 };
+use msr_shared::sip::wire;
 use msr_shared::sip::{self, Method, Request, Response, SipMessage, StatusCode};
 use rsipstack::transport::SipConnection;
 use tokio::net::UdpSocket;
@@ -352,7 +354,7 @@ enum Entry {
     /// Its selection is running; `cancelled` once a CANCEL came.
     Pending { cancelled: bool },
     /// Its final response, as sent.
-    Answered(Arc<[u8]>),
+    Answered(Bytes),
 }
 
 /// What to do with an INVITE ([`InviteCache::on_invite`]).
@@ -361,7 +363,7 @@ pub enum OnInvite {
     /// A new one: decide and select.
     New,
     /// A retransmission of one answered: send these bytes again.
-    Resend(Arc<[u8]>),
+    Resend(Bytes),
     /// A retransmission of one still being selected: its answer will come.
     Absorb,
 }
@@ -391,7 +393,7 @@ impl InviteCache {
     pub fn on_invite(&mut self, now: Instant, key: &str) -> OnInvite {
         self.expire(now);
         match self.entries.get(key) {
-            Some(Entry::Answered(bytes)) => OnInvite::Resend(Arc::clone(bytes)),
+            Some(Entry::Answered(bytes)) => OnInvite::Resend(bytes.clone()),
             Some(Entry::Pending { .. }) => OnInvite::Absorb,
             None => {
                 while self.order.len() >= MAX_REMEMBERED {
@@ -408,7 +410,7 @@ impl InviteCache {
     /// The INVITE with `key` was answered with `bytes`. `false` when a
     /// CANCEL came first: then the caller answers `487` instead (and
     /// records that with `answered` again, which then returns `true`).
-    pub fn answered(&mut self, key: &str, bytes: Arc<[u8]>) -> bool {
+    pub fn answered(&mut self, key: &str, bytes: Bytes) -> bool {
         match self.entries.get_mut(key) {
             Some(entry) if *entry == (Entry::Pending { cancelled: true }) => {
                 // The 487 is recorded next; until then retransmissions wait.
@@ -486,20 +488,6 @@ fn response_destination(req: &Request, src: SocketAddr) -> SocketAddr {
         .and_then(|(_, port)| port.parse().ok())
         .unwrap_or(5060);
     SocketAddr::new(src.ip(), port)
-}
-
-/// The wire form of `response`, with `Content-Length` (RFC 3261 §18.3: it
-/// is required over UDP too when a message is sent stream-style; always
-/// sent here).
-fn encode(mut response: Response) -> Arc<[u8]> {
-    if sip::header(&response.headers, "Content-Length").is_none() {
-        sip::push_header(
-            &mut response.headers,
-            "Content-Length",
-            response.body.len().to_string(),
-        );
-    }
-    Arc::from(response.to_string().into_bytes())
 }
 
 /// A selection finished: the INVITE's key, where to answer, the answer and
@@ -680,7 +668,7 @@ impl Server {
                 let Some(key) = transaction_key(&req) else {
                     let response =
                         refusal(&req, StatusCode::BadRequest, "bad_request", "no via branch");
-                    self.send(&encode(response), dest).await;
+                    self.send(&wire::encode_response(response), dest).await;
                     return None;
                 };
                 match self.cache.on_invite(now, &key) {
@@ -728,11 +716,11 @@ impl Server {
                     OnCancel::NoMatch => StatusCode::CallTransactionDoesNotExist,
                 };
                 let response = sip::response(&req, status, Some(&tag_of(&req)));
-                self.send(&encode(response), dest).await;
+                self.send(&wire::encode_response(response), dest).await;
             }
             _ => {
                 if let Some(response) = other_method(&req) {
-                    self.send(&encode(response), dest).await;
+                    self.send(&wire::encode_response(response), dest).await;
                 }
             }
         }
@@ -770,16 +758,16 @@ impl Server {
             leg,
         } = done;
         let mut status = response.status_code.code();
-        let mut bytes = encode(response);
-        if !self.cache.answered(&key, Arc::clone(&bytes)) {
+        let mut bytes = wire::encode_response(response);
+        if !self.cache.answered(&key, bytes.clone()) {
             let terminated = sip::response(
                 &invite,
                 StatusCode::RequestTerminated,
                 Some(&tag_of(&invite)),
             );
             status = terminated.status_code.code();
-            bytes = encode(terminated);
-            self.cache.answered(&key, Arc::clone(&bytes));
+            bytes = wire::encode_response(terminated);
+            self.cache.answered(&key, bytes.clone());
         }
         self.metrics.redirect(status);
         debug!(

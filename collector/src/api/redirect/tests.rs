@@ -238,11 +238,11 @@ fn the_cache_resends_an_answer_absorbs_a_retransmission_in_flight_and_matches_ca
     assert_eq!(cache.on_invite(t0, "b1 h:1"), OnInvite::New);
     // Retransmitted while its selection runs: the answer will come.
     assert_eq!(cache.on_invite(t0, "b1 h:1"), OnInvite::Absorb);
-    let bytes: Arc<[u8]> = Arc::from(&b"SIP/2.0 302 Moved Temporarily"[..]);
-    assert!(cache.answered("b1 h:1", Arc::clone(&bytes)));
+    let bytes = Bytes::from_static(b"SIP/2.0 302 Moved Temporarily");
+    assert!(cache.answered("b1 h:1", bytes.clone()));
     assert_eq!(
         cache.on_invite(t0, "b1 h:1"),
-        OnInvite::Resend(Arc::clone(&bytes))
+        OnInvite::Resend(bytes.clone())
     );
     // §9.2: a CANCEL after the final response changes nothing.
     assert_eq!(cache.on_cancel(t0, "b1 h:1"), OnCancel::Answered);
@@ -251,10 +251,10 @@ fn the_cache_resends_an_answer_absorbs_a_retransmission_in_flight_and_matches_ca
     // caller sends 487 and records that).
     assert_eq!(cache.on_invite(t0, "b2 h:1"), OnInvite::New);
     assert_eq!(cache.on_cancel(t0, "b2 h:1"), OnCancel::Terminate);
-    let ok: Arc<[u8]> = Arc::from(&b"302"[..]);
+    let ok = Bytes::from_static(b"302");
     assert!(!cache.answered("b2 h:1", ok));
-    let terminated: Arc<[u8]> = Arc::from(&b"487"[..]);
-    assert!(cache.answered("b2 h:1", Arc::clone(&terminated)));
+    let terminated = Bytes::from_static(b"487");
+    assert!(cache.answered("b2 h:1", terminated.clone()));
     assert_eq!(cache.on_invite(t0, "b2 h:1"), OnInvite::Resend(terminated));
     // Forgotten after Timer B's 32 s: a CANCEL then matches nothing.
     let later = t0 + REMEMBER;
