@@ -15,7 +15,7 @@
 
 use std::net::SocketAddr;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use rsipstack::sip::prelude::HeadersExt;
 use rsipstack::sip::transport::Transport;
 use rsipstack::transport::SipConnection;
@@ -197,29 +197,29 @@ impl StreamFramer {
     }
 
     /// Drops the CRLFs before a message (RFC 3261 §7.5); `Some` when they
-    /// are a whole keepalive (`Some(Some(Ping))`) or may be the start of
-    /// one (`Some(None)`: wait for more).
+    /// are a whole keepalive (`Some(Some(Ping))`, RFC 5626 §3.5.1) or may
+    /// be the start of one (`Some(None)`: wait for more).
+    ///
+    /// Each byte is decided by the four that start at it, never by where a
+    /// read ended: a `CRLFCRLF` there is a ping, any other CR or LF is
+    /// dropped alone. So `\n\r\n\r\n` is one dropped LF and a ping however
+    /// the stream was cut.
     fn skip_blank_lines(&mut self) -> Option<Option<Frame>> {
+        const PING: &[u8] = b"\r\n\r\n";
         if self.scanned > 0 {
             // The front is part of a head already searched.
             return None;
         }
-        let lead = self
-            .buf
-            .iter()
-            .take_while(|b| **b == b'\r' || **b == b'\n')
-            .count();
-        if lead == 0 {
-            return None;
+        while matches!(self.buf.first(), Some(b'\r' | b'\n')) {
+            if self.buf.starts_with(PING) {
+                self.buf.advance(PING.len());
+                return Some(Some(Frame::Ping));
+            }
+            if PING.starts_with(&self.buf) {
+                return Some(None);
+            }
+            self.buf.advance(1);
         }
-        if self.buf.starts_with(b"\r\n\r\n") {
-            let _ = self.buf.split_to(4);
-            return Some(Some(Frame::Ping));
-        }
-        if lead == self.buf.len() && lead < 4 {
-            return Some(None);
-        }
-        let _ = self.buf.split_to(lead);
         None
     }
 
