@@ -134,10 +134,7 @@ async fn over_tcp_every_response_is_framed_by_its_length_and_a_register_binds() 
         .await
         .expect("the collector listens on tcp on its SIP port");
     let local = stream.local_addr().expect("local address");
-    let mut client = Client {
-        stream,
-        framer: StreamFramer::new(),
-    };
+    let mut client = connect_client(stream);
 
     // Two requests in one write: two responses, in order.
     let pipelined = format!("{}{}", options(local, 1), register(local, 1, None));
@@ -203,4 +200,59 @@ async fn over_tcp_every_response_is_framed_by_its_length_and_a_register_binds() 
         .await
         .expect("msr_1 is in the resource list");
     assert!(row.uri.contains("transport=tcp"), "{row:?}");
+}
+
+fn connect_client(stream: TcpStream) -> Client {
+    Client {
+        stream,
+        framer: StreamFramer::new(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_then_a_half_close_is_answered_and_a_message_that_never_ends_is_cut_off() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = CollectorOpts {
+        tcp: true,
+        ..CollectorOpts::default()
+    };
+    let collector = Collector::start(dir.path(), "core1", &opts).await;
+
+    // A client that sends its request and shuts its sending side (RFC
+    // 3261 §18.3: the response comes back on the same connection).
+    let stream = TcpStream::connect(("127.0.0.1", collector.port))
+        .await
+        .expect("connect");
+    let local = stream.local_addr().expect("local address");
+    let mut client = connect_client(stream);
+    client
+        .stream
+        .write_all(options(local, 1).as_bytes())
+        .await
+        .expect("write");
+    client.stream.shutdown().await.expect("half-close");
+    let answers = client.read(1).await;
+    assert_eq!(
+        (answers[0].0.clone(), answers[0].1.as_str()),
+        (StatusCode::OK, "1 OPTIONS")
+    );
+
+    // A head that stops arriving: the collector closes the connection
+    // (its deadline for a whole message is 10 s), so such peers cannot
+    // hold its connection slots.
+    let mut stream = TcpStream::connect(("127.0.0.1", collector.port))
+        .await
+        .expect("connect");
+    stream
+        .write_all(b"OPTIONS sip:127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/TCP 127.0.0.1:1")
+        .await
+        .expect("write");
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(30), stream.read(&mut buf))
+        .await
+        .expect("the connection is closed within 30 s");
+    assert!(
+        matches!(read, Ok(0) | Err(_)),
+        "closed, nothing answered: {read:?}"
+    );
 }

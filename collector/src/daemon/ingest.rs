@@ -60,6 +60,20 @@ const MAX_STREAMS: usize = 1_024;
 /// A TCP connection that sends nothing for this long is closed.
 const STREAM_IDLE: Duration = Duration::from_secs(300);
 
+/// A message begun on a TCP connection must be whole within this long, or
+/// the connection is closed: a peer that trickles a head a byte at a time
+/// holds a connection slot without ever sending a request (slowloris).
+const MESSAGE_DEADLINE: Duration = Duration::from_secs(10);
+
+/// When every connection slot is taken, a new connection takes the slot of
+/// the one that has gone longest without a whole message, if that is at
+/// least this long; otherwise the new one is refused.
+const EVICT_AFTER: Duration = Duration::from_secs(30);
+
+/// After the peer's half-close (EOF), the connection is kept for writing
+/// this long, so the answers to its last requests still reach it.
+const STREAM_LINGER: Duration = Duration::from_secs(2);
+
 /// The registered contacts' addresses, as the loop last published them.
 #[derive(Debug, Clone, Default)]
 pub(super) struct KnownSources {
@@ -317,20 +331,70 @@ pub(super) async fn read_udp(
     }
 }
 
+/// One TCP connection as the acceptor and the writer see it.
+#[derive(Debug)]
+struct StreamEntry {
+    tx: mpsc::UnboundedSender<Bytes>,
+    /// When its last whole message arrived (or it was accepted).
+    last_message: Instant,
+    /// Closes it (eviction).
+    close: CancellationToken,
+}
+
 /// The TCP connections' writers, by id.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Streams {
-    inner: Arc<Mutex<HashMap<StreamId, mpsc::UnboundedSender<Bytes>>>>,
+    inner: Arc<Mutex<HashMap<StreamId, StreamEntry>>>,
 }
 
 impl Streams {
-    fn len(&self) -> usize {
-        self.inner.lock().map_or(0, |m| m.len())
+    /// Registers a new connection, making room when every slot is taken
+    /// ([`EVICT_AFTER`]); `false` when there is none to make.
+    fn admit(
+        &self,
+        id: StreamId,
+        tx: mpsc::UnboundedSender<Bytes>,
+        close: CancellationToken,
+        now: Instant,
+    ) -> Admitted {
+        let Ok(mut m) = self.inner.lock() else {
+            return Admitted::Refused;
+        };
+        let mut evicted = false;
+        if m.len() >= MAX_STREAMS {
+            let quietest = m
+                .iter()
+                .min_by_key(|(_, e)| e.last_message)
+                .filter(|(_, e)| now.duration_since(e.last_message) >= EVICT_AFTER)
+                .map(|(id, _)| *id);
+            let Some(old) = quietest else {
+                return Admitted::Refused;
+            };
+            if let Some(e) = m.remove(&old) {
+                e.close.cancel();
+            }
+            evicted = true;
+        }
+        m.insert(
+            id,
+            StreamEntry {
+                tx,
+                last_message: now,
+                close,
+            },
+        );
+        if evicted {
+            Admitted::Evicted
+        } else {
+            Admitted::Yes
+        }
     }
 
-    fn insert(&self, id: StreamId, tx: mpsc::UnboundedSender<Bytes>) {
+    fn touch(&self, id: StreamId, now: Instant) {
         if let Ok(mut m) = self.inner.lock() {
-            m.insert(id, tx);
+            if let Some(e) = m.get_mut(&id) {
+                e.last_message = now;
+            }
         }
     }
 
@@ -342,9 +406,23 @@ impl Streams {
 
     /// Queues `bytes` on connection `id`; `false` when it is gone.
     fn send(&self, id: StreamId, bytes: Bytes) -> bool {
-        let tx = self.inner.lock().ok().and_then(|m| m.get(&id).cloned());
+        let tx = self
+            .inner
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&id).map(|e| e.tx.clone()));
         tx.is_some_and(|tx| tx.send(bytes).is_ok())
     }
+}
+
+/// What [`Streams::admit`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admitted {
+    Yes,
+    /// Yes, in the slot of the quietest connection, now closed.
+    Evicted,
+    /// Every slot is busy.
+    Refused,
 }
 
 /// Accepts TCP connections until `cancel`; each is read by its own task
@@ -356,6 +434,9 @@ pub(super) async fn accept_tcp(
     cancel: CancellationToken,
 ) {
     let mut next = 0u64;
+    let mut refused = 0u64;
+    let mut evicted = 0u64;
+    let mut last_log: Option<Instant> = None;
     loop {
         let accepted = tokio::select! {
             () = cancel.cancelled() => return,
@@ -369,36 +450,74 @@ pub(super) async fn accept_tcp(
                 continue;
             }
         };
-        if streams.len() >= MAX_STREAMS {
-            debug!(%peer, "sip tcp connection refused: too many");
-            continue;
-        }
         next += 1;
         let id = StreamId(next);
+        let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+        let close = cancel.child_token();
+        let now = Instant::now();
+        let admitted = streams.admit(id, tx.clone(), close.clone(), now);
+        match admitted {
+            Admitted::Yes => {}
+            Admitted::Evicted => evicted += 1,
+            Admitted::Refused => refused += 1,
+        }
+        if (refused > 0 || evicted > 0)
+            && last_log.is_none_or(|at| now.duration_since(at) >= DROP_LOG_INTERVAL)
+        {
+            warn!(
+                target: msr_shared::logging::NETWORK,
+                max = MAX_STREAMS,
+                refused,
+                evicted,
+                "sip tcp connections at their limit: new ones refused, or given the slot of the quietest"
+            );
+            last_log = Some(now);
+            refused = 0;
+            evicted = 0;
+        }
+        if admitted == Admitted::Refused {
+            // Dropping the stream closes it.
+            continue;
+        }
         tokio::spawn(serve_stream(
             stream,
             peer,
-            id,
+            StreamIo { id, tx, rx, close },
             to_loop.clone(),
             streams.clone(),
-            cancel.clone(),
         ));
     }
 }
 
+/// A connection's id, its writer queue and its closing token.
+struct StreamIo {
+    id: StreamId,
+    tx: mpsc::UnboundedSender<Bytes>,
+    rx: mpsc::UnboundedReceiver<Bytes>,
+    close: CancellationToken,
+}
+
 /// Reads one TCP connection's messages (RFC 3261 §18.3 framing) into the
 /// loop's queue and writes what the core answers on it.
+///
+/// It is closed when it is idle for [`STREAM_IDLE`], when a message takes
+/// longer than [`MESSAGE_DEADLINE`] to arrive whole, when it is not SIP,
+/// or when it is evicted; after the peer's EOF it stays open for writing
+/// until [`STREAM_LINGER`] after the last message it sent.
 async fn serve_stream(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
-    id: StreamId,
+    io: StreamIo,
     to_loop: SendersHandle,
     streams: Streams,
-    cancel: CancellationToken,
 ) {
+    let StreamIo {
+        id,
+        tx,
+        mut rx,
+        close,
+    } = io;
     let (mut read, mut write) = stream.into_split();
-    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
-    streams.insert(id, tx.clone());
     let writer = tokio::spawn(async move {
         while let Some(bytes) = rx.recv().await {
             if write.write_all(&bytes).await.is_err() {
@@ -409,11 +528,29 @@ async fn serve_stream(
     let stats = IngestStats::default();
     let mut framer = StreamFramer::new();
     let mut buf = vec![0u8; 16 * 1024];
+    // When the message the framer holds part of began to arrive.
+    let mut partial_since: Option<Instant> = None;
+    // When the last message went to the loop: its answer may be pending.
+    let mut last_forwarded: Option<Instant> = None;
+    let mut eof = false;
     'read: loop {
+        let wait = partial_since.map_or(STREAM_IDLE, |since| {
+            MESSAGE_DEADLINE.saturating_sub(since.elapsed())
+        });
         let n = tokio::select! {
-            () = cancel.cancelled() => break,
-            read = tokio::time::timeout(STREAM_IDLE, read.read(&mut buf)) => match read {
-                Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+            () = close.cancelled() => break,
+            read = tokio::time::timeout(wait, read.read(&mut buf)) => match read {
+                Ok(Ok(0)) => {
+                    eof = true;
+                    break;
+                }
+                Ok(Err(_)) => break,
+                Err(_) => {
+                    if partial_since.is_some() {
+                        debug!(%peer, "sip tcp connection closed: message not whole in time");
+                    }
+                    break;
+                }
                 Ok(Ok(n)) => n,
             },
         };
@@ -441,7 +578,26 @@ async fn serve_stream(
                 }
             }
         }
+        let now = Instant::now();
+        if !batch.is_empty() {
+            streams.touch(id, now);
+            last_forwarded = Some(now);
+        }
+        partial_since = match (framer.in_message(), partial_since) {
+            (false, _) => None,
+            (true, Some(since)) if batch.is_empty() => Some(since),
+            (true, _) => Some(now),
+        };
         to_loop.send(false, batch, &stats);
+    }
+    if let Some(at) = last_forwarded.filter(|_| eof) {
+        // A peer may half-close after its last request (RFC 3261 §18.3
+        // sends the response on the connection the request came on): the
+        // loop's answer still goes back on this one.
+        tokio::select! {
+            () = close.cancelled() => {}
+            () = tokio::time::sleep_until(at + STREAM_LINGER) => {}
+        }
     }
     streams.remove(id);
     drop(tx);
@@ -500,5 +656,48 @@ fn log_datagram(what: &'static str, peer: SocketAddr, bytes: &[u8]) {
         info!(target: WIRE, len = bytes.len(), dst = %peer, cseq = %cseq, raw_message = ?text, "{what}");
     } else {
         info!(target: WIRE, len = bytes.len(), src = %peer, cseq = %cseq, raw_message = ?text, "{what}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(streams: &Streams, id: u64, at: Instant) -> (Admitted, CancellationToken) {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let close = CancellationToken::new();
+        (streams.admit(StreamId(id), tx, close.clone(), at), close)
+    }
+
+    #[test]
+    fn a_full_table_gives_a_new_connection_the_slot_of_the_quietest_or_refuses_it() {
+        let streams = Streams::default();
+        let t0 = Instant::now();
+        let mut closes = Vec::new();
+        for id in 0..MAX_STREAMS as u64 {
+            let (admitted, close) = entry(&streams, id, t0);
+            assert_eq!(admitted, Admitted::Yes);
+            closes.push(close);
+        }
+        // Connection 7 sent a message later than the rest; none is quiet
+        // for EVICT_AFTER yet: refused.
+        streams.touch(StreamId(7), t0 + Duration::from_secs(20));
+        let (admitted, _) = entry(&streams, 5000, t0 + EVICT_AFTER - Duration::from_secs(1));
+        assert_eq!(admitted, Admitted::Refused);
+        // Later every other one has been quiet long enough: the quietest
+        // is closed and its slot taken, never the one that spoke.
+        let later = t0 + EVICT_AFTER + Duration::from_secs(1);
+        for id in 5001..5001 + MAX_STREAMS as u64 - 1 {
+            let (admitted, _) = entry(&streams, id, later);
+            assert_eq!(admitted, Admitted::Evicted);
+        }
+        assert!(!closes[7].is_cancelled(), "the connection that spoke stays");
+        assert_eq!(
+            closes.iter().filter(|c| c.is_cancelled()).count(),
+            MAX_STREAMS - 1
+        );
+        // Now every slot is young: the next one is refused.
+        let (admitted, _) = entry(&streams, 9999, later);
+        assert_eq!(admitted, Admitted::Refused);
     }
 }

@@ -110,6 +110,9 @@ pub fn encode_response(mut response: Response) -> Bytes {
 /// The largest message a stream may carry, head and body.
 pub const MAX_STREAM_MESSAGE: usize = 64 * 1024;
 
+/// A keepalive on a stream (RFC 5626 §3.5.1): a double CRLF.
+const PING: &[u8] = b"\r\n\r\n";
+
 /// Why a stream cannot be read on (the connection is closed).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -169,6 +172,14 @@ impl StreamFramer {
         self.buf.len()
     }
 
+    /// Whether the bytes held are part of a message, not just blank lines
+    /// that may become a keepalive: a stream server gives a message a
+    /// deadline, and a bare CRLF (a pong, or a peer's own keepalive) must
+    /// not start it.
+    pub fn in_message(&self) -> bool {
+        !self.buf.is_empty() && !PING.starts_with(&self.buf)
+    }
+
     /// The next whole message, `Ok(None)` when more bytes are needed.
     ///
     /// # Errors
@@ -205,7 +216,6 @@ impl StreamFramer {
     /// dropped alone. So `\n\r\n\r\n` is one dropped LF and a ping however
     /// the stream was cut.
     fn skip_blank_lines(&mut self) -> Option<Option<Frame>> {
-        const PING: &[u8] = b"\r\n\r\n";
         if self.scanned > 0 {
             // The front is part of a head already searched.
             return None;
