@@ -631,18 +631,19 @@ async fn control_socket_and_msrctl_hold_up_against_bad_clients() {
         "{out}"
     );
     assert!(out.lines().all(|l| l.chars().count() < 60), "{out}");
-    let out = msrctl_ok(
-        &c,
-        &["msr", "set", "m", "performance_coefficient", "1e-300"],
-    );
-    assert!(out.contains(" from  1.0\n to    1e-300\n"), "{out}");
-    let (ok, _, err) = c.msrctl(&["msr", "set", "m", "performance_coefficient", "1e308"]);
-    assert!(
-        !ok && err.contains("invalid performance coefficient 1e308 for msr `m`"),
-        "{err}"
-    );
+    let out = msrctl_ok(&c, &["msr", "set", "m", "performance_coefficient", "0.001"]);
+    assert!(out.contains(" from  1.0\n to    0.001\n"), "{out}");
+    for bad in ["1e308", "1e-300"] {
+        let (ok, _, err) = c.msrctl(&["msr", "set", "m", "performance_coefficient", bad]);
+        assert!(
+            !ok && err.contains(&format!(
+                "invalid performance coefficient {bad} for msr `m`: expected a number from 0.001 to 1000000"
+            )),
+            "{err}"
+        );
+    }
     let out = msrctl_ok(&c, &["msr", "list"]);
-    assert!(out.contains("1e-300"), "{out}");
+    assert!(out.contains("0.001"), "{out}");
 
     // --socket that is not a socket; an empty MSRCTL_SOCKET.
     let (code, _, err) = msrctl_env(

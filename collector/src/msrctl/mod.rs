@@ -188,7 +188,7 @@ pub enum MsrCommand {
 /// `msr set NAME …`
 #[derive(Debug, Subcommand)]
 pub enum MsrProperty {
-    /// Performance coefficient: a positive number (default 1.0).
+    /// Performance coefficient: a number from 0.001 to 1,000,000 (default 1.0).
     #[command(name = "performance_coefficient")]
     PerformanceCoefficient {
         /// The coefficient.

@@ -36,6 +36,12 @@ pub const DEFAULT_PERFORMANCE_COEFFICIENT: f64 = 1.0;
 /// the sum of thousands of them far from overflowing an `f64`).
 pub const MAX_PERFORMANCE_COEFFICIENT: f64 = 1_000_000.0;
 
+/// The smallest performance coefficient accepted: a subnormal one (1e-320)
+/// would make every weight of that MSR round to nothing against its
+/// peers' and the pooled estimate divide by almost zero; a thousandth of
+/// the default is far below any real server's relative capacity.
+pub const MIN_PERFORMANCE_COEFFICIENT: f64 = 0.001;
+
 /// The longest per-MSR subscription expiry, seconds (as `[subscription]
 /// expires` of the collector config).
 pub const MAX_SUBSCRIPTION_EXPIRES: u32 = 86_400;
@@ -51,10 +57,12 @@ pub enum OperatorError {
     /// A site or distance change was refused.
     #[error(transparent)]
     Topology(#[from] TopologyError),
-    /// The coefficient is zero, negative, NaN or infinite.
+    /// The coefficient is below [`MIN_PERFORMANCE_COEFFICIENT`], above
+    /// [`MAX_PERFORMANCE_COEFFICIENT`], or NaN.
     #[error(
-        "invalid performance coefficient {} for msr `{msr}`: expected a number above 0 and at most {}",
+        "invalid performance coefficient {} for msr `{msr}`: expected a number from {} to {}",
         format_number(*value),
+        format_number(MIN_PERFORMANCE_COEFFICIENT),
         format_number(MAX_PERFORMANCE_COEFFICIENT)
     )]
     InvalidCoefficient {
@@ -274,8 +282,8 @@ impl OperatorConfig {
     /// Sets the performance coefficient; returns the previous one.
     ///
     /// # Errors
-    /// [`OperatorError::InvalidCoefficient`] unless above 0 and at most
-    /// [`MAX_PERFORMANCE_COEFFICIENT`];
+    /// [`OperatorError::InvalidCoefficient`] unless from
+    /// [`MIN_PERFORMANCE_COEFFICIENT`] to [`MAX_PERFORMANCE_COEFFICIENT`];
     /// [`OperatorError::Name`].
     pub fn set_performance_coefficient(
         &mut self,
@@ -283,7 +291,7 @@ impl OperatorConfig {
         value: f64,
     ) -> Result<f64, OperatorError> {
         names::check(NameKind::Msr, msr)?;
-        if !(value > 0.0 && value <= MAX_PERFORMANCE_COEFFICIENT) {
+        if !(MIN_PERFORMANCE_COEFFICIENT..=MAX_PERFORMANCE_COEFFICIENT).contains(&value) {
             return Err(OperatorError::InvalidCoefficient {
                 msr: msr.to_owned(),
                 value,

@@ -11,7 +11,7 @@ fn defaults() {
 }
 
 #[test]
-fn coefficient_must_be_positive_and_bounded() {
+fn coefficient_must_be_within_its_bounds() {
     let mut config = OperatorConfig::new();
     for bad in [
         0.0,
@@ -20,13 +20,22 @@ fn coefficient_must_be_positive_and_bounded() {
         f64::INFINITY,
         1e308,
         MAX_PERFORMANCE_COEFFICIENT * 2.0,
+        1e-320,
+        MIN_PERFORMANCE_COEFFICIENT / 2.0,
     ] {
         assert!(matches!(
             config.set_performance_coefficient("msr_1", bad),
             Err(OperatorError::InvalidCoefficient { .. })
         ));
     }
-    assert_eq!(config.set_performance_coefficient("msr_1", 2.0), Ok(1.0));
+    assert_eq!(
+        config.set_performance_coefficient("msr_1", MIN_PERFORMANCE_COEFFICIENT),
+        Ok(1.0)
+    );
+    assert_eq!(
+        config.set_performance_coefficient("msr_1", 2.0),
+        Ok(MIN_PERFORMANCE_COEFFICIENT)
+    );
     assert_eq!(config.performance_coefficient("msr_1"), 2.0);
     // Back to the defaults leaves no entry behind.
     assert_eq!(config.set_performance_coefficient("msr_1", 1.0), Ok(2.0));

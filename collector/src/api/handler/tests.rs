@@ -762,7 +762,7 @@ fn huge_values_are_shown_compactly() {
     let ResponseData::Changed(change) = h.ok(
         Request::MsrSetPerformanceCoefficient {
             msr: "m".into(),
-            value: 1e-300,
+            value: 0.001,
         },
         now,
     ) else {
@@ -770,7 +770,7 @@ fn huge_values_are_shown_compactly() {
     };
     assert_eq!(
         (change.from, change.to),
-        (ChangeValue::Number(1.0), ChangeValue::Number(1e-300))
+        (ChangeValue::Number(1.0), ChangeValue::Number(0.001))
     );
     let message = |response: Response| match response {
         Response::Err(error) => error.message,
@@ -784,8 +784,8 @@ fn huge_values_are_shown_compactly() {
             },
             now,
         )),
-        "invalid performance coefficient 1e308 for msr `m`: expected a number above 0 and at \
-         most 1000000"
+        "invalid performance coefficient 1e308 for msr `m`: expected a number from 0.001 to \
+         1000000"
     );
     assert_eq!(
         message(h.run(
