@@ -190,13 +190,13 @@ fn summary(config: &msr_agent::AgentConfig, log_file: Option<&LogFile>) -> Strin
 /// What SIGHUP does: reopen the agent's own log file (after logrotate moved
 /// it); the text is logged. The config needs no signal: the agent watches
 /// the file.
-fn reopen_log(file: Option<&ReopeningFile>) -> String {
+fn reopen_log(file: Option<&ReopeningFile>) -> Result<String, String> {
     match file {
         Some(file) => match file.reopen() {
-            Ok(()) => format!("log file {} reopened", file.path().display()),
-            Err(e) => format!("{e}; still writing to the file opened before"),
+            Ok(()) => Ok(format!("log file {} reopened", file.path().display())),
+            Err(e) => Err(format!("{e}; still writing to the file opened before")),
         },
-        None => "logging to stderr, nothing to reopen; the agent reloads its config when the file changes".to_owned(),
+        None => Ok("logging to stderr, nothing to reopen; the agent reloads its config when the file changes".to_owned()),
     }
 }
 

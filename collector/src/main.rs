@@ -86,11 +86,11 @@ fn run(cli: Cli, flood: &msr_shared::logging::FloodLimit) -> anyhow::Result<()> 
             let on_hup = move || match msr_collector::config::load(&path) {
                 Ok(config) => {
                     let _ = reload.send(config);
-                    format!("reloading {}", path.display())
+                    Ok(format!("reloading {}", path.display()))
                 }
-                Err(e) => format!(
+                Err(e) => Err(format!(
                     "config reload failed, the collector runs on with the last good configuration: {e}"
-                ),
+                )),
             };
             match msr_shared::signals::shutdown_signal(on_hup).await {
                 Ok(signal) => tracing::info!(signal, "signal received, shutting down"),

@@ -7,11 +7,14 @@
 use tracing::{info, warn};
 
 /// Waits for SIGTERM or SIGINT and returns its name. Each SIGHUP calls
-/// `on_hup` and logs at info what it returns (what the daemon did).
+/// `on_hup` and logs what it returns: what the daemon did at info, why it
+/// could not (a broken file: the operator must look) at warn.
 ///
 /// # Errors
 /// When the signal handlers cannot be installed.
-pub async fn shutdown_signal(mut on_hup: impl FnMut() -> String) -> std::io::Result<&'static str> {
+pub async fn shutdown_signal(
+    mut on_hup: impl FnMut() -> Result<String, String>,
+) -> std::io::Result<&'static str> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -25,8 +28,10 @@ pub async fn shutdown_signal(mut on_hup: impl FnMut() -> String) -> std::io::Res
                     warn!("sighup handler closed");
                     std::future::pending::<()>().await;
                 }
-                let done = on_hup();
-                info!("SIGHUP: {done}");
+                match on_hup() {
+                    Ok(done) => info!("SIGHUP: {done}"),
+                    Err(failed) => warn!("SIGHUP: {failed}"),
+                }
             }
         }
     }

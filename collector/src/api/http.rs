@@ -275,6 +275,22 @@ fn bearer_credentials(value: &str) -> Option<&str> {
 fn select_request(query: Option<&str>) -> Result<Request, String> {
     let params: SelectParams = serde_urlencoded::from_str(query.unwrap_or(""))
         .map_err(|e| format!("invalid query string: {e}"))?;
+    // Percent-decoding replaces bytes that are not UTF-8 with U+FFFD: such
+    // a name is not one the collector could hold (SPEC §6's names are
+    // printable), and "no such zone" would hide the client's bug.
+    let names = [&params.zone, &params.site].into_iter().chain(
+        [
+            &params.msr,
+            &params.call_id,
+            &params.leg,
+            &params.conference,
+        ]
+        .into_iter()
+        .flatten(),
+    );
+    if names.into_iter().any(|n| n.contains('\u{FFFD}')) {
+        return Err("invalid query string: a value is not UTF-8 once percent-decoded".into());
+    }
     if params.call_id.is_none() && (params.leg.is_some() || params.conference.is_some()) {
         return Err("leg and conference name a leg: they need call_id".into());
     }
@@ -325,7 +341,14 @@ async fn release(State(api): State<Api>, RawQuery(query): RawQuery, body: Body) 
             )
         }
     };
-    match serde_json::from_slice::<ReleaseBody>(&body) {
+    // serde reads a struct from an array too (`["c1"]`): the body is an
+    // object, as the documentation says, or it is refused.
+    let parsed = if body.trim_ascii_start().starts_with(b"{") {
+        serde_json::from_slice::<ReleaseBody>(&body).map_err(|e| e.to_string())
+    } else {
+        Err("not a JSON object".to_owned())
+    };
+    match parsed {
         Ok(ReleaseBody { call_id, leg }) => {
             reply(&api.ask(Request::Release { call_id, leg }).await)
         }
@@ -477,11 +500,16 @@ async fn scrape(
         .into_response()
 }
 
+/// Every route, as the 404 and 405 answers list them (the same as
+/// [`router`]'s).
+const ROUTES: &str =
+    "GET /v1/select, POST /v1/release, GET /v1/resources, GET /v1/legs, GET /health, GET /metrics";
+
 async fn not_found() -> HttpResponse {
     error(
         StatusCode::NOT_FOUND,
         "not_found",
-        "no such route: GET /v1/select, POST /v1/release, GET /v1/resources, GET /health, GET /metrics",
+        format!("no such route: {ROUTES}"),
     )
 }
 
@@ -501,7 +529,7 @@ async fn method_not_allowed() -> HttpResponse {
     error(
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
-        "method not allowed on this route: GET /v1/select, POST /v1/release, GET /v1/resources, GET /health, GET /metrics",
+        format!("method not allowed on this route: {ROUTES}"),
     )
 }
 

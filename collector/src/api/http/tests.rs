@@ -51,6 +51,8 @@ fn bad_select_queries_are_refused_with_the_reason() {
         (Some("zone=a&site=b&explain=maybe"), "invalid query string"),
         (Some("zone=a&site=b&leg=1"), "need call_id"),
         (Some("%zz=%%&&"), "invalid query string"),
+        (Some("zone=%ff%fe&site=b"), "not UTF-8"),
+        (Some("zone=a&site=b&call_id=c%c3"), "not UTF-8"),
     ] {
         let message = select_request(query).expect_err("refused");
         assert!(message.contains(needle), "{query:?}: {message}");
