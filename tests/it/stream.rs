@@ -55,7 +55,29 @@ struct Client {
     framer: StreamFramer,
 }
 
+/// A collector that listens on TCP too.
+async fn tcp_collector(dir: &std::path::Path) -> Collector {
+    let opts = CollectorOpts {
+        tcp: true,
+        ..CollectorOpts::default()
+    };
+    Collector::start(dir, "core1", &opts).await
+}
+
 impl Client {
+    /// A connection to the collector's SIP port, and its local address.
+    async fn connect(port: u16) -> (Self, SocketAddr) {
+        let stream = TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("the collector listens on tcp on its SIP port");
+        let local = stream.local_addr().expect("local address");
+        let client = Self {
+            stream,
+            framer: StreamFramer::new(),
+        };
+        (client, local)
+    }
+
     /// The next `n` messages, each checked to carry the `Content-Length`
     /// of its body.
     async fn read(&mut self, n: usize) -> Vec<(StatusCode, String, Vec<(String, String)>)> {
@@ -125,16 +147,8 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_tcp_every_response_is_framed_by_its_length_and_a_register_binds() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let opts = CollectorOpts {
-        tcp: true,
-        ..CollectorOpts::default()
-    };
-    let collector = Collector::start(dir.path(), "core1", &opts).await;
-    let stream = TcpStream::connect(("127.0.0.1", collector.port))
-        .await
-        .expect("the collector listens on tcp on its SIP port");
-    let local = stream.local_addr().expect("local address");
-    let mut client = connect_client(stream);
+    let collector = tcp_collector(dir.path()).await;
+    let (mut client, local) = Client::connect(collector.port).await;
 
     // Two requests in one write: two responses, in order.
     let pipelined = format!("{}{}", options(local, 1), register(local, 1, None));
@@ -202,29 +216,14 @@ async fn over_tcp_every_response_is_framed_by_its_length_and_a_register_binds() 
     assert!(row.uri.contains("transport=tcp"), "{row:?}");
 }
 
-fn connect_client(stream: TcpStream) -> Client {
-    Client {
-        stream,
-        framer: StreamFramer::new(),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_then_a_half_close_is_answered_and_a_message_that_never_ends_is_cut_off() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let opts = CollectorOpts {
-        tcp: true,
-        ..CollectorOpts::default()
-    };
-    let collector = Collector::start(dir.path(), "core1", &opts).await;
+    let collector = tcp_collector(dir.path()).await;
 
     // A client that sends its request and shuts its sending side (RFC
     // 3261 §18.3: the response comes back on the same connection).
-    let stream = TcpStream::connect(("127.0.0.1", collector.port))
-        .await
-        .expect("connect");
-    let local = stream.local_addr().expect("local address");
-    let mut client = connect_client(stream);
+    let (mut client, local) = Client::connect(collector.port).await;
     client
         .stream
         .write_all(options(local, 1).as_bytes())
