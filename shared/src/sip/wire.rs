@@ -39,6 +39,15 @@ pub enum DecodeError {
     /// A request without a top `Via` to answer through.
     #[error("request without a valid via")]
     NoVia,
+    /// The body is shorter than the `Content-Length` says: the datagram
+    /// ended early (RFC 3261 §18.3: an error; the message is not used).
+    #[error("content-length {declared} but a body of {body} bytes")]
+    Truncated {
+        /// What `Content-Length` says.
+        declared: usize,
+        /// The bytes after the head.
+        body: usize,
+    },
 }
 
 /// The transport a message came over, for the `Via` stamping.
@@ -63,6 +72,7 @@ pub fn decode(
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(DecodeError::Keepalive);
     }
+    check_body_length(bytes)?;
     let message = SipMessage::try_from(bytes).map_err(|e| DecodeError::Malformed {
         reason: e.to_string(),
     })?;
@@ -75,6 +85,26 @@ pub fn decode(
             .map_err(|_| DecodeError::NoVia),
         SipMessage::Response(_) => Ok(message),
     }
+}
+
+/// RFC 3261 §18.3: a message whose body ends before its `Content-Length`
+/// says is an error, and a `Content-Length` that is no number (`-1`, one
+/// past `usize`) is malformed. The parser takes both, so they are checked
+/// here; bytes past the declared length are the parser's to drop. A
+/// message without the empty line that ends its head is left to the
+/// parser.
+fn check_body_length(bytes: &[u8]) -> Result<(), DecodeError> {
+    let Some(head_end) = bytes.windows(PING.len()).position(|w| w == PING) else {
+        return Ok(());
+    };
+    let declared = content_length(&bytes[..head_end]).map_err(|e| DecodeError::Malformed {
+        reason: e.to_string(),
+    })?;
+    let body = bytes.len() - head_end - PING.len();
+    if declared > body {
+        return Err(DecodeError::Truncated { declared, body });
+    }
+    Ok(())
 }
 
 /// Where a response to `request` goes over UDP: where the request came
@@ -110,7 +140,8 @@ pub fn encode_response(mut response: Response) -> Bytes {
 /// The largest message a stream may carry, head and body.
 pub const MAX_STREAM_MESSAGE: usize = 64 * 1024;
 
-/// A keepalive on a stream (RFC 5626 §3.5.1): a double CRLF.
+/// A keepalive on a stream (RFC 5626 §3.5.1): a double CRLF, which is
+/// also what ends a message's head.
 const PING: &[u8] = b"\r\n\r\n";
 
 /// Why a stream cannot be read on (the connection is closed).

@@ -90,6 +90,47 @@ fn whitespace_is_a_keepalive_and_garbage_is_malformed() {
     ));
 }
 
+#[test]
+fn a_body_shorter_than_its_content_length_or_a_length_that_is_no_number_is_refused() {
+    let from = addr("10.0.0.2:5070");
+    let request = |length: &str, body: &str| {
+        format!(
+            "NOTIFY sip:c@10.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 10.0.0.2:5070;branch=z9hG4bKcl\r\n\
+             From: <sip:m@10.0.0.2>;tag=a\r\nTo: <sip:c@10.0.0.1>;tag=b\r\nCall-ID: cl\r\n\
+             CSeq: 2 NOTIFY\r\nContent-Length: {length}\r\n\r\n{body}"
+        )
+    };
+    assert_eq!(
+        decode(request("5000", "").as_bytes(), from, Carrier::Udp),
+        Err(DecodeError::Truncated {
+            declared: 5000,
+            body: 0
+        })
+    );
+    assert_eq!(
+        decode(request("5", "abcd").as_bytes(), from, Carrier::Udp),
+        Err(DecodeError::Truncated {
+            declared: 5,
+            body: 4
+        })
+    );
+    for length in ["-1", "1180591620717411303424", "x"] {
+        assert!(
+            matches!(
+                decode(request(length, "").as_bytes(), from, Carrier::Udp),
+                Err(DecodeError::Malformed { .. })
+            ),
+            "{length}"
+        );
+    }
+    for (length, body) in [("4", "abcd"), ("0", ""), ("2", "abcd")] {
+        assert!(
+            decode(request(length, body).as_bytes(), from, Carrier::Udp).is_ok(),
+            "{length} {body}"
+        );
+    }
+}
+
 proptest::proptest! {
     /// Bytes from the network never make the decoder panic.
     #[test]
