@@ -51,7 +51,7 @@ pub const MAX_REPLY_BYTES: usize = 64 * 1024 * 1024;
     name = "msrctl",
     version,
     after_help = "Examples:
-  msrctl --socket /tmp/msr-quickstart/control.sock resource list
+  msrctl --socket /tmp/msr-collector.sock resource list
   msrctl site declare remote_side
   msrctl site distance local remote_side 64
   msrctl msr set msr_1 performance_coefficient 1.5
