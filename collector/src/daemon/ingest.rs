@@ -349,7 +349,7 @@ pub(super) struct Streams {
 
 impl Streams {
     /// Registers a new connection, making room when every slot is taken
-    /// ([`EVICT_AFTER`]); `false` when there is none to make.
+    /// ([`EVICT_AFTER`]); [`Admitted::Refused`] when there is none to make.
     fn admit(
         &self,
         id: StreamId,
