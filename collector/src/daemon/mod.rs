@@ -72,6 +72,10 @@ const REPLY_FLUSH: Duration = Duration::from_millis(100);
 /// The most inputs of one kind served in one wake-up of the loop.
 const LOOP_BATCH: usize = 64;
 
+/// Ports tried for `listen = "…:0"` with TCP on, until one is free for
+/// both transports.
+const PORT_ZERO_ATTEMPTS: u32 = 16;
+
 /// A running collector (see [`start`]).
 #[derive(Debug)]
 pub struct CollectorHandle {
@@ -157,11 +161,29 @@ pub async fn start(
             addr,
             source,
         };
-    let udp = msr_shared::sip::std_udp_socket(config.sip.listen)
-        .map_err(|e| bind_error("udp", config.sip.listen, e))?;
-    let sip_addr = udp
-        .local_addr()
-        .map_err(|e| bind_error("udp", config.sip.listen, e))?;
+    // TCP listens on the UDP socket's port. With port 0 the kernel picks a
+    // port free for UDP that TCP may already use (another socket's
+    // ephemeral port): then another one is picked.
+    let mut attempts = 0;
+    let (udp, sip_addr, tcp) = loop {
+        attempts += 1;
+        let udp = msr_shared::sip::std_udp_socket(config.sip.listen)
+            .map_err(|e| bind_error("udp", config.sip.listen, e))?;
+        let sip_addr = udp
+            .local_addr()
+            .map_err(|e| bind_error("udp", config.sip.listen, e))?;
+        if !config.sip.tcp() {
+            break (udp, sip_addr, None);
+        }
+        match tokio::net::TcpListener::bind(sip_addr).await {
+            Ok(listener) => break (udp, sip_addr, Some(listener)),
+            Err(e)
+                if config.sip.listen.port() == 0
+                    && e.kind() == std::io::ErrorKind::AddrInUse
+                    && attempts < PORT_ZERO_ATTEMPTS => {}
+            Err(e) => return Err(bind_error("tcp", sip_addr, e)),
+        }
+    };
     // The reader has the socket on a thread of its own; the writer sends
     // on a clone of it (the same socket, so every datagram leaves from the
     // one address, SPEC §4).
@@ -171,15 +193,9 @@ pub async fn start(
     let udp =
         Arc::new(tokio::net::UdpSocket::from_std(udp).map_err(|e| bind_error("udp", sip_addr, e))?);
     info!(addr = %sip_addr, "listening on udp {sip_addr}");
-    let tcp = if config.sip.tcp() {
-        let listener = tokio::net::TcpListener::bind(sip_addr)
-            .await
-            .map_err(|e| bind_error("tcp", sip_addr, e))?;
+    if tcp.is_some() {
         info!(addr = %sip_addr, "listening on tcp {sip_addr}");
-        Some(listener)
-    } else {
-        None
-    };
+    }
     let control_socket = config.control_socket.clone();
     let listener = admin::bind_control_socket(&control_socket).map_err(|source| {
         CollectorError::ControlSocket {
