@@ -14,6 +14,9 @@ pub enum AgentError {
     /// The SIP endpoint could not be set up (SPEC §2 `<transport>`).
     #[error(transparent)]
     Endpoint(#[from] EndpointError),
+    /// An `<agent tls-…>` file cannot be used.
+    #[error("<agent tls-…> {0}")]
+    Tls(#[from] msr_shared::sip::TlsFileError),
     /// The SIP endpoint stopped while the agent was running.
     #[error("sip endpoint on {addr} stopped unexpectedly")]
     EndpointClosed {

@@ -64,7 +64,8 @@ pub struct AgentHandle {
 /// (SPEC §2). Cancel `shutdown` to stop.
 ///
 /// # Errors
-/// [`AgentError::Endpoint`] when the socket cannot be bound.
+/// [`AgentError::Endpoint`] when the socket cannot be bound,
+/// [`AgentError::Tls`] when an `<agent tls-…>` file cannot be used.
 pub async fn start(
     config: AgentConfig,
     config_path: Option<PathBuf>,
@@ -81,6 +82,13 @@ pub async fn start(
         CancellationToken::new(),
     )
     .await?;
+    if let Some(tls) = &config.agent.tls {
+        let identity = tls
+            .identity
+            .as_ref()
+            .map(|(cert, key)| (cert.as_path(), key.as_path()));
+        endpoint.set_tls_client(&msr_shared::sip::TlsClient::read(&tls.ca, identity)?);
+    }
     let local_addr = endpoint.local_addr();
     info!(addr = %local_addr, "listening on udp {local_addr}");
     if config.transport.transport.tcp() {

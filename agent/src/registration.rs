@@ -96,20 +96,34 @@ pub struct RegistrationConfig {
 
 impl RegistrationConfig {
     /// The Contact URI: `sip:{msr_name}@{bind-addr}:{agent port}` and the
-    /// engine's parameters (SPEC §3).
+    /// engine's parameters (SPEC §3); `sips:` toward a `sips:` realm
+    /// (RFC 3261 §19.1.2: the registrar reaches it over the TLS
+    /// connection of the REGISTER).
     pub fn contact_uri(&self) -> String {
         let addr = std::net::SocketAddr::new(self.contact_addr, self.contact_port);
         format!(
-            "sip:{}@{addr}{}",
+            "{}:{}@{addr}{}",
+            self.scheme(),
             self.account.msr_name,
             self.engine.map(|e| e.uri_params()).unwrap_or_default()
         )
     }
 
-    /// The address of record: `sip:{msr_name}@{realm host[:port]}`.
+    /// `sips` for a `sips:` realm, else `sip`.
+    fn scheme(&self) -> &'static str {
+        if self.account.realm.is_sips() {
+            "sips"
+        } else {
+            "sip"
+        }
+    }
+
+    /// The address of record: `sip:{msr_name}@{realm host[:port]}`
+    /// (`sips:` for a `sips:` realm).
     pub fn aor(&self) -> String {
         format!(
-            "sip:{}@{}",
+            "{}:{}@{}",
+            self.scheme(),
             self.account.msr_name,
             self.account.realm.host_port()
         )

@@ -69,6 +69,9 @@ pub enum CollectorError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// A `[sip.tls]` file cannot be read or used.
+    #[error(transparent)]
+    SipTls(#[from] crate::daemon::tls::TlsFileError),
     /// The collector task panicked or was aborted.
     #[error("collector task failed: {reason}")]
     Task {

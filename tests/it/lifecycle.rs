@@ -979,6 +979,7 @@ fn config_on_the_same_store(first: &Collector, name: &str) -> Collector {
         port,
         http_port: None,
         redirect_port: None,
+        tls_port: None,
         socket,
         state: first.state.clone(),
         config,

@@ -19,3 +19,4 @@ mod restart;
 mod rtpengine;
 mod selection;
 mod stream;
+mod tls;

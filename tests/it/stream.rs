@@ -53,6 +53,8 @@ fn register(local: SocketAddr, cseq: u32, authorization: Option<&str>) -> String
 struct Client {
     stream: TcpStream,
     framer: StreamFramer,
+    /// Requests the collector sent on this connection, as read.
+    requests: Vec<String>,
 }
 
 /// A collector that listens on TCP too.
@@ -74,22 +76,54 @@ impl Client {
         let client = Self {
             stream,
             framer: StreamFramer::new(),
+            requests: Vec::new(),
         };
         (client, local)
     }
 
-    /// The next `n` messages, each checked to carry the `Content-Length`
-    /// of its body.
+    /// The next `n` responses, each checked to carry the `Content-Length`
+    /// of its body; requests read on the way are kept in `requests`.
     async fn read(&mut self, n: usize) -> Vec<(StatusCode, String, Vec<(String, String)>)> {
         let mut out = Vec::new();
+        self.read_until(|c, bytes| {
+            if bytes.starts_with(b"SIP/2.0 ") {
+                out.push(response_of(bytes));
+            } else {
+                c.requests.push(String::from_utf8_lossy(bytes).into_owned());
+            }
+            out.len() >= n
+        })
+        .await;
+        out
+    }
+
+    /// The next request the collector sends on this connection.
+    async fn next_request(&mut self) -> String {
+        if self.requests.is_empty() {
+            self.read_until(|c, bytes| {
+                assert!(!bytes.starts_with(b"SIP/2.0 "), "a request, not a response");
+                c.requests.push(String::from_utf8_lossy(bytes).into_owned());
+                true
+            })
+            .await;
+        }
+        self.requests.remove(0)
+    }
+
+    /// Reads messages into `take` until it says done.
+    async fn read_until(&mut self, mut take: impl FnMut(&mut Self, &[u8]) -> bool) {
         let mut buf = vec![0u8; 4096];
-        while out.len() < n {
+        loop {
             match self
                 .framer
                 .next_frame()
                 .expect("the collector's stream is SIP")
             {
-                Some(Frame::Message(bytes)) => out.push(response_of(&bytes)),
+                Some(Frame::Message(bytes)) => {
+                    if take(self, &bytes) {
+                        return;
+                    }
+                }
                 Some(Frame::Ping) => {}
                 None => {
                     let read = tokio::time::timeout(LIMIT, self.stream.read(&mut buf))
@@ -101,7 +135,6 @@ impl Client {
                 }
             }
         }
-        out
     }
 }
 
@@ -214,6 +247,12 @@ async fn over_tcp_every_response_is_framed_by_its_length_and_a_register_binds() 
         .await
         .expect("msr_1 is in the resource list");
     assert!(row.uri.contains("transport=tcp"), "{row:?}");
+    // RFC 5923: the collector's SUBSCRIBE comes back over this connection,
+    // its Via and Contact naming TCP, so the NOTIFYs can follow it.
+    let subscribe = client.next_request().await;
+    assert!(subscribe.starts_with("SUBSCRIBE "), "{subscribe}");
+    assert!(subscribe.contains("\r\nVia: SIP/2.0/TCP "), "{subscribe}");
+    assert!(subscribe.contains(";transport=tcp>"), "{subscribe}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

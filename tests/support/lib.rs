@@ -318,5 +318,6 @@ pub fn addr(text: &str) -> SocketAddr {
 }
 pub mod kamailio;
 pub mod pair;
+pub mod pki;
 pub mod rtpengine;
 pub mod system;

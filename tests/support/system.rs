@@ -105,6 +105,9 @@ pub struct CollectorOpts {
     pub subscription_expires: u32,
     /// `sip.transports`: TCP beside UDP, on the same port.
     pub tcp: bool,
+    /// `sip.transports` with `"tls"`: the config then needs a `[sip.tls]`
+    /// table (given as the extra text) with `listen = "127.0.0.1:0"`.
+    pub tls: bool,
 }
 
 impl Default for CollectorOpts {
@@ -114,6 +117,7 @@ impl Default for CollectorOpts {
             min_expires: 2,
             subscription_expires: 30,
             tcp: false,
+            tls: false,
         }
     }
 }
@@ -129,6 +133,8 @@ pub struct Collector {
     pub http_port: Option<u16>,
     /// The redirect server's port, likewise.
     pub redirect_port: Option<u16>,
+    /// The SIP TLS port, likewise.
+    pub tls_port: Option<u16>,
     /// The control socket.
     pub socket: PathBuf,
     /// The operator-configuration store.
@@ -194,6 +200,7 @@ impl Collector {
                 "sip" => announced("listening on udp "),
                 "http" => announced("listening on http "),
                 "redirect" => announced("redirect server listening on udp "),
+                "sip.tls" => announced("listening on tls "),
                 _ => None,
             };
             match port {
@@ -202,6 +209,7 @@ impl Collector {
                     match section.as_str() {
                         "sip" => self.port = p,
                         "http" => self.http_port = Some(p),
+                        "sip.tls" => self.tls_port = Some(p),
                         _ => self.redirect_port = Some(p),
                     }
                 }
@@ -252,10 +260,11 @@ path = "{state}"
                 "[http]\nlisten = \"off\""
             },
             node = opts.node,
-            transports = if opts.tcp {
-                r#"["udp", "tcp"]"#
-            } else {
-                r#"["udp"]"#
+            transports = match (opts.tcp, opts.tls) {
+                (false, false) => r#"["udp"]"#,
+                (true, false) => r#"["udp", "tcp"]"#,
+                (false, true) => r#"["udp", "tls"]"#,
+                (true, true) => r#"["udp", "tcp", "tls"]"#,
             },
             min = opts.min_expires,
             sub = opts.subscription_expires,
@@ -268,6 +277,7 @@ path = "{state}"
             port,
             http_port: None,
             redirect_port: None,
+            tls_port: None,
             socket,
             state,
             config,
@@ -321,6 +331,12 @@ path = "{state}"
     /// The realm URI agents register to.
     pub fn realm(&self) -> String {
         format!("sip:127.0.0.1:{}", self.port)
+    }
+
+    /// The `sips:` realm URI agents register to over TLS.
+    pub fn tls_realm(&self) -> String {
+        let port = self.tls_port.expect("the collector listens on tls");
+        format!("sips:127.0.0.1:{port}")
     }
 
     /// One control request on a fresh connection.
@@ -481,6 +497,8 @@ pub struct AgentSpec {
     /// Every account's `auth_password` (the test collectors know
     /// `msr-secret`).
     pub auth_password: String,
+    /// More attributes of `<agent>`, e.g. `tls-ca="…"`.
+    pub agent_attributes: String,
 }
 
 impl Default for AgentSpec {
@@ -497,6 +515,7 @@ impl Default for AgentSpec {
             sip_port: 0,
             notify_high_water: msr_agent::notifier::DEFAULT_HIGH_WATER,
             auth_password: "msr-secret".into(),
+            agent_attributes: String::new(),
         }
     }
 }
@@ -528,7 +547,7 @@ pub fn agent_xml(spec: &AgentSpec, calls: &Path) -> String {
     <pbyte>
         <mcc bind-addr="127.0.0.1" port="{mcc}"/>
     </pbyte>
-    <agent sip-port="{sip_port}" register-expires="{reg}" max-subscription-expires="{maxsub}" calls-source="file:{calls}" notify-high-water="{hw}" notify-min-interval-ms="{nmi}" sample-interval-ms="{sample}"/>
+    <agent sip-port="{sip_port}" register-expires="{reg}" max-subscription-expires="{maxsub}" calls-source="file:{calls}" notify-high-water="{hw}" notify-min-interval-ms="{nmi}" sample-interval-ms="{sample}" {more}/>
 </config>
 "#,
         engine = spec.engine_port,
@@ -542,6 +561,7 @@ pub fn agent_xml(spec: &AgentSpec, calls: &Path) -> String {
         nmi = spec.notify_min_interval_ms,
         hw = spec.notify_high_water,
         sample = spec.sample_interval_ms,
+        more = spec.agent_attributes,
     )
 }
 

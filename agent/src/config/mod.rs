@@ -363,6 +363,22 @@ pub struct AgentSettings {
     /// realm>` URIs (SPEC §4); IP addresses separated by spaces or commas.
     /// Default: none.
     pub allow_subscribers: Vec<IpAddr>,
+    /// `tls-ca`, `tls-cert`, `tls-key`: SIP over TLS to `sips:` realms
+    /// (SPEC §4); required when a realm is `sips:`.
+    pub tls: Option<AgentTls>,
+}
+
+/// `<agent tls-ca tls-cert tls-key>`: how the agent's TLS connections to
+/// its registrars are checked and, for mutual TLS, who it says it is. The
+/// files are read when the endpoint starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentTls {
+    /// `tls-ca`: the CAs (PEM) the registrar's certificate must chain
+    /// to; its name must match the realm's host.
+    pub ca: PathBuf,
+    /// `tls-cert` and `tls-key`: the agent's client certificate chain and
+    /// its private key (PEM), for a registrar that asks for one.
+    pub identity: Option<(PathBuf, PathBuf)>,
 }
 
 impl Default for AgentSettings {
@@ -378,6 +394,7 @@ impl Default for AgentSettings {
             sip_port: 0,
             log_file: None,
             allow_subscribers: Vec::new(),
+            tls: None,
         }
     }
 }
@@ -396,6 +413,9 @@ impl AgentSettings {
         "sip-port",
         "log-file",
         "allow-subscribers",
+        "tls-ca",
+        "tls-cert",
+        "tls-key",
     ];
 }
 

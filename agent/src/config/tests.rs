@@ -495,6 +495,7 @@ fn agent_element_is_parsed_strictly() -> TestResult {
                 "10.0.0.6".parse()?,
                 "2001:db8::1".parse()?,
             ],
+            tls: None,
         }
     );
     let m = err(&doc(GOOD_GENERAL, r#"<agent expires="60"/>"#));
@@ -502,7 +503,7 @@ fn agent_element_is_parsed_strictly() -> TestResult {
         m,
         "config-examples/bad.xml:6:3: <agent expires>: unknown attribute, accepted: register-expires, \
          max-subscription-expires, calls-source, notify-min-interval-ms, notify-high-water, sample-interval-ms, node-name, \
-         sip-port, log-file, allow-subscribers"
+         sip-port, log-file, allow-subscribers, tls-ca, tls-cert, tls-key"
     );
     assert!(err(&doc(GOOD_GENERAL, r#"<agent calls-source="socket"/>"#))
         .contains(r#"<agent calls-source="socket">: bad calls-source, accepted: proc, file:/path, fixed:N"#));
@@ -960,4 +961,30 @@ fn many_skipped_siblings_parse() {
     // element (that made it quadratic); RELIABILITY.md has the timings.
     let text = doc(GOOD_GENERAL, &format!("<e>{}</e>", "<x/>".repeat(200_000)));
     assert!(parse(&text, origin()).is_ok());
+}
+
+#[test]
+fn a_sips_realm_needs_the_ca_of_the_registrars_certificate() -> TestResult {
+    let account = r#"<accounts><dynamic msr_name="msr_1" realm="sips:10.0.0.1:5061" auth_name="a" auth_password="p"/></accounts>"#;
+    let m = err(&doc(GOOD_GENERAL, account));
+    assert!(m.contains("<agent tls-ca> is missing"), "{m}");
+    let text = doc(
+        GOOD_GENERAL,
+        &format!(
+            r#"{account}<agent tls-ca="/etc/ca.pem" tls-cert="/etc/c.pem" tls-key="/etc/c.key"/>"#
+        ),
+    );
+    let c = parse(&text, origin())?;
+    let tls = c.agent.tls.ok_or("tls settings")?;
+    assert_eq!(tls.ca, PathBuf::from("/etc/ca.pem"));
+    assert_eq!(
+        tls.identity,
+        Some((PathBuf::from("/etc/c.pem"), PathBuf::from("/etc/c.key")))
+    );
+    let m = err(&doc(
+        GOOD_GENERAL,
+        &format!(r#"{account}<agent tls-ca="/etc/ca.pem" tls-cert="/etc/c.pem"/>"#),
+    ));
+    assert!(m.contains("tls-key is missing"), "{m}");
+    Ok(())
 }

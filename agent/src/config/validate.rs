@@ -13,7 +13,7 @@ use super::xml::{
     RawAccounts, RawAgent, RawConfig, RawDynamic, RawGeneral, RawMcc, RawMedia, RawTransport, Scan,
 };
 use super::{
-    Account, AgentConfig, AgentSettings, CallsSource, ConfigError, General, LoadSensor,
+    Account, AgentConfig, AgentSettings, AgentTls, CallsSource, ConfigError, General, LoadSensor,
     MediaConfig, PortSetting, Realm, TransportConfig, Transports, ValueProblem, DEFAULT_LOAD_DELTA,
 };
 
@@ -159,6 +159,15 @@ pub(super) fn validate(
                 "rtpengine is asked at its ng port, <pbyte><mcc bind-addr port>, which this file lacks",
             ),
             "proc, file:/path, fixed:N, or rtpengine with <pbyte><mcc> set to rtpengine's listen-ng address",
+        ));
+    }
+    if let (Some(sips), None) = (accounts.iter().find(|a| a.realm.is_sips()), &agent.tls) {
+        return Err(cx.invalid(
+            "dynamic",
+            "realm",
+            &sips.realm.uri,
+            ValueProblem::Detail("a sips: realm is reached over tls, and <agent tls-ca> is missing"),
+            "a sips: realm with <agent tls-ca=\"/path/ca.pem\"> (the CA of the registrar's certificate), or a sip: realm",
         ));
     }
     let config = AgentConfig {
@@ -530,6 +539,58 @@ fn agent(cx: &Ctx<'_>, raw: &RawAgent) -> Result<AgentSettings, ConfigError> {
             }
         }
     }
+    let path = |key: &'static str, v: &Option<String>| -> Result<Option<PathBuf>, ConfigError> {
+        match v.as_deref() {
+            None => Ok(None),
+            Some(v) if v.trim().is_empty() || v.ends_with('/') => Err(cx.invalid(
+                E,
+                key,
+                v,
+                ValueProblem::Bad,
+                "the path of a pem file, e.g. /etc/msr-agent/tls/ca.pem",
+            )),
+            Some(v) => Ok(Some(PathBuf::from(v))),
+        }
+    };
+    let ca = path("tls-ca", &raw.tls_ca)?;
+    let identity = match (
+        path("tls-cert", &raw.tls_cert)?,
+        path("tls-key", &raw.tls_key)?,
+    ) {
+        (None, None) => None,
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (Some(cert), None) => {
+            return Err(cx.invalid(
+                E,
+                "tls-cert",
+                &cert.display().to_string(),
+                ValueProblem::Detail("tls-key is missing"),
+                "tls-cert and tls-key together, or neither",
+            ))
+        }
+        (None, Some(key)) => {
+            return Err(cx.invalid(
+                E,
+                "tls-key",
+                &key.display().to_string(),
+                ValueProblem::Detail("tls-cert is missing"),
+                "tls-cert and tls-key together, or neither",
+            ))
+        }
+    };
+    let tls = match (ca, identity) {
+        (Some(ca), identity) => Some(AgentTls { ca, identity }),
+        (None, None) => None,
+        (None, Some((cert, _))) => {
+            return Err(cx.invalid(
+                E,
+                "tls-cert",
+                &cert.display().to_string(),
+                ValueProblem::Detail("tls-ca is missing"),
+                "tls-ca beside tls-cert and tls-key (the registrar's certificate is checked)",
+            ))
+        }
+    };
     Ok(AgentSettings {
         register_expires,
         max_subscription_expires,
@@ -542,6 +603,7 @@ fn agent(cx: &Ctx<'_>, raw: &RawAgent) -> Result<AgentSettings, ConfigError> {
         sip_port: d.sip_port,
         log_file,
         allow_subscribers,
+        tls,
     })
 }
 

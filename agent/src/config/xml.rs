@@ -152,6 +152,12 @@ pub(super) struct RawAgent {
     pub(super) log_file: Option<String>,
     #[serde(rename = "@allow-subscribers")]
     pub(super) allow_subscribers: Option<String>,
+    #[serde(rename = "@tls-ca")]
+    pub(super) tls_ca: Option<String>,
+    #[serde(rename = "@tls-cert")]
+    pub(super) tls_cert: Option<String>,
+    #[serde(rename = "@tls-key")]
+    pub(super) tls_key: Option<String>,
 }
 
 /// What the well-formedness scan learned besides "the file is well formed".

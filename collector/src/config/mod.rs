@@ -104,6 +104,8 @@ pub enum Transport {
     Udp,
     /// TCP listener on the same address and port.
     Tcp,
+    /// TLS listener ([`SipTls::listen`], RFC 3261 §26).
+    Tls,
 }
 
 impl fmt::Display for Transport {
@@ -111,6 +113,7 @@ impl fmt::Display for Transport {
         f.write_str(match self {
             Transport::Udp => "udp",
             Transport::Tcp => "tcp",
+            Transport::Tls => "tls",
         })
     }
 }
@@ -174,6 +177,11 @@ pub fn restart_needed(running: &CollectorConfig, new: &CollectorConfig) -> Vec<&
     differs(
         running.sip.transports != new.sip.transports,
         "sip.transports",
+    );
+    differs(
+        running.sip.tls.as_ref().map(|t| (t.listen, t.require))
+            != new.sip.tls.as_ref().map(|t| (t.listen, t.require)),
+        "sip.tls",
     );
     differs(
         running.control_socket != new.control_socket,
@@ -371,6 +379,9 @@ pub struct SipConfig {
     pub max_expires: u32,
     /// Algorithms offered in challenges, in order.
     pub digest_algorithms: Vec<DigestAlgorithm>,
+    /// `[sip.tls]`: present exactly when [`Transport::Tls`] is among the
+    /// transports.
+    pub tls: Option<SipTls>,
 }
 
 impl SipConfig {
@@ -379,6 +390,29 @@ impl SipConfig {
         self.transports.contains(&Transport::Tcp)
     }
 }
+
+/// `[sip.tls]`: SIP over TLS (RFC 3261 §26, SPEC §4). The files are read
+/// when the collector starts and on every reload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SipTls {
+    /// The TLS listener's address (the `sips:` Contact of the collector's
+    /// SUBSCRIBEs over TLS); port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// The collector's certificate chain (PEM).
+    pub cert: PathBuf,
+    /// Its private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// Mutual TLS: when set, a TLS peer must present a client certificate
+    /// that chains to one of these CAs (PEM), or the handshake fails.
+    pub client_ca: Option<PathBuf>,
+    /// Whether REGISTER and NOTIFY are taken over TLS only; over UDP or
+    /// TCP they are answered `403`.
+    pub require: bool,
+}
+
+/// The TLS port when `[sip.tls] listen` is not given (RFC 3261 §26.2.2,
+/// as 5060 is for UDP and TCP).
+pub const DEFAULT_TLS_PORT: u16 = 5061;
 
 /// One `[[accounts]]` entry.
 #[derive(Clone, PartialEq, Eq)]

@@ -220,6 +220,18 @@ pub(super) struct RawSip {
     pub(super) max_expires: u32,
     #[serde(default = "default_digest_algorithms")]
     pub(super) digest_algorithms: Vec<String>,
+    pub(super) tls: Option<RawSipTls>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSipTls {
+    pub(super) listen: Option<String>,
+    pub(super) cert: Option<PathBuf>,
+    pub(super) key: Option<PathBuf>,
+    pub(super) client_ca: Option<PathBuf>,
+    #[serde(default)]
+    pub(super) require: bool,
 }
 
 impl Default for RawSip {
@@ -232,6 +244,7 @@ impl Default for RawSip {
             min_expires: default_min_expires(),
             max_expires: default_max_expires(),
             digest_algorithms: default_digest_algorithms(),
+            tls: None,
         }
     }
 }

@@ -262,6 +262,39 @@ fn tcp_is_optional_and_algorithms_dedupe() {
 }
 
 #[test]
+fn tls_listens_on_5061_beside_the_sip_address_unless_told_and_needs_its_table() {
+    let tls = "[sip.tls]\ncert = \"c.pem\"\nkey = \"k.pem\"\n";
+    let c = parse(
+        &format!("[sip]\nlisten = \"10.0.0.1:5060\"\ntransports = [\"udp\", \"tls\"]\n{tls}"),
+        "s",
+    )
+    .expect("valid");
+    let t = c.sip.tls.expect("tls");
+    assert_eq!(t.listen, "10.0.0.1:5061".parse().expect("addr"));
+    assert_eq!((t.client_ca, t.require), (None, false));
+    // Port 0 for SIP (tests, the quickstart): a free port for TLS too.
+    let c = parse(
+        &format!("[sip]\nlisten = \"127.0.0.1:0\"\ntransports = [\"udp\", \"tls\"]\n{tls}"),
+        "s",
+    )
+    .expect("valid");
+    assert_eq!(c.sip.tls.expect("tls").listen.port(), 0);
+    // A [sip.tls] table without "tls" among the transports is a mistake.
+    let e = parse(&format!("[sip]\ntransports = [\"udp\"]\n{tls}"), "s")
+        .expect_err("tls table without the transport");
+    assert!(
+        e.to_string().contains("\"tls\" when [sip.tls] is set"),
+        "{e}"
+    );
+    let e = parse(
+        &format!("[sip]\ntransports = [\"udp\", \"tls\"]\n{tls}listen = \"0.0.0.0:5061\"\n"),
+        "s",
+    )
+    .expect_err("unspecified tls address");
+    assert!(e.to_string().contains("sip.tls.listen"), "{e}");
+}
+
+#[test]
 fn the_password_is_not_printed_in_debug() {
     let a = Account {
         auth_name: "msr".into(),

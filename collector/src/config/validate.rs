@@ -170,16 +170,25 @@ fn validate_sip(raw: &RawSip, invalid: Invalid<'_>) -> Result<SipConfig, ConfigE
         match t.to_ascii_lowercase().as_str() {
             "udp" => transports.insert(Transport::Udp),
             "tcp" => transports.insert(Transport::Tcp),
-            _ => return Err(invalid("sip.transports", quoted(t), "\"udp\" or \"tcp\"")),
+            "tls" => transports.insert(Transport::Tls),
+            _ => {
+                return Err(invalid(
+                    "sip.transports",
+                    quoted(t),
+                    "\"udp\", \"tcp\" or \"tls\"",
+                ))
+            }
         };
     }
     if !transports.contains(&Transport::Udp) {
         return Err(invalid(
             "sip.transports",
             format!("{:?}", raw.transports),
-            "a list containing \"udp\" (requests are sent over udp), optionally \"tcp\"",
+            "a list containing \"udp\" (keepalives to udp contacts leave from it), \
+             optionally \"tcp\" and \"tls\"",
         ));
     }
+    let tls = validate_sip_tls(raw, listen, transports.contains(&Transport::Tls), invalid)?;
     let realm = raw.realm.trim_matches(' ');
     if let Some(problem) = realm_problem(realm) {
         return Err(invalid(
@@ -240,7 +249,85 @@ fn validate_sip(raw: &RawSip, invalid: Invalid<'_>) -> Result<SipConfig, ConfigE
         min_expires: raw.min_expires,
         max_expires: raw.max_expires,
         digest_algorithms,
+        tls,
     })
+}
+
+/// `[sip.tls]`: there exactly when `"tls"` is a transport, with a
+/// specific listen address and both `cert` and `key`.
+fn validate_sip_tls(
+    raw: &RawSip,
+    sip_listen: SocketAddr,
+    wanted: bool,
+    invalid: Invalid<'_>,
+) -> Result<Option<SipTls>, ConfigError> {
+    let tls = match (&raw.tls, wanted) {
+        (None, false) => return Ok(None),
+        (None, true) => {
+            return Err(invalid(
+                "sip.tls",
+                "(missing)".into(),
+                "a [sip.tls] table with `cert` and `key` when sip.transports has \"tls\"",
+            ))
+        }
+        (Some(_), false) => {
+            return Err(invalid(
+                "sip.transports",
+                format!("{:?}", raw.transports),
+                "a list containing \"tls\" when [sip.tls] is set",
+            ))
+        }
+        (Some(tls), true) => tls,
+    };
+    let listen = match &tls.listen {
+        None => {
+            let port = if sip_listen.port() == 0 {
+                0
+            } else {
+                DEFAULT_TLS_PORT
+            };
+            SocketAddr::new(sip_listen.ip(), port)
+        }
+        Some(text) => {
+            let listen: SocketAddr = text.parse().map_err(|_| {
+                invalid(
+                    "sip.tls.listen",
+                    quoted(text),
+                    "an ip:port socket address, e.g. \"127.0.0.1:5061\"",
+                )
+            })?;
+            if listen.ip().is_unspecified() {
+                return Err(invalid(
+                    "sip.tls.listen",
+                    quoted(text),
+                    "a specific ip:port (it is the sips: Contact MSRs send NOTIFYs to), \
+                     not 0.0.0.0 or [::]",
+                ));
+            }
+            listen
+        }
+    };
+    let file = |key: &str, value: &Option<PathBuf>, what: &str| {
+        value
+            .clone()
+            .filter(|p| !p.as_os_str().is_empty())
+            .ok_or_else(|| invalid(key, "(missing)".into(), what))
+    };
+    Ok(Some(SipTls {
+        listen,
+        cert: file(
+            "sip.tls.cert",
+            &tls.cert,
+            "the path of the collector's certificate chain (pem)",
+        )?,
+        key: file(
+            "sip.tls.key",
+            &tls.key,
+            "the path of the collector's private key (pem)",
+        )?,
+        client_ca: tls.client_ca.clone().filter(|p| !p.as_os_str().is_empty()),
+        require: tls.require,
+    }))
 }
 
 /// `[[accounts]]`: unique user names that fit a digest header, non-empty

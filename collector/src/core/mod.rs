@@ -38,6 +38,7 @@
 //! and the RNG is seeded at construction. It logs through `tracing`.
 
 mod commits;
+mod flows;
 mod glue;
 pub mod log;
 #[cfg(test)]
@@ -50,7 +51,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use msr_shared::admin::{Request, Response};
-use msr_shared::sip::transaction::{ClientTransactions, Outcome, SendError};
+pub use msr_shared::sip::transaction::StreamTransport;
+use msr_shared::sip::transaction::{ClientTransactions, Link, Outcome, SendError};
 use msr_shared::sip::{self, wire, Method, SipMessage, StatusCode};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -79,8 +81,8 @@ pub const USER_AGENT: &str = concat!("msr-collector/", env!("CARGO_PKG_VERSION")
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct AdminId(pub u64);
 
-/// Identifies a stream connection (TCP) a request came on: its response
-/// goes back over it.
+/// Identifies a stream connection (TCP or TLS) a request came on: its
+/// response goes back over it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StreamId(pub u64);
 
@@ -99,8 +101,8 @@ pub enum RequestId {
 pub enum Route {
     /// A datagram from (or to) this address, through the SIP socket.
     Udp(SocketAddr),
-    /// A stream connection.
-    Stream(StreamId),
+    /// A stream connection, and what it carries.
+    Stream(StreamId, StreamTransport),
 }
 
 /// A SIP message that arrived.
@@ -225,6 +227,9 @@ pub struct Collector {
     rng: StdRng,
     metrics: Arc<Metrics>,
     transactions: ClientTransactions<RequestId>,
+    flows: flows::Flows,
+    /// `[sip.tls] require`: REGISTER and NOTIFY over TLS only.
+    require_tls: bool,
     commits: commits::Commits,
     bindings: BindingSaves,
     transmits: VecDeque<Transmit>,
@@ -312,6 +317,8 @@ impl Collector {
             rng: StdRng::seed_from_u64(start.seed),
             metrics: start.metrics,
             transactions: ClientTransactions::new(start.local, USER_AGENT),
+            flows: flows::Flows::default(),
+            require_tls: config.sip.tls.as_ref().is_some_and(|t| t.require),
             commits: commits::Commits::new(start.backend),
             bindings: BindingSaves::default(),
             transmits: VecDeque::new(),
@@ -415,10 +422,25 @@ impl Collector {
 
     /// Answers one request (module docs: statelessly).
     fn on_request(&mut self, now: Instant, route: Route, source: SocketAddr, req: &sip::Request) {
+        let over_tls = matches!(route, Route::Stream(_, StreamTransport::Tls));
         let response = match req.method {
+            Method::Register | Method::Notify if self.require_tls && !over_tls => {
+                // `[sip.tls] require`: an MSR's registration and its load
+                // reports are taken over TLS only.
+                info!(
+                    target: msr_shared::logging::NETWORK,
+                    method = %req.method,
+                    %source,
+                    "request refused: sip.tls.require takes registrations and notifies over tls only"
+                );
+                sip::response(req, StatusCode::Forbidden, Some(&sip::random_token()))
+            }
             Method::Register => {
                 let response = self.registrar.handle_register(now, req, Some(source));
                 self.metrics.register(response.status_code.code());
+                if response.status_code == StatusCode::OK {
+                    self.flows.registered(route, req);
+                }
                 // A 200 waits for the disk when this REGISTER changed a
                 // binding (the settle that follows counts the change: the
                 // next generation) or an earlier change is not saved yet.
@@ -438,7 +460,8 @@ impl Collector {
             }
             Method::Notify => {
                 let unix = self.unix_secs(now);
-                let response = self.subscriber.handle_notify(now, unix, Some(source), req);
+                let sender = self.flows.sender(route, source);
+                let response = self.subscriber.handle_notify(now, unix, Some(sender), req);
                 self.metrics.notify(response.status_code == StatusCode::OK);
                 if response.status_code != StatusCode::OK {
                     // Anyone can send NOTIFYs: rate limited
@@ -514,15 +537,20 @@ impl Collector {
         request: sip::Request,
         timeout: Option<Duration>,
     ) -> Result<(), String> {
-        let to = sip::uri_socket_addr(&request.uri.to_string())
+        let target = request.uri.to_string();
+        let to = sip::uri_socket_addr(&target)
             .ok_or_else(|| format!("target {} is not an ip address and port", request.uri))?;
-        let sent = match timeout {
-            Some(timeout) => self
-                .transactions
-                .send_with_timeout(now, id, to, request, timeout),
-            None => self.transactions.send(now, id, to, request),
-        };
-        sent.map_err(|e: SendError| e.to_string())
+        let (link, contact) = self.flows.link(&target, to)?;
+        let mut request = request;
+        if link != Link::Udp && sip::header(&request.headers, "Contact").is_some() {
+            // The NOTIFYs come back on the transport the SUBSCRIBE left on
+            // (flows' module docs): the Contact names that listener.
+            sip::set_header(&mut request.headers, "Contact", format!("<{contact}>"));
+        }
+        let timeout = timeout.unwrap_or(msr_shared::sip::transaction::TIMER_F);
+        self.transactions
+            .send_on(now, id, to, request, timeout, link)
+            .map_err(|e: SendError| e.to_string())
     }
 
     /// Does what is due at `now`.
@@ -567,10 +595,32 @@ impl Collector {
         if let Some(t) = self.transmits.pop_front() {
             return Some(t);
         }
-        self.transactions.poll_transmit().map(|d| Transmit {
-            route: Route::Udp(d.to),
-            bytes: d.bytes,
-        })
+        while let Some(d) = self.transactions.poll_transmit() {
+            let route = match d.link {
+                Link::Udp => Route::Udp(d.to),
+                // Gone since: the transaction times out (Timer F).
+                Link::Stream { .. } => match self.flows.route(d.to) {
+                    Some(route) => route,
+                    None => continue,
+                },
+            };
+            return Some(Transmit {
+                route,
+                bytes: d.bytes,
+            });
+        }
+        None
+    }
+
+    /// The shell bound these stream listeners (flows' module docs).
+    pub fn set_stream_listeners(&mut self, tcp: Option<SocketAddr>, tls: Option<SocketAddr>) {
+        self.flows.set_listeners(tcp, tls);
+    }
+
+    /// Stream connection `id` closed: the collector's requests to the
+    /// contacts registered over it wait for their next registration.
+    pub fn handle_stream_closed(&mut self, id: StreamId) {
+        self.flows.closed(id);
     }
 
     /// The next effect for the shell.

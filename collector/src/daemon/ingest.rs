@@ -1,5 +1,6 @@
-//! The SIP sockets: the UDP reader with its admission, the TCP listener
-//! with its framing, and the writer of everything the core sends.
+//! The SIP sockets: the UDP reader with its admission, the TCP and TLS
+//! listeners with their framing, and the writer of everything the core
+//! sends.
 //!
 //! The reader runs beside the core's loop, on another worker thread: it
 //! reads datagrams in batches, classes each one before any work is done on
@@ -32,7 +33,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::core::{Inbound, Route, StreamId, Transmit};
+use crate::core::{Inbound, Route, StreamId, StreamTransport, Transmit};
 use crate::sip::admission::{Admission, AdmissionConfig, Class};
 
 /// Datagrams read in one wake-up of the reader: one batch for the loop.
@@ -54,8 +55,12 @@ const DROP_LOG_INTERVAL: Duration = Duration::from_secs(5);
 /// The largest UDP payload (RFC 768's 16-bit length less the headers).
 const UDP_MAX_PAYLOAD: usize = 65_535;
 
-/// TCP connections served at once.
+/// Stream connections (TCP and TLS together) served at once.
 const MAX_STREAMS: usize = 1_024;
+
+/// A TLS handshake must be over within this long (RFC 3261 §26.3.1
+/// leaves it to the implementation): a peer that stalls it holds a slot.
+const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
 
 /// A TCP connection that sends nothing for this long is closed.
 const STREAM_IDLE: Duration = Duration::from_secs(300);
@@ -341,13 +346,23 @@ struct StreamEntry {
     close: CancellationToken,
 }
 
-/// The TCP connections' writers, by id.
+/// The stream connections' writers, by id.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Streams {
     inner: Arc<Mutex<HashMap<StreamId, StreamEntry>>>,
+    /// Told each connection that closed (the core forgets its flows).
+    closed: Option<mpsc::UnboundedSender<StreamId>>,
 }
 
 impl Streams {
+    /// No connection yet; each one that closes is sent to `closed`.
+    pub(super) fn new(closed: mpsc::UnboundedSender<StreamId>) -> Self {
+        Self {
+            inner: Arc::default(),
+            closed: Some(closed),
+        }
+    }
+
     /// Registers a new connection, making room when every slot is taken
     /// ([`EVICT_AFTER`]); [`Admitted::Refused`] when there is none to make.
     fn admit(
@@ -372,6 +387,9 @@ impl Streams {
             };
             if let Some(e) = m.remove(&old) {
                 e.close.cancel();
+                if let Some(closed) = &self.closed {
+                    let _ = closed.send(old);
+                }
             }
             evicted = true;
         }
@@ -399,8 +417,14 @@ impl Streams {
     }
 
     fn remove(&self, id: StreamId) {
-        if let Ok(mut m) = self.inner.lock() {
-            m.remove(&id);
+        let removed = self
+            .inner
+            .lock()
+            .ok()
+            .and_then(|mut m| m.remove(&id))
+            .is_some();
+        if let (true, Some(closed)) = (removed, &self.closed) {
+            let _ = closed.send(id);
         }
     }
 
@@ -425,14 +449,36 @@ enum Admitted {
     Refused,
 }
 
-/// Accepts TCP connections until `cancel`; each is read by its own task
-/// ([`serve_stream`]).
-pub(super) async fn accept_tcp(
+/// How a listener's connections are opened: as they are (TCP), or
+/// through a TLS handshake with the acceptor of the moment (it is
+/// replaced when the certificate files are reloaded).
+#[derive(Clone)]
+pub(super) enum Opening {
+    /// Plain TCP.
+    Tcp,
+    /// TLS (RFC 3261 §26).
+    Tls(Arc<RwLock<tokio_rustls::TlsAcceptor>>),
+}
+
+impl Opening {
+    fn transport(&self) -> StreamTransport {
+        match self {
+            Opening::Tcp => StreamTransport::Tcp,
+            Opening::Tls(_) => StreamTransport::Tls,
+        }
+    }
+}
+
+/// Accepts connections until `cancel`; each is read by its own task
+/// ([`serve_stream`]), after its TLS handshake when `opening` says so.
+pub(super) async fn accept_streams(
     listener: TcpListener,
+    opening: Opening,
     to_loop: SendersHandle,
     streams: Streams,
     cancel: CancellationToken,
 ) {
+    let transport = opening.transport();
     let mut next = 0u64;
     let mut refused = 0u64;
     let mut evicted = 0u64;
@@ -445,7 +491,7 @@ pub(super) async fn accept_tcp(
         let (stream, peer) = match accepted {
             Ok(v) => v,
             Err(e) => {
-                debug!(error = %e, "sip tcp accept failed");
+                debug!(error = %e, %transport, "sip stream accept failed");
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
@@ -469,7 +515,8 @@ pub(super) async fn accept_tcp(
                 max = MAX_STREAMS,
                 refused,
                 evicted,
-                "sip tcp connections at their limit: new ones refused, or given the slot of the quietest"
+                %transport,
+                "sip stream connections at their limit: new ones refused, or given the slot of the quietest"
             );
             last_log = Some(now);
             refused = 0;
@@ -479,19 +526,88 @@ pub(super) async fn accept_tcp(
             // Dropping the stream closes it.
             continue;
         }
-        tokio::spawn(serve_stream(
-            stream,
-            peer,
-            StreamIo { id, tx, rx, close },
-            to_loop.clone(),
-            streams.clone(),
-        ));
+        let io = StreamIo {
+            id,
+            transport,
+            tx,
+            rx,
+            close,
+        };
+        match &opening {
+            Opening::Tcp => {
+                tokio::spawn(serve_stream(
+                    stream,
+                    peer,
+                    io,
+                    to_loop.clone(),
+                    streams.clone(),
+                ));
+            }
+            Opening::Tls(acceptor) => {
+                let Ok(acceptor) = acceptor.read().map(|a| a.clone()) else {
+                    streams.remove(id);
+                    continue;
+                };
+                let (to_loop, streams) = (to_loop.clone(), streams.clone());
+                tokio::spawn(async move {
+                    let handshake =
+                        tokio::time::timeout(HANDSHAKE_DEADLINE, acceptor.accept(stream));
+                    let failure = tokio::select! {
+                        () = io.close.cancelled() => None,
+                        done = handshake => match done {
+                            Ok(Ok(tls)) => {
+                                serve_stream(tls, peer, io, to_loop, streams).await;
+                                return;
+                            }
+                            Ok(Err(e)) => Some(e.to_string()),
+                            Err(_) => Some("handshake not finished in time".to_owned()),
+                        },
+                    };
+                    if let Some(reason) = failure {
+                        // A peer without the right certificate: nothing of
+                        // it reaches the core (SPEC §4).
+                        tls_refused(peer, &reason);
+                    }
+                    streams.remove(id);
+                });
+            }
+        }
     }
 }
 
-/// A connection's id, its writer queue and its closing token.
+/// At most one line per this interval about refused TLS handshakes.
+const TLS_LOG_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Logs a failed TLS handshake, rate-limited: the first one of an
+/// interval with its peer and cause, then a count.
+fn tls_refused(peer: SocketAddr, reason: &str) {
+    static LOG: Mutex<(Option<std::time::Instant>, u64)> = Mutex::new((None, 0));
+    let Ok(mut log) = LOG.lock() else {
+        return;
+    };
+    log.1 += 1;
+    let now = std::time::Instant::now();
+    if log
+        .0
+        .is_some_and(|at| now.duration_since(at) < TLS_LOG_INTERVAL)
+    {
+        return;
+    }
+    warn!(
+        target: msr_shared::logging::NETWORK,
+        %peer,
+        cause = %reason.escape_debug(),
+        refused = log.1,
+        "sip tls connection refused: the handshake failed"
+    );
+    *log = (Some(now), 0);
+}
+
+/// A connection's id and transport, its writer queue and its closing
+/// token.
 struct StreamIo {
     id: StreamId,
+    transport: StreamTransport,
     tx: mpsc::UnboundedSender<Bytes>,
     rx: mpsc::UnboundedReceiver<Bytes>,
     close: CancellationToken,
@@ -504,23 +620,31 @@ struct StreamIo {
 /// longer than [`MESSAGE_DEADLINE`] to arrive whole, when it is not SIP,
 /// or when it is evicted; after the peer's EOF it stays open for writing
 /// until [`STREAM_LINGER`] after the last message it sent.
-async fn serve_stream(
-    stream: tokio::net::TcpStream,
+async fn serve_stream<S>(
+    stream: S,
     peer: SocketAddr,
     io: StreamIo,
     to_loop: SendersHandle,
     streams: Streams,
-) {
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
+{
     let StreamIo {
         id,
+        transport,
         tx,
         mut rx,
         close,
     } = io;
-    let (mut read, mut write) = stream.into_split();
+    let carrier = match transport {
+        StreamTransport::Tcp => Carrier::Tcp,
+        StreamTransport::Tls => Carrier::Tls,
+    };
+    let (mut read, mut write) = tokio::io::split(stream);
     let writer = tokio::spawn(async move {
         while let Some(bytes) = rx.recv().await {
-            if write.write_all(&bytes).await.is_err() {
+            // TLS buffers a record until flushed.
+            if write.write_all(&bytes).await.is_err() || write.flush().await.is_err() {
                 break;
             }
         }
@@ -558,9 +682,9 @@ async fn serve_stream(
         let mut batch = Vec::new();
         loop {
             match framer.next_frame() {
-                Ok(Some(Frame::Message(bytes))) => match wire::decode(&bytes, peer, Carrier::Tcp) {
+                Ok(Some(Frame::Message(bytes))) => match wire::decode(&bytes, peer, carrier) {
                     Ok(message) => batch.push(Inbound {
-                        route: Route::Stream(id),
+                        route: Route::Stream(id, transport),
                         source: peer,
                         message,
                     }),
@@ -621,7 +745,7 @@ pub(super) async fn write(
             }
             let sent = match t.route {
                 Route::Udp(to) => socket.send_to(&t.bytes, to).await.is_ok(),
-                Route::Stream(id) => streams.send(id, t.bytes),
+                Route::Stream(id, _) => streams.send(id, t.bytes),
             };
             if !sent {
                 failures += 1;

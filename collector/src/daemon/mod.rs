@@ -29,6 +29,7 @@ mod environment;
 mod ingest;
 #[cfg(test)]
 mod tests;
+pub mod tls;
 
 pub mod cli;
 
@@ -196,6 +197,24 @@ pub async fn start(
     if tcp.is_some() {
         info!(addr = %sip_addr, "listening on tcp {sip_addr}");
     }
+    let tls = match &config.sip.tls {
+        Some(settings) => {
+            let acceptor = tokio_rustls::TlsAcceptor::from(tls::server_config(settings)?);
+            let listener = tokio::net::TcpListener::bind(settings.listen)
+                .await
+                .map_err(|e| bind_error("tls", settings.listen, e))?;
+            let addr = listener
+                .local_addr()
+                .map_err(|e| bind_error("tls", settings.listen, e))?;
+            info!(
+                %addr,
+                mutual = settings.client_ca.is_some(),
+                "listening on tls {addr}"
+            );
+            Some((listener, addr, Arc::new(std::sync::RwLock::new(acceptor))))
+        }
+        None => None,
+    };
     let control_socket = config.control_socket.clone();
     let listener = admin::bind_control_socket(&control_socket).map_err(|source| {
         CollectorError::ControlSocket {
@@ -310,7 +329,12 @@ pub async fn start(
     let io_stop = CancellationToken::new();
     let known = ingest::KnownSources::default();
     let (queues, to_loop) = ingest::queues();
-    let streams = ingest::Streams::default();
+    let (closed_tx, closed_rx) = mpsc::unbounded_channel();
+    let streams = ingest::Streams::new(closed_tx);
+    core.set_stream_listeners(
+        tcp.as_ref().map(|_| sip_addr),
+        tls.as_ref().map(|(_, addr, _)| *addr),
+    );
     spawn_thread("sip-ingest", {
         let (to_loop, known, stats, stop) = (
             to_loop.clone(),
@@ -337,13 +361,27 @@ pub async fn start(
     })
     .map_err(|e| bind_error("udp", sip_addr, e))?;
     if let Some(listener) = tcp {
-        tokio::spawn(ingest::accept_tcp(
+        tokio::spawn(ingest::accept_streams(
             listener,
-            to_loop,
+            ingest::Opening::Tcp,
+            to_loop.clone(),
             streams.clone(),
             io_stop.clone(),
         ));
     }
+    let tls_acceptor = match tls {
+        Some((listener, _, acceptor)) => {
+            tokio::spawn(ingest::accept_streams(
+                listener,
+                ingest::Opening::Tls(Arc::clone(&acceptor)),
+                to_loop,
+                streams.clone(),
+                io_stop.clone(),
+            ));
+            Some(acceptor)
+        }
+        None => None,
+    };
     let (egress, from_loop) = mpsc::unbounded_channel();
     let writer = tokio::spawn(ingest::write(udp, streams, from_loop));
     let (saved_tx, saved_rx) = mpsc::unbounded_channel();
@@ -364,6 +402,8 @@ pub async fn start(
         known,
         known_generation: u64::MAX,
         metrics,
+        closed_rx,
+        tls_acceptor,
     };
     let socket_path = control_socket.clone();
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
@@ -500,6 +540,11 @@ struct Shell {
     known: ingest::KnownSources,
     known_generation: u64,
     metrics: Arc<Metrics>,
+    /// Stream connections that closed.
+    closed_rx: mpsc::UnboundedReceiver<crate::core::StreamId>,
+    /// The TLS listener's acceptor, replaced when a reload reads new
+    /// certificate files.
+    tls_acceptor: Option<Arc<std::sync::RwLock<tokio_rustls::TlsAcceptor>>>,
 }
 
 impl Shell {
@@ -535,6 +580,7 @@ impl Shell {
                     self.core.handle_bindings_saved(now, generation, result);
                 }
                 Some(config) = self.reload_rx.recv() => self.on_reload(&config),
+                Some(id) = self.closed_rx.recv() => self.core.handle_stream_closed(id),
                 () = sleep => {
                     let now = self.now();
                     self.core.handle_timeout(now);
@@ -548,6 +594,7 @@ impl Shell {
     fn on_reload(&mut self, config: &CollectorConfig) {
         let now = self.now();
         self.core.reconfigure(now, config);
+        self.reload_certificates(config);
         let pending = crate::config::restart_needed(&self.started, config);
         if pending.is_empty() {
             info!("configuration reloaded");
@@ -556,6 +603,25 @@ impl Shell {
                 restart_needed = %pending.join(", "),
                 "configuration reloaded; these settings differ from the running ones and take effect at the next restart"
             );
+        }
+    }
+
+    /// Reads the `[sip.tls]` files again: new connections get the new
+    /// certificate; files that cannot be used leave the running one.
+    fn reload_certificates(&mut self, config: &CollectorConfig) {
+        let (Some(acceptor), Some(settings)) = (&self.tls_acceptor, &config.sip.tls) else {
+            return;
+        };
+        match tls::server_config(settings) {
+            Ok(server) => {
+                if let Ok(mut running) = acceptor.write() {
+                    *running = tokio_rustls::TlsAcceptor::from(server);
+                    info!("sip tls certificate files read again");
+                }
+            }
+            Err(error) => {
+                warn!(%error, "sip tls files not reloaded; the running certificate stays")
+            }
         }
     }
 

@@ -11,7 +11,11 @@
 //!   transaction, which the loop answers with [`ServerTransaction::respond`].
 //!
 //! Every request and response leaves from the one UDP socket bound to the
-//! configured address (SPEC §4: one address for peers behind symmetric NAT).
+//! configured address (SPEC §4: one address for peers behind symmetric NAT),
+//! except a request to a `sips:` URI: it goes over a TLS connection
+//! (RFC 3261 §26) checked with the [`TlsClient`] set on the endpoint, and
+//! requests the peer sends back over that connection are served like any
+//! other.
 //! Malformed datagrams are dropped by rsipstack's parser before they reach
 //! this adapter.
 //!
@@ -299,7 +303,106 @@ pub fn std_udp_socket(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> 
     Ok(socket.into())
 }
 
+/// What TLS client connections are checked with (RFC 3261 §26.3.1): the
+/// CAs a server's certificate must chain to — its name must be the
+/// URI's host — and, for a server that asks, a client identity. PEM
+/// contents, checked when read.
+#[derive(Clone)]
+pub struct TlsClient {
+    ca: Vec<u8>,
+    identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for TlsClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsClient")
+            .field("identity", &self.identity.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A TLS file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {reason}")]
+pub struct TlsFileError {
+    /// The file.
+    pub path: std::path::PathBuf,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl TlsClient {
+    /// Reads the CA file and, when given, the client certificate chain
+    /// and its key.
+    ///
+    /// # Errors
+    /// [`TlsFileError`] naming the file that cannot be read or holds no
+    /// certificate (or key).
+    pub fn read(
+        ca: &std::path::Path,
+        identity: Option<(&std::path::Path, &std::path::Path)>,
+    ) -> Result<Self, TlsFileError> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let read = |path: &std::path::Path| {
+            std::fs::read(path).map_err(|e| TlsFileError {
+                path: path.to_owned(),
+                reason: e.to_string(),
+            })
+        };
+        let certificates = |path: &std::path::Path| -> Result<Vec<u8>, TlsFileError> {
+            let pem = read(path)?;
+            let count = CertificateDer::pem_slice_iter(&pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| TlsFileError {
+                    path: path.to_owned(),
+                    reason: format!("not a pem certificate file ({e})"),
+                })?
+                .len();
+            if count == 0 {
+                return Err(TlsFileError {
+                    path: path.to_owned(),
+                    reason: "no certificate in it".to_owned(),
+                });
+            }
+            Ok(pem)
+        };
+        let ca = certificates(ca)?;
+        let identity = match identity {
+            None => None,
+            Some((cert, key)) => {
+                let chain = certificates(cert)?;
+                let key_pem = read(key)?;
+                PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| TlsFileError {
+                    path: key.to_owned(),
+                    reason: format!("no pem private key in it ({e})"),
+                })?;
+                Some((chain, key_pem))
+            }
+        };
+        Ok(Self { ca, identity })
+    }
+}
+
 impl SipEndpoint {
+    /// Sets what TLS client connections opened from now on are checked
+    /// with.
+    pub fn set_tls_client(&self, tls: &TlsClient) {
+        let (client_cert, client_key) = match &tls.identity {
+            Some((cert, key)) => (Some(cert.clone()), Some(key.clone())),
+            None => (None, None),
+        };
+        self.endpoint
+            .inner
+            .transport_layer
+            .set_tls_config(rsipstack::transport::tls::TlsConfig {
+                ca_certs: Some(tls.ca.clone()),
+                client_cert,
+                client_key,
+                ..Default::default()
+            });
+    }
+
     /// Binds UDP on `addr` (port 0 picks one; see [`local_addr`](Self::local_addr))
     /// and, when `tcp` is set, a TCP listener on the same address and port,
     /// and starts rsipstack's transport and timer tasks. They stop when
@@ -405,10 +508,17 @@ impl SipEndpoint {
             method: method.clone(),
             reason,
         };
+        // The Via names the transport the request leaves on (RFC 3261
+        // §18.1.1): TLS for a sips: target.
+        let over =
+            super::needs_tls(&request.uri.to_string()).then(|| rsipstack::transport::SipAddr {
+                r#type: Some(rsipstack::sip::Transport::Tls),
+                addr: self.local_addr.into(),
+            });
         let via = self
             .endpoint
             .inner
-            .get_via(None, None)
+            .get_via(over.clone(), None)
             .map_err(|e| err(e.to_string()))?;
         request.headers.push_front(Header::from(via));
         if super::header(&request.headers, "Max-Forwards").is_none() {
@@ -419,11 +529,39 @@ impl SipEndpoint {
         }
         let key = TransactionKey::from_request(&request, TransactionRole::Client)
             .map_err(|e| err(e.to_string()))?;
-        let mut tx = Transaction::new_client(key, request, self.endpoint.inner.clone(), None);
+        // Over TLS the connection is opened here, so that a handshake that
+        // fails (a certificate not trusted, expired, for another name) ends
+        // the request at once with its cause; rsipstack would retry it
+        // silently until Timer F.
+        let tls_target = match over {
+            Some(_) => {
+                // The URI's conversion leaves the transport unset (UDP):
+                // a sips: target is TLS, never anything else.
+                let mut target = rsipstack::transport::SipAddr::try_from(&request.uri)
+                    .map_err(|e| err(e.to_string()))?;
+                target.r#type = Some(rsipstack::sip::Transport::Tls);
+                Some(target)
+            }
+            None => None,
+        };
+        let inner = self.endpoint.inner.clone();
         let events = self.events_tx.clone();
         let cancel = self.cancel.clone();
         tokio::spawn(async move {
             let run = async {
+                let connection = match tls_target {
+                    Some(target) => match inner.transport_layer.lookup(&target, Some(&key)).await {
+                        Ok((connection, _)) => Some(connection),
+                        Err(e) => {
+                            return SipEvent::Failed {
+                                id,
+                                reason: format!("tls connection to {target} failed: {e}"),
+                            }
+                        }
+                    },
+                    None => None,
+                };
+                let mut tx = Transaction::new_client(key, request, inner, connection);
                 if let Err(e) = tx.send().await {
                     return SipEvent::Failed {
                         id,

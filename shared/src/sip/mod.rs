@@ -16,8 +16,8 @@ pub mod transaction;
 pub mod wire;
 
 pub use endpoint::{
-    std_udp_socket, udp_socket, EndpointError, ServerTransaction, SipEndpoint, SipEvent,
-    MAX_DATAGRAM, OVERSIZED_LOG_INTERVAL,
+    std_udp_socket, udp_socket, EndpointError, ServerTransaction, SipEndpoint, SipEvent, TlsClient,
+    TlsFileError, MAX_DATAGRAM, OVERSIZED_LOG_INTERVAL,
 };
 pub use rsipstack::sip::{Header, Headers, Method, Request, Response, SipMessage, StatusCode, Uri};
 
@@ -173,6 +173,13 @@ pub fn uri_user(uri: &str) -> Option<&str> {
     let (user, _) = rest.split_once('@')?;
     let user = user.split(':').next().unwrap_or(user);
     (!user.is_empty()).then_some(user)
+}
+
+/// Whether a request to `uri` may only go over TLS (RFC 3261 §19.1.2:
+/// `sips:`, or `transport=tls`).
+pub fn needs_tls(uri: &str) -> bool {
+    let lower = uri.to_ascii_lowercase();
+    lower.starts_with("sips:") || lower.contains(";transport=tls")
 }
 
 /// Where a request to `uri` goes when the URI's host is an IP address:

@@ -1,4 +1,6 @@
-//! Non-INVITE client transactions over UDP (RFC 3261 §17.1.2), sans-IO.
+//! Non-INVITE client transactions (RFC 3261 §17.1.2), sans-IO: over UDP
+//! with their retransmissions, or over a stream connection ([`Link`]),
+//! where the transport is reliable and only Timer F runs (§17.1.2.2).
 //!
 //! [`ClientTransactions`] is the transaction layer of a daemon that speaks
 //! SIP statelessly on its server side (RFC 3261 §8.2.7) and needs only a
@@ -47,13 +49,49 @@ pub const T2: Duration = Duration::from_secs(4);
 /// then has timed out.
 pub const TIMER_F: Duration = Duration::from_secs(32);
 
-/// One datagram to send.
+/// One message to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Datagram {
     /// Where to.
     pub to: SocketAddr,
     /// The encoded message.
     pub bytes: Bytes,
+    /// The link it goes over.
+    pub link: Link,
+}
+
+/// How a request travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Link {
+    /// A UDP datagram from this endpoint's address, retransmitted on
+    /// Timer E.
+    Udp,
+    /// A stream connection to the peer (RFC 3261 §18.1.1): sent once,
+    /// `Via` naming `transport` and `sent_by`.
+    Stream {
+        /// `TCP` or `TLS` in the `Via`.
+        transport: StreamTransport,
+        /// The `Via` sent-by: the listening address of that transport.
+        sent_by: SocketAddr,
+    },
+}
+
+/// A stream transport as `Via` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StreamTransport {
+    /// `SIP/2.0/TCP`.
+    Tcp,
+    /// `SIP/2.0/TLS`.
+    Tls,
+}
+
+impl std::fmt::Display for StreamTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StreamTransport::Tcp => "tcp",
+            StreamTransport::Tls => "tls",
+        })
+    }
 }
 
 /// How a transaction ended.
@@ -83,6 +121,7 @@ struct Entry<Id> {
     id: Id,
     to: SocketAddr,
     bytes: Bytes,
+    link: Link,
     /// The `CSeq` method, which a response must carry too (§17.1.3).
     method: String,
     /// The next retransmission interval (Timer E).
@@ -144,23 +183,40 @@ impl<Id: Clone + Eq + Hash> ClientTransactions<Id> {
         self.send_with_timeout(now, id, to, request, TIMER_F)
     }
 
-    /// Sends `request` to `to` in a new transaction `id` that gives up
-    /// after `timeout` (at most [`TIMER_F`]): adds the top `Via`,
+    /// Sends `request` to `to` over UDP in a new transaction `id`; see
+    /// [`send_on`](Self::send_on).
+    ///
+    /// # Errors
+    /// As [`send_on`](Self::send_on).
+    pub fn send_with_timeout(
+        &mut self,
+        now: Instant,
+        id: Id,
+        to: SocketAddr,
+        request: Request,
+        timeout: Duration,
+    ) -> Result<(), SendError> {
+        self.send_on(now, id, to, request, timeout, Link::Udp)
+    }
+
+    /// Sends `request` to `to` over `link` in a new transaction `id` that
+    /// gives up after `timeout` (at most [`TIMER_F`]): adds the top `Via`,
     /// `Max-Forwards: 70` and `User-Agent` when absent, queues the first
     /// transmission ([`poll_transmit`](Self::poll_transmit)) and
-    /// retransmits it until a final response or the timeout, whose
-    /// outcome [`poll_outcome`](Self::poll_outcome) reports.
+    /// retransmits it (over UDP) until a final response or the timeout,
+    /// whose outcome [`poll_outcome`](Self::poll_outcome) reports.
     ///
     /// # Errors
     /// [`SendError::NoCSeq`]; [`SendError::Duplicate`] when `id` is in
     /// flight.
-    pub fn send_with_timeout(
+    pub fn send_on(
         &mut self,
         now: Instant,
         id: Id,
         to: SocketAddr,
         mut request: Request,
         timeout: Duration,
+        link: Link,
     ) -> Result<(), SendError> {
         if self.by_id.contains_key(&id) {
             return Err(SendError::Duplicate);
@@ -172,7 +228,16 @@ impl<Id: Clone + Eq + Hash> ClientTransactions<Id> {
                 break branch;
             }
         };
-        let via = format!("SIP/2.0/UDP {};branch={branch};rport", self.sent_by);
+        let via = match link {
+            Link::Udp => format!("SIP/2.0/UDP {};branch={branch};rport", self.sent_by),
+            Link::Stream { transport, sent_by } => {
+                let name = match transport {
+                    StreamTransport::Tcp => "TCP",
+                    StreamTransport::Tls => "TLS",
+                };
+                format!("SIP/2.0/{name} {sent_by};branch={branch};rport")
+            }
+        };
         request
             .headers
             .push_front(rsipstack::sip::headers::make_header("Via", via));
@@ -184,17 +249,23 @@ impl<Id: Clone + Eq + Hash> ClientTransactions<Id> {
         }
         let bytes = super::wire::encode_request(request);
         let timeout = timeout.min(TIMER_F);
+        // §17.1.2.2: over a reliable transport Timer E does not run.
+        let retransmit_at = match link {
+            Link::Udp => now + T1,
+            Link::Stream { .. } => now + timeout,
+        };
         let entry = Entry {
             id: id.clone(),
             to,
             bytes: bytes.clone(),
+            link,
             method,
             interval: T1,
-            retransmit_at: now + T1,
+            retransmit_at,
             give_up_at: now + timeout,
             armed: now,
         };
-        self.transmits.push_back(Datagram { to, bytes });
+        self.transmits.push_back(Datagram { to, bytes, link });
         self.by_id.insert(id, branch.clone());
         self.file(branch, entry);
         Ok(())
@@ -241,7 +312,9 @@ impl<Id: Clone + Eq + Hash> ClientTransactions<Id> {
             if let Some(mut entry) = self.by_branch.remove(&branch) {
                 self.timers.remove(&(entry.armed, branch.clone()));
                 entry.interval = T2;
-                entry.retransmit_at = entry.retransmit_at.max(now + T2);
+                if entry.link == Link::Udp {
+                    entry.retransmit_at = entry.retransmit_at.max(now + T2);
+                }
                 self.file(branch, entry);
             }
             return None;
@@ -270,6 +343,7 @@ impl<Id: Clone + Eq + Hash> ClientTransactions<Id> {
             self.transmits.push_back(Datagram {
                 to: entry.to,
                 bytes: entry.bytes.clone(),
+                link: entry.link,
             });
             self.retransmissions += 1;
             entry.interval = (entry.interval * 2).min(T2);

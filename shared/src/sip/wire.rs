@@ -57,6 +57,8 @@ pub enum Carrier {
     Udp,
     /// A TCP connection.
     Tcp,
+    /// A TLS connection (RFC 3261 §26).
+    Tls,
 }
 
 /// Parses one message that arrived from `source` over `carrier`; a
@@ -79,6 +81,7 @@ pub fn decode(
     let transport = match carrier {
         Carrier::Udp => Transport::Udp,
         Carrier::Tcp => Transport::Tcp,
+        Carrier::Tls => Transport::Tls,
     };
     match message {
         SipMessage::Request(_) => SipConnection::update_msg_received(message, source, transport)

@@ -196,3 +196,36 @@ fn the_same_id_twice_and_a_request_without_cseq_are_refused() {
     assert_eq!(l.send(t0, 2, addr(PEER), bad), Err(SendError::NoCSeq));
     assert_eq!(l.len(), 1);
 }
+
+/// §17.1.2.2: over a stream connection the request is sent once, its
+/// `Via` names the stream's transport and address, and Timer F alone
+/// ends it.
+#[test]
+fn over_a_stream_a_request_is_sent_once_and_times_out_at_timer_f() {
+    let t0 = Instant::now();
+    let mut l = layer();
+    let link = Link::Stream {
+        transport: StreamTransport::Tls,
+        sent_by: addr("10.0.0.1:5061"),
+    };
+    l.send_on(t0, 3, addr(PEER), options(1), TIMER_F, link)
+        .expect("send");
+    let sent = drain(&mut l);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].link, link);
+    let req = received(&sent[0]);
+    let via = sip::header(&req.headers, "Via").expect("via");
+    assert!(
+        via.starts_with("SIP/2.0/TLS 10.0.0.1:5061;branch=z9hG4bK"),
+        "{via}"
+    );
+    let mut now = t0;
+    while let Some(at) = l.poll_timeout() {
+        now = at;
+        l.handle_timeout(now);
+        assert!(drain(&mut l).is_empty(), "no retransmission at {now:?}");
+    }
+    assert_eq!(now, t0 + TIMER_F);
+    assert_eq!(l.poll_outcome(), Some((3, Outcome::TimedOut)));
+    assert_eq!(l.retransmissions(), 0);
+}

@@ -1,0 +1,111 @@
+//! SIP over TLS (RFC 3261 §26, SPEC §4): the listener's rustls
+//! configuration from the `[sip.tls]` files, read at start and at every
+//! reload (a reload with a bad file keeps the running one).
+//!
+//! With `client_ca` the handshake asks for a client certificate and
+//! refuses a peer whose certificate does not chain to one of those CAs
+//! (mutual TLS); the MSR's digest authentication runs over it all the
+//! same (SPEC §4: "beside digest authentication").
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig};
+
+use crate::config::SipTls;
+
+/// A `[sip.tls]` file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("[sip.tls] {key} {path}: {reason}")]
+pub struct TlsFileError {
+    /// The key that names the file (`sip.tls.cert`, …).
+    pub key: &'static str,
+    /// The file.
+    pub path: PathBuf,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+fn read(key: &'static str, path: &Path) -> Result<Vec<u8>, TlsFileError> {
+    std::fs::read(path).map_err(|e| TlsFileError {
+        key,
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+fn certificates(
+    key: &'static str,
+    path: &Path,
+) -> Result<Vec<CertificateDer<'static>>, TlsFileError> {
+    let pem = read(key, path)?;
+    let error = |reason: String| TlsFileError {
+        key,
+        path: path.to_owned(),
+        reason,
+    };
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| error(format!("not a pem certificate file ({e})")))?;
+    if certs.is_empty() {
+        return Err(error("no certificate in it".to_owned()));
+    }
+    Ok(certs)
+}
+
+/// The rustls server configuration `tls` describes.
+///
+/// # Errors
+/// [`TlsFileError`] naming the key and file that cannot be read or used.
+pub fn server_config(tls: &SipTls) -> Result<Arc<ServerConfig>, TlsFileError> {
+    let chain = certificates("cert", &tls.cert)?;
+    let key_pem = read("key", &tls.key)?;
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| TlsFileError {
+        key: "key",
+        path: tls.key.clone(),
+        reason: format!("no pem private key in it ({e})"),
+    })?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsFileError {
+            key: "cert",
+            path: tls.cert.clone(),
+            reason: e.to_string(),
+        })?;
+    let builder = match &tls.client_ca {
+        None => builder.with_no_client_auth(),
+        Some(path) => {
+            let mut roots = RootCertStore::empty();
+            for cert in certificates("client_ca", path)? {
+                roots.add(cert).map_err(|e| TlsFileError {
+                    key: "client_ca",
+                    path: path.clone(),
+                    reason: format!("not a usable ca certificate ({e})"),
+                })?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| TlsFileError {
+                    key: "client_ca",
+                    path: path.clone(),
+                    reason: e.to_string(),
+                })?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let config = builder
+        .with_single_cert(chain, key)
+        .map_err(|e| TlsFileError {
+            key: "key",
+            path: tls.key.clone(),
+            reason: format!(
+                "does not go with the certificate in {} ({e})",
+                tls.cert.display()
+            ),
+        })?;
+    Ok(Arc::new(config))
+}

@@ -1,0 +1,181 @@
+//! SIP over TLS between agent and collector (SPEC §4, RFC 3261 §26), with
+//! the real binaries and certificates made for the test: an agent
+//! registers to a `sips:` realm over mutual TLS, the collector subscribes
+//! over that connection and the load reports come back over it; a wrong
+//! CA, a missing client certificate, an expired server certificate and a
+//! registration over UDP when TLS is required each change nothing and say
+//! why in a log line.
+
+use std::time::Duration;
+
+use msr_shared::admin::RegistrationStatus;
+use system_tests::pki::Pki;
+use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn tls_opts() -> CollectorOpts {
+    CollectorOpts {
+        tls: true,
+        ..CollectorOpts::default()
+    }
+}
+
+fn spec(msr: &str, realm: String, attributes: String) -> AgentSpec {
+    AgentSpec {
+        accounts: vec![AccountSpec {
+            msr: msr.to_owned(),
+            realm,
+        }],
+        agent_attributes: attributes,
+        register_expires: 30,
+        ..AgentSpec::default()
+    }
+}
+
+/// Whether `msr` is in the table as registered.
+async fn registered(collector: &Collector, msr: &str) -> bool {
+    collector.rows().await.is_some_and(|rows| {
+        rows.iter()
+            .any(|r| r.msr == msr && r.status == RegistrationStatus::Registered)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_reports_over_mutual_tls_and_a_peer_without_the_right_certificate_changes_nothing()
+{
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pki = Pki::create(dir.path());
+    let collector = Collector::start_with(
+        dir.path(),
+        "core1",
+        &tls_opts(),
+        &pki.collector_toml(false, true, true),
+    )
+    .await;
+    let realm = collector.tls_realm();
+
+    // The agent with the CA and its client certificate: registered,
+    // subscribed and reporting, all over its one TLS connection.
+    let good = Agent::start(
+        dir.path(),
+        "good",
+        &spec(
+            "msr_tls",
+            realm.clone(),
+            pki.agent_attributes(&pki.ca, true),
+        ),
+        10,
+    );
+    let row = collector
+        .wait_rows(LIMIT, |rows| {
+            live_row(rows, "msr_tls", Some(10)).map(|r| r.uri.clone())
+        })
+        .await
+        .unwrap_or_else(|| panic!("msr_tls live over tls:\n{}", good.log_text()));
+    assert!(row.starts_with("sips:msr_tls@"), "a sips: contact: {row}");
+    good.set_calls(60);
+    collector
+        .wait_rows(LIMIT, |rows| {
+            live_row(rows, "msr_tls", Some(60)).map(|_| ())
+        })
+        .await
+        .expect("a load change arrives over the tls connection");
+
+    // An agent that trusts another CA refuses the collector's certificate.
+    let wrong_ca = Agent::start(
+        dir.path(),
+        "wrong-ca",
+        &spec(
+            "msr_wrong_ca",
+            realm.clone(),
+            pki.agent_attributes(&pki.other_ca, true),
+        ),
+        10,
+    );
+    // An agent without a client certificate: the collector refuses the
+    // handshake.
+    let anonymous = Agent::start(
+        dir.path(),
+        "anonymous",
+        &spec(
+            "msr_anonymous",
+            realm.clone(),
+            pki.agent_attributes(&pki.ca, false),
+        ),
+        10,
+    );
+    // An agent over UDP while the collector takes registrations over TLS
+    // only: 403.
+    let clear = Agent::start(
+        dir.path(),
+        "clear",
+        &spec("msr_clear", collector.realm(), String::new()),
+        10,
+    );
+    // Each says why. With TLS 1.3 the client learns that its missing
+    // certificate was refused only from the server's alert, after its
+    // REGISTER left: the line is the stream's, the REGISTER then times out.
+    for (agent, why) in [
+        (&wrong_ca, "invalid peer certificate: UnknownIssuer"),
+        (&anonymous, "CertificateRequired"),
+        (&clear, "403 Forbidden"),
+    ] {
+        assert!(
+            agent.wait_log(0, &[why], LIMIT).await,
+            "{}: `{why}` is logged:\n{}",
+            agent.name,
+            agent.log_text()
+        );
+    }
+    let log = collector.log_text();
+    assert!(
+        log.contains("sip tls connection refused"),
+        "the collector logs the refused handshake:\n{log}"
+    );
+    assert!(
+        log.contains("sip.tls.require"),
+        "the collector logs the registration refused over udp:\n{log}"
+    );
+    for msr in ["msr_wrong_ca", "msr_anonymous", "msr_clear"] {
+        assert!(
+            !registered(&collector, msr).await,
+            "{msr} is not registered"
+        );
+    }
+    assert!(
+        live_row(&collector.rows().await.expect("rows"), "msr_tls", Some(60)).is_some(),
+        "the good agent is untouched"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_server_certificate_is_refused_by_the_agent() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pki = Pki::create(dir.path());
+    let collector = Collector::start_with(
+        dir.path(),
+        "core1",
+        &tls_opts(),
+        &pki.collector_toml(true, false, false),
+    )
+    .await;
+    let agent = Agent::start(
+        dir.path(),
+        "agent",
+        &spec(
+            "msr_expired",
+            collector.tls_realm(),
+            pki.agent_attributes(&pki.ca, false),
+        ),
+        10,
+    );
+    assert!(
+        agent.wait_log(0, &["registration failed"], LIMIT).await,
+        "a failed registration is logged:\n{}",
+        agent.log_text()
+    );
+    let log = agent.log_text().to_ascii_lowercase();
+    assert!(log.contains("expired"), "the agent says why:\n{log}");
+    assert!(!registered(&collector, "msr_expired").await);
+}
