@@ -117,6 +117,15 @@ fn check_config(cli: &Cli) -> u8 {
     if let Some(Err(e)) = log_file.as_ref().map(LogFile::check) {
         report.reason(e.to_string());
     }
+    if let Some(tls) = &config.agent.tls {
+        let identity = tls
+            .identity
+            .as_ref()
+            .map(|(cert, key)| (cert.as_path(), key.as_path()));
+        if let Err(e) = msr_shared::sip::TlsClient::read(&tls.ca, identity) {
+            report.reason(format!("<agent tls-…> {e}"));
+        }
+    }
     // The agent binds its own SIP port on bind-addr and puts that address
     // in its Contacts (SPEC §3): it must be this host's. The engine's own
     // port is the engine's, never bound by the agent.

@@ -713,6 +713,27 @@ impl Shell {
         }
     }
 
+    /// Reads the `<agent tls-…>` files of `config` again: connections
+    /// opened from now on use them; files that cannot be used leave the
+    /// running ones (and the reload's other changes go on).
+    fn reload_tls(&mut self, config: &AgentConfig) {
+        let Some(tls) = &config.agent.tls else {
+            warn!("<agent tls-ca> removed: tls connections keep the files read before");
+            return;
+        };
+        let identity = tls
+            .identity
+            .as_ref()
+            .map(|(cert, key)| (cert.as_path(), key.as_path()));
+        match msr_shared::sip::TlsClient::read(&tls.ca, identity) {
+            Ok(client) => {
+                self.endpoint.set_tls_client(&client);
+                info!("<agent tls-…> files read again: new tls connections use them");
+            }
+            Err(error) => warn!(%error, "<agent tls-…> files not reloaded; the running ones stay"),
+        }
+    }
+
     /// Applies a new, valid config (SPEC §2 hot reload).
     fn reload(&mut self, now: Instant, config: AgentConfig) {
         if config.transport != self.config.transport {
@@ -737,6 +758,9 @@ impl Shell {
             .collect();
         if config.mcc != self.config.mcc || config.agent.sip_port != self.config.agent.sip_port {
             warn!("<pbyte><mcc> or <agent sip-port> change ignored until restart");
+        }
+        if config.agent.tls != self.config.agent.tls {
+            self.reload_tls(&config);
         }
         // What was bound and reported at start stays until a restart.
         let mut config = config;

@@ -19,13 +19,16 @@ use crate::operator::store::Store;
 ///   `--check-config` reports as a note, [`Store::check_unlocked`], and
 ///   [`start`] refuses);
 /// * the store is readable and valid (a missing file is an empty store);
+/// * the `[sip.tls]` certificate, key and client CA are PEM files that
+///   make a TLS server configuration ([`super::tls::server_config`]);
 /// * the control socket's directory exists and this process may create the
 ///   socket in it, its path fits a Unix socket address (107 bytes), and
 ///   nothing but a socket (one a previous run left, which the start
 ///   replaces) is at that path.
 ///
 /// # Errors
-/// [`CollectorError::Store`] or [`CollectorError::ControlSocketPath`].
+/// [`CollectorError::Store`], [`CollectorError::SipTls`] or
+/// [`CollectorError::ControlSocketPath`].
 pub fn check_environment(config: &CollectorConfig) -> Result<(), CollectorError> {
     let store = Store::new(config.state_path.clone());
     store.check_dir()?;
@@ -43,6 +46,9 @@ pub fn check_environment(config: &CollectorConfig) -> Result<(), CollectorError>
                 })?;
             }
         }
+    }
+    if let Some(tls) = &config.sip.tls {
+        super::tls::server_config(tls)?;
     }
     check_control_socket(&config.control_socket)
 }
