@@ -3,7 +3,8 @@
 # lacks them: protoc (protobuf-compiler; etcd-client's build runs it), and
 # the independent peers of the system tests: SIPp (sip-tester), Kamailio
 # (kamailio, kamcmd, kamailio-utils-modules for http_client and
-# kamailio-json-modules for the json module of its path B), etcd
+# kamailio-json-modules for the json module of its path B,
+# kamailio-tls-modules for its TLS registrar test), etcd
 # (etcd-server; the cluster tests start their own) and Prometheus with
 # promtool (prometheus; the tests lint /metrics with `promtool check
 # metrics`, unit-test the alert rules and run their own Prometheus against
@@ -22,6 +23,8 @@ if [ "${1:-all}" != build ]; then
   [ -e /usr/lib/x86_64-linux-gnu/kamailio/modules/http_client.so ] || need+=(kamailio-utils-modules)
   # json (its path B reads the /v1/select answer with json_get_string).
   [ -e /usr/lib/x86_64-linux-gnu/kamailio/modules/json.so ] || need+=(kamailio-json-modules)
+  # tls (tests/kamailio/registrar-tls.cfg: the agent registers over TLS).
+  [ -e /usr/lib/x86_64-linux-gnu/kamailio/modules/tls.so ] || need+=(kamailio-tls-modules)
   # The fault suite (scripts/faults.sh): jq reads msrctl's JSON; ip and ss
   # (iproute2) make the network namespaces and find free ports; nft
   # (nftables) drops packets between them.

@@ -673,3 +673,78 @@ async fn kamailio_parks_calls_through_the_http_api_and_releases_them_at_bye() {
     let finals = p.refused(5, "down").await;
     check_refusals(&finals, 5, 503, "collector_unreachable");
 }
+
+/// The agent registers over TLS with a real Kamailio registrar (its `tls`
+/// module, Debian's `kamailio-tls-modules`): it checks Kamailio's
+/// certificate against its `tls-ca`, Kamailio stores the `sips:` contact
+/// with the engine's addresses, and the agent's shutdown unregisters over
+/// the same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kamailio_takes_the_agents_register_over_tls() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pki = system_tests::pki::Pki::create(dir.path());
+    let tls_port = system_tests::system::free_tcp_port();
+    let tls_cfg = dir.path().join("tls.cfg");
+    std::fs::write(
+        &tls_cfg,
+        format!(
+            "[server:default]\nmethod = TLSv1.2+\ncertificate = {}\nprivate_key = {}\n\
+             verify_certificate = no\nrequire_certificate = no\n\n\
+             [client:default]\nverify_certificate = no\nrequire_certificate = no\n",
+            pki.server.0.display(),
+            pki.server.1.display()
+        ),
+    )
+    .expect("write tls.cfg");
+    let kamailio = Kamailio::start_with(
+        dir.path(),
+        "registrar-tls.cfg",
+        &[
+            ("TLS_ADDRESS", format!("127.0.0.1:{tls_port}")),
+            ("TLS_CONFIG", tls_cfg.display().to_string()),
+        ],
+    )
+    .await;
+    let spec = AgentSpec {
+        accounts: vec![AccountSpec {
+            msr: "msr_1".into(),
+            realm: format!("sips:127.0.0.1:{tls_port}"),
+        }],
+        register_expires: 60,
+        engine_port: 5090,
+        agent_attributes: pki.agent_attributes(&pki.ca, false),
+        ..AgentSpec::default()
+    };
+    let mut agent = Agent::start(dir.path(), "msr_1", &spec, 10);
+    let dump = wait_for(Duration::from_secs(10), || async {
+        kamailio
+            .rpc(&["ul.dump"])
+            .filter(|d| d.contains("AoR: msr_1"))
+    })
+    .await
+    .unwrap_or_else(|| {
+        panic!(
+            "no msr_1 in kamailio's ul.dump:\n{}\n{}",
+            agent.log_text(),
+            kamailio.log_text()
+        )
+    });
+    assert!(
+        dump.contains("Address: sips:msr_1@127.0.0.1:")
+            && dump.contains(";engine=127.0.0.1:5090;engine-transport=udp;mcc=127.0.0.1:5091"),
+        "{dump}"
+    );
+    assert!(
+        kamailio.log_text().contains("REGISTER over tls"),
+        "{}",
+        kamailio.log_text()
+    );
+    assert!(agent.terminate().is_some_and(|s| s.success()));
+    let gone = wait_for(Duration::from_secs(10), || async {
+        kamailio
+            .rpc(&["ul.dump"])
+            .filter(|d| !d.contains("AoR: msr_1"))
+    })
+    .await;
+    assert!(gone.is_some(), "the agent's shutdown unregisters over tls");
+}

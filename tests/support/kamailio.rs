@@ -24,13 +24,27 @@ impl Kamailio {
     /// Starts Kamailio with `tests/kamailio/{config}` (its `LISTEN` and
     /// `CTL_SOCKET` filled in) and waits until its control socket answers.
     pub async fn start(dir: &Path, config: &str) -> Kamailio {
+        Self::start_with(dir, config, &[]).await
+    }
+
+    /// [`start`](Self::start) with more placeholders of the config
+    /// replaced (`(name, value)`, each name replaced before `LISTEN`).
+    pub async fn start_with(
+        dir: &Path,
+        config: &str,
+        substitutions: &[(&str, String)],
+    ) -> Kamailio {
         let port = free_udp_port();
         let ctl = dir.join("kamailio.ctl");
         let source = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("kamailio")
             .join(config);
-        let text = std::fs::read_to_string(&source)
-            .unwrap_or_else(|e| panic!("read {}: {e}", source.display()))
+        let mut text = std::fs::read_to_string(&source)
+            .unwrap_or_else(|e| panic!("read {}: {e}", source.display()));
+        for (name, value) in substitutions {
+            text = text.replace(name, value);
+        }
+        let text = text
             .replace("LISTEN", &format!("127.0.0.1:{port}"))
             .replace("CTL_SOCKET", &ctl.display().to_string());
         let cfg = dir.join(config);
