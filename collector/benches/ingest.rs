@@ -95,6 +95,7 @@ fn subscribed() -> (Collector, Instant, Vec<(String, String)>) {
                 route: Route::Udp(agent(i)),
                 source: agent(i),
                 message,
+                peer_certificate: None,
             },
         );
     }
@@ -137,6 +138,7 @@ fn bench_ingest(c: &mut Criterion) {
                     route: Route::Udp(agent(i)),
                     source: agent(i),
                     message,
+                    peer_certificate: None,
                 },
             );
             let sent = core.poll_transmit().expect("a 200");

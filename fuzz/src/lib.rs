@@ -374,6 +374,7 @@ pub fn sip_collector(data: &[u8]) {
                     route: Route::Udp(peer()),
                     source: peer(),
                     message,
+                    peer_certificate: None,
                 },
             );
         }
@@ -391,6 +392,7 @@ pub fn sip_collector(data: &[u8]) {
                     route: Route::Udp(source),
                     source,
                     message,
+                    peer_certificate: None,
                 },
             );
         }

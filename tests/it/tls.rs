@@ -2,9 +2,9 @@
 //! the real binaries and certificates made for the test: an agent
 //! registers to a `sips:` realm over mutual TLS, the collector subscribes
 //! over that connection and the load reports come back over it; a wrong
-//! CA, a missing client certificate, an expired server certificate and a
-//! registration over UDP when TLS is required each change nothing and say
-//! why in a log line.
+//! CA, a missing client certificate, a client certificate that names
+//! another MSR, an expired server certificate and a registration over UDP
+//! when TLS is required each change nothing and say why in a log line.
 
 use std::time::Duration;
 
@@ -105,6 +105,18 @@ async fn an_agent_reports_over_mutual_tls_and_a_peer_without_the_right_certifica
         ),
         10,
     );
+    // An agent with msr_tls's certificate that registers another MSR:
+    // the certificate does not name it, 403.
+    let impostor = Agent::start(
+        dir.path(),
+        "impostor",
+        &spec(
+            "msr_other",
+            realm.clone(),
+            pki.agent_attributes(&pki.ca, true),
+        ),
+        10,
+    );
     // An agent over UDP while the collector takes registrations over TLS
     // only: 403.
     let clear = Agent::start(
@@ -120,6 +132,7 @@ async fn an_agent_reports_over_mutual_tls_and_a_peer_without_the_right_certifica
         (&wrong_ca, "invalid peer certificate: UnknownIssuer"),
         (&anonymous, "CertificateRequired"),
         (&clear, "403 Forbidden"),
+        (&impostor, "403 Forbidden"),
     ] {
         assert!(
             agent.wait_log(0, &[why], LIMIT).await,
@@ -137,7 +150,11 @@ async fn an_agent_reports_over_mutual_tls_and_a_peer_without_the_right_certifica
         log.contains("sip.tls.require"),
         "the collector logs the registration refused over udp:\n{log}"
     );
-    for msr in ["msr_wrong_ca", "msr_anonymous", "msr_clear"] {
+    assert!(
+        log.contains("register refused: the client certificate does not name this msr"),
+        "the collector logs the certificate that names another msr:\n{log}"
+    );
+    for msr in ["msr_wrong_ca", "msr_anonymous", "msr_clear", "msr_other"] {
         assert!(
             !registered(&collector, msr).await,
             "{msr} is not registered"

@@ -770,6 +770,7 @@ impl Pair {
                         route: Route::Udp(AGENT_ADDR),
                         source: AGENT_ADDR,
                         message,
+                        peer_certificate: None,
                     },
                 );
             }
@@ -824,6 +825,7 @@ impl Pair {
                         route: Route::Udp(AGENT_ADDR),
                         source: AGENT_ADDR,
                         message,
+                        peer_certificate: None,
                     },
                 );
             }

@@ -18,7 +18,8 @@ pub struct Pki {
     pub server: (PathBuf, PathBuf),
     /// Like `server`, but expired since 2020.
     pub expired_server: (PathBuf, PathBuf),
-    /// An agent's client certificate (`msr_tls`), and its key.
+    /// An agent's client certificate, naming `msr_tls` (a DNS subject
+    /// alternative name), and its key.
     pub client: (PathBuf, PathBuf),
     /// A CA that signed none of them.
     pub other_ca: PathBuf,
@@ -72,7 +73,7 @@ impl Pki {
             ca: write(dir, "ca.pem", &root.0.pem()),
             server: leaf(dir, "collector", vec!["127.0.0.1".into()], &root, false),
             expired_server: leaf(dir, "expired", vec!["127.0.0.1".into()], &root, true),
-            client: leaf(dir, "msr_tls", vec!["msr-tls.test".into()], &root, false),
+            client: leaf(dir, "msr_tls", vec!["msr_tls".into()], &root, false),
             other_ca: write(dir, "other-ca.pem", &other.0.pem()),
         }
     }

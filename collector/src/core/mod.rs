@@ -114,6 +114,8 @@ pub struct Inbound {
     pub source: SocketAddr,
     /// The message, decoded with [`wire::decode`].
     pub message: SipMessage,
+    /// Over TLS, the peer's certificate (DER) when it presented one.
+    pub peer_certificate: Option<Arc<[u8]>>,
 }
 
 /// A message to send.
@@ -230,6 +232,9 @@ pub struct Collector {
     flows: flows::Flows,
     /// `[sip.tls] require`: REGISTER and NOTIFY over TLS only.
     require_tls: bool,
+    /// `[sip.tls] client_ca`: a REGISTER over TLS must come with a client
+    /// certificate that names its MSR.
+    mutual_tls: bool,
     commits: commits::Commits,
     bindings: BindingSaves,
     transmits: VecDeque<Transmit>,
@@ -319,6 +324,11 @@ impl Collector {
             transactions: ClientTransactions::new(start.local, USER_AGENT),
             flows: flows::Flows::default(),
             require_tls: config.sip.tls.as_ref().is_some_and(|t| t.require),
+            mutual_tls: config
+                .sip
+                .tls
+                .as_ref()
+                .is_some_and(|t| t.client_ca.is_some()),
             commits: commits::Commits::new(start.backend),
             bindings: BindingSaves::default(),
             transmits: VecDeque::new(),
@@ -409,7 +419,8 @@ impl Collector {
     pub fn handle_message(&mut self, now: Instant, inbound: Inbound) {
         match inbound.message {
             SipMessage::Request(request) => {
-                self.on_request(now, inbound.route, inbound.source, &request)
+                let certificate = inbound.peer_certificate.as_deref();
+                self.on_request(now, inbound.route, inbound.source, certificate, &request)
             }
             SipMessage::Response(response) => {
                 if let Some((id, response)) = self.transactions.handle_response(now, response) {
@@ -421,8 +432,17 @@ impl Collector {
     }
 
     /// Answers one request (module docs: statelessly).
-    fn on_request(&mut self, now: Instant, route: Route, source: SocketAddr, req: &sip::Request) {
+    fn on_request(
+        &mut self,
+        now: Instant,
+        route: Route,
+        source: SocketAddr,
+        certificate: Option<&[u8]>,
+        req: &sip::Request,
+    ) {
         let over_tls = matches!(route, Route::Stream(_, StreamTransport::Tls));
+        let msr =
+            || sip::header(&req.headers, "To").and_then(|to| sip::uri_user(sip::addr_uri(to)));
         let response = match req.method {
             Method::Register | Method::Notify if self.require_tls && !over_tls => {
                 // `[sip.tls] require`: an MSR's registration and its load
@@ -432,6 +452,21 @@ impl Collector {
                     method = %req.method,
                     %source,
                     "request refused: sip.tls.require takes registrations and notifies over tls only"
+                );
+                sip::response(req, StatusCode::Forbidden, Some(&sip::random_token()))
+            }
+            Method::Register
+                if self.mutual_tls
+                    && over_tls
+                    && !msr().is_some_and(|msr| flows::certificate_names(certificate, msr)) =>
+            {
+                // Mutual TLS: the handshake proved the certificate chains
+                // to the agents' CA; it must also be this MSR's.
+                info!(
+                    target: msr_shared::logging::NETWORK,
+                    msr = msr().map(|m| m.escape_debug().to_string()),
+                    %source,
+                    "register refused: the client certificate does not name this msr"
                 );
                 sip::response(req, StatusCode::Forbidden, Some(&sip::random_token()))
             }

@@ -104,6 +104,7 @@ impl Harness {
                 route: Route::Udp(source),
                 source,
                 message,
+                peer_certificate: None,
             },
         );
         self.drain();

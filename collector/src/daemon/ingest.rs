@@ -316,6 +316,7 @@ pub(super) async fn read_udp(
                         route: Route::Udp(from),
                         source: from,
                         message,
+                        peer_certificate: None,
                     };
                     if class == Class::Known {
                         known_batch.push(inbound);
@@ -538,6 +539,7 @@ pub(super) async fn accept_streams(
                 tokio::spawn(serve_stream(
                     stream,
                     peer,
+                    None,
                     io,
                     to_loop.clone(),
                     streams.clone(),
@@ -556,7 +558,13 @@ pub(super) async fn accept_streams(
                         () = io.close.cancelled() => None,
                         done = handshake => match done {
                             Ok(Ok(tls)) => {
-                                serve_stream(tls, peer, io, to_loop, streams).await;
+                                let certificate = tls
+                                    .get_ref()
+                                    .1
+                                    .peer_certificates()
+                                    .and_then(|chain| chain.first())
+                                    .map(|c| Arc::<[u8]>::from(c.as_ref()));
+                                serve_stream(tls, peer, certificate, io, to_loop, streams).await;
                                 return;
                             }
                             Ok(Err(e)) => Some(e.to_string()),
@@ -623,6 +631,7 @@ struct StreamIo {
 async fn serve_stream<S>(
     stream: S,
     peer: SocketAddr,
+    peer_certificate: Option<Arc<[u8]>>,
     io: StreamIo,
     to_loop: SendersHandle,
     streams: Streams,
@@ -687,6 +696,7 @@ async fn serve_stream<S>(
                         route: Route::Stream(id, transport),
                         source: peer,
                         message,
+                        peer_certificate: peer_certificate.clone(),
                     }),
                     Err(e) => debug!(%peer, error = %e, "sip tcp message dropped"),
                 },
