@@ -59,7 +59,7 @@ use crate::error::AgentError;
 use crate::load::rtpengine::{Answer, AskOutcome, NgClient};
 use crate::load::{EngineSessions, LoadSampler, Sample};
 use crate::notifier::{Notifier, NotifierConfig, SubscriptionId};
-use crate::registration::{Registration, RegistrationConfig};
+use crate::registration::{Registration, RegistrationConfig, RegistrationState};
 
 /// How long shutdown waits for the unregisters to be answered (after up to
 /// [`FINAL_NOTIFY_GRACE`](crate::notifier::FINAL_NOTIFY_GRACE) for the
@@ -611,6 +611,30 @@ impl Shell {
         }
     }
 
+    /// A connection to `remote` closed: a registrar reached over it (a
+    /// `sips:` realm) can't reach this agent back — its SUBSCRIBEs and
+    /// keepalives go over the connection the REGISTER came on — so those
+    /// accounts REGISTER again at once, over a new connection (RFC 5626
+    /// §4.4: a restarted collector gets every MSR back without waiting
+    /// for the refresh).
+    fn reregister_over(&mut self, now: Instant, remote: SocketAddr) {
+        let resolved = &self.resolved;
+        for reg in self.registrations.values_mut() {
+            let account = &reg.config().account;
+            if account.realm.is_sips()
+                && reg.state() == RegistrationState::Registered
+                && registrar_addrs(account, resolved).contains(&remote)
+            {
+                info!(
+                    msr = %account.msr_name,
+                    registrar = %remote,
+                    "the connection to the registrar closed: registering again"
+                );
+                reg.register_now(now);
+            }
+        }
+    }
+
     async fn on_sip_event(&mut self, event: SipEvent) {
         let now = Instant::now();
         match event {
@@ -642,6 +666,7 @@ impl Shell {
                 }
                 None => debug!(id, "failure of an unknown request"),
             },
+            SipEvent::Closed { remote } => self.reregister_over(now, remote),
         }
         self.retiring.retain(|r| !r.is_finished());
     }

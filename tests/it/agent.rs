@@ -210,6 +210,8 @@ impl Subscriber {
             }
             Some(SipEvent::Response { id, response }) => self.responses.push_back((id, response)),
             Some(SipEvent::Failed { id, reason }) => panic!("request {id} failed: {reason}"),
+            // UDP only here: no connection closes.
+            Some(SipEvent::Closed { .. }) => {}
             None => panic!("subscriber endpoint closed"),
         }
     }

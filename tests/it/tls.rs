@@ -196,3 +196,59 @@ async fn an_expired_server_certificate_is_refused_by_the_agent() {
     assert!(log.contains("expired"), "the agent says why:\n{log}");
     assert!(!registered(&collector, "msr_expired").await);
 }
+
+/// A collector killed with `kill -9` and started again: the agent sees its
+/// TLS connection close and REGISTERs again over a new one at once, so the
+/// collector, which can't reach a `sips:` contact by itself, has it
+/// subscribed and reporting again within seconds, not at the refresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_collector_restart_an_agent_over_tls_is_back_at_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pki = Pki::create(dir.path());
+    let mut collector = Collector::start_with(
+        dir.path(),
+        "core1",
+        &tls_opts(),
+        &pki.collector_toml(false, true, false),
+    )
+    .await;
+    let mut long = spec(
+        "msr_tls",
+        collector.tls_realm(),
+        pki.agent_attributes(&pki.ca, true),
+    );
+    // The refresh is far away: only the closed connection brings it back.
+    long.register_expires = 300;
+    let agent = Agent::start(dir.path(), "agent", &long, 10);
+    collector
+        .wait_rows(LIMIT, |rows| {
+            live_row(rows, "msr_tls", Some(10)).map(|_| ())
+        })
+        .await
+        .unwrap_or_else(|| panic!("msr_tls live over tls:\n{}", agent.log_text()));
+    collector.kill9();
+    collector.spawn().await;
+    let restarted = std::time::Instant::now();
+    agent.set_calls(30);
+    collector
+        .wait_rows(LIMIT, |rows| {
+            live_row(rows, "msr_tls", Some(30)).map(|_| ())
+        })
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "msr_tls back after the restart:\n{}\n{}",
+                agent.log_text(),
+                collector.log_text()
+            )
+        });
+    println!(
+        "msr_tls reporting again {:.2} s after the collector's restart",
+        restarted.elapsed().as_secs_f64()
+    );
+    assert!(
+        agent.log_count(&["the connection to the registrar closed: registering again"]) >= 1,
+        "{}",
+        agent.log_text()
+    );
+}

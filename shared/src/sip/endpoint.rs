@@ -121,6 +121,38 @@ pub enum SipEvent {
         /// What went wrong.
         reason: String,
     },
+    /// A stream connection (TCP, TLS) to `remote` closed: a registrar
+    /// reached over it can no longer reach this endpoint back until a new
+    /// one is opened (RFC 5626 §4.4's flow recovery).
+    Closed {
+        /// The peer of the connection.
+        remote: SocketAddr,
+    },
+}
+
+/// Tells the loop of stream connections that closed.
+struct ClosedWatch {
+    events: mpsc::UnboundedSender<SipEvent>,
+}
+
+#[async_trait::async_trait]
+impl rsipstack::transaction::endpoint::TransportEventInspector for ClosedWatch {
+    async fn handle(
+        &self,
+        event: rsipstack::transport::TransportEvent,
+    ) -> Option<rsipstack::transport::TransportEvent> {
+        if let rsipstack::transport::TransportEvent::Closed(connection) = &event {
+            if connection.is_reliable() {
+                let remote = connection
+                    .get_remote_addr()
+                    .and_then(|a| a.get_socketaddr().ok());
+                if let Some(remote) = remote {
+                    let _ = self.events.send(SipEvent::Closed { remote });
+                }
+            }
+        }
+        Some(event)
+    }
 }
 
 /// An incoming request and the server transaction that answers it.
@@ -454,10 +486,14 @@ impl SipEndpoint {
                 })?;
             transport_layer.add_transport(SipConnection::from(listener));
         }
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
         let endpoint = EndpointBuilder::new()
             .with_user_agent(user_agent)
             .with_transport_layer(transport_layer)
             .with_cancel_token(cancel.clone())
+            .with_transport_inspector(Box::new(ClosedWatch {
+                events: events_tx.clone(),
+            }))
             .build();
         let incoming = endpoint
             .incoming_transactions()
@@ -472,7 +508,6 @@ impl SipEndpoint {
                 warn!(error = %e, "sip endpoint stopped");
             }
         });
-        let (events_tx, events_rx) = mpsc::unbounded_channel();
         Ok(Self {
             endpoint,
             incoming,
