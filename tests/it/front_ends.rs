@@ -560,3 +560,78 @@ async fn the_redirect_server_resends_its_302_and_answers_cancel_as_rfc_3261_says
     let answer = String::from_utf8_lossy(&buf[..n]);
     assert!(answer.starts_with("SIP/2.0 200 "), "{answer}");
 }
+
+/// `[redirect] transports = ["udp", "tcp"]`: an INVITE over TCP gets its
+/// 302 back on the same connection, framed by its `Content-Length` (RFC
+/// 3261 §18.3), and a CANCEL on it finds the answered INVITE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redirect_server_answers_over_tcp_on_the_same_connection() {
+    use msr_shared::sip::wire::{Frame, StreamFramer};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let extra = "[redirect]\nlisten = \"127.0.0.1:0\"\ntransports = [\"udp\", \"tcp\"]\n";
+    let collector =
+        Collector::start_with(dir.path(), "core1", &CollectorOpts::default(), extra).await;
+    let redirect_port = collector.redirect_port.expect("the redirect port");
+    let spec = AgentSpec {
+        accounts: vec![AccountSpec::new("msr_1", &collector)],
+        engine_port: free_udp_port(),
+        ..AgentSpec::default()
+    };
+    let _agent = Agent::start(dir.path(), "msr_1", &spec, 10);
+    collector
+        .wait_rows(Duration::from_secs(15), |rows| {
+            live_row(rows, "msr_1", Some(10)).map(|_| ())
+        })
+        .await
+        .expect("msr_1 live");
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", redirect_port))
+        .await
+        .expect("the redirect server listens on tcp on its port");
+    let local = stream.local_addr().expect("addr");
+    let message = |method: &str| {
+        format!(
+            "{method} sip:park@127.0.0.1:{redirect_port} SIP/2.0\r\n\
+             Via: SIP/2.0/TCP {local};branch=z9hG4bK-tcp-1\r\n\
+             Max-Forwards: 70\r\n\
+             From: <sip:alice@127.0.0.1>;tag=f1\r\n\
+             To: <sip:park@127.0.0.1>\r\n\
+             Call-ID: redirect-over-tcp@core\r\n\
+             CSeq: 1 {method}\r\n\
+             Content-Length: 0\r\n\r\n"
+        )
+    };
+    let mut framer = StreamFramer::new();
+    let mut buf = vec![0u8; 4096];
+    let mut next = async |stream: &mut tokio::net::TcpStream, framer: &mut StreamFramer| loop {
+        if let Some(Frame::Message(bytes)) = framer.next_frame().expect("sip") {
+            return String::from_utf8_lossy(&bytes).into_owned();
+        }
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+            .await
+            .expect("an answer within 10 s")
+            .expect("read");
+        assert!(n > 0, "the redirect server closed the connection");
+        framer.push(&buf[..n]);
+    };
+    stream
+        .write_all(message("INVITE").as_bytes())
+        .await
+        .expect("write");
+    let answer = next(&mut stream, &mut framer).await;
+    assert!(answer.starts_with("SIP/2.0 302 "), "{answer}");
+    assert!(answer.contains("Content-Length: 0\r\n"), "{answer}");
+    stream
+        .write_all(message("CANCEL").as_bytes())
+        .await
+        .expect("write");
+    let cancel = next(&mut stream, &mut framer).await;
+    assert!(
+        cancel.starts_with("SIP/2.0 200 ") && cancel.contains("CSeq: 1 CANCEL"),
+        "{cancel}"
+    );
+    let legs: u32 = match collector.ok(&Request::MsrList {}).await {
+        ResponseData::Msrs { msrs } => msrs.iter().map(|m| m.live_legs).sum(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(legs, 1, "one leg, placed by the INVITE over tcp");
+}

@@ -63,6 +63,7 @@ use tracing::{debug, info, warn};
 
 use crate::api::handler::AdminCommand;
 use crate::api::metrics::Metrics;
+use crate::core::{Inbound, Route, StreamId};
 
 /// The methods the redirect server answers (its `Allow`).
 pub const ALLOW: &str = "INVITE, ACK, CANCEL, OPTIONS";
@@ -494,17 +495,47 @@ fn response_destination(req: &Request, src: SocketAddr) -> SocketAddr {
 /// the leg the selection bound (to release if the INVITE was cancelled).
 struct Done {
     key: String,
-    dest: SocketAddr,
+    dest: Dest,
     invite: Box<Request>,
     response: Response,
     leg: Option<(String, Option<String>)>,
+}
+
+/// Where a response goes: a datagram to the address the request's `Via`
+/// names (RFC 3261 §18.2.2), or back on the connection it came on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dest {
+    Udp(SocketAddr),
+    Stream(StreamId),
+}
+
+impl std::fmt::Display for Dest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dest::Udp(addr) => write!(f, "udp {addr}"),
+            Dest::Stream(id) => write!(f, "tcp connection {}", id.0),
+        }
+    }
+}
+
+/// Writes a response on a stream connection; `false` when it is gone.
+pub type StreamReply = Arc<dyn Fn(StreamId, Bytes) -> bool + Send + Sync>;
+
+/// The redirect server's stream connections (`[redirect] transports` with
+/// `"tcp"`): their messages, read and framed by the collector's stream
+/// ingest, and the way back.
+pub struct StreamSide {
+    /// Batches of messages from the connections.
+    pub messages: mpsc::Receiver<Vec<Inbound>>,
+    /// Writes a response on its connection.
+    pub reply: StreamReply,
 }
 
 /// An INVITE waiting for its selection, and the leg the selection binds
 /// (its `call_id` and `leg`).
 struct Pending {
     key: String,
-    dest: SocketAddr,
+    dest: Dest,
     invite: Box<Request>,
     leg: Option<(String, Option<String>)>,
 }
@@ -526,13 +557,19 @@ const BATCH: usize = 64;
 /// pending selections, so one slow answer never holds up the next INVITE.
 pub async fn serve(
     socket: UdpSocket,
+    streams: Option<StreamSide>,
     tx: mpsc::Sender<AdminCommand>,
     ctx: RedirectContext,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) {
+    let (mut stream_messages, reply) = match streams {
+        Some(side) => (Some(side.messages), Some(side.reply)),
+        None => (None, None),
+    };
     let mut server = Server {
         socket,
+        reply,
         tx,
         ctx,
         metrics,
@@ -549,6 +586,27 @@ pub async fn serve(
             () = shutdown.cancelled() => break,
             Some((pending, selection)) = selecting.next(), if !selecting.is_empty() => {
                 server.finish_selection(pending, selection).await;
+            }
+            Some(batch) = next_batch(&mut stream_messages) => {
+                for inbound in batch {
+                    let Route::Stream(id, _) = inbound.route else {
+                        continue;
+                    };
+                    if !server.ctx.allows(inbound.source) {
+                        server.stranger(inbound.source);
+                        continue;
+                    }
+                    let SipMessage::Request(req) = inbound.message else {
+                        continue;
+                    };
+                    if let Some((pending, request)) = server.on_request(req, Dest::Stream(id)).await {
+                        if selecting.len() < MAX_SELECTING {
+                            selecting.push(select(server.tx.clone(), pending, request));
+                        } else {
+                            server.shed(pending).await;
+                        }
+                    }
+                }
             }
             received = server.socket.recv_from(&mut buf) => {
                 let mut received = received;
@@ -577,6 +635,14 @@ pub async fn serve(
     info!("redirect server stopped");
 }
 
+/// The next batch from the stream connections; never, without them.
+async fn next_batch(messages: &mut Option<mpsc::Receiver<Vec<Inbound>>>) -> Option<Vec<Inbound>> {
+    match messages {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Asks the shell the pending INVITE's `select` and builds its answer.
 async fn select(
     tx: mpsc::Sender<AdminCommand>,
@@ -598,6 +664,7 @@ async fn select(
 /// The redirect server's state, owned by [`serve`]'s loop.
 struct Server {
     socket: UdpSocket,
+    reply: Option<StreamReply>,
     tx: mpsc::Sender<AdminCommand>,
     ctx: RedirectContext,
     metrics: Arc<Metrics>,
@@ -662,6 +729,12 @@ impl Server {
                 return None;
             }
         };
+        self.on_request(req, Dest::Udp(dest)).await
+    }
+
+    /// Serves one request whose answers go to `dest`; a new INVITE that
+    /// needs a selection is returned with the `select` to ask.
+    async fn on_request(&mut self, req: Request, dest: Dest) -> Option<(Pending, AdminRequest)> {
         let now = Instant::now();
         match req.method {
             Method::Invite => {
@@ -835,9 +908,19 @@ impl Server {
 
     /// Whether `bytes` went out. A failure is logged with the network
     /// target, so a flood of them is rate limited.
-    async fn send(&self, bytes: &[u8], dest: SocketAddr) -> bool {
-        match self.socket.send_to(bytes, dest).await {
-            Ok(_) => true,
+    async fn send(&self, bytes: &[u8], dest: Dest) -> bool {
+        let sent = match dest {
+            Dest::Udp(addr) => self.socket.send_to(bytes, addr).await.map(|_| ()),
+            Dest::Stream(id) => match &self.reply {
+                Some(reply) if reply(id, Bytes::copy_from_slice(bytes)) => Ok(()),
+                _ => Err(std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    "the connection closed",
+                )),
+            },
+        };
+        match sent {
+            Ok(()) => true,
             Err(e) => {
                 warn!(target: msr_shared::logging::NETWORK, %dest, cause = %e, "redirect server cannot send");
                 false

@@ -224,6 +224,9 @@ pub struct RedirectConfig {
     /// are served; anything else is dropped unread, since each INVITE
     /// places a leg. Default: the listen address's own host.
     pub allow: Vec<ipnet::IpNet>,
+    /// `transports = ["udp", "tcp"]`: INVITEs over TCP too, on the same
+    /// address and port (RFC 3261 §18: a proxy may send over either).
+    pub tcp: bool,
 }
 
 /// `[selection] policy`: how a plain leg's MSR is chosen.

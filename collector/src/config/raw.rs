@@ -65,6 +65,7 @@ pub const HTTP_OFF: &str = "off";
 pub(super) struct RawRedirect {
     pub(super) listen: String,
     pub(super) allow: Option<Vec<String>>,
+    pub(super) transports: Option<Vec<String>>,
 }
 
 pub(super) fn default_http_listen() -> String {

@@ -295,6 +295,24 @@ fn tls_listens_on_5061_beside_the_sip_address_unless_told_and_needs_its_table() 
 }
 
 #[test]
+fn the_redirect_server_takes_tcp_beside_udp_only() {
+    let redirect = |transports: &str| {
+        parse(
+            &format!("[redirect]\nlisten = \"127.0.0.1:5062\"\ntransports = {transports}\n"),
+            "s",
+        )
+    };
+    let c = redirect("[\"udp\", \"tcp\"]").expect("valid");
+    assert!(c.redirect.expect("redirect").tcp);
+    let c = redirect("[\"udp\"]").expect("valid");
+    assert!(!c.redirect.expect("redirect").tcp);
+    for bad in ["[\"tcp\"]", "[\"udp\", \"tls\"]"] {
+        let e = redirect(bad).expect_err(bad);
+        assert!(e.to_string().contains("redirect.transports"), "{e}");
+    }
+}
+
+#[test]
 fn the_password_is_not_printed_in_debug() {
     let a = Account {
         auth_name: "msr".into(),

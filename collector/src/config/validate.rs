@@ -438,9 +438,34 @@ fn validate_redirect(
                     nets
                 }
             };
+            let mut tcp = false;
+            for t in r.transports.iter().flatten() {
+                match t.to_ascii_lowercase().as_str() {
+                    "udp" => {}
+                    "tcp" => tcp = true,
+                    _ => {
+                        return Err(invalid(
+                            "redirect.transports",
+                            quoted(t),
+                            "\"udp\" and optionally \"tcp\"",
+                        ))
+                    }
+                }
+            }
+            if r.transports
+                .as_ref()
+                .is_some_and(|ts| !ts.iter().any(|t| t.eq_ignore_ascii_case("udp")))
+            {
+                return Err(invalid(
+                    "redirect.transports",
+                    format!("{:?}", r.transports.unwrap_or_default()),
+                    "a list containing \"udp\", optionally \"tcp\"",
+                ));
+            }
             Some(RedirectConfig {
                 listen: addr,
                 allow,
+                tcp,
             })
         }
     };

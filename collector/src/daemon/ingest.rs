@@ -205,6 +205,33 @@ impl SendersHandle {
     }
 }
 
+/// Where a stream connection's messages go.
+#[derive(Clone)]
+pub(super) enum Sink {
+    /// To the core's loop (its queue for messages of strangers and
+    /// streams).
+    Core(SendersHandle),
+    /// To another server's loop (the redirect server): a full queue drops
+    /// the batch, the peer retransmits or gives up.
+    Queue(mpsc::Sender<Vec<Inbound>>),
+}
+
+impl Sink {
+    fn deliver(&self, batch: Vec<Inbound>, stats: &IngestStats) {
+        match self {
+            Sink::Core(to_loop) => to_loop.send(false, batch, stats),
+            Sink::Queue(tx) => {
+                if !batch.is_empty() {
+                    let n = batch.len() as u64;
+                    if tx.try_send(batch).is_err() {
+                        stats.shed.fetch_add(n, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// A rate limit for the reader's warnings.
 struct DropLog {
     last: Option<Instant>,
@@ -430,7 +457,7 @@ impl Streams {
     }
 
     /// Queues `bytes` on connection `id`; `false` when it is gone.
-    fn send(&self, id: StreamId, bytes: Bytes) -> bool {
+    pub(super) fn send(&self, id: StreamId, bytes: Bytes) -> bool {
         let tx = self
             .inner
             .lock()
@@ -475,7 +502,7 @@ impl Opening {
 pub(super) async fn accept_streams(
     listener: TcpListener,
     opening: Opening,
-    to_loop: SendersHandle,
+    to_loop: Sink,
     streams: Streams,
     cancel: CancellationToken,
 ) {
@@ -633,7 +660,7 @@ async fn serve_stream<S>(
     peer: SocketAddr,
     peer_certificate: Option<Arc<[u8]>>,
     io: StreamIo,
-    to_loop: SendersHandle,
+    to_loop: Sink,
     streams: Streams,
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
@@ -707,7 +734,7 @@ async fn serve_stream<S>(
                 Ok(None) => break,
                 Err(e) => {
                     debug!(%peer, error = %e, "sip tcp connection closed");
-                    to_loop.send(false, batch, &stats);
+                    to_loop.deliver(batch, &stats);
                     break 'read;
                 }
             }
@@ -722,7 +749,7 @@ async fn serve_stream<S>(
             (true, Some(since)) if batch.is_empty() => Some(since),
             (true, _) => Some(now),
         };
-        to_loop.send(false, batch, &stats);
+        to_loop.deliver(batch, &stats);
     }
     if let Some(at) = last_forwarded.filter(|_| eof) {
         // A peer may half-close after its last request (RFC 3261 §18.3

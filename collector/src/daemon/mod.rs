@@ -77,6 +77,39 @@ const LOOP_BATCH: usize = 64;
 /// both transports.
 const PORT_ZERO_ATTEMPTS: u32 = 16;
 
+/// Binds UDP on `listen` and, with `tcp`, TCP on the UDP socket's port.
+/// With port 0 the kernel picks a port free for UDP that TCP may already
+/// use (another socket's ephemeral port): then another one is picked.
+async fn bind_udp_and_tcp(
+    listen: SocketAddr,
+    tcp: bool,
+) -> Result<
+    (
+        std::net::UdpSocket,
+        SocketAddr,
+        Option<tokio::net::TcpListener>,
+    ),
+    (&'static str, SocketAddr, std::io::Error),
+> {
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let udp = msr_shared::sip::std_udp_socket(listen).map_err(|e| ("udp", listen, e))?;
+        let addr = udp.local_addr().map_err(|e| ("udp", listen, e))?;
+        if !tcp {
+            return Ok((udp, addr, None));
+        }
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => return Ok((udp, addr, Some(listener))),
+            Err(e)
+                if listen.port() == 0
+                    && e.kind() == std::io::ErrorKind::AddrInUse
+                    && attempts < PORT_ZERO_ATTEMPTS => {}
+            Err(e) => return Err(("tcp", addr, e)),
+        }
+    }
+}
+
 /// A running collector (see [`start`]).
 #[derive(Debug)]
 pub struct CollectorHandle {
@@ -162,29 +195,9 @@ pub async fn start(
             addr,
             source,
         };
-    // TCP listens on the UDP socket's port. With port 0 the kernel picks a
-    // port free for UDP that TCP may already use (another socket's
-    // ephemeral port): then another one is picked.
-    let mut attempts = 0;
-    let (udp, sip_addr, tcp) = loop {
-        attempts += 1;
-        let udp = msr_shared::sip::std_udp_socket(config.sip.listen)
-            .map_err(|e| bind_error("udp", config.sip.listen, e))?;
-        let sip_addr = udp
-            .local_addr()
-            .map_err(|e| bind_error("udp", config.sip.listen, e))?;
-        if !config.sip.tcp() {
-            break (udp, sip_addr, None);
-        }
-        match tokio::net::TcpListener::bind(sip_addr).await {
-            Ok(listener) => break (udp, sip_addr, Some(listener)),
-            Err(e)
-                if config.sip.listen.port() == 0
-                    && e.kind() == std::io::ErrorKind::AddrInUse
-                    && attempts < PORT_ZERO_ATTEMPTS => {}
-            Err(e) => return Err(bind_error("tcp", sip_addr, e)),
-        }
-    };
+    let (udp, sip_addr, tcp) = bind_udp_and_tcp(config.sip.listen, config.sip.tcp())
+        .await
+        .map_err(|(transport, addr, e)| bind_error(transport, addr, e))?;
     // The reader has the socket on a thread of its own; the writer sends
     // on a clone of it (the same socket, so every datagram leaves from the
     // one address, SPEC §4).
@@ -255,9 +268,30 @@ pub async fn start(
                 addr: redirect.listen,
                 source,
             };
-            let socket = msr_shared::sip::udp_socket(redirect.listen).map_err(error)?;
-            let addr = socket.local_addr().map_err(error)?;
+            let (socket, addr, tcp) = bind_udp_and_tcp(redirect.listen, redirect.tcp)
+                .await
+                .map_err(|(_, _, e)| error(e))?;
+            socket.set_nonblocking(true).map_err(error)?;
+            let socket = tokio::net::UdpSocket::from_std(socket).map_err(error)?;
             info!(%addr, "redirect server listening on udp {addr}");
+            let streams = match tcp {
+                Some(listener) => {
+                    info!(%addr, "redirect server listening on tcp {addr}");
+                    let (tx, messages) = mpsc::channel(ingest::OTHER_QUEUE);
+                    let streams = ingest::Streams::default();
+                    tokio::spawn(ingest::accept_streams(
+                        listener,
+                        ingest::Opening::Tcp,
+                        ingest::Sink::Queue(tx),
+                        streams.clone(),
+                        shutdown.clone(),
+                    ));
+                    let reply: crate::api::redirect::StreamReply =
+                        Arc::new(move |id, bytes| streams.send(id, bytes));
+                    Some(crate::api::redirect::StreamSide { messages, reply })
+                }
+                None => None,
+            };
             let ctx = RedirectContext {
                 own: vec![addr, sip_addr],
                 default_zone: config.defaults.zone.clone(),
@@ -266,6 +300,7 @@ pub async fn start(
             };
             tokio::spawn(crate::api::redirect::serve(
                 socket,
+                streams,
                 admin_tx.clone(),
                 ctx,
                 Arc::clone(&metrics),
@@ -364,7 +399,7 @@ pub async fn start(
         tokio::spawn(ingest::accept_streams(
             listener,
             ingest::Opening::Tcp,
-            to_loop.clone(),
+            ingest::Sink::Core(to_loop.clone()),
             streams.clone(),
             io_stop.clone(),
         ));
@@ -374,7 +409,7 @@ pub async fn start(
             tokio::spawn(ingest::accept_streams(
                 listener,
                 ingest::Opening::Tls(Arc::clone(&acceptor)),
-                to_loop,
+                ingest::Sink::Core(to_loop),
                 streams.clone(),
                 io_stop.clone(),
             ));
