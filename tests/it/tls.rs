@@ -252,3 +252,96 @@ async fn after_a_collector_restart_an_agent_over_tls_is_back_at_once() {
         agent.log_text()
     );
 }
+
+/// `[redirect] transports` with `"tls"`: a softswitch that trusts the
+/// collector's CA sends its INVITE over TLS and gets the 302 back on that
+/// connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redirect_server_answers_an_invite_over_tls() {
+    use msr_shared::sip::wire::{Frame, StreamFramer};
+    use rustls::pki_types::pem::PemObject;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pki = Pki::create(dir.path());
+    let extra = format!(
+        "{}[redirect]\nlisten = \"127.0.0.1:0\"\ntransports = [\"udp\", \"tls\"]\ntls_listen = \"127.0.0.1:0\"\n",
+        pki.collector_toml(false, false, false)
+    );
+    let collector = Collector::start_with(dir.path(), "core1", &tls_opts(), &extra).await;
+    let agent = Agent::start(
+        dir.path(),
+        "agent",
+        &spec(
+            "msr_tls",
+            collector.tls_realm(),
+            pki.agent_attributes(&pki.ca, false),
+        ),
+        10,
+    );
+    collector
+        .wait_rows(LIMIT, |rows| {
+            live_row(rows, "msr_tls", Some(10)).map(|_| ())
+        })
+        .await
+        .unwrap_or_else(|| panic!("msr_tls live:\n{}", agent.log_text()));
+    let needle = "redirect server listening on tls ";
+    let port: u16 = collector
+        .log_text()
+        .lines()
+        .find_map(|l| {
+            l.split(needle)
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse::<std::net::SocketAddr>()
+                .ok()
+        })
+        .map(|a| a.port())
+        .expect("the redirect server's tls port announced");
+
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_file_iter(&pki.ca).expect("ca") {
+        roots.add(cert.expect("ca pem")).expect("add ca");
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    let local = tcp.local_addr().expect("addr");
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
+    let mut stream = connector.connect(name, tcp).await.expect("tls handshake");
+    let invite = format!(
+        "INVITE sip:park@127.0.0.1:{port} SIP/2.0\r\n\
+         Via: SIP/2.0/TLS {local};branch=z9hG4bK-tls-1\r\n\
+         Max-Forwards: 70\r\n\
+         From: <sips:alice@127.0.0.1>;tag=f1\r\n\
+         To: <sips:park@127.0.0.1>\r\n\
+         Call-ID: redirect-over-tls@core\r\n\
+         CSeq: 1 INVITE\r\n\
+         Content-Length: 0\r\n\r\n"
+    );
+    stream.write_all(invite.as_bytes()).await.expect("write");
+    stream.flush().await.expect("flush");
+    let mut framer = StreamFramer::new();
+    let mut buf = vec![0u8; 4096];
+    let answer = loop {
+        if let Some(Frame::Message(bytes)) = framer.next_frame().expect("sip") {
+            break String::from_utf8_lossy(&bytes).into_owned();
+        }
+        let n = tokio::time::timeout(LIMIT, stream.read(&mut buf))
+            .await
+            .expect("an answer in time")
+            .expect("read");
+        assert!(n > 0, "closed");
+        framer.push(&buf[..n]);
+    };
+    assert!(answer.starts_with("SIP/2.0 302 "), "{answer}");
+}

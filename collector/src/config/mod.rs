@@ -227,6 +227,9 @@ pub struct RedirectConfig {
     /// `transports = ["udp", "tcp"]`: INVITEs over TCP too, on the same
     /// address and port (RFC 3261 §18: a proxy may send over either).
     pub tcp: bool,
+    /// `transports` with `"tls"`: INVITEs over TLS on `tls_listen`, with
+    /// `[sip.tls]`'s certificate (and its `client_ca`, when set).
+    pub tls_listen: Option<SocketAddr>,
 }
 
 /// `[selection] policy`: how a plain leg's MSR is chosen.

@@ -66,6 +66,7 @@ pub(super) struct RawRedirect {
     pub(super) listen: String,
     pub(super) allow: Option<Vec<String>>,
     pub(super) transports: Option<Vec<String>>,
+    pub(super) tls_listen: Option<String>,
 }
 
 pub(super) fn default_http_listen() -> String {

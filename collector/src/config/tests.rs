@@ -295,7 +295,7 @@ fn tls_listens_on_5061_beside_the_sip_address_unless_told_and_needs_its_table() 
 }
 
 #[test]
-fn the_redirect_server_takes_tcp_beside_udp_only() {
+fn the_redirect_server_takes_tcp_and_tls_beside_udp_only() {
     let redirect = |transports: &str| {
         parse(
             &format!("[redirect]\nlisten = \"127.0.0.1:5062\"\ntransports = {transports}\n"),
@@ -306,10 +306,27 @@ fn the_redirect_server_takes_tcp_beside_udp_only() {
     assert!(c.redirect.expect("redirect").tcp);
     let c = redirect("[\"udp\"]").expect("valid");
     assert!(!c.redirect.expect("redirect").tcp);
-    for bad in ["[\"tcp\"]", "[\"udp\", \"tls\"]"] {
+    for bad in ["[\"tcp\"]", "[\"udp\", \"sctp\"]", "[\"udp\", \"tls\"]"] {
         let e = redirect(bad).expect_err(bad);
-        assert!(e.to_string().contains("redirect.transports"), "{e}");
+        assert!(e.to_string().contains("redirect."), "{e}");
     }
+    // "tls" needs its listener and [sip.tls]'s certificate.
+    let e = parse(
+        "[redirect]\nlisten = \"127.0.0.1:5062\"\ntransports = [\"udp\", \"tls\"]\ntls_listen = \"127.0.0.1:5063\"\n",
+        "s",
+    )
+    .expect_err("no [sip.tls]");
+    assert!(e.to_string().contains("[sip.tls]"), "{e}");
+    let c = parse(
+        "[sip]\ntransports = [\"udp\", \"tls\"]\n[sip.tls]\ncert = \"c\"\nkey = \"k\"\n\
+         [redirect]\nlisten = \"127.0.0.1:5062\"\ntransports = [\"udp\", \"tls\"]\ntls_listen = \"127.0.0.1:5063\"\n",
+        "s",
+    )
+    .expect("valid");
+    assert_eq!(
+        c.redirect.expect("redirect").tls_listen,
+        Some("127.0.0.1:5063".parse().expect("addr"))
+    );
 }
 
 #[test]

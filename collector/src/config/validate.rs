@@ -117,7 +117,7 @@ pub(super) fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, 
     }
     let legs = validate_legs(&raw.legs, &invalid)?;
     let http = validate_http(raw.http, origin)?;
-    let redirect = validate_redirect(raw.redirect, sip.listen, &invalid)?;
+    let redirect = validate_redirect(raw.redirect, &sip, &invalid)?;
     let selection = validate_selection(&raw.selection, &invalid)?;
     Ok(CollectorConfig {
         http,
@@ -384,9 +384,10 @@ fn validate_accounts(
 /// may ask (default: the listen host).
 fn validate_redirect(
     raw: Option<RawRedirect>,
-    sip_listen: SocketAddr,
+    sip: &SipConfig,
     invalid: Invalid<'_>,
 ) -> Result<Option<RedirectConfig>, ConfigError> {
+    let sip_listen = sip.listen;
     let redirect = match raw {
         None => None,
         Some(r) => {
@@ -438,20 +439,62 @@ fn validate_redirect(
                     nets
                 }
             };
-            let mut tcp = false;
+            let (mut tcp, mut tls) = (false, false);
             for t in r.transports.iter().flatten() {
                 match t.to_ascii_lowercase().as_str() {
                     "udp" => {}
                     "tcp" => tcp = true,
+                    "tls" => tls = true,
                     _ => {
                         return Err(invalid(
                             "redirect.transports",
                             quoted(t),
-                            "\"udp\" and optionally \"tcp\"",
+                            "\"udp\" and optionally \"tcp\", \"tls\"",
                         ))
                     }
                 }
             }
+            let tls_listen = match (&r.tls_listen, tls) {
+                (None, false) => None,
+                (Some(text), false) => {
+                    return Err(invalid(
+                        "redirect.tls_listen",
+                        quoted(text),
+                        "no value unless redirect.transports has \"tls\"",
+                    ))
+                }
+                (None, true) => {
+                    return Err(invalid(
+                        "redirect.tls_listen",
+                        "(missing)".into(),
+                        "the ip:port of the redirect server's tls listener when redirect.transports has \"tls\"",
+                    ))
+                }
+                (Some(text), true) => {
+                    let at: SocketAddr = text.parse().map_err(|_| {
+                        invalid(
+                            "redirect.tls_listen",
+                            quoted(text),
+                            "an ip:port socket address, e.g. \"127.0.0.1:5063\"",
+                        )
+                    })?;
+                    if at.ip().is_unspecified() {
+                        return Err(invalid(
+                            "redirect.tls_listen",
+                            quoted(text),
+                            "a specific ip:port, not 0.0.0.0 or [::]",
+                        ));
+                    }
+                    if sip.tls.is_none() {
+                        return Err(invalid(
+                            "redirect.transports",
+                            quoted("tls"),
+                            "\"tls\" only with a [sip.tls] table (its certificate is used)",
+                        ));
+                    }
+                    Some(at)
+                }
+            };
             if r.transports
                 .as_ref()
                 .is_some_and(|ts| !ts.iter().any(|t| t.eq_ignore_ascii_case("udp")))
@@ -459,13 +502,14 @@ fn validate_redirect(
                 return Err(invalid(
                     "redirect.transports",
                     format!("{:?}", r.transports.unwrap_or_default()),
-                    "a list containing \"udp\", optionally \"tcp\"",
+                    "a list containing \"udp\", optionally \"tcp\" and \"tls\"",
                 ));
             }
             Some(RedirectConfig {
                 listen: addr,
                 allow,
                 tcp,
+                tls_listen,
             })
         }
     };

@@ -274,23 +274,43 @@ pub async fn start(
             socket.set_nonblocking(true).map_err(error)?;
             let socket = tokio::net::UdpSocket::from_std(socket).map_err(error)?;
             info!(%addr, "redirect server listening on udp {addr}");
-            let streams = match tcp {
-                Some(listener) => {
+            let tls_listener = match (redirect.tls_listen, &tls) {
+                (Some(at), Some((_, _, acceptor))) => {
+                    let error = |source| CollectorError::Redirect { addr: at, source };
+                    let listener = tokio::net::TcpListener::bind(at).await.map_err(error)?;
+                    let bound = listener.local_addr().map_err(error)?;
+                    info!(addr = %bound, "redirect server listening on tls {bound}");
+                    Some((listener, Arc::clone(acceptor)))
+                }
+                _ => None,
+            };
+            let streams = if tcp.is_some() || tls_listener.is_some() {
+                let (tx, messages) = mpsc::channel(ingest::OTHER_QUEUE);
+                let streams = ingest::Streams::default();
+                if let Some(listener) = tcp {
                     info!(%addr, "redirect server listening on tcp {addr}");
-                    let (tx, messages) = mpsc::channel(ingest::OTHER_QUEUE);
-                    let streams = ingest::Streams::default();
                     tokio::spawn(ingest::accept_streams(
                         listener,
                         ingest::Opening::Tcp,
+                        ingest::Sink::Queue(tx.clone()),
+                        streams.clone(),
+                        shutdown.clone(),
+                    ));
+                }
+                if let Some((listener, acceptor)) = tls_listener {
+                    tokio::spawn(ingest::accept_streams(
+                        listener,
+                        ingest::Opening::Tls(acceptor),
                         ingest::Sink::Queue(tx),
                         streams.clone(),
                         shutdown.clone(),
                     ));
-                    let reply: crate::api::redirect::StreamReply =
-                        Arc::new(move |id, bytes| streams.send(id, bytes));
-                    Some(crate::api::redirect::StreamSide { messages, reply })
                 }
-                None => None,
+                let reply: crate::api::redirect::StreamReply =
+                    Arc::new(move |id, bytes| streams.send(id, bytes));
+                Some(crate::api::redirect::StreamSide { messages, reply })
+            } else {
+                None
             };
             let ctx = RedirectContext {
                 own: vec![addr, sip_addr],
