@@ -3,7 +3,6 @@
 //! move), what needs a restart is named in a warning (`[sip] listen`), and
 //! a file that does not validate changes nothing.
 
-use std::process::Command;
 use std::time::Duration;
 
 use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts};
@@ -12,29 +11,10 @@ fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
 
-fn hup(collector: &Collector) {
-    let pid = collector
-        .child
-        .as_ref()
-        .expect("collector running")
-        .pid()
-        .to_string();
-    let ok = Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "kill -HUP {pid}");
-}
-
-async fn wait_log(collector: &Collector, needle: &str, times: usize) {
-    let found = system_tests::wait_for(secs(10), || {
-        let n = collector.log_text().matches(needle).count();
-        async move { (n >= times).then_some(()) }
-    })
-    .await;
+async fn wait_log(collector: &Collector, needle: &str) {
     assert!(
-        found.is_some(),
-        "no {times} × `{needle}` in\n{}",
+        collector.wait_log(0, &[needle], secs(10)).await,
+        "no `{needle}` in\n{}",
         collector.log_text()
     );
 }
@@ -60,8 +40,8 @@ async fn sighup_applies_what_it_can_names_what_needs_a_restart_and_refuses_a_bad
     let zoned = original.replace("zone = \"default\"", "zone = \"east\"");
     assert_ne!(zoned, original);
     std::fs::write(&collector.config, &zoned).expect("write");
-    hup(&collector);
-    wait_log(&collector, "configuration reloaded", 1).await;
+    collector.hup();
+    wait_log(&collector, "configuration reloaded").await;
     collector
         .wait_rows(secs(5), |rows| {
             rows.iter()
@@ -76,8 +56,8 @@ async fn sighup_applies_what_it_can_names_what_needs_a_restart_and_refuses_a_bad
         .replace(&format!("127.0.0.1:{}", collector.port), "127.0.0.1:1")
         .replace("zone = \"east\"", "zone = \"west\"");
     std::fs::write(&collector.config, &moved).expect("write");
-    hup(&collector);
-    wait_log(&collector, "restart_needed=sip.listen", 1).await;
+    collector.hup();
+    wait_log(&collector, "restart_needed=sip.listen").await;
     collector
         .wait_rows(secs(5), |rows| {
             rows.iter()
@@ -93,8 +73,8 @@ async fn sighup_applies_what_it_can_names_what_needs_a_restart_and_refuses_a_bad
         zoned.replace("[defaults]", "[defaults\n"),
     )
     .expect("write");
-    hup(&collector);
-    wait_log(&collector, "config reload failed", 1).await;
+    collector.hup();
+    wait_log(&collector, "config reload failed").await;
     let rows = collector.rows().await.expect("rows");
     assert!(
         rows.iter().any(|r| r.msr == "msr_1" && r.zone == "west"),

@@ -54,6 +54,24 @@ pub fn try_write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
 
 /// The log text with ANSI colour sequences removed (the collector colours
 /// its log even into a file).
+/// How many lines of the log at `path` contain every one of `needles`.
+pub fn count_log_lines(path: &Path, needles: &[&str]) -> usize {
+    read_log(path)
+        .lines()
+        .filter(|l| needles.iter().all(|n| l.contains(n)))
+        .count()
+}
+
+/// Waits until more than `before` lines of the log at `path` contain every
+/// one of `needles`, at most `limit`.
+pub async fn wait_log_lines(path: &Path, before: usize, needles: &[&str], limit: Duration) -> bool {
+    wait_for(limit, || async move {
+        (count_log_lines(path, needles) > before).then_some(())
+    })
+    .await
+    .is_some()
+}
+
 pub fn read_log(path: &Path) -> String {
     let raw = std::fs::read_to_string(path).unwrap_or_default();
     let mut out = String::with_capacity(raw.len());
@@ -321,6 +339,21 @@ path = "{state}"
         }
     }
 
+    /// `kill -HUP`: the collector reads its configuration again (SPEC §13).
+    pub fn hup(&self) {
+        let pid = self
+            .child
+            .as_ref()
+            .expect("collector running")
+            .pid()
+            .to_string();
+        let ok = std::process::Command::new("kill")
+            .args(["-HUP", &pid])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill -HUP {pid}");
+    }
+
     /// SIGTERM; returns the exit status.
     pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
         self.child
@@ -418,6 +451,12 @@ path = "{state}"
     /// The log so far, without colours.
     pub fn log_text(&self) -> String {
         read_log(&self.log)
+    }
+
+    /// Waits until more than `before` log lines contain every one of
+    /// `needles`, at most `limit`.
+    pub async fn wait_log(&self, before: usize, needles: &[&str], limit: Duration) -> bool {
+        wait_log_lines(&self.log, before, needles, limit).await
     }
 }
 
@@ -669,20 +708,13 @@ impl Agent {
 
     /// How many log lines contain every one of `needles`.
     pub fn log_count(&self, needles: &[&str]) -> usize {
-        self.log_text()
-            .lines()
-            .filter(|l| needles.iter().all(|n| l.contains(n)))
-            .count()
+        count_log_lines(&self.log, needles)
     }
 
     /// Waits until more than `before` log lines contain every one of
     /// `needles`, at most `limit`.
     pub async fn wait_log(&self, before: usize, needles: &[&str], limit: Duration) -> bool {
-        wait_for(limit, || async move {
-            (self.log_count(needles) > before).then_some(())
-        })
-        .await
-        .is_some()
+        wait_log_lines(&self.log, before, needles, limit).await
     }
 }
 
