@@ -114,7 +114,14 @@ impl Flows {
     /// Contact it carries on that link; `Err` when it must go over a
     /// connection and there is none.
     pub(super) fn link(&self, target: &str, to: SocketAddr) -> Result<(Link, String), String> {
-        if let Some(&(_, transport)) = self.by_contact.get(&to) {
+        let tls_only = sip::needs_tls(target);
+        // A `sips:` target goes over TLS or not at all (RFC 3261 §26.2.2):
+        // a TCP connection from its address is no way to it.
+        let flow = self
+            .by_contact
+            .get(&to)
+            .filter(|(_, transport)| !tls_only || *transport == StreamTransport::Tls);
+        if let Some(&(_, transport)) = flow {
             let sent_by = match transport {
                 StreamTransport::Tcp => self.tcp,
                 StreamTransport::Tls => self.tls,
@@ -127,7 +134,7 @@ impl Flows {
                 return Ok((Link::Stream { transport, sent_by }, contact));
             }
         }
-        if sip::needs_tls(target) {
+        if tls_only {
             return Err(format!(
                 "no tls connection from {to} to send over (it registers a sips: contact)"
             ));
@@ -219,6 +226,16 @@ mod tests {
         flows.closed(StreamId(7));
         assert!(flows.link(target, to).is_err());
         assert_eq!(flows.route(to), None);
+        // A sips: contact registered over plain TCP is no TLS flow.
+        flows.set_listeners(Some(addr("127.0.0.1:5060")), Some(addr("127.0.0.1:5061")));
+        flows.registered(
+            Route::Stream(StreamId(9), StreamTransport::Tcp),
+            &register(target),
+        );
+        assert!(
+            flows.link(target, to).is_err(),
+            "never a sips: target over tcp"
+        );
     }
 
     #[test]
