@@ -75,6 +75,12 @@ pub const OVERSIZED_LOG_INTERVAL: Duration = Duration::from_secs(5);
 /// The largest UDP payload (RFC 768's 16-bit length less the headers).
 const UDP_MAX_PAYLOAD: usize = 65_535;
 
+/// A TLS connection not open (TCP connect and handshake) within this is
+/// given up: a server that accepts and never answers the ClientHello must
+/// not hold a registration forever. It fails with this cause and the
+/// request is tried again as any failed one.
+const TLS_CONNECT_DEADLINE: Duration = Duration::from_secs(10);
+
 /// Failure to set up or use the endpoint.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -405,10 +411,33 @@ impl TlsClient {
             Some((cert, key)) => {
                 let chain = certificates(cert)?;
                 let key_pem = read(key)?;
-                PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| TlsFileError {
-                    path: key.to_owned(),
-                    reason: format!("no pem private key in it ({e})"),
-                })?;
+                let key_der =
+                    PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| TlsFileError {
+                        path: key.to_owned(),
+                        reason: format!("no pem private key in it ({e})"),
+                    })?;
+                // The key must be the certificate's: else every handshake
+                // fails, far from the file's name.
+                let chain_der = CertificateDer::pem_slice_iter(&chain)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| TlsFileError {
+                        path: cert.to_owned(),
+                        reason: format!("not a pem certificate file ({e})"),
+                    })?;
+                let provider = Arc::new(rustls::crypto::ring::default_provider());
+                rustls::ClientConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .and_then(|b| {
+                        b.with_root_certificates(rustls::RootCertStore::empty())
+                            .with_client_auth_cert(chain_der, key_der)
+                    })
+                    .map_err(|e| TlsFileError {
+                        path: key.to_owned(),
+                        reason: format!(
+                            "does not go with the certificate in {} ({e})",
+                            cert.display()
+                        ),
+                    })?;
                 Some((chain, key_pem))
             }
         };
@@ -585,15 +614,27 @@ impl SipEndpoint {
         tokio::spawn(async move {
             let run = async {
                 let connection = match tls_target {
-                    Some(target) => match inner.transport_layer.lookup(&target, Some(&key)).await {
-                        Ok((connection, _)) => Some(connection),
-                        Err(e) => {
-                            return SipEvent::Failed {
-                                id,
-                                reason: format!("tls connection to {target} failed: {e}"),
+                    Some(target) => {
+                        let lookup = inner.transport_layer.lookup(&target, Some(&key));
+                        match tokio::time::timeout(TLS_CONNECT_DEADLINE, lookup).await {
+                            Ok(Ok((connection, _))) => Some(connection),
+                            Ok(Err(e)) => {
+                                return SipEvent::Failed {
+                                    id,
+                                    reason: format!("tls connection to {target} failed: {e}"),
+                                }
+                            }
+                            Err(_) => {
+                                return SipEvent::Failed {
+                                    id,
+                                    reason: format!(
+                                        "tls connection to {target} failed: not established within {} s",
+                                        TLS_CONNECT_DEADLINE.as_secs()
+                                    ),
+                                }
                             }
                         }
-                    },
+                    }
                     None => None,
                 };
                 let mut tx = Transaction::new_client(key, request, inner, connection);
@@ -714,6 +755,36 @@ impl Drop for SipEndpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_client_key_that_is_not_the_certificates_is_refused_when_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let write = |name: &str, text: String| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).expect("write");
+            path
+        };
+        let ca_key = rcgen::KeyPair::generate().expect("key");
+        let ca = rcgen::CertificateParams::new(vec!["ca".to_owned()])
+            .expect("params")
+            .self_signed(&ca_key)
+            .expect("ca");
+        let key = rcgen::KeyPair::generate().expect("key");
+        let other = rcgen::KeyPair::generate().expect("key");
+        let cert = rcgen::CertificateParams::new(vec!["msr_1".to_owned()])
+            .expect("params")
+            .self_signed(&key)
+            .expect("cert");
+        let ca_path = write("ca.pem", ca.pem());
+        let cert_path = write("cert.pem", cert.pem());
+        let key_path = write("key.pem", key.serialize_pem());
+        let other_path = write("other.pem", other.serialize_pem());
+        assert!(TlsClient::read(&ca_path, Some((&cert_path, &key_path))).is_ok());
+        let e =
+            TlsClient::read(&ca_path, Some((&cert_path, &other_path))).expect_err("another key");
+        assert_eq!(e.path, other_path);
+        assert!(e.reason.contains("does not go with the certificate"), "{e}");
+    }
 
     fn options(i: usize, from: SocketAddr) -> String {
         format!(
