@@ -294,3 +294,40 @@ async fn a_request_then_a_half_close_is_answered_and_a_message_that_never_ends_i
         "closed, nothing answered: {read:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_pings_and_never_reads_is_disconnected_not_queued_for() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let collector = tcp_collector(dir.path()).await;
+    // A small receive window: the collector's answers back up at once.
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+    let mut stream = socket
+        .connect(SocketAddr::from(([127, 0, 0, 1], collector.port)))
+        .await
+        .expect("connect");
+    // RFC 5626 keepalive pings, each answered with a CRLF the peer never
+    // reads: the collector closes the connection when its queue for it
+    // is full instead of holding the answers (it held gigabytes).
+    let pings = b"\r\n\r\n".repeat(16 * 1024);
+    let closed = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            if stream.write_all(&pings).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "the collector closes a connection that does not read within 60 s"
+    );
+    // It still serves everyone else.
+    let (mut client, local) = Client::connect(collector.port).await;
+    client
+        .stream
+        .write_all(options(local, 1).as_bytes())
+        .await
+        .expect("write");
+    assert_eq!(client.read(1).await[0].0, StatusCode::OK);
+}

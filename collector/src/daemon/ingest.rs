@@ -17,7 +17,7 @@
 //! Every datagram the collector sends leaves from the one UDP socket (SPEC
 //! §4: one address for peers behind symmetric NAT), from the writer task.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -78,6 +78,14 @@ const EVICT_AFTER: Duration = Duration::from_secs(30);
 /// After the peer's half-close (EOF), the connection is kept for writing
 /// this long, so the answers to its last requests still reach it.
 const STREAM_LINGER: Duration = Duration::from_secs(2);
+
+/// Messages queued for one connection's writer at most. A peer that stops
+/// reading (its receive window full) while it keeps sending requests or
+/// CRLF pings would otherwise grow the queue without bound: when it is
+/// full the connection is closed (the peer is not reading what it is
+/// answered; RFC 5626 §4.4.1 has it reconnect). The collector's messages
+/// are under 2 KiB, so each connection holds at most about 128 KiB.
+const STREAM_WRITE_QUEUE: usize = 64;
 
 /// The registered contacts' addresses, as the loop last published them.
 #[derive(Debug, Clone, Default)]
@@ -367,7 +375,7 @@ pub(super) async fn read_udp(
 /// One TCP connection as the acceptor and the writer see it.
 #[derive(Debug)]
 struct StreamEntry {
-    tx: mpsc::UnboundedSender<Bytes>,
+    tx: mpsc::Sender<Bytes>,
     /// When its last whole message arrived (or it was accepted).
     last_message: Instant,
     /// Closes it (eviction).
@@ -380,6 +388,9 @@ pub(super) struct Streams {
     inner: Arc<Mutex<HashMap<StreamId, StreamEntry>>>,
     /// Told each connection that closed (the core forgets its flows).
     closed: Option<mpsc::UnboundedSender<StreamId>>,
+    /// Connections refused and evicted since the last line about them,
+    /// and when that was.
+    limit_log: Arc<Mutex<(Option<Instant>, u64, u64)>>,
 }
 
 impl Streams {
@@ -388,7 +399,45 @@ impl Streams {
         Self {
             inner: Arc::default(),
             closed: Some(closed),
+            limit_log: Arc::default(),
         }
+    }
+
+    /// [`Self::admit`], with a rate-limited line when the table is full.
+    fn admit_logged(
+        &self,
+        id: StreamId,
+        tx: mpsc::Sender<Bytes>,
+        close: CancellationToken,
+        transport: StreamTransport,
+    ) -> Admitted {
+        let now = Instant::now();
+        let admitted = self.admit(id, tx, close, now);
+        if admitted == Admitted::Yes {
+            return admitted;
+        }
+        let Ok(mut log) = self.limit_log.lock() else {
+            return admitted;
+        };
+        match admitted {
+            Admitted::Refused => log.1 += 1,
+            _ => log.2 += 1,
+        }
+        if log
+            .0
+            .is_none_or(|at| now.duration_since(at) >= DROP_LOG_INTERVAL)
+        {
+            warn!(
+                target: msr_shared::logging::NETWORK,
+                max = MAX_STREAMS,
+                refused = log.1,
+                evicted = log.2,
+                %transport,
+                "sip stream connections at their limit: new ones refused, or given the slot of the quietest"
+            );
+            *log = (Some(now), 0, 0);
+        }
+        admitted
     }
 
     /// Registers a new connection, making room when every slot is taken
@@ -396,7 +445,7 @@ impl Streams {
     fn admit(
         &self,
         id: StreamId,
-        tx: mpsc::UnboundedSender<Bytes>,
+        tx: mpsc::Sender<Bytes>,
         close: CancellationToken,
         now: Instant,
     ) -> Admitted {
@@ -456,14 +505,34 @@ impl Streams {
         }
     }
 
-    /// Queues `bytes` on connection `id`; `false` when it is gone.
+    /// Queues `bytes` on connection `id`; `false` when it is gone, or
+    /// when its queue is full and it is closed for that
+    /// ([`STREAM_WRITE_QUEUE`]).
     pub(super) fn send(&self, id: StreamId, bytes: Bytes) -> bool {
-        let tx = self
+        let entry = self
             .inner
             .lock()
             .ok()
-            .and_then(|m| m.get(&id).map(|e| e.tx.clone()));
-        tx.is_some_and(|tx| tx.send(bytes).is_ok())
+            .and_then(|m| m.get(&id).map(|e| (e.tx.clone(), e.close.clone())));
+        entry.is_some_and(|(tx, close)| queue_on(&tx, &close, bytes))
+    }
+}
+
+/// Queues `bytes` for a connection's writer, closing the connection when
+/// its queue is full (a peer that does not read; [`STREAM_WRITE_QUEUE`]).
+fn queue_on(tx: &mpsc::Sender<Bytes>, close: &CancellationToken, bytes: Bytes) -> bool {
+    match tx.try_send(bytes) {
+        Ok(()) => true,
+        Err(mpsc::error::TrySendError::Full(_)) => {
+            debug!(
+                target: msr_shared::logging::NETWORK,
+                queued = STREAM_WRITE_QUEUE,
+                "sip stream connection closed: the peer does not read what it is sent"
+            );
+            close.cancel();
+            false
+        }
+        Err(mpsc::error::TrySendError::Closed(_)) => false,
     }
 }
 
@@ -507,10 +576,8 @@ pub(super) async fn accept_streams(
     cancel: CancellationToken,
 ) {
     let transport = opening.transport();
+    let handshakes = Handshakes::default();
     let mut next = 0u64;
-    let mut refused = 0u64;
-    let mut evicted = 0u64;
-    let mut last_log: Option<Instant> = None;
     loop {
         let accepted = tokio::select! {
             () = cancel.cancelled() => return,
@@ -526,34 +593,8 @@ pub(super) async fn accept_streams(
         };
         next += 1;
         let id = StreamId(next);
-        let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+        let (tx, rx) = mpsc::channel::<Bytes>(STREAM_WRITE_QUEUE);
         let close = cancel.child_token();
-        let now = Instant::now();
-        let admitted = streams.admit(id, tx.clone(), close.clone(), now);
-        match admitted {
-            Admitted::Yes => {}
-            Admitted::Evicted => evicted += 1,
-            Admitted::Refused => refused += 1,
-        }
-        if (refused > 0 || evicted > 0)
-            && last_log.is_none_or(|at| now.duration_since(at) >= DROP_LOG_INTERVAL)
-        {
-            warn!(
-                target: msr_shared::logging::NETWORK,
-                max = MAX_STREAMS,
-                refused,
-                evicted,
-                %transport,
-                "sip stream connections at their limit: new ones refused, or given the slot of the quietest"
-            );
-            last_log = Some(now);
-            refused = 0;
-            evicted = 0;
-        }
-        if admitted == Admitted::Refused {
-            // Dropping the stream closes it.
-            continue;
-        }
         let io = StreamIo {
             id,
             transport,
@@ -563,6 +604,12 @@ pub(super) async fn accept_streams(
         };
         match &opening {
             Opening::Tcp => {
+                if streams.admit_logged(id, io.tx.clone(), io.close.clone(), transport)
+                    == Admitted::Refused
+                {
+                    // Dropping the stream closes it.
+                    continue;
+                }
                 tokio::spawn(serve_stream(
                     stream,
                     peer,
@@ -574,39 +621,93 @@ pub(super) async fn accept_streams(
             }
             Opening::Tls(acceptor) => {
                 let Ok(acceptor) = acceptor.read().map(|a| a.clone()) else {
-                    streams.remove(id);
                     continue;
                 };
-                let (to_loop, streams) = (to_loop.clone(), streams.clone());
+                // A handshake holds a slot of its own, not a connection's:
+                // peers that open connections and never finish them take
+                // the oldest handshake's slot, never an MSR's connection.
+                handshakes.start(id, io.close.clone());
+                let (to_loop, streams, handshakes, shutdown) = (
+                    to_loop.clone(),
+                    streams.clone(),
+                    handshakes.clone(),
+                    cancel.clone(),
+                );
                 tokio::spawn(async move {
                     let handshake =
                         tokio::time::timeout(HANDSHAKE_DEADLINE, acceptor.accept(stream));
-                    let failure = tokio::select! {
-                        () = io.close.cancelled() => None,
+                    let done = tokio::select! {
+                        () = io.close.cancelled() => Err("handshake given up: newer ones took its slot".to_owned()),
                         done = handshake => match done {
-                            Ok(Ok(tls)) => {
-                                let certificate = tls
-                                    .get_ref()
-                                    .1
-                                    .peer_certificates()
-                                    .and_then(|chain| chain.first())
-                                    .map(|c| Arc::<[u8]>::from(c.as_ref()));
-                                serve_stream(tls, peer, certificate, io, to_loop, streams).await;
-                                return;
-                            }
-                            Ok(Err(e)) => Some(e.to_string()),
-                            Err(_) => Some("handshake not finished in time".to_owned()),
+                            Ok(Ok(tls)) => Ok(tls),
+                            Ok(Err(e)) => Err(e.to_string()),
+                            Err(_) => Err("handshake not finished in time".to_owned()),
                         },
                     };
-                    if let Some(reason) = failure {
-                        // A peer without the right certificate: nothing of
-                        // it reaches the core (SPEC §4).
-                        tls_refused(peer, &reason);
+                    handshakes.end(id);
+                    let tls = match done {
+                        Ok(tls) => tls,
+                        Err(reason) => {
+                            // A peer without the right certificate: nothing
+                            // of it reaches the core (SPEC §4).
+                            if !shutdown.is_cancelled() {
+                                tls_refused(peer, &reason);
+                            }
+                            return;
+                        }
+                    };
+                    if streams.admit_logged(id, io.tx.clone(), io.close.clone(), transport)
+                        == Admitted::Refused
+                    {
+                        return;
                     }
-                    streams.remove(id);
+                    let certificate = tls
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|chain| chain.first())
+                        .map(|c| Arc::<[u8]>::from(c.as_ref()));
+                    serve_stream(tls, peer, certificate, io, to_loop, streams).await;
                 });
             }
         }
+    }
+}
+
+/// TLS handshakes in progress on one listener at most.
+const MAX_HANDSHAKES: usize = 128;
+
+/// The TLS handshakes in progress on a listener, oldest first.
+#[derive(Debug, Clone, Default)]
+struct Handshakes {
+    inner: Arc<Mutex<VecDeque<(StreamId, CancellationToken)>>>,
+}
+
+impl Handshakes {
+    /// Counts a new handshake, giving up the oldest when there are
+    /// [`MAX_HANDSHAKES`].
+    fn start(&self, id: StreamId, close: CancellationToken) {
+        let Ok(mut q) = self.inner.lock() else {
+            return;
+        };
+        while q.len() >= MAX_HANDSHAKES {
+            if let Some((_, oldest)) = q.pop_front() {
+                oldest.cancel();
+            }
+        }
+        q.push_back((id, close));
+    }
+
+    /// Handshake `id` is over (done, failed or given up).
+    fn end(&self, id: StreamId) {
+        if let Ok(mut q) = self.inner.lock() {
+            q.retain(|(other, _)| *other != id);
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.inner.lock().map_or(0, |q| q.len())
     }
 }
 
@@ -643,8 +744,8 @@ fn tls_refused(peer: SocketAddr, reason: &str) {
 struct StreamIo {
     id: StreamId,
     transport: StreamTransport,
-    tx: mpsc::UnboundedSender<Bytes>,
-    rx: mpsc::UnboundedReceiver<Bytes>,
+    tx: mpsc::Sender<Bytes>,
+    rx: mpsc::Receiver<Bytes>,
     close: CancellationToken,
 }
 
@@ -677,10 +778,27 @@ async fn serve_stream<S>(
         StreamTransport::Tls => Carrier::Tls,
     };
     let (mut read, mut write) = tokio::io::split(stream);
+    let writer_close = close.clone();
     let writer = tokio::spawn(async move {
-        while let Some(bytes) = rx.recv().await {
-            // TLS buffers a record until flushed.
-            if write.write_all(&bytes).await.is_err() || write.flush().await.is_err() {
+        loop {
+            let bytes = tokio::select! {
+                () = writer_close.cancelled() => break,
+                bytes = rx.recv() => match bytes {
+                    Some(bytes) => bytes,
+                    None => break,
+                },
+            };
+            // TLS buffers a record until flushed. A peer that stops
+            // reading blocks the write: closing the connection ends it.
+            let written = async {
+                write.write_all(&bytes).await?;
+                write.flush().await
+            };
+            let ok = tokio::select! {
+                () = writer_close.cancelled() => false,
+                done = written => done.is_ok(),
+            };
+            if !ok {
                 break;
             }
         }
@@ -729,7 +847,10 @@ async fn serve_stream<S>(
                 },
                 // RFC 5626 §3.5.1: a CRLF answers the ping.
                 Ok(Some(Frame::Ping)) => {
-                    let _ = tx.send(Bytes::from_static(b"\r\n"));
+                    if !queue_on(&tx, &close, Bytes::from_static(b"\r\n")) {
+                        to_loop.deliver(batch, &stats);
+                        break 'read;
+                    }
                 }
                 Ok(None) => break,
                 Err(e) => {
@@ -825,9 +946,44 @@ mod tests {
     use super::*;
 
     fn entry(streams: &Streams, id: u64, at: Instant) -> (Admitted, CancellationToken) {
-        let (tx, _rx) = mpsc::unbounded_channel();
+        let (tx, _rx) = mpsc::channel(STREAM_WRITE_QUEUE);
         let close = CancellationToken::new();
         (streams.admit(StreamId(id), tx, close.clone(), at), close)
+    }
+
+    #[test]
+    fn stalled_handshakes_give_their_slots_to_newer_ones() {
+        let handshakes = Handshakes::default();
+        let tokens: Vec<CancellationToken> = (0..=MAX_HANDSHAKES as u64)
+            .map(|id| {
+                let close = CancellationToken::new();
+                handshakes.start(StreamId(id), close.clone());
+                close
+            })
+            .collect();
+        assert!(tokens[0].is_cancelled(), "the oldest is given up");
+        assert!(tokens[1..].iter().all(|t| !t.is_cancelled()));
+        assert_eq!(handshakes.len(), MAX_HANDSHAKES);
+        handshakes.end(StreamId(5));
+        assert_eq!(handshakes.len(), MAX_HANDSHAKES - 1);
+    }
+
+    #[test]
+    fn a_peer_that_does_not_read_is_closed_when_its_queue_is_full() {
+        let streams = Streams::default();
+        let (tx, _rx) = mpsc::channel(STREAM_WRITE_QUEUE);
+        let close = CancellationToken::new();
+        streams.admit(StreamId(1), tx, close.clone(), Instant::now());
+        for _ in 0..STREAM_WRITE_QUEUE {
+            assert!(streams.send(StreamId(1), Bytes::from_static(b"\r\n")));
+        }
+        assert!(!close.is_cancelled());
+        assert!(!streams.send(StreamId(1), Bytes::from_static(b"\r\n")));
+        assert!(close.is_cancelled(), "the connection is closed, not queued");
+        assert!(
+            !streams.send(StreamId(2), Bytes::new()),
+            "no such connection"
+        );
     }
 
     #[test]
