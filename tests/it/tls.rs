@@ -197,6 +197,175 @@ async fn an_expired_server_certificate_is_refused_by_the_agent() {
     assert!(!registered(&collector, "msr_expired").await);
 }
 
+/// `client_ca` added by a reload: the name check comes on with the
+/// handshake's demand for a client certificate, so an agent that shows
+/// another MSR's certificate is refused from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_adds_client_ca_turns_the_name_check_on_with_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pki = Pki::create(dir.path());
+    let collector = Collector::start_with(
+        dir.path(),
+        "core1",
+        &tls_opts(),
+        &pki.collector_toml(false, false, false),
+    )
+    .await;
+    let realm = collector.tls_realm();
+    // Without client_ca the collector asks for no client certificate.
+    let before = Agent::start(
+        dir.path(),
+        "before",
+        &spec(
+            "msr_before",
+            realm.clone(),
+            pki.agent_attributes(&pki.ca, true),
+        ),
+        10,
+    );
+    collector
+        .wait_rows(LIMIT, |rows| {
+            live_row(rows, "msr_before", Some(10)).map(|_| ())
+        })
+        .await
+        .unwrap_or_else(|| panic!("msr_before live:\n{}", before.log_text()));
+
+    let text = std::fs::read_to_string(&collector.config).expect("config");
+    let mutual = text.replace(
+        "[sip.tls]\n",
+        &format!("[sip.tls]\nclient_ca = \"{}\"\n", pki.ca.display()),
+    );
+    assert_ne!(text, mutual);
+    std::fs::write(&collector.config, mutual).expect("write");
+    collector.hup();
+    let reloaded = system_tests::wait_for(LIMIT, || {
+        let log = collector.log_text();
+        async move {
+            log.lines()
+                .any(|l| {
+                    l.contains("sip tls certificate files read again") && l.contains("mutual=true")
+                })
+                .then_some(())
+        }
+    })
+    .await;
+    assert!(reloaded.is_some(), "{}", collector.log_text());
+
+    // msr_tls's certificate, registering another MSR: refused now.
+    let impostor = Agent::start(
+        dir.path(),
+        "impostor",
+        &spec(
+            "msr_other",
+            realm.clone(),
+            pki.agent_attributes(&pki.ca, true),
+        ),
+        10,
+    );
+    let good = Agent::start(
+        dir.path(),
+        "good",
+        &spec("msr_tls", realm, pki.agent_attributes(&pki.ca, true)),
+        10,
+    );
+    collector
+        .wait_rows(LIMIT, |rows| {
+            live_row(rows, "msr_tls", Some(10)).map(|_| ())
+        })
+        .await
+        .unwrap_or_else(|| panic!("msr_tls live over mutual tls:\n{}", good.log_text()));
+    assert!(
+        impostor.wait_log(0, &["403 Forbidden"], LIMIT).await,
+        "{}",
+        impostor.log_text()
+    );
+    assert!(!registered(&collector, "msr_other").await);
+}
+
+/// Connections that never begin their handshake, more than the collector
+/// has connection slots: they take turns in the handshake slots and the
+/// MSR's connection still gets through at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_handshakes_do_not_lock_an_msr_out() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pki = Pki::create(dir.path());
+    let collector = Collector::start_with(
+        dir.path(),
+        "core1",
+        &tls_opts(),
+        &pki.collector_toml(false, true, false),
+    )
+    .await;
+    let port = collector.tls_port.expect("tls port");
+    let mut stalled = Vec::new();
+    for _ in 0..1_100 {
+        if let Ok(stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+            stalled.push(stream);
+        }
+    }
+    assert!(
+        collector
+            .wait_log(0, &["handshake given up: newer ones took its slot"], LIMIT)
+            .await,
+        "{}",
+        collector.log_text()
+    );
+    let agent = Agent::start(
+        dir.path(),
+        "agent",
+        &spec(
+            "msr_tls",
+            collector.tls_realm(),
+            pki.agent_attributes(&pki.ca, true),
+        ),
+        10,
+    );
+    collector
+        .wait_rows(LIMIT, |rows| {
+            live_row(rows, "msr_tls", Some(10)).map(|_| ())
+        })
+        .await
+        .unwrap_or_else(|| panic!("msr_tls live:\n{}", agent.log_text()));
+    drop(stalled);
+}
+
+/// A registrar that accepts the connection and never answers the
+/// ClientHello: the agent gives the connection up with that cause instead
+/// of waiting forever, and tries again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registrar_that_never_finishes_the_handshake_is_given_up() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pki = Pki::create(dir.path());
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = silent.local_addr().expect("addr").port();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((stream, _)) = silent.accept().await {
+            open.push(stream);
+        }
+    });
+    let agent = Agent::start(
+        dir.path(),
+        "agent",
+        &spec(
+            "msr_tls",
+            format!("sips:127.0.0.1:{port}"),
+            pki.agent_attributes(&pki.ca, true),
+        ),
+        10,
+    );
+    assert!(
+        agent
+            .wait_log(0, &["not established within 10 s"], Duration::from_secs(40))
+            .await,
+        "{}",
+        agent.log_text()
+    );
+    held.abort();
+}
+
 /// A collector killed with `kill -9` and started again: the agent sees its
 /// TLS connection close and REGISTERs again over a new one at once, so the
 /// collector, which can't reach a `sips:` contact by itself, has it

@@ -179,8 +179,7 @@ pub fn restart_needed(running: &CollectorConfig, new: &CollectorConfig) -> Vec<&
         "sip.transports",
     );
     differs(
-        running.sip.tls.as_ref().map(|t| (t.listen, t.require))
-            != new.sip.tls.as_ref().map(|t| (t.listen, t.require)),
+        running.sip.tls.as_ref().map(|t| t.listen) != new.sip.tls.as_ref().map(|t| t.listen),
         "sip.tls",
     );
     differs(

@@ -652,6 +652,16 @@ impl Collector {
         self.flows.set_listeners(tcp, tls);
     }
 
+    /// `[sip.tls]`'s `require` and whether it has a `client_ca` (mutual
+    /// TLS): the shell sets them with the TLS acceptor they go with, at
+    /// start and on each reload whose certificate files could be read, so
+    /// the name check is on exactly when the handshake asks for a client
+    /// certificate.
+    pub fn set_tls_policy(&mut self, require: bool, mutual: bool) {
+        self.require_tls = require;
+        self.mutual_tls = mutual;
+    }
+
     /// Stream connection `id` closed: the collector's requests to the
     /// contacts registered over it wait for their next registration.
     pub fn handle_stream_closed(&mut self, id: StreamId) {

@@ -662,7 +662,8 @@ impl Shell {
     }
 
     /// Reads the `[sip.tls]` files again: new connections get the new
-    /// certificate; files that cannot be used leave the running one.
+    /// certificate, client CA and `require`; files that cannot be used
+    /// leave the running ones, all three.
     fn reload_certificates(&mut self, config: &CollectorConfig) {
         let (Some(acceptor), Some(settings)) = (&self.tls_acceptor, &config.sip.tls) else {
             return;
@@ -671,7 +672,13 @@ impl Shell {
             Ok(server) => {
                 if let Ok(mut running) = acceptor.write() {
                     *running = tokio_rustls::TlsAcceptor::from(server);
-                    info!("sip tls certificate files read again");
+                    self.core
+                        .set_tls_policy(settings.require, settings.client_ca.is_some());
+                    info!(
+                        require = settings.require,
+                        mutual = settings.client_ca.is_some(),
+                        "sip tls certificate files read again"
+                    );
                 }
             }
             Err(error) => {
