@@ -98,13 +98,19 @@ impl RegistrationConfig {
     /// The Contact URI: `sip:{msr_name}@{bind-addr}:{agent port}` and the
     /// engine's parameters (SPEC §3); `sips:` toward a `sips:` realm
     /// (RFC 3261 §19.1.2: the registrar reaches it over the TLS
-    /// connection of the REGISTER).
+    /// connection of the REGISTER), `;transport=tcp` toward a TCP one
+    /// (over the TCP connection of the REGISTER).
     pub fn contact_uri(&self) -> String {
         let addr = std::net::SocketAddr::new(self.contact_addr, self.contact_port);
         format!(
-            "{}:{}@{addr}{}",
+            "{}:{}@{addr}{}{}",
             self.scheme(),
             self.account.msr_name,
+            if self.account.realm.is_tcp() {
+                ";transport=tcp"
+            } else {
+                ""
+            },
             self.engine.map(|e| e.uri_params()).unwrap_or_default()
         )
     }

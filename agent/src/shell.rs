@@ -300,7 +300,7 @@ fn registrar_addrs(
     resolved: &BTreeMap<String, BTreeSet<IpAddr>>,
 ) -> Vec<std::net::SocketAddr> {
     let realm = &account.realm;
-    let port = realm.port.unwrap_or(5060);
+    let port = realm.port_or_default();
     let bare = realm
         .host
         .strip_prefix('[')
@@ -612,7 +612,7 @@ impl Shell {
     }
 
     /// A connection to `remote` closed: a registrar reached over it (a
-    /// `sips:` realm) can't reach this agent back — its SUBSCRIBEs and
+    /// `sips:` realm, or `;transport=tcp`) can't reach this agent back — its SUBSCRIBEs and
     /// keepalives go over the connection the REGISTER came on — so those
     /// accounts REGISTER again at once, over a new connection (RFC 5626
     /// §4.4: a restarted collector gets every MSR back without waiting
@@ -621,7 +621,7 @@ impl Shell {
         let resolved = &self.resolved;
         for reg in self.registrations.values_mut() {
             let account = &reg.config().account;
-            if account.realm.is_sips()
+            if account.realm.is_stream()
                 && reg.state() == RegistrationState::Registered
                 && registrar_addrs(account, resolved).contains(&remote)
             {

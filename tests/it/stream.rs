@@ -2,7 +2,9 @@
 //! each message by its `Content-Length` alone. A client on one connection
 //! to the real collector sends requests pipelined in one write, trickled a
 //! few bytes at a time and a keepalive between them; it reads every
-//! response by its length, and its REGISTER binds as over UDP.
+//! response by its length, and its REGISTER binds as over UDP. A real agent
+//! with a `;transport=tcp` realm registers and reports over one TCP
+//! connection.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -10,7 +12,7 @@ use std::time::Duration;
 use msr_shared::sip::digest::{self, Challenge};
 use msr_shared::sip::wire::{self, Carrier, Frame, StreamFramer};
 use msr_shared::sip::{SipMessage, StatusCode};
-use system_tests::system::{Collector, CollectorOpts};
+use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -330,4 +332,58 @@ async fn a_peer_that_pings_and_never_reads_is_disconnected_not_queued_for() {
         .await
         .expect("write");
     assert_eq!(client.read(1).await[0].0, StatusCode::OK);
+}
+
+/// An agent whose realm is `sip:…;transport=tcp` registers a
+/// `;transport=tcp` contact over TCP, the collector subscribes over that
+/// connection and the NOTIFYs come back on it; killed with `kill -9`, the
+/// restarted collector has it reporting again as soon as the agent sees
+/// the connection close and registers again, not at the refresh (300 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_over_tcp_reports_on_its_connection_and_is_back_at_once_after_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut collector = tcp_collector(dir.path()).await;
+    let spec = AgentSpec {
+        accounts: vec![AccountSpec {
+            msr: "msr_tcp".to_owned(),
+            realm: format!("{};transport=tcp", collector.realm()),
+        }],
+        register_expires: 300,
+        ..AgentSpec::default()
+    };
+    let agent = Agent::start(dir.path(), "agent", &spec, 10);
+    let row = collector
+        .wait_rows(LIMIT, |rows| {
+            live_row(rows, "msr_tcp", Some(10)).map(|r| r.uri.clone())
+        })
+        .await
+        .unwrap_or_else(|| panic!("msr_tcp live over tcp:\n{}", agent.log_text()));
+    assert!(row.contains(";transport=tcp"), "a tcp contact: {row}");
+    agent.set_calls(40);
+    collector
+        .wait_rows(LIMIT, |rows| {
+            live_row(rows, "msr_tcp", Some(40)).map(|_| ())
+        })
+        .await
+        .unwrap_or_else(|| panic!("a load change over tcp:\n{}", agent.log_text()));
+    collector.kill9();
+    collector.spawn().await;
+    agent.set_calls(70);
+    collector
+        .wait_rows(LIMIT, |rows| {
+            live_row(rows, "msr_tcp", Some(70)).map(|_| ())
+        })
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "msr_tcp back after the restart:\n{}\n{}",
+                agent.log_text(),
+                collector.log_text()
+            )
+        });
+    assert!(
+        agent.log_count(&["the connection to the registrar closed: registering again"]) >= 1,
+        "{}",
+        agent.log_text()
+    );
 }

@@ -300,11 +300,31 @@ pub struct Realm {
 }
 
 impl Realm {
-    /// Whether the URI scheme is `sips`.
+    /// Whether the URI scheme is `sips`: the registrar is reached over TLS.
     pub fn is_sips(&self) -> bool {
         self.uri
             .get(..5)
             .is_some_and(|s| s.eq_ignore_ascii_case("sips:"))
+    }
+
+    /// Whether the registrar is reached over TCP: a `sip:` URI with
+    /// `;transport=tcp` (RFC 3261 §19.1.1).
+    pub fn is_tcp(&self) -> bool {
+        !self.is_sips() && realm_transport(&self.uri).is_some_and(|t| t.eq_ignore_ascii_case("tcp"))
+    }
+
+    /// Whether the registrar is reached over a connection (TCP or TLS):
+    /// it reaches this agent back over that connection only (RFC 5626
+    /// §4.4), so the agent registers again when it closes.
+    pub fn is_stream(&self) -> bool {
+        self.is_sips() || self.is_tcp()
+    }
+
+    /// The port the registrar listens on: the URI's, else 5061 for `sips:`
+    /// and 5060 otherwise (RFC 3263 §4.2).
+    pub fn port_or_default(&self) -> u16 {
+        self.port
+            .unwrap_or(if self.is_sips() { 5061 } else { 5060 })
     }
 
     /// `host[:port]` as used in To/From of a REGISTER (SPEC §3).
@@ -314,6 +334,17 @@ impl Realm {
             None => self.host.clone(),
         }
     }
+}
+
+/// The value of the `transport` URI parameter of `uri`, if it has one.
+pub(crate) fn realm_transport(uri: &str) -> Option<&str> {
+    let params = uri.split('?').next().unwrap_or("");
+    params.split(';').skip(1).find_map(|p| {
+        let (name, value) = p.split_once('=')?;
+        name.trim()
+            .eq_ignore_ascii_case("transport")
+            .then(|| value.trim())
+    })
 }
 
 impl std::fmt::Display for Realm {

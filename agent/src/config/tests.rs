@@ -663,9 +663,35 @@ fn realm_uris() -> TestResult {
     assert_eq!((r.host.as_str(), r.port), ("[2001:db8::1]", Some(5061)));
     assert!(r.is_sips());
     assert_eq!(r.host_port(), "[2001:db8::1]:5061");
+    assert!(r.is_stream() && !r.is_tcp());
+    assert_eq!(r.port_or_default(), 5061);
     let r = parse_realm("SIP:user@10.0.0.1")?;
     assert_eq!((r.host.as_str(), r.port), ("10.0.0.1", None));
     assert_eq!(r.uri, "SIP:user@10.0.0.1");
+    assert!(!r.is_stream());
+    assert_eq!(r.port_or_default(), 5060);
+    let r = parse_realm("sip:10.0.0.1:5070;Transport=TCP")?;
+    assert!(r.is_tcp() && r.is_stream() && !r.is_sips());
+    assert_eq!(r.port_or_default(), 5070);
+    assert!(!parse_realm("sip:10.0.0.1;transport=udp")?.is_stream());
+    assert!(parse_realm("sips:10.0.0.1")?.is_stream());
+    assert_eq!(parse_realm("sips:10.0.0.1")?.port_or_default(), 5061);
+    for (bad, why) in [
+        (
+            "sip:10.0.0.1;transport=sctp",
+            "realm has an unknown transport (udp or tcp)",
+        ),
+        (
+            "sip:10.0.0.1;transport=tls",
+            "realm has transport=tls: write a sips: realm for tls",
+        ),
+        (
+            "sips:10.0.0.1;transport=udp",
+            "a sips: realm is reached over tls, not transport=udp",
+        ),
+    ] {
+        assert_eq!(parse_realm(bad).err(), Some(why), "{bad}");
+    }
     for bad in [
         "",
         "192.168.2.21:5000",

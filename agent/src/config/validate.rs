@@ -461,6 +461,19 @@ pub(super) fn parse_realm(uri: &str) -> Result<Realm, &'static str> {
             }
         }
     };
+    let sips = scheme.eq_ignore_ascii_case("sips");
+    match super::realm_transport(uri) {
+        None => {}
+        Some(t) if t.eq_ignore_ascii_case("tcp") => {}
+        Some(t) if t.eq_ignore_ascii_case("udp") && !sips => {}
+        Some(t) if t.eq_ignore_ascii_case("udp") => {
+            return Err("a sips: realm is reached over tls, not transport=udp")
+        }
+        Some(t) if t.eq_ignore_ascii_case("tls") => {
+            return Err("realm has transport=tls: write a sips: realm for tls")
+        }
+        Some(_) => return Err("realm has an unknown transport (udp or tcp)"),
+    }
     Ok(Realm {
         uri: uri.to_owned(),
         host: host.to_owned(),

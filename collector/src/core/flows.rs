@@ -114,13 +114,17 @@ impl Flows {
     /// Contact it carries on that link; `Err` when it must go over a
     /// connection and there is none.
     pub(super) fn link(&self, target: &str, to: SocketAddr) -> Result<(Link, String), String> {
-        let tls_only = sip::needs_tls(target);
         // A `sips:` target goes over TLS or not at all (RFC 3261 §26.2.2):
-        // a TCP connection from its address is no way to it.
+        // a TCP connection from its address is no way to it; a
+        // `transport=tcp` one over TCP (§19.1.1), not over UDP.
+        let only = sip::stream_transport(target).map(|t| match t {
+            rsipstack::sip::Transport::Tcp => StreamTransport::Tcp,
+            _ => StreamTransport::Tls,
+        });
         let flow = self
             .by_contact
             .get(&to)
-            .filter(|(_, transport)| !tls_only || *transport == StreamTransport::Tls);
+            .filter(|(_, transport)| only.is_none_or(|only| *transport == only));
         if let Some(&(_, transport)) = flow {
             let sent_by = match transport {
                 StreamTransport::Tcp => self.tcp,
@@ -134,12 +138,15 @@ impl Flows {
                 return Ok((Link::Stream { transport, sent_by }, contact));
             }
         }
-        if tls_only {
-            return Err(format!(
+        match only {
+            Some(StreamTransport::Tls) => Err(format!(
                 "no tls connection from {to} to send over (it registers a sips: contact)"
-            ));
+            )),
+            Some(StreamTransport::Tcp) => Err(format!(
+                "no tcp connection from {to} to send over (it registers a transport=tcp contact)"
+            )),
+            None => Ok((Link::Udp, String::new())),
         }
-        Ok((Link::Udp, String::new()))
     }
 
     /// The connection a message for `to` over a stream goes on.
@@ -236,6 +243,35 @@ mod tests {
             flows.link(target, to).is_err(),
             "never a sips: target over tcp"
         );
+    }
+
+    #[test]
+    fn a_transport_tcp_contact_is_reached_over_its_tcp_connection_only() {
+        let mut flows = Flows::default();
+        flows.set_listeners(Some(addr("127.0.0.1:5060")), Some(addr("127.0.0.1:5061")));
+        let target = "sip:msr_1@127.0.0.2:5071;transport=tcp;engine=127.0.0.2:5070";
+        let to = addr("127.0.0.2:5071");
+        assert!(flows.link(target, to).is_err(), "not over udp");
+        flows.registered(
+            Route::Stream(StreamId(3), StreamTransport::Tls),
+            &register(target),
+        );
+        assert!(flows.link(target, to).is_err(), "not over tls either");
+        flows.registered(
+            Route::Stream(StreamId(4), StreamTransport::Tcp),
+            &register(target),
+        );
+        let (link, contact) = flows.link(target, to).expect("a flow");
+        assert_eq!(
+            link,
+            Link::Stream {
+                transport: StreamTransport::Tcp,
+                sent_by: addr("127.0.0.1:5060")
+            }
+        );
+        assert_eq!(contact, "sip:collector@127.0.0.1:5060;transport=tcp");
+        flows.closed(StreamId(4));
+        assert!(flows.link(target, to).is_err());
     }
 
     #[test]

@@ -75,11 +75,11 @@ pub const OVERSIZED_LOG_INTERVAL: Duration = Duration::from_secs(5);
 /// The largest UDP payload (RFC 768's 16-bit length less the headers).
 const UDP_MAX_PAYLOAD: usize = 65_535;
 
-/// A TLS connection not open (TCP connect and handshake) within this is
-/// given up: a server that accepts and never answers the ClientHello must
-/// not hold a registration forever. It fails with this cause and the
-/// request is tried again as any failed one.
-const TLS_CONNECT_DEADLINE: Duration = Duration::from_secs(10);
+/// A TCP or TLS connection not open (TCP connect, and the handshake) within
+/// this is given up: a server that never answers the SYN or the
+/// ClientHello must not hold a registration forever. It fails with this
+/// cause and the request is tried again as any failed one.
+const CONNECT_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Failure to set up or use the endpoint.
 #[derive(Debug, thiserror::Error)]
@@ -573,12 +573,12 @@ impl SipEndpoint {
             reason,
         };
         // The Via names the transport the request leaves on (RFC 3261
-        // §18.1.1): TLS for a sips: target.
-        let over =
-            super::needs_tls(&request.uri.to_string()).then(|| rsipstack::transport::SipAddr {
-                r#type: Some(rsipstack::sip::Transport::Tls),
-                addr: self.local_addr.into(),
-            });
+        // §18.1.1): TLS for a sips: target, TCP for transport=tcp.
+        let stream = super::stream_transport(&request.uri.to_string());
+        let over = stream.map(|transport| rsipstack::transport::SipAddr {
+            r#type: Some(transport),
+            addr: self.local_addr.into(),
+        });
         let via = self
             .endpoint
             .inner
@@ -593,17 +593,18 @@ impl SipEndpoint {
         }
         let key = TransactionKey::from_request(&request, TransactionRole::Client)
             .map_err(|e| err(e.to_string()))?;
-        // Over TLS the connection is opened here, so that a handshake that
-        // fails (a certificate not trusted, expired, for another name) ends
-        // the request at once with its cause; rsipstack would retry it
+        // Over TCP and TLS the connection is opened (or an open one found)
+        // here, so that a connect or a handshake that fails (refused; a
+        // certificate not trusted, expired, for another name) ends the
+        // request at once with its cause; rsipstack would retry it
         // silently until Timer F.
-        let tls_target = match over {
-            Some(_) => {
+        let stream_target = match stream {
+            Some(transport) => {
                 // The URI's conversion leaves the transport unset (UDP):
-                // a sips: target is TLS, never anything else.
+                // the target is the stream the URI names, never anything else.
                 let mut target = rsipstack::transport::SipAddr::try_from(&request.uri)
                     .map_err(|e| err(e.to_string()))?;
-                target.r#type = Some(rsipstack::sip::Transport::Tls);
+                target.r#type = Some(transport);
                 Some(target)
             }
             None => None,
@@ -613,23 +614,27 @@ impl SipEndpoint {
         let cancel = self.cancel.clone();
         tokio::spawn(async move {
             let run = async {
-                let connection = match tls_target {
+                let connection = match stream_target {
                     Some(target) => {
+                        let name = match target.r#type {
+                            Some(rsipstack::sip::Transport::Tls) => "tls",
+                            _ => "tcp",
+                        };
                         let lookup = inner.transport_layer.lookup(&target, Some(&key));
-                        match tokio::time::timeout(TLS_CONNECT_DEADLINE, lookup).await {
+                        match tokio::time::timeout(CONNECT_DEADLINE, lookup).await {
                             Ok(Ok((connection, _))) => Some(connection),
                             Ok(Err(e)) => {
                                 return SipEvent::Failed {
                                     id,
-                                    reason: format!("tls connection to {target} failed: {e}"),
+                                    reason: format!("{name} connection to {target} failed: {e}"),
                                 }
                             }
                             Err(_) => {
                                 return SipEvent::Failed {
                                     id,
                                     reason: format!(
-                                        "tls connection to {target} failed: not established within {} s",
-                                        TLS_CONNECT_DEADLINE.as_secs()
+                                        "{name} connection to {target} failed: not established within {} s",
+                                        CONNECT_DEADLINE.as_secs()
                                     ),
                                 }
                             }

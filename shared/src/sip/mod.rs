@@ -175,11 +175,23 @@ pub fn uri_user(uri: &str) -> Option<&str> {
     (!user.is_empty()).then_some(user)
 }
 
-/// Whether a request to `uri` may only go over TLS (RFC 3261 §19.1.2:
-/// `sips:`, or `transport=tls`).
-pub fn needs_tls(uri: &str) -> bool {
+/// The connection a request to `uri` must go over (RFC 3261 §19.1.2,
+/// §18.1.1): TLS for `sips:` or `transport=tls`, TCP for `transport=tcp`;
+/// `None` for UDP.
+pub fn stream_transport(uri: &str) -> Option<rsipstack::sip::Transport> {
     let lower = uri.to_ascii_lowercase();
-    lower.starts_with("sips:") || lower.contains(";transport=tls")
+    let params = lower.split('?').next().unwrap_or("");
+    let transport = params
+        .split(';')
+        .skip(1)
+        .find_map(|p| p.strip_prefix("transport="));
+    if lower.starts_with("sips:") || transport == Some("tls") {
+        Some(rsipstack::sip::Transport::Tls)
+    } else if transport == Some("tcp") {
+        Some(rsipstack::sip::Transport::Tcp)
+    } else {
+        None
+    }
 }
 
 /// Where a request to `uri` goes when the URI's host is an IP address:
