@@ -27,8 +27,10 @@ if [ "${1:-all}" != build ]; then
   [ -e /usr/lib/x86_64-linux-gnu/kamailio/modules/tls.so ] || need+=(kamailio-tls-modules)
   # The fault suite (scripts/faults.sh): jq reads msrctl's JSON; ip and ss
   # (iproute2) make the network namespaces and find free ports; nft
-  # (nftables) drops packets between them.
+  # (nftables) drops packets between them; openssl makes its TLS
+  # certificates.
   command -v jq >/dev/null 2>&1 || need+=(jq)
+  command -v openssl >/dev/null 2>&1 || need+=(openssl)
   { command -v ip && command -v ss; } >/dev/null 2>&1 || need+=(iproute2)
   command -v nft >/dev/null 2>&1 || need+=(nftables)
 fi
