@@ -342,7 +342,7 @@ impl Registration {
             200..=299 => self.on_success(now, response),
             401 | 407 => self.on_challenge(now, response, code == 407),
             423 => self.on_too_brief(now, response),
-            _ => self.on_failure(now, &format!("{code} {}", response.status_code)),
+            _ => self.on_failure(now, &response.status_code.to_string()),
         }
     }
 

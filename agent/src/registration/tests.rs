@@ -548,3 +548,16 @@ fn nonce_count_is_hex_past_9_and_99() {
         req = reg.poll_transmit().expect("refresh");
     }
 }
+
+/// A refusal is logged with its status once: `reason=403 Forbidden`.
+#[test]
+fn a_refusal_is_logged_with_its_status_once() {
+    let (mut reg, now, req) = start();
+    let log = Captured::default();
+    log.during(|| reg.handle_response(now, &reply(&req, 403, &[])));
+    let text = String::from_utf8_lossy(&log.0.lock().expect("lock")).into_owned();
+    assert!(
+        text.contains("reason=403 Forbidden ") && !text.contains("403 403"),
+        "{text}"
+    );
+}
