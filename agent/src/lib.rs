@@ -41,7 +41,7 @@ use std::path::PathBuf;
 use msr_shared::sip::SipEndpoint;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
 pub use crate::config::AgentConfig;
 pub use crate::error::AgentError;
@@ -83,11 +83,10 @@ pub async fn start(
     )
     .await?;
     if let Some(tls) = &config.agent.tls {
-        let identity = tls
-            .identity
-            .as_ref()
-            .map(|(cert, key)| (cert.as_path(), key.as_path()));
-        endpoint.set_tls_client(&msr_shared::sip::TlsClient::read(&tls.ca, identity)?);
+        endpoint.set_tls_client(&tls.read()?);
+        for warning in tls.warnings(config.tls_msrs()) {
+            warn!("{warning}");
+        }
     }
     let local_addr = endpoint.local_addr();
     info!(addr = %local_addr, "listening on udp {local_addr}");

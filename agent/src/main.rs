@@ -118,12 +118,13 @@ fn check_config(cli: &Cli) -> u8 {
         report.reason(e.to_string());
     }
     if let Some(tls) = &config.agent.tls {
-        let identity = tls
-            .identity
-            .as_ref()
-            .map(|(cert, key)| (cert.as_path(), key.as_path()));
-        if let Err(e) = msr_shared::sip::TlsClient::read(&tls.ca, identity) {
-            report.reason(format!("<agent tls-…> {e}"));
+        match tls.read() {
+            Err(e) => report.reason(format!("<agent tls-…> {e}")),
+            Ok(_) => {
+                for warning in tls.warnings(config.tls_msrs()) {
+                    report.warning(warning);
+                }
+            }
         }
     }
     // The agent binds its own SIP port on bind-addr and puts that address

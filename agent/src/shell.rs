@@ -746,14 +746,13 @@ impl Shell {
             warn!("<agent tls-ca> removed: tls connections keep the files read before");
             return;
         };
-        let identity = tls
-            .identity
-            .as_ref()
-            .map(|(cert, key)| (cert.as_path(), key.as_path()));
-        match msr_shared::sip::TlsClient::read(&tls.ca, identity) {
+        match tls.read() {
             Ok(client) => {
                 self.endpoint.set_tls_client(&client);
                 info!("<agent tls-…> files read again: new tls connections use them");
+                for warning in tls.warnings(config.tls_msrs()) {
+                    warn!("{warning}");
+                }
             }
             Err(error) => warn!(%error, "<agent tls-…> files not reloaded; the running ones stay"),
         }

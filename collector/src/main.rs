@@ -130,8 +130,18 @@ fn check_config(path: &std::path::Path) -> u8 {
             account.auth_name
         ));
     }
-    if let Err(e) = msr_collector::check_environment(&config) {
-        report.reason(e.to_string());
+    match msr_collector::check_environment(&config) {
+        Err(e) => report.reason(e.to_string()),
+        Ok(()) => {
+            for warning in config
+                .sip
+                .tls
+                .iter()
+                .flat_map(msr_collector::daemon::tls::validity_warnings)
+            {
+                report.warning(warning);
+            }
+        }
     }
     listen_address(&mut report, "[sip] listen", config.sip.listen, Proto::Udp);
     if config.sip.tcp() {

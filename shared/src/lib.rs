@@ -34,6 +34,7 @@
 
 pub mod admin;
 pub mod backoff;
+pub mod certificate;
 pub mod check;
 pub mod engine;
 pub mod event_package;

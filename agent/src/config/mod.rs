@@ -86,6 +86,15 @@ impl AgentConfig {
 }
 
 impl AgentConfig {
+    /// The MSRs of the accounts whose realm is `sips:`: registered over
+    /// TLS, with the client certificate when there is one.
+    pub fn tls_msrs(&self) -> impl Iterator<Item = &str> {
+        self.accounts
+            .iter()
+            .filter(|a| a.realm.is_sips())
+            .map(|a| a.msr_name.as_str())
+    }
+
     /// Where the `rtpengine` calls source asks (`<pbyte><mcc>`; an
     /// unspecified `bind-addr`, rtpengine listening on every address, is
     /// asked on loopback); `None` for the other sources.
@@ -410,6 +419,47 @@ pub struct AgentTls {
     /// `tls-cert` and `tls-key`: the agent's client certificate chain and
     /// its private key (PEM), for a registrar that asks for one.
     pub identity: Option<(PathBuf, PathBuf)>,
+}
+
+impl AgentTls {
+    /// The TLS client these files make (read now).
+    ///
+    /// # Errors
+    /// A file that can't be read or used, named.
+    pub fn read(&self) -> Result<msr_shared::sip::TlsClient, msr_shared::sip::TlsFileError> {
+        let identity = self
+            .identity
+            .as_ref()
+            .map(|(cert, key)| (cert.as_path(), key.as_path()));
+        msr_shared::sip::TlsClient::read(&self.ca, identity)
+    }
+
+    /// What to renew or fix in these files now, though they load: a
+    /// certificate expired, not valid yet or ending soon
+    /// ([`msr_shared::certificate::validity_warnings`]), and a client
+    /// certificate that does not name an MSR registered over TLS with it —
+    /// a collector with mutual TLS refuses that MSR's REGISTER (SPEC §4).
+    /// Said by `--check-config`, logged at start and at a reload.
+    pub fn warnings<'a>(&self, tls_msrs: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+        use msr_shared::certificate::{first_in_file, names, validity_warnings};
+        let now = std::time::SystemTime::now();
+        let mut warnings = validity_warnings("<agent tls-ca>", &self.ca, now);
+        let Some((cert, _)) = &self.identity else {
+            return warnings;
+        };
+        warnings.extend(validity_warnings("<agent tls-cert>", cert, now));
+        if let Some(leaf) = first_in_file(cert) {
+            for msr in tls_msrs.into_iter().filter(|msr| !names(&leaf, msr)) {
+                warnings.push(format!(
+                    "<agent tls-cert> {}: the certificate does not name msr {msr:?} \
+                     (a DNS subject alternative name): a collector with mutual tls \
+                     refuses its REGISTER",
+                    cert.display()
+                ));
+            }
+        }
+        warnings
+    }
 }
 
 impl Default for AgentSettings {

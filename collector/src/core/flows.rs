@@ -157,24 +157,6 @@ impl Flows {
     }
 }
 
-/// Whether the client certificate `der` names `msr` among its DNS subject
-/// alternative names (RFC 6125 §6.4, as a server's name is checked;
-/// underscores allowed, as in MSR names), for mutual TLS: a certificate
-/// issued to one MSR can't register another.
-pub(super) fn certificate_names(der: Option<&[u8]>, msr: &str) -> bool {
-    let Some(der) = der else {
-        return false;
-    };
-    let der = rustls::pki_types::CertificateDer::from(der);
-    let Ok(cert) = webpki::EndEntityCert::try_from(&der) else {
-        return false;
-    };
-    let Ok(name) = rustls::pki_types::ServerName::try_from(msr) else {
-        return false;
-    };
-    cert.verify_is_valid_for_subject_name(&name).is_ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,23 +254,6 @@ mod tests {
         assert_eq!(contact, "sip:collector@127.0.0.1:5060;transport=tcp");
         flows.closed(StreamId(4));
         assert!(flows.link(target, to).is_err());
-    }
-
-    #[test]
-    fn a_client_certificate_names_the_msrs_of_its_dns_alternative_names_only() {
-        let key = rcgen::KeyPair::generate().expect("key");
-        let params =
-            rcgen::CertificateParams::new(vec!["msr_1".to_owned(), "msr-2.example".to_owned()])
-                .expect("params");
-        let cert = params.self_signed(&key).expect("certificate");
-        let der: &[u8] = cert.der();
-        assert!(certificate_names(Some(der), "msr_1"));
-        assert!(certificate_names(Some(der), "MSR-2.example"));
-        assert!(!certificate_names(Some(der), "msr_3"));
-        assert!(!certificate_names(Some(der), "msr"));
-        assert!(!certificate_names(None, "msr_1"));
-        assert!(!certificate_names(Some(b"not a certificate"), "msr_1"));
-        assert!(!certificate_names(Some(der), "msr 1"));
     }
 
     #[test]

@@ -458,7 +458,9 @@ impl Collector {
             Method::Register
                 if self.mutual_tls
                     && over_tls
-                    && !msr().is_some_and(|msr| flows::certificate_names(certificate, msr)) =>
+                    && !msr().is_some_and(|msr| {
+                        certificate.is_some_and(|der| msr_shared::certificate::names(der, msr))
+                    }) =>
             {
                 // Mutual TLS: the handshake proved the certificate chains
                 // to the agents' CA; it must also be this MSR's.

@@ -213,6 +213,9 @@ pub async fn start(
     let tls = match &config.sip.tls {
         Some(settings) => {
             let acceptor = tokio_rustls::TlsAcceptor::from(tls::server_config(settings)?);
+            for warning in tls::validity_warnings(settings) {
+                warn!("{warning}");
+            }
             let listener = tokio::net::TcpListener::bind(settings.listen)
                 .await
                 .map_err(|e| bind_error("tls", settings.listen, e))?;
@@ -679,6 +682,9 @@ impl Shell {
                         mutual = settings.client_ca.is_some(),
                         "sip tls certificate files read again"
                     );
+                    for warning in tls::validity_warnings(settings) {
+                        warn!("{warning}");
+                    }
                 }
             }
             Err(error) => {

@@ -56,6 +56,22 @@ fn certificates(
     Ok(certs)
 }
 
+/// What to renew or replace among the `[sip.tls]` certificates now
+/// ([`msr_shared::certificate::validity_warnings`]): said by
+/// `--check-config`, and logged at start and at every reload.
+pub fn validity_warnings(tls: &SipTls) -> Vec<String> {
+    let now = std::time::SystemTime::now();
+    let mut warnings = msr_shared::certificate::validity_warnings("[sip.tls] cert", &tls.cert, now);
+    if let Some(ca) = &tls.client_ca {
+        warnings.extend(msr_shared::certificate::validity_warnings(
+            "[sip.tls] client_ca",
+            ca,
+            now,
+        ));
+    }
+    warnings
+}
+
 /// The rustls server configuration `tls` describes.
 ///
 /// # Errors

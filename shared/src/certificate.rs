@@ -1,0 +1,147 @@
+//! What the daemons check in their certificate files beyond "rustls can
+//! load it" (SPEC §4, §13): whether a certificate is valid now and for a
+//! while yet, and whose name it carries. rustls refuses an expired or
+//! wrongly named certificate only at a handshake, where the peer sees it;
+//! `--check-config` and a reload say so first.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+
+/// A certificate that ends within this long gets a warning: time to renew.
+pub const RENEW_WITHIN: Duration = Duration::from_secs(14 * 24 * 3600);
+
+/// Whether the certificate `der` names `name` among its DNS subject
+/// alternative names (RFC 6125 §6.4, as a server's name is checked;
+/// underscores allowed, as in MSR names): for mutual TLS, a certificate
+/// issued to one MSR can't register another. `false` for anything that
+/// is not a certificate or not a name.
+pub fn names(der: &[u8], name: &str) -> bool {
+    let der = CertificateDer::from(der);
+    let Ok(cert) = webpki::EndEntityCert::try_from(&der) else {
+        return false;
+    };
+    let Ok(name) = ServerName::try_from(name) else {
+        return false;
+    };
+    cert.verify_is_valid_for_subject_name(&name).is_ok()
+}
+
+/// The first certificate in the PEM file `path` (the leaf of a chain), as
+/// DER; `None` if the file can't be read or holds none.
+pub fn first_in_file(path: &Path) -> Option<Vec<u8>> {
+    let pem = std::fs::read(path).ok()?;
+    CertificateDer::pem_slice_iter(&pem)
+        .flatten()
+        .next()
+        .map(|der| der.as_ref().to_vec())
+}
+
+/// Warnings about the validity of each certificate in the PEM file `path`
+/// at `now`: expired, not valid yet, or ending within [`RENEW_WITHIN`].
+/// `what` names the setting (`[sip.tls] cert`, `<agent tls-ca>`). A file
+/// that can't be read or parsed gives none: loading it reports that.
+pub fn validity_warnings(what: &str, path: &Path, now: SystemTime) -> Vec<String> {
+    let Ok(pem) = std::fs::read(path) else {
+        return Vec::new();
+    };
+    let now = now
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    let renew = i64::try_from(RENEW_WITHIN.as_secs()).unwrap_or(i64::MAX);
+    let mut warnings = Vec::new();
+    for der in CertificateDer::pem_slice_iter(&pem).flatten() {
+        let Ok((_, cert)) = x509_parser::parse_x509_certificate(&der) else {
+            continue;
+        };
+        let validity = cert.validity();
+        let (from, until) = (validity.not_before, validity.not_after);
+        let subject = cert.subject();
+        let ends = until.timestamp();
+        let problem = if ends < now {
+            format!("expired on {until}: peers refuse it")
+        } else if from.timestamp() > now {
+            format!("is not valid before {from}: peers refuse it until then")
+        } else if ends - now < renew {
+            format!(
+                "ends on {until} ({} days from now): renew it",
+                (ends - now) / 86_400
+            )
+        } else {
+            continue;
+        };
+        warnings.push(format!(
+            "{what} {}: the certificate for \"{subject}\" {problem}",
+            path.display()
+        ));
+    }
+    warnings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn certificate(names: &[&str], not_before: (i32, u8, u8), not_after: (i32, u8, u8)) -> String {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params = rcgen::CertificateParams::new(
+            names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>(),
+        )
+        .expect("params");
+        params.not_before = rcgen::date_time_ymd(not_before.0, not_before.1, not_before.2);
+        params.not_after = rcgen::date_time_ymd(not_after.0, not_after.1, not_after.2);
+        params.self_signed(&key).expect("certificate").pem()
+    }
+
+    fn at(year: i32, month: u8, day: u8) -> SystemTime {
+        let date = rcgen::date_time_ymd(year, month, day);
+        UNIX_EPOCH + Duration::from_secs(u64::try_from(date.unix_timestamp()).expect("after 1970"))
+    }
+
+    #[test]
+    fn a_certificate_names_the_msrs_of_its_dns_alternative_names_only() {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let params =
+            rcgen::CertificateParams::new(vec!["msr_1".to_owned(), "msr-2.example".to_owned()])
+                .expect("params");
+        let cert = params.self_signed(&key).expect("certificate");
+        let der: &[u8] = cert.der();
+        assert!(names(der, "msr_1"));
+        assert!(names(der, "MSR-2.example"));
+        assert!(!names(der, "msr_3"));
+        assert!(!names(der, "msr"));
+        assert!(!names(b"not a certificate", "msr_1"));
+        assert!(!names(der, "msr 1"));
+    }
+
+    #[test]
+    fn expired_future_and_ending_certificates_are_named_and_a_good_one_is_not() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("chain.pem");
+        let pem = [
+            certificate(&["old.example"], (2019, 1, 1), (2020, 1, 1)),
+            certificate(&["ok.example"], (2020, 1, 1), (2030, 1, 1)),
+            certificate(&["soon.example"], (2020, 1, 1), (2026, 6, 10)),
+            certificate(&["later.example"], (2027, 1, 1), (2030, 1, 1)),
+        ]
+        .concat();
+        std::fs::write(&path, pem).expect("write");
+        let warnings = validity_warnings("[sip.tls] cert", &path, at(2026, 6, 1));
+        assert_eq!(warnings.len(), 3, "{warnings:#?}");
+        assert!(
+            warnings[0].starts_with("[sip.tls] cert "),
+            "{}",
+            warnings[0]
+        );
+        assert!(warnings[0].contains("expired on"), "{}", warnings[0]);
+        assert!(warnings[1].contains("ends on") && warnings[1].contains("(9 days from now)"));
+        assert!(
+            warnings[2].contains("is not valid before"),
+            "{}",
+            warnings[2]
+        );
+        assert!(validity_warnings("x", &dir.path().join("missing.pem"), at(2026, 6, 1)).is_empty());
+    }
+}
