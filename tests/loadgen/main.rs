@@ -101,6 +101,9 @@ enum Command {
     /// Prints what it sent and, with --collector-pid, the collector's CPU
     /// and RSS.
     Flood(FloodArgs),
+    /// Write a test PKI (a CA and a collector certificate for 127.0.0.1)
+    /// and print the collector's `[sip.tls]` table for it.
+    Pki(PkiArgs),
 }
 
 #[derive(Args, Debug)]
@@ -186,6 +189,65 @@ struct NotifyArgs {
     /// Tokio worker threads of the load generator (1 = current-thread runtime).
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// How the MSRs reach the collector: over UDP (spread over --sockets),
+    /// or each MSR on a connection of its own held for the whole run (TCP,
+    /// or TLS to the collector's `[sip.tls]` listener, given as
+    /// --collector), as agents with `transport=tcp` and `sips:` realms do
+    /// (SPEC §4).
+    #[arg(long, value_enum, default_value_t = Transport::Udp)]
+    transport: Transport,
+    /// The CA that signed the collector's certificate, for --transport tls
+    /// (`msr-loadgen pki` writes one); the certificate must name the
+    /// collector's IP address.
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
+    /// Exit 1 unless every MSR registered and was subscribed, every
+    /// NOTIFY was answered 200 and, with --socket, every row shows the
+    /// last load sent (a check for tests; figures are printed either way).
+    #[arg(long)]
+    check: bool,
+}
+
+/// The transport of `msr-loadgen notify`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum Transport {
+    Udp,
+    Tcp,
+    Tls,
+}
+
+impl Transport {
+    /// The `Via` transport token (RFC 3261 §20.42).
+    fn via(self) -> &'static str {
+        match self {
+            Transport::Udp => "UDP",
+            Transport::Tcp => "TCP",
+            Transport::Tls => "TLS",
+        }
+    }
+
+    /// A SIP URI for `user@host` on this transport (RFC 3261 §19.1, §26.2).
+    fn uri(self, user: Option<&str>, host: SocketAddr) -> String {
+        let user = user.map(|u| format!("{u}@")).unwrap_or_default();
+        match self {
+            Transport::Udp => format!("sip:{user}{host}"),
+            Transport::Tcp => format!("sip:{user}{host};transport=tcp"),
+            Transport::Tls => format!("sips:{user}{host}"),
+        }
+    }
+
+    fn is_stream(self) -> bool {
+        self != Transport::Udp
+    }
+}
+
+/// Writes test certificates for a TLS run.
+#[derive(Args, Debug)]
+struct PkiArgs {
+    /// Folder for `ca.pem` and the collector's `collector.pem` and
+    /// `collector.key` (for IP 127.0.0.1), among others.
+    #[arg(long)]
+    dir: PathBuf,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -282,7 +344,7 @@ fn main() {
     let threads = match &cli.command {
         Command::Notify(a) => a.threads,
         Command::Select(a) => a.threads,
-        Command::Calls(_) | Command::Flood(_) => 1,
+        Command::Calls(_) | Command::Flood(_) | Command::Pki(_) => 1,
     };
     let runtime = if threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
@@ -301,6 +363,7 @@ fn main() {
                 Command::Select(a) => select(a).await,
                 Command::Calls(a) => calls(a).await,
                 Command::Flood(a) => flood(a).await,
+                Command::Pki(a) => pki(&a),
             }
         })
     });
@@ -348,11 +411,16 @@ fn status_kib(pid: u32, key: &str) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// The pid of the `msr-collector` process owning UDP `port` (via /proc/net/udp
-/// inodes and /proc/<pid>/fd), if any.
-fn find_collector_pid(port: u16) -> Option<u32> {
+/// The pid of the `msr-collector` process owning UDP (or TCP, with
+/// `tcp`) `port` (via /proc/net inodes and /proc/<pid>/fd), if any.
+fn find_collector_pid(port: u16, tcp: bool) -> Option<u32> {
     let mut inodes = Vec::new();
-    for table in ["/proc/net/udp", "/proc/net/udp6"] {
+    let tables = if tcp {
+        ["/proc/net/tcp", "/proc/net/tcp6"]
+    } else {
+        ["/proc/net/udp", "/proc/net/udp6"]
+    };
+    for table in tables {
         let Ok(text) = std::fs::read_to_string(table) else {
             continue;
         };
@@ -586,6 +654,7 @@ struct NotifyCounters {
 
 struct State {
     collector: SocketAddr,
+    transport: Transport,
     local_addrs: Vec<SocketAddr>,
     auth_name: String,
     password: String,
@@ -632,16 +701,18 @@ impl State {
         let local = self.local_addrs[self.msrs[i].sock];
         let m = &mut self.msrs[i];
         m.reg_cseq += 1;
-        let ruri = format!("sip:{collector}");
+        let ruri = self.transport.uri(None, collector);
+        let contact = self.transport.uri(Some(&m.name), local);
+        let via = self.transport.via();
         let mut text = format!(
             "REGISTER {ruri} SIP/2.0\r\n\
-             Via: SIP/2.0/UDP {local};branch={};rport\r\n\
+             Via: SIP/2.0/{via} {local};branch={};rport\r\n\
              Max-Forwards: 70\r\n\
              From: <sip:{name}@{collector}>;tag={tag}\r\n\
              To: <sip:{name}@{collector}>\r\n\
              Call-ID: {cid}\r\n\
              CSeq: {cseq} REGISTER\r\n\
-             Contact: <sip:{name}@{local}>;iface=lo\r\n\
+             Contact: <{contact}>;iface=lo\r\n\
              Expires: {exp}\r\n\
              User-Agent: {USER_AGENT}\r\n",
             branch(),
@@ -693,7 +764,9 @@ impl State {
         let measured = self.phase == Phase::Measured;
         let local = self.local_addrs[self.msrs[i].sock];
         let collector = self.collector;
+        let via = self.transport.via();
         let m = &mut self.msrs[i];
+        let contact = self.transport.uri(Some(&m.name), local);
         let Some(d) = m.dialog.as_mut() else {
             return false;
         };
@@ -712,13 +785,13 @@ impl State {
         .encode();
         let text = format!(
             "NOTIFY {target} SIP/2.0\r\n\
-             Via: SIP/2.0/UDP {local};branch={};rport\r\n\
+             Via: SIP/2.0/{via} {local};branch={};rport\r\n\
              Max-Forwards: 70\r\n\
              From: <{luri}>;tag={ltag}\r\n\
              To: {rfrom}\r\n\
              Call-ID: {cid}\r\n\
              CSeq: {cseq} NOTIFY\r\n\
-             Contact: <sip:{name}@{local}>\r\n\
+             Contact: <{contact}>\r\n\
              Event: {EVENT}\r\n\
              Subscription-State: active;expires={remaining}\r\n\
              User-Agent: {USER_AGENT}\r\n\
@@ -731,7 +804,6 @@ impl State {
             rfrom = d.remote_from,
             cid = d.call_id,
             cseq = d.cseq,
-            name = m.name,
             len = body.len(),
         );
         let bytes: Arc<[u8]> = Arc::from(text.into_bytes());
@@ -851,7 +923,7 @@ impl State {
 
     /// The `Authorization` value answering one of `challenges`.
     fn authorization(&self, challenges: &[&str]) -> Option<String> {
-        let ruri = format!("sip:{}", self.collector);
+        let ruri = self.transport.uri(None, self.collector);
         for ch in challenges {
             let get = |k: &str| auth_param(ch, k);
             let token = get("algorithm").unwrap_or_else(|| "MD5".into());
@@ -959,7 +1031,7 @@ impl State {
         let to = sip::header(&r.headers, "To").unwrap_or_default().to_owned();
         let requested = sip::expires(&r.headers).unwrap_or(60);
         let granted = requested.min(self.max_sub_expires);
-        let contact = format!("<sip:{}@{local}>", self.msrs[i].name);
+        let contact = format!("<{}>", self.transport.uri(Some(&self.msrs[i].name), local));
         let m = &mut self.msrs[i];
         let to_tag = sip::tag(&to);
         let same_dialog = m.dialog.as_ref().is_some_and(|d| d.call_id == call_id);
@@ -1044,7 +1116,9 @@ impl State {
                 lost.push(k.clone());
                 continue;
             }
-            if p.next_retx <= now {
+            // Over a stream the transport retransmits (RFC 3261 §17.1.2.2:
+            // no Timer E); Timer F still ends the transaction.
+            if p.next_retx <= now && self.transport == Transport::Udp {
                 p.retx += 1;
                 p.interval = (p.interval * 2).min(T2);
                 p.next_retx = now + p.interval;
@@ -1110,11 +1184,128 @@ fn auth_param(value: &str, name: &str) -> Option<String> {
     })
 }
 
-async fn flush(socks: &[Arc<UdpSocket>], out: Out) {
-    for (sock, to, bytes) in out {
-        // A full socket buffer shows up as a retransmission later.
-        let _ = socks[sock].send_to(&bytes, to).await;
+/// Where the MSRs' messages leave: UDP sockets shared by the MSRs, or one
+/// connection per MSR (its writer task's queue).
+enum Links {
+    Udp(Vec<Arc<UdpSocket>>),
+    Stream(Vec<tokio::sync::mpsc::UnboundedSender<Arc<[u8]>>>),
+}
+
+impl Links {
+    async fn flush(&self, out: Out) {
+        for (sock, to, bytes) in out {
+            match self {
+                // A full socket buffer shows up as a retransmission later.
+                Links::Udp(socks) => {
+                    let _ = socks[sock].send_to(&bytes, to).await;
+                }
+                // A closed connection shows up as a NOTIFY lost at Timer F.
+                Links::Stream(queues) => {
+                    let _ = queues[sock].send(bytes);
+                }
+            }
+        }
     }
+}
+
+/// A connection to the collector: plain TCP, or TLS over it.
+trait Connection: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> Connection for T {}
+
+/// Opens `n` connections to `collector` (TLS verified by `ca` when given),
+/// at most 32 handshakes at a time: the collector bounds its own
+/// concurrent handshakes, and a flood of them is not what is measured.
+async fn connect_all(
+    collector: SocketAddr,
+    n: usize,
+    ca: Option<&std::path::Path>,
+) -> anyhow::Result<Vec<(SocketAddr, Box<dyn Connection>)>> {
+    let connector = ca.map(system_tests::pki::connector).transpose()?;
+    let name = rustls::pki_types::ServerName::IpAddress(collector.ip().into());
+    let gate = Arc::new(tokio::sync::Semaphore::new(32));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let (gate, connector, name) = (gate.clone(), connector.clone(), name.clone());
+        tasks.spawn(async move {
+            let _permit = gate.acquire_owned().await?;
+            let tcp = tokio::net::TcpStream::connect(collector)
+                .await
+                .with_context(|| format!("connect to {collector}"))?;
+            tcp.set_nodelay(true)?;
+            let local = tcp.local_addr()?;
+            let stream: Box<dyn Connection> = match connector {
+                Some(c) => Box::new(
+                    c.connect(name, tcp)
+                        .await
+                        .with_context(|| format!("tls handshake with {collector}"))?,
+                ),
+                None => Box::new(tcp),
+            };
+            anyhow::Ok((i, local, stream))
+        });
+    }
+    let mut out: Vec<Option<(SocketAddr, Box<dyn Connection>)>> = (0..n).map(|_| None).collect();
+    while let Some(done) = tasks.join_next().await {
+        let (i, local, stream) = done??;
+        out[i] = Some((local, stream));
+    }
+    Ok(out.into_iter().flatten().collect())
+}
+
+/// Runs connection `idx`: writes what its queue gets, splits what it reads
+/// into messages (RFC 3261 §18.3) and feeds them to the state; answers a
+/// keepalive ping with a pong (RFC 5626 §3.5.1).
+fn spawn_connection(
+    idx: usize,
+    peer: SocketAddr,
+    stream: Box<dyn Connection>,
+    mut queue: tokio::sync::mpsc::UnboundedReceiver<Arc<[u8]>>,
+    state: Arc<Mutex<State>>,
+    links: Arc<Links>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut reader, mut writer) = tokio::io::split(stream);
+    let writer_stop = stop.clone();
+    tokio::spawn(async move {
+        loop {
+            let bytes = tokio::select! {
+                () = writer_stop.cancelled() => break,
+                b = queue.recv() => match b { Some(b) => b, None => break },
+            };
+            if writer.write_all(&bytes).await.is_err() {
+                break;
+            }
+        }
+    });
+    tokio::spawn(async move {
+        let mut framer = sip::wire::StreamFramer::new();
+        let mut buf = vec![0u8; 65_536];
+        loop {
+            let n = tokio::select! {
+                () = stop.cancelled() => break,
+                r = reader.read(&mut buf) => match r { Ok(0) | Err(_) => break, Ok(n) => n },
+            };
+            framer.push(&buf[..n]);
+            let mut out = Vec::new();
+            loop {
+                match framer.next_frame() {
+                    Ok(Some(sip::wire::Frame::Message(m))) => {
+                        State::lock(&state).on_datagram(&m, peer, idx, &mut out);
+                    }
+                    Ok(Some(sip::wire::Frame::Ping)) => {
+                        out.push((idx, peer, Arc::from(&b"\r\n"[..])));
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        eprintln!("connection {idx}: {e}; closing it");
+                        return;
+                    }
+                }
+            }
+            links.flush(out).await;
+        }
+    });
 }
 
 // ───────────────────────────── notify: driver ─────────────────────────────
@@ -1210,18 +1401,42 @@ async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
             args.register_expires
         );
     }
+    if args.transport == Transport::Tls && args.tls_ca.is_none() {
+        bail!("--transport tls needs --tls-ca (the CA of the collector's certificate)");
+    }
     let mut socks = Vec::new();
     let mut local_addrs = Vec::new();
-    for _ in 0..args.sockets.min(args.msrs) {
-        // The daemons' own socket setup (a 4 MiB receive buffer): at tens
-        // of thousands of answers a second the kernel's default would drop
-        // some here, and the figures would be the tool's, not the
-        // collector's.
-        let s = msr_shared::sip::udp_socket("127.0.0.1:0".parse()?).context("bind udp socket")?;
-        local_addrs.push(s.local_addr()?);
-        socks.push(Arc::new(s));
+    let mut connections = Vec::new();
+    if args.transport.is_stream() {
+        let t = Instant::now();
+        connections = connect_all(
+            args.collector,
+            args.msrs,
+            args.tls_ca
+                .as_deref()
+                .filter(|_| args.transport == Transport::Tls),
+        )
+        .await?;
+        local_addrs = connections.iter().map(|(local, _)| *local).collect();
+        println!(
+            "phase 0 connect: {} {} connections in {:.1} s",
+            connections.len(),
+            args.transport.via(),
+            t.elapsed().as_secs_f64()
+        );
+    } else {
+        for _ in 0..args.sockets.min(args.msrs) {
+            // The daemons' own socket setup (a 4 MiB receive buffer): at
+            // tens of thousands of answers a second the kernel's default
+            // would drop some here, and the figures would be the tool's,
+            // not the collector's.
+            let s =
+                msr_shared::sip::udp_socket("127.0.0.1:0".parse()?).context("bind udp socket")?;
+            local_addrs.push(s.local_addr()?);
+            socks.push(Arc::new(s));
+        }
     }
-    let nsock = socks.len();
+    let nsock = local_addrs.len();
     let msrs = (0..args.msrs)
         .map(|i| Msr {
             name: format!("msr_lg_{i}"),
@@ -1241,6 +1456,7 @@ async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
         .collect();
     let state = Arc::new(Mutex::new(State {
         collector: args.collector,
+        transport: args.transport,
         local_addrs: local_addrs.clone(),
         auth_name: args.auth_name.clone(),
         password: args.password.clone(),
@@ -1255,33 +1471,59 @@ async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
     }));
     let pid = args
         .collector_pid
-        .or_else(|| find_collector_pid(args.collector.port()));
+        .or_else(|| find_collector_pid(args.collector.port(), args.transport.is_stream()));
     println!(
-        "msr-loadgen notify: {} MSRs on {} socket(s) {:?} → collector {} (pid {})",
+        "msr-loadgen notify: {} MSRs on {nsock} {} {} → collector {} (pid {})",
         args.msrs,
-        nsock,
-        local_addrs,
+        args.transport.via(),
+        if args.transport.is_stream() {
+            "connection(s)".to_owned()
+        } else {
+            format!("socket(s) {local_addrs:?}")
+        },
         args.collector,
         pid.map_or("unknown: no CPU/RSS figures".into(), |p| p.to_string())
     );
 
-    // Receivers: one task per socket.
+    // Receivers: one task per socket, or a reader and a writer per connection.
     let stop = tokio_util::sync::CancellationToken::new();
-    for (idx, sock) in socks.iter().enumerate() {
-        let (sock, state, socks, stop) = (sock.clone(), state.clone(), socks.clone(), stop.clone());
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; 65_536];
-            loop {
-                let (n, from) = tokio::select! {
-                    () = stop.cancelled() => break,
-                    r = sock.recv_from(&mut buf) => match r { Ok(v) => v, Err(_) => continue },
-                };
-                let mut out = Vec::new();
-                State::lock(&state).on_datagram(&buf[..n], from, idx, &mut out);
-                flush(&socks, out).await;
-            }
-        });
-    }
+    let socks = if args.transport.is_stream() {
+        let (queues, receivers): (Vec<_>, Vec<_>) = (0..connections.len())
+            .map(|_| tokio::sync::mpsc::unbounded_channel())
+            .unzip();
+        let links = Arc::new(Links::Stream(queues));
+        for (idx, ((_, stream), queue)) in connections.into_iter().zip(receivers).enumerate() {
+            spawn_connection(
+                idx,
+                args.collector,
+                stream,
+                queue,
+                state.clone(),
+                links.clone(),
+                stop.clone(),
+            );
+        }
+        links
+    } else {
+        let links = Arc::new(Links::Udp(socks.clone()));
+        for (idx, sock) in socks.iter().enumerate() {
+            let (sock, state, links, stop) =
+                (sock.clone(), state.clone(), links.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65_536];
+                loop {
+                    let (n, from) = tokio::select! {
+                        () = stop.cancelled() => break,
+                        r = sock.recv_from(&mut buf) => match r { Ok(v) => v, Err(_) => continue },
+                    };
+                    let mut out = Vec::new();
+                    State::lock(&state).on_datagram(&buf[..n], from, idx, &mut out);
+                    links.flush(out).await;
+                }
+            });
+        }
+        links
+    };
     // Retransmission timer.
     {
         let (state, socks, stop) = (state.clone(), socks.clone(), stop.clone());
@@ -1294,7 +1536,7 @@ async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
                 }
                 let mut out = Vec::new();
                 State::lock(&state).retransmit(Instant::now(), false, &mut out);
-                flush(&socks, out).await;
+                socks.flush(out).await;
             }
         });
     }
@@ -1322,7 +1564,7 @@ async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
                 st.msrs.iter().filter(|m| m.reg_failed.is_some()).count(),
             )
         };
-        flush(&socks, out).await;
+        socks.flush(out).await;
         if done + failed == args.msrs || now >= deadline {
             println!(
                 "phase 1 register: {done}/{} registered, {failed} failed in {:.1} s",
@@ -1420,7 +1662,7 @@ async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
                 );
             }
         }
-        flush(&socks, out).await;
+        socks.flush(out).await;
     }
     let t3 = Instant::now();
     State::lock(&state).phase = Phase::Drain;
@@ -1475,9 +1717,44 @@ async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
         &self_samples,
     );
 
-    if let Some(path) = &args.socket {
-        verify_loads(path, &st.last, Duration::from_secs(args.verify_wait)).await?;
+    let rows_match = match &args.socket {
+        Some(path) => verify_loads(path, &st.last, Duration::from_secs(args.verify_wait)).await?,
+        None => true,
+    };
+    if args.check {
+        let m = &st.measured;
+        let mut failed = Vec::new();
+        if st.registered < args.msrs {
+            failed.push(format!(
+                "{} of {} MSRs registered",
+                st.registered, args.msrs
+            ));
+        }
+        if st.subscribed < st.registered {
+            failed.push(format!("{} of {} subscribed", st.subscribed, st.registered));
+        }
+        if m.sent == 0 || m.ok < m.sent {
+            failed.push(format!("{} of {} NOTIFYs answered 200", m.ok, m.sent));
+        }
+        if !rows_match {
+            failed.push("rows differ from the last loads sent".to_owned());
+        }
+        if !failed.is_empty() {
+            bail!("--check: {}", failed.join("; "));
+        }
+        println!("check: passed");
     }
+    Ok(())
+}
+
+fn pki(args: &PkiArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.dir).with_context(|| format!("create {}", args.dir.display()))?;
+    let pki = system_tests::pki::Pki::create(&args.dir);
+    println!("# CA for msr-loadgen --tls-ca: {}", pki.ca.display());
+    print!(
+        "{}",
+        pki.collector_toml(system_tests::pki::ServerCert::Valid, false, false)
+    );
     Ok(())
 }
 
@@ -1601,6 +1878,17 @@ fn report_notify(
         ),
         None => println!("collector CPU/RSS           not sampled (no pid)"),
     }
+    if let Some(p) = collector.filter(|_| answered > 0) {
+        // The samples span the window and the drain: every answer of the
+        // measured phase was given inside it.
+        let busy_us = p.cpu_secs * 1e6;
+        println!(
+            "collector CPU per NOTIFY    {:.1} µs ({} answered, {})",
+            busy_us / answered as f64,
+            answered,
+            args.transport.via()
+        );
+    }
     println!(
         "msr-loadgen CPU             avg {:.0}% max {:.0}%, RSS max {} MiB",
         own.avg_cpu(),
@@ -1613,11 +1901,12 @@ fn report_notify(
     }
 }
 
+/// Whether every row came to show the last load its MSR sent within `wait`.
 async fn verify_loads(
     path: &std::path::Path,
     last: &[(String, Option<u8>)],
     wait: Duration,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<bool> {
     let mut client = AdminClient::connect_retry(path, Duration::from_secs(5))
         .await
         .with_context(|| format!("connect to {}", path.display()))?;
@@ -1638,7 +1927,7 @@ async fn verify_loads(
                     start.elapsed().as_secs_f64()
                 );
                 if start.elapsed() >= wait {
-                    return Ok(());
+                    return Ok(false);
                 }
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
@@ -1682,7 +1971,7 @@ async fn verify_loads(
             for e in examples {
                 println!("    e.g. {e}");
             }
-            return Ok(());
+            return Ok(done);
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }

@@ -1,6 +1,7 @@
 //! Test certificates for SIP over TLS: a CA, a server certificate for
 //! 127.0.0.1 and a client certificate signed by it, a second CA that
-//! signed nothing of the collector's, and an expired server certificate.
+//! signed nothing of the collector's, an expired server certificate and
+//! one for another host.
 //! PEM files in the test's folder.
 
 use std::path::{Path, PathBuf};
@@ -8,6 +9,17 @@ use std::path::{Path, PathBuf};
 use rcgen::{
     BasicConstraints, Certificate, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose,
 };
+
+/// Which server certificate the collector shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerCert {
+    /// For 127.0.0.1, valid now.
+    Valid,
+    /// For 127.0.0.1, expired.
+    Expired,
+    /// Valid, for another host's name.
+    WrongName,
+}
 
 /// The files of one test's PKI.
 #[derive(Debug, Clone)]
@@ -18,6 +30,8 @@ pub struct Pki {
     pub server: (PathBuf, PathBuf),
     /// Like `server`, but expired since 2020.
     pub expired_server: (PathBuf, PathBuf),
+    /// Like `server`, but for `core.example.net` only.
+    pub wrong_name_server: (PathBuf, PathBuf),
     /// An agent's client certificate, naming `msr_tls` (a DNS subject
     /// alternative name), and its key.
     pub client: (PathBuf, PathBuf),
@@ -73,19 +87,26 @@ impl Pki {
             ca: write(dir, "ca.pem", &root.0.pem()),
             server: leaf(dir, "collector", vec!["127.0.0.1".into()], &root, false),
             expired_server: leaf(dir, "expired", vec!["127.0.0.1".into()], &root, true),
+            wrong_name_server: leaf(
+                dir,
+                "wrong-name",
+                vec!["core.example.net".into()],
+                &root,
+                false,
+            ),
             client: leaf(dir, "msr_tls", vec!["msr_tls".into()], &root, false),
             other_ca: write(dir, "other-ca.pem", &other.0.pem()),
         }
     }
 
-    /// A `[sip.tls]` table for the collector: `server` (or the expired
-    /// one), and with `mutual` the client certificates checked against
-    /// the CA; `require` takes registrations over TLS only.
-    pub fn collector_toml(&self, expired: bool, mutual: bool, require: bool) -> String {
-        let (cert, key) = if expired {
-            &self.expired_server
-        } else {
-            &self.server
+    /// A `[sip.tls]` table for the collector with the `server`
+    /// certificate, and with `mutual` the client certificates checked
+    /// against the CA; `require` takes registrations over TLS only.
+    pub fn collector_toml(&self, server: ServerCert, mutual: bool, require: bool) -> String {
+        let (cert, key) = match server {
+            ServerCert::Valid => &self.server,
+            ServerCert::Expired => &self.expired_server,
+            ServerCert::WrongName => &self.wrong_name_server,
         };
         let client_ca = if mutual {
             format!("client_ca = \"{}\"\n", self.ca.display())
@@ -112,4 +133,31 @@ impl Pki {
         }
         text
     }
+}
+
+/// A TLS client that trusts the CA certificates in `ca` (PEM) — what a
+/// test or msr-loadgen connects to the collector's `[sip.tls]` with.
+///
+/// # Errors
+/// `ca` can't be read or holds no usable certificate.
+pub fn connector(ca: &Path) -> anyhow::Result<tokio_rustls::TlsConnector> {
+    use anyhow::Context;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    let certs = rustls::pki_types::CertificateDer::pem_file_iter(ca)
+        .with_context(|| format!("read {}", ca.display()))?;
+    for cert in certs {
+        roots
+            .add(cert.with_context(|| format!("a certificate in {}", ca.display()))?)
+            .with_context(|| format!("a CA certificate in {}", ca.display()))?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(tokio_rustls::TlsConnector::from(std::sync::Arc::new(
+        config,
+    )))
 }
