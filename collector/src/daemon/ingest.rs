@@ -190,6 +190,14 @@ pub(super) fn queues() -> (Queues, SendersHandle) {
 pub(super) struct SendersHandle(Arc<Senders>);
 
 impl SendersHandle {
+    /// How many more messages the loop's queue takes now.
+    fn room(&self, known: bool) -> usize {
+        let queue = if known { &self.0.known } else { &self.0.other };
+        queue
+            .limit
+            .saturating_sub(queue.held.load(Ordering::Relaxed))
+    }
+
     /// Hands a batch to the loop; what does not fit in a full queue is
     /// dropped (module docs).
     fn send(&self, known: bool, mut batch: Vec<Inbound>, stats: &IngestStats) {
@@ -326,6 +334,11 @@ pub(super) async fn read_udp(
         }
         let mut known_batch = Vec::new();
         let mut other_batch = Vec::new();
+        // Past its ceiling the loop's queue is full: what it can't take is
+        // shed before it is decoded, so overload costs a receive per
+        // datagram and the capacity goes to messages that will be answered
+        // (SPEC §3: graceful overload, no retransmission storm).
+        let (room_known, room_other) = (to_loop.room(true), to_loop.room(false));
         for _ in 0..BATCH {
             let (len, from) = match socket.try_recv_from(&mut buf) {
                 Ok(v) => v,
@@ -340,6 +353,15 @@ pub(super) async fn read_udp(
             let class = admission.classify(now, from, datagram);
             if class == Class::Dropped {
                 stats.refused.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let full = if class == Class::Known {
+                known_batch.len() >= room_known
+            } else {
+                other_batch.len() >= room_other
+            };
+            if full {
+                stats.shed.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
             if tracing::enabled!(target: WIRE, tracing::Level::INFO) {
@@ -1016,5 +1038,82 @@ mod tests {
         // Now every slot is young: the next one is refused.
         let (admitted, _) = entry(&streams, 9999, later);
         assert_eq!(admitted, Admitted::Refused);
+    }
+}
+
+#[cfg(test)]
+mod udp_tests {
+    use super::*;
+
+    /// Waits (real time, bounded) until `done` holds.
+    async fn until(what: &str, done: impl Fn() -> bool) {
+        let give_up = std::time::Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(std::time::Instant::now() < give_up, "gave up on {what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_sheds_datagrams_before_decoding_them() {
+        let socket = Arc::new(UdpSocket::bind("127.0.0.1:0").await.expect("bind"));
+        let to = socket.local_addr().expect("address");
+        let peer = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind peer");
+        let (mut queues, to_loop) = queues();
+        let known = KnownSources::default();
+        known.publish(1, HashSet::from([peer.local_addr().expect("peer address")]));
+        let stats = Arc::new(IngestStats::default());
+        let cancel = CancellationToken::new();
+        let reader = tokio::spawn(read_udp(
+            socket,
+            to_loop,
+            known,
+            AdmissionConfig::default(),
+            Arc::clone(&stats),
+            cancel.clone(),
+        ));
+        let options = |n: usize| {
+            format!(
+                "OPTIONS sip:core@{to} SIP/2.0\r\nVia: SIP/2.0/UDP {peer};branch=z9hG4bK{n}\r\n\
+                 From: <sip:msr@{peer}>;tag=1\r\nTo: <sip:core@{to}>\r\nCall-ID: c{n}\r\n\
+                 CSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n",
+                peer = peer.local_addr().expect("peer address")
+            )
+        };
+        // The loop takes nothing: the known queue fills, the rest is shed.
+        let held = || queues.known.held.load(Ordering::Relaxed);
+        let mut sent = 0;
+        while held() < KNOWN_QUEUE {
+            for _ in 0..64 {
+                peer.send_to(options(sent).as_bytes(), to).expect("send");
+                sent += 1;
+            }
+            let before = sent;
+            until("the reader to take a burst", || {
+                held() + stats.shed.load(Ordering::Relaxed) as usize >= before
+            })
+            .await;
+        }
+        assert_eq!(held(), KNOWN_QUEUE);
+        let shed = stats.shed.load(Ordering::Relaxed);
+        // Garbage now is shed, not found malformed: it was never decoded.
+        for _ in 0..10 {
+            peer.send_to(b"\x00 not sip", to).expect("send");
+        }
+        until("the garbage to be shed", || {
+            stats.shed.load(Ordering::Relaxed) == shed + 10
+        })
+        .await;
+        assert_eq!(stats.malformed.load(Ordering::Relaxed), 0);
+        // Once the loop takes a batch, the next datagram is decoded again.
+        let batch = queues.known.try_recv().expect("a batch");
+        assert!(!batch.is_empty());
+        peer.send_to(b"\x00 not sip", to).expect("send");
+        until("garbage to be found malformed", || {
+            stats.malformed.load(Ordering::Relaxed) == 1
+        })
+        .await;
+        cancel.cancel();
+        reader.await.expect("reader ends");
     }
 }
