@@ -169,30 +169,7 @@ pub enum Request {
     },
     /// Run a selection (SPEC §7); with `call_id`, for that leg (SPEC §9):
     /// a live leg gets its MSR again, a new one is bound to the choice.
-    Select {
-        /// The leg's zone.
-        zone: String,
-        /// The leg's site.
-        site: String,
-        /// The MSR already chosen for the other leg, if any (optional on the
-        /// wire).
-        msr: Option<String>,
-        /// A fixed draw in `[0, total)` instead of a random one (optional on
-        /// the wire).
-        random: Option<f64>,
-        /// Return the candidates and the interval table (optional on the wire,
-        /// default `false`).
-        #[serde(default)]
-        explain: bool,
-        /// The SIP Call-ID of the leg: the selection creates (or finds) a
-        /// leg (optional on the wire).
-        call_id: Option<String>,
-        /// Tells two legs of one Call-ID apart (optional; needs `call_id`).
-        leg: Option<String>,
-        /// The conference or space the leg joins (optional; needs
-        /// `call_id`): admission thresholds and affinity (SPEC §9).
-        conference: Option<String>,
-    },
+    Select(SelectQuery),
     /// End a leg (SPEC §9): `leg` given, that leg of the Call-ID; absent,
     /// every leg of it. Idempotent: what is not live is left alone.
     Release {
@@ -242,6 +219,61 @@ impl Request {
                 | Request::SubscriptionSetExpires { .. }
                 | Request::MsrSetLoadLimit { .. }
         )
+    }
+}
+
+/// What a [`Request::Select`] asks: the leg's zone and site, and what
+/// else the caller knows of it. `SelectQuery::new(zone, site)` is a plain
+/// selection; set the rest with struct update syntax:
+///
+/// ```
+/// use msr_shared::admin::SelectQuery;
+/// let leg = SelectQuery {
+///     call_id: Some("a84b4c76e66710@core".into()),
+///     ..SelectQuery::new("default", "local")
+/// };
+/// assert_eq!(leg.zone, "default");
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SelectQuery {
+    /// The leg's zone.
+    pub zone: String,
+    /// The leg's site.
+    pub site: String,
+    /// The MSR already chosen for the other leg, if any (optional on the
+    /// wire).
+    pub msr: Option<String>,
+    /// A fixed draw in `[0, total)` instead of a random one (optional on
+    /// the wire).
+    pub random: Option<f64>,
+    /// Return the candidates and the interval table (optional on the wire,
+    /// default `false`).
+    #[serde(default)]
+    pub explain: bool,
+    /// The SIP Call-ID of the leg: the selection creates (or finds) a
+    /// leg (optional on the wire).
+    pub call_id: Option<String>,
+    /// Tells two legs of one Call-ID apart (optional; needs `call_id`).
+    pub leg: Option<String>,
+    /// The conference or space the leg joins (optional; needs
+    /// `call_id`): admission thresholds and affinity (SPEC §9).
+    pub conference: Option<String>,
+}
+
+impl SelectQuery {
+    /// A selection for a leg in `zone` at `site`, nothing else known.
+    pub fn new(zone: impl Into<String>, site: impl Into<String>) -> Self {
+        Self {
+            zone: zone.into(),
+            site: site.into(),
+            msr: None,
+            random: None,
+            explain: false,
+            call_id: None,
+            leg: None,
+            conference: None,
+        }
     }
 }
 
@@ -1428,7 +1460,7 @@ mod tests {
                 expires_secs: 30,
             },
             Request::SubscriptionList {},
-            Request::Select {
+            Request::Select(SelectQuery {
                 zone: "z".into(),
                 site: "s".into(),
                 msr: Some("m".into()),
@@ -1437,7 +1469,7 @@ mod tests {
                 call_id: Some("c1@core".into()),
                 leg: Some("b".into()),
                 conference: Some("room-7".into()),
-            },
+            }),
             Request::Release {
                 call_id: "c1@core".into(),
                 leg: None,
@@ -1470,7 +1502,7 @@ mod tests {
                 | Request::ResourceUnset { .. }
                 | Request::SubscriptionSetExpires { .. }
                 | Request::SubscriptionList {}
-                | Request::Select { .. }
+                | Request::Select(_)
                 | Request::Release { .. }
                 | Request::MsrSetLoadLimit { .. }
                 | Request::ClusterList {}
@@ -1514,19 +1546,7 @@ mod tests {
     fn optional_fields_default() {
         let request: Request =
             serde_json::from_str(r#"{"op":"select","zone":"z","site":"s"}"#).expect("parse");
-        assert_eq!(
-            request,
-            Request::Select {
-                zone: "z".into(),
-                site: "s".into(),
-                msr: None,
-                random: None,
-                explain: false,
-                call_id: None,
-                leg: None,
-                conference: None,
-            }
-        );
+        assert_eq!(request, Request::Select(SelectQuery::new("z", "s")));
         let request: Request = serde_json::from_str(r#"{"op":"site_matrix"}"#).expect("parse");
         assert_eq!(request, Request::SiteMatrix { names: vec![] });
     }

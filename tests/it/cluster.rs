@@ -6,7 +6,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use msr_shared::admin::{ClusterView, ErrorCode, MsrInfo, Request, Response, ResponseData};
+use msr_shared::admin::{
+    ClusterView, ErrorCode, MsrInfo, Request, Response, ResponseData, SelectQuery,
+};
 use msr_shared::admin::{StoreKind, StoreState};
 use system_tests::system::{
     live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts, Etcd,
@@ -290,16 +292,7 @@ async fn an_etcd_outage_keeps_selection_and_refuses_changes() {
     .expect("msr_1 reporting");
     a.ok(&set_coefficient("msr_1", 3.0)).await;
 
-    let select = Request::Select {
-        zone: "default".into(),
-        site: "local".into(),
-        msr: None,
-        random: None,
-        explain: false,
-        call_id: None,
-        leg: None,
-        conference: None,
-    };
+    let select = Request::Select(SelectQuery::new("default", "local"));
     etcd.kill9();
     wait_cluster(&a, secs(10), |v| v.store.status == StoreState::Unavailable).await;
     let (ok, out, _) = a.msrctl(&["cluster", "list"]);

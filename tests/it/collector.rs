@@ -12,6 +12,7 @@ use msr_collector::CollectorHandle;
 use msr_shared::admin::RegistrationStatus;
 use msr_shared::admin::{
     ErrorCode, ExplainOutcome, HealthState, Request, ResourceInfo, Response, ResponseData,
+    SelectQuery,
 };
 use msr_shared::subscription::SubscriptionState;
 use system_tests::{
@@ -345,16 +346,7 @@ async fn real_agent_registers_and_reports_load() {
     assert_eq!(row.engine_uri.as_deref(), Some("sip:127.0.0.1:5090"));
     assert_eq!(row.mcc.as_deref(), Some("127.0.0.1:5700"));
     let selected = client
-        .call(&msr_shared::admin::Request::Select {
-            zone: "default".into(),
-            site: "local".into(),
-            msr: None,
-            random: None,
-            explain: false,
-            call_id: None,
-            leg: None,
-            conference: None,
-        })
+        .call(&Request::Select(SelectQuery::new("default", "local")))
         .await
         .expect("select");
     match selected {
@@ -497,16 +489,10 @@ async fn an_msr_that_never_reports_gets_no_selection_after_the_grace() {
         .expect("sipp");
     assert_eq!(code, 0, "registration failed:\n{out}");
     let registered = std::time::Instant::now();
-    let select = Request::Select {
-        zone: "default".into(),
-        site: "local".into(),
-        msr: None,
-        random: None,
+    let select = Request::Select(SelectQuery {
         explain: true,
-        call_id: None,
-        leg: None,
-        conference: None,
-    };
+        ..SelectQuery::new("default", "local")
+    });
     let unreported = poll_rows(&mut client, |rows| {
         rows.iter()
             .find(|r| r.msr == "msr_1" && r.health == HealthState::Unreported)

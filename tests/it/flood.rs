@@ -13,7 +13,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use msr_shared::admin::{HealthState, Request};
+use msr_shared::admin::{HealthState, Request, SelectQuery};
 use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts};
 use system_tests::{bin_path, AdminClient};
 
@@ -31,16 +31,7 @@ fn setting(name: &str, default: u64) -> u64 {
 
 /// A selection for a leg in the default zone and site.
 fn select() -> Request {
-    Request::Select {
-        zone: "default".into(),
-        site: "local".into(),
-        msr: None,
-        random: None,
-        explain: false,
-        call_id: None,
-        leg: None,
-        conference: None,
-    }
+    Request::Select(SelectQuery::new("default", "local"))
 }
 
 /// The 99th percentile of `samples`.

@@ -9,7 +9,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use msr_shared::admin::{HealthState, Request, ResourceInfo, Response, ResponseData};
+use msr_shared::admin::{HealthState, Request, ResourceInfo, Response, ResponseData, SelectQuery};
 use msr_shared::subscription::SubscriptionState;
 use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts};
 use system_tests::AdminClient;
@@ -49,16 +49,7 @@ fn health_of(rows: &[ResourceInfo], msr: &str) -> Option<HealthState> {
 }
 
 async fn select_msr(client: &mut AdminClient) -> Result<String, String> {
-    let request = Request::Select {
-        zone: "default".into(),
-        site: "local".into(),
-        msr: None,
-        random: None,
-        explain: false,
-        call_id: None,
-        leg: None,
-        conference: None,
-    };
+    let request = Request::Select(SelectQuery::new("default", "local"));
     match client.call(&request).await {
         Ok(Response::Ok(ResponseData::Selected(s))) => Ok(s.msr),
         other => Err(format!("{other:?}")),

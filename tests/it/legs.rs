@@ -6,21 +6,15 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use msr_shared::admin::{LegOutcome, Request, ResponseData, Selection};
+use msr_shared::admin::{LegOutcome, Request, ResponseData, SelectQuery, Selection};
 use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts};
 use system_tests::AdminClient;
 
 fn select(call_id: &str) -> Request {
-    Request::Select {
-        zone: "default".into(),
-        site: "local".into(),
-        msr: None,
-        random: None,
-        explain: false,
+    Request::Select(SelectQuery {
         call_id: Some(call_id.into()),
-        leg: None,
-        conference: None,
-    }
+        ..SelectQuery::new("default", "local")
+    })
 }
 
 fn release(call_id: &str) -> Request {
@@ -167,16 +161,11 @@ async fn leg_list_shows_filters_and_forgets_released_legs() {
         .await
         .expect("control socket");
     for (call, other) in [("a", "msr_1"), ("b", "msr_1"), ("c", "msr_2")] {
-        let request = Request::Select {
-            zone: "default".into(),
-            site: "local".into(),
+        let request = Request::Select(SelectQuery {
             msr: Some(other.into()),
-            random: None,
-            explain: false,
             call_id: Some(call.into()),
-            leg: None,
-            conference: None,
-        };
+            ..SelectQuery::new("default", "local")
+        });
         assert_eq!(selected(&mut client, &request).await.msr, other);
     }
     let listed = collector.msrctl_json(&["leg", "list"]);

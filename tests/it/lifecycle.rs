@@ -19,7 +19,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use msr_shared::admin::RegistrationStatus;
-use msr_shared::admin::{subscription_name, Request, ResourceInfo, ResponseData, SubscriptionInfo};
+use msr_shared::admin::{
+    subscription_name, Request, ResourceInfo, ResponseData, SelectQuery, SubscriptionInfo,
+};
 use msr_shared::subscription::SubscriptionState;
 use system_tests::system::{
     agent_xml, live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts,
@@ -396,16 +398,7 @@ async fn killed_collector_restarts_with_table_and_operator_config() {
     );
     // And selection works again: the leg at `remote` gets msr_2.
     match collector
-        .ok(&Request::Select {
-            zone: "default".into(),
-            site: "remote".into(),
-            msr: None,
-            random: None,
-            explain: false,
-            call_id: None,
-            leg: None,
-            conference: None,
-        })
+        .ok(&Request::Select(SelectQuery::new("default", "remote")))
         .await
     {
         ResponseData::Selected(s) => assert_eq!(s.msr, "msr_2"),

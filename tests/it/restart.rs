@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use msr_shared::admin::{Request, ResponseData};
+use msr_shared::admin::{Request, ResponseData, SelectQuery};
 use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts};
 
 fn secs(s: u64) -> Duration {
@@ -127,16 +127,10 @@ async fn a_killed_collector_resumes_every_subscription_without_a_register() {
         );
     }
     match collector
-        .ok(&Request::Select {
-            zone: "default".into(),
-            site: "local".into(),
+        .ok(&Request::Select(SelectQuery {
             msr: Some("msr_2".into()),
-            random: None,
-            explain: false,
-            call_id: None,
-            leg: None,
-            conference: None,
-        })
+            ..SelectQuery::new("default", "local")
+        }))
         .await
     {
         ResponseData::Selected(s) => assert_eq!(s.msr, "msr_2"),

@@ -7,7 +7,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use msr_shared::admin::{ErrorCode, Explain, Request, Response, ResponseData, Selection};
+use msr_shared::admin::{
+    ErrorCode, Explain, Request, Response, ResponseData, SelectQuery, Selection,
+};
 use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts};
 use system_tests::AdminClient;
 
@@ -22,16 +24,11 @@ fn msrctl_ok(c: &Collector, args: &[&str]) -> String {
 }
 
 fn select_req(site: &str, random: Option<f64>, explain: bool) -> Request {
-    Request::Select {
-        zone: "default".into(),
-        site: site.into(),
-        msr: None,
+    Request::Select(SelectQuery {
         random,
         explain,
-        call_id: None,
-        leg: None,
-        conference: None,
-    }
+        ..SelectQuery::new("default", site)
+    })
 }
 
 async fn select(

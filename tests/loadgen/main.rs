@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use msr_shared::admin::RegistrationStatus;
-use msr_shared::admin::{ErrorCode, Request, Response, ResponseData};
+use msr_shared::admin::{ErrorCode, Request, Response, ResponseData, SelectQuery};
 use msr_shared::event_package::{LoadReport, CONTENT_TYPE, EVENT};
 use msr_shared::sip::{self, Method, SipMessage, StatusCode};
 use msr_shared::subscription::SubscriptionState;
@@ -1996,16 +1996,10 @@ async fn select(args: SelectArgs) -> anyhow::Result<()> {
         Response::Ok(ResponseData::Resources { rows }) => rows.len(),
         _ => 0,
     };
-    let line = serde_json::to_string(&Request::Select {
-        zone: args.place.zone.clone(),
-        site: args.place.site.clone(),
-        msr: None,
-        random: None,
+    let line = serde_json::to_string(&Request::Select(SelectQuery {
         explain: args.explain,
-        call_id: None,
-        leg: None,
-        conference: None,
-    })?;
+        ..SelectQuery::new(args.place.zone.clone(), args.place.site.clone())
+    }))?;
     println!(
         "msr-loadgen select: {} clients × {} requests on {} ({} active contacts)",
         args.clients,
@@ -2029,16 +2023,10 @@ async fn select(args: SelectArgs) -> anyhow::Result<()> {
                 let t = Instant::now();
                 let resp = if legs {
                     let call_id = format!("lg-{client_no}-{n}@loadgen");
-                    let select = serde_json::to_string(&Request::Select {
-                        zone: zone.clone(),
-                        site: site.clone(),
-                        msr: None,
-                        random: None,
-                        explain: false,
+                    let select = serde_json::to_string(&Request::Select(SelectQuery {
                         call_id: Some(call_id.clone()),
-                        leg: None,
-                        conference: None,
-                    })?;
+                        ..SelectQuery::new(zone.clone(), site.clone())
+                    }))?;
                     let resp = client.call_raw(&select).await?;
                     let release = serde_json::to_string(&Request::Release { call_id, leg: None })?;
                     match client.call_raw(&release).await? {
@@ -2293,15 +2281,11 @@ async fn calls(args: CallsArgs) -> anyhow::Result<()> {
             .unwrap_or_default()
     );
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
-    let select = |call_id: &str| Request::Select {
-        zone: args.place.zone.clone(),
-        site: args.place.site.clone(),
-        msr: None,
-        random: None,
-        explain: false,
-        call_id: Some(call_id.to_owned()),
-        leg: None,
-        conference: None,
+    let select = |call_id: &str| {
+        Request::Select(SelectQuery {
+            call_id: Some(call_id.to_owned()),
+            ..SelectQuery::new(args.place.zone.clone(), args.place.site.clone())
+        })
     };
     let release = |call_id: String| Request::Release { call_id, leg: None };
     let call_id = |n: u64| format!("e2e-{}-{n}@loadgen", args.seed);

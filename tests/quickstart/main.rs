@@ -25,7 +25,9 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Parser;
 use msr_shared::admin::RegistrationStatus;
-use msr_shared::admin::{subscription_name, Request, ResourceInfo, Response, ResponseData};
+use msr_shared::admin::{
+    subscription_name, Request, ResourceInfo, Response, ResponseData, SelectQuery,
+};
 use msr_shared::subscription::SubscriptionState;
 use system_tests::{bin_path, example, workspace_root, AdminClient, ChildGuard};
 
@@ -368,16 +370,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let mut picks: BTreeMap<String, u32> = BTreeMap::new();
     let mut example = None;
     for _ in 0..cli.selections {
-        let req = Request::Select {
-            zone: zone.clone(),
-            site: site.clone(),
-            msr: None,
-            random: None,
-            explain: false,
-            call_id: None,
-            leg: None,
-            conference: None,
-        };
+        let req = Request::Select(SelectQuery::new(zone.clone(), site.clone()));
         match admin.call(&req).await? {
             Response::Ok(ResponseData::Selected(s)) => {
                 *picks.entry(s.msr.clone()).or_default() += 1;

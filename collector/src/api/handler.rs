@@ -27,8 +27,8 @@ use msr_shared::admin::{
     Change, ChangeValue, ChangedEntity, ChangedProperty, ContactProperty, Distance, ErrorBody,
     ErrorCode, Explain, ExplainCandidate, ExplainOutcome, HealthState, Hello, Interval, LegInfo,
     LegOutcome, LegRows, MsrInfo, RegistrationStatus, Released, Request, ResourceInfo, Response,
-    ResponseData, Selection, SelectionRule, SiteMatrix, SubscriptionInfo, DEFAULT_LEG_LIST_LIMIT,
-    EVENT_PACKAGE, MAX_LEG_LIST_LIMIT, PROTOCOL_VERSION,
+    ResponseData, SelectQuery, Selection, SelectionRule, SiteMatrix, SubscriptionInfo,
+    DEFAULT_LEG_LIST_LIMIT, EVENT_PACKAGE, MAX_LEG_LIST_LIMIT, PROTOCOL_VERSION,
 };
 use msr_shared::present::{format_number, normalize_zero};
 use rand::RngCore;
@@ -382,7 +382,7 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
             version: PROTOCOL_VERSION,
             software: concat!("msr-collector ", env!("CARGO_PKG_VERSION")).to_owned(),
         })),
-        Request::Select {
+        Request::Select(SelectQuery {
             zone,
             site,
             msr,
@@ -391,7 +391,7 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
             call_id,
             leg,
             conference,
-        } => {
+        }) => {
             // The names a selection reads are held to the rules they were
             // stored under (SPEC §6): an empty or malformed `msr` would
             // otherwise read as "the other leg is elsewhere", a malformed

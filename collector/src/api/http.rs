@@ -36,7 +36,7 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use msr_shared::admin::{
-    ErrorCode, HealthState, RegistrationStatus, Request, Response, ResponseData,
+    ErrorCode, HealthState, RegistrationStatus, Request, Response, ResponseData, SelectQuery,
 };
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
@@ -294,7 +294,7 @@ fn select_request(query: Option<&str>) -> Result<Request, String> {
     if params.call_id.is_none() && (params.leg.is_some() || params.conference.is_some()) {
         return Err("leg and conference name a leg: they need call_id".into());
     }
-    Ok(Request::Select {
+    Ok(Request::Select(SelectQuery {
         zone: params.zone,
         site: params.site,
         msr: params.msr,
@@ -303,7 +303,7 @@ fn select_request(query: Option<&str>) -> Result<Request, String> {
         call_id: params.call_id,
         leg: params.leg,
         conference: params.conference,
-    })
+    }))
 }
 
 async fn select(State(api): State<Api>, RawQuery(query): RawQuery) -> HttpResponse {

@@ -50,7 +50,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use msr_shared::admin::{
-    ErrorCode, Request as AdminRequest, Response as AdminResponse, ResponseData,
+    ErrorCode, Request as AdminRequest, Response as AdminResponse, ResponseData, SelectQuery,
 };
 use msr_shared::sip::wire;
 use msr_shared::sip::{self, Method, Request, Response, SipMessage, StatusCode};
@@ -151,16 +151,13 @@ pub fn decide(invite: &Request, ctx: &RedirectContext) -> Decision {
     };
     let zone = pick("zone", "X-MSR-Zone").unwrap_or_else(|| ctx.default_zone.clone());
     let site = pick("site", "X-MSR-Site").unwrap_or_else(|| ctx.default_site.clone());
-    Decision::Select(AdminRequest::Select {
-        zone,
-        site,
+    Decision::Select(AdminRequest::Select(SelectQuery {
         msr: pick("msr", "X-MSR-Other"),
-        random: None,
-        explain: false,
         call_id: Some(call_id.trim().to_owned()),
         leg: pick("leg", "X-MSR-Leg"),
         conference: pick("conference", "X-MSR-Conference"),
-    })
+        ..SelectQuery::new(zone, site)
+    }))
 }
 
 /// The final response to `invite` for the selection's `answer`.
@@ -762,11 +759,11 @@ impl Server {
                         }
                         Decision::Select(request) => {
                             let leg = match &request {
-                                AdminRequest::Select {
+                                AdminRequest::Select(SelectQuery {
                                     call_id: Some(c),
                                     leg,
                                     ..
-                                } => Some((c.clone(), leg.clone())),
+                                }) => Some((c.clone(), leg.clone())),
                                 _ => None,
                             };
                             let pending = Pending {

@@ -121,7 +121,7 @@ impl Collector {
             }
         }
         let kind = match &request {
-            Request::Select { .. } => Counted::Selection,
+            Request::Select(_) => Counted::Selection,
             Request::Release { .. } => Counted::Release,
             _ => Counted::Not,
         };

@@ -727,7 +727,7 @@ impl Shell {
             self.next_admin += 1;
             let id = AdminId(self.next_admin);
             self.replies.insert(id, command.reply);
-            let select = matches!(command.request, Request::Select { .. });
+            let select = matches!(command.request, Request::Select(_));
             self.core.handle_admin(now, id, command.request);
             if select {
                 self.metrics.selection_duration(now.elapsed().as_secs_f64());

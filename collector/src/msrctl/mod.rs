@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use msr_shared::admin::{ContactProperty, Distance, ErrorCode, Request, Response};
+use msr_shared::admin::{ContactProperty, Distance, ErrorCode, Request, Response, SelectQuery};
 use msr_shared::present::normalize_zero;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
@@ -441,7 +441,7 @@ impl Command {
                 expires_secs: *secs,
             },
             Command::Subscription(SubscriptionCommand::List) => Request::SubscriptionList {},
-            Command::Select(args) => Request::Select {
+            Command::Select(args) => Request::Select(SelectQuery {
                 zone: args.zone.clone(),
                 site: args.site.clone(),
                 msr: args.msr.clone(),
@@ -450,7 +450,7 @@ impl Command {
                 call_id: args.call_id.clone(),
                 leg: args.leg.clone(),
                 conference: args.conference.clone(),
-            },
+            }),
             Command::Release { call_id, leg } => Request::Release {
                 call_id: call_id.clone(),
                 leg: leg.clone(),
@@ -913,16 +913,12 @@ mod tests {
         );
         assert_eq!(
             request("--json select --zone z --site s --msr msr_1 --random 58 --explain"),
-            Request::Select {
-                zone: "z".into(),
-                site: "s".into(),
+            Request::Select(SelectQuery {
                 msr: Some("msr_1".into()),
                 random: Some(58.0),
                 explain: true,
-                call_id: None,
-                leg: None,
-                conference: None,
-            }
+                ..SelectQuery::new("z", "s")
+            })
         );
     }
 
@@ -1028,9 +1024,9 @@ mod tests {
             panic!("distance")
         };
         assert!(distance == 0.0 && distance.is_sign_positive());
-        let Request::Select {
+        let Request::Select(SelectQuery {
             random: Some(draw), ..
-        } = request("select --zone z --site s --random -0")
+        }) = request("select --zone z --site s --random -0")
         else {
             panic!("select")
         };

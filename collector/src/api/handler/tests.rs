@@ -388,16 +388,11 @@ fn operator_changes_reach_the_table_and_select() {
         },
         now,
     );
-    let select = Request::Select {
-        zone: "default".into(),
-        site: "local".into(),
-        msr: None,
+    let select = Request::Select(SelectQuery {
         random: Some(10.0),
         explain: true,
-        call_id: None,
-        leg: None,
-        conference: None,
-    };
+        ..SelectQuery::new("default", "local")
+    });
     let ResponseData::Selected(selection) = h.ok(select, now) else {
         panic!("selected")
     };
@@ -413,38 +408,17 @@ fn operator_changes_reach_the_table_and_select() {
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].load, Some(50));
 
-    let out_of_range = Request::Select {
-        zone: "default".into(),
-        site: "local".into(),
-        msr: None,
+    let out_of_range = Request::Select(SelectQuery {
         random: Some(50.0),
-        explain: false,
-        call_id: None,
-        leg: None,
-        conference: None,
-    };
+        ..SelectQuery::new("default", "local")
+    });
     assert_eq!(h.err(out_of_range, now), ErrorCode::InvalidValue);
-    let unknown = Request::Select {
-        zone: "default".into(),
-        site: "mars".into(),
-        msr: None,
-        random: None,
-        explain: false,
-        call_id: None,
-        leg: None,
-        conference: None,
-    };
+    let unknown = Request::Select(SelectQuery::new("default", "mars"));
     assert_eq!(h.err(unknown, now), ErrorCode::UnknownSite);
-    let nothing = Request::Select {
-        zone: "rtk".into(),
-        site: "local".into(),
-        msr: None,
-        random: None,
+    let nothing = Request::Select(SelectQuery {
         explain: true,
-        call_id: None,
-        leg: None,
-        conference: None,
-    };
+        ..SelectQuery::new("rtk", "local")
+    });
     match h.run(nothing, now) {
         Response::Err(error) => {
             assert_eq!(error.code, ErrorCode::MsrNotFound);
@@ -464,15 +438,12 @@ fn select_refuses_malformed_zone_and_msr_names() {
     h.ok(declare("local"), now);
     h.register("lo@msr_1", "msr_1", now);
     h.load(half_loaded("msr_1"), now);
-    let select = |zone: &str, msr: Option<&str>| Request::Select {
-        zone: zone.into(),
-        site: "local".into(),
-        msr: msr.map(Into::into),
-        random: None,
-        explain: false,
-        call_id: Some("refused-1".into()),
-        leg: None,
-        conference: None,
+    let select = |zone: &str, msr: Option<&str>| {
+        Request::Select(SelectQuery {
+            msr: msr.map(Into::into),
+            call_id: Some("refused-1".into()),
+            ..SelectQuery::new(zone, "local")
+        })
     };
     let long = "m".repeat(3000);
     for (zone, msr) in [
@@ -702,16 +673,10 @@ fn negative_zero_is_taken_as_zero() {
     }
     h.register("lo@msr_1", "msr_1", now);
     let ResponseData::Selected(selection) = h.ok(
-        Request::Select {
-            zone: "default".into(),
-            site: "local".into(),
-            msr: None,
+        Request::Select(SelectQuery {
             random: Some(-0.0),
-            explain: false,
-            call_id: None,
-            leg: None,
-            conference: None,
-        },
+            ..SelectQuery::new("default", "local")
+        }),
         now,
     ) else {
         panic!("selected")
@@ -802,16 +767,10 @@ fn huge_values_are_shown_compactly() {
     h.register("lo@msr_1", "msr_1", now);
     assert_eq!(
         message(h.run(
-            Request::Select {
-                zone: "default".into(),
-                site: "local".into(),
-                msr: None,
+            Request::Select(SelectQuery {
                 random: Some(1e308),
-                explain: false,
-                call_id: None,
-                leg: None,
-                conference: None,
-            },
+                ..SelectQuery::new("default", "local")
+            }),
             now,
         )),
         "draw 1e308 is outside [0, 100)"
@@ -1160,16 +1119,12 @@ async fn unknown_fields_and_bad_distances_are_explained() {
 }
 
 fn leg_select(call_id: &str, leg: Option<&str>, conference: Option<&str>) -> Request {
-    Request::Select {
-        zone: "default".into(),
-        site: "local".into(),
-        msr: None,
-        random: None,
-        explain: false,
+    Request::Select(SelectQuery {
         call_id: Some(call_id.into()),
         leg: leg.map(Into::into),
         conference: conference.map(Into::into),
-    }
+        ..SelectQuery::new("default", "local")
+    })
 }
 
 fn selected(data: ResponseData) -> Selection {
@@ -1289,31 +1244,13 @@ fn release_is_idempotent_and_names_what_it_released() {
     assert_eq!(released(h.ok(release(None), now)), 0);
     assert_eq!(live_legs(&mut h, now), vec![("msr_1".to_owned(), 0)]);
     // A leg label or conference without a Call-ID names no leg.
-    let bad = Request::Select {
-        zone: "default".into(),
-        site: "local".into(),
-        msr: None,
-        random: None,
-        explain: false,
-        call_id: None,
+    let bad = Request::Select(SelectQuery {
         leg: Some("a".into()),
-        conference: None,
-    };
+        ..SelectQuery::new("default", "local")
+    });
     assert_eq!(h.err(bad, now), ErrorCode::BadRequest);
     // A select without a Call-ID places nothing.
-    h.ok(
-        Request::Select {
-            zone: "default".into(),
-            site: "local".into(),
-            msr: None,
-            random: None,
-            explain: false,
-            call_id: None,
-            leg: None,
-            conference: None,
-        },
-        now,
-    );
+    h.ok(Request::Select(SelectQuery::new("default", "local")), now);
     assert_eq!(live_legs(&mut h, now), vec![("msr_1".to_owned(), 0)]);
 }
 

@@ -27,16 +27,15 @@ fn a_select_query_becomes_the_select_op() {
     .expect("valid");
     assert_eq!(
         request,
-        Request::Select {
-            zone: "default".into(),
-            site: "local".into(),
+        Request::Select(SelectQuery {
             msr: Some("msr_2".into()),
             random: Some(5.0),
             explain: true,
             call_id: Some("a@b".into()),
             leg: Some("1".into()),
             conference: Some("room".into()),
-        }
+            ..SelectQuery::new("default", "local")
+        })
     );
 }
 

@@ -1,5 +1,5 @@
 use msr_shared::admin::Selection;
-use msr_shared::admin::{ErrorBody, SelectionRule};
+use msr_shared::admin::{ErrorBody, SelectQuery, SelectionRule};
 
 use super::*;
 
@@ -76,7 +76,7 @@ fn uri_parameters_come_first_then_headers_then_defaults() {
         "sip:park@127.0.0.1:5062;zone=z1;msr=msr_9",
         "X-MSR-Zone: z2\r\nX-MSR-Site: s2\r\nX-MSR-Leg: b\r\n",
     );
-    let Decision::Select(AdminRequest::Select {
+    let Decision::Select(AdminRequest::Select(SelectQuery {
         zone,
         site,
         msr,
@@ -84,7 +84,7 @@ fn uri_parameters_come_first_then_headers_then_defaults() {
         leg,
         conference,
         ..
-    }) = decide(&req, &ctx())
+    })) = decide(&req, &ctx())
     else {
         panic!("a select")
     };
@@ -94,7 +94,7 @@ fn uri_parameters_come_first_then_headers_then_defaults() {
     assert_eq!(leg.as_deref(), Some("b"));
     assert_eq!(conference, None);
 
-    let Decision::Select(AdminRequest::Select { zone, site, .. }) =
+    let Decision::Select(AdminRequest::Select(SelectQuery { zone, site, .. })) =
         decide(&invite("sip:park@127.0.0.1:5062", ""), &ctx())
     else {
         panic!("a select")
