@@ -83,19 +83,7 @@ fail() {
   exit 1
 }
 now_ms() { date +%s%3N; }
-# A port P on the host such that no socket holds P or P + 1 (the TLS
-# listener's), UDP or TCP, in any state (a moment ago). Below the kernel's
-# ephemeral range (net.ipv4.ip_local_port_range, 32768 and up here): an
-# agent reconnecting after a kill -9 must not take the collector's port as
-# the local port of its own connection before the collector binds it again.
-free_port() {
-  local p low
-  low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-  while :; do
-    p=$((20000 + RANDOM % (low - 20002)))
-    ss -Htuan "( sport = :$p or sport = :$((p + 1)) )" | grep -q . || { echo "$p"; return; }
-  done
-}
+. scripts/lib/ports.sh
 # wait_until SECONDS COMMAND...: polls COMMAND every 0.1 s; false after SECONDS.
 wait_until() {
   local limit=$(( $(now_ms) + $1 * 1000 )); shift

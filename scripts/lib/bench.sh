@@ -2,12 +2,7 @@
 # release-build collector config they start, and counting its rows.
 # Needs `bin` (the directory of the release binaries) set by the caller.
 
-# free_port udp|tcp: a port on 127.0.0.1 that was free a moment ago.
-free_port() {
-  python3 -c 'import socket, sys
-kind = socket.SOCK_DGRAM if sys.argv[1] == "udp" else socket.SOCK_STREAM
-s = socket.socket(socket.AF_INET, kind); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' "$1"
-}
+. "$(dirname "${BASH_SOURCE[0]}")/ports.sh"
 
 # write_collector_config FILE SIP_PORT SOCKET STATE [EXTRA_TOML]: the bench
 # collector (one account msr/msr-secret, 600 s subscriptions), plus EXTRA.

@@ -6,6 +6,7 @@
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Once;
 use std::time::Duration;
 
@@ -109,12 +110,34 @@ impl Drop for ChildGuard {
     }
 }
 
-/// A UDP port on 127.0.0.1 that was free a moment ago.
+/// A port on 127.0.0.1, free for UDP and TCP when chosen, for a program
+/// that can't bind port 0 and announce what it got (SIPp, Kamailio,
+/// rtpengine, an agent's engine port). It comes from below the kernel's
+/// ephemeral range (`ip_local_port_range`), where no socket bound to port
+/// 0 lands, so the port can't be taken between this call and the
+/// program's bind by some other client socket; and this process never
+/// hands it out twice.
 pub fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0)
+    const FIRST: u32 = 20_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .filter(|&low| low > FIRST + 1_000 && low <= 65_535)
+        .unwrap_or(32_768);
+    let span = low - FIRST;
+    // Test binaries that run one after the other start at different places.
+    let start = std::process::id().wrapping_mul(7_919) % span;
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = u16::try_from(FIRST + (start + n) % span).unwrap_or(0);
+        if UdpSocket::bind(("127.0.0.1", port)).is_ok()
+            && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+        {
+            return port;
+        }
+    }
+    0
 }
 
 /// Polls `check` every 20 ms until it returns `Some`, for at most `limit`.
