@@ -307,7 +307,7 @@ impl rsipstack::platform::net::UdpSocket for SizedUdpSocket {
 pub(super) const UDP_RECV_BUFFER: usize = 4 << 20;
 
 /// A non-blocking UDP socket bound on `addr`, without address or port
-/// reuse, with the larger receive buffer ([`UDP_RECV_BUFFER`]).
+/// reuse, with the larger receive buffer (`UDP_RECV_BUFFER`, 4 MiB).
 ///
 /// Also for a daemon's stateless UDP sockets (the collector's redirect
 /// server), so every SIP socket gets the same receive buffer.
