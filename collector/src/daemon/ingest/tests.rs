@@ -1,0 +1,146 @@
+use super::*;
+
+fn entry(streams: &Streams, id: u64, at: Instant) -> (Admitted, CancellationToken) {
+    let (tx, _rx) = mpsc::channel(STREAM_WRITE_QUEUE);
+    let close = CancellationToken::new();
+    (streams.admit(StreamId(id), tx, close.clone(), at), close)
+}
+
+#[test]
+fn stalled_handshakes_give_their_slots_to_newer_ones() {
+    let handshakes = Handshakes::default();
+    let tokens: Vec<CancellationToken> = (0..=MAX_HANDSHAKES as u64)
+        .map(|id| {
+            let close = CancellationToken::new();
+            handshakes.start(StreamId(id), close.clone());
+            close
+        })
+        .collect();
+    assert!(tokens[0].is_cancelled(), "the oldest is given up");
+    assert!(tokens[1..].iter().all(|t| !t.is_cancelled()));
+    assert_eq!(handshakes.len(), MAX_HANDSHAKES);
+    handshakes.end(StreamId(5));
+    assert_eq!(handshakes.len(), MAX_HANDSHAKES - 1);
+}
+
+#[test]
+fn a_peer_that_does_not_read_is_closed_when_its_queue_is_full() {
+    let streams = Streams::default();
+    let (tx, _rx) = mpsc::channel(STREAM_WRITE_QUEUE);
+    let close = CancellationToken::new();
+    streams.admit(StreamId(1), tx, close.clone(), Instant::now());
+    for _ in 0..STREAM_WRITE_QUEUE {
+        assert!(streams.send(StreamId(1), Bytes::from_static(b"\r\n")));
+    }
+    assert!(!close.is_cancelled());
+    assert!(!streams.send(StreamId(1), Bytes::from_static(b"\r\n")));
+    assert!(close.is_cancelled(), "the connection is closed, not queued");
+    assert!(
+        !streams.send(StreamId(2), Bytes::new()),
+        "no such connection"
+    );
+}
+
+#[test]
+fn a_full_table_gives_a_new_connection_the_slot_of_the_quietest_or_refuses_it() {
+    let streams = Streams::default();
+    let t0 = Instant::now();
+    let mut closes = Vec::new();
+    for id in 0..MAX_STREAMS as u64 {
+        let (admitted, close) = entry(&streams, id, t0);
+        assert_eq!(admitted, Admitted::Yes);
+        closes.push(close);
+    }
+    // Connection 7 sent a message later than the rest; none is quiet
+    // for EVICT_AFTER yet: refused.
+    streams.touch(StreamId(7), t0 + Duration::from_secs(20));
+    let (admitted, _) = entry(&streams, 5000, t0 + EVICT_AFTER - Duration::from_secs(1));
+    assert_eq!(admitted, Admitted::Refused);
+    // Later every other one has been quiet long enough: the quietest
+    // is closed and its slot taken, never the one that spoke.
+    let later = t0 + EVICT_AFTER + Duration::from_secs(1);
+    for id in 5001..5001 + MAX_STREAMS as u64 - 1 {
+        let (admitted, _) = entry(&streams, id, later);
+        assert_eq!(admitted, Admitted::Evicted);
+    }
+    assert!(!closes[7].is_cancelled(), "the connection that spoke stays");
+    assert_eq!(
+        closes.iter().filter(|c| c.is_cancelled()).count(),
+        MAX_STREAMS - 1
+    );
+    // Now every slot is young: the next one is refused.
+    let (admitted, _) = entry(&streams, 9999, later);
+    assert_eq!(admitted, Admitted::Refused);
+}
+
+/// Waits (real time, bounded) until `done` holds.
+async fn until(what: &str, done: impl Fn() -> bool) {
+    let give_up = std::time::Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(std::time::Instant::now() < give_up, "gave up on {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_full_queue_sheds_datagrams_before_decoding_them() {
+    let socket = Arc::new(UdpSocket::bind("127.0.0.1:0").await.expect("bind"));
+    let to = socket.local_addr().expect("address");
+    let peer = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind peer");
+    let (mut queues, to_loop) = queues();
+    let known = KnownSources::default();
+    known.publish(1, HashSet::from([peer.local_addr().expect("peer address")]));
+    let stats = Arc::new(IngestStats::default());
+    let cancel = CancellationToken::new();
+    let reader = tokio::spawn(read_udp(
+        socket,
+        to_loop,
+        known,
+        AdmissionConfig::default(),
+        Arc::clone(&stats),
+        cancel.clone(),
+    ));
+    let options = |n: usize| {
+        format!(
+            "OPTIONS sip:core@{to} SIP/2.0\r\nVia: SIP/2.0/UDP {peer};branch=z9hG4bK{n}\r\n\
+             From: <sip:msr@{peer}>;tag=1\r\nTo: <sip:core@{to}>\r\nCall-ID: c{n}\r\n\
+             CSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n",
+            peer = peer.local_addr().expect("peer address")
+        )
+    };
+    // The loop takes nothing: the known queue fills, the rest is shed.
+    let held = || queues.known.held.load(Ordering::Relaxed);
+    let mut sent = 0;
+    while held() < KNOWN_QUEUE {
+        for _ in 0..64 {
+            peer.send_to(options(sent).as_bytes(), to).expect("send");
+            sent += 1;
+        }
+        let before = sent;
+        until("the reader to take a burst", || {
+            held() + stats.shed.load(Ordering::Relaxed) as usize >= before
+        })
+        .await;
+    }
+    assert_eq!(held(), KNOWN_QUEUE);
+    let shed = stats.shed.load(Ordering::Relaxed);
+    // Garbage now is shed, not found malformed: it was never decoded.
+    for _ in 0..10 {
+        peer.send_to(b"\x00 not sip", to).expect("send");
+    }
+    until("the garbage to be shed", || {
+        stats.shed.load(Ordering::Relaxed) == shed + 10
+    })
+    .await;
+    assert_eq!(stats.malformed.load(Ordering::Relaxed), 0);
+    // Once the loop takes a batch, the next datagram is decoded again.
+    let batch = queues.known.try_recv().expect("a batch");
+    assert!(!batch.is_empty());
+    peer.send_to(b"\x00 not sip", to).expect("send");
+    until("garbage to be found malformed", || {
+        stats.malformed.load(Ordering::Relaxed) == 1
+    })
+    .await;
+    cancel.cancel();
+    reader.await.expect("reader ends");
+}

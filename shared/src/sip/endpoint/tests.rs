@@ -1,0 +1,175 @@
+use super::*;
+
+#[test]
+fn a_client_key_that_is_not_the_certificates_is_refused_when_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, text: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("write");
+        path
+    };
+    let ca_key = rcgen::KeyPair::generate().expect("key");
+    let ca = rcgen::CertificateParams::new(vec!["ca".to_owned()])
+        .expect("params")
+        .self_signed(&ca_key)
+        .expect("ca");
+    let key = rcgen::KeyPair::generate().expect("key");
+    let other = rcgen::KeyPair::generate().expect("key");
+    let cert = rcgen::CertificateParams::new(vec!["msr_1".to_owned()])
+        .expect("params")
+        .self_signed(&key)
+        .expect("cert");
+    let ca_path = write("ca.pem", ca.pem());
+    let cert_path = write("cert.pem", cert.pem());
+    let key_path = write("key.pem", key.serialize_pem());
+    let other_path = write("other.pem", other.serialize_pem());
+    assert!(TlsClient::read(&ca_path, Some((&cert_path, &key_path))).is_ok());
+    let e = TlsClient::read(&ca_path, Some((&cert_path, &other_path))).expect_err("another key");
+    assert_eq!(e.path, other_path);
+    assert!(e.reason.contains("does not go with the certificate"), "{e}");
+}
+
+fn options(i: usize, from: SocketAddr) -> String {
+    format!(
+        "OPTIONS sip:collector@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP {from};branch=z9hG4bKshed{i}\r\n\
+         From: <sip:probe@{from}>;tag=p{i}\r\nTo: <sip:collector@127.0.0.1>\r\nCall-ID: shed-{i}@test\r\n\
+         CSeq: 1 OPTIONS\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n"
+    )
+}
+
+/// An endpoint on an ephemeral loopback port and a peer socket to send
+/// to it from, with the peer's address.
+async fn endpoint_and_peer() -> (
+    CancellationToken,
+    SipEndpoint,
+    tokio::net::UdpSocket,
+    SocketAddr,
+) {
+    let cancel = CancellationToken::new();
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let endpoint = SipEndpoint::bind(addr, false, "test", cancel.clone())
+        .await
+        .expect("bind");
+    let peer = tokio::net::UdpSocket::bind("127.0.0.1:0")
+        .await
+        .expect("peer");
+    let from = peer.local_addr().expect("peer addr");
+    (cancel, endpoint, peer, from)
+}
+
+#[tokio::test]
+async fn a_backlog_beyond_the_bound_is_answered_503_oldest_first() {
+    let (cancel, mut endpoint, peer, from) = endpoint_and_peer().await;
+    endpoint.set_max_backlog(4);
+    assert_eq!(endpoint.max_backlog(), 4);
+    for i in 0..20 {
+        peer.send_to(options(i, from).as_bytes(), endpoint.local_addr())
+            .await
+            .expect("send");
+    }
+    // Let rsipstack queue all 20 without the loop taking any.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while endpoint.incoming.len() < 20 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(endpoint.incoming.len(), 20);
+
+    // The loop gets the 4 newest; the 16 oldest were answered 503.
+    let mut served = Vec::new();
+    for _ in 0..4 {
+        let Some(SipEvent::Request(tx)) = endpoint.recv().await else {
+            panic!("request expected")
+        };
+        served.push(
+            super::super::call_id(&tx.request().headers)
+                .unwrap_or_default()
+                .to_owned(),
+        );
+    }
+    assert_eq!(
+        served,
+        [
+            "shed-16@test",
+            "shed-17@test",
+            "shed-18@test",
+            "shed-19@test"
+        ]
+    );
+    assert_eq!(endpoint.shed_total(), 16);
+
+    let mut buf = vec![0u8; 4096];
+    let mut shed = Vec::new();
+    while shed.len() < 16 {
+        let (n, _) = tokio::time::timeout(Duration::from_secs(5), peer.recv_from(&mut buf))
+            .await
+            .expect("503 in time")
+            .expect("recv");
+        let text = String::from_utf8_lossy(&buf[..n]).to_string();
+        assert!(text.starts_with("SIP/2.0 503"), "{text}");
+        assert!(text.contains("Retry-After: 1"), "{text}");
+        shed.push(text);
+    }
+    assert!(shed
+        .iter()
+        .all(|t| !t.contains("shed-16@") && !t.contains("shed-19@")));
+    cancel.cancel();
+}
+
+async fn next_request(endpoint: &mut SipEndpoint) -> Box<ServerTransaction> {
+    let event = tokio::time::timeout(Duration::from_secs(5), endpoint.recv())
+        .await
+        .expect("request in time");
+    match event {
+        Some(SipEvent::Request(tx)) => tx,
+        other => panic!("request expected, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_request_carries_the_datagram_source_not_its_via() {
+    let (cancel, mut endpoint, peer, from) = endpoint_and_peer().await;
+    // The Via names another host: the source is what the socket saw.
+    let lie: SocketAddr = "192.0.2.7:5060".parse().expect("addr");
+    peer.send_to(options(1, lie).as_bytes(), endpoint.local_addr())
+        .await
+        .expect("send");
+    let tx = next_request(&mut endpoint).await;
+    assert_eq!(tx.source(), Some(from));
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn a_datagram_over_the_stack_buffer_is_dropped_and_counted() {
+    let (cancel, mut endpoint, peer, from) = endpoint_and_peer().await;
+    // A valid OPTIONS padded past 8,192 bytes with a long header.
+    let big = options(1, from).replacen(
+        "Max-Forwards: 70\r\n",
+        &format!("Max-Forwards: 70\r\nX-Pad: {}\r\n", "a".repeat(9_000)),
+        1,
+    );
+    assert!(big.len() > MAX_DATAGRAM);
+    peer.send_to(big.as_bytes(), endpoint.local_addr())
+        .await
+        .expect("send");
+    // A datagram of exactly the buffer's size still goes through.
+    let small = options(2, from);
+    let fit = small.replacen(
+        "Max-Forwards: 70\r\n",
+        &format!(
+            "Max-Forwards: 70\r\nX-Pad: {}\r\n",
+            "b".repeat(MAX_DATAGRAM - small.len() - "X-Pad: \r\n".len())
+        ),
+        1,
+    );
+    assert_eq!(fit.len(), MAX_DATAGRAM);
+    peer.send_to(fit.as_bytes(), endpoint.local_addr())
+        .await
+        .expect("send");
+    let tx = next_request(&mut endpoint).await;
+    assert_eq!(
+        super::super::call_id(&tx.request().headers),
+        Some("shed-2@test")
+    );
+    assert_eq!(endpoint.oversized_total(), 1);
+    cancel.cancel();
+}
