@@ -1,9 +1,15 @@
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use msr_shared::event_package::LoadReport;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::model::load_table::{Change, Placement};
