@@ -246,6 +246,11 @@ impl Registration {
         self.state
     }
 
+    /// Whether a REGISTER waits for its final response.
+    pub fn in_flight(&self) -> bool {
+        self.in_flight.is_some()
+    }
+
     /// The Call-ID shared by every REGISTER of this run.
     #[cfg(test)]
     pub(crate) fn call_id(&self) -> &str {

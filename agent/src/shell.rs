@@ -617,14 +617,28 @@ impl Shell {
     /// accounts REGISTER again at once, over a new connection (RFC 5626
     /// §4.4: a restarted collector gets every MSR back without waiting
     /// for the refresh).
+    ///
+    /// A REGISTER in flight over it fails at once rather than at Timer F
+    /// (32 s): a TLS 1.3 server that refuses the client certificate (a
+    /// collector with mutual TLS, none or the wrong one presented) does so
+    /// after the client's handshake is over, by closing the connection.
     fn reregister_over(&mut self, now: Instant, remote: SocketAddr) {
         let resolved = &self.resolved;
         for reg in self.registrations.values_mut() {
             let account = &reg.config().account;
-            if account.realm.is_stream()
-                && reg.state() == RegistrationState::Registered
-                && registrar_addrs(account, resolved).contains(&remote)
-            {
+            if !account.realm.is_stream() || !registrar_addrs(account, resolved).contains(&remote) {
+                continue;
+            }
+            if reg.in_flight() {
+                let reason = if account.realm.is_sips() {
+                    "the registrar closed the tls connection before answering \
+                     (a registrar with mutual TLS does so when it takes no client \
+                     certificate of this agent: see tls-cert and tls-key)"
+                } else {
+                    "the registrar closed the connection before answering"
+                };
+                reg.handle_failure(now, reason);
+            } else if reg.state() == RegistrationState::Registered {
                 info!(
                     msr = %account.msr_name,
                     registrar = %remote,

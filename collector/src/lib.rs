@@ -36,5 +36,5 @@ pub mod select;
 pub mod sip;
 
 pub use config::CollectorConfig;
-pub use daemon::{check_environment, run, start, CollectorHandle};
+pub use daemon::{check_environment, environment_problems, run, start, CollectorHandle};
 pub use error::CollectorError;

@@ -130,17 +130,21 @@ fn check_config(path: &std::path::Path) -> u8 {
             account.auth_name
         ));
     }
-    match msr_collector::check_environment(&config) {
-        Err(e) => report.reason(e.to_string()),
-        Ok(()) => {
-            for warning in config
-                .sip
-                .tls
-                .iter()
-                .flat_map(msr_collector::daemon::tls::validity_warnings)
-            {
-                report.warning(warning);
-            }
+    let problems = msr_collector::environment_problems(&config);
+    let tls_usable = !problems
+        .iter()
+        .any(|e| matches!(e, msr_collector::CollectorError::SipTls(_)));
+    for problem in problems {
+        report.reason(problem.to_string());
+    }
+    if tls_usable {
+        for warning in config
+            .sip
+            .tls
+            .iter()
+            .flat_map(msr_collector::daemon::tls::validity_warnings)
+        {
+            report.warning(warning);
         }
     }
     listen_address(&mut report, "[sip] listen", config.sip.listen, Proto::Udp);

@@ -402,7 +402,11 @@ fn check_config_names_the_file_and_what_the_host_lacks() {
         )
         .replace(
             "/tmp/msr-collector-state.json",
-            dir.path().join("state.json").to_str().expect("utf-8 path"),
+            dir.path()
+                .join("no-store-dir")
+                .join("state.json")
+                .to_str()
+                .expect("utf-8 path"),
         );
     let config = dir.path().join("collector.toml");
     std::fs::write(&config, text).expect("write config");
@@ -413,13 +417,15 @@ fn check_config_names_the_file_and_what_the_host_lacks() {
         .output()
         .expect("run msr-collector");
     assert_eq!(out.status.code(), Some(1), "{out:?}");
+    // Both reasons at once: one run of the check names all it finds.
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(&format!(
-            "{}: msr-collector would not start on this host (1 reason):\n  error: ",
+            "{}: msr-collector would not start on this host (2 reasons):\n  error: ",
             config.display()
         )) && stderr.contains("[control] socket")
-            && stderr.contains("no-such-dir does not exist"),
+            && stderr.contains("no-such-dir does not exist")
+            && stderr.contains("no-store-dir: does not exist"),
         "{stderr}"
     );
 }

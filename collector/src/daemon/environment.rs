@@ -27,12 +27,25 @@ use crate::operator::store::Store;
 ///   replaces) is at that path.
 ///
 /// # Errors
-/// [`CollectorError::Store`], [`CollectorError::SipTls`] or
-/// [`CollectorError::ControlSocketPath`].
+/// The first of [`environment_problems`].
 pub fn check_environment(config: &CollectorConfig) -> Result<(), CollectorError> {
+    environment_problems(config)
+        .into_iter()
+        .next()
+        .map_or(Ok(()), Err)
+}
+
+/// Every problem [`check_environment`] looks for, so that `--check-config`
+/// names them all at once: [`CollectorError::Store`],
+/// [`CollectorError::TlsFile`], [`CollectorError::SipTls`],
+/// [`CollectorError::ControlSocketPath`].
+pub fn environment_problems(config: &CollectorConfig) -> Vec<CollectorError> {
+    let mut problems = Vec::new();
     let store = Store::new(config.state_path.clone());
-    store.check_dir()?;
-    store.load()?;
+    // A store whose directory is missing has nothing to load.
+    if let Err(e) = store.check_dir().and_then(|()| store.load().map(drop)) {
+        problems.push(e.into());
+    }
     if let StoreBackend::Etcd(etcd) = &config.store {
         // etcd itself may be down while the host is fine (the collector
         // then starts from its cached copy); the TLS files must be there.
@@ -40,17 +53,24 @@ pub fn check_environment(config: &CollectorConfig) -> Result<(), CollectorError>
             let files = std::iter::once(&tls.ca)
                 .chain(tls.identity.iter().flat_map(|(cert, key)| [cert, key]));
             for path in files {
-                std::fs::File::open(path).map_err(|source| CollectorError::TlsFile {
-                    path: path.clone(),
-                    source,
-                })?;
+                if let Err(source) = std::fs::File::open(path) {
+                    problems.push(CollectorError::TlsFile {
+                        path: path.clone(),
+                        source,
+                    });
+                }
             }
         }
     }
     if let Some(tls) = &config.sip.tls {
-        super::tls::server_config(tls)?;
+        if let Err(e) = super::tls::server_config(tls) {
+            problems.push(e.into());
+        }
     }
-    check_control_socket(&config.control_socket)
+    if let Err(e) = check_control_socket(&config.control_socket) {
+        problems.push(e);
+    }
+    problems
 }
 
 /// The control socket checks of [`check_environment`].

@@ -59,7 +59,7 @@ use crate::operator::OperatorConfig;
 use crate::sip::admission::AdmissionConfig;
 use msr_shared::time::{unix_millis, unix_secs};
 
-pub use environment::check_environment;
+pub use environment::{check_environment, environment_problems};
 pub use ingest::IngestStats;
 
 /// Longest wait at shutdown for the answers to the final `Expires: 0`
