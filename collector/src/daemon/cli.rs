@@ -16,6 +16,9 @@ use clap::{Parser, Subcommand, ValueEnum};
     after_help = "Examples:\n  msr-collector --config config-examples/collector.toml --check-config\n  \
                   msr-collector --config /etc/msr-collector/collector.toml -v\n  \
                   msr-collector --config /etc/msr-collector/collector.toml store migrate --to etcd\n\n\
+                  Signals: SIGHUP (systemctl reload) reads the config file again: what can change \
+                  live does, what needs a restart is named in a warning, a bad file changes nothing. \
+                  SIGTERM or SIGINT stops it cleanly (subscriptions ended, bindings saved).\n\n\
                   RUST_LOG (e.g. RUST_LOG=msr_collector=debug) overrides -v/-q."
 )]
 pub struct Cli {

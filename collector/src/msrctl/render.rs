@@ -525,9 +525,10 @@ pub fn legs(data: &LegRows) -> String {
         )
     } else {
         format!(
-            " {} live legs.
+            " {} live {}.
 ",
-            data.total
+            data.total,
+            if data.total == 1 { "leg" } else { "legs" }
         )
     };
     format!(
