@@ -188,9 +188,16 @@ fn summary(config: &msr_agent::AgentConfig, log_file: Option<&LogFile>) -> Strin
     );
     let _ = write!(out, "\naccounts: {}", config.accounts.len());
     for a in &config.accounts {
+        let over = if a.realm.is_sips() {
+            "tls"
+        } else if a.realm.is_tcp() {
+            "tcp"
+        } else {
+            "udp"
+        };
         let _ = write!(
             out,
-            "\n  {} -> {} (auth {})",
+            "\n  {} -> {} over {over} (auth {})",
             a.msr_name, a.realm, a.auth_name
         );
     }
