@@ -85,8 +85,10 @@ fn run(cli: Cli, flood: &msr_shared::logging::FloodLimit) -> anyhow::Result<()> 
             // SPEC §13: SIGHUP re-reads the TOML; a bad file changes nothing.
             let on_hup = move || match msr_collector::config::load(&path) {
                 Ok(config) => {
+                    // Said before the loop gets it, which then says what changed.
+                    tracing::info!("SIGHUP: reloading {}", path.display());
                     let _ = reload.send(config);
-                    Ok(format!("reloading {}", path.display()))
+                    Ok(String::new())
                 }
                 Err(e) => Err(format!(
                     "config reload failed, the collector runs on with the last good configuration: {e}"

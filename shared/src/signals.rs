@@ -7,8 +7,9 @@
 use tracing::{info, warn};
 
 /// Waits for SIGTERM or SIGINT and returns its name. Each SIGHUP calls
-/// `on_hup` and logs what it returns: what the daemon did at info, why it
-/// could not (a broken file: the operator must look) at warn.
+/// `on_hup` and logs what it returns: what the daemon did at info (nothing
+/// when it is empty: `on_hup` said it already), why it could not (a broken
+/// file: the operator must look) at warn.
 ///
 /// # Errors
 /// When the signal handlers cannot be installed.
@@ -29,6 +30,7 @@ pub async fn shutdown_signal(
                     std::future::pending::<()>().await;
                 }
                 match on_hup() {
+                    Ok(done) if done.is_empty() => {}
                     Ok(done) => info!("SIGHUP: {done}"),
                     Err(failed) => warn!("SIGHUP: {failed}"),
                 }
