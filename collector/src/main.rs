@@ -176,7 +176,7 @@ fn check_config(path: &std::path::Path) -> u8 {
     {
         report.warning(e.to_string());
     }
-    let summary = format!(
+    let mut summary = format!(
         "node {}, sip {} {:?}, {} account(s), control socket {}, store {}",
         config.node,
         config.sip.listen,
@@ -190,6 +190,16 @@ fn check_config(path: &std::path::Path) -> u8 {
         config.control_socket.display(),
         config.store.name()
     );
+    if let Some(tls) = &config.sip.tls {
+        summary.push_str(&format!(", sip tls {}", tls.listen));
+    }
+    summary.push_str(&match &config.http {
+        Some(http) => format!(", http {}", http.listen),
+        None => ", http off".to_owned(),
+    });
+    if let Some(redirect) = &config.redirect {
+        summary.push_str(&format!(", redirect {}", redirect.listen));
+    }
     report.print(path, "msr-collector", &summary);
     report.exit_code()
 }
