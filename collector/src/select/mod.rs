@@ -823,169 +823,6 @@ fn run<R: Rng + ?Sized>(
     Ok(explanation)
 }
 
-/// The estimated occupancy of the MSR at `position` (SPEC §10, module
-/// docs): its estimated sessions ([`crate::model::estimate`]) over its
-/// `max-calls`; infinite without a report or with no capacity, so such an
-/// MSR ranks last.
-#[inline]
-fn estimated_occupancy(view: &ZoneView<'_>, position: usize, core_hosts: u32) -> f64 {
-    let Some(inputs) = view.estimate_inputs(position) else {
-        return f64::INFINITY;
-    };
-    if inputs.calls.is_none() {
-        return f64::INFINITY;
-    }
-    // The capacity is the MSR's own `max-calls`: the coefficient is not
-    // multiplied in again (module docs, "Capacity").
-    let capacity = f64::from(inputs.max_calls);
-    if capacity <= 0.0 {
-        return f64::INFINITY;
-    }
-    inputs.estimate.sessions(core_hosts) / capacity
-}
-
-/// The index into `kept` of the lowest estimated occupancy; ties at
-/// random (reservoir sampling: the k-th equal one replaces the choice with
-/// probability 1/k), or the first of them with a fixed draw.
-fn pooled_pick<R: Rng + ?Sized>(
-    view: &ZoneView<'_>,
-    kept: &[usize],
-    core_hosts: u32,
-    draw: &mut Draw<'_, R>,
-) -> Option<usize> {
-    let mut best: Option<(usize, f64)> = None;
-    let mut ties = 0_u32;
-    for (i, &position) in kept.iter().enumerate() {
-        let occupancy = estimated_occupancy(view, position, core_hosts);
-        match best {
-            Some((_, b)) if occupancy > b => {}
-            Some((_, b)) if occupancy == b => {
-                ties += 1;
-                if let Draw::Random(rng) = draw {
-                    if rng.gen_range(0..ties) == 0 {
-                        best = Some((i, occupancy));
-                    }
-                }
-            }
-            _ => {
-                best = Some((i, occupancy));
-                ties = 1;
-            }
-        }
-    }
-    best.map(|(i, _)| i)
-}
-
-/// What admission (module docs) made of the nearest contacts.
-#[derive(Debug)]
-struct Admitted {
-    /// The positions that may take the leg (ascending): the interval table.
-    kept: Vec<usize>,
-    /// The positions admission dropped, and why.
-    dropped: Vec<(usize, CandidateOutcome)>,
-    /// The rule that applies.
-    rule: Rule,
-    /// Its threshold, percent of the load limit (conference rules).
-    threshold: Option<f64>,
-    /// A conference rule's choice (no draw).
-    chosen: Option<usize>,
-}
-
-/// A nearest contact as admission sees it: position, MSR, load and load
-/// limit (percent).
-type Load<'a> = (usize, &'a str, f64, f64);
-
-/// Admission between steps 4 and 5 (SPEC §9; module docs) over the
-/// nearest contacts `kept`, one per MSR.
-fn admit(view: &ZoneView<'_>, query: &Query, kept: Vec<usize>) -> Admitted {
-    let conference = match &query.admission {
-        // The hot path: a filter in place, no list of loads.
-        Admission::Plain => {
-            let mut dropped = Vec::new();
-            let mut kept = kept;
-            kept.retain(|&p| {
-                let Some(c) = view.candidate(p, query.now) else {
-                    return false;
-                };
-                let load = match query.policy {
-                    // §10: the estimate, not only the last report, admits:
-                    // legs released since a report of 100 % leave room, and
-                    // an MSR full by the estimate is not sent a leg.
-                    Policy::Pooled { core_hosts } => {
-                        let occupancy = estimated_occupancy(view, p, core_hosts);
-                        if occupancy.is_finite() {
-                            occupancy * 100.0
-                        } else {
-                            f64::from(c.load.unwrap_or(0).min(100))
-                        }
-                    }
-                    Policy::Ecss => f64::from(c.load.unwrap_or(0).min(100)),
-                };
-                if load < f64::from(c.load_limit) {
-                    return true;
-                }
-                let outcome = if load >= 100.0 {
-                    CandidateOutcome::Full
-                } else {
-                    CandidateOutcome::OverLoadLimit
-                };
-                dropped.push((p, outcome));
-                false
-            });
-            return Admitted {
-                kept,
-                dropped,
-                rule: Rule::Draw,
-                threshold: None,
-                chosen: None,
-            };
-        }
-        Admission::Conference(c) => c,
-    };
-    // No report counts as load 0, as in §7.
-    let loads: Vec<Load<'_>> = kept
-        .iter()
-        .filter_map(|&p| {
-            let c = view.candidate(p, query.now)?;
-            let load = f64::from(c.load.unwrap_or(0).min(100));
-            Some((p, c.msr, load, f64::from(c.load_limit)))
-        })
-        .collect();
-    // Its host, while below the existing-conference threshold.
-    let host = conference.host.as_deref().and_then(|host| {
-        loads.iter().find(|(_, msr, load, limit)| {
-            *msr == host && *load < conference.existing_threshold * limit
-        })
-    });
-    if let Some(&(position, ..)) = host {
-        return Admitted {
-            kept,
-            dropped: Vec::new(),
-            rule: Rule::ExistingConference,
-            threshold: Some(conference.existing_threshold * 100.0),
-            chosen: Some(position),
-        };
-    }
-    // A new conference (or its host over the threshold, or gone).
-    let (eligible, over): (Vec<&Load<'_>>, Vec<&Load<'_>>) = loads
-        .iter()
-        .partition(|(_, _, load, limit)| *load < conference.new_threshold * limit);
-    let chosen = eligible
-        .iter()
-        .max_by_key(|(_, msr, ..)| rendezvous_score(&conference.id, msr))
-        .map(|(p, ..)| *p);
-    Admitted {
-        kept: eligible.iter().map(|(p, ..)| *p).collect(),
-        dropped: over
-            .iter()
-            .map(|(p, ..)| (*p, CandidateOutcome::OverThreshold))
-            .collect(),
-        rule: Rule::NewConference,
-        threshold: Some(conference.new_threshold * 100.0),
-        chosen,
-    }
-}
-
 /// The index of the interval `[bottom, top)` (bottoms and tops summed from
 /// `weights` in order) that holds `value`, skipping empty intervals;
 /// rounding can leave `value` a hair above the last top, so the last
@@ -1005,6 +842,11 @@ fn pick(weights: &[f64], value: f64) -> Option<usize> {
     }
     last
 }
+
+mod admission;
+mod pooled;
+use admission::*;
+use pooled::*;
 
 #[cfg(test)]
 mod tests;

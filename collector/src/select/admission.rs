@@ -1,0 +1,115 @@
+//! Admission (SPEC §9): which of the kept candidates may take the leg —
+//! the load limit, the conference thresholds and affinity — before a
+//! policy picks among them.
+
+use super::*;
+
+/// What admission (module docs) made of the nearest contacts.
+#[derive(Debug)]
+pub(super) struct Admitted {
+    /// The positions that may take the leg (ascending): the interval table.
+    pub(super) kept: Vec<usize>,
+    /// The positions admission dropped, and why.
+    pub(super) dropped: Vec<(usize, CandidateOutcome)>,
+    /// The rule that applies.
+    pub(super) rule: Rule,
+    /// Its threshold, percent of the load limit (conference rules).
+    pub(super) threshold: Option<f64>,
+    /// A conference rule's choice (no draw).
+    pub(super) chosen: Option<usize>,
+}
+
+/// A nearest contact as admission sees it: position, MSR, load and load
+/// limit (percent).
+type Load<'a> = (usize, &'a str, f64, f64);
+
+/// Admission between steps 4 and 5 (SPEC §9; module docs) over the
+/// nearest contacts `kept`, one per MSR.
+pub(super) fn admit(view: &ZoneView<'_>, query: &Query, kept: Vec<usize>) -> Admitted {
+    let conference = match &query.admission {
+        // The hot path: a filter in place, no list of loads.
+        Admission::Plain => {
+            let mut dropped = Vec::new();
+            let mut kept = kept;
+            kept.retain(|&p| {
+                let Some(c) = view.candidate(p, query.now) else {
+                    return false;
+                };
+                let load = match query.policy {
+                    // §10: the estimate, not only the last report, admits:
+                    // legs released since a report of 100 % leave room, and
+                    // an MSR full by the estimate is not sent a leg.
+                    Policy::Pooled { core_hosts } => {
+                        let occupancy = estimated_occupancy(view, p, core_hosts);
+                        if occupancy.is_finite() {
+                            occupancy * 100.0
+                        } else {
+                            f64::from(c.load.unwrap_or(0).min(100))
+                        }
+                    }
+                    Policy::Ecss => f64::from(c.load.unwrap_or(0).min(100)),
+                };
+                if load < f64::from(c.load_limit) {
+                    return true;
+                }
+                let outcome = if load >= 100.0 {
+                    CandidateOutcome::Full
+                } else {
+                    CandidateOutcome::OverLoadLimit
+                };
+                dropped.push((p, outcome));
+                false
+            });
+            return Admitted {
+                kept,
+                dropped,
+                rule: Rule::Draw,
+                threshold: None,
+                chosen: None,
+            };
+        }
+        Admission::Conference(c) => c,
+    };
+    // No report counts as load 0, as in §7.
+    let loads: Vec<Load<'_>> = kept
+        .iter()
+        .filter_map(|&p| {
+            let c = view.candidate(p, query.now)?;
+            let load = f64::from(c.load.unwrap_or(0).min(100));
+            Some((p, c.msr, load, f64::from(c.load_limit)))
+        })
+        .collect();
+    // Its host, while below the existing-conference threshold.
+    let host = conference.host.as_deref().and_then(|host| {
+        loads.iter().find(|(_, msr, load, limit)| {
+            *msr == host && *load < conference.existing_threshold * limit
+        })
+    });
+    if let Some(&(position, ..)) = host {
+        return Admitted {
+            kept,
+            dropped: Vec::new(),
+            rule: Rule::ExistingConference,
+            threshold: Some(conference.existing_threshold * 100.0),
+            chosen: Some(position),
+        };
+    }
+    // A new conference (or its host over the threshold, or gone).
+    let (eligible, over): (Vec<&Load<'_>>, Vec<&Load<'_>>) = loads
+        .iter()
+        .partition(|(_, _, load, limit)| *load < conference.new_threshold * limit);
+    let chosen = eligible
+        .iter()
+        .max_by_key(|(_, msr, ..)| rendezvous_score(&conference.id, msr))
+        .map(|(p, ..)| *p);
+    Admitted {
+        kept: eligible.iter().map(|(p, ..)| *p).collect(),
+        dropped: over
+            .iter()
+            .map(|(p, ..)| (*p, CandidateOutcome::OverThreshold))
+            .collect(),
+        rule: Rule::NewConference,
+        threshold: Some(conference.new_threshold * 100.0),
+        chosen,
+    }
+}
