@@ -566,3 +566,95 @@ async fn two_hundred_msrs_report_over_held_tls_and_tcp_connections() {
         );
     }
 }
+
+/// TCP and TLS connections are numbered in one sequence (the core keeps
+/// its flows by that number): a stranger's plain TCP connection, opened
+/// after an MSR's TLS one, gets none of what the collector sends that MSR
+/// (its answers, keepalives and SUBSCRIBEs stay on the TLS connection),
+/// and the MSR stays healthy when the stranger leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_tcp_connection_never_receives_what_belongs_to_a_tls_one() {
+    use tokio::io::AsyncReadExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pki = Pki::create(dir.path());
+    let opts = CollectorOpts {
+        tcp: true,
+        ..tls_opts()
+    };
+    let collector = Collector::start_with(
+        dir.path(),
+        "core1",
+        &opts,
+        &format!(
+            "{}\n[health]\nkeepalive_interval_secs = 1\nkeepalive_timeout_ms = 500\n",
+            pki.collector_toml(ServerCert::Valid, false, false)
+        ),
+    )
+    .await;
+    let agent = Agent::start(
+        dir.path(),
+        "msr_s",
+        &spec(
+            "msr_s",
+            collector.tls_realm(),
+            pki.agent_attributes(&pki.ca, false),
+        ),
+        10,
+    );
+    collector
+        .wait_rows(LIMIT, |rows| live_row(rows, "msr_s", Some(10)).map(|_| ()))
+        .await
+        .expect("msr_s live over TLS");
+
+    // A few connections: whatever number the MSR's TLS connection got, one
+    // of these would have had it too if the two listeners counted apart.
+    let mut strangers = Vec::new();
+    for _ in 0..8 {
+        strangers.push(
+            tokio::net::TcpStream::connect(("127.0.0.1", collector.port))
+                .await
+                .expect("a plain TCP connection"),
+        );
+    }
+    // A report after the strangers connected: its 200 goes back over TLS.
+    agent.set_calls(40);
+    collector
+        .wait_rows(LIMIT, |rows| live_row(rows, "msr_s", Some(40)).map(|_| ()))
+        .await
+        .expect("the new load reached the table");
+    // Three keepalive intervals: OPTIONS to msr_s went out meanwhile, none
+    // of them (nor the 200 to its NOTIFY) may arrive here.
+    let read_until = tokio::time::Instant::now() + Duration::from_secs(3);
+    let mut reads = tokio::task::JoinSet::new();
+    for mut stranger in strangers {
+        reads.spawn(async move {
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            while let Ok(Ok(n)) = tokio::time::timeout_at(read_until, stranger.read(&mut buf)).await
+            {
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            got
+        });
+    }
+    while let Some(got) = reads.join_next().await {
+        let got = got.expect("a reader");
+        assert!(
+            got.is_empty(),
+            "a stranger received: {}",
+            String::from_utf8_lossy(&got)
+        );
+    }
+    agent.set_calls(70);
+    collector
+        .wait_rows(LIMIT, |rows| {
+            live_row(rows, "msr_s", Some(70))
+                .filter(|r| r.health == msr_shared::admin::HealthState::Healthy)
+                .map(|_| ())
+        })
+        .await
+        .expect("msr_s healthy and reporting after the stranger left");
+}

@@ -408,6 +408,10 @@ struct StreamEntry {
 #[derive(Debug, Clone, Default)]
 pub(super) struct Streams {
     inner: Arc<Mutex<HashMap<StreamId, StreamEntry>>>,
+    /// The last id handed out: one sequence for every listener that shares
+    /// this table (TCP and TLS), so that no two live connections share an
+    /// id, here or in the core's flows.
+    last_id: Arc<AtomicU64>,
     /// Told each connection that closed (the core forgets its flows).
     closed: Option<mpsc::UnboundedSender<StreamId>>,
     /// Connections refused and evicted since the last line about them,
@@ -420,9 +424,15 @@ impl Streams {
     pub(super) fn new(closed: mpsc::UnboundedSender<StreamId>) -> Self {
         Self {
             inner: Arc::default(),
+            last_id: Arc::default(),
             closed: Some(closed),
             limit_log: Arc::default(),
         }
+    }
+
+    /// An id no connection of this table had before.
+    fn next_id(&self) -> StreamId {
+        StreamId(self.last_id.fetch_add(1, Ordering::Relaxed) + 1)
     }
 
     /// [`Self::admit`], with a rate-limited line when the table is full.
@@ -599,7 +609,6 @@ pub(super) async fn accept_streams(
 ) {
     let transport = opening.transport();
     let handshakes = Handshakes::default();
-    let mut next = 0u64;
     loop {
         let accepted = tokio::select! {
             () = cancel.cancelled() => return,
@@ -613,8 +622,7 @@ pub(super) async fn accept_streams(
                 continue;
             }
         };
-        next += 1;
-        let id = StreamId(next);
+        let id = streams.next_id();
         let (tx, rx) = mpsc::channel::<Bytes>(STREAM_WRITE_QUEUE);
         let close = cancel.child_token();
         let io = StreamIo {
