@@ -28,7 +28,7 @@ use msr_shared::logging::WIRE;
 use msr_shared::sip::wire::{self, Carrier, DecodeError, Frame, StreamFramer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -126,6 +126,9 @@ pub struct IngestStats {
 pub(super) struct Queue {
     rx: mpsc::UnboundedReceiver<Vec<Inbound>>,
     held: Arc<AtomicUsize>,
+    /// Told each time the loop takes a batch: stream readers waiting for
+    /// room go on.
+    freed: Arc<Notify>,
 }
 
 impl Queue {
@@ -133,6 +136,7 @@ impl Queue {
     pub(super) async fn recv(&mut self) -> Option<Vec<Inbound>> {
         let batch = self.rx.recv().await?;
         self.held.fetch_sub(batch.len(), Ordering::Relaxed);
+        self.freed.notify_waiters();
         Some(batch)
     }
 
@@ -140,6 +144,7 @@ impl Queue {
     pub(super) fn try_recv(&mut self) -> Option<Vec<Inbound>> {
         let batch = self.rx.try_recv().ok()?;
         self.held.fetch_sub(batch.len(), Ordering::Relaxed);
+        self.freed.notify_waiters();
         Some(batch)
     }
 }
@@ -154,6 +159,7 @@ struct Sender {
     tx: mpsc::UnboundedSender<Vec<Inbound>>,
     held: Arc<AtomicUsize>,
     limit: usize,
+    freed: Arc<Notify>,
 }
 
 struct Senders {
@@ -164,13 +170,15 @@ struct Senders {
 fn queue(limit: usize) -> (Sender, Queue) {
     let (tx, rx) = mpsc::unbounded_channel();
     let held = Arc::new(AtomicUsize::new(0));
+    let freed = Arc::new(Notify::new());
     (
         Sender {
             tx,
             held: Arc::clone(&held),
             limit,
+            freed: Arc::clone(&freed),
         },
-        Queue { rx, held },
+        Queue { rx, held, freed },
     )
 }
 
@@ -219,29 +227,78 @@ impl SendersHandle {
             queue.held.fetch_sub(n, Ordering::Relaxed);
         }
     }
+
+    /// Hands a stream's batch to the loop once its queue has room for it,
+    /// however long that takes: over a stream nothing is sent again (RFC
+    /// 3261 §17.1.2.2: no Timer E), so a message shed would be lost for
+    /// good, while a reader that waits stops reading its connection and
+    /// TCP's flow control slows that peer alone. `false` when `close`
+    /// ended the wait.
+    async fn send_when_room(
+        &self,
+        known: bool,
+        batch: Vec<Inbound>,
+        close: &CancellationToken,
+    ) -> bool {
+        if batch.is_empty() {
+            return true;
+        }
+        let queue = if known { &self.0.known } else { &self.0.other };
+        loop {
+            let freed = queue.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            let held = queue.held.load(Ordering::Relaxed);
+            // An empty queue takes any batch: one larger than the limit
+            // must not wait forever.
+            if held == 0 || held + batch.len() <= queue.limit {
+                let n = batch.len();
+                queue.held.fetch_add(n, Ordering::Relaxed);
+                if queue.tx.send(batch).is_err() {
+                    queue.held.fetch_sub(n, Ordering::Relaxed);
+                }
+                return true;
+            }
+            tokio::select! {
+                () = close.cancelled() => return false,
+                () = freed => {}
+            }
+        }
+    }
 }
 
-/// Where a stream connection's messages go.
+/// Where a stream connection's messages go. A full queue makes the
+/// connection's reader wait ([`SendersHandle::send_when_room`]): nothing
+/// that arrived over a stream is dropped.
 #[derive(Clone)]
 pub(super) enum Sink {
-    /// To the core's loop (its queue for messages of strangers and
-    /// streams).
-    Core(SendersHandle),
-    /// To another server's loop (the redirect server): a full queue drops
-    /// the batch, the peer retransmits or gives up.
+    /// To the core's loop: a registered contact's messages to the known
+    /// queue, everyone else's to the other one, as over UDP.
+    Core(SendersHandle, KnownSources),
+    /// To another server's loop (the redirect server).
     Queue(mpsc::Sender<Vec<Inbound>>),
 }
 
 impl Sink {
-    fn deliver(&self, batch: Vec<Inbound>, stats: &IngestStats) {
+    /// Hands `batch` on, waiting for room; `false` when `close` ended the
+    /// wait (the connection is being closed).
+    async fn deliver(&self, batch: Vec<Inbound>, close: &CancellationToken) -> bool {
         match self {
-            Sink::Core(to_loop) => to_loop.send(false, batch, stats),
+            Sink::Core(to_loop, known) => {
+                let set = known.newer_than(u64::MAX).map(|(_, set)| set);
+                let (known_part, other): (Vec<_>, Vec<_>) = batch
+                    .into_iter()
+                    .partition(|m| set.as_ref().is_some_and(|s| s.contains(&m.source)));
+                to_loop.send_when_room(true, known_part, close).await
+                    && to_loop.send_when_room(false, other, close).await
+            }
             Sink::Queue(tx) => {
-                if !batch.is_empty() {
-                    let n = batch.len() as u64;
-                    if tx.try_send(batch).is_err() {
-                        stats.shed.fetch_add(n, Ordering::Relaxed);
-                    }
+                if batch.is_empty() {
+                    return true;
+                }
+                tokio::select! {
+                    () = close.cancelled() => false,
+                    sent = tx.send(batch) => sent.is_ok(),
                 }
             }
         }
@@ -833,7 +890,6 @@ async fn serve_stream<S>(
             }
         }
     });
-    let stats = IngestStats::default();
     let mut framer = StreamFramer::new();
     let mut buf = vec![0u8; 16 * 1024];
     // When the message the framer holds part of began to arrive.
@@ -878,14 +934,14 @@ async fn serve_stream<S>(
                 // RFC 5626 §3.5.1: a CRLF answers the ping.
                 Ok(Some(Frame::Ping)) => {
                     if !queue_on(&tx, &close, Bytes::from_static(b"\r\n")) {
-                        to_loop.deliver(batch, &stats);
+                        to_loop.deliver(batch, &close).await;
                         break 'read;
                     }
                 }
                 Ok(None) => break,
                 Err(e) => {
                     debug!(%peer, error = %e, "sip tcp connection closed");
-                    to_loop.deliver(batch, &stats);
+                    to_loop.deliver(batch, &close).await;
                     break 'read;
                 }
             }
@@ -900,7 +956,9 @@ async fn serve_stream<S>(
             (true, Some(since)) if batch.is_empty() => Some(since),
             (true, _) => Some(now),
         };
-        to_loop.deliver(batch, &stats);
+        if !to_loop.deliver(batch, &close).await {
+            break;
+        }
     }
     if let Some(at) = last_forwarded.filter(|_| eof) {
         // A peer may half-close after its last request (RFC 3261 §18.3

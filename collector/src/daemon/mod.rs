@@ -422,7 +422,7 @@ pub async fn start(
         tokio::spawn(ingest::accept_streams(
             listener,
             ingest::Opening::Tcp,
-            ingest::Sink::Core(to_loop.clone()),
+            ingest::Sink::Core(to_loop.clone(), known.clone()),
             streams.clone(),
             io_stop.clone(),
         ));
@@ -432,7 +432,7 @@ pub async fn start(
             tokio::spawn(ingest::accept_streams(
                 listener,
                 ingest::Opening::Tls(Arc::clone(&acceptor)),
-                ingest::Sink::Core(to_loop),
+                ingest::Sink::Core(to_loop, known.clone()),
                 streams.clone(),
                 io_stop.clone(),
             ));

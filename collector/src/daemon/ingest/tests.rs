@@ -144,3 +144,69 @@ async fn a_full_queue_sheds_datagrams_before_decoding_them() {
     cancel.cancel();
     reader.await.expect("reader ends");
 }
+
+/// One decoded OPTIONS from `source` over stream `id`.
+fn inbound(source: SocketAddr, id: u64) -> Inbound {
+    let text = format!(
+        "OPTIONS sip:core@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/TCP {source};branch=z9hG4bK{id}\r\n\
+         From: <sip:msr@{source}>;tag=1\r\nTo: <sip:core@127.0.0.1>\r\nCall-ID: s{id}\r\n\
+         CSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n"
+    );
+    Inbound {
+        route: Route::Stream(StreamId(id), StreamTransport::Tcp),
+        source,
+        message: wire::decode(text.as_bytes(), source, Carrier::Tcp).expect("an OPTIONS"),
+        peer_certificate: None,
+    }
+}
+
+#[tokio::test]
+async fn a_stream_waits_for_room_and_a_known_contact_goes_to_its_own_queue() {
+    let (mut queues, to_loop) = queues();
+    let msr: SocketAddr = "127.0.0.1:40001".parse().expect("address");
+    let stranger: SocketAddr = "127.0.1.7:40002".parse().expect("address");
+    let known = KnownSources::default();
+    known.publish(1, HashSet::from([msr]));
+    let sink = Sink::Core(to_loop, known);
+    let close = CancellationToken::new();
+    // The stranger fills the other queue.
+    let full: Vec<_> = (0..OTHER_QUEUE as u64)
+        .map(|i| inbound(stranger, i))
+        .collect();
+    assert!(sink.deliver(full, &close).await);
+    // Its next message waits: nothing is dropped, the reader is held.
+    let waiting = tokio::spawn({
+        let (sink, close) = (sink.clone(), close.clone());
+        async move { sink.deliver(vec![inbound(stranger, 9_999)], &close).await }
+    });
+    // The MSR's message goes past it, to the known queue.
+    assert!(sink.deliver(vec![inbound(msr, 1)], &close).await);
+    let from_msr = queues.known.recv().await.expect("the msr's batch");
+    assert_eq!(from_msr[0].source, msr);
+    tokio::task::yield_now().await;
+    assert!(
+        !waiting.is_finished(),
+        "the stranger's reader waits for room"
+    );
+    // The loop takes a batch: the waiting one goes in, whole.
+    let first = queues
+        .other
+        .recv()
+        .await
+        .expect("the stranger's first batch");
+    assert_eq!(first.len(), OTHER_QUEUE);
+    assert!(waiting.await.expect("the reader"));
+    let next = queues.other.recv().await.expect("the waiting batch");
+    assert_eq!(next.len(), 1);
+    // A connection being closed stops waiting.
+    let full: Vec<_> = (0..OTHER_QUEUE as u64)
+        .map(|i| inbound(stranger, i))
+        .collect();
+    assert!(sink.deliver(full, &close).await);
+    let waiting = tokio::spawn({
+        let (sink, close) = (sink.clone(), close.clone());
+        async move { sink.deliver(vec![inbound(stranger, 1)], &close).await }
+    });
+    close.cancel();
+    assert!(!waiting.await.expect("the reader"), "closed while waiting");
+}
