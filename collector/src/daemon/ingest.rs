@@ -454,6 +454,9 @@ pub(super) async fn read_udp(
 /// One TCP connection as the acceptor and the writer see it.
 #[derive(Debug)]
 struct StreamEntry {
+    /// The peer's address: a full table takes slots from the address
+    /// holding the most.
+    peer: std::net::IpAddr,
     tx: mpsc::Sender<Bytes>,
     /// When its last whole message arrived (or it was accepted).
     last_message: Instant,
@@ -496,12 +499,13 @@ impl Streams {
     fn admit_logged(
         &self,
         id: StreamId,
+        peer: std::net::IpAddr,
         tx: mpsc::Sender<Bytes>,
         close: CancellationToken,
         transport: StreamTransport,
     ) -> Admitted {
         let now = Instant::now();
-        let admitted = self.admit(id, tx, close, now);
+        let admitted = self.admit(id, peer, tx, close, now);
         if admitted == Admitted::Yes {
             return admitted;
         }
@@ -534,6 +538,7 @@ impl Streams {
     fn admit(
         &self,
         id: StreamId,
+        peer: std::net::IpAddr,
         tx: mpsc::Sender<Bytes>,
         close: CancellationToken,
         now: Instant,
@@ -548,7 +553,22 @@ impl Streams {
                 .min_by_key(|(_, e)| e.last_message)
                 .filter(|(_, e)| now.duration_since(e.last_message) >= EVICT_AFTER)
                 .map(|(id, _)| *id);
-            let Some(old) = quietest else {
+            // Else the address holding the most connections gives up its
+            // quietest one to a newcomer from another address: one source
+            // can't keep every other one out by talking now and then.
+            let from_heaviest = || {
+                let mut held: HashMap<std::net::IpAddr, usize> = HashMap::new();
+                for e in m.values() {
+                    *held.entry(e.peer).or_default() += 1;
+                }
+                let (heaviest, count) = held.into_iter().max_by_key(|&(_, n)| n)?;
+                (heaviest != peer && count > 1).then_some(())?;
+                m.iter()
+                    .filter(|(_, e)| e.peer == heaviest)
+                    .min_by_key(|(_, e)| e.last_message)
+                    .map(|(id, _)| *id)
+            };
+            let Some(old) = quietest.or_else(from_heaviest) else {
                 return Admitted::Refused;
             };
             if let Some(e) = m.remove(&old) {
@@ -562,6 +582,7 @@ impl Streams {
         m.insert(
             id,
             StreamEntry {
+                peer,
                 tx,
                 last_message: now,
                 close,
@@ -691,7 +712,7 @@ pub(super) async fn accept_streams(
         };
         match &opening {
             Opening::Tcp => {
-                if streams.admit_logged(id, io.tx.clone(), io.close.clone(), transport)
+                if streams.admit_logged(id, peer.ip(), io.tx.clone(), io.close.clone(), transport)
                     == Admitted::Refused
                 {
                     // Dropping the stream closes it.
@@ -743,8 +764,13 @@ pub(super) async fn accept_streams(
                             return;
                         }
                     };
-                    if streams.admit_logged(id, io.tx.clone(), io.close.clone(), transport)
-                        == Admitted::Refused
+                    if streams.admit_logged(
+                        id,
+                        peer.ip(),
+                        io.tx.clone(),
+                        io.close.clone(),
+                        transport,
+                    ) == Admitted::Refused
                     {
                         return;
                     }

@@ -1,9 +1,22 @@
 use super::*;
 
+/// A connection from 127.0.0.1.
 fn entry(streams: &Streams, id: u64, at: Instant) -> (Admitted, CancellationToken) {
+    entry_from(streams, id, [127, 0, 0, 1], at)
+}
+
+fn entry_from(
+    streams: &Streams,
+    id: u64,
+    peer: [u8; 4],
+    at: Instant,
+) -> (Admitted, CancellationToken) {
     let (tx, _rx) = mpsc::channel(STREAM_WRITE_QUEUE);
     let close = CancellationToken::new();
-    (streams.admit(StreamId(id), tx, close.clone(), at), close)
+    (
+        streams.admit(StreamId(id), peer.into(), tx, close.clone(), at),
+        close,
+    )
 }
 
 #[test]
@@ -28,7 +41,13 @@ fn a_peer_that_does_not_read_is_closed_when_its_queue_is_full() {
     let streams = Streams::default();
     let (tx, _rx) = mpsc::channel(STREAM_WRITE_QUEUE);
     let close = CancellationToken::new();
-    streams.admit(StreamId(1), tx, close.clone(), Instant::now());
+    streams.admit(
+        StreamId(1),
+        [127, 0, 0, 1].into(),
+        tx,
+        close.clone(),
+        Instant::now(),
+    );
     for _ in 0..STREAM_WRITE_QUEUE {
         assert!(streams.send(StreamId(1), Bytes::from_static(b"\r\n")));
     }
@@ -52,7 +71,7 @@ fn a_full_table_gives_a_new_connection_the_slot_of_the_quietest_or_refuses_it() 
         closes.push(close);
     }
     // Connection 7 sent a message later than the rest; none is quiet
-    // for EVICT_AFTER yet: refused.
+    // for EVICT_AFTER yet: refused (all from the newcomer's address).
     streams.touch(StreamId(7), t0 + Duration::from_secs(20));
     let (admitted, _) = entry(&streams, 5000, t0 + EVICT_AFTER - Duration::from_secs(1));
     assert_eq!(admitted, Admitted::Refused);
@@ -209,4 +228,34 @@ async fn a_stream_waits_for_room_and_a_known_contact_goes_to_its_own_queue() {
     });
     close.cancel();
     assert!(!waiting.await.expect("the reader"), "closed while waiting");
+}
+
+#[test]
+fn a_full_table_takes_a_slot_from_the_address_that_holds_the_most() {
+    let streams = Streams::default();
+    let t0 = Instant::now();
+    // One address holds all but one slot, talking all the time; an MSR
+    // holds the last one.
+    let mut flood = Vec::new();
+    for id in 0..MAX_STREAMS as u64 - 1 {
+        let (admitted, close) = entry_from(&streams, id, [127, 0, 1, 7], t0);
+        assert_eq!(admitted, Admitted::Yes);
+        flood.push(close);
+    }
+    let (_, msr) = entry_from(&streams, 5000, [127, 0, 0, 2], t0);
+    // A newcomer from a third address gets in: the flooding address gives
+    // up its quietest connection, never the MSR's.
+    streams.touch(StreamId(0), t0 + Duration::from_secs(1));
+    let (admitted, _) = entry_from(&streams, 6000, [127, 0, 0, 3], t0 + Duration::from_secs(2));
+    assert_eq!(admitted, Admitted::Evicted);
+    assert!(!msr.is_cancelled());
+    assert!(!flood[0].is_cancelled(), "the one that spoke last stays");
+    assert_eq!(
+        flood.iter().filter(|c| c.is_cancelled()).count(),
+        1,
+        "one of the flood's quietest goes"
+    );
+    // The flooding address itself gets no slot from the others.
+    let (admitted, _) = entry_from(&streams, 7000, [127, 0, 1, 7], t0 + Duration::from_secs(3));
+    assert_eq!(admitted, Admitted::Refused);
 }
