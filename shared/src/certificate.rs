@@ -29,6 +29,30 @@ pub fn names(der: &[u8], name: &str) -> bool {
     cert.verify_is_valid_for_subject_name(&name).is_ok()
 }
 
+/// The certificates of the PEM file `path`, in order (a chain: the leaf
+/// first), each one checked to be X.509: base64 that decodes to something
+/// else would fail only at the first handshake, and then be blamed on the
+/// key.
+///
+/// # Errors
+/// Why the file is no certificate file, in words for the operator (the
+/// caller names the setting and the path).
+pub fn read_pem_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let pem = std::fs::read(path).map_err(|e| e.to_string())?;
+    let ders = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("not a pem certificate file ({e})"))?;
+    if ders.is_empty() {
+        return Err("no certificate in it".to_owned());
+    }
+    for (n, der) in ders.iter().enumerate() {
+        if let Err(e) = x509_parser::parse_x509_certificate(der) {
+            return Err(format!("certificate {} in it is not X.509 ({e})", n + 1));
+        }
+    }
+    Ok(ders)
+}
+
 /// The first certificate in the PEM file `path` (the leaf of a chain), as
 /// DER; `None` if the file can't be read or holds none.
 pub fn first_in_file(path: &Path) -> Option<Vec<u8>> {
@@ -37,6 +61,28 @@ pub fn first_in_file(path: &Path) -> Option<Vec<u8>> {
         .flatten()
         .next()
         .map(|der| der.as_ref().to_vec())
+}
+
+/// Why the first certificate of the PEM file `path` (a chain's leaf) can't
+/// be used at `now`: expired, or not valid yet. `None` when it can, or
+/// when the file can't be read (loading it says so).
+pub fn unusable_now(path: &Path, now: SystemTime) -> Option<String> {
+    let der = first_in_file(path)?;
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).ok()?;
+    let validity = cert.validity();
+    let now = now
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    if validity.not_after.timestamp() < now {
+        Some(format!("the certificate expired on {}", validity.not_after))
+    } else if validity.not_before.timestamp() > now {
+        Some(format!(
+            "the certificate is not valid before {}",
+            validity.not_before
+        ))
+    } else {
+        None
+    }
 }
 
 /// Warnings about the validity of each certificate in the PEM file `path`
@@ -98,6 +144,39 @@ mod tests {
     fn at(year: i32, month: u8, day: u8) -> SystemTime {
         let date = rcgen::date_time_ymd(year, month, day);
         UNIX_EPOCH + Duration::from_secs(u64::try_from(date.unix_timestamp()).expect("after 1970"))
+    }
+
+    #[test]
+    fn a_certificate_file_holds_x509_certificates_or_says_why_not() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).expect("write");
+            path
+        };
+        let good = file(
+            "good.pem",
+            &certificate(&["msr_1"], (2026, 1, 1), (2030, 1, 1)),
+        );
+        assert_eq!(
+            read_pem_certificates(&good).expect("a certificate").len(),
+            1
+        );
+        let garbage = file(
+            "garbage.pem",
+            "-----BEGIN CERTIFICATE-----\nAAAAAAAA\n-----END CERTIFICATE-----\n",
+        );
+        let why = read_pem_certificates(&garbage).expect_err("not X.509");
+        assert!(why.contains("certificate 1 in it is not X.509"), "{why}");
+        let empty = file("empty.pem", "no pem here\n");
+        assert_eq!(
+            read_pem_certificates(&empty).expect_err("none"),
+            "no certificate in it"
+        );
+        assert!(read_pem_certificates(dir.path()).is_err(), "a directory");
+        assert_eq!(unusable_now(&good, at(2027, 1, 1)), None);
+        assert!(unusable_now(&good, at(2031, 1, 1)).is_some_and(|w| w.contains("expired on")));
+        assert!(unusable_now(&good, at(2025, 1, 1)).is_some_and(|w| w.contains("not valid before")));
     }
 
     #[test]

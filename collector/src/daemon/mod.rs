@@ -671,6 +671,18 @@ impl Shell {
         let (Some(acceptor), Some(settings)) = (&self.tls_acceptor, &config.sip.tls) else {
             return;
         };
+        // A certificate that can't be used now would turn a working
+        // listener into one every handshake fails on.
+        if let Some(reason) =
+            msr_shared::certificate::unusable_now(&settings.cert, SystemTime::now())
+        {
+            warn!(
+                path = %settings.cert.display(),
+                %reason,
+                "sip tls files not reloaded; the running certificate stays"
+            );
+            return;
+        }
         match tls::server_config(settings) {
             Ok(server) => {
                 if let Ok(mut running) = acceptor.write() {

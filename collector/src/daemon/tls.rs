@@ -41,19 +41,11 @@ fn certificates(
     key: &'static str,
     path: &Path,
 ) -> Result<Vec<CertificateDer<'static>>, TlsFileError> {
-    let pem = read(key, path)?;
-    let error = |reason: String| TlsFileError {
+    msr_shared::certificate::read_pem_certificates(path).map_err(|reason| TlsFileError {
         key,
         path: path.to_owned(),
         reason,
-    };
-    let certs = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| error(format!("not a pem certificate file ({e})")))?;
-    if certs.is_empty() {
-        return Err(error("no certificate in it".to_owned()));
-    }
-    Ok(certs)
+    })
 }
 
 /// What to renew or replace among the `[sip.tls]` certificates now

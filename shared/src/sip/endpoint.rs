@@ -388,24 +388,28 @@ impl TlsClient {
                 reason: e.to_string(),
             })
         };
+        // The files as PEM, each certificate in them checked to be X.509.
         let certificates = |path: &std::path::Path| -> Result<Vec<u8>, TlsFileError> {
-            let pem = read(path)?;
-            let count = CertificateDer::pem_slice_iter(&pem)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| TlsFileError {
-                    path: path.to_owned(),
-                    reason: format!("not a pem certificate file ({e})"),
-                })?
-                .len();
-            if count == 0 {
+            let error = |reason: String| TlsFileError {
+                path: path.to_owned(),
+                reason,
+            };
+            crate::certificate::read_pem_certificates(path).map_err(error)?;
+            read(path)
+        };
+        let ca_pem = certificates(ca)?;
+        // Each must do as a trust anchor, or the agent can't check its
+        // registrar at all.
+        let mut roots = rustls::RootCertStore::empty();
+        for der in CertificateDer::pem_slice_iter(&ca_pem).flatten() {
+            if let Err(e) = roots.add(der) {
                 return Err(TlsFileError {
-                    path: path.to_owned(),
-                    reason: "no certificate in it".to_owned(),
+                    path: ca.to_owned(),
+                    reason: format!("a certificate in it can't be a CA ({e})"),
                 });
             }
-            Ok(pem)
-        };
-        let ca = certificates(ca)?;
+        }
+        let ca = ca_pem;
         let identity = match identity {
             None => None,
             Some((cert, key)) => {
