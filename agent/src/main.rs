@@ -119,7 +119,7 @@ fn check_config(cli: &Cli) -> u8 {
     }
     if let Some(tls) = &config.agent.tls {
         match tls.read() {
-            Err(e) => report.reason(format!("<agent tls-…> {e}")),
+            Err(e) => report.reason(format!("<agent {}> {e}", tls.attribute_of(&e.path))),
             Ok(_) => {
                 for warning in tls.warnings(config.tls_msrs()) {
                     report.warning(warning);

@@ -768,7 +768,11 @@ impl Shell {
                     warn!("{warning}");
                 }
             }
-            Err(error) => warn!(%error, "<agent tls-…> files not reloaded; the running ones stay"),
+            Err(error) => warn!(
+                attribute = tls.attribute_of(&error.path),
+                %error,
+                "<agent tls-…> files not reloaded; the running ones stay"
+            ),
         }
     }
 

@@ -434,6 +434,16 @@ impl AgentTls {
         msr_shared::sip::TlsClient::read(&self.ca, identity)
     }
 
+    /// The attribute that names `path`, for messages (`tls-ca`, …).
+    pub fn attribute_of(&self, path: &Path) -> &'static str {
+        match &self.identity {
+            _ if path == self.ca => "tls-ca",
+            Some((cert, _)) if path == cert => "tls-cert",
+            Some((_, key)) if path == key => "tls-key",
+            _ => "tls-…",
+        }
+    }
+
     /// What to renew or fix in these files now, though they load: a
     /// certificate expired, not valid yet or ending soon
     /// ([`msr_shared::certificate::validity_warnings`]), and a client
