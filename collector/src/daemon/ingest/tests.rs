@@ -1,3 +1,4 @@
+use super::stream::*;
 use super::*;
 
 /// A connection from 127.0.0.1.
