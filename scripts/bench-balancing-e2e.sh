@@ -28,7 +28,7 @@ bin=${BIN:-target/release}
 [ $((holding_ms % 1000)) -eq 0 ] || { echo "HOLDING_MS must be whole seconds" >&2; exit 2; }
 
 if [ -z "${BIN:-}" ]; then
-  cargo build --release --locked -q -p msr-collector -p msr-agent -p system-tests -p msr-sim --bins
+  cargo build --release --locked -q -p msr-collector -p msr-agent -p msr-tools -p msr-sim --bins
 fi
 . scripts/lib/bench.sh
 dir=$(mktemp -d)

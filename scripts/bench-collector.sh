@@ -23,7 +23,7 @@ rate=${1:-20000}
 seconds=${2:-10}
 selects=${3:-100000}
 
-cargo build --release --locked -q -p msr-collector -p system-tests --bins
+cargo build --release --locked -q -p msr-collector -p msr-tools --bins
 bin=target/release
 . scripts/lib/bench.sh
 dir=$(mktemp -d)

@@ -25,7 +25,7 @@ seconds=${1:-10}
 invites=${2:-30000}
 command -v wrk >/dev/null || { echo "needs wrk (apt-get install wrk)" >&2; exit 1; }
 
-cargo build --release --locked -q -p msr-collector -p system-tests --bins
+cargo build --release --locked -q -p msr-collector -p msr-tools --bins
 bin=target/release
 . scripts/lib/bench.sh
 dir=$(mktemp -d)

@@ -19,7 +19,7 @@ seconds=${2:-10}
 msrs=${3:-1000}
 transports=${4:-udp tcp tls}
 
-cargo build --release --locked -q -p msr-collector -p system-tests --bins
+cargo build --release --locked -q -p msr-collector -p msr-tools --bins
 bin=target/release
 . scripts/lib/bench.sh
 dir=$(mktemp -d)

@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 requests=${1:-100000}
 
-cargo build --release --locked -q -p msr-collector -p system-tests --bins
+cargo build --release --locked -q -p msr-collector -p msr-tools --bins
 bin=target/release
 . scripts/lib/bench.sh
 dir=$(mktemp -d)

@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 msrs=${1:-1000}
 rounds=${2:-3}
 
-cargo build --release --locked -q -p msr-collector -p system-tests --bins
+cargo build --release --locked -q -p msr-collector -p msr-tools --bins
 bin=target/release
 . scripts/lib/bench.sh
 dir=$(mktemp -d)

@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use msr_shared::admin::{Request, ResponseData};
+use system_tests::bin_path;
 use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts};
 
 const MSRS: [&str; 4] = ["msr_1", "msr_2", "msr_3", "msr_4"];
@@ -53,7 +54,7 @@ async fn calls_placed_and_released_at_moderate_load_all_land_and_leave_no_leg() 
         .expect("four MSRs live at 0 calls");
 
     let summary = dir.path().join("summary.json");
-    let mut driver = tokio::process::Command::new(env!("CARGO_BIN_EXE_msr-loadgen"));
+    let mut driver = tokio::process::Command::new(bin_path("msr-loadgen"));
     driver
         .arg("calls")
         .arg("--socket")

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use msr_shared::admin::RegistrationStatus;
 use system_tests::pki::{Pki, ServerCert};
+use system_tests::bin_path;
 use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts};
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -541,7 +542,7 @@ async fn two_hundred_msrs_report_over_held_tls_and_tcp_connections() {
     .await;
     let tls = collector.tls_port.expect("the collector listens on tls");
     for (transport, port) in [("tls", tls), ("tcp", collector.port)] {
-        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_msr-loadgen"))
+        let out = tokio::process::Command::new(bin_path("msr-loadgen"))
             .args(["notify", "--transport", transport, "--collector"])
             .arg(format!("127.0.0.1:{port}"))
             .arg("--tls-ca")

@@ -42,8 +42,10 @@ pub fn example(name: &str) -> PathBuf {
     workspace_root().join("config-examples").join(name)
 }
 
-/// Path of a workspace binary (`msr-agent`, `msr-collector`, `msrctl`) built
-/// beside this test executable (`cargo test --workspace` builds them).
+/// Path of a workspace binary (`msr-agent`, `msr-collector`, `msrctl`, the
+/// tools' `msr-loadgen`) built beside this test executable: `cargo test`
+/// builds only the test's own package, so `scripts/test.sh` runs `cargo
+/// build --workspace --bins` first.
 pub fn bin_path(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("."));
     // A test runs from target/<profile>/deps/it-<hash>, a binary such as

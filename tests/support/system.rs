@@ -52,8 +52,6 @@ pub fn try_write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
     std::fs::rename(&tmp, path).with_context(|| format!("rename to {}", path.display()))
 }
 
-/// The log text with ANSI colour sequences removed (the collector colours
-/// its log even into a file).
 /// How many lines of the log at `path` contain every one of `needles`.
 pub fn count_log_lines(path: &Path, needles: &[&str]) -> usize {
     read_log(path)
@@ -72,6 +70,8 @@ pub async fn wait_log_lines(path: &Path, before: usize, needles: &[&str], limit:
     .is_some()
 }
 
+/// The log text with ANSI colour sequences removed (the collector colours
+/// its log even into a file).
 pub fn read_log(path: &Path) -> String {
     let raw = std::fs::read_to_string(path).unwrap_or_default();
     let mut out = String::with_capacity(raw.len());
