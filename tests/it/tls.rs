@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use msr_shared::admin::RegistrationStatus;
-use system_tests::pki::{Pki, ServerCert};
 use system_tests::bin_path;
+use system_tests::pki::{Pki, ServerCert};
 use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts};
 
 const LIMIT: Duration = Duration::from_secs(20);

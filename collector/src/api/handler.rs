@@ -612,19 +612,11 @@ fn run_select(
                 explain,
             }))
         }
-        Err(refusal) => {
-            let code = match refusal {
-                Refusal::MsrNotFound => ErrorCode::MsrNotFound,
-                Refusal::MsrOverloaded => ErrorCode::MsrOverloaded,
-                Refusal::UnknownSite => ErrorCode::UnknownSite,
-                Refusal::MsrUnhealthy => ErrorCode::MsrUnhealthy,
-            };
-            Response::Err(ErrorBody {
-                code,
-                message: refusal_message(refusal, &query),
-                explain,
-            })
-        }
+        Err(refusal) => Response::Err(ErrorBody {
+            code: refusal.code(),
+            message: refusal_message(refusal, &query),
+            explain,
+        }),
     }
 }
 

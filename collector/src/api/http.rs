@@ -164,8 +164,45 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
 }
 
 /// An error answer: `{"code":…,"message":…}`.
-fn error(status: StatusCode, code: &str, message: impl Into<String>) -> HttpResponse {
-    let body = serde_json::json!({ "code": code, "message": message.into() });
+/// The `code` of an HTTP error body: the control protocol's codes, which
+/// the API shares, and the four that only HTTP has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HttpErrorCode {
+    Control(ErrorCode),
+    /// 401: `[http] token` is set and the request lacks it.
+    Unauthorized,
+    /// 408: the body did not arrive in time.
+    RequestTimeout,
+    /// 404: no such route.
+    NotFound,
+    /// 405: the route exists, the method does not.
+    MethodNotAllowed,
+}
+
+impl HttpErrorCode {
+    fn as_str(self) -> &'static str {
+        match self {
+            HttpErrorCode::Control(code) => code.as_str(),
+            HttpErrorCode::Unauthorized => "unauthorized",
+            HttpErrorCode::RequestTimeout => "request_timeout",
+            HttpErrorCode::NotFound => "not_found",
+            HttpErrorCode::MethodNotAllowed => "method_not_allowed",
+        }
+    }
+}
+
+impl From<ErrorCode> for HttpErrorCode {
+    fn from(code: ErrorCode) -> Self {
+        HttpErrorCode::Control(code)
+    }
+}
+
+fn error(
+    status: StatusCode,
+    code: impl Into<HttpErrorCode>,
+    message: impl Into<String>,
+) -> HttpResponse {
+    let body = serde_json::json!({ "code": code.into().as_str(), "message": message.into() });
     (status, json_headers(), body.to_string()).into_response()
 }
 
@@ -184,7 +221,7 @@ fn reply(response: &Response) -> HttpResponse {
             Ok(text) => (StatusCode::OK, json_headers(), text).into_response(),
             Err(e) => error(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                "unavailable",
+                ErrorCode::Unavailable,
                 format!("answer could not be encoded: {e}"),
             ),
         },
@@ -192,7 +229,7 @@ fn reply(response: &Response) -> HttpResponse {
             Ok(text) => (status_of(body.code), json_headers(), text).into_response(),
             Err(e) => error(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                "unavailable",
+                ErrorCode::Unavailable,
                 format!("answer could not be encoded: {e}"),
             ),
         },
@@ -250,7 +287,7 @@ async fn require_token(
     }
     let mut response = error(
         StatusCode::UNAUTHORIZED,
-        "unauthorized",
+        HttpErrorCode::Unauthorized,
         "this api needs `Authorization: Bearer <http.token>`",
     );
     response.headers_mut().insert(
@@ -309,7 +346,7 @@ fn select_request(query: Option<&str>) -> Result<Request, String> {
 async fn select(State(api): State<Api>, RawQuery(query): RawQuery) -> HttpResponse {
     match select_request(query.as_deref()) {
         Ok(request) => reply(&api.ask(request).await),
-        Err(message) => error(StatusCode::BAD_REQUEST, "bad_request", message),
+        Err(message) => error(StatusCode::BAD_REQUEST, ErrorCode::BadRequest, message),
     }
 }
 
@@ -317,7 +354,7 @@ async fn release(State(api): State<Api>, RawQuery(query): RawQuery, body: Body) 
     if query.is_some_and(|q| !q.is_empty()) {
         return error(
             StatusCode::BAD_REQUEST,
-            "bad_request",
+            ErrorCode::BadRequest,
             "POST /v1/release takes no query string: send {\"call_id\":…,\"leg\":…} as the body",
         );
     }
@@ -326,14 +363,14 @@ async fn release(State(api): State<Api>, RawQuery(query): RawQuery, body: Body) 
         Ok(Err(e)) => {
             return error(
                 StatusCode::BAD_REQUEST,
-                "bad_request",
+                ErrorCode::BadRequest,
                 format!("cannot read the body (at most {MAX_BODY_BYTES} bytes): {e}"),
             )
         }
         Err(_) => {
             return error(
                 StatusCode::REQUEST_TIMEOUT,
-                "request_timeout",
+                HttpErrorCode::RequestTimeout,
                 format!(
                     "the body did not arrive within {} s",
                     BODY_TIMEOUT.as_secs()
@@ -354,7 +391,7 @@ async fn release(State(api): State<Api>, RawQuery(query): RawQuery, body: Body) 
         }
         Err(e) => error(
             StatusCode::BAD_REQUEST,
-            "bad_request",
+            ErrorCode::BadRequest,
             format!("invalid body, expected {{\"call_id\":…,\"leg\":…}}: {e}"),
         ),
     }
@@ -374,7 +411,7 @@ async fn legs(State(api): State<Api>, RawQuery(query): RawQuery) -> HttpResponse
         ),
         Err(e) => error(
             StatusCode::BAD_REQUEST,
-            "bad_request",
+            ErrorCode::BadRequest,
             format!("invalid query string: {e}"),
         ),
     }
@@ -385,7 +422,7 @@ fn no_query(query: Option<&str>) -> Option<HttpResponse> {
     query.filter(|q| !q.is_empty()).map(|_| {
         error(
             StatusCode::BAD_REQUEST,
-            "bad_request",
+            ErrorCode::BadRequest,
             "this route takes no query parameters",
         )
     })
@@ -426,7 +463,7 @@ async fn health(State(api): State<Api>, RawQuery(query): RawQuery) -> HttpRespon
             if healthy.is_empty() {
                 error(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    "msr_not_found",
+                    ErrorCode::MsrNotFound,
                     format!(
                         "live, not ready: no healthy msr ({} contacts known){store_text}",
                         rows.len()
@@ -508,7 +545,7 @@ const ROUTES: &str =
 async fn not_found() -> HttpResponse {
     error(
         StatusCode::NOT_FOUND,
-        "not_found",
+        HttpErrorCode::NotFound,
         format!("no such route: {ROUTES}"),
     )
 }
@@ -516,7 +553,7 @@ async fn not_found() -> HttpResponse {
 async fn head_of_select() -> HttpResponse {
     let mut response = error(
         StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
+        HttpErrorCode::MethodNotAllowed,
         "HEAD /v1/select is not served: a selection places a leg; use GET",
     );
     response
@@ -528,7 +565,7 @@ async fn head_of_select() -> HttpResponse {
 async fn method_not_allowed() -> HttpResponse {
     error(
         StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
+        HttpErrorCode::MethodNotAllowed,
         format!("method not allowed on this route: {ROUTES}"),
     )
 }

@@ -42,7 +42,8 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use msr_shared::admin::{
-    ClusterView, HealthState, MsrInfo, RegistrationStatus, ResourceInfo, StoreState,
+    ClusterView, ErrorCode, HealthState, LegOutcome, MsrInfo, RegistrationStatus, ResourceInfo,
+    StoreState,
 };
 
 pub use crate::api::process::ProcessStats;
@@ -177,17 +178,20 @@ struct HealthLabels {
     state: String,
 }
 
-/// The outcomes a selection counter is written with from the start:
-/// `selected` and the refusals a selection can end in (SPEC §7, §9).
-pub const SELECTION_OUTCOMES: &[&str] = &[
-    "selected",
-    "msr_not_found",
-    "msr_overloaded",
-    "msr_unhealthy",
-    "leg_released",
-    "unknown_site",
-    "invalid_value",
-    "unavailable",
+/// The `outcome` of a selection that found an MSR; a refused one is
+/// counted under its error code.
+pub const SELECTED: &str = "selected";
+
+/// The refusals a selection can end in (SPEC §7, §9): their counters are
+/// written from the start, beside [`SELECTED`]'s.
+pub const SELECTION_REFUSALS: &[ErrorCode] = &[
+    ErrorCode::MsrNotFound,
+    ErrorCode::MsrOverloaded,
+    ErrorCode::MsrUnhealthy,
+    ErrorCode::LegReleased,
+    ErrorCode::UnknownSite,
+    ErrorCode::InvalidValue,
+    ErrorCode::Unavailable,
 ];
 
 /// The SIP ingest's drops, as the daemon's ingest counts them.
@@ -286,10 +290,12 @@ impl Metrics {
         );
         // SPEC §13: the series of the refusal alert and the panels exist
         // before the first selection, NOTIFY or REGISTER.
-        for outcome in SELECTION_OUTCOMES {
+        let outcomes =
+            std::iter::once(SELECTED).chain(SELECTION_REFUSALS.iter().map(|c| c.as_str()));
+        for outcome in outcomes {
             selections
                 .get_or_create(&OutcomeLabel {
-                    outcome: (*outcome).into(),
+                    outcome: outcome.into(),
                 })
                 .inc_by(0);
         }
@@ -326,27 +332,27 @@ impl Metrics {
         }
     }
 
-    /// A selection answered with `msr` (`leg`: `new`, `sticky`,
-    /// `reanchored`, or `none` without a call_id).
-    pub fn selected(&self, msr: &str, leg: &str) {
+    /// A selection answered with `msr`; `leg` is what it did with the
+    /// call's leg, labelled `none` without a call_id.
+    pub fn selected(&self, msr: &str, leg: Option<LegOutcome>) {
         self.selections
             .get_or_create(&OutcomeLabel {
-                outcome: "selected".into(),
+                outcome: SELECTED.into(),
             })
             .inc();
         self.msr_selections
             .get_or_create(&MsrLegLabels {
                 msr: msr.into(),
-                leg: leg.into(),
+                leg: leg.map_or("none", LegOutcome::as_str).into(),
             })
             .inc();
     }
 
     /// A selection refused with error code `code`.
-    pub fn refused(&self, code: &str) {
+    pub fn refused(&self, code: ErrorCode) {
         self.selections
             .get_or_create(&OutcomeLabel {
-                outcome: code.into(),
+                outcome: code.as_str().into(),
             })
             .inc();
     }

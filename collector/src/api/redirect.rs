@@ -106,7 +106,7 @@ pub fn decide(invite: &Request, ctx: &RedirectContext) -> Decision {
         Decision::Reply(Box::new(refusal(
             invite,
             StatusCode::BadRequest,
-            "bad_request",
+            ErrorCode::BadRequest,
             text,
         )))
     };
@@ -117,7 +117,7 @@ pub fn decide(invite: &Request, ctx: &RedirectContext) -> Decision {
             return Decision::Reply(Box::new(refusal(
                 invite,
                 StatusCode::TooManyHops,
-                "too_many_hops",
+                RefusalText::TooManyHops,
                 "max-forwards is 0",
             )))
         }
@@ -169,7 +169,7 @@ pub fn answer(invite: &Request, answer: &AdminResponse, ctx: &RedirectContext) -
                 return refusal(
                     invite,
                     StatusCode::LoopDetected,
-                    "loop_detected",
+                    RefusalText::LoopDetected,
                     "the chosen msr's address is this collector's",
                 );
             }
@@ -187,7 +187,7 @@ pub fn answer(invite: &Request, answer: &AdminResponse, ctx: &RedirectContext) -
         AdminResponse::Ok(other) => refusal(
             invite,
             StatusCode::ServerInternalError,
-            "unavailable",
+            ErrorCode::Unavailable,
             &format!("unexpected answer {other:?}"),
         ),
         AdminResponse::Err(body) => {
@@ -201,15 +201,48 @@ pub fn answer(invite: &Request, answer: &AdminResponse, ctx: &RedirectContext) -
                 }
                 _ => StatusCode::ServiceUnavailable,
             };
-            refusal(invite, status, &body.code.to_string(), &body.message)
+            refusal(invite, status, body.code, &body.message)
         }
+    }
+}
+
+/// The `text` of a refusal's `Reason`: the selection's error code, or one
+/// of the two refusals only the redirect server makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RefusalText {
+    Selection(ErrorCode),
+    /// 483: `Max-Forwards: 0` (RFC 3261 §16.3).
+    TooManyHops,
+    /// 482: the chosen MSR's address is this collector's own.
+    LoopDetected,
+}
+
+impl RefusalText {
+    fn as_str(self) -> &'static str {
+        match self {
+            RefusalText::Selection(code) => code.as_str(),
+            RefusalText::TooManyHops => "too_many_hops",
+            RefusalText::LoopDetected => "loop_detected",
+        }
+    }
+}
+
+impl From<ErrorCode> for RefusalText {
+    fn from(code: ErrorCode) -> Self {
+        RefusalText::Selection(code)
     }
 }
 
 /// A final response with `Reason: SIP ;cause=<status>;text="<code>"`
 /// (RFC 3326) and `Warning: 399` carrying `message` (RFC 3261 §20.43).
-fn refusal(invite: &Request, status: StatusCode, code: &str, message: &str) -> Response {
+fn refusal(
+    invite: &Request,
+    status: StatusCode,
+    code: impl Into<RefusalText>,
+    message: &str,
+) -> Response {
     let cause = status.code();
+    let code = code.into().as_str();
     let mut response = sip::response(invite, status, Some(&tag_of(invite)));
     sip::push_header(
         &mut response.headers,
@@ -736,8 +769,12 @@ impl Server {
         match req.method {
             Method::Invite => {
                 let Some(key) = transaction_key(&req) else {
-                    let response =
-                        refusal(&req, StatusCode::BadRequest, "bad_request", "no via branch");
+                    let response = refusal(
+                        &req,
+                        StatusCode::BadRequest,
+                        ErrorCode::BadRequest,
+                        "no via branch",
+                    );
                     self.send(&wire::encode_response(response), dest).await;
                     return None;
                 };
@@ -865,7 +902,7 @@ impl Server {
         let mut response = refusal(
             &invite,
             StatusCode::ServiceUnavailable,
-            "unavailable",
+            ErrorCode::Unavailable,
             "too many selections pending",
         );
         sip::push_header(&mut response.headers, "Retry-After", "1");

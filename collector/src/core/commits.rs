@@ -16,7 +16,7 @@
 
 use std::collections::VecDeque;
 
-use msr_shared::admin::{ErrorCode, LegOutcome, Request, Response, ResponseData};
+use msr_shared::admin::{ErrorCode, Request, Response, ResponseData};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
@@ -157,15 +157,9 @@ impl Collector {
     fn count(&self, kind: Counted, response: &Response) {
         match (kind, response) {
             (Counted::Selection, Response::Ok(ResponseData::Selected(s))) => {
-                let leg = match s.leg {
-                    None => "none",
-                    Some(LegOutcome::New) => "new",
-                    Some(LegOutcome::Sticky) => "sticky",
-                    Some(LegOutcome::Reanchored) => "reanchored",
-                };
-                self.metrics.selected(&s.msr, leg);
+                self.metrics.selected(&s.msr, s.leg);
             }
-            (Counted::Selection, Response::Err(e)) => self.metrics.refused(&e.code.to_string()),
+            (Counted::Selection, Response::Err(e)) => self.metrics.refused(e.code),
             (Counted::Release, Response::Ok(ResponseData::Released(r))) => {
                 self.metrics.released(r.released)
             }

@@ -89,6 +89,7 @@
 //! Architecture invariant: pure. No clock (`now` is part of [`Query`]), no
 //! socket, no RNG of its own (the caller passes one, or a fixed draw).
 
+use msr_shared::admin::ErrorCode;
 use msr_shared::engine::EngineAddresses;
 use std::fmt;
 
@@ -274,13 +275,14 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    /// The release cause: `msr_not_found`, `msr_overloaded`, `unknown_site`.
-    pub fn cause(self) -> &'static str {
+    /// The refusal's cause as every front end names it (SPEC §7):
+    /// `msr_not_found`, `msr_overloaded`, `unknown_site`, `msr_unhealthy`.
+    pub fn code(self) -> ErrorCode {
         match self {
-            Refusal::MsrNotFound => "msr_not_found",
-            Refusal::MsrOverloaded => "msr_overloaded",
-            Refusal::UnknownSite => "unknown_site",
-            Refusal::MsrUnhealthy => "msr_unhealthy",
+            Refusal::MsrNotFound => ErrorCode::MsrNotFound,
+            Refusal::MsrOverloaded => ErrorCode::MsrOverloaded,
+            Refusal::UnknownSite => ErrorCode::UnknownSite,
+            Refusal::MsrUnhealthy => ErrorCode::MsrUnhealthy,
         }
     }
 }
@@ -315,8 +317,12 @@ pub enum CandidateOutcome {
     Inactive,
     /// Step 1: not registered.
     Unregistered,
-    /// Step 1: unhealthy, in this state.
-    Unhealthy(Health),
+    /// Step 1: registered, no load report yet, past the grace (SPEC §5).
+    Unreported,
+    /// Step 1: the subscription failed or the keepalive went unanswered.
+    Unreachable,
+    /// Step 1: the last report is older than the subscription's expiry.
+    Stale,
     /// Step 2: another MSR was given and has candidates.
     OtherMsr,
     /// Step 3: infinite distance.
@@ -335,6 +341,17 @@ pub enum CandidateOutcome {
 }
 
 impl CandidateOutcome {
+    /// Step 1's outcome for a contact whose health is `health`; `None`
+    /// when it is healthy, which drops no contact.
+    pub fn unhealthy(health: Health) -> Option<CandidateOutcome> {
+        match health {
+            Health::Healthy => None,
+            Health::Unreported => Some(CandidateOutcome::Unreported),
+            Health::Unreachable => Some(CandidateOutcome::Unreachable),
+            Health::Stale => Some(CandidateOutcome::Stale),
+        }
+    }
+
     /// Snake-case name: `kept`, `full`, `inactive`, `unregistered`, the
     /// health (`unreported`, `unreachable`, `stale`), `other_msr`,
     /// `infinite_distance`, `farther`, `duplicate_msr`.
@@ -344,7 +361,9 @@ impl CandidateOutcome {
             CandidateOutcome::Full => "full",
             CandidateOutcome::Inactive => "inactive",
             CandidateOutcome::Unregistered => "unregistered",
-            CandidateOutcome::Unhealthy(health) => health.as_str(),
+            CandidateOutcome::Unreported => Health::Unreported.as_str(),
+            CandidateOutcome::Unreachable => Health::Unreachable.as_str(),
+            CandidateOutcome::Stale => Health::Stale.as_str(),
             CandidateOutcome::OtherMsr => "other_msr",
             CandidateOutcome::InfiniteDistance => "infinite_distance",
             CandidateOutcome::Farther => "farther",
@@ -554,8 +573,8 @@ fn explain_member(
         CandidateOutcome::Inactive
     } else if !status.registered {
         CandidateOutcome::Unregistered
-    } else if status.health != Health::Healthy {
-        CandidateOutcome::Unhealthy(status.health)
+    } else if let Some(unhealthy) = CandidateOutcome::unhealthy(status.health) {
+        unhealthy
     } else {
         match outcome_of(status.msr, position, distance, steps) {
             CandidateOutcome::Kept => {

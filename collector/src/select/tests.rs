@@ -561,7 +561,7 @@ fn all_infinite_is_msr_not_found() {
     let explanation = world.fixed(&world.query("default", "local", None), 0.0);
     assert_eq!(explanation.outcome, Err(Refusal::MsrNotFound));
     assert_eq!(explanation.min_distance, None);
-    assert_eq!(Refusal::MsrNotFound.cause(), "msr_not_found");
+    assert_eq!(Refusal::MsrNotFound.code().as_str(), "msr_not_found");
 }
 
 #[test]
@@ -576,7 +576,7 @@ fn all_full_is_msr_overloaded() {
         world.pick(&world.query("default", "local", None)),
         Err(Refusal::MsrOverloaded)
     );
-    assert_eq!(Refusal::MsrOverloaded.cause(), "msr_overloaded");
+    assert_eq!(Refusal::MsrOverloaded.code().as_str(), "msr_overloaded");
     // One with room left takes every draw.
     world.load("msr_2", 99);
     let explanation = world.fixed(&world.query("default", "local", None), 0.5);
@@ -591,7 +591,7 @@ fn undeclared_leg_site_is_unknown_site() {
         world.pick(&world.query("default", "atlantis", None)),
         Err(Refusal::UnknownSite)
     );
-    assert_eq!(Refusal::UnknownSite.cause(), "unknown_site");
+    assert_eq!(Refusal::UnknownSite.code().as_str(), "unknown_site");
 }
 
 #[test]
@@ -853,10 +853,8 @@ fn reference_run<R: rand::Rng + ?Sized>(
                 CandidateOutcome::Inactive
             } else if !row.registered {
                 CandidateOutcome::Unregistered
-            } else if row.health != Health::Healthy {
-                CandidateOutcome::Unhealthy(row.health)
             } else {
-                return None;
+                CandidateOutcome::unhealthy(row.health)?
             };
             Some(ExplainedCandidate {
                 contact: row.contact.clone(),
@@ -1165,7 +1163,7 @@ fn nothing_healthy_left_is_refused_as_msr_unhealthy() {
     assert_eq!(world.pick(&query), Err(Refusal::MsrUnhealthy));
     let explanation = world.fixed(&query, 0.0);
     assert_eq!(explanation.outcome, Err(Refusal::MsrUnhealthy));
-    assert_eq!(Refusal::MsrUnhealthy.cause(), "msr_unhealthy");
+    assert_eq!(Refusal::MsrUnhealthy.code().as_str(), "msr_unhealthy");
     // An unhealthy MSR at infinite distance is no alternative.
     world.health("a@msr_1", Health::Healthy);
     world.health("a@msr_2", Health::Stale);

@@ -55,3 +55,15 @@ pub enum LegOutcome {
     /// A live leg whose MSR was gone: moved to the answer.
     Reanchored,
 }
+
+impl LegOutcome {
+    /// `new`, `sticky` or `reanchored`: the wire's spelling, and the `leg`
+    /// label of `/metrics`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LegOutcome::New => "new",
+            LegOutcome::Sticky => "sticky",
+            LegOutcome::Reanchored => "reanchored",
+        }
+    }
+}

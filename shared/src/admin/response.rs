@@ -125,9 +125,11 @@ pub enum ErrorCode {
     Other,
 }
 
-impl fmt::Display for ErrorCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl ErrorCode {
+    /// The code as the control protocol, the HTTP API, the redirect's
+    /// `Reason` and the `outcome` label of `/metrics` spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
             ErrorCode::BadRequest => "bad_request",
             ErrorCode::InvalidValue => "invalid_value",
             ErrorCode::UnknownSite => "unknown_site",
@@ -143,7 +145,13 @@ impl fmt::Display for ErrorCode {
             ErrorCode::StoreUnavailable => "store_unavailable",
             ErrorCode::LegReleased => "leg_released",
             ErrorCode::Other => "other",
-        })
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -578,3 +578,32 @@ fn changed_is_flattened_into_data() {
     let back: ResponseData = serde_json::from_value(json).expect("parse");
     assert_eq!(back, data);
 }
+
+#[test]
+fn error_codes_and_leg_outcomes_are_spelled_as_on_the_wire() {
+    let codes = [
+        ErrorCode::BadRequest,
+        ErrorCode::InvalidValue,
+        ErrorCode::UnknownSite,
+        ErrorCode::SiteExists,
+        ErrorCode::SiteInUse,
+        ErrorCode::BadEvent,
+        ErrorCode::MsrNotFound,
+        ErrorCode::MsrOverloaded,
+        ErrorCode::MsrUnhealthy,
+        ErrorCode::StoreFailed,
+        ErrorCode::Unavailable,
+        ErrorCode::Conflict,
+        ErrorCode::StoreUnavailable,
+        ErrorCode::LegReleased,
+        ErrorCode::Other,
+    ];
+    for code in codes {
+        let json = serde_json::to_string(&code).expect("serialize");
+        assert_eq!(json, format!("\"{}\"", code.as_str()));
+    }
+    for leg in [LegOutcome::New, LegOutcome::Sticky, LegOutcome::Reanchored] {
+        let json = serde_json::to_string(&leg).expect("serialize");
+        assert_eq!(json, format!("\"{}\"", leg.as_str()));
+    }
+}

@@ -265,13 +265,9 @@ pub(super) fn wire_outcome(outcome: CandidateOutcome) -> ExplainOutcome {
         CandidateOutcome::Full => ExplainOutcome::Full,
         CandidateOutcome::Inactive => ExplainOutcome::Inactive,
         CandidateOutcome::Unregistered => ExplainOutcome::Unregistered,
-        CandidateOutcome::Unhealthy(Health::Unreported) => ExplainOutcome::Unreported,
-        CandidateOutcome::Unhealthy(Health::Stale) => ExplainOutcome::Stale,
-        // `Healthy` is never a reason to drop a contact; read as the
-        // closest reason rather than lose the row.
-        CandidateOutcome::Unhealthy(Health::Unreachable | Health::Healthy) => {
-            ExplainOutcome::Unreachable
-        }
+        CandidateOutcome::Unreported => ExplainOutcome::Unreported,
+        CandidateOutcome::Stale => ExplainOutcome::Stale,
+        CandidateOutcome::Unreachable => ExplainOutcome::Unreachable,
         CandidateOutcome::OtherMsr => ExplainOutcome::OtherMsr,
         CandidateOutcome::InfiniteDistance => ExplainOutcome::InfiniteDistance,
         CandidateOutcome::Farther => ExplainOutcome::Farther,

@@ -1,6 +1,6 @@
 use msr_shared::admin::{
-    ClusterMember, ClusterView, HealthState, MsrInfo, ResourceInfo, StoreKind, StoreState,
-    StoreView,
+    ClusterMember, ClusterView, ErrorCode, HealthState, LegOutcome, MsrInfo, ResourceInfo,
+    StoreKind, StoreState, StoreView,
 };
 
 use super::*;
@@ -94,7 +94,18 @@ fn has(text: &str, line: &str) {
 fn the_series_of_alerts_and_panels_exist_before_anything_happened() {
     let metrics = Metrics::new();
     let text = to_text_format(&metrics.render(&snapshot(&[], &[], None)));
-    for outcome in SELECTION_OUTCOMES {
+    // The alert rules and the dashboard name these labels (dist/monitoring).
+    let outcomes = [
+        "selected",
+        "msr_not_found",
+        "msr_overloaded",
+        "msr_unhealthy",
+        "leg_released",
+        "unknown_site",
+        "invalid_value",
+        "unavailable",
+    ];
+    for outcome in outcomes {
         has(
             &text,
             &format!("msr_collector_selections_total{{outcome=\"{outcome}\"}} 0"),
@@ -189,9 +200,9 @@ fn a_contact_is_below_its_limit_only_when_healthy_active_and_under_the_msr_limit
 #[test]
 fn the_exposition_has_the_counters_and_the_gauges_of_each_msr() {
     let metrics = Metrics::new();
-    metrics.selected("msr_1", "new");
-    metrics.selected("msr_1", "sticky");
-    metrics.refused("msr_overloaded");
+    metrics.selected("msr_1", Some(LegOutcome::New));
+    metrics.selected("msr_1", Some(LegOutcome::Sticky));
+    metrics.refused(ErrorCode::MsrOverloaded);
     for seconds in [2e-6, 2e-6, 1e-6] {
         metrics.selection_duration(seconds);
     }
@@ -233,7 +244,7 @@ fn the_exposition_has_the_counters_and_the_gauges_of_each_msr() {
 #[test]
 fn the_text_format_names_counters_by_their_samples_and_has_no_eof() {
     let metrics = Metrics::new();
-    metrics.selected("msr_1", "new");
+    metrics.selected("msr_1", Some(LegOutcome::New));
     metrics.selection_duration(2e-6);
     metrics.released(1);
     let om = metrics.render(&snapshot(
