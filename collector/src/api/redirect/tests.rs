@@ -1,6 +1,9 @@
+use bytes::Bytes;
 use msr_shared::admin::Selection;
 use msr_shared::admin::{ErrorBody, SelectQuery, SelectionRule};
+use tokio::time::Instant;
 
+use super::server::response_destination;
 use super::*;
 
 fn invite(uri: &str, extra: &str) -> Request {

@@ -1,0 +1,497 @@
+//! The redirect server's shell: its UDP socket and stream connections, the
+//! pending selections it asks the shell's one handler over the control
+//! socket's channel, and where each response goes (RFC 3261 §18.2.2, RFC
+//! 3581 §4). The decisions it sends are the parent module's, the memory of
+//! answered INVITEs [`InviteCache`]'s.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use msr_shared::admin::{
+    ErrorCode, Request as AdminRequest, Response as AdminResponse, ResponseData, SelectQuery,
+};
+use msr_shared::sip::wire;
+use msr_shared::sip::{self, Method, Request, Response, SipMessage, StatusCode};
+use rsipstack::transport::SipConnection;
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::{
+    answer, decide, other_method, refusal, tag_of, transaction_key, Decision, InviteCache,
+    OnCancel, OnInvite, RedirectContext,
+};
+use crate::api::handler::AdminCommand;
+use crate::api::metrics::Metrics;
+use crate::core::{Inbound, Route, StreamId};
+
+/// Where the response to a request from `src` goes (RFC 3261 §18.2.2 for
+/// UDP, RFC 3581 §4): the source address when the top `Via` asked for
+/// `rport`, else the source IP (the `received` address) and the `Via`'s
+/// sent-by port (5060 when it has none).
+pub(super) fn response_destination(req: &Request, src: SocketAddr) -> SocketAddr {
+    let Some(via) = sip::header(&req.headers, "Via") else {
+        return src;
+    };
+    let top = via.split(',').next().unwrap_or(via);
+    if sip::params(top).iter().any(|(k, _)| k == "rport") {
+        return src;
+    }
+    let sent_by = top
+        .split(';')
+        .next()
+        .and_then(|p| p.split_whitespace().nth(1))
+        .unwrap_or("");
+    let port = sent_by
+        .rsplit_once(':')
+        .filter(|(host, _)| !host.ends_with(':') && (!host.contains(':') || host.ends_with(']')))
+        .and_then(|(_, port)| port.parse().ok())
+        .unwrap_or(5060);
+    SocketAddr::new(src.ip(), port)
+}
+
+/// A selection finished: the INVITE's key, where to answer, the answer and
+/// the leg the selection bound (to release if the INVITE was cancelled).
+struct Done {
+    key: String,
+    dest: Dest,
+    invite: Box<Request>,
+    response: Response,
+    leg: Option<(String, Option<String>)>,
+}
+
+/// Where a response goes: a datagram to the address the request's `Via`
+/// names (RFC 3261 §18.2.2), or back on the connection it came on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dest {
+    Udp(SocketAddr),
+    Stream(StreamId),
+}
+
+impl std::fmt::Display for Dest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dest::Udp(addr) => write!(f, "udp {addr}"),
+            Dest::Stream(id) => write!(f, "tcp connection {}", id.0),
+        }
+    }
+}
+
+/// Writes a response on a stream connection; `false` when it is gone.
+pub type StreamReply = Arc<dyn Fn(StreamId, Bytes) -> bool + Send + Sync>;
+
+/// The redirect server's stream connections (`[redirect] transports` with
+/// `"tcp"`): their messages, read and framed by the collector's stream
+/// ingest, and the way back.
+pub struct StreamSide {
+    /// Batches of messages from the connections.
+    pub messages: mpsc::Receiver<Vec<Inbound>>,
+    /// Writes a response on its connection.
+    pub reply: StreamReply,
+}
+
+/// An INVITE waiting for its selection, and the leg the selection binds
+/// (its `call_id` and `leg`).
+struct Pending {
+    key: String,
+    dest: Dest,
+    invite: Box<Request>,
+    leg: Option<(String, Option<String>)>,
+}
+
+/// The most INVITEs whose selection is pending at once; past it a new
+/// INVITE gets `503` at once (a flood must not queue without bound, nor
+/// delay the answers to those already asked).
+pub const MAX_SELECTING: usize = 1024;
+
+/// The most datagrams read in one go before the loop looks at finished
+/// selections again: under load one wake-up serves many datagrams (the
+/// cost of a wake-up is of the order of a datagram's), yet answers never
+/// wait behind an unbounded burst.
+const BATCH: usize = 64;
+
+/// Runs the redirect server on `socket` until `shutdown`. The loop alone
+/// owns the [`InviteCache`] and sends every response; each INVITE's
+/// `select` goes to the shell over `tx` and is awaited among the loop's
+/// pending selections, so one slow answer never holds up the next INVITE.
+pub async fn serve(
+    socket: UdpSocket,
+    streams: Option<StreamSide>,
+    tx: mpsc::Sender<AdminCommand>,
+    ctx: RedirectContext,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) {
+    let (mut stream_messages, reply) = match streams {
+        Some(side) => (Some(side.messages), Some(side.reply)),
+        None => (None, None),
+    };
+    let mut server = Server {
+        socket,
+        reply,
+        tx,
+        ctx,
+        metrics,
+        cache: InviteCache::default(),
+        unparsed: 0,
+        strangers: 0,
+    };
+    let mut selecting = FuturesUnordered::new();
+    let mut buf = vec![0u8; 65_536];
+    loop {
+        tokio::select! {
+            // Answers first: they free their places among the pending.
+            biased;
+            () = shutdown.cancelled() => break,
+            Some((pending, selection)) = selecting.next(), if !selecting.is_empty() => {
+                server.finish_selection(pending, selection).await;
+            }
+            Some(batch) = next_batch(&mut stream_messages) => {
+                for inbound in batch {
+                    let Route::Stream(id, _) = inbound.route else {
+                        continue;
+                    };
+                    if !server.ctx.allows(inbound.source) {
+                        server.stranger(inbound.source);
+                        continue;
+                    }
+                    let SipMessage::Request(req) = inbound.message else {
+                        continue;
+                    };
+                    if let Some((pending, request)) = server.on_request(req, Dest::Stream(id)).await {
+                        if selecting.len() < MAX_SELECTING {
+                            selecting.push(select(server.tx.clone(), pending, request));
+                        } else {
+                            server.shed(pending).await;
+                        }
+                    }
+                }
+            }
+            received = server.socket.recv_from(&mut buf) => {
+                let mut received = received;
+                for _ in 0..BATCH {
+                    match received {
+                        Ok((_, src)) if !server.ctx.allows(src) => server.stranger(src),
+                        Ok((len, src)) => {
+                            if let Some((pending, request)) = server.on_datagram(buf.get(..len).unwrap_or_default(), src).await {
+                                if selecting.len() < MAX_SELECTING {
+                                    selecting.push(select(server.tx.clone(), pending, request));
+                                } else {
+                                    server.shed(pending).await;
+                                }
+                            }
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        // ICMP port unreachable from an earlier send shows
+                        // up here on Linux; nothing to do but go on.
+                        Err(e) => debug!(cause = %e, "redirect socket receive error"),
+                    }
+                    received = server.socket.try_recv_from(&mut buf);
+                }
+            }
+        }
+    }
+    info!("redirect server stopped");
+}
+
+/// The next batch from the stream connections; never, without them.
+async fn next_batch(messages: &mut Option<mpsc::Receiver<Vec<Inbound>>>) -> Option<Vec<Inbound>> {
+    match messages {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Asks the shell the pending INVITE's `select` and builds its answer.
+async fn select(
+    tx: mpsc::Sender<AdminCommand>,
+    pending: Pending,
+    request: AdminRequest,
+) -> (Pending, AdminResponse) {
+    let (reply, wait) = oneshot::channel();
+    let command = AdminCommand { request, reply };
+    let selection = if tx.send(command).await.is_err() {
+        AdminResponse::error(ErrorCode::Unavailable, "collector is shutting down")
+    } else {
+        wait.await.unwrap_or_else(|_| {
+            AdminResponse::error(ErrorCode::Unavailable, "collector dropped the request")
+        })
+    };
+    (pending, selection)
+}
+
+/// The redirect server's state, owned by [`serve`]'s loop.
+struct Server {
+    socket: UdpSocket,
+    reply: Option<StreamReply>,
+    tx: mpsc::Sender<AdminCommand>,
+    ctx: RedirectContext,
+    metrics: Arc<Metrics>,
+    cache: InviteCache,
+    unparsed: u64,
+    /// Datagrams from hosts `[redirect] allow` does not name.
+    strangers: u64,
+}
+
+impl Server {
+    /// A datagram from a host `[redirect] allow` does not name: dropped
+    /// unread and counted (the log line is rate limited).
+    fn stranger(&mut self, src: SocketAddr) {
+        self.strangers += 1;
+        info!(
+            target: msr_shared::logging::NETWORK,
+            %src,
+            dropped_total = self.strangers,
+            "redirect: datagram from a host [redirect] allow does not name, dropped"
+        );
+    }
+
+    /// Serves one datagram from `src`; a new INVITE that needs a selection
+    /// is returned with the `select` to ask.
+    async fn on_datagram(
+        &mut self,
+        packet: &[u8],
+        src: SocketAddr,
+    ) -> Option<(Pending, AdminRequest)> {
+        // Keep-alives (RFC 5626 §3.5.1 CRLF) and empty datagrams.
+        if packet.iter().all(u8::is_ascii_whitespace) {
+            return None;
+        }
+        // §17.1.1.3: the ACK of a non-2xx final response needs no answer,
+        // and this server sends no other final response; method names are
+        // case-sensitive (§7.1), so the first four bytes tell, unparsed.
+        if packet.starts_with(b"ACK ") {
+            return None;
+        }
+        // SIP is UTF-8 text (RFC 3261 §7.3.1); the parser would drop every
+        // header after a bad byte, and with them the leg's inputs.
+        if std::str::from_utf8(packet).is_err() {
+            self.not_sip(src, "not utf-8");
+            return None;
+        }
+        // Where the answer goes is read from the Via as it came (§18.2.2):
+        // the `received`/`rport` the stack adds below would hide a Via
+        // without `rport`.
+        let mut dest = src;
+        let req = match SipMessage::try_from(packet).and_then(|m| {
+            if let SipMessage::Request(req) = &m {
+                dest = response_destination(req, src);
+            }
+            SipConnection::update_msg_received(m, src, rsipstack::sip::Transport::Udp)
+                .map_err(|e| rsipstack::sip::Error::Unexpected(e.to_string()))
+        }) {
+            Ok(SipMessage::Request(req)) => req,
+            // A response to a server that sends no requests: ignored.
+            Ok(SipMessage::Response(_)) => return None,
+            Err(e) => {
+                self.not_sip(src, &e.to_string());
+                return None;
+            }
+        };
+        self.on_request(req, Dest::Udp(dest)).await
+    }
+
+    /// Serves one request whose answers go to `dest`; a new INVITE that
+    /// needs a selection is returned with the `select` to ask.
+    async fn on_request(&mut self, req: Request, dest: Dest) -> Option<(Pending, AdminRequest)> {
+        let now = Instant::now();
+        match req.method {
+            Method::Invite => {
+                let Some(key) = transaction_key(&req) else {
+                    let response = refusal(
+                        &req,
+                        StatusCode::BadRequest,
+                        ErrorCode::BadRequest,
+                        "no via branch",
+                    );
+                    self.send(&wire::encode_response(response), dest).await;
+                    return None;
+                };
+                match self.cache.on_invite(now, &key) {
+                    OnInvite::Resend(bytes) => {
+                        self.send(&bytes, dest).await;
+                    }
+                    OnInvite::Absorb => {}
+                    OnInvite::New => match decide(&req, &self.ctx) {
+                        Decision::Reply(response) => {
+                            let done = Done {
+                                key,
+                                dest,
+                                invite: Box::new(req),
+                                response: *response,
+                                leg: None,
+                            };
+                            self.finish(done).await;
+                        }
+                        Decision::Select(request) => {
+                            let leg = match &request {
+                                AdminRequest::Select(SelectQuery {
+                                    call_id: Some(c),
+                                    leg,
+                                    ..
+                                }) => Some((c.clone(), leg.clone())),
+                                _ => None,
+                            };
+                            let pending = Pending {
+                                key,
+                                dest,
+                                invite: Box::new(req),
+                                leg,
+                            };
+                            return Some((pending, request));
+                        }
+                    },
+                }
+            }
+            Method::Ack => {}
+            Method::Cancel => {
+                let on = transaction_key(&req)
+                    .map_or(OnCancel::NoMatch, |key| self.cache.on_cancel(now, &key));
+                let status = match on {
+                    OnCancel::Answered | OnCancel::Terminate => StatusCode::OK,
+                    OnCancel::NoMatch => StatusCode::CallTransactionDoesNotExist,
+                };
+                let response = sip::response(&req, status, Some(&tag_of(&req)));
+                self.send(&wire::encode_response(response), dest).await;
+            }
+            _ => {
+                if let Some(response) = other_method(&req) {
+                    self.send(&wire::encode_response(response), dest).await;
+                }
+            }
+        }
+        None
+    }
+
+    /// A pending INVITE's selection came back: answer it.
+    async fn finish_selection(&mut self, pending: Pending, selection: AdminResponse) {
+        let Pending {
+            key,
+            dest,
+            invite,
+            leg,
+        } = pending;
+        let leg = leg.filter(|_| matches!(selection, AdminResponse::Ok(ResponseData::Selected(_))));
+        let response = answer(&invite, &selection, &self.ctx);
+        self.finish(Done {
+            key,
+            dest,
+            invite,
+            response,
+            leg,
+        })
+        .await;
+    }
+
+    /// Sends an INVITE's final response and remembers it; a cancelled one
+    /// gets `487` instead and its leg is released (RFC 3261 §9.2).
+    async fn finish(&mut self, done: Done) {
+        let Done {
+            key,
+            dest,
+            invite,
+            response,
+            leg,
+        } = done;
+        let mut status = response.status_code.code();
+        let mut bytes = wire::encode_response(response);
+        if !self.cache.answered(&key, bytes.clone()) {
+            let terminated = sip::response(
+                &invite,
+                StatusCode::RequestTerminated,
+                Some(&tag_of(&invite)),
+            );
+            status = terminated.status_code.code();
+            bytes = wire::encode_response(terminated);
+            self.cache.answered(&key, bytes.clone());
+        }
+        self.metrics.redirect(status);
+        debug!(
+            call_id = sip::call_id(&invite.headers).unwrap_or(""),
+            status, "redirect answered"
+        );
+        let sent = self.send(&bytes, dest).await;
+        // The leg stays bound only when its 302 went out: after a 487
+        // (cancelled, RFC 3261 §9.2), a 482 (the chosen engine is this
+        // server) or a send that failed, the caller has no Contact to use
+        // and nobody would release it.
+        if status != StatusCode::MovedTemporarily.code() || !sent {
+            if let Some((call_id, leg)) = leg {
+                self.release(call_id, leg);
+            }
+        }
+    }
+
+    /// An INVITE past [`MAX_SELECTING`]: `503` now, remembered for its
+    /// retransmissions.
+    async fn shed(&mut self, pending: Pending) {
+        let Pending {
+            key, dest, invite, ..
+        } = pending;
+        let mut response = refusal(
+            &invite,
+            StatusCode::ServiceUnavailable,
+            ErrorCode::Unavailable,
+            "too many selections pending",
+        );
+        sip::push_header(&mut response.headers, "Retry-After", "1");
+        self.finish(Done {
+            key,
+            dest,
+            invite,
+            response,
+            leg: None,
+        })
+        .await;
+    }
+
+    /// Releases a leg a selection bound, as the control protocol's
+    /// `release` does (from a task: the shell's queue may be full).
+    fn release(&self, call_id: String, leg: Option<String>) {
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let (reply, _) = oneshot::channel();
+            let _ = tx
+                .send(AdminCommand {
+                    request: AdminRequest::Release { call_id, leg },
+                    reply,
+                })
+                .await;
+        });
+    }
+
+    /// A datagram that is not a SIP message: dropped, counted, and logged
+    /// at most once per 1,024.
+    fn not_sip(&mut self, src: SocketAddr, cause: &str) {
+        self.unparsed += 1;
+        if self.unparsed % 1024 == 1 {
+            debug!(%src, cause, dropped = self.unparsed, "redirect server dropped a datagram that is not sip");
+        }
+    }
+
+    /// Whether `bytes` went out. A failure is logged with the network
+    /// target, so a flood of them is rate limited.
+    async fn send(&self, bytes: &[u8], dest: Dest) -> bool {
+        let sent = match dest {
+            Dest::Udp(addr) => self.socket.send_to(bytes, addr).await.map(|_| ()),
+            Dest::Stream(id) => match &self.reply {
+                Some(reply) if reply(id, Bytes::copy_from_slice(bytes)) => Ok(()),
+                _ => Err(std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    "the connection closed",
+                )),
+            },
+        };
+        match sent {
+            Ok(()) => true,
+            Err(e) => {
+                warn!(target: msr_shared::logging::NETWORK, %dest, cause = %e, "redirect server cannot send");
+                false
+            }
+        }
+    }
+}
