@@ -47,28 +47,24 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use msr_shared::engine::{EngineAddresses, EngineParamError};
-use msr_shared::sip::{self, Request, Response, StatusCode, Uri};
+use msr_shared::engine::EngineAddresses;
+use msr_shared::sip::{self, Request, Response, StatusCode};
 use tokio::time::Instant;
 
-use msr_shared::sip::digest::{self, Credentials};
+mod auth;
 mod refusals;
+mod request;
 pub mod saved;
+use auth::{AuthOutcome, NonceUse};
 use refusals::RefusalLimiter;
 pub use refusals::{
     Refusal, RefusalLog, RefusalReason, MAX_FIELD_CHARS, MAX_KEYS as MAX_REFUSAL_KEYS,
     MAX_LINES_PER_WINDOW as MAX_REFUSAL_LINES_PER_WINDOW, WINDOW as REFUSAL_WINDOW,
 };
+use request::{agent_version, bad_request, parse_contacts, ContactSpec, ContactsSpec, Malformed};
+pub use request::{MAX_CONTACTS_PER_MSR, MAX_CONTACT_URI_LEN};
 
 use crate::config::{Account, DigestAlgorithm, SipConfig};
-use crate::operator::names::{self, NameKind, NameProblem};
-
-/// Upper bound on outstanding nonces (older ones are forgotten first).
-const MAX_NONCES: usize = 10_000;
-
-/// Registration lifetime used when a REGISTER gives no `Expires` at all
-/// (RFC 3261 §10.3 step 7 lets the registrar choose), seconds, before capping.
-const DEFAULT_EXPIRES: u32 = 3600;
 
 /// One registered contact of an MSR.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -184,58 +180,9 @@ pub struct Registrar {
     refusals: RefusalLimiter,
 }
 
-/// What the registrar remembers of a nonce it issued.
-#[derive(Debug, Clone, Copy)]
-struct NonceUse {
-    issued: Instant,
-    /// The highest nonce count accepted with it; `u32::MAX` once it was
-    /// used without `qop` (such a use cannot be told from a replay).
-    last_nc: Option<u32>,
-}
-
 /// The `expiries` key of a binding.
 fn expiry_key(b: &Binding) -> (Instant, String, String) {
     (b.expires_at, b.msr.clone(), b.contact.clone())
-}
-
-/// What was wrong with a REGISTER (answered `400`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-enum Malformed {
-    #[error("no user part in the to uri")]
-    NoToUser,
-    #[error("missing call-id or cseq")]
-    NoCallId,
-    #[error("no contact header")]
-    NoContact,
-    #[error("bad expires value `{0}`")]
-    BadExpires(String),
-    #[error("bad contact `{0}`")]
-    BadContact(String),
-    #[error("contact `*` needs expires 0 and no other contact")]
-    BadWildcard,
-    /// More contacts than one MSR may have.
-    #[error("{0} contacts, at most {MAX_CONTACTS_PER_MSR} per msr")]
-    TooManyContacts(usize),
-    /// The media engine's addresses in a contact URI are wrong (SPEC §3).
-    #[error("{0}")]
-    BadEngine(EngineParamError),
-    /// RFC 3261 §10.3 step 7: same Call-ID as the binding, CSeq not above
-    /// the binding's: the update is aborted.
-    #[error("cseq {got} not above the binding's {last}")]
-    OldCSeq {
-        /// The request's CSeq number.
-        got: u32,
-        /// The binding's.
-        last: u32,
-    },
-    /// The `To` user or a contact's interface breaks the name rules.
-    #[error("bad {field}: {problem}")]
-    BadName {
-        /// `msr name` (the `To` user), `iface` or `contact host:port`.
-        field: &'static str,
-        /// The rule broken.
-        problem: NameProblem,
-    },
 }
 
 /// Where a REGISTER's bindings come from: its dialog-less identity
@@ -246,20 +193,6 @@ struct Origin<'a> {
     branch: Option<&'a str>,
     version: Option<String>,
     source: Option<SocketAddr>,
-}
-
-/// One contact of a REGISTER, parsed.
-#[derive(Debug)]
-struct ContactSpec {
-    name: String,
-    uri: String,
-    engine: Option<EngineAddresses>,
-    expires: u32,
-}
-
-enum ContactsSpec {
-    Wildcard,
-    List(Vec<ContactSpec>),
 }
 
 impl Registrar {
@@ -567,17 +500,6 @@ impl Registrar {
         self.refusals.record(now, refusal);
     }
 
-    /// The digest username of `req`: from the `Authorization` for our
-    /// realm, else from the first one.
-    fn auth_username(&self, req: &Request) -> Option<String> {
-        let all = sip::header_all(&req.headers, "Authorization");
-        let ours = all
-            .iter()
-            .find(|v| digest::digest_param(v, "realm").as_deref() == Some(self.realm.as_str()));
-        ours.or(all.first())
-            .and_then(|v| digest::digest_param(v, "username"))
-    }
-
     /// The next refused REGISTER (or count of refusals) to log, as the
     /// rate limit lets them through.
     pub fn poll_refusal(&mut self) -> Option<RefusalLog> {
@@ -680,249 +602,7 @@ impl Registrar {
     pub fn is_registered(&self, msr: &str) -> bool {
         self.aors.contains_key(msr)
     }
-
-    fn check_structure(&self, req: &Request) -> Result<(String, String, u32), Malformed> {
-        let to = sip::header(&req.headers, "To").ok_or(Malformed::NoToUser)?;
-        let msr = sip::uri_user(sip::addr_uri(to))
-            .ok_or(Malformed::NoToUser)?
-            .to_owned();
-        if let Some(problem) = names::problem(NameKind::Msr, &msr) {
-            return Err(Malformed::BadName {
-                field: "msr name",
-                problem,
-            });
-        }
-        let call_id = sip::call_id(&req.headers)
-            .ok_or(Malformed::NoCallId)?
-            .to_owned();
-        let (cseq, _) = sip::cseq(&req.headers).ok_or(Malformed::NoCallId)?;
-        if let Some(e) = sip::header(&req.headers, "Expires") {
-            if e.parse::<u32>().is_err() {
-                return Err(Malformed::BadExpires(e.to_owned()));
-            }
-        }
-        if sip::header_all(&req.headers, "Contact").is_empty() {
-            return Err(Malformed::NoContact);
-        }
-        Ok((msr, call_id, cseq))
-    }
-
-    fn authenticate(&mut self, now: Instant, req: &Request, msr: &str) -> AuthOutcome {
-        let Some(raw) = sip::header_all(&req.headers, "Authorization")
-            .into_iter()
-            .find(|v| digest::digest_param(v, "realm").as_deref() == Some(self.realm.as_str()))
-        else {
-            return AuthOutcome::Challenge { stale: false };
-        };
-        let Some(credentials) = Credentials::parse(raw) else {
-            return AuthOutcome::Malformed("malformed authorization header");
-        };
-        // An algorithm we did not offer: challenge again with the ones we do.
-        let Some(algorithm) = credentials
-            .digest_algorithm()
-            .filter(|a| self.algorithms.contains(a))
-        else {
-            return AuthOutcome::Challenge { stale: false };
-        };
-        if !same_uri(&credentials.uri, &req.uri) {
-            return AuthOutcome::Malformed("digest uri does not match the request-uri");
-        }
-        let Some(account) = self.credentials.get(&credentials.username) else {
-            return AuthOutcome::Forbidden(RefusalReason::UnknownAuthName);
-        };
-        if !credentials.verify(algorithm, &account.password, "REGISTER") {
-            return AuthOutcome::Forbidden(RefusalReason::WrongPassword);
-        }
-        if !account.msrs.is_empty() && !account.msrs.iter().any(|m| m == msr) {
-            return AuthOutcome::Forbidden(RefusalReason::MsrNotAllowed);
-        }
-        let Some(nonce) = self.nonces.get_mut(&credentials.nonce) else {
-            return AuthOutcome::Challenge { stale: true };
-        };
-        if now >= nonce.issued + self.nonce_ttl {
-            return AuthOutcome::Challenge { stale: true };
-        }
-        let count = match (&credentials.qop, credentials.nonce_count()) {
-            (Some(_), Some(count)) => count,
-            (Some(_), None) => return AuthOutcome::Malformed("qop without a valid nc"),
-            (None, _) => u32::MAX,
-        };
-        if nonce.last_nc.is_some_and(|last| count <= last) {
-            // A replayed (or reordered) use of the nonce.
-            return AuthOutcome::Challenge { stale: true };
-        }
-        nonce.last_nc = Some(count);
-        AuthOutcome::Ok
-    }
-
-    fn challenge(&mut self, now: Instant, req: &Request, to_tag: &str, stale: bool) -> Response {
-        self.nonce_counter += 1;
-        let nonce = format!("{}{:08x}", sip::random_token(), self.nonce_counter);
-        while self.nonces.len() >= MAX_NONCES {
-            match self.nonce_order.pop_front() {
-                Some((_, oldest)) => {
-                    self.nonces.remove(&oldest);
-                }
-                None => break,
-            }
-        }
-        self.nonces.insert(
-            nonce.clone(),
-            NonceUse {
-                issued: now,
-                last_nc: None,
-            },
-        );
-        self.nonce_order.push_back((now, nonce.clone()));
-        let mut resp = sip::response(req, StatusCode::Unauthorized, Some(to_tag));
-        for alg in &self.algorithms {
-            let mut value = format!(
-                "Digest realm=\"{}\", nonce=\"{nonce}\", algorithm={}, qop=\"auth\"",
-                self.realm,
-                alg.token()
-            );
-            if stale {
-                value.push_str(", stale=true");
-            }
-            sip::push_header(&mut resp.headers, "WWW-Authenticate", value);
-        }
-        resp
-    }
-
-    /// Forgets nonces one TTL past their expiry (until then a late use is
-    /// answered `stale=true` rather than as unknown; both get `stale=true`).
-    fn purge_nonces(&mut self, now: Instant) {
-        let keep = self.nonce_ttl * 2;
-        while let Some((issued, _)) = self.nonce_order.front() {
-            if now < *issued + keep {
-                break;
-            }
-            if let Some((_, nonce)) = self.nonce_order.pop_front() {
-                self.nonces.remove(&nonce);
-            }
-        }
-    }
 }
-
-enum AuthOutcome {
-    Ok,
-    Challenge { stale: bool },
-    Forbidden(RefusalReason),
-    Malformed(&'static str),
-}
-
-fn bad_request(req: &Request, to_tag: &str, why: &dyn std::fmt::Display) -> Response {
-    let mut resp = sip::response(req, StatusCode::BadRequest, Some(to_tag));
-    resp.wire_reason = Some(format!("Bad Request ({why})"));
-    resp
-}
-
-/// Whether the digest `uri` names the Request-URI (RFC 3261 §22.4: they
-/// must be equal; compared as parsed URIs, so case and parameter order in
-/// the scheme, host or transport do not matter).
-fn same_uri(digest_uri: &str, request_uri: &Uri) -> bool {
-    match Uri::try_from(digest_uri) {
-        Ok(uri) => uri == *request_uri,
-        Err(_) => digest_uri == request_uri.to_string(),
-    }
-}
-
-fn parse_contacts(req: &Request, msr: &str) -> Result<ContactsSpec, Malformed> {
-    let header_expires = match sip::header(&req.headers, "Expires") {
-        Some(v) => Some(
-            v.parse::<u32>()
-                .map_err(|_| Malformed::BadExpires(v.to_owned()))?,
-        ),
-        None => None,
-    };
-    let values: Vec<&str> = sip::header_all(&req.headers, "Contact")
-        .into_iter()
-        .flat_map(|v| sip::split_outside_quotes(v, ','))
-        .map(str::trim)
-        .collect();
-    if values.is_empty() {
-        return Err(Malformed::NoContact);
-    }
-    if values.contains(&"*") {
-        return if values.len() == 1 && header_expires == Some(0) {
-            Ok(ContactsSpec::Wildcard)
-        } else {
-            Err(Malformed::BadWildcard)
-        };
-    }
-    if values.len() > MAX_CONTACTS_PER_MSR {
-        return Err(Malformed::TooManyContacts(values.len()));
-    }
-    let mut list = Vec::new();
-    for v in values {
-        let uri = sip::addr_uri(v);
-        let valid = (uri.starts_with("sip:") || uri.starts_with("sips:"))
-            && uri.len() <= MAX_CONTACT_URI_LEN
-            && !uri.chars().any(|c| c.is_control() || c.is_whitespace())
-            && rsipstack::sip::Uri::try_from(uri).is_ok();
-        if !valid {
-            // Shown in the 400's reason phrase and the refusal log: escaped
-            // and cut, never raw.
-            return Err(Malformed::BadContact(
-                v.chars()
-                    .take(80)
-                    .collect::<String>()
-                    .escape_debug()
-                    .to_string(),
-            ));
-        }
-        let expires = match sip::param(v, "expires") {
-            Some(e) => e
-                .parse::<u32>()
-                .map_err(|_| Malformed::BadExpires(e.clone()))?,
-            None => header_expires.unwrap_or(DEFAULT_EXPIRES),
-        };
-        let (iface, field) = match sip::param(v, "iface").filter(|i| !i.is_empty()) {
-            Some(iface) => (iface, "iface"),
-            None => {
-                let rest = uri.split_once(':').map_or(uri, |(_, r)| r);
-                let host = rest.split_once('@').map_or(rest, |(_, h)| h);
-                let host = host.split([';', '?']).next().unwrap_or(host);
-                (host.to_owned(), "contact host:port")
-            }
-        };
-        if let Some(problem) = names::problem(NameKind::Interface, &iface) {
-            return Err(Malformed::BadName { field, problem });
-        }
-        let engine = EngineAddresses::from_uri(uri).map_err(Malformed::BadEngine)?;
-        list.push(ContactSpec {
-            name: names::contact_name(&iface, msr),
-            uri: uri.to_owned(),
-            engine,
-            expires,
-        });
-    }
-    Ok(ContactsSpec::List(list))
-}
-
-/// The version in a `User-Agent` value: the text after the first `/` of
-/// its first product token (`msr-agent/0.1.0 (linux)` → `0.1.0`).
-fn agent_version(user_agent: &str) -> Option<String> {
-    let product = user_agent.split_whitespace().next()?;
-    let (_, version) = product.split_once('/')?;
-    // A version is shown in tables and logs: a SIP token of at most 64
-    // bytes (RFC 3261 §20.41 product-version), or nothing.
-    let ok = !version.is_empty()
-        && version.len() <= MAX_VERSION_LEN
-        && version.chars().all(sip::is_token_char);
-    ok.then(|| version.to_owned())
-}
-
-/// The longest agent version kept from a `User-Agent`, bytes.
-const MAX_VERSION_LEN: usize = 64;
-
-/// The longest contact URI accepted, bytes: the agent's is under 200 with
-/// every engine parameter; a longer one only bloats the 200 OK that lists
-/// every contact (over UDP, RFC 3261 §18.1.1).
-pub const MAX_CONTACT_URI_LEN: usize = 512;
-
-/// The most contacts one MSR may register (one per interface).
-pub const MAX_CONTACTS_PER_MSR: usize = 16;
 
 #[cfg(test)]
 mod tests;

@@ -1,4 +1,6 @@
+use super::auth::MAX_NONCES;
 use super::*;
+use msr_shared::sip::digest;
 use rsipstack::dialog::authenticate::compute_digest;
 use rsipstack::sip::headers::auth::{Algorithm, AuthQop};
 use rsipstack::sip::Method;

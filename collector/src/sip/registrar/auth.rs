@@ -1,0 +1,156 @@
+//! Digest authentication of REGISTERs (RFC 3261 §22, RFC 7616): the
+//! nonces the registrar issued and their use, the `401` challenge with one
+//! `WWW-Authenticate` per configured algorithm, and the checks a REGISTER's
+//! `Authorization` must pass (the parent module's docs give the rules,
+//! replay protection included). Kept apart from the bindings: it decides
+//! only whether a REGISTER may change them.
+
+use msr_shared::sip::digest::{self, Credentials};
+use msr_shared::sip::{self, Request, Response, StatusCode, Uri};
+use tokio::time::Instant;
+
+use super::{RefusalReason, Registrar};
+
+/// Upper bound on outstanding nonces (older ones are forgotten first).
+pub(super) const MAX_NONCES: usize = 10_000;
+
+/// What the registrar remembers of a nonce it issued.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct NonceUse {
+    issued: Instant,
+    /// The highest nonce count accepted with it; `u32::MAX` once it was
+    /// used without `qop` (such a use cannot be told from a replay).
+    last_nc: Option<u32>,
+}
+
+impl Registrar {
+    /// The digest username of `req`: from the `Authorization` for our
+    /// realm, else from the first one.
+    pub(super) fn auth_username(&self, req: &Request) -> Option<String> {
+        let all = sip::header_all(&req.headers, "Authorization");
+        let ours = all
+            .iter()
+            .find(|v| digest::digest_param(v, "realm").as_deref() == Some(self.realm.as_str()));
+        ours.or(all.first())
+            .and_then(|v| digest::digest_param(v, "username"))
+    }
+
+    pub(super) fn authenticate(&mut self, now: Instant, req: &Request, msr: &str) -> AuthOutcome {
+        let Some(raw) = sip::header_all(&req.headers, "Authorization")
+            .into_iter()
+            .find(|v| digest::digest_param(v, "realm").as_deref() == Some(self.realm.as_str()))
+        else {
+            return AuthOutcome::Challenge { stale: false };
+        };
+        let Some(credentials) = Credentials::parse(raw) else {
+            return AuthOutcome::Malformed("malformed authorization header");
+        };
+        // An algorithm we did not offer: challenge again with the ones we do.
+        let Some(algorithm) = credentials
+            .digest_algorithm()
+            .filter(|a| self.algorithms.contains(a))
+        else {
+            return AuthOutcome::Challenge { stale: false };
+        };
+        if !same_uri(&credentials.uri, &req.uri) {
+            return AuthOutcome::Malformed("digest uri does not match the request-uri");
+        }
+        let Some(account) = self.credentials.get(&credentials.username) else {
+            return AuthOutcome::Forbidden(RefusalReason::UnknownAuthName);
+        };
+        if !credentials.verify(algorithm, &account.password, "REGISTER") {
+            return AuthOutcome::Forbidden(RefusalReason::WrongPassword);
+        }
+        if !account.msrs.is_empty() && !account.msrs.iter().any(|m| m == msr) {
+            return AuthOutcome::Forbidden(RefusalReason::MsrNotAllowed);
+        }
+        let Some(nonce) = self.nonces.get_mut(&credentials.nonce) else {
+            return AuthOutcome::Challenge { stale: true };
+        };
+        if now >= nonce.issued + self.nonce_ttl {
+            return AuthOutcome::Challenge { stale: true };
+        }
+        let count = match (&credentials.qop, credentials.nonce_count()) {
+            (Some(_), Some(count)) => count,
+            (Some(_), None) => return AuthOutcome::Malformed("qop without a valid nc"),
+            (None, _) => u32::MAX,
+        };
+        if nonce.last_nc.is_some_and(|last| count <= last) {
+            // A replayed (or reordered) use of the nonce.
+            return AuthOutcome::Challenge { stale: true };
+        }
+        nonce.last_nc = Some(count);
+        AuthOutcome::Ok
+    }
+
+    pub(super) fn challenge(
+        &mut self,
+        now: Instant,
+        req: &Request,
+        to_tag: &str,
+        stale: bool,
+    ) -> Response {
+        self.nonce_counter += 1;
+        let nonce = format!("{}{:08x}", sip::random_token(), self.nonce_counter);
+        while self.nonces.len() >= MAX_NONCES {
+            match self.nonce_order.pop_front() {
+                Some((_, oldest)) => {
+                    self.nonces.remove(&oldest);
+                }
+                None => break,
+            }
+        }
+        self.nonces.insert(
+            nonce.clone(),
+            NonceUse {
+                issued: now,
+                last_nc: None,
+            },
+        );
+        self.nonce_order.push_back((now, nonce.clone()));
+        let mut resp = sip::response(req, StatusCode::Unauthorized, Some(to_tag));
+        for alg in &self.algorithms {
+            let mut value = format!(
+                "Digest realm=\"{}\", nonce=\"{nonce}\", algorithm={}, qop=\"auth\"",
+                self.realm,
+                alg.token()
+            );
+            if stale {
+                value.push_str(", stale=true");
+            }
+            sip::push_header(&mut resp.headers, "WWW-Authenticate", value);
+        }
+        resp
+    }
+
+    /// Forgets nonces one TTL past their expiry (until then a late use is
+    /// answered `stale=true` rather than as unknown; both get `stale=true`).
+    pub(super) fn purge_nonces(&mut self, now: Instant) {
+        let keep = self.nonce_ttl * 2;
+        while let Some((issued, _)) = self.nonce_order.front() {
+            if now < *issued + keep {
+                break;
+            }
+            if let Some((_, nonce)) = self.nonce_order.pop_front() {
+                self.nonces.remove(&nonce);
+            }
+        }
+    }
+}
+
+pub(super) enum AuthOutcome {
+    Ok,
+    Challenge { stale: bool },
+    Forbidden(RefusalReason),
+    Malformed(&'static str),
+}
+
+/// Whether the digest `uri` names the Request-URI (RFC 3261 §22.4: they
+/// must be equal; compared as parsed URIs, so case and parameter order in
+/// the scheme, host or transport do not matter).
+fn same_uri(digest_uri: &str, request_uri: &Uri) -> bool {
+    match Uri::try_from(digest_uri) {
+        Ok(uri) => uri == *request_uri,
+        Err(_) => digest_uri == request_uri.to_string(),
+    }
+}

@@ -1,0 +1,202 @@
+//! What a REGISTER says (RFC 3261 §10.3, SPEC §3): its structure, its
+//! contacts with their names, expiries and engine parameters, and the
+//! agent version in its `User-Agent`; and why a malformed one is answered
+//! `400`. Parsing only: what the bindings become is the parent module's.
+
+use msr_shared::engine::{EngineAddresses, EngineParamError};
+use msr_shared::sip::{self, Request, Response, StatusCode};
+
+use super::Registrar;
+use crate::operator::names::{self, NameKind, NameProblem};
+
+/// Registration lifetime used when a REGISTER gives no `Expires` at all
+/// (RFC 3261 §10.3 step 7 lets the registrar choose), seconds, before capping.
+const DEFAULT_EXPIRES: u32 = 3600;
+
+/// What was wrong with a REGISTER (answered `400`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum Malformed {
+    #[error("no user part in the to uri")]
+    NoToUser,
+    #[error("missing call-id or cseq")]
+    NoCallId,
+    #[error("no contact header")]
+    NoContact,
+    #[error("bad expires value `{0}`")]
+    BadExpires(String),
+    #[error("bad contact `{0}`")]
+    BadContact(String),
+    #[error("contact `*` needs expires 0 and no other contact")]
+    BadWildcard,
+    /// More contacts than one MSR may have.
+    #[error("{0} contacts, at most {MAX_CONTACTS_PER_MSR} per msr")]
+    TooManyContacts(usize),
+    /// The media engine's addresses in a contact URI are wrong (SPEC §3).
+    #[error("{0}")]
+    BadEngine(EngineParamError),
+    /// RFC 3261 §10.3 step 7: same Call-ID as the binding, CSeq not above
+    /// the binding's: the update is aborted.
+    #[error("cseq {got} not above the binding's {last}")]
+    OldCSeq {
+        /// The request's CSeq number.
+        got: u32,
+        /// The binding's.
+        last: u32,
+    },
+    /// The `To` user or a contact's interface breaks the name rules.
+    #[error("bad {field}: {problem}")]
+    BadName {
+        /// `msr name` (the `To` user), `iface` or `contact host:port`.
+        field: &'static str,
+        /// The rule broken.
+        problem: NameProblem,
+    },
+}
+
+/// One contact of a REGISTER, parsed.
+#[derive(Debug)]
+pub(super) struct ContactSpec {
+    pub(super) name: String,
+    pub(super) uri: String,
+    pub(super) engine: Option<EngineAddresses>,
+    pub(super) expires: u32,
+}
+
+pub(super) enum ContactsSpec {
+    Wildcard,
+    List(Vec<ContactSpec>),
+}
+
+impl Registrar {
+    pub(super) fn check_structure(
+        &self,
+        req: &Request,
+    ) -> Result<(String, String, u32), Malformed> {
+        let to = sip::header(&req.headers, "To").ok_or(Malformed::NoToUser)?;
+        let msr = sip::uri_user(sip::addr_uri(to))
+            .ok_or(Malformed::NoToUser)?
+            .to_owned();
+        if let Some(problem) = names::problem(NameKind::Msr, &msr) {
+            return Err(Malformed::BadName {
+                field: "msr name",
+                problem,
+            });
+        }
+        let call_id = sip::call_id(&req.headers)
+            .ok_or(Malformed::NoCallId)?
+            .to_owned();
+        let (cseq, _) = sip::cseq(&req.headers).ok_or(Malformed::NoCallId)?;
+        if let Some(e) = sip::header(&req.headers, "Expires") {
+            if e.parse::<u32>().is_err() {
+                return Err(Malformed::BadExpires(e.to_owned()));
+            }
+        }
+        if sip::header_all(&req.headers, "Contact").is_empty() {
+            return Err(Malformed::NoContact);
+        }
+        Ok((msr, call_id, cseq))
+    }
+}
+
+pub(super) fn bad_request(req: &Request, to_tag: &str, why: &dyn std::fmt::Display) -> Response {
+    let mut resp = sip::response(req, StatusCode::BadRequest, Some(to_tag));
+    resp.wire_reason = Some(format!("Bad Request ({why})"));
+    resp
+}
+
+pub(super) fn parse_contacts(req: &Request, msr: &str) -> Result<ContactsSpec, Malformed> {
+    let header_expires = match sip::header(&req.headers, "Expires") {
+        Some(v) => Some(
+            v.parse::<u32>()
+                .map_err(|_| Malformed::BadExpires(v.to_owned()))?,
+        ),
+        None => None,
+    };
+    let values: Vec<&str> = sip::header_all(&req.headers, "Contact")
+        .into_iter()
+        .flat_map(|v| sip::split_outside_quotes(v, ','))
+        .map(str::trim)
+        .collect();
+    if values.is_empty() {
+        return Err(Malformed::NoContact);
+    }
+    if values.contains(&"*") {
+        return if values.len() == 1 && header_expires == Some(0) {
+            Ok(ContactsSpec::Wildcard)
+        } else {
+            Err(Malformed::BadWildcard)
+        };
+    }
+    if values.len() > MAX_CONTACTS_PER_MSR {
+        return Err(Malformed::TooManyContacts(values.len()));
+    }
+    let mut list = Vec::new();
+    for v in values {
+        let uri = sip::addr_uri(v);
+        let valid = (uri.starts_with("sip:") || uri.starts_with("sips:"))
+            && uri.len() <= MAX_CONTACT_URI_LEN
+            && !uri.chars().any(|c| c.is_control() || c.is_whitespace())
+            && rsipstack::sip::Uri::try_from(uri).is_ok();
+        if !valid {
+            // Shown in the 400's reason phrase and the refusal log: escaped
+            // and cut, never raw.
+            return Err(Malformed::BadContact(
+                v.chars()
+                    .take(80)
+                    .collect::<String>()
+                    .escape_debug()
+                    .to_string(),
+            ));
+        }
+        let expires = match sip::param(v, "expires") {
+            Some(e) => e
+                .parse::<u32>()
+                .map_err(|_| Malformed::BadExpires(e.clone()))?,
+            None => header_expires.unwrap_or(DEFAULT_EXPIRES),
+        };
+        let (iface, field) = match sip::param(v, "iface").filter(|i| !i.is_empty()) {
+            Some(iface) => (iface, "iface"),
+            None => {
+                let rest = uri.split_once(':').map_or(uri, |(_, r)| r);
+                let host = rest.split_once('@').map_or(rest, |(_, h)| h);
+                let host = host.split([';', '?']).next().unwrap_or(host);
+                (host.to_owned(), "contact host:port")
+            }
+        };
+        if let Some(problem) = names::problem(NameKind::Interface, &iface) {
+            return Err(Malformed::BadName { field, problem });
+        }
+        let engine = EngineAddresses::from_uri(uri).map_err(Malformed::BadEngine)?;
+        list.push(ContactSpec {
+            name: names::contact_name(&iface, msr),
+            uri: uri.to_owned(),
+            engine,
+            expires,
+        });
+    }
+    Ok(ContactsSpec::List(list))
+}
+
+/// The version in a `User-Agent` value: the text after the first `/` of
+/// its first product token (`msr-agent/0.1.0 (linux)` → `0.1.0`).
+pub(super) fn agent_version(user_agent: &str) -> Option<String> {
+    let product = user_agent.split_whitespace().next()?;
+    let (_, version) = product.split_once('/')?;
+    // A version is shown in tables and logs: a SIP token of at most 64
+    // bytes (RFC 3261 §20.41 product-version), or nothing.
+    let ok = !version.is_empty()
+        && version.len() <= MAX_VERSION_LEN
+        && version.chars().all(sip::is_token_char);
+    ok.then(|| version.to_owned())
+}
+
+/// The longest agent version kept from a `User-Agent`, bytes.
+const MAX_VERSION_LEN: usize = 64;
+
+/// The longest contact URI accepted, bytes: the agent's is under 200 with
+/// every engine parameter; a longer one only bloats the 200 OK that lists
+/// every contact (over UDP, RFC 3261 §18.1.1).
+pub const MAX_CONTACT_URI_LEN: usize = 512;
+
+/// The most contacts one MSR may register (one per interface).
+pub const MAX_CONTACTS_PER_MSR: usize = 16;
