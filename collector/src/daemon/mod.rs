@@ -27,6 +27,7 @@
 
 mod environment;
 mod ingest;
+mod shell;
 #[cfg(test)]
 mod tests;
 pub mod tls;
@@ -39,21 +40,20 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use msr_shared::admin::{Request, Response};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::api::handler::{self as admin, AdminCommand};
+use crate::api::handler as admin;
 use crate::api::metrics::Metrics;
 use crate::api::redirect::RedirectContext;
 use crate::config::{CollectorConfig, StoreBackend};
-use crate::core::{AdminId, Backend, Collector, CommitFailure, Effect, Start, Transmit};
+use crate::core::{Backend, Collector, Start};
 use crate::error::CollectorError;
 use crate::operator::cluster::Cluster;
-use crate::operator::store::etcd::{self, CommitError, EtcdCommand, EtcdEvent, EtcdLink, Member};
+use crate::operator::store::etcd::{self, EtcdEvent, EtcdLink, Member};
 use crate::operator::store::Store;
 use crate::operator::OperatorConfig;
 use crate::sip::admission::AdmissionConfig;
@@ -61,6 +61,7 @@ use msr_shared::time::{unix_millis, unix_secs};
 
 pub use environment::{check_environment, environment_problems};
 pub use ingest::IngestStats;
+use shell::Shell;
 
 /// Longest wait at shutdown for the answers to the final `Expires: 0`
 /// SUBSCRIBEs and for the final NOTIFYs that follow them.
@@ -69,9 +70,6 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// At shutdown, how long the messages still queued for the writer may
 /// take when [`SHUTDOWN_GRACE`] is already over.
 const REPLY_FLUSH: Duration = Duration::from_millis(100);
-
-/// The most inputs of one kind served in one wake-up of the loop.
-const LOOP_BATCH: usize = 64;
 
 /// Ports tried for `listen = "…:0"` with TCP on, until one is free for
 /// both transports.
@@ -568,315 +566,4 @@ async fn first_configuration(
         "etcd unreachable at start: starting from the local cached copy of the operator configuration"
     );
     Ok(operator)
-}
-
-/// The next event of the etcd task; never, with the file store.
-async fn etcd_event(link: &mut Option<EtcdLink>) -> Option<EtcdEvent> {
-    match link {
-        None => std::future::pending().await,
-        Some(link) => link.events.recv().await,
-    }
-}
-
-/// The loop's state: the core and the shell's ends of every channel.
-struct Shell {
-    /// The configuration the process started with: what a reload's
-    /// restart-needing settings are compared with.
-    started: CollectorConfig,
-    reload_rx: mpsc::UnboundedReceiver<CollectorConfig>,
-    core: Collector,
-    store: Store,
-    etcd: Option<EtcdLink>,
-    admin_rx: mpsc::Receiver<AdminCommand>,
-    /// Where each control request's answer goes.
-    replies: HashMap<AdminId, oneshot::Sender<Response>>,
-    next_admin: u64,
-    queues: ingest::Queues,
-    egress: mpsc::UnboundedSender<Vec<Transmit>>,
-    saved_tx: mpsc::UnboundedSender<(u64, Result<(), String>)>,
-    saved_rx: mpsc::UnboundedReceiver<(u64, Result<(), String>)>,
-    known: ingest::KnownSources,
-    known_generation: u64,
-    metrics: Arc<Metrics>,
-    /// Stream connections that closed.
-    closed_rx: mpsc::UnboundedReceiver<crate::core::StreamId>,
-    /// The TLS listener's acceptor, replaced when a reload reads new
-    /// certificate files.
-    tls_acceptor: Option<Arc<std::sync::RwLock<tokio_rustls::TlsAcceptor>>>,
-}
-
-impl Shell {
-    /// The time, given to the core with the wall clock.
-    fn now(&mut self) -> Instant {
-        let now = Instant::now();
-        self.core
-            .set_wall_clock(now, unix_millis(SystemTime::now()));
-        now
-    }
-
-    async fn run(&mut self, shutdown: &CancellationToken) {
-        loop {
-            self.drive();
-            let deadline = self.core.poll_timeout();
-            let sleep = async move {
-                match deadline {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                () = shutdown.cancelled() => break,
-                Some(batch) = self.queues.known.recv() => self.on_batch(batch, true),
-                Some(batch) = self.queues.other.recv() => self.on_batch(batch, false),
-                Some(command) = self.admin_rx.recv() => self.on_admin(command),
-                Some(event) = etcd_event(&mut self.etcd) => {
-                    let now = self.now();
-                    self.core.handle_etcd(now, event);
-                }
-                Some((generation, result)) = self.saved_rx.recv() => {
-                    let now = self.now();
-                    self.core.handle_bindings_saved(now, generation, result);
-                }
-                Some(config) = self.reload_rx.recv() => self.on_reload(&config),
-                Some(id) = self.closed_rx.recv() => self.core.handle_stream_closed(id),
-                () = sleep => {
-                    let now = self.now();
-                    self.core.handle_timeout(now);
-                }
-            }
-        }
-        self.drain().await;
-    }
-
-    /// A reloaded configuration (SPEC §13).
-    fn on_reload(&mut self, config: &CollectorConfig) {
-        let now = self.now();
-        self.core.reconfigure(now, config);
-        self.reload_certificates(config);
-        let pending = crate::config::restart_needed(&self.started, config);
-        if pending.is_empty() {
-            info!("configuration reloaded");
-        } else {
-            warn!(
-                restart_needed = %pending.join(", "),
-                "configuration reloaded; these settings differ from the running ones and take effect at the next restart"
-            );
-        }
-    }
-
-    /// Reads the `[sip.tls]` files again: new connections get the new
-    /// certificate, client CA and `require`; files that cannot be used
-    /// leave the running ones, all three.
-    fn reload_certificates(&mut self, config: &CollectorConfig) {
-        let (Some(acceptor), Some(settings)) = (&self.tls_acceptor, &config.sip.tls) else {
-            return;
-        };
-        // A certificate that can't be used now would turn a working
-        // listener into one every handshake fails on.
-        if let Some(reason) =
-            msr_shared::certificate::unusable_now(&settings.cert, SystemTime::now())
-        {
-            warn!(
-                path = %settings.cert.display(),
-                %reason,
-                "sip tls files not reloaded; the running certificate stays"
-            );
-            return;
-        }
-        match tls::server_config(settings) {
-            Ok(server) => {
-                if let Ok(mut running) = acceptor.write() {
-                    *running = tokio_rustls::TlsAcceptor::from(server);
-                    self.core
-                        .set_tls_policy(settings.require, settings.client_ca.is_some());
-                    info!(
-                        require = settings.require,
-                        mutual = settings.client_ca.is_some(),
-                        "sip tls certificate files read again"
-                    );
-                    for warning in tls::validity_warnings(settings) {
-                        warn!("{warning}");
-                    }
-                }
-            }
-            Err(error) => {
-                warn!(%error, "sip tls files not reloaded; the running certificate stays")
-            }
-        }
-    }
-
-    /// One batch from the ingest, and up to [`LOOP_BATCH`] more of the same
-    /// queue that are already waiting.
-    fn on_batch(&mut self, batch: Vec<crate::core::Inbound>, known: bool) {
-        let now = self.now();
-        for inbound in batch {
-            self.core.handle_message(now, inbound);
-        }
-        for _ in 1..LOOP_BATCH {
-            let queue = if known {
-                &mut self.queues.known
-            } else {
-                &mut self.queues.other
-            };
-            let Some(batch) = queue.try_recv() else {
-                break;
-            };
-            for inbound in batch {
-                self.core.handle_message(now, inbound);
-            }
-        }
-        if self.core.poll_timeout().is_some_and(|at| at <= now) {
-            self.core.handle_timeout(now);
-        }
-    }
-
-    /// The control requests waiting, at most [`LOOP_BATCH`].
-    fn on_admin(&mut self, first: AdminCommand) {
-        let mut next = Some(first);
-        let mut served = 0;
-        while let Some(command) = next.take() {
-            let now = self.now();
-            self.next_admin += 1;
-            let id = AdminId(self.next_admin);
-            self.replies.insert(id, command.reply);
-            let select = matches!(command.request, Request::Select(_));
-            self.core.handle_admin(now, id, command.request);
-            if select {
-                self.metrics.selection_duration(now.elapsed().as_secs_f64());
-            }
-            // A change's commit is carried out before the next request.
-            self.drive();
-            served += 1;
-            if served < LOOP_BATCH {
-                next = self.admin_rx.try_recv().ok();
-            }
-        }
-    }
-
-    /// Carries out what the core produced: messages to the writer, known
-    /// sources to the readers, effects.
-    fn drive(&mut self) {
-        loop {
-            let mut out = Vec::new();
-            while let Some(t) = self.core.poll_transmit() {
-                out.push(t);
-            }
-            if !out.is_empty() && self.egress.send(out).is_err() {
-                debug!("sip writer gone");
-            }
-            if let Some(event) = self.core.poll_event() {
-                crate::core::log::log(Instant::now(), &event);
-                continue;
-            }
-            let Some(effect) = self.core.poll_effect() else {
-                break;
-            };
-            self.on_effect(effect);
-        }
-        let generation = self.core.bindings_generation();
-        if generation != self.known_generation {
-            self.known_generation = generation;
-            self.known
-                .publish(generation, self.core.known_sources().collect());
-        }
-    }
-
-    fn on_effect(&mut self, effect: Effect) {
-        match effect {
-            Effect::Answer { id, response } => {
-                if let Some(reply) = self.replies.remove(&id) {
-                    if reply.send(*response).is_err() {
-                        debug!("control client went away before the answer");
-                    }
-                }
-            }
-            Effect::Commit {
-                ticket,
-                config,
-                expected,
-            } => match &mut self.etcd {
-                None => {
-                    let result = self.store.save(&config).map_err(CommitFailure::File);
-                    let now = self.now();
-                    self.core.handle_committed(now, ticket, result);
-                }
-                Some(link) => {
-                    let command = EtcdCommand::Commit {
-                        ticket: ticket.0,
-                        config,
-                        expected,
-                    };
-                    if let Err(error) = link.commands.try_send(command) {
-                        let error = CommitError::Unavailable {
-                            reason: format!("the etcd task does not take commands: {error}"),
-                        };
-                        let now = self.now();
-                        self.core.handle_etcd(
-                            now,
-                            EtcdEvent::Refused {
-                                ticket: ticket.0,
-                                error,
-                            },
-                        );
-                    }
-                }
-            },
-            Effect::SaveBindings { generation, text } => {
-                let store = self.store.clone();
-                let done = self.saved_tx.clone();
-                tokio::task::spawn_blocking(move || {
-                    let result = store.save_bindings(&text).map_err(|e| e.to_string());
-                    let _ = done.send((generation, result));
-                });
-            }
-        }
-    }
-
-    /// Ends every subscription and waits (bounded) for the answers to these
-    /// unsubscribes and for the final NOTIFYs that follow them, answering
-    /// every SIP request that arrives meanwhile; then logs what the rate
-    /// limits hold back and saves the bindings (the MSRs stay registered:
-    /// the next collector resumes them).
-    async fn drain(&mut self) {
-        let now = self.now();
-        let sent = self.core.shutdown(now);
-        let deadline = now + SHUTDOWN_GRACE;
-        loop {
-            self.drive();
-            if self.core.is_drained() {
-                break;
-            }
-            let timeout = self
-                .core
-                .poll_timeout()
-                .map_or(deadline, |t| t.min(deadline));
-            tokio::select! {
-                () = tokio::time::sleep_until(timeout) => {
-                    if Instant::now() >= deadline {
-                        let (unanswered, final_notifies) = self.core.awaited();
-                        if unanswered > 0 {
-                            warn!(unanswered, final_notifies, subscriptions = sent, "unsubscribe answers not received in time");
-                        } else {
-                            warn!(final_notifies, subscriptions = sent, "final notifies not received in time");
-                        }
-                        break;
-                    }
-                    let now = self.now();
-                    self.core.handle_timeout(now);
-                }
-                Some(batch) = self.queues.known.recv() => self.on_batch(batch, true),
-                Some(batch) = self.queues.other.recv() => self.on_batch(batch, false),
-                Some((generation, result)) = self.saved_rx.recv() => {
-                    let now = self.now();
-                    self.core.handle_bindings_saved(now, generation, result);
-                }
-            }
-        }
-        let now = self.now();
-        self.core.flush_logs(now);
-        if let Err(error) = self.store.save_bindings(&self.core.bindings_text(now)) {
-            warn!(%error, "cannot save the bindings");
-        }
-        self.drive();
-    }
 }
