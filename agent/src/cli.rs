@@ -2,6 +2,10 @@
 //! generator (`msr-dist`) builds the man page and the shell completions from
 //! this one definition.
 
+// The doc comments are clap's help texts and name the XML's elements
+// (`<agent log-file>`) as an operator reads them, not as HTML.
+#![allow(rustdoc::invalid_html_tags)]
+
 use std::path::PathBuf;
 
 use clap::Parser;

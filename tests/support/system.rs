@@ -756,7 +756,7 @@ pub fn free_tcp_port() -> u16 {
 
 /// A single-member etcd (Debian's `etcd-server`) on two free loopback
 /// ports with a data directory inside the test's directory; stopped when
-/// dropped. [`stop`](Self::stop) and [`start`](Self::start) again keep the
+/// dropped. [`kill9`](Self::kill9) and [`start`](Self::start) again keep the
 /// ports and the data.
 pub struct Etcd {
     /// `http://127.0.0.1:PORT`.

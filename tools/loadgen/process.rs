@@ -29,7 +29,7 @@ pub(crate) fn cpu_ticks(pid: u32) -> Option<u64> {
     Some(utime + stime)
 }
 
-/// A `kB` line of /proc/<pid>/status (`VmRSS`, `VmHWM`), in KiB.
+/// A `kB` line of `/proc/<pid>/status` (`VmRSS`, `VmHWM`), in KiB.
 pub(crate) fn status_kib(pid: u32, key: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
@@ -40,7 +40,7 @@ pub(crate) fn status_kib(pid: u32, key: &str) -> Option<u64> {
 }
 
 /// The pid of the `msr-collector` process owning UDP (or TCP, with
-/// `tcp`) `port` (via /proc/net inodes and /proc/<pid>/fd), if any.
+/// `tcp`) `port` (via `/proc/net` inodes and `/proc/<pid>/fd`), if any.
 pub(crate) fn find_collector_pid(port: u16, tcp: bool) -> Option<u32> {
     let mut inodes = Vec::new();
     let tables = if tcp {

@@ -48,8 +48,8 @@ pub enum Task {
 
 #[derive(Debug, Subcommand)]
 pub enum StoreTask {
-    /// Move the file store at [state] path into etcd ([store] endpoints and
-    /// prefix of the config), once: a prefix that already holds a
+    /// Move the file store (the config's state path) into etcd (its store
+    /// endpoints and prefix), once: a prefix that already holds a
     /// configuration is left alone unless --force is given.
     Migrate {
         /// The backend to move to.

@@ -17,7 +17,7 @@ use crate::operator::store::Store;
 ///   files in it ([`Store::check_dir`]);
 /// * (not here: whether another collector holds the store's lock, which
 ///   `--check-config` reports as a note, [`Store::check_unlocked`], and
-///   [`start`] refuses);
+///   [`crate::daemon::start`] refuses);
 /// * the store is readable and valid (a missing file is an empty store);
 /// * the `[sip.tls]` certificate, key and client CA are PEM files that
 ///   make a TLS server configuration ([`super::tls::server_config`]);

@@ -4,13 +4,13 @@
 //! [`start`] takes the operator store's lock, loads the configuration,
 //! binds every socket, builds the core and spawns:
 //!
-//! * the SIP readers ([`ingest::read_udp`], and [`ingest::accept_tcp`]
-//!   with TCP), which admit, parse and queue messages for the loop;
-//! * the SIP writer ([`ingest::write`]), which sends what the core emits;
+//! * the SIP readers (`ingest::read_udp`, and `ingest::accept_streams`
+//!   with TCP or TLS), which admit, parse and queue messages for the loop;
+//! * the SIP writer (`ingest::write`), which sends what the core emits;
 //! * the control socket, HTTP and redirect servers, which send control
 //!   requests to the loop;
 //! * with etcd, its task ([`crate::operator::store::etcd`]);
-//! * the loop ([`Shell::run`]): it feeds the core each input with the
+//! * the loop (`Shell::run`, in `shell.rs`): it feeds the core each input with the
 //!   time, sleeps until the core's next deadline, and carries out the
 //!   core's effects — answers, commits (the file store's save, or a
 //!   command to the etcd task) and the saves of the bindings, which run on
