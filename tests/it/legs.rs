@@ -211,3 +211,106 @@ async fn leg_list_shows_filters_and_forgets_released_legs() {
     assert!(body.contains("leg_released"), "{body}");
     assert_eq!(collector.msrctl_json(&["leg", "list"])["total"], 2);
 }
+
+/// Selects and releases of the same calls racing over separate control
+/// connections (SPEC §9): a release may reach the collector before its
+/// select, and then the select places nothing (`leg_released`) however
+/// the two interleave. At the end the live legs are exactly the calls that
+/// were never released, and every count agrees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selects_and_releases_racing_over_separate_connections_leave_exactly_the_unreleased_legs() {
+    const RACED: usize = 300;
+    const KEPT: usize = 60;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let collector = Collector::start(dir.path(), "core1", &CollectorOpts::default()).await;
+    let _agents: Vec<Agent> = ["msr_1", "msr_2"]
+        .into_iter()
+        .map(|msr| {
+            let spec = AgentSpec {
+                accounts: vec![AccountSpec::new(msr, &collector)],
+                ..AgentSpec::default()
+            };
+            Agent::start(dir.path(), msr, &spec, 10)
+        })
+        .collect();
+    collector
+        .wait_rows(Duration::from_secs(15), |rows| {
+            ["msr_1", "msr_2"]
+                .iter()
+                .all(|msr| live_row(rows, msr, Some(10)).is_some())
+                .then_some(())
+        })
+        .await
+        .expect("two MSRs live");
+
+    let connect = || AdminClient::connect(&collector.socket);
+    // Two pairs of connections, each pair one selecting and one releasing
+    // the same calls in the same order, so that they overtake each other;
+    // a fifth connection places the calls that are never released.
+    let raced = |pair: usize, n: usize| format!("race-{pair}-{n}");
+    let mut tasks = Vec::new();
+    for pair in 0..2 {
+        let mut selecting = connect().await.expect("control socket");
+        tasks.push(tokio::spawn(async move {
+            let (mut placed, mut refused) = (0_u32, 0_u32);
+            for n in 0..RACED {
+                match selecting.call(&select(&raced(pair, n))).await {
+                    Ok(msr_shared::admin::Response::Ok(ResponseData::Selected(_))) => placed += 1,
+                    Ok(msr_shared::admin::Response::Err(e))
+                        if e.code == msr_shared::admin::ErrorCode::LegReleased =>
+                    {
+                        refused += 1
+                    }
+                    other => panic!("select {} → {other:?}", raced(pair, n)),
+                }
+            }
+            (placed, refused)
+        }));
+        let mut releasing = connect().await.expect("control socket");
+        tasks.push(tokio::spawn(async move {
+            let mut ended = 0_u32;
+            for n in 0..RACED {
+                ended += released(&mut releasing, &release(&raced(pair, n))).await;
+            }
+            (ended, 0)
+        }));
+    }
+    let mut keeping = connect().await.expect("control socket");
+    let kept = tokio::spawn(async move {
+        for n in 0..KEPT {
+            selected(&mut keeping, &select(&format!("kept-{n}"))).await;
+        }
+    });
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        outcomes.push(task.await.expect("a racing connection"));
+    }
+    kept.await.expect("the keeping connection");
+    // Per pair: every select was placed (and its release ended it) or
+    // refused because its release came first.
+    for pair in 0..2 {
+        let (placed, refused) = outcomes[2 * pair];
+        let (ended, _) = outcomes[2 * pair + 1];
+        eprintln!("pair {pair}: {placed} selects placed, {refused} overtaken by their release");
+        assert_eq!(
+            (placed + refused, ended),
+            (RACED as u32, placed),
+            "pair {pair}: {placed} placed, {refused} refused as released, {ended} ended"
+        );
+    }
+
+    let listed = collector.msrctl_json(&["leg", "list", "--limit", "1000"]);
+    let mut live: Vec<String> = listed["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter_map(|r| r["call_id"].as_str().map(String::from))
+        .collect();
+    live.sort();
+    let mut expected: Vec<String> = (0..KEPT).map(|n| format!("kept-{n}")).collect();
+    expected.sort();
+    assert_eq!(live, expected, "{listed}");
+    assert_eq!(listed["total"], KEPT, "{listed}");
+    let counts = live_legs(&collector).await;
+    assert_eq!(counts.values().sum::<u32>(), KEPT as u32, "{counts:?}");
+}
