@@ -66,6 +66,12 @@ pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most HTTP connections served at once (see the module docs).
 pub const MAX_CONNECTIONS: usize = 512;
 
+/// The largest request head (request line and headers) read, bytes: every
+/// route's head fits in a few hundred, and a client sending more holds that
+/// much of the collector's memory per connection; longer gets `431`.
+/// hyper buffers at most this much (its floor is 8 KiB).
+pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+
 /// How long a connection may take to send a complete request head, counted
 /// from its accept and again from each response (so it bounds idle
 /// keep-alive connections too).
@@ -621,7 +627,8 @@ pub async fn serve_with(
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout);
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(MAX_HEAD_BYTES);
     loop {
         while connections.try_join_next().is_some() {}
         let accepted = tokio::select! {

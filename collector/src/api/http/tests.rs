@@ -226,3 +226,20 @@ async fn the_token_is_checked_before_the_route() {
     let status = status_line(None, &ask("/nowhere", "")).await;
     assert!(status.starts_with("HTTP/1.1 404 "), "{status}");
 }
+
+#[tokio::test]
+async fn a_request_head_over_the_bound_is_refused_and_closed() {
+    use tokio::io::AsyncWriteExt;
+    let (addr, shutdown) = limited_server(ServeLimits::default()).await;
+    let mut client = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let filler = "a".repeat(MAX_HEAD_BYTES);
+    let head = format!("GET /health HTTP/1.1\r\nHost: x\r\nX-Filler: {filler}\r\n\r\n");
+    // The server may close while the rest is still being written.
+    let _ = client.write_all(head.as_bytes()).await;
+    let answer = read_to_close(&mut client, Duration::from_secs(10))
+        .await
+        .expect("closed after the refusal");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 431 "), "{answer}");
+    shutdown.cancel();
+}
