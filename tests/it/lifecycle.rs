@@ -993,16 +993,7 @@ fn run_collector(args: &[&str], limit: Duration) -> Option<(Option<i32>, String)
             .spawn()
             .expect("run msr-collector"),
     };
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Ok(Some(status)) = guard.child.try_wait() {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = guard.wait_exit(limit)?;
     let mut stderr = String::new();
     if let Some(mut pipe) = guard.child.stderr.take() {
         let _ = pipe.read_to_string(&mut stderr);

@@ -5,20 +5,13 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use system_tests::{bin_path, ChildGuard};
 
 /// Waits for `guard` to exit within `limit`.
 fn finish(mut guard: ChildGuard, limit: Duration) -> Option<std::process::ExitStatus> {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if let Ok(Some(status)) = guard.child.try_wait() {
-            return Some(status);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    None
+    guard.wait_exit(limit)
 }
 
 #[test]

@@ -88,14 +88,22 @@ impl ChildGuard {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
+        self.wait_exit(limit)
+    }
+
+    /// Waits up to `limit` for the process to exit (blocking, for tests
+    /// that run no runtime); its exit status, or `None` while it runs.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
         let deadline = std::time::Instant::now() + limit;
-        while std::time::Instant::now() < deadline {
+        loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Some(status);
             }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
-        None
     }
 
     /// SIGKILL now (the `kill -9` of a crash test).
