@@ -37,10 +37,13 @@
 //! caller gives `now` and the wall clock ([`Collector::set_wall_clock`]),
 //! and the RNG is seeded at construction. It logs through `tracing`.
 
+mod bindings;
 mod commits;
 mod flows;
 mod glue;
 pub mod log;
+mod uas;
+
 #[cfg(test)]
 mod tests;
 
@@ -52,12 +55,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use msr_shared::admin::{Request, Response};
 pub use msr_shared::sip::transaction::StreamTransport;
-use msr_shared::sip::transaction::{ClientTransactions, Link, Outcome, SendError};
-use msr_shared::sip::{self, wire, Method, SipMessage, StatusCode};
+use msr_shared::sip::transaction::{ClientTransactions, Link};
+use msr_shared::sip::{self, SipMessage};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
+use tracing::info;
 
 use crate::api::handler;
 use crate::api::metrics::Metrics;
@@ -68,9 +71,10 @@ use crate::model::legs::LegTable;
 use crate::model::load_table::{LoadTable, Placement};
 use crate::operator::cluster::Cluster;
 use crate::operator::OperatorConfig;
-use crate::sip::registrar::{saved, RefusalLog, Registrar, RegistrarEvent};
+use crate::sip::registrar::{RefusalLog, Registrar, RegistrarEvent};
 use crate::sip::subscriber::{self, Subscriber, SubscriberConfig, SubscriberEvent};
 
+use bindings::BindingSaves;
 pub use commits::{Backend, CommitFailure, Ticket};
 
 /// The `User-Agent`/`Server` of the collector.
@@ -112,7 +116,7 @@ pub struct Inbound {
     pub route: Route,
     /// The peer's address as the socket saw it (never a header).
     pub source: SocketAddr,
-    /// The message, decoded with [`wire::decode`].
+    /// The message, decoded with [`wire::decode`](msr_shared::sip::wire::decode).
     pub message: SipMessage,
     /// Over TLS, the peer's certificate (DER) when it presented one.
     pub peer_certificate: Option<Arc<[u8]>>,
@@ -155,7 +159,7 @@ pub enum Effect {
     SaveBindings {
         /// Given back once written.
         generation: u64,
-        /// The encoded bindings ([`saved::encode`]).
+        /// The encoded bindings ([`saved::encode`](crate::sip::registrar::saved::encode)).
         text: String,
     },
 }
@@ -192,27 +196,6 @@ pub enum Event {
         /// Legs still live.
         live: usize,
     },
-}
-
-/// The bindings' way to the disk (module docs, "Durability").
-#[derive(Debug, Default)]
-struct BindingSaves {
-    /// Bumped by every binding change; what a save covers.
-    changed: u64,
-    /// The newest generation on disk.
-    saved: u64,
-    /// The generation being written, if a save is in flight.
-    writing: Option<u64>,
-    /// `200`s to REGISTERs, each waiting for this generation.
-    held: VecDeque<(u64, Transmit)>,
-    /// Bindings read from the disk are being applied: nothing to save.
-    restoring: bool,
-}
-
-impl BindingSaves {
-    fn dirty(&self) -> bool {
-        self.changed > self.saved
-    }
 }
 
 /// The collector (module docs).
@@ -397,199 +380,6 @@ impl Collector {
         self.unix_ms(now).div_euclid(1000)
     }
 
-    /// Takes back the bindings a previous run saved (SPEC §3: resume every
-    /// subscription at once). Text that this build cannot read is logged
-    /// and ignored: the MSRs register again at their next refresh.
-    pub fn restore_bindings(&mut self, now: Instant, text: &str) {
-        match saved::decode(text, now, self.unix_ms(now)) {
-            Ok(bindings) => {
-                info!(bindings = bindings.len(), "bindings restored");
-                self.registrar.restore(now, bindings);
-                // What was read needs no save.
-                self.bindings.restoring = true;
-                self.settle(now);
-                self.bindings.restoring = false;
-                self.bindings.saved = self.bindings.changed;
-            }
-            Err(error) => warn!(%error, "saved bindings ignored, the msrs register again"),
-        }
-    }
-
-    /// A SIP message arrived at `now`.
-    pub fn handle_message(&mut self, now: Instant, inbound: Inbound) {
-        match inbound.message {
-            SipMessage::Request(request) => {
-                let certificate = inbound.peer_certificate.as_deref();
-                self.on_request(now, inbound.route, inbound.source, certificate, &request)
-            }
-            SipMessage::Response(response) => {
-                if let Some((id, response)) = self.transactions.handle_response(now, response) {
-                    self.on_outcome(now, id, Outcome::Response(response));
-                }
-            }
-        }
-        self.settle(now);
-    }
-
-    /// Answers one request (module docs: statelessly).
-    fn on_request(
-        &mut self,
-        now: Instant,
-        route: Route,
-        source: SocketAddr,
-        certificate: Option<&[u8]>,
-        req: &sip::Request,
-    ) {
-        let over_tls = matches!(route, Route::Stream(_, StreamTransport::Tls));
-        let msr =
-            || sip::header(&req.headers, "To").and_then(|to| sip::uri_user(sip::addr_uri(to)));
-        let response = match req.method {
-            Method::Register | Method::Notify if self.require_tls && !over_tls => {
-                // `[sip.tls] require`: an MSR's registration and its load
-                // reports are taken over TLS only.
-                info!(
-                    target: msr_shared::logging::NETWORK,
-                    method = %req.method,
-                    %source,
-                    "request refused: sip.tls.require takes registrations and notifies over tls only"
-                );
-                sip::response(req, StatusCode::Forbidden, Some(&sip::random_token()))
-            }
-            Method::Register
-                if self.mutual_tls
-                    && over_tls
-                    && !msr().is_some_and(|msr| {
-                        certificate.is_some_and(|der| msr_shared::certificate::names(der, msr))
-                    }) =>
-            {
-                // Mutual TLS: the handshake proved the certificate chains
-                // to the agents' CA; it must also be this MSR's.
-                info!(
-                    target: msr_shared::logging::NETWORK,
-                    msr = msr().map(|m| m.escape_debug().to_string()),
-                    %source,
-                    "register refused: the client certificate does not name this msr"
-                );
-                sip::response(req, StatusCode::Forbidden, Some(&sip::random_token()))
-            }
-            Method::Register => {
-                let response = self.registrar.handle_register(now, req, Some(source));
-                self.metrics.register(response.status_code.code());
-                if response.status_code == StatusCode::OK {
-                    self.flows.registered(route, req);
-                }
-                // A 200 waits for the disk when this REGISTER changed a
-                // binding (the settle that follows counts the change: the
-                // next generation) or an earlier change is not saved yet.
-                let waits_for = if self.registrar.has_events() {
-                    Some(self.bindings.changed + 1)
-                } else {
-                    self.bindings.dirty().then_some(self.bindings.changed)
-                };
-                if let Some(generation) =
-                    waits_for.filter(|_| response.status_code == StatusCode::OK)
-                {
-                    let transmit = self.response_to(route, source, req, response);
-                    self.bindings.held.push_back((generation, transmit));
-                    return;
-                }
-                response
-            }
-            Method::Notify => {
-                let unix = self.unix_secs(now);
-                let sender = self.flows.sender(route, source);
-                let response = self.subscriber.handle_notify(now, unix, Some(sender), req);
-                self.metrics.notify(response.status_code == StatusCode::OK);
-                if response.status_code != StatusCode::OK {
-                    // Anyone can send NOTIFYs: rate limited
-                    // (msr_shared::logging::FloodLimit).
-                    info!(
-                        target: msr_shared::logging::NETWORK,
-                        call_id = sip::call_id(&req.headers).map(tracing::field::display),
-                        status = %response.status_code,
-                        %source,
-                        "notify refused"
-                    );
-                }
-                response
-            }
-            Method::Options => allow(sip::response(
-                req,
-                StatusCode::OK,
-                Some(&sip::random_token()),
-            )),
-            Method::Ack => return,
-            _ => allow(sip::response(
-                req,
-                StatusCode::MethodNotAllowed,
-                Some(&sip::random_token()),
-            )),
-        };
-        let transmit = self.response_to(route, source, req, response);
-        self.transmits.push_back(transmit);
-    }
-
-    /// The response to `req`, addressed the way it came.
-    fn response_to(
-        &self,
-        route: Route,
-        source: SocketAddr,
-        req: &sip::Request,
-        response: sip::Response,
-    ) -> Transmit {
-        let route = match route {
-            Route::Udp(_) => Route::Udp(wire::response_target(req, source)),
-            stream => stream,
-        };
-        Transmit {
-            route,
-            bytes: wire::encode_response(response),
-        }
-    }
-
-    /// A client transaction ended.
-    fn on_outcome(&mut self, now: Instant, id: RequestId, outcome: Outcome) {
-        match (id, outcome) {
-            (RequestId::Subscribe(id), Outcome::Response(response)) => {
-                self.subscriber.handle_response(now, id, &response)
-            }
-            // RFC 3261 §8.1.3.1: a timeout is a 408.
-            (RequestId::Subscribe(id), Outcome::TimedOut) => {
-                self.subscriber.handle_failure(now, id, "408")
-            }
-            (RequestId::Keepalive(id), Outcome::Response(response)) => {
-                self.health.handle_response(now, id, &response.status_code)
-            }
-            (RequestId::Keepalive(id), Outcome::TimedOut) => self.health.handle_failure(now, id),
-        }
-    }
-
-    /// Sends `request` to the contact URI it is addressed to in a client
-    /// transaction; `Err` when that URI names no IP address and port, or
-    /// the request has no CSeq.
-    fn send_request(
-        &mut self,
-        now: Instant,
-        id: RequestId,
-        request: sip::Request,
-        timeout: Option<Duration>,
-    ) -> Result<(), String> {
-        let target = request.uri.to_string();
-        let to = sip::uri_socket_addr(&target)
-            .ok_or_else(|| format!("target {} is not an ip address and port", request.uri))?;
-        let (link, contact) = self.flows.link(&target, to)?;
-        let mut request = request;
-        if link != Link::Udp && sip::header(&request.headers, "Contact").is_some() {
-            // The NOTIFYs come back on the transport the SUBSCRIBE left on
-            // (flows' module docs): the Contact names that listener.
-            sip::set_header(&mut request.headers, "Contact", format!("<{contact}>"));
-        }
-        let timeout = timeout.unwrap_or(msr_shared::sip::transaction::TIMER_F);
-        self.transactions
-            .send_on(now, id, to, request, timeout, link)
-            .map_err(|e: SendError| e.to_string())
-    }
-
     /// Does what is due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.transactions.handle_timeout(now);
@@ -680,60 +470,6 @@ impl Collector {
         self.events.pop_front()
     }
 
-    /// The bindings of save `generation` are on disk (`Ok`), or could not
-    /// be written (`Err`, the reason): the `200`s that waited for them
-    /// leave, or — not saved — become `500`s, so that the MSRs try again
-    /// (their binding stays in memory: subscriptions go on).
-    pub fn handle_bindings_saved(
-        &mut self,
-        now: Instant,
-        generation: u64,
-        result: Result<(), String>,
-    ) {
-        if self.bindings.writing == Some(generation) {
-            self.bindings.writing = None;
-        }
-        match result {
-            Ok(()) => self.bindings.saved = self.bindings.saved.max(generation),
-            Err(error) => {
-                tracing::error!(%error, "cannot save the bindings");
-            }
-        }
-        while let Some((waits_for, _)) = self.bindings.held.front() {
-            if *waits_for > generation {
-                break;
-            }
-            let Some((_, transmit)) = self.bindings.held.pop_front() else {
-                break;
-            };
-            if self.bindings.saved >= generation {
-                self.transmits.push_back(transmit);
-            } else {
-                debug!("register answered 500: its binding was not saved");
-                self.transmits.push_back(unsaved(transmit));
-            }
-        }
-        self.request_save(now);
-    }
-
-    /// Asks for a save of the bindings when some are unsaved and none is
-    /// being written.
-    fn request_save(&mut self, now: Instant) {
-        if !self.bindings.dirty() || self.bindings.writing.is_some() || self.bindings.restoring {
-            return;
-        }
-        let generation = self.bindings.changed;
-        self.bindings.writing = Some(generation);
-        let text = saved::encode(self.registrar.bindings(), now, self.unix_ms(now));
-        self.effects
-            .push_back(Effect::SaveBindings { generation, text });
-    }
-
-    /// The bindings now, for the final save at shutdown.
-    pub fn bindings_text(&self, now: Instant) -> String {
-        saved::encode(self.registrar.bindings(), now, self.unix_ms(now))
-    }
-
     /// A control request (SPEC §8), from msrctl, HTTP or the redirect
     /// server; its answer comes as an [`Effect::Answer`].
     pub fn handle_admin(&mut self, now: Instant, id: AdminId, request: Request) {
@@ -783,36 +519,8 @@ impl Collector {
         })
     }
 
-    /// Bumped by every change of the bindings: when the known sources
-    /// ([`known_sources`](Self::known_sources)) may have changed.
-    pub fn bindings_generation(&self) -> u64 {
-        self.bindings.changed
-    }
-
     /// The number of client transactions in flight.
     pub fn transactions_in_flight(&self) -> usize {
         self.transactions.len()
-    }
-}
-
-/// `Allow` of the collector's answers to OPTIONS and to methods it does
-/// not serve (RFC 3261 §11.2, §21.4.6).
-fn allow(mut response: sip::Response) -> sip::Response {
-    sip::push_header(&mut response.headers, "Allow", "REGISTER, NOTIFY, OPTIONS");
-    response
-}
-
-/// A held `200` turned into `500 Server Internal Error` with
-/// `Retry-After`, for a binding that could not be saved (the status line
-/// is rewritten; every header stays).
-fn unsaved(transmit: Transmit) -> Transmit {
-    let text = String::from_utf8_lossy(&transmit.bytes);
-    let Some(rest) = text.split_once("\r\n").map(|(_, rest)| rest) else {
-        return transmit;
-    };
-    let rest = rest.replacen("\r\n\r\n", "\r\nRetry-After: 5\r\n\r\n", 1);
-    Transmit {
-        route: transmit.route,
-        bytes: Bytes::from(format!("SIP/2.0 500 Bindings Not Saved\r\n{rest}")),
     }
 }

@@ -1,0 +1,200 @@
+//! SIP in: the collector as a stateless UAS (RFC 3261 §8.2.7). A request
+//! is answered at once from what the cores decide — REGISTERs by the
+//! registrar, NOTIFYs by the subscriber, OPTIONS with `Allow` — after the
+//! `[sip.tls]` checks of who may register and report; a response ends one
+//! of the collector's own client transactions (RFC 3261 §17.1.2), whose
+//! requests leave from here too, over the flow their contact registered on.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use msr_shared::sip::transaction::{Link, Outcome, SendError, StreamTransport};
+use msr_shared::sip::{self, wire, Method, SipMessage, StatusCode};
+use tokio::time::Instant;
+use tracing::info;
+
+use super::{Collector, Inbound, RequestId, Route, Transmit};
+
+impl Collector {
+    /// A SIP message arrived at `now`.
+    pub fn handle_message(&mut self, now: Instant, inbound: Inbound) {
+        match inbound.message {
+            SipMessage::Request(request) => {
+                let certificate = inbound.peer_certificate.as_deref();
+                self.on_request(now, inbound.route, inbound.source, certificate, &request)
+            }
+            SipMessage::Response(response) => {
+                if let Some((id, response)) = self.transactions.handle_response(now, response) {
+                    self.on_outcome(now, id, Outcome::Response(response));
+                }
+            }
+        }
+        self.settle(now);
+    }
+
+    /// Answers one request (module docs: statelessly).
+    fn on_request(
+        &mut self,
+        now: Instant,
+        route: Route,
+        source: SocketAddr,
+        certificate: Option<&[u8]>,
+        req: &sip::Request,
+    ) {
+        let over_tls = matches!(route, Route::Stream(_, StreamTransport::Tls));
+        let msr =
+            || sip::header(&req.headers, "To").and_then(|to| sip::uri_user(sip::addr_uri(to)));
+        let response = match req.method {
+            Method::Register | Method::Notify if self.require_tls && !over_tls => {
+                // `[sip.tls] require`: an MSR's registration and its load
+                // reports are taken over TLS only.
+                info!(
+                    target: msr_shared::logging::NETWORK,
+                    method = %req.method,
+                    %source,
+                    "request refused: sip.tls.require takes registrations and notifies over tls only"
+                );
+                sip::response(req, StatusCode::Forbidden, Some(&sip::random_token()))
+            }
+            Method::Register
+                if self.mutual_tls
+                    && over_tls
+                    && !msr().is_some_and(|msr| {
+                        certificate.is_some_and(|der| msr_shared::certificate::names(der, msr))
+                    }) =>
+            {
+                // Mutual TLS: the handshake proved the certificate chains
+                // to the agents' CA; it must also be this MSR's.
+                info!(
+                    target: msr_shared::logging::NETWORK,
+                    msr = msr().map(|m| m.escape_debug().to_string()),
+                    %source,
+                    "register refused: the client certificate does not name this msr"
+                );
+                sip::response(req, StatusCode::Forbidden, Some(&sip::random_token()))
+            }
+            Method::Register => {
+                let response = self.registrar.handle_register(now, req, Some(source));
+                self.metrics.register(response.status_code.code());
+                if response.status_code == StatusCode::OK {
+                    self.flows.registered(route, req);
+                }
+                // A 200 waits for the disk when this REGISTER changed a
+                // binding (the settle that follows counts the change: the
+                // next generation) or an earlier change is not saved yet.
+                let waits_for = if self.registrar.has_events() {
+                    Some(self.bindings.changed + 1)
+                } else {
+                    self.bindings.dirty().then_some(self.bindings.changed)
+                };
+                if let Some(generation) =
+                    waits_for.filter(|_| response.status_code == StatusCode::OK)
+                {
+                    let transmit = self.response_to(route, source, req, response);
+                    self.bindings.held.push_back((generation, transmit));
+                    return;
+                }
+                response
+            }
+            Method::Notify => {
+                let unix = self.unix_secs(now);
+                let sender = self.flows.sender(route, source);
+                let response = self.subscriber.handle_notify(now, unix, Some(sender), req);
+                self.metrics.notify(response.status_code == StatusCode::OK);
+                if response.status_code != StatusCode::OK {
+                    // Anyone can send NOTIFYs: rate limited
+                    // (msr_shared::logging::FloodLimit).
+                    info!(
+                        target: msr_shared::logging::NETWORK,
+                        call_id = sip::call_id(&req.headers).map(tracing::field::display),
+                        status = %response.status_code,
+                        %source,
+                        "notify refused"
+                    );
+                }
+                response
+            }
+            Method::Options => allow(sip::response(
+                req,
+                StatusCode::OK,
+                Some(&sip::random_token()),
+            )),
+            Method::Ack => return,
+            _ => allow(sip::response(
+                req,
+                StatusCode::MethodNotAllowed,
+                Some(&sip::random_token()),
+            )),
+        };
+        let transmit = self.response_to(route, source, req, response);
+        self.transmits.push_back(transmit);
+    }
+
+    /// The response to `req`, addressed the way it came.
+    fn response_to(
+        &self,
+        route: Route,
+        source: SocketAddr,
+        req: &sip::Request,
+        response: sip::Response,
+    ) -> Transmit {
+        let route = match route {
+            Route::Udp(_) => Route::Udp(wire::response_target(req, source)),
+            stream => stream,
+        };
+        Transmit {
+            route,
+            bytes: wire::encode_response(response),
+        }
+    }
+
+    /// A client transaction ended.
+    pub(super) fn on_outcome(&mut self, now: Instant, id: RequestId, outcome: Outcome) {
+        match (id, outcome) {
+            (RequestId::Subscribe(id), Outcome::Response(response)) => {
+                self.subscriber.handle_response(now, id, &response)
+            }
+            // RFC 3261 §8.1.3.1: a timeout is a 408.
+            (RequestId::Subscribe(id), Outcome::TimedOut) => {
+                self.subscriber.handle_failure(now, id, "408")
+            }
+            (RequestId::Keepalive(id), Outcome::Response(response)) => {
+                self.health.handle_response(now, id, &response.status_code)
+            }
+            (RequestId::Keepalive(id), Outcome::TimedOut) => self.health.handle_failure(now, id),
+        }
+    }
+
+    /// Sends `request` to the contact URI it is addressed to in a client
+    /// transaction; `Err` when that URI names no IP address and port, or
+    /// the request has no CSeq.
+    pub(super) fn send_request(
+        &mut self,
+        now: Instant,
+        id: RequestId,
+        request: sip::Request,
+        timeout: Option<Duration>,
+    ) -> Result<(), String> {
+        let target = request.uri.to_string();
+        let to = sip::uri_socket_addr(&target)
+            .ok_or_else(|| format!("target {} is not an ip address and port", request.uri))?;
+        let (link, contact) = self.flows.link(&target, to)?;
+        let mut request = request;
+        if link != Link::Udp && sip::header(&request.headers, "Contact").is_some() {
+            // The NOTIFYs come back on the transport the SUBSCRIBE left on
+            // (flows' module docs): the Contact names that listener.
+            sip::set_header(&mut request.headers, "Contact", format!("<{contact}>"));
+        }
+        let timeout = timeout.unwrap_or(msr_shared::sip::transaction::TIMER_F);
+        self.transactions
+            .send_on(now, id, to, request, timeout, link)
+            .map_err(|e: SendError| e.to_string())
+    }
+}
+
+/// `Allow` of the collector's answers to OPTIONS and to methods it does
+/// not serve (RFC 3261 §11.2, §21.4.6).
+fn allow(mut response: sip::Response) -> sip::Response {
+    sip::push_header(&mut response.headers, "Allow", "REGISTER, NOTIFY, OPTIONS");
+    response
+}
