@@ -1,3 +1,5 @@
+use msr_shared::admin::{ContactProperty, Distance, Request, SelectQuery};
+
 use super::*;
 
 fn parse(line: &str) -> Result<Cli, clap::Error> {
