@@ -9,7 +9,7 @@
 //! * the earliest core deadline (`sleep_until(min(poll_timeout))`);
 //! * the sampling tick (the [`LoadSampler`] runs in `spawn_blocking`, it reads
 //!   `/proc`); with the `rtpengine` calls source the tick first asks
-//!   rtpengine over its ng port ([`NgClient`]) and the sample is taken
+//!   rtpengine over its ng port ([`NgClient`](crate::load::rtpengine::NgClient)) and the sample is taken
 //!   when the exchange ends, with its answer;
 //! * a datagram from rtpengine's ng port (a connected UDP socket of the
 //!   agent's own, so only that address is heard);
@@ -42,6 +42,10 @@
 //! Architecture Invariant: only this module (and `lib.rs`) touches the
 //! clock, sockets and tasks; the cores receive `now` as an argument.
 
+mod ng;
+mod reload;
+mod subscribers;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -56,10 +60,12 @@ use tracing::{debug, error, info, warn};
 
 use crate::config::{self, Account, AgentConfig, ConfigError, Transports};
 use crate::error::AgentError;
-use crate::load::rtpengine::{Answer, AskOutcome, NgClient};
+use crate::load::rtpengine::{Answer, AskOutcome};
 use crate::load::{EngineSessions, LoadSampler, Sample};
-use crate::notifier::{Notifier, NotifierConfig, SubscriptionId};
+use crate::notifier::{Notifier, SubscriptionId};
 use crate::registration::{Registration, RegistrationConfig, RegistrationState};
+use ng::{NgLink, NG_MAX_DATAGRAM};
+use subscribers::{notifier_config, registrar_addrs};
 
 /// How long shutdown waits for the unregisters to be answered (after up to
 /// [`FINAL_NOTIFY_GRACE`](crate::notifier::FINAL_NOTIFY_GRACE) for the
@@ -68,10 +74,6 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// The longest a registrar's host name may take to resolve.
 pub(crate) const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// What one resolution of the registrars' host names found: per name, its
-/// addresses or why there are none.
-type Resolution = Vec<(String, Result<BTreeSet<IpAddr>, String>)>;
 
 /// An account's identity across reloads: `(msr_name, realm URI)`.
 type AccountKey = (String, String);
@@ -149,83 +151,6 @@ fn host_port(addr: IpAddr, port: u16) -> String {
     SocketAddr::new(addr, port).to_string()
 }
 
-/// The `rtpengine` calls source's I/O: its sans-IO client and the UDP
-/// socket, connected to the ng address, it talks through.
-struct NgLink {
-    client: NgClient,
-    socket: tokio::net::UdpSocket,
-}
-
-/// The largest ng answer read: rtpengine's `statistics` answer is about
-/// 8 KB (it grows by a few hundred bytes per proxy that talks to it).
-const NG_MAX_DATAGRAM: usize = 65_535;
-
-impl NgLink {
-    /// A link to the ng address of `config`'s `rtpengine` source; `None`
-    /// for another source, or (logged) when no socket can be had.
-    fn for_config(config: &AgentConfig) -> Option<NgLink> {
-        let target = config.ng_address()?;
-        let local: SocketAddr = match target {
-            SocketAddr::V4(_) => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
-            SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
-        };
-        let socket = std::net::UdpSocket::bind(local)
-            .and_then(|s| s.connect(target).map(|()| s))
-            .and_then(|s| s.set_nonblocking(true).map(|()| s))
-            .and_then(tokio::net::UdpSocket::from_std);
-        match socket {
-            Ok(socket) => {
-                info!(ng = %target, "calls from rtpengine's ng port {target}");
-                let prefix = format!("msr-agent-{:08x}", rand::random::<u32>());
-                Some(NgLink {
-                    client: NgClient::new(target, prefix),
-                    socket,
-                })
-            }
-            Err(e) => {
-                error!(ng = %target, error = %e, "cannot open a socket to rtpengine's ng port: the msr is reported full");
-                None
-            }
-        }
-    }
-
-    /// One whole exchange, outside the loop (before the first sample):
-    /// at most [`TRIES`](crate::load::rtpengine::TRIES) sends
-    /// [`RETRANSMIT_AFTER`](crate::load::rtpengine::RETRANSMIT_AFTER)
-    /// apart.
-    async fn exchange(&mut self) -> EngineSessions {
-        let mut buf = vec![0_u8; NG_MAX_DATAGRAM];
-        self.client.ask(Instant::now());
-        loop {
-            let mut answer = None;
-            while let Some(datagram) = self.client.poll_transmit() {
-                if let Err(e) = self.socket.send(&datagram).await {
-                    answer = self
-                        .client
-                        .handle_send_error(Instant::now(), &e.to_string());
-                }
-            }
-            if answer.is_none() {
-                let Some(deadline) = self.client.poll_timeout() else {
-                    return EngineSessions::Unavailable;
-                };
-                answer = tokio::select! {
-                    received = self.socket.recv(&mut buf) => match received {
-                        Ok(n) => self.client.handle_datagram(Instant::now(), buf.get(..n).unwrap_or_default()),
-                        Err(e) => self.client.handle_send_error(Instant::now(), &e.to_string()),
-                    },
-                    () = sleep_until(deadline) => self.client.handle_timeout(Instant::now()),
-                };
-            }
-            match answer {
-                Some(Answer::Sessions(n)) => return EngineSessions::Known(n),
-                Some(Answer::Failed(_)) => return EngineSessions::Unavailable,
-                None => {}
-            }
-        }
-    }
-}
-
 /// The shell's state.
 pub(crate) struct Shell {
     endpoint: SipEndpoint,
@@ -251,88 +176,6 @@ pub(crate) struct Shell {
 
 fn account_key(a: &Account) -> AccountKey {
     (a.msr_name.clone(), a.realm.uri.clone())
-}
-
-fn notifier_config(
-    config: &AgentConfig,
-    contact: &str,
-    resolved: &BTreeMap<String, BTreeSet<IpAddr>>,
-) -> NotifierConfig {
-    NotifierConfig {
-        subscribers: subscribers(config, resolved),
-        registrars: config
-            .accounts
-            .iter()
-            .flat_map(|a| registrar_addrs(a, resolved))
-            .collect(),
-        load_delta: config.general.load_delta,
-        high_water: config.agent.notify_high_water,
-        notify_min_interval: Duration::from_millis(config.agent.notify_min_interval_ms),
-        max_expires: config.agent.max_subscription_expires,
-        contact_host_port: contact.to_owned(),
-        accounts: config
-            .accounts
-            .iter()
-            .map(|a| a.msr_name.clone())
-            .collect::<BTreeSet<_>>(),
-    }
-}
-
-/// The subscriber hosts of `config`: its addresses, and the addresses
-/// `resolved` holds for its names.
-fn subscribers(
-    config: &AgentConfig,
-    resolved: &BTreeMap<String, BTreeSet<IpAddr>>,
-) -> BTreeSet<IpAddr> {
-    let hosts = config.subscriber_hosts();
-    let mut all = hosts.addresses;
-    for name in &hosts.names {
-        all.extend(resolved.get(name).into_iter().flatten());
-    }
-    all
-}
-
-/// The SIP addresses of `account`'s registrar: its realm URI's address (or
-/// the addresses its host name resolved to) at the URI's port, 5060 when
-/// it has none (RFC 3263 §4.2 for a URI without port).
-fn registrar_addrs(
-    account: &Account,
-    resolved: &BTreeMap<String, BTreeSet<IpAddr>>,
-) -> Vec<std::net::SocketAddr> {
-    let realm = &account.realm;
-    let port = realm.port_or_default();
-    let bare = realm
-        .host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(&realm.host);
-    let ips: Vec<IpAddr> = match bare.parse::<IpAddr>() {
-        Ok(ip) => vec![ip.to_canonical()],
-        Err(_) => resolved
-            .get(&realm.host)
-            .into_iter()
-            .flatten()
-            .copied()
-            .collect(),
-    };
-    ips.into_iter()
-        .map(|ip| std::net::SocketAddr::new(ip, port))
-        .collect()
-}
-
-/// Resolves `names`, each within [`RESOLVE_TIMEOUT`].
-async fn resolve(names: BTreeSet<String>) -> Resolution {
-    let mut out = Vec::new();
-    for name in names {
-        let lookup = tokio::net::lookup_host((name.as_str(), 5060));
-        let found = match tokio::time::timeout(RESOLVE_TIMEOUT, lookup).await {
-            Ok(Ok(addrs)) => Ok(addrs.map(|a| a.ip().to_canonical()).collect()),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("no answer in {} s", RESOLVE_TIMEOUT.as_secs())),
-        };
-        out.push((name, found));
-    }
-    out
 }
 
 impl Shell {
@@ -389,33 +232,6 @@ impl Shell {
             next_request_id: 1,
             resolved,
         }
-    }
-
-    /// Starts resolving the registrars' host names; `None` when the config
-    /// names none.
-    fn start_resolving(&self) -> Option<JoinHandle<Resolution>> {
-        let names = self.config.subscriber_hosts().names;
-        (!names.is_empty()).then(|| tokio::spawn(resolve(names)))
-    }
-
-    /// Takes in what a resolution found and tells the notifier.
-    fn resolved(&mut self, found: Resolution) {
-        for (name, addrs) in found {
-            match addrs {
-                Ok(addrs) => {
-                    info!(registrar = %name, addresses = ?addrs, "registrar host resolved");
-                    self.resolved.insert(name, addrs);
-                }
-                Err(e) => {
-                    let kept = self.resolved.get(&name).map_or(0, BTreeSet::len);
-                    warn!(registrar = %name, error = %e, kept, "cannot resolve registrar host, keeping its last addresses");
-                }
-            }
-        }
-        let contact = host_port(self.contact_addr, self.endpoint.local_addr().port());
-        let config = notifier_config(&self.config, &contact, &self.resolved);
-        self.notifier.set_subscribers(config.subscribers);
-        self.notifier.set_registrars(config.registrars);
     }
 
     fn registration_config(&self, account: &Account) -> RegistrationConfig {
@@ -750,111 +566,6 @@ impl Shell {
                 }
             }
         }
-    }
-
-    /// Reads the `<agent tls-…>` files of `config` again: connections
-    /// opened from now on use them; files that cannot be used leave the
-    /// running ones (and the reload's other changes go on).
-    fn reload_tls(&mut self, config: &AgentConfig) {
-        let Some(tls) = &config.agent.tls else {
-            warn!("<agent tls-ca> removed: tls connections keep the files read before");
-            return;
-        };
-        match tls.read() {
-            Ok(client) => {
-                self.endpoint.set_tls_client(&client);
-                info!("<agent tls-…> files read again: new tls connections use them");
-                for warning in tls.warnings(config.tls_msrs()) {
-                    warn!("{warning}");
-                }
-            }
-            Err(error) => warn!(
-                attribute = tls.attribute_of(&error.path),
-                %error,
-                "<agent tls-…> files not reloaded; the running ones stay"
-            ),
-        }
-    }
-
-    /// Applies a new, valid config (SPEC §2 hot reload).
-    fn reload(&mut self, now: Instant, config: AgentConfig) {
-        if config.transport != self.config.transport {
-            let show =
-                |t: &config::TransportConfig| format!("{} {}:{}", t.transport, t.bind_addr, t.port);
-            warn!(
-                old = %show(&self.config.transport),
-                new = %show(&config.transport),
-                "transport change ignored until restart"
-            );
-        }
-        let old: HashMap<AccountKey, Account> = self
-            .config
-            .accounts
-            .iter()
-            .map(|a| (account_key(a), a.clone()))
-            .collect();
-        let new: HashMap<AccountKey, Account> = config
-            .accounts
-            .iter()
-            .map(|a| (account_key(a), a.clone()))
-            .collect();
-        if config.mcc != self.config.mcc || config.agent.sip_port != self.config.agent.sip_port {
-            warn!("<pbyte><mcc> or <agent sip-port> change ignored until restart");
-        }
-        if config.agent.tls != self.config.agent.tls {
-            self.reload_tls(&config);
-        }
-        // What was bound and reported at start stays until a restart.
-        let mut config = config;
-        config.transport = self.config.transport.clone();
-        config.mcc = self.config.mcc;
-        config.agent.sip_port = self.config.agent.sip_port;
-        self.config = config;
-        for (key, account) in &old {
-            match new.get(key) {
-                None => {
-                    if let Some(mut reg) = self.registrations.remove(key) {
-                        info!(msr = %account.msr_name, realm = %account.realm, "account removed, unregistering");
-                        reg.unregister(now);
-                        self.retiring.push(reg);
-                    }
-                }
-                Some(updated) if updated != account => {
-                    info!(msr = %account.msr_name, realm = %account.realm, "account changed, registering again");
-                    self.add_account(now, updated);
-                }
-                Some(_) => {}
-            }
-        }
-        for (key, account) in &new {
-            if !old.contains_key(key) {
-                info!(msr = %account.msr_name, realm = %account.realm, "account added");
-                self.add_account(now, account);
-            }
-        }
-        let expires = self.config.agent.register_expires;
-        for reg in self.registrations.values_mut() {
-            reg.set_expires(expires);
-        }
-        if let Some(sampler) = self.sampler.as_mut() {
-            sampler.reconfigure(&self.config.media, &self.config.general, &self.config.agent);
-        }
-        let target = self.config.ng_address();
-        if self.ng.as_ref().map(|l| l.client.target()) != target {
-            self.ng = NgLink::for_config(&self.config);
-        }
-        // Names no longer in the config are forgotten; new ones are
-        // resolved by the caller, and allowed once they are.
-        let names = self.config.subscriber_hosts().names;
-        self.resolved.retain(|name, _| names.contains(name));
-        let contact = host_port(self.contact_addr, self.endpoint.local_addr().port());
-        self.notifier
-            .reconfigure(now, notifier_config(&self.config, &contact, &self.resolved));
-        info!(
-            accounts = self.config.accounts.len(),
-            load_delta = self.config.general.load_delta,
-            "config reloaded"
-        );
     }
 
     /// The two-step shutdown of the module docs.
