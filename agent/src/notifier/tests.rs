@@ -2,7 +2,7 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use msr_shared::event_package::LoadReport;
+use msr_shared::event_package::{LoadReport, EVENT};
 use msr_shared::sip::{
     self, Method, Request, Response, StatusCode, SubState, SubscriptionStateHeader,
 };
