@@ -1,0 +1,411 @@
+//! The discrete-event loop of one run: arrivals, departures, the end of
+//! each subscription's rate-limit window and the delivery of NOTIFYs, as
+//! a [`BinaryHeap`] of events in integer nanoseconds of virtual time, each
+//! core host with its own collector state ([`Host`]) and each MSR with one
+//! [`NotifyGate`] per core host.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::Duration;
+
+use msr_agent::notifier::{NotifyGate, NotifyRule, Reported, Verdict};
+use msr_collector::config::{SelectionConfig, SelectionPolicy};
+use msr_collector::model::legs::{LegKey, LegTable, DEFAULT_MAX_DURATION};
+use msr_collector::model::load_table::{Change, LoadTable, Placement};
+use msr_collector::operator::OperatorConfig;
+use msr_collector::sip::registrar::Binding;
+use msr_shared::event_package::LoadReport;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::time::Instant;
+
+use crate::policies::{choose, percent};
+use crate::stats::{batch_means, erlang_b, spread_pp};
+use crate::{exponential, Outcome, Policy, Scenario, SimError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    /// The next call arrives.
+    Arrival,
+    /// Call `id` on MSR `msr`, placed by core host `host`, ends.
+    Departure { id: u64, host: u32, msr: u32 },
+    /// The rate-limit window of MSR `msr`'s subscription from `host` ends.
+    WindowEnd { msr: u32, host: u32 },
+    /// A NOTIFY of MSR `msr` (calls `calls`) reaches `host`.
+    Notify { msr: u32, host: u32, calls: u32 },
+}
+
+/// One core host: the collector's state.
+pub(crate) struct Host {
+    pub(crate) table: LoadTable,
+    pub(crate) legs: LegTable,
+    pub(crate) next_rr: usize,
+    pub(crate) seen: Seen,
+}
+
+/// What a comparison policy knows on one core host, per MSR (the
+/// product's policies read the [`LoadTable`] instead).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Seen {
+    /// `calls` of the last NOTIFY that reached this host (`None`: none yet).
+    pub(crate) reported: Vec<Option<u32>>,
+    /// Legs this host placed since that NOTIFY arrived.
+    pub(crate) placed_since: Vec<u32>,
+    /// Calls this host placed that it has not seen end.
+    pub(crate) active: Vec<u32>,
+}
+
+/// Runs `scenario`.
+///
+/// # Errors
+/// [`SimError`] when the scenario cannot be set up.
+pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
+    let n = scenario.capacities.len();
+    if n == 0 || scenario.coefficients.len() != n || scenario.core_hosts == 0 {
+        return Err(SimError::Scenario(
+            "one coefficient per msr, at least one msr and one core host".into(),
+        ));
+    }
+    let names: Vec<String> = (0..n).map(|i| format!("msr_{i}")).collect();
+    let contacts: Vec<String> = names.iter().map(|m| format!("lo@{m}")).collect();
+    let base = Instant::now();
+    // Event times are integer nanoseconds since `base`, exactly as the
+    // product's `Instant`s differ: a time that went through f64 seconds
+    // could land a nanosecond before the gate's window end, and the held
+    // change would then wait for the next change (issue 24, defect b).
+    let at = |t_ns: u64| base + Duration::from_nanos(t_ns);
+    let delay_ns = u64::try_from(scenario.report_delay.as_nanos()).unwrap_or(u64::MAX);
+    let mut operator = OperatorConfig::new();
+    operator.declare_site("local")?;
+    for (name, &coefficient) in names.iter().zip(&scenario.coefficients) {
+        operator.set_performance_coefficient(name, coefficient)?;
+    }
+    let selection = SelectionConfig {
+        policy: match scenario.policy {
+            Policy::Ecss => SelectionPolicy::Ecss,
+            _ => SelectionPolicy::Pooled,
+        },
+        ..SelectionConfig::default()
+    };
+    let mut hosts: Vec<Host> = (0..scenario.core_hosts)
+        .map(|h| {
+            let defaults = Placement {
+                zone: "default".into(),
+                site: "local".into(),
+            };
+            let mut table = LoadTable::new(format!("core{h}"), defaults);
+            table.set_notify_flight_time(scenario.report_delay);
+            for (m, name) in names.iter().enumerate() {
+                let binding = Binding {
+                    msr: name.clone(),
+                    contact: contacts[m].clone(),
+                    uri: format!("sip:{name}@127.0.0.1:5040"),
+                    engine: None,
+                    version: None,
+                    // Registered for the whole run.
+                    expires_at: base + Duration::from_secs(100 * 365 * 86_400),
+                    call_id: format!("sim-{name}"),
+                    cseq: 1,
+                    branch: None,
+                    source: None,
+                };
+                table.apply(&operator, Change::BindingChanged(&binding));
+            }
+            Host {
+                table,
+                // Legs live for the run: a core that releases nothing must
+                // not get its legs expired for it.
+                legs: LegTable::new(
+                    DEFAULT_MAX_DURATION.max(Duration::from_secs(100 * 365 * 86_400)),
+                ),
+                next_rr: 0,
+                seen: Seen {
+                    reported: vec![None; n],
+                    placed_since: vec![0; n],
+                    active: vec![0; n],
+                },
+            }
+        })
+        .collect();
+    let rule = NotifyRule {
+        load_delta: scenario.load_delta,
+        high_water: scenario.high_water,
+        min_interval: Duration::from_secs(1),
+    };
+    let g = scenario.core_hosts as usize;
+    // gates[msr * G + host]; `window_queued` avoids a second WindowEnd.
+    let mut gates = vec![NotifyGate::default(); n * g];
+    let mut window_queued = vec![false; n * g];
+    let mut notifies = vec![0_u64; n * g];
+    let mut busy = vec![0_u32; n];
+    let mut rng = StdRng::seed_from_u64(scenario.seed);
+    let erlangs = scenario.erlangs();
+    let lambda = erlangs / scenario.holding.mean_secs();
+    // Warm-up: a tenth of the measured calls, at least five holding times.
+    let warmup = (scenario.calls / 10).max((lambda * 5.0 * scenario.holding.mean_secs()) as u64);
+    let total_calls = warmup + scenario.calls;
+    let batches = u64::from(scenario.batches.max(2));
+    let batch_size = (scenario.calls / batches).max(1);
+    let mut batch_blocked = vec![0_u64; batches as usize];
+    let mut batch_offered = vec![0_u64; batches as usize];
+    let (mut refused, mut lost_full) = (0_u64, 0_u64);
+    let mut early_window_ends = 0_u64;
+    let mut queue: BinaryHeap<Reverse<(u64, u64, Event)>> = BinaryHeap::new();
+    let mut seq = 0_u64;
+    // A sampled duration in seconds, rounded to whole nanoseconds.
+    let ns = |secs: f64| (secs * 1e9).round() as u64;
+    let mut push = |queue: &mut BinaryHeap<_>, t_ns: u64, e: Event| {
+        seq += 1;
+        queue.push(Reverse((t_ns, seq, e)));
+    };
+    // Every agent reports at once to every host (the NOTIFY after SUBSCRIBE).
+    for m in 0..n {
+        for h in 0..g {
+            gates[m * g + h].sent(at(0), Reported { load: 0, calls: 0 });
+            push(
+                &mut queue,
+                delay_ns,
+                Event::Notify {
+                    msr: m as u32,
+                    host: h as u32,
+                    calls: 0,
+                },
+            );
+        }
+    }
+    push(
+        &mut queue,
+        ns(exponential(&mut rng, lambda)),
+        Event::Arrival,
+    );
+    let mut arrivals = 0_u64;
+    let mut measure_from = None::<f64>;
+    let mut last_t = 0.0_f64;
+    let mut spread_integral = 0.0_f64;
+    let mut notify_from = vec![0_u64; n * g];
+    while let Some(Reverse((t_ns, _, event))) = queue.pop() {
+        let t = t_ns as f64 / 1e9;
+        if measure_from.is_some() {
+            spread_integral += (t - last_t) * spread_pp(&busy, &scenario.capacities);
+        }
+        last_t = t;
+        let now = at(t_ns);
+        // The MSRs whose `calls` changed at this event.
+        let mut changed: Option<usize> = None;
+        match event {
+            Event::Arrival => {
+                arrivals += 1;
+                if arrivals > total_calls {
+                    break;
+                }
+                if arrivals == warmup + 1 {
+                    measure_from = Some(t);
+                    notify_from.clone_from(&notifies);
+                }
+                push(
+                    &mut queue,
+                    t_ns.saturating_add(ns(exponential(&mut rng, lambda))),
+                    Event::Arrival,
+                );
+                let h = rng.gen_range(0..g);
+                let id = arrivals;
+                let chosen = choose(
+                    scenario,
+                    &selection,
+                    &mut hosts[h],
+                    &operator,
+                    &busy,
+                    now,
+                    &mut rng,
+                );
+                let measured = arrivals > warmup;
+                let batch =
+                    ((arrivals.saturating_sub(warmup + 1)) / batch_size).min(batches - 1) as usize;
+                if measured {
+                    batch_offered[batch] += 1;
+                }
+                match chosen {
+                    Some(m) if busy[m] < scenario.capacities[m] => {
+                        busy[m] += 1;
+                        changed = Some(m);
+                        let call_id = id.to_string();
+                        let host = &mut hosts[h];
+                        host.legs.bind(
+                            now,
+                            LegKey {
+                                call_id: &call_id,
+                                leg: None,
+                            },
+                            &names[m],
+                            &contacts[m],
+                            None,
+                        );
+                        host.table.note_placed(&names[m], now);
+                        // A comparison policy counts the legs that the MSR
+                        // took (one it refused is no placement).
+                        host.seen.placed_since[m] += 1;
+                        host.seen.active[m] += 1;
+                        let hold = scenario.holding.sample(&mut rng);
+                        push(
+                            &mut queue,
+                            t_ns.saturating_add(ns(hold)),
+                            Event::Departure {
+                                id,
+                                host: h as u32,
+                                msr: m as u32,
+                            },
+                        );
+                    }
+                    Some(_) => {
+                        if measured {
+                            batch_blocked[batch] += 1;
+                            lost_full += 1;
+                        }
+                    }
+                    None => {
+                        if measured {
+                            batch_blocked[batch] += 1;
+                            refused += 1;
+                        }
+                    }
+                }
+            }
+            Event::Departure { id, host, msr } => {
+                let m = msr as usize;
+                busy[m] = busy[m].saturating_sub(1);
+                changed = Some(m);
+                let host = &mut hosts[host as usize];
+                // A dispatcher sees the call's end (BYE) whatever the core
+                // tells the collector.
+                host.seen.active[m] = host.seen.active[m].saturating_sub(1);
+                let call_id = id.to_string();
+                if scenario.releases {
+                    let table = &mut host.table;
+                    host.legs
+                        .release_at(now, &call_id, None, |msr| table.note_ended(msr, now));
+                }
+            }
+            Event::WindowEnd { msr, host } => {
+                let i = msr as usize * g + host as usize;
+                window_queued[i] = false;
+                if gates[i].held_until(&rule).is_some_and(|end| now < end) {
+                    early_window_ends += 1;
+                }
+                if gates[i].due(&rule, now) {
+                    let m = msr as usize;
+                    let latest = Reported {
+                        load: percent(busy[m], scenario.capacities[m]),
+                        calls: busy[m],
+                    };
+                    if gates[i].evaluate(&rule, now, latest) == Verdict::Send {
+                        gates[i].sent(now, latest);
+                        notifies[i] += 1;
+                        push(
+                            &mut queue,
+                            t_ns.saturating_add(delay_ns),
+                            Event::Notify {
+                                msr,
+                                host,
+                                calls: latest.calls,
+                            },
+                        );
+                    }
+                }
+            }
+            Event::Notify { msr, host, calls } => {
+                let m = msr as usize;
+                let cap = scenario.capacities[m];
+                let report = LoadReport {
+                    msr: names[m].clone(),
+                    load: percent(calls, cap),
+                    cpu: 0,
+                    calls,
+                    max_calls: cap,
+                };
+                let host = &mut hosts[host as usize];
+                let change = Change::LoadReported {
+                    msr: &names[m],
+                    report,
+                    at: now,
+                };
+                host.table.apply(&operator, change);
+                host.seen.reported[m] = Some(calls);
+                host.seen.placed_since[m] = 0;
+            }
+        }
+        if let Some(m) = changed {
+            let latest = Reported {
+                load: percent(busy[m], scenario.capacities[m]),
+                calls: busy[m],
+            };
+            for h in 0..g {
+                let i = m * g + h;
+                match gates[i].evaluate(&rule, now, latest) {
+                    Verdict::Send => {
+                        gates[i].sent(now, latest);
+                        notifies[i] += 1;
+                        push(
+                            &mut queue,
+                            t_ns.saturating_add(delay_ns),
+                            Event::Notify {
+                                msr: m as u32,
+                                host: h as u32,
+                                calls: latest.calls,
+                            },
+                        );
+                    }
+                    Verdict::HoldUntil(end) if !window_queued[i] => {
+                        window_queued[i] = true;
+                        let end = u64::try_from(end.saturating_duration_since(base).as_nanos())
+                            .unwrap_or(u64::MAX);
+                        push(
+                            &mut queue,
+                            end,
+                            Event::WindowEnd {
+                                msr: m as u32,
+                                host: h as u32,
+                            },
+                        );
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    let start = measure_from.unwrap_or(0.0);
+    let elapsed = (last_t - start).max(f64::MIN_POSITIVE);
+    let (mean, half_width) = batch_means(&batch_blocked, &batch_offered);
+    let blocked = refused + lost_full;
+    let measured_notifies: Vec<u64> = notifies
+        .iter()
+        .zip(&notify_from)
+        .map(|(a, b)| a - b)
+        .collect();
+    Ok(Outcome {
+        calls: scenario.calls,
+        blocking: mean,
+        half_width,
+        pooled_erlang_b: erlang_b(erlangs, scenario.capacities.iter().sum()),
+        refused_share: if blocked > 0 {
+            refused as f64 / blocked as f64
+        } else {
+            0.0
+        },
+        spread_pp: spread_integral / elapsed,
+        notify_per_sec: measured_notifies.iter().sum::<u64>() as f64 / elapsed,
+        max_notify_per_sec_per_subscription: measured_notifies.iter().copied().max().unwrap_or(0)
+            as f64
+            / elapsed,
+        simulated_secs: elapsed,
+        full_share: {
+            let offered: u64 = batch_offered.iter().sum();
+            let sent = offered.saturating_sub(refused);
+            if sent > 0 {
+                lost_full as f64 / sent as f64
+            } else {
+                0.0
+            }
+        },
+        early_window_ends,
+    })
+}
