@@ -30,8 +30,8 @@
 //! of the product, only what SPEC §10 measures the product against):
 //! [`Policy::WebSip`], [`Policy::CallLoad`], [`Policy::LeastReported`] and
 //! [`Policy::TwoChoices`], each a few lines in
-//! [`choose`](policies::choose) over the core host's own view
-//! ([`Seen`](event_loop::Seen)): the last `calls` each MSR reported to it,
+//! `policies::choose` over the core host's own view
+//! (`event_loop::Seen`): the last `calls` each MSR reported to it,
 //! the legs it placed since, and the calls it placed that have not ended.
 
 mod event_loop;
