@@ -73,6 +73,7 @@ use std::time::Duration;
 
 use msr_shared::event_package::{LoadReport, CONTENT_TYPE};
 use msr_shared::sip::{self, Method, Request, Response, TerminationReason};
+use msr_shared::token_bucket::TokenBucket;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
@@ -134,6 +135,16 @@ pub struct NotifierConfig {
     /// registrar's and always gets its slot (module docs, "Slots").
     pub registrars: BTreeSet<SocketAddr>,
 }
+
+/// Requests from hosts that are not subscribers (SPEC §4) answered per
+/// second, over all of them: a stranger's flood, or one with a forged
+/// source address, gets at most this many 403s (and 405s, 481s) back; the
+/// rest are dropped unanswered, as RFC 3261 §18.3 lets a server drop what
+/// it will not serve. A subscriber host's requests are always answered.
+pub const STRANGER_ANSWERS_PER_SEC: f64 = 20.0;
+
+/// How many such answers may go at once, after a quiet spell.
+pub const STRANGER_ANSWER_BURST: f64 = 50.0;
 
 /// Identifies one subscription for the shell (request id ↔ subscription).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -205,6 +216,9 @@ type DialogKey = (String, String, String);
 #[derive(Debug)]
 pub struct Notifier {
     config: NotifierConfig,
+    /// The answers left for requests from hosts that may not subscribe
+    /// ([`STRANGER_ANSWERS_PER_SEC`]).
+    strangers: TokenBucket,
     latest: Sample,
     subs: HashMap<SubscriptionId, Subscription>,
     dialogs: HashMap<DialogKey, SubscriptionId>,
@@ -226,6 +240,7 @@ impl Notifier {
     /// A notifier reporting `initial` until the first [`on_sample`](Self::on_sample).
     pub fn new(config: NotifierConfig, initial: Sample) -> Self {
         Self {
+            strangers: TokenBucket::full(STRANGER_ANSWER_BURST),
             config,
             latest: initial,
             subs: HashMap::new(),

@@ -47,3 +47,4 @@ pub mod signals;
 pub mod sip;
 pub mod subscription;
 pub mod time;
+pub mod token_bucket;

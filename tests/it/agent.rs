@@ -529,7 +529,8 @@ fn next_status(socket: &UdpSocket) -> Option<String> {
 
 /// RFC 6665 §6.1, §6.3, SPEC §4, with the real binaries: 256 SUBSCRIBEs
 /// from a host that is not the agent's registrar (127.0.0.2), each naming
-/// itself as the NOTIFY target, all get 403 and no NOTIFY; the registrar —
+/// itself as the NOTIFY target, get 403 (as many as strangers are answered)
+/// and no NOTIFY; the registrar —
 /// the real collector, started afterwards — still gets its subscription
 /// (no slot was taken) and shows the load.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -565,9 +566,9 @@ async fn foreign_subscribes_get_403_and_leave_the_collector_its_subscription() {
     .await
     .unwrap_or_else(|| panic!("the agent never answered\n{}", agent.log_text()));
     assert!(first.starts_with("SIP/2.0 403"), "{first}");
-    attacker
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
+    // The rest at once: the agent answers strangers at a bounded rate
+    // (a forged source would aim the answers at a victim), so some go
+    // unanswered; every answer is a 403.
     for i in 1..256 {
         attacker
             .send_to(
@@ -575,10 +576,13 @@ async fn foreign_subscribes_get_403_and_leave_the_collector_its_subscription() {
                 agent_addr,
             )
             .expect("send");
-        // Retransmissions of the first answered 403s may still arrive.
-        let status = next_status(&attacker).expect("an answer");
-        assert!(status.starts_with("SIP/2.0 403"), "subscribe {i}: {status}");
     }
+    let mut answers = 0;
+    while let Some(status) = next_status(&attacker) {
+        assert!(status.starts_with("SIP/2.0 403"), "{status}");
+        answers += 1;
+    }
+    assert!(answers >= 1, "no stranger was answered");
     collector.spawn().await;
     let row = collector
         .wait_rows(Duration::from_secs(20), |rows| {

@@ -24,6 +24,21 @@ impl Notifier {
         source: Option<SocketAddr>,
         request: &Request,
     ) -> Option<Response> {
+        let stranger = source.is_some_and(|s| !self.is_subscriber(s.ip()));
+        if stranger
+            && request.method != Method::Ack
+            && !self
+                .strangers
+                .take(now, STRANGER_ANSWERS_PER_SEC, STRANGER_ANSWER_BURST)
+        {
+            warn!(
+                target: msr_shared::logging::NETWORK,
+                source = %source.map_or_else(|| "unknown".to_owned(), |s| s.to_string()),
+                method = %request.method,
+                "request from a host that may not subscribe dropped unanswered: over {STRANGER_ANSWERS_PER_SEC} answers/s"
+            );
+            return None;
+        }
         match request.method {
             Method::Ack => None,
             Method::Subscribe => Some(match self.refusal(source, request) {

@@ -898,11 +898,14 @@ fn with_contact(mut r: Request, contact: &str) -> Request {
 fn subscribes_from_a_foreign_source_get_403_and_take_no_slot() {
     let t0 = Instant::now();
     let mut n = Notifier::new(config(), sample(30));
+    // At the rate strangers are answered at, so each gets its 403.
+    let mut at = t0;
     for i in 0..MAX_SUBSCRIPTIONS {
+        at += Duration::from_millis(50);
         // Its Contact names the collector: the victim of a reflection.
         let r = subscribe(&format!("evil{i}"), None, 1, Some(3600), EVENT);
         let resp = n
-            .handle_request(t0, from("192.0.2.66:5060"), &r)
+            .handle_request(at, from("192.0.2.66:5060"), &r)
             .expect("response");
         assert_eq!(resp.status_code, StatusCode::Forbidden);
     }
@@ -1026,4 +1029,33 @@ fn the_subscriber_hosts_can_change_and_a_removed_one_gets_no_more_notifies() {
         sent[0].request.uri.to_string(),
         "sip:collector@192.0.2.10:5060"
     );
+}
+
+/// A stranger's flood gets a bounded number of answers back (a forged
+/// source would aim them at a victim); the subscriber hosts' requests are
+/// always answered.
+#[test]
+fn answers_to_strangers_are_bounded_and_subscribers_are_always_answered() {
+    let t0 = Instant::now();
+    let mut n = Notifier::new(config(), sample(30));
+    let answered = |n: &mut Notifier, at: Instant, count: usize| {
+        (0..count)
+            .filter(|i| {
+                let r = subscribe(&format!("flood{i}"), None, 1, Some(60), EVENT);
+                n.handle_request(at, from("192.0.2.66:5060"), &r).is_some()
+            })
+            .count()
+    };
+    assert_eq!(answered(&mut n, t0, 500), STRANGER_ANSWER_BURST as usize);
+    // The collector, in the middle of the flood.
+    let resp = n
+        .handle_request(t0, COLLECTOR, &subscribe("c1", None, 1, Some(60), EVENT))
+        .expect("the collector is answered");
+    assert_eq!(resp.status_code, StatusCode::OK);
+    let later = t0 + Duration::from_secs(1);
+    assert_eq!(
+        answered(&mut n, later, 500),
+        STRANGER_ANSWERS_PER_SEC as usize
+    );
+    assert_eq!(n.subscriptions().len(), 1);
 }

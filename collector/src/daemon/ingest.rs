@@ -367,7 +367,7 @@ pub(super) async fn read_udp(
     stats: Arc<IngestStats>,
     cancel: CancellationToken,
 ) {
-    let mut admission = Admission::new(admission, Instant::now());
+    let mut admission = Admission::new(admission);
     let mut seen = u64::MAX;
     let mut buf = vec![0u8; UDP_MAX_PAYLOAD];
     let mut log = DropLog {

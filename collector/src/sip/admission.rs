@@ -35,6 +35,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use msr_shared::token_bucket::TokenBucket;
 use tokio::time::Instant;
 
 /// The limits (module docs).
@@ -75,60 +76,32 @@ pub enum Class {
     Dropped,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Bucket {
-    tokens: f64,
-    at: Instant,
-}
-
-impl Bucket {
-    fn full(burst: f64, now: Instant) -> Self {
-        Self {
-            tokens: burst,
-            at: now,
-        }
-    }
-
-    /// Refills at `rate` up to `burst`, then takes one token if there is one.
-    fn take(&mut self, now: Instant, rate: f64, burst: f64) -> bool {
-        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * rate).min(burst);
-        self.at = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-}
-
 /// The admission state of one ingest (module docs).
 #[derive(Debug)]
 pub struct Admission {
     config: AdmissionConfig,
     known: HashSet<SocketAddr>,
-    sources: HashMap<SocketAddr, (Bucket, u64)>,
+    sources: HashMap<SocketAddr, (TokenBucket, u64)>,
     /// `(sequence of last use, source)`, oldest first: who to forget.
     by_use: BTreeSet<(u64, SocketAddr)>,
     sequence: u64,
-    overflow: Bucket,
-    total: Bucket,
+    overflow: TokenBucket,
+    total: TokenBucket,
     dropped: u64,
     unreported: u64,
 }
 
 impl Admission {
     /// No known source yet.
-    pub fn new(config: AdmissionConfig, now: Instant) -> Self {
+    pub fn new(config: AdmissionConfig) -> Self {
         Self {
             config,
             known: HashSet::new(),
             sources: HashMap::new(),
             by_use: BTreeSet::new(),
             sequence: 0,
-            overflow: Bucket::full(config.per_source_burst, now),
-            total: Bucket::full(config.total_burst, now),
+            overflow: TokenBucket::full(config.per_source_burst),
+            total: TokenBucket::full(config.total_burst),
             dropped: 0,
             unreported: 0,
         }
@@ -164,7 +137,7 @@ impl Admission {
 
     /// The bucket of `ip`, made (and a stale one forgotten) when there is
     /// room; `None` when the table is full of sources active since.
-    fn source_bucket(&mut self, now: Instant, ip: SocketAddr) -> Option<&mut Bucket> {
+    fn source_bucket(&mut self, now: Instant, ip: SocketAddr) -> Option<&mut TokenBucket> {
         self.sequence += 1;
         let sequence = self.sequence;
         if let Some((_, used)) = self.sources.get(&ip) {
@@ -174,14 +147,17 @@ impl Admission {
                 let idle = self.idle_after();
                 let oldest = self.by_use.first().copied()?;
                 let (bucket, _) = self.sources.get(&oldest.1)?;
-                if now.saturating_duration_since(bucket.at) < idle {
+                if bucket
+                    .last_used()
+                    .is_some_and(|at| now.saturating_duration_since(at) < idle)
+                {
                     return None;
                 }
                 self.by_use.remove(&oldest);
                 self.sources.remove(&oldest.1);
             }
             self.sources
-                .insert(ip, (Bucket::full(self.config.per_source_burst, now), 0));
+                .insert(ip, (TokenBucket::full(self.config.per_source_burst), 0));
         }
         self.by_use.insert((sequence, ip));
         let entry = self.sources.get_mut(&ip)?;

@@ -34,7 +34,7 @@ fn count(a: &mut Admission, now: Instant, from: SocketAddr, n: usize, class: Cla
 #[test]
 fn a_known_contact_is_never_limited_but_its_unauthenticated_register_is() {
     let t0 = Instant::now();
-    let mut a = Admission::new(config(), t0);
+    let mut a = Admission::new(config());
     let msr = addr("10.0.0.2:5070");
     a.set_known(HashSet::from([msr]));
     assert_eq!(count(&mut a, t0, msr, 10_000, Class::Known), 10_000);
@@ -51,7 +51,7 @@ fn a_known_contact_is_never_limited_but_its_unauthenticated_register_is() {
 #[test]
 fn one_source_gets_its_burst_then_its_rate() {
     let t0 = Instant::now();
-    let mut a = Admission::new(config(), t0);
+    let mut a = Admission::new(config());
     let flood = addr("192.0.2.1:5060");
     assert_eq!(count(&mut a, t0, flood, 1_000, Class::Admitted), 20);
     assert_eq!(a.dropped(), 980);
@@ -70,7 +70,7 @@ fn one_source_gets_its_burst_then_its_rate() {
 #[test]
 fn many_sources_share_the_total() {
     let t0 = Instant::now();
-    let mut a = Admission::new(config(), t0);
+    let mut a = Admission::new(config());
     let mut admitted = 0;
     for i in 0..200u32 {
         let from: SocketAddr = format!("127.0.1.{}:5060", i % 250 + 1)
@@ -87,14 +87,11 @@ fn many_sources_share_the_total() {
 #[test]
 fn the_source_table_is_bounded_and_forgets_idle_sources() {
     let t0 = Instant::now();
-    let mut a = Admission::new(
-        AdmissionConfig {
-            total_rate: 1e9,
-            total_burst: 1e9,
-            ..config()
-        },
-        t0,
-    );
+    let mut a = Admission::new(AdmissionConfig {
+        total_rate: 1e9,
+        total_burst: 1e9,
+        ..config()
+    });
     for i in 0..8u32 {
         let from: SocketAddr = format!("198.51.100.{i}:1").parse().expect("addr");
         assert_eq!(a.classify(t0, from, NOTIFY), Class::Admitted);
