@@ -23,6 +23,20 @@ fn tls_opts() -> CollectorOpts {
     }
 }
 
+/// A collector on TLS and TCP with `pki`'s valid server certificate, and
+/// `extra` TOML after its `[sip.tls]`.
+async fn tls_and_tcp_collector(dir: &std::path::Path, pki: &Pki, extra: &str) -> Collector {
+    let opts = CollectorOpts {
+        tcp: true,
+        ..tls_opts()
+    };
+    let toml = format!(
+        "{}\n{extra}",
+        pki.collector_toml(ServerCert::Valid, false, false)
+    );
+    Collector::start_with(dir, "core1", &opts, &toml).await
+}
+
 fn spec(msr: &str, realm: String, attributes: String) -> AgentSpec {
     AgentSpec {
         accounts: vec![AccountSpec {
@@ -529,17 +543,7 @@ async fn the_redirect_server_answers_an_invite_over_tls() {
 async fn two_hundred_msrs_report_over_held_tls_and_tcp_connections() {
     let dir = tempfile::tempdir().expect("tempdir");
     let pki = Pki::create(dir.path());
-    let opts = CollectorOpts {
-        tcp: true,
-        ..tls_opts()
-    };
-    let collector = Collector::start_with(
-        dir.path(),
-        "core1",
-        &opts,
-        &pki.collector_toml(ServerCert::Valid, false, false),
-    )
-    .await;
+    let collector = tls_and_tcp_collector(dir.path(), &pki, "").await;
     let tls = collector.tls_port.expect("the collector listens on tls");
     for (transport, port) in [("tls", tls), ("tcp", collector.port)] {
         let out = tokio::process::Command::new(bin_path("msr-loadgen"))
@@ -578,18 +582,10 @@ async fn a_plain_tcp_connection_never_receives_what_belongs_to_a_tls_one() {
     use tokio::io::AsyncReadExt;
     let dir = tempfile::tempdir().expect("tempdir");
     let pki = Pki::create(dir.path());
-    let opts = CollectorOpts {
-        tcp: true,
-        ..tls_opts()
-    };
-    let collector = Collector::start_with(
+    let collector = tls_and_tcp_collector(
         dir.path(),
-        "core1",
-        &opts,
-        &format!(
-            "{}\n[health]\nkeepalive_interval_secs = 1\nkeepalive_timeout_ms = 500\n",
-            pki.collector_toml(ServerCert::Valid, false, false)
-        ),
+        &pki,
+        "[health]\nkeepalive_interval_secs = 1\nkeepalive_timeout_ms = 500\n",
     )
     .await;
     let agent = Agent::start(
