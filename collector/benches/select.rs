@@ -8,6 +8,7 @@ use std::time::Duration;
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use msr_collector::model::legs::{LegKey, LegTable, DEFAULT_MAX_DURATION};
 use msr_collector::model::load_table::{Change, LoadTable, Placement};
+use msr_collector::operator::names::{ContactName, MsrName};
 use msr_collector::operator::OperatorConfig;
 use msr_collector::select::{select, Admission, Policy, Query};
 use msr_collector::sip::registrar::Binding;
@@ -97,7 +98,9 @@ fn bench_select(c: &mut Criterion) {
             call_id: &call_id,
             leg: None,
         };
-        legs.bind(now, key, &format!("msr_{}", i % 1000), "eth0", None);
+        let msr = MsrName::new(&format!("msr_{}", i % 1000)).expect("a bench's msr name");
+        let contact = ContactName::of("eth0", &msr).expect("a bench's contact name");
+        legs.bind(now, key, &msr, &contact, None);
     }
     let call_ids: Vec<String> = (0..4096u32)
         .map(|i| format!("{i:08x}-bench@core1"))
@@ -153,17 +156,14 @@ fn bench_select(c: &mut Criterion) {
 
 /// The collector's `[defaults]` of a bench table.
 fn place(zone: &str, site: &str) -> Placement {
-    Placement {
-        zone: zone.into(),
-        site: site.into(),
-    }
+    Placement::new(zone, site).expect("a bench's placement")
 }
 
 /// A binding of `contact` of `msr`, registered for an hour from `now`.
 fn binding(contact: String, msr: &str, now: Instant) -> Binding {
     Binding {
-        msr: msr.to_owned(),
-        contact,
+        msr: MsrName::new(msr).expect("a bench's msr name"),
+        contact: ContactName::new(&contact).expect("a bench's contact name"),
         uri: format!("sip:{msr}@10.0.0.1:5040"),
         engine: None,
         version: None,
@@ -192,7 +192,7 @@ fn report_random_load(
         max_calls: 8192,
     };
     let change = Change::LoadReported {
-        msr,
+        msr: &MsrName::new(msr).expect("a bench's msr name"),
         report,
         at: now,
     };
@@ -238,8 +238,8 @@ fn memory_per_leg(_c: &mut Criterion) {
     let mut legs = LegTable::new(DEFAULT_MAX_DURATION);
     for i in 0..1_000_000u32 {
         let call_id = format!("{i:08x}-4c2e-9a1f-7d03@core1.example");
-        let msr = format!("msr_{}", i % 1000);
-        let contact = format!("eth0@{msr}");
+        let msr = MsrName::new(&format!("msr_{}", i % 1000)).expect("a bench's msr name");
+        let contact = ContactName::of("eth0", &msr).expect("a bench's contact name");
         legs.bind(
             now,
             LegKey {

@@ -205,10 +205,7 @@ impl AdminRig {
             operator: msr_collector::operator::OperatorConfig::new(),
             table: msr_collector::model::load_table::LoadTable::new(
                 config.node.clone(),
-                msr_collector::model::load_table::Placement {
-                    zone: defaults.zone.clone(),
-                    site: defaults.site.clone(),
-                },
+                defaults.placement.clone(),
             ),
             registrar: msr_collector::sip::registrar::Registrar::new(&config.sip, &config.accounts),
             subscriber: msr_collector::sip::subscriber::Subscriber::new(
@@ -271,8 +268,7 @@ pub fn sip_redirect(data: &[u8]) {
     use msr_collector::api::redirect::{self, Decision, RedirectContext};
     let ctx = RedirectContext {
         own: vec![SocketAddr::from(([127, 0, 0, 1], 5080))],
-        default_zone: "default".into(),
-        default_site: "local".into(),
+        placement: msr_collector::operator::Placement::default(),
         allow: Vec::new(),
     };
     let mut rig = AdminRig::new();

@@ -12,6 +12,7 @@ use msr_agent::notifier::{NotifyGate, NotifyRule, Reported, Verdict};
 use msr_collector::config::{SelectionConfig, SelectionPolicy};
 use msr_collector::model::legs::{LegKey, LegTable, DEFAULT_MAX_DURATION};
 use msr_collector::model::load_table::{Change, LoadTable, Placement};
+use msr_collector::operator::names::{ContactName, MsrName, NameError};
 use msr_collector::operator::OperatorConfig;
 use msr_collector::sip::registrar::Binding;
 use msr_shared::event_package::LoadReport;
@@ -66,8 +67,16 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
             "one coefficient per msr, at least one msr and one core host".into(),
         ));
     }
-    let names: Vec<String> = (0..n).map(|i| format!("msr_{i}")).collect();
-    let contacts: Vec<String> = names.iter().map(|m| format!("lo@{m}")).collect();
+    let name_error = |e: NameError| SimError::Scenario(e.to_string());
+    let names: Vec<MsrName> = (0..n)
+        .map(|i| MsrName::new(&format!("msr_{i}")))
+        .collect::<Result<_, _>>()
+        .map_err(name_error)?;
+    let contacts: Vec<ContactName> = names
+        .iter()
+        .map(|m| ContactName::of("lo", m))
+        .collect::<Result<_, _>>()
+        .map_err(name_error)?;
     let base = Instant::now();
     // Event times are integer nanoseconds since `base`, exactly as the
     // product's `Instant`s differ: a time that went through f64 seconds
@@ -76,7 +85,7 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
     let at = |t_ns: u64| base + Duration::from_nanos(t_ns);
     let delay_ns = u64::try_from(scenario.report_delay.as_nanos()).unwrap_or(u64::MAX);
     let mut operator = OperatorConfig::new();
-    operator.declare_site("local")?;
+    operator.declare_site(&Placement::default().site)?;
     for (name, &coefficient) in names.iter().zip(&scenario.coefficients) {
         operator.set_performance_coefficient(name, coefficient)?;
     }
@@ -89,10 +98,7 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
     };
     let mut hosts: Vec<Host> = (0..scenario.core_hosts)
         .map(|h| {
-            let defaults = Placement {
-                zone: "default".into(),
-                site: "local".into(),
-            };
+            let defaults = Placement::default();
             let mut table = LoadTable::new(format!("core{h}"), defaults);
             table.set_notify_flight_time(scenario.report_delay);
             for (m, name) in names.iter().enumerate() {
@@ -316,7 +322,7 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                 let m = msr as usize;
                 let cap = scenario.capacities[m];
                 let report = LoadReport {
-                    msr: names[m].clone(),
+                    msr: names[m].to_string(),
                     load: percent(calls, cap),
                     cpu: 0,
                     calls,

@@ -16,8 +16,8 @@ use msr_shared::admin::{
 };
 use msr_shared::subscription::SubscriptionState;
 use system_tests::{
-    bin_path, example, free_udp_port, init_tracing, run_sipp, sipp_scenario, wait_udp_bound,
-    AdminClient,
+    bin_path, example, free_udp_port, init_tracing, run_sipp, sipp_scenario, wait_for,
+    wait_udp_bound, AdminClient,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -67,16 +67,15 @@ async fn poll_rows<T>(
     client: &mut AdminClient,
     check: impl Fn(&[ResourceInfo]) -> Option<T>,
 ) -> Option<T> {
-    let deadline = tokio::time::Instant::now() + LIMIT;
-    loop {
-        if let Some(v) = check(&rows(client).await) {
-            return Some(v);
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // `wait_for` awaits each check before it starts the next, so the lock
+    // is never contended: it only lends the client to one check at a time.
+    let client = tokio::sync::Mutex::new(client);
+    let (client, check) = (&client, &check);
+    wait_for(LIMIT, || async move {
+        let mut client = client.lock().await;
+        check(&rows(&mut client).await)
+    })
+    .await
 }
 
 fn register_args(collector: std::net::SocketAddr, contact_port: u16, expires: u32) -> Vec<String> {

@@ -40,7 +40,7 @@ use crate::model::legs::{
 use crate::model::load_table::LoadTable;
 use crate::operator::names::{self, NameKind};
 use crate::operator::topology::TopologyError;
-use crate::operator::{OperatorConfig, OperatorError};
+use crate::operator::{OperatorConfig, OperatorError, Placement};
 use crate::select::{self, CandidateOutcome, Draw, Explanation, Query, Refusal};
 use crate::sip::registrar::Registrar;
 use crate::sip::subscriber::Subscriber;
@@ -56,10 +56,8 @@ pub const SOCKET_MODE: u32 = 0o660;
 /// Collector-wide defaults the admin handler needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Defaults {
-    /// Zone of a contact without an override (collector config).
-    pub zone: String,
-    /// Site of a contact without an override (collector config).
-    pub site: String,
+    /// Zone and site of a contact without an override (collector config).
+    pub placement: Placement,
     /// SUBSCRIBE `Expires` without a per-MSR override, seconds (SPEC §4: 60).
     pub subscription_expires_secs: u32,
     /// A conference's host takes its legs below this fraction of its load
@@ -74,8 +72,7 @@ pub struct Defaults {
 impl Default for Defaults {
     fn default() -> Self {
         Self {
-            zone: "default".into(),
-            site: "local".into(),
+            placement: Placement::default(),
             subscription_expires_secs: DEFAULT_SUBSCRIPTION_EXPIRES_SECS,
             existing_conference_threshold: 0.8,
             new_conference_threshold: 0.5,
@@ -219,7 +216,7 @@ fn mutate(
         Request::SiteRemove { name } => {
             // The default site is referenced by every future contact.
             let live = |site: &str| {
-                if site == defaults.site {
+                if site == defaults.placement.site {
                     Some("the collector's default site ([defaults] site)".to_owned())
                 } else if table.site_in_use(site) {
                     Some("a registered contact (see msrctl resource list)".to_owned())
@@ -280,7 +277,9 @@ fn mutate(
             Err(e) => operator_error(&e),
         },
         Request::ResourceSetZone { contact, zone } => {
-            let previous = operator.contact_zone(&contact, &defaults.zone).to_owned();
+            let previous = operator
+                .contact_zone(&contact, &defaults.placement.zone)
+                .to_string();
             match operator.set_contact_zone(&contact, &zone) {
                 Ok(()) => changed(
                     ChangedEntity::Contact,
@@ -293,7 +292,9 @@ fn mutate(
             }
         }
         Request::ResourceSetSite { contact, site } => {
-            let previous = operator.contact_site(&contact, &defaults.site).to_owned();
+            let previous = operator
+                .contact_site(&contact, &defaults.placement.site)
+                .to_string();
             match operator.set_contact_site(&contact, &site) {
                 Ok(()) => changed(
                     ChangedEntity::Contact,
@@ -308,15 +309,19 @@ fn mutate(
         Request::ResourceUnset { contact, property } => {
             let (previous, default) = match property {
                 ContactProperty::Zone => (
-                    operator.contact_zone(&contact, &defaults.zone),
-                    &defaults.zone,
+                    operator
+                        .contact_zone(&contact, &defaults.placement.zone)
+                        .as_str(),
+                    defaults.placement.zone.as_str(),
                 ),
                 ContactProperty::Site => (
-                    operator.contact_site(&contact, &defaults.site),
-                    &defaults.site,
+                    operator
+                        .contact_site(&contact, &defaults.placement.site)
+                        .as_str(),
+                    defaults.placement.site.as_str(),
                 ),
             };
-            let (previous, default) = (previous.to_owned(), default.clone());
+            let (previous, default) = (previous.to_owned(), default.to_owned());
             match operator.unset_contact(&contact, property) {
                 Ok(_) => changed(
                     ChangedEntity::Contact,
@@ -598,8 +603,8 @@ fn run_select(
                 }
             });
             Response::Ok(ResponseData::Selected(Selection {
-                msr: choice.msr,
-                contact: choice.contact,
+                msr: choice.msr.into(),
+                contact: choice.contact.into(),
                 uri: choice.uri,
                 engine_uri: choice.engine.map(|e| e.sip_uri()),
                 mcc: choice.engine.and_then(|e| e.mcc).map(|m| m.to_string()),

@@ -44,6 +44,7 @@
 
 use std::net::SocketAddr;
 
+use crate::operator::Placement;
 use msr_shared::admin::{
     ErrorCode, Request as AdminRequest, Response as AdminResponse, ResponseData, SelectQuery,
 };
@@ -58,10 +59,8 @@ pub struct RedirectContext {
     /// Addresses a 302 must never point at: the redirect server's own and
     /// the collector's SIP socket.
     pub own: Vec<SocketAddr>,
-    /// `[defaults] zone`, for an INVITE that names none.
-    pub default_zone: String,
-    /// `[defaults] site`, for an INVITE that names none.
-    pub default_site: String,
+    /// `[defaults]`, for an INVITE that names no zone or site.
+    pub placement: Placement,
     /// `[redirect] allow`: whose datagrams are read at all (each INVITE
     /// places a leg, so a stranger's flood must cost nothing).
     pub allow: Vec<ipnet::IpNet>,
@@ -133,8 +132,8 @@ pub fn decide(invite: &Request, ctx: &RedirectContext) -> Decision {
             .or_else(|| sip::header(&invite.headers, header).map(|v| v.trim().to_owned()))
             .filter(|v| !v.is_empty())
     };
-    let zone = pick("zone", "X-MSR-Zone").unwrap_or_else(|| ctx.default_zone.clone());
-    let site = pick("site", "X-MSR-Site").unwrap_or_else(|| ctx.default_site.clone());
+    let zone = pick("zone", "X-MSR-Zone").unwrap_or_else(|| ctx.placement.zone.to_string());
+    let site = pick("site", "X-MSR-Site").unwrap_or_else(|| ctx.placement.site.to_string());
     Decision::Select(AdminRequest::Select(SelectQuery {
         msr: pick("msr", "X-MSR-Other"),
         call_id: Some(call_id.trim().to_owned()),

@@ -133,7 +133,7 @@ pub struct CollectorConfig {
     /// Credentials MSR accounts authenticate with (RFC 3261 §22).
     pub accounts: Vec<Account>,
     /// Zone and site given to contacts the operator has not placed (SPEC §6).
-    pub defaults: Defaults,
+    pub defaults: crate::operator::Placement,
     /// Load subscription defaults (SPEC §4).
     pub subscription: SubscriptionDefaults,
     /// MSR health: keepalive and grace (SPEC §5).
@@ -438,15 +438,6 @@ impl fmt::Debug for Account {
             .field("msrs", &self.msrs)
             .finish()
     }
-}
-
-/// `[defaults]`: the zone and site of a contact until the operator sets them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Defaults {
-    /// Zone label.
-    pub zone: String,
-    /// Site name.
-    pub site: String,
 }
 
 /// `[subscription]`: the load subscription (SPEC §4).

@@ -375,10 +375,10 @@ pub(super) fn default_digest_algorithms() -> Vec<String> {
     vec!["SHA-256".into(), "MD5".into()]
 }
 pub(super) fn default_zone() -> String {
-    "default".into()
+    crate::operator::DEFAULT_ZONE.into()
 }
 pub(super) fn default_site() -> String {
-    "local".into()
+    crate::operator::DEFAULT_SITE.into()
 }
 pub(super) fn default_event() -> String {
     msr_shared::event_package::EVENT.into()

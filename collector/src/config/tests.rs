@@ -19,13 +19,7 @@ fn empty_file_gets_the_documented_defaults() {
         c.sip.digest_algorithms,
         vec![DigestAlgorithm::Sha256, DigestAlgorithm::Md5]
     );
-    assert_eq!(
-        c.defaults,
-        Defaults {
-            zone: "default".into(),
-            site: "local".into()
-        }
-    );
+    assert_eq!(c.defaults, crate::operator::Placement::default());
     assert_eq!(
         c.subscription,
         SubscriptionDefaults {

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use super::raw::{RawConfig, RawHealth, RawHttp, RawLegs, RawSelection, HTTP_OFF};
 use super::*;
-use crate::operator::names::{self, NameKind};
+use crate::operator::names::{NameError, NameKind, SiteName, ZoneName};
+use crate::operator::Placement;
 
 mod sip;
 mod store;
@@ -50,18 +51,21 @@ pub(super) fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, 
     }
     let sip = validate_sip(&raw.sip, &invalid)?;
     let accounts = validate_accounts(&raw.accounts, &invalid)?;
-    for (key, kind, value) in [
-        ("defaults.zone", NameKind::Zone, &raw.defaults.zone),
-        ("defaults.site", NameKind::Site, &raw.defaults.site),
-    ] {
-        if let Some(problem) = names::problem(kind, value) {
-            return Err(invalid(
-                key,
-                quoted(value),
-                &format!("a {kind} name of {} ({problem})", kind.accepted()),
-            ));
-        }
-    }
+    let refused = |key: &str, kind: NameKind, value: &str, e: NameError| {
+        let problem = e
+            .problem()
+            .map_or_else(|| e.to_string(), ToString::to_string);
+        invalid(
+            key,
+            quoted(value),
+            &format!("a {kind} name of {} ({problem})", kind.accepted()),
+        )
+    };
+    let (zone, site) = (&raw.defaults.zone, &raw.defaults.site);
+    let defaults = Placement {
+        zone: ZoneName::new(zone).map_err(|e| refused("defaults.zone", NameKind::Zone, zone, e))?,
+        site: SiteName::new(site).map_err(|e| refused("defaults.site", NameKind::Site, site, e))?,
+    };
     if raw.subscription.event != msr_shared::event_package::EVENT {
         return Err(invalid(
             "subscription.event",
@@ -109,10 +113,7 @@ pub(super) fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, 
         node: raw.node,
         sip,
         accounts,
-        defaults: Defaults {
-            zone: raw.defaults.zone,
-            site: raw.defaults.site,
-        },
+        defaults,
         subscription: SubscriptionDefaults {
             event: raw.subscription.event,
             expires: raw.subscription.expires,

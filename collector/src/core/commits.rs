@@ -231,7 +231,7 @@ impl Collector {
                 // first, and the newer configuration is checked again.
                 if pending.answer.is_none() && matches!(error, CommitError::Conflict { .. }) {
                     info!(
-                        site = %self.defaults.site,
+                        site = %self.defaults.placement.site,
                         "another collector changed the operator configuration first; \
                          the default site is declared in the new one if it still lacks it"
                     );
@@ -325,19 +325,22 @@ impl Collector {
             || !self.commits.queued.is_empty()
             || *self.cluster.status() != StoreStatus::Connected
             || self.commits.default_site_tried == Some(seen)
-            || self.operator.topology().contains(&self.defaults.site)
+            || self
+                .operator
+                .topology()
+                .contains(&self.defaults.placement.site)
         {
             return;
         }
         self.commits.default_site_tried = Some(seen);
         let mut next = self.operator.clone();
-        match next.declare_site(&self.defaults.site) {
+        match next.declare_site(&self.defaults.placement.site) {
             Ok(()) => {
-                info!(site = %self.defaults.site, "declared the default site");
+                info!(site = %self.defaults.placement.site, "declared the default site");
                 self.commit(next, None);
             }
             Err(error) => warn!(
-                site = %self.defaults.site,
+                site = %self.defaults.placement.site,
                 %error,
                 "cannot declare the default site; new contacts' legs get unknown_site until it is"
             ),

@@ -68,7 +68,7 @@ use crate::config::CollectorConfig;
 use crate::model::health::HealthEvent;
 use crate::model::health::{HealthMonitor, ProbeId};
 use crate::model::legs::LegTable;
-use crate::model::load_table::{LoadTable, Placement};
+use crate::model::load_table::LoadTable;
 use crate::operator::cluster::Cluster;
 use crate::operator::OperatorConfig;
 use crate::sip::registrar::{RefusalLog, Registrar, RegistrarEvent};
@@ -179,7 +179,7 @@ pub enum Event {
     /// A SUBSCRIBE could not be sent (its target is no IP address).
     SubscribeNotSent {
         /// The MSR.
-        msr: String,
+        msr: crate::operator::names::MsrName,
         /// The dialog's Call-ID.
         call_id: String,
         /// Why.
@@ -266,13 +266,7 @@ impl Collector {
     /// `start`.
     pub fn new(config: &CollectorConfig, start: Start) -> Self {
         let local_uri = format!("sip:collector@{}", start.local);
-        let mut table = LoadTable::new(
-            config.node.clone(),
-            Placement {
-                zone: config.defaults.zone.clone(),
-                site: config.defaults.site.clone(),
-            },
-        );
+        let mut table = LoadTable::new(config.node.clone(), config.defaults.clone());
         table.set_notify_flight_time(config.selection.notify_flight_time);
         let mut subscriber = Subscriber::new(SubscriberConfig {
             local_uri: local_uri.clone(),
@@ -295,8 +289,7 @@ impl Collector {
             legs: LegTable::new(config.legs.max_duration),
             cluster: start.cluster,
             defaults: handler::Defaults {
-                zone: config.defaults.zone.clone(),
-                site: config.defaults.site.clone(),
+                placement: config.defaults.clone(),
                 subscription_expires_secs: config.subscription.expires,
                 existing_conference_threshold: config.legs.existing_conference_threshold,
                 new_conference_threshold: config.legs.new_conference_threshold,
@@ -334,21 +327,15 @@ impl Collector {
         self.subscriber
             .set_default_expires(config.subscription.expires);
         self.health.set_config(config.health);
-        self.table.set_defaults(
-            &self.operator,
-            Placement {
-                zone: config.defaults.zone.clone(),
-                site: config.defaults.site.clone(),
-            },
-        );
+        self.table
+            .set_defaults(&self.operator, config.defaults.clone());
         self.table
             .set_notify_flight_time(config.selection.notify_flight_time);
         self.legs.set_max_duration(config.legs.max_duration);
         self.cluster
             .set_fallback_core_hosts(config.cluster.core_hosts);
         self.defaults = handler::Defaults {
-            zone: config.defaults.zone.clone(),
-            site: config.defaults.site.clone(),
+            placement: config.defaults.clone(),
             subscription_expires_secs: config.subscription.expires,
             existing_conference_threshold: config.legs.existing_conference_threshold,
             new_conference_threshold: config.legs.new_conference_threshold,

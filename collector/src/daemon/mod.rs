@@ -315,8 +315,7 @@ pub async fn start(
             };
             let ctx = RedirectContext {
                 own: vec![addr, sip_addr],
-                default_zone: config.defaults.zone.clone(),
-                default_site: config.defaults.site.clone(),
+                placement: config.defaults.clone(),
                 allow: redirect.allow.clone(),
             };
             tokio::spawn(crate::api::redirect::serve(

@@ -70,6 +70,7 @@ use tokio::time::Instant;
 
 use crate::config::HealthConfig;
 use crate::config::DEFAULT_SUBSCRIPTION_EXPIRES_SECS;
+use crate::operator::names::{ContactName, MsrName};
 
 /// Good signals in a row that bring an unhealthy contact back (SPEC §5).
 pub const RECOVERY_SIGNALS: u32 = 2;
@@ -162,9 +163,9 @@ impl fmt::Display for Cause {
 #[derive(Debug, Clone, PartialEq)]
 pub struct HealthChange {
     /// Contact name `{iface}@{msr}`.
-    pub contact: String,
+    pub contact: ContactName,
     /// MSR name.
-    pub msr: String,
+    pub msr: MsrName,
     /// The health before; `None` for a new contact.
     pub from: Option<Health>,
     /// The health now.
@@ -186,7 +187,7 @@ pub enum HealthEvent {
     /// logged; `health` is its health now.
     Suppressed {
         /// Contact name.
-        contact: String,
+        contact: ContactName,
         /// Changes not logged in the window.
         count: u32,
         /// The health at the window's end.
@@ -202,7 +203,7 @@ pub struct Probe {
     /// Correlates the final response.
     pub id: ProbeId,
     /// The contact probed.
-    pub contact: String,
+    pub contact: ContactName,
     /// The OPTIONS (without `Via`; the endpoint adds it).
     pub request: Request,
 }
@@ -210,7 +211,7 @@ pub struct Probe {
 /// Per-MSR inputs: the subscription and the last report.
 #[derive(Debug, Clone)]
 struct MsrState {
-    contacts: BTreeSet<String>,
+    contacts: BTreeSet<ContactName>,
     subscription_failed: bool,
     /// The notifier ended the subscription without a retry.
     subscription_ended: bool,
@@ -241,7 +242,7 @@ struct LogWindow {
 
 #[derive(Debug, Clone)]
 struct ContactState {
-    msr: String,
+    msr: MsrName,
     uri: String,
     health: Health,
     since: Instant,
@@ -266,17 +267,17 @@ pub struct HealthMonitor {
     config: HealthConfig,
     /// Our `From`/`Contact` URI.
     local_uri: String,
-    contacts: BTreeMap<String, ContactState>,
-    msrs: HashMap<String, MsrState>,
+    contacts: BTreeMap<ContactName, ContactState>,
+    msrs: HashMap<MsrName, MsrState>,
     /// Keepalive id → contact.
-    in_flight: HashMap<ProbeId, String>,
+    in_flight: HashMap<ProbeId, ContactName>,
     /// Keepalives given up on before their answer (counted as missed,
     /// replaced, or their contact gone), for the transaction layer to
     /// stop: at most one keepalive per contact is ever in flight.
     abandoned: VecDeque<ProbeId>,
     next_id: u64,
     /// `(deadline, contact)` of every contact; mirrors `ContactState::armed`.
-    timers: BTreeSet<(Instant, String)>,
+    timers: BTreeSet<(Instant, ContactName)>,
     transmits: VecDeque<Probe>,
     events: VecDeque<HealthEvent>,
 }
@@ -336,9 +337,15 @@ impl HealthMonitor {
     /// refresh). A new contact starts `healthy` inside its grace; a refresh
     /// keeps its health. A new URI (the agent restarted on another port)
     /// forgets the misses of the old one and is probed at once.
-    pub fn contact_registered(&mut self, now: Instant, contact: &str, msr: &str, uri: &str) {
+    pub fn contact_registered(
+        &mut self,
+        now: Instant,
+        contact: &ContactName,
+        msr: &MsrName,
+        uri: &str,
+    ) {
         if let Some(c) = self.contacts.get_mut(contact) {
-            if c.msr != msr {
+            if c.msr != *msr {
                 // Moved to another MSR: start again under the new one.
                 self.contact_removed(now, contact);
             } else {
@@ -356,15 +363,12 @@ impl HealthMonitor {
                 return;
             }
         }
-        let msr_state = self
-            .msrs
-            .entry(msr.to_owned())
-            .or_insert_with(MsrState::new);
-        msr_state.contacts.insert(contact.to_owned());
+        let msr_state = self.msrs.entry(msr.clone()).or_insert_with(MsrState::new);
+        msr_state.contacts.insert(contact.clone());
         self.contacts.insert(
-            contact.to_owned(),
+            contact.clone(),
             ContactState {
-                msr: msr.to_owned(),
+                msr: msr.clone(),
                 uri: uri.to_owned(),
                 health: Health::Healthy,
                 since: now,
@@ -383,8 +387,8 @@ impl HealthMonitor {
             },
         );
         self.events.push_back(HealthEvent::Changed(HealthChange {
-            contact: contact.to_owned(),
-            msr: msr.to_owned(),
+            contact: contact.clone(),
+            msr: msr.clone(),
             from: None,
             to: Health::Healthy,
             at: now,
@@ -396,11 +400,11 @@ impl HealthMonitor {
 
     /// `contact` is no longer registered: its keepalive stops with it.
     pub fn contact_removed(&mut self, _now: Instant, contact: &str) {
-        let Some(c) = self.contacts.remove(contact) else {
+        let Some((name, c)) = self.contacts.remove_entry(contact) else {
             return;
         };
         if let Some(at) = c.armed {
-            self.timers.remove(&(at, contact.to_owned()));
+            self.timers.remove(&(at, name));
         }
         if let Some((id, _)) = c.in_flight {
             self.in_flight.remove(&id);
@@ -423,7 +427,7 @@ impl HealthMonitor {
         m.last_report = Some(now);
         // Most reports are from healthy contacts with nothing in flight to
         // replace: no copy of the set, no allocation (thousands a second).
-        let contacts: Vec<String> = m.contacts.iter().cloned().collect();
+        let contacts: Vec<ContactName> = m.contacts.iter().cloned().collect();
         for contact in contacts {
             // While unhealthy, the keepalive goes at once: its answer is
             // the second good signal (a keepalive answer itself waits for
@@ -550,7 +554,7 @@ impl HealthMonitor {
     }
 
     /// A good signal for `contact`: counts towards recovery.
-    fn good_signal(&mut self, now: Instant, contact: &str) {
+    fn good_signal(&mut self, now: Instant, contact: &ContactName) {
         let Some(c) = self.contacts.get_mut(contact) else {
             return;
         };
@@ -560,7 +564,7 @@ impl HealthMonitor {
 
     /// A missed keepalive: a bad signal; below the limit the contact is
     /// probed again at once.
-    fn miss(&mut self, now: Instant, contact: &str) {
+    fn miss(&mut self, now: Instant, contact: &ContactName) {
         let limit = self.config.keepalive_misses;
         let interval = self.config.keepalive_interval;
         let Some(c) = self.contacts.get_mut(contact) else {
@@ -601,7 +605,7 @@ impl HealthMonitor {
 
     /// Brings `contact` up to date at `now`: a keepalive missed or due,
     /// its published health, its log window, and its timer.
-    fn evaluate(&mut self, now: Instant, contact: &str) {
+    fn evaluate(&mut self, now: Instant, contact: &ContactName) {
         // A keepalive past its timeout is a miss (which re-evaluates).
         let overdue = self
             .contacts
@@ -657,7 +661,7 @@ impl HealthMonitor {
                 false
             };
             self.events.push_back(HealthEvent::Changed(HealthChange {
-                contact: contact.to_owned(),
+                contact: contact.clone(),
                 msr: c.msr.clone(),
                 from: Some(from),
                 to,
@@ -669,7 +673,7 @@ impl HealthMonitor {
         // The window closed with changes not logged: say how many.
         if c.log.suppressed > 0 && now >= c.log.start + LOG_WINDOW {
             self.events.push_back(HealthEvent::Suppressed {
-                contact: contact.to_owned(),
+                contact: contact.clone(),
                 count: c.log.suppressed,
                 health: c.health,
             });
@@ -688,10 +692,10 @@ impl HealthMonitor {
                 Some(request) => {
                     c.in_flight = Some((id, now + self.config.keepalive_timeout));
                     c.next_probe = now + self.config.keepalive_interval;
-                    self.in_flight.insert(id, contact.to_owned());
+                    self.in_flight.insert(id, contact.clone());
                     self.transmits.push_back(Probe {
                         id,
-                        contact: contact.to_owned(),
+                        contact: contact.clone(),
                         request,
                     });
                 }
@@ -731,9 +735,9 @@ impl HealthMonitor {
         // that from costing a timer update each time.
         if c.armed.is_none_or(|armed| next < armed || armed < now) {
             if let Some(old) = c.armed.take() {
-                self.timers.remove(&(old, contact.to_owned()));
+                self.timers.remove(&(old, contact.clone()));
             }
-            self.timers.insert((next, contact.to_owned()));
+            self.timers.insert((next, contact.clone()));
             c.armed = Some(next);
         }
     }

@@ -42,6 +42,8 @@ use std::time::Duration;
 use hashbrown::HashTable;
 use tokio::time::Instant;
 
+use crate::operator::names::{ContactName, MsrName};
+
 /// The maximum leg duration when the config sets none (SPEC §9: 4 h).
 pub const DEFAULT_MAX_DURATION: Duration = Duration::from_secs(4 * 3600);
 
@@ -273,8 +275,8 @@ impl LegTable {
         &mut self,
         now: Instant,
         key: LegKey<'_>,
-        msr: &str,
-        contact: &str,
+        msr: &MsrName,
+        contact: &ContactName,
         conference: Option<&str>,
     ) -> Bound {
         if let Some(slot) = self.find(key) {
@@ -284,7 +286,9 @@ impl LegTable {
                     Some(e) => (e.msr, e.contact, e.conference),
                     None => return Bound::Unchanged,
                 };
-                if self.msrs.name(old_msr) == msr && self.contacts.name(old_contact) == contact {
+                if self.msrs.name(old_msr) == msr.as_str()
+                    && self.contacts.name(old_contact) == contact.as_str()
+                {
                     return Bound::Unchanged;
                 }
                 let new_msr = self.msrs.acquire(msr);

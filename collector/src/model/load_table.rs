@@ -64,20 +64,13 @@ use tokio::time::Instant;
 
 use crate::model::estimate::{Estimate, SinceReport, DEFAULT_NOTIFY_FLIGHT_TIME};
 use crate::model::health::Health;
+use crate::operator::names::{ContactName, MsrName, SiteName, ZoneName};
 use crate::operator::topology::SiteDistances;
 use crate::operator::{MsrSettings, OperatorConfig};
 use crate::sip::registrar::Binding;
 use msr_shared::engine::EngineAddresses;
 
-/// Where a contact is filed when the operator set no zone or site for it:
-/// the collector's `[defaults]` (SPEC §6).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Placement {
-    /// Zone of a contact without an override.
-    pub zone: String,
-    /// Site of a contact without an override.
-    pub site: String,
-}
+pub use crate::operator::Placement;
 
 /// A change to one of the facts the table reads, as its owner reports it
 /// (see the module docs); [`LoadTable::apply`] takes it.
@@ -89,12 +82,12 @@ pub enum Change<'a> {
     BindingRemoved(&'a Binding),
     /// The registrar holds no binding of the MSR any more: its load report
     /// goes with its last contact.
-    MsrUnregistered(&'a str),
+    MsrUnregistered(&'a MsrName),
     /// A NOTIFY carried the MSR's load (SPEC §4), received at `at`;
     /// `report.load` above 100 is read as 100.
     LoadReported {
         /// The MSR.
-        msr: &'a str,
+        msr: &'a MsrName,
         /// The report.
         report: LoadReport,
         /// When it arrived.
@@ -104,7 +97,7 @@ pub enum Change<'a> {
     /// granted (or, while pending, requested) expiry, which bounds staleness.
     SubscriptionChanged {
         /// The MSR.
-        msr: &'a str,
+        msr: &'a MsrName,
         /// `Expires`, seconds.
         expires_secs: u32,
     },
@@ -112,7 +105,7 @@ pub enum Change<'a> {
     /// (`now` of the change and its Unix seconds).
     HealthChanged {
         /// The contact.
-        contact: &'a str,
+        contact: &'a ContactName,
         /// Its health.
         health: Health,
         /// Since when.
@@ -126,11 +119,11 @@ pub enum Change<'a> {
 #[derive(Debug, Clone, PartialEq)]
 struct ContactEntry {
     /// Its MSR.
-    msr: String,
+    msr: MsrName,
     /// Effective zone (override or default).
-    zone: String,
+    zone: ZoneName,
     /// Effective site (override or default).
-    site: String,
+    site: SiteName,
     /// Health, as the monitor last set it (`Healthy` until then: a new
     /// contact is inside its grace).
     health: Health,
@@ -141,7 +134,7 @@ struct ContactEntry {
 #[derive(Debug, Clone, Default)]
 struct MsrEntry {
     /// Contacts of this MSR present in the table.
-    contacts: BTreeSet<String>,
+    contacts: BTreeSet<ContactName>,
     /// Last report and when it arrived.
     load: Option<(LoadReport, Instant)>,
     /// The subscription's granted expiry, seconds, as the subscriber last
@@ -220,27 +213,27 @@ type SiteId = usize;
 #[derive(Debug, Clone, Default)]
 struct SiteNames {
     /// Name by number.
-    names: Vec<String>,
+    names: Vec<SiteName>,
     /// Number by name.
-    ids: HashMap<String, SiteId>,
+    ids: HashMap<SiteName, SiteId>,
 }
 
 impl SiteNames {
     /// The number of `site`, allocated on first use.
-    fn intern(&mut self, site: &str) -> SiteId {
+    fn intern(&mut self, site: &SiteName) -> SiteId {
         if let Some(id) = self.ids.get(site) {
             return *id;
         }
         let id = self.names.len();
-        self.names.push(site.to_owned());
-        self.ids.insert(site.to_owned(), id);
+        self.names.push(site.clone());
+        self.ids.insert(site.clone(), id);
         id
     }
 
     /// The name of site `id` (empty if unknown, which the invariant rules out).
     #[inline]
     fn name(&self, id: SiteId) -> &str {
-        self.names.get(id).map_or("", String::as_str)
+        self.names.get(id).map_or("", SiteName::as_str)
     }
 }
 
@@ -249,13 +242,13 @@ impl SiteNames {
 #[derive(Debug, Clone, PartialEq)]
 struct ZoneMember {
     /// Contact name (the second sort key of the zone's list).
-    contact: String,
+    contact: ContactName,
     /// When the registration lapses.
     expires_at: Instant,
     /// MSR-level values.
     msr_selection: MsrSelection,
     /// MSR name (the first sort key of the zone's list).
-    msr: String,
+    msr: MsrName,
     /// The first member of its MSR in the zone's list (the previous member,
     /// if any, is another MSR's): lets a scan tell MSRs apart without
     /// comparing names. Stamped by `stamp_msr_starts`.
@@ -349,7 +342,7 @@ fn member_position(members: &[ZoneMember], msr: &str, contact: &str) -> Result<u
 /// Removes the member of `contact` of MSR `msr` from the list of `zone`
 /// (dropping the list once empty) and returns it.
 fn take_member(
-    by_zone: &mut HashMap<String, Vec<ZoneMember>>,
+    by_zone: &mut HashMap<ZoneName, Vec<ZoneMember>>,
     zone: &str,
     msr: &str,
     contact: &str,
@@ -371,10 +364,14 @@ fn take_member(
 
 /// Puts `member` into the list of `zone`, in order, replacing the one of
 /// its contact if there is one.
-fn file_member(by_zone: &mut HashMap<String, Vec<ZoneMember>>, zone: &str, member: ZoneMember) {
+fn file_member(
+    by_zone: &mut HashMap<ZoneName, Vec<ZoneMember>>,
+    zone: &ZoneName,
+    member: ZoneMember,
+) {
     let members = match by_zone.get_mut(zone) {
         Some(members) => members,
-        None => by_zone.entry(zone.to_owned()).or_default(),
+        None => by_zone.entry(zone.clone()).or_default(),
     };
     let at = match member_position(members, &member.msr, &member.contact) {
         Ok(at) => {
@@ -407,14 +404,14 @@ pub struct LoadTable {
     /// Zone and site of a contact the operator placed nowhere.
     defaults: Placement,
     /// Rows by contact name.
-    contacts: BTreeMap<String, ContactEntry>,
+    contacts: BTreeMap<ContactName, ContactEntry>,
     /// Zone → what selection needs of each contact in it, sorted by MSR
     /// name, then contact name; derived from `contacts` and `msrs` (see the module docs).
-    by_zone: HashMap<String, Vec<ZoneMember>>,
+    by_zone: HashMap<ZoneName, Vec<ZoneMember>>,
     /// Numbers of the sites the zone index refers to.
     sites: SiteNames,
     /// Per-MSR state by MSR name.
-    msrs: BTreeMap<String, MsrEntry>,
+    msrs: BTreeMap<MsrName, MsrEntry>,
     /// How long a NOTIFY is assumed to fly (SPEC §10's compensation).
     notify_flight_time: Duration,
 }
@@ -487,7 +484,7 @@ impl LoadTable {
 
     /// Puts `member` into the list of `zone`, replacing the one of its
     /// contact if there is one.
-    fn file(&mut self, zone: &str, member: ZoneMember) {
+    fn file(&mut self, zone: &ZoneName, member: ZoneMember) {
         file_member(&mut self.by_zone, zone, member);
     }
 
@@ -544,10 +541,10 @@ impl LoadTable {
     fn upsert_contact(&mut self, binding: &Binding, operator: &OperatorConfig) {
         let zone = operator
             .contact_zone(&binding.contact, &self.defaults.zone)
-            .to_owned();
+            .clone();
         let site = operator
             .contact_site(&binding.contact, &self.defaults.site)
-            .to_owned();
+            .clone();
         // A refresh keeps the health the monitor set.
         let (mut health, mut health_since) = (Health::Healthy, None);
         if let Some(old) = self.contacts.get(&binding.contact) {
@@ -610,7 +607,7 @@ impl LoadTable {
     }
 
     /// Records a load report received at `at`.
-    fn set_load(&mut self, msr: &str, report: LoadReport, at: Instant) {
+    fn set_load(&mut self, msr: &MsrName, report: LoadReport, at: Instant) {
         let flight = self.notify_flight_time;
         let entry = self.msr_entry(msr);
         entry.since_report.report(at, flight, report.calls);
@@ -622,7 +619,7 @@ impl LoadTable {
     /// to selection only when it changes (it bounds staleness), so the zone
     /// index is touched only then: the shell reports every NOTIFY's
     /// subscription change (the counters move), which must stay cheap.
-    fn set_subscription(&mut self, msr: &str, expires_secs: u32) {
+    fn set_subscription(&mut self, msr: &MsrName, expires_secs: u32) {
         let entry = self.msr_entry(msr);
         if entry.expires_secs != Some(expires_secs) {
             let before = entry.selection();
@@ -649,8 +646,8 @@ impl LoadTable {
     }
 
     /// The MSR's entry, created empty if absent.
-    fn msr_entry(&mut self, msr: &str) -> &mut MsrEntry {
-        self.msrs.entry(msr.to_owned()).or_default()
+    fn msr_entry(&mut self, msr: &MsrName) -> &mut MsrEntry {
+        self.msrs.entry(msr.clone()).or_default()
     }
 
     /// New `[defaults]` (a reload): every contact without an operator
@@ -678,16 +675,16 @@ impl LoadTable {
         for (name, entry) in contacts.iter_mut() {
             let zone = operator.contact_zone(name, &defaults.zone);
             let site = operator.contact_site(name, &defaults.site);
-            let (zone_moved, site_moved) = (entry.zone != zone, entry.site != site);
+            let (zone_moved, site_moved) = (entry.zone != *zone, entry.site != *site);
             if !zone_moved && !site_moved {
                 continue;
             }
             if site_moved {
-                entry.site = site.to_owned();
+                entry.site = site.clone();
             }
             let site = sites.intern(site);
             if zone_moved {
-                let old = std::mem::replace(&mut entry.zone, zone.to_owned());
+                let old = std::mem::replace(&mut entry.zone, zone.clone());
                 if let Some(mut member) = take_member(by_zone, &old, &entry.msr, name) {
                     member.site = site;
                     file_member(by_zone, zone, member);

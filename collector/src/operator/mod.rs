@@ -25,7 +25,7 @@ use msr_shared::admin::ContactProperty;
 use msr_shared::present::format_number;
 use serde::{Deserialize, Serialize};
 
-use crate::operator::names::{NameError, NameKind};
+use crate::operator::names::{ContactName, MsrName, NameError, SiteName, ZoneName};
 use crate::operator::topology::{Topology, TopologyError, MAX_SITES};
 
 /// Default performance coefficient of an MSR (SPEC §6).
@@ -118,13 +118,52 @@ impl Default for MsrSettings {
     }
 }
 
+/// Where a contact is filed when the operator set no zone or site for it:
+/// the collector's `[defaults]` (SPEC §6). The one record of the default
+/// zone and site: the config's `[defaults]`, the load table, the control
+/// handler and the redirect read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// Zone of a contact without an override.
+    pub zone: ZoneName,
+    /// Site of a contact without an override.
+    pub site: SiteName,
+}
+
+/// The zone of a contact when neither the operator nor `[defaults]` names one.
+pub const DEFAULT_ZONE: &str = "default";
+/// The site of a contact when neither the operator nor `[defaults]` names one.
+pub const DEFAULT_SITE: &str = "local";
+
+impl Default for Placement {
+    /// [`DEFAULT_ZONE`] and [`DEFAULT_SITE`].
+    fn default() -> Self {
+        // Both are valid names (a unit test checks it), so this never
+        // falls back.
+        Self::new(DEFAULT_ZONE, DEFAULT_SITE).unwrap_or_else(|e| unreachable!("{e}"))
+    }
+}
+
+impl Placement {
+    /// The placement in `zone` at `site`.
+    ///
+    /// # Errors
+    /// [`NameError`] when either name breaks its rules.
+    pub fn new(zone: &str, site: &str) -> Result<Self, NameError> {
+        Ok(Self {
+            zone: ZoneName::new(zone)?,
+            site: SiteName::new(site)?,
+        })
+    }
+}
+
 /// What the operator set for one contact; `None` = collector default.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ContactSettings {
     /// Zone label override.
-    pub zone: Option<String>,
+    pub zone: Option<ZoneName>,
     /// Site override (a declared site).
-    pub site: Option<String>,
+    pub site: Option<SiteName>,
 }
 
 /// The operator configuration (SPEC §6).
@@ -133,9 +172,9 @@ pub struct OperatorConfig {
     /// Sites and distances.
     topology: Topology,
     /// Settings of MSRs that differ from the defaults, by MSR name.
-    msrs: BTreeMap<String, MsrSettings>,
+    msrs: BTreeMap<MsrName, MsrSettings>,
     /// Zone/site overrides by contact name (`{iface}@{msr}`).
-    contacts: BTreeMap<String, ContactSettings>,
+    contacts: BTreeMap<ContactName, ContactSettings>,
 }
 
 impl OperatorConfig {
@@ -230,17 +269,17 @@ impl OperatorConfig {
     pub fn subscription_expires_changes<'a>(
         &'a self,
         previous: &'a OperatorConfig,
-    ) -> impl Iterator<Item = (&'a str, Option<u32>)> + 'a {
+    ) -> impl Iterator<Item = (&'a MsrName, Option<u32>)> + 'a {
         let dropped = previous
             .msrs
             .iter()
             .filter(|(name, s)| s.subscription_expires.is_some() && !self.msrs.contains_key(*name))
-            .map(|(name, _)| (name.as_str(), None));
+            .map(|(name, _)| (name, None));
         let changed = self
             .msrs
             .iter()
             .filter(|(name, s)| previous.subscription_expires(name) != s.subscription_expires)
-            .map(|(name, s)| (name.as_str(), s.subscription_expires));
+            .map(|(name, s)| (name, s.subscription_expires));
         dropped.chain(changed)
     }
 
@@ -256,26 +295,26 @@ impl OperatorConfig {
     /// # Errors
     /// [`OperatorError::InvalidLoadLimit`]; [`OperatorError::Name`].
     pub fn set_load_limit(&mut self, msr: &str, value: u32) -> Result<u8, OperatorError> {
-        names::check(NameKind::Msr, msr)?;
+        let msr = MsrName::new(msr)?;
         let limit = u8::try_from(value)
             .ok()
             .filter(|v| (1..=100).contains(v))
             .ok_or_else(|| OperatorError::InvalidLoadLimit {
-                msr: msr.to_owned(),
+                msr: msr.to_string(),
                 value,
             })?;
-        let previous = self.load_limit(msr);
+        let previous = self.load_limit(&msr);
         self.update_msr(msr, |s| s.load_limit = limit);
         Ok(previous)
     }
 
-    fn update_msr(&mut self, msr: &str, change: impl FnOnce(&mut MsrSettings)) {
-        let mut settings = self.msr(msr);
+    fn update_msr(&mut self, msr: MsrName, change: impl FnOnce(&mut MsrSettings)) {
+        let mut settings = self.msr(&msr);
         change(&mut settings);
         if settings == MsrSettings::default() {
-            self.msrs.remove(msr);
+            self.msrs.remove(&msr);
         } else {
-            self.msrs.insert(msr.to_owned(), settings);
+            self.msrs.insert(msr, settings);
         }
     }
 
@@ -290,14 +329,14 @@ impl OperatorConfig {
         msr: &str,
         value: f64,
     ) -> Result<f64, OperatorError> {
-        names::check(NameKind::Msr, msr)?;
+        let msr = MsrName::new(msr)?;
         if !(MIN_PERFORMANCE_COEFFICIENT..=MAX_PERFORMANCE_COEFFICIENT).contains(&value) {
             return Err(OperatorError::InvalidCoefficient {
-                msr: msr.to_owned(),
+                msr: msr.to_string(),
                 value,
             });
         }
-        let previous = self.performance_coefficient(msr);
+        let previous = self.performance_coefficient(&msr);
         self.update_msr(msr, |s| s.performance_coefficient = value);
         Ok(previous)
     }
@@ -307,8 +346,8 @@ impl OperatorConfig {
     /// # Errors
     /// [`OperatorError::Name`].
     pub fn set_active(&mut self, msr: &str, active: bool) -> Result<bool, OperatorError> {
-        names::check(NameKind::Msr, msr)?;
-        let previous = self.is_active(msr);
+        let msr = MsrName::new(msr)?;
+        let previous = self.is_active(&msr);
         self.update_msr(msr, |s| s.active = active);
         Ok(previous)
     }
@@ -323,31 +362,31 @@ impl OperatorConfig {
         msr: &str,
         secs: u32,
     ) -> Result<Option<u32>, OperatorError> {
-        names::check(NameKind::Msr, msr)?;
+        let msr = MsrName::new(msr)?;
         if !(1..=MAX_SUBSCRIPTION_EXPIRES).contains(&secs) {
             return Err(OperatorError::InvalidExpires {
-                msr: msr.to_owned(),
+                msr: msr.to_string(),
                 value: secs,
             });
         }
-        let previous = self.subscription_expires(msr);
+        let previous = self.subscription_expires(&msr);
         self.update_msr(msr, |s| s.subscription_expires = Some(secs));
         Ok(previous)
     }
 
     /// The contact's zone: the override, else `default_zone`.
-    pub fn contact_zone<'a>(&'a self, contact: &str, default_zone: &'a str) -> &'a str {
+    pub fn contact_zone<'a>(&'a self, contact: &str, default_zone: &'a ZoneName) -> &'a ZoneName {
         self.contacts
             .get(contact)
-            .and_then(|c| c.zone.as_deref())
+            .and_then(|c| c.zone.as_ref())
             .unwrap_or(default_zone)
     }
 
     /// The contact's site: the override, else `default_site`.
-    pub fn contact_site<'a>(&'a self, contact: &str, default_site: &'a str) -> &'a str {
+    pub fn contact_site<'a>(&'a self, contact: &str, default_site: &'a SiteName) -> &'a SiteName {
         self.contacts
             .get(contact)
-            .and_then(|c| c.site.as_deref())
+            .and_then(|c| c.site.as_ref())
             .unwrap_or(default_site)
     }
 
@@ -363,9 +402,9 @@ impl OperatorConfig {
     /// # Errors
     /// [`OperatorError::Name`].
     pub fn set_contact_zone(&mut self, contact: &str, zone: &str) -> Result<(), OperatorError> {
-        names::check_contact(contact)?;
-        names::check(NameKind::Zone, zone)?;
-        self.contacts.entry(contact.to_owned()).or_default().zone = Some(zone.to_owned());
+        let contact = ContactName::new(contact)?;
+        let zone = ZoneName::new(zone)?;
+        self.contacts.entry(contact).or_default().zone = Some(zone);
         Ok(())
     }
 
@@ -375,15 +414,15 @@ impl OperatorConfig {
     /// [`OperatorError::Name`] for the contact, [`TopologyError::Name`]
     /// for the site, [`TopologyError::UnknownSite`].
     pub fn set_contact_site(&mut self, contact: &str, site: &str) -> Result<(), OperatorError> {
-        names::check_contact(contact)?;
-        names::check(NameKind::Site, site).map_err(TopologyError::from)?;
-        if !self.topology.contains(site) {
+        let contact = ContactName::new(contact)?;
+        let site = SiteName::new(site).map_err(TopologyError::from)?;
+        if !self.topology.contains(&site) {
             return Err(TopologyError::UnknownSite {
-                name: site.to_owned(),
+                name: site.to_string(),
             }
             .into());
         }
-        self.contacts.entry(contact.to_owned()).or_default().site = Some(site.to_owned());
+        self.contacts.entry(contact).or_default().site = Some(site);
         Ok(())
     }
 
@@ -399,7 +438,7 @@ impl OperatorConfig {
         contact: &str,
         property: ContactProperty,
     ) -> Result<bool, OperatorError> {
-        names::check_contact(contact)?;
+        ContactName::new(contact)?;
         let Some(settings) = self.contacts.get_mut(contact) else {
             return Ok(false);
         };
@@ -440,7 +479,7 @@ impl OperatorConfig {
                             load_limit: (s.load_limit != DEFAULT_LOAD_LIMIT)
                                 .then_some(s.load_limit),
                         };
-                        (name.clone(), stored)
+                        (name.to_string(), stored)
                     })
                     .collect(),
             ),
@@ -449,10 +488,10 @@ impl OperatorConfig {
                     .iter()
                     .map(|(name, c)| {
                         (
-                            name.clone(),
+                            name.to_string(),
                             StoredContact {
-                                zone: c.zone.clone(),
-                                site: c.site.clone(),
+                                zone: c.zone.as_ref().map(ToString::to_string),
+                                site: c.site.as_ref().map(ToString::to_string),
                             },
                         )
                     })

@@ -27,7 +27,9 @@
 //!
 //! A refusal names the rule broken, with a refused character as `U+XXXX`.
 
+use std::borrow::Borrow;
 use std::fmt;
+use std::sync::Arc;
 
 pub use msr_shared::sip::MAX_MSR_NAME_LEN;
 use msr_shared::sip::{is_token_char, TOKEN_MARKS};
@@ -157,6 +159,18 @@ pub enum NameError {
     },
 }
 
+impl NameError {
+    /// The rule broken, in the part that breaks it (`None` for a contact
+    /// name without `@`).
+    pub fn problem(&self) -> Option<&NameProblem> {
+        match self {
+            NameError::Invalid { problem, .. } => Some(problem),
+            NameError::NotIfaceAtMsr { .. } => None,
+            NameError::ContactPart { part, .. } => part.problem(),
+        }
+    }
+}
+
 /// What is wrong with `name` as a name of `kind`, if anything.
 pub fn problem(kind: NameKind, name: &str) -> Option<NameProblem> {
     if name.is_empty() {
@@ -214,6 +228,190 @@ pub fn check_contact(name: &str) -> Result<(&str, &str), NameError> {
 /// (SPEC §3). Valid when both parts are (see [`check`]).
 pub fn contact_name(iface: &str, msr: &str) -> String {
     format!("{iface}@{msr}")
+}
+
+/// A name of one kind that passed its rules ([`check`]): the only way a
+/// name enters the collector's state (the registrar, the load table, health,
+/// the subscriber, the operator configuration and the topology keep these,
+/// never bare strings). Lookups take `&str` (through [`Borrow<str>`]): a
+/// name that was never valid is simply not found. The text is shared
+/// (`Arc<str>`), so the owners that each keep a copy of a name share one
+/// allocation and a clone costs no allocation.
+macro_rules! name_type {
+    ($(#[$doc:meta])* $ty:ident, $check:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $ty(Arc<str>);
+
+        impl $ty {
+            /// Validates `name`.
+            ///
+            /// # Errors
+            /// [`NameError`] naming the rule it breaks.
+            pub fn new(name: &str) -> Result<Self, NameError> {
+                let check: fn(&str) -> Result<(), NameError> = $check;
+                check(name)?;
+                Ok(Self(Arc::from(name)))
+            }
+
+            /// The name as text.
+            #[inline]
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+
+            /// A name a test wrote, which must be valid.
+            #[cfg(test)]
+            pub(crate) fn test(name: &str) -> Self {
+                Self::new(name).expect("a test's name is valid")
+            }
+        }
+
+        impl std::ops::Deref for $ty {
+            type Target = str;
+            #[inline]
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl Borrow<str> for $ty {
+            #[inline]
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<str> for $ty {
+            #[inline]
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl fmt::Debug for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&*self.0, f)
+            }
+        }
+
+        impl PartialEq<str> for $ty {
+            fn eq(&self, other: &str) -> bool {
+                &*self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $ty {
+            fn eq(&self, other: &&str) -> bool {
+                &*self.0 == *other
+            }
+        }
+
+        impl PartialEq<String> for $ty {
+            fn eq(&self, other: &String) -> bool {
+                *self.0 == **other
+            }
+        }
+
+        impl PartialEq<$ty> for str {
+            fn eq(&self, other: &$ty) -> bool {
+                self == &*other.0
+            }
+        }
+
+        impl PartialEq<$ty> for &str {
+            fn eq(&self, other: &$ty) -> bool {
+                *self == &*other.0
+            }
+        }
+
+        impl PartialEq<$ty> for String {
+            fn eq(&self, other: &$ty) -> bool {
+                **self == *other.0
+            }
+        }
+
+        impl From<$ty> for String {
+            fn from(name: $ty) -> String {
+                name.0.as_ref().to_owned()
+            }
+        }
+
+        impl TryFrom<&str> for $ty {
+            type Error = NameError;
+            fn try_from(name: &str) -> Result<Self, NameError> {
+                Self::new(name)
+            }
+        }
+
+        impl TryFrom<String> for $ty {
+            type Error = NameError;
+            fn try_from(name: String) -> Result<Self, NameError> {
+                Self::new(&name)
+            }
+        }
+
+        impl serde::Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(&self.0)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+                Self::new(&text).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+name_type!(
+    /// An MSR name (the AOR user part, SPEC §3): see the module docs.
+    MsrName,
+    |name| check(NameKind::Msr, name)
+);
+name_type!(
+    /// A contact name `IFACE@MSR` (SPEC §3); [`ContactName::msr`] and
+    /// [`ContactName::interface`] are its parts.
+    ContactName,
+    |name| check_contact(name).map(|_| ())
+);
+name_type!(
+    /// A site name of the distance matrix (SPEC §6).
+    SiteName,
+    |name| check(NameKind::Site, name)
+);
+name_type!(
+    /// A zone name (SPEC §6).
+    ZoneName,
+    |name| check(NameKind::Zone, name)
+);
+
+impl ContactName {
+    /// The contact `IFACE@MSR` of interface `iface` of `msr`.
+    ///
+    /// # Errors
+    /// [`NameError::ContactPart`] when `iface` breaks the interface rules.
+    pub fn of(iface: &str, msr: &MsrName) -> Result<Self, NameError> {
+        Self::new(&contact_name(iface, msr))
+    }
+
+    /// The interface part, before the `@` (neither part holds one).
+    pub fn interface(&self) -> &str {
+        self.0.split_once('@').map_or("", |(iface, _)| iface)
+    }
+
+    /// The MSR part, after the `@`.
+    pub fn msr(&self) -> &str {
+        self.0.split_once('@').map_or("", |(_, msr)| msr)
+    }
 }
 
 /// Whether `c` is a format or invisible character: Unicode general
@@ -363,6 +561,33 @@ mod tests {
             "invalid zone name \"\\u{200b}\": character U+200B (invisible) is not allowed; \
              expected 1 to 64 bytes without `/`, whitespace, control, format or invisible characters"
         );
+    }
+
+    #[test]
+    fn a_name_type_holds_only_valid_names_and_reads_as_its_text() {
+        let msr = MsrName::new("msr_1").expect("valid");
+        assert_eq!(msr, "msr_1");
+        assert_eq!(msr.to_string(), "msr_1");
+        assert_eq!(format!("{msr:?}"), "\"msr_1\"");
+        assert_eq!(MsrName::new("a@b").err(), check(NameKind::Msr, "a@b").err());
+        let contact = ContactName::of("bond1.2", &msr).expect("valid");
+        assert_eq!((contact.interface(), contact.msr()), ("bond1.2", "msr_1"));
+        assert!(ContactName::new("msr_1").is_err());
+        assert!(ContactName::of("a b", &msr).is_err());
+        assert!(SiteName::new("Москва").is_ok() && SiteName::new("a/b").is_err());
+        assert!(ZoneName::new("rtk").is_ok() && ZoneName::new("").is_err());
+        // Keys of a map are found by their text.
+        let map: std::collections::BTreeMap<MsrName, u8> = [(msr.clone(), 1)].into();
+        assert_eq!(map.get("msr_1"), Some(&1));
+        // Read back as text; refused when the text breaks the rules.
+        let json = serde_json::to_string(&contact).expect("serialize");
+        assert_eq!(json, "\"bond1.2@msr_1\"");
+        assert_eq!(
+            serde_json::from_str::<ContactName>(&json).ok(),
+            Some(contact)
+        );
+        let err = serde_json::from_str::<MsrName>("\"a b\"").expect_err("space");
+        assert!(err.to_string().contains("invalid msr name"), "{err}");
     }
 
     #[test]

@@ -6,8 +6,14 @@ fn defaults() {
     assert_eq!(config.performance_coefficient("msr_1"), 1.0);
     assert!(config.is_active("msr_1"));
     assert_eq!(config.subscription_expires("msr_1"), None);
-    assert_eq!(config.contact_zone("lo@msr_1", "default"), "default");
-    assert_eq!(config.contact_site("lo@msr_1", "local"), "local");
+    assert_eq!(
+        config.contact_zone("lo@msr_1", &ZoneName::test("default")),
+        "default"
+    );
+    assert_eq!(
+        config.contact_site("lo@msr_1", &SiteName::test("local")),
+        "local"
+    );
 }
 
 #[test]
@@ -57,11 +63,17 @@ fn expires_changes_name_only_the_msrs_that_changed() {
     after
         .set_performance_coefficient("msr_1", 3.0)
         .expect("set");
-    let changes: Vec<_> = after.subscription_expires_changes(&before).collect();
+    let changes: Vec<_> = after
+        .subscription_expires_changes(&before)
+        .map(|(msr, expires)| (msr.as_str(), expires))
+        .collect();
     assert_eq!(changes, [("msr_2", Some(50)), ("msr_4", Some(20))]);
     // From an empty configuration (the start): every override.
     let empty = OperatorConfig::new();
-    let all: Vec<_> = after.subscription_expires_changes(&empty).collect();
+    let all: Vec<_> = after
+        .subscription_expires_changes(&empty)
+        .map(|(msr, expires)| (msr.as_str(), expires))
+        .collect();
     assert_eq!(
         all,
         [
@@ -71,7 +83,10 @@ fn expires_changes_name_only_the_msrs_that_changed() {
         ]
     );
     // Back to empty: every override is cleared.
-    let cleared: Vec<_> = empty.subscription_expires_changes(&after).collect();
+    let cleared: Vec<_> = empty
+        .subscription_expires_changes(&after)
+        .map(|(msr, expires)| (msr.as_str(), expires))
+        .collect();
     assert_eq!(cleared, [("msr_1", None), ("msr_2", None), ("msr_4", None)]);
 }
 
@@ -102,8 +117,14 @@ fn contact_site_must_be_declared_and_blocks_removal() {
     config.declare_site("remote").expect("declare");
     config.set_contact_site("lo@msr_1", "remote").expect("set");
     config.set_contact_zone("lo@msr_1", "rtk").expect("set");
-    assert_eq!(config.contact_site("lo@msr_1", "local"), "remote");
-    assert_eq!(config.contact_zone("lo@msr_1", "default"), "rtk");
+    assert_eq!(
+        config.contact_site("lo@msr_1", &SiteName::test("local")),
+        "remote"
+    );
+    assert_eq!(
+        config.contact_zone("lo@msr_1", &ZoneName::test("default")),
+        "rtk"
+    );
     assert!(matches!(
         config.remove_site("remote", |_| None),
         Err(OperatorError::Topology(TopologyError::SiteInUse { .. }))
@@ -205,7 +226,10 @@ fn operator_commands_use_the_name_rules() {
             .expect_err("invisible zone");
         assert!(err.to_string().contains("invalid zone name"), "{err}");
     }
-    assert_eq!(config.contact_zone("lo@msr_1", "default"), "rtk");
+    assert_eq!(
+        config.contact_zone("lo@msr_1", &ZoneName::test("default")),
+        "rtk"
+    );
     let err = config
         .set_contact_site("lo@msr_1", "\u{200B}")
         .expect_err("invisible site");

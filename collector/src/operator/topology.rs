@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use msr_shared::present::format_number;
 
-use crate::operator::names::{self, NameError, NameKind};
+use crate::operator::names::{NameError, SiteName};
 
 /// Why a topology change was refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -91,12 +91,12 @@ pub const MAX_SITES: usize = 256;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Topology {
     /// Declared site names.
-    sites: BTreeSet<String>,
+    sites: BTreeSet<SiteName>,
     /// Distances that differ from the default, stored in both directions
     /// (`distances[a][b] == distances[b][a]`) so a lookup needs no
     /// allocation. Absent: 0 for a site to itself, infinity otherwise.
     /// Values are non-negative, possibly infinite (only for a site to itself).
-    distances: BTreeMap<String, BTreeMap<String, f64>>,
+    distances: BTreeMap<SiteName, BTreeMap<SiteName, f64>>,
 }
 
 impl Topology {
@@ -111,15 +111,15 @@ impl Topology {
     /// [`TopologyError::Name`], [`TopologyError::SiteExists`],
     /// [`TopologyError::TooManySites`] when [`MAX_SITES`] are declared.
     pub fn declare(&mut self, name: &str) -> Result<(), TopologyError> {
-        names::check(NameKind::Site, name)?;
-        if self.sites.len() >= MAX_SITES && !self.sites.contains(name) {
+        let name = SiteName::new(name)?;
+        if self.sites.len() >= MAX_SITES && !self.sites.contains(&name) {
             return Err(TopologyError::TooManySites {
-                name: name.to_owned(),
+                name: name.to_string(),
                 declared: self.sites.len(),
                 max: MAX_SITES,
             });
         }
-        self.declare_uncapped(name)
+        self.insert(name)
     }
 
     /// Declares a site without the [`MAX_SITES`] cap: for a stored
@@ -128,12 +128,16 @@ impl Topology {
     /// # Errors
     /// [`TopologyError::Name`], [`TopologyError::SiteExists`].
     pub(crate) fn declare_uncapped(&mut self, name: &str) -> Result<(), TopologyError> {
-        names::check(NameKind::Site, name)?;
-        if !self.sites.insert(name.to_owned()) {
+        self.insert(SiteName::new(name)?)
+    }
+
+    fn insert(&mut self, name: SiteName) -> Result<(), TopologyError> {
+        if self.sites.contains(&name) {
             return Err(TopologyError::SiteExists {
-                name: name.to_owned(),
+                name: name.to_string(),
             });
         }
+        self.sites.insert(name);
         Ok(())
     }
 
@@ -175,7 +179,7 @@ impl Topology {
 
     /// Declared sites, sorted by name.
     pub fn sites(&self) -> impl Iterator<Item = &str> + '_ {
-        self.sites.iter().map(String::as_str)
+        self.sites.iter().map(SiteName::as_str)
     }
 
     /// Number of declared sites.
@@ -195,13 +199,13 @@ impl Topology {
     /// [`TopologyError::UnknownSite`], [`TopologyError::InvalidDistance`]
     /// (negative or NaN).
     pub fn set_distance(&mut self, a: &str, b: &str, value: f64) -> Result<f64, TopologyError> {
-        for name in [a, b] {
-            if !self.sites.contains(name) {
-                return Err(TopologyError::UnknownSite {
-                    name: name.to_owned(),
-                });
-            }
-        }
+        let declared = |name: &str| match self.sites.get(name) {
+            Some(site) => Ok(site.clone()),
+            None => Err(TopologyError::UnknownSite {
+                name: name.to_owned(),
+            }),
+        };
+        let (site_a, site_b) = (declared(a)?, declared(b)?);
         if value.is_nan() || value < 0.0 {
             return Err(TopologyError::InvalidDistance {
                 a: a.to_owned(),
@@ -221,11 +225,11 @@ impl Topology {
                 }
             }
         } else {
-            for (x, y) in [(a, b), (b, a)] {
+            for (x, y) in [(&site_a, &site_b), (&site_b, &site_a)] {
                 self.distances
-                    .entry(x.to_owned())
+                    .entry(x.clone())
                     .or_default()
-                    .insert(y.to_owned(), value);
+                    .insert(y.clone(), value);
             }
         }
         Ok(previous)
@@ -270,7 +274,7 @@ impl Topology {
     pub fn explicit_distances(&self) -> impl Iterator<Item = (&str, &str, f64)> + '_ {
         self.distances.iter().flat_map(|(a, row)| {
             row.iter()
-                .filter(move |(b, _)| a.as_str() <= b.as_str())
+                .filter(move |(b, _)| a <= *b)
                 .map(move |(b, value)| (a.as_str(), b.as_str(), *value))
         })
     }
@@ -282,7 +286,7 @@ pub struct SiteDistances<'a> {
     /// The site the distances are from.
     site: &'a str,
     /// Its stored distances that differ from the default, if any.
-    row: Option<&'a BTreeMap<String, f64>>,
+    row: Option<&'a BTreeMap<SiteName, f64>>,
 }
 
 impl SiteDistances<'_> {
@@ -303,7 +307,7 @@ impl SiteDistances<'_> {
             .row
             .into_iter()
             .flat_map(|row| row.keys())
-            .map(String::as_str)
+            .map(SiteName::as_str)
             .filter(move |site| *site != self.site);
         std::iter::once(self.site)
             .chain(others)

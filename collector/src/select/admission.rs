@@ -76,7 +76,7 @@ pub(super) fn admit(view: &ZoneView<'_>, query: &Query, kept: Vec<usize>) -> Adm
         .filter_map(|&p| {
             let c = view.candidate(p, query.now)?;
             let load = f64::from(c.load.unwrap_or(0).min(100));
-            Some((p, c.msr, load, f64::from(c.load_limit)))
+            Some((p, c.msr.as_str(), load, f64::from(c.load_limit)))
         })
         .collect();
     // Its host, while below the existing-conference threshold.

@@ -97,6 +97,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::model::load_table::{Candidate, LoadTable, ZoneView};
+use crate::operator::names::{ContactName, MsrName};
 use crate::operator::topology::Topology;
 
 /// One selection request: the leg's zone and site, and the MSR chosen for
@@ -210,9 +211,9 @@ pub fn rendezvous_score(conference: &str, msr: &str) -> u64 {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Choice {
     /// MSR name.
-    pub msr: String,
+    pub msr: MsrName,
     /// Contact name `{iface}@{msr}`.
-    pub contact: String,
+    pub contact: ContactName,
     /// Contact URI (the agent's).
     pub uri: String,
     /// The media engine's addresses: where the core parks the leg (SPEC §3).
@@ -241,8 +242,8 @@ impl Choice {
         rule: Rule,
     ) -> Choice {
         Choice {
-            msr: c.msr.to_owned(),
-            contact: c.contact.to_owned(),
+            msr: c.msr.clone(),
+            contact: c.contact.clone(),
             uri: c.uri.to_owned(),
             engine: c.engine,
             media_bridge,

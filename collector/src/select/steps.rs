@@ -233,8 +233,8 @@ pub(super) fn run<R: Rng + ?Sized>(
             .map(|c| {
                 let (load, weight) = weight((c.load, c.performance_coefficient));
                 let row = IntervalRow {
-                    msr: c.msr.to_owned(),
-                    contact: c.contact.to_owned(),
+                    msr: c.msr.to_string(),
+                    contact: c.contact.to_string(),
                     uri: c.uri.to_owned(),
                     load,
                     reported: c.load.is_some(),

@@ -11,15 +11,13 @@ use super::*;
 use crate::model::estimate::DEFAULT_NOTIFY_FLIGHT_TIME;
 use crate::model::health::Health;
 use crate::model::load_table::{Candidate, Change, Placement};
+use crate::operator::names::{ContactName, MsrName};
 use crate::operator::OperatorConfig;
 use crate::sip::registrar::Binding;
 
 /// The collector's `[defaults]` of a test table.
 fn place(zone: &str, site: &str) -> Placement {
-    Placement {
-        zone: zone.into(),
-        site: site.into(),
-    }
+    Placement::new(zone, site).expect("a test's placement")
 }
 
 /// A contact to put in a test table.
@@ -87,8 +85,14 @@ impl World {
             max_calls: 100,
         };
         let at = self.now;
-        self.table
-            .apply(&self.operator, Change::LoadReported { msr, report, at });
+        self.table.apply(
+            &self.operator,
+            Change::LoadReported {
+                msr: &MsrName::test(msr),
+                report,
+                at,
+            },
+        );
         self
     }
 
@@ -96,7 +100,7 @@ impl World {
     fn health(&mut self, contact: &str, health: Health) -> &mut Self {
         let since = (self.now, 0);
         let change = Change::HealthChanged {
-            contact,
+            contact: &ContactName::test(contact),
             health,
             since,
         };
@@ -621,7 +625,7 @@ fn shares(world: &World, query: &Query, seed: u64, n: u32) -> BTreeMap<String, f
     for _ in 0..n {
         let choice =
             select(&world.table, world.operator.topology(), query, &mut rng).expect("choice");
-        *counts.entry(choice.msr).or_default() += 1;
+        *counts.entry(choice.msr.to_string()).or_default() += 1;
     }
     counts
         .into_iter()
@@ -704,7 +708,7 @@ fn arbitrary_world(
         table.apply(
             &operator,
             Change::HealthChanged {
-                contact: &contact,
+                contact: &ContactName::test(&contact),
                 health,
                 since,
             },
@@ -720,7 +724,7 @@ fn arbitrary_world(
             max_calls: 0,
         };
         let change = Change::LoadReported {
-            msr: &msr,
+            msr: &MsrName::test(&msr),
             report,
             at: now,
         };
@@ -857,9 +861,9 @@ fn reference_run<R: rand::Rng + ?Sized>(
                 CandidateOutcome::unhealthy(row.health)?
             };
             Some(ExplainedCandidate {
-                contact: row.contact.clone(),
-                msr: row.msr.clone(),
-                site: row.site.clone(),
+                contact: row.contact.to_string(),
+                msr: row.msr.to_string(),
+                site: row.site.to_string(),
                 distance: topology
                     .distance(&query.site, &row.site)
                     .unwrap_or(f64::INFINITY),
@@ -921,10 +925,10 @@ fn reference_run<R: rand::Rng + ?Sized>(
         if *outcome != CandidateOutcome::Kept {
             continue;
         }
-        if per_msr.contains_key(c.msr) {
+        if per_msr.contains_key(c.msr.as_str()) {
             *outcome = CandidateOutcome::DuplicateMsr;
         } else {
-            per_msr.insert(c.msr, index);
+            per_msr.insert(c.msr.as_str(), index);
         }
     }
 
@@ -954,8 +958,8 @@ fn reference_run<R: rand::Rng + ?Sized>(
         let load = c.load.unwrap_or(0).min(100);
         let weight = f64::from(100 - load) * c.performance_coefficient;
         intervals.push(IntervalRow {
-            msr: c.msr.to_owned(),
-            contact: c.contact.to_owned(),
+            msr: c.msr.to_string(),
+            contact: c.contact.to_string(),
             uri: c.uri.to_owned(),
             load,
             reported: c.load.is_some(),
@@ -980,7 +984,7 @@ fn reference_run<R: rand::Rng + ?Sized>(
             .zip(&distances)
             .map(|((c, outcome), d)| {
                 // Admission drops keep the weight they would have had.
-                let weight = weights.get(c.contact).copied().or_else(|| {
+                let weight = weights.get(c.contact.as_str()).copied().or_else(|| {
                     matches!(
                         outcome,
                         CandidateOutcome::Full | CandidateOutcome::OverLoadLimit
@@ -994,8 +998,8 @@ fn reference_run<R: rand::Rng + ?Sized>(
                     _ => *outcome,
                 };
                 ExplainedCandidate {
-                    contact: c.contact.to_owned(),
-                    msr: c.msr.to_owned(),
+                    contact: c.contact.to_string(),
+                    msr: c.msr.to_string(),
                     site: c.site.to_owned(),
                     distance: *d,
                     health: Health::Healthy,
@@ -1039,8 +1043,8 @@ fn reference_run<R: rand::Rng + ?Sized>(
         match picked {
             Some(row) => Ok(Choice {
                 engine: None,
-                msr: row.msr.clone(),
-                contact: row.contact.clone(),
+                msr: MsrName::test(&row.msr),
+                contact: ContactName::test(&row.contact),
                 uri: row.uri.clone(),
                 media_bridge: explanation.media_bridge,
                 distance: min_distance.unwrap_or(0.0),
@@ -1125,7 +1129,10 @@ fn unhealthy_contacts_are_dropped_and_every_contact_is_explained() {
     world.operator_changed();
     let query = world.query("default", "local", None);
     for _ in 0..50 {
-        assert_eq!(world.pick(&query).map(|c| c.msr), Ok("msr_1".to_owned()));
+        assert_eq!(
+            world.pick(&query).map(|c| c.msr.to_string()),
+            Ok("msr_1".to_owned())
+        );
     }
     let explanation = world.fixed(&query, 0.0);
     let outcomes: Vec<(&str, &str, Option<f64>)> = explanation
@@ -1173,7 +1180,10 @@ fn nothing_healthy_left_is_refused_as_msr_unhealthy() {
     // Back to healthy: selected again.
     world.operator.set_active("msr_1", true).expect("active");
     world.operator_changed();
-    assert_eq!(world.pick(&query).map(|c| c.msr), Ok("msr_1".to_owned()));
+    assert_eq!(
+        world.pick(&query).map(|c| c.msr.to_string()),
+        Ok("msr_1".to_owned())
+    );
 }
 
 impl World {
@@ -1187,8 +1197,14 @@ impl World {
             calls,
             max_calls,
         };
-        self.table
-            .apply(&self.operator, Change::LoadReported { msr, report, at });
+        self.table.apply(
+            &self.operator,
+            Change::LoadReported {
+                msr: &MsrName::test(msr),
+                report,
+                at,
+            },
+        );
         self
     }
 
@@ -1303,7 +1319,7 @@ fn pooled_breaks_ties_at_random_and_ranks_unreported_last() {
         *seen.entry(choice.msr).or_insert(0) += 1;
     }
     assert_eq!(
-        seen.keys().map(String::as_str).collect::<Vec<_>>(),
+        seen.keys().map(MsrName::as_str).collect::<Vec<_>>(),
         ["a", "b", "c"]
     );
     assert!(seen.values().all(|n| *n > 70), "{seen:?}");

@@ -65,14 +65,15 @@ use request::{agent_version, bad_request, parse_contacts, ContactSpec, ContactsS
 pub use request::{MAX_CONTACTS_PER_MSR, MAX_CONTACT_URI_LEN};
 
 use crate::config::{Account, DigestAlgorithm, SipConfig};
+use crate::operator::names::{ContactName, MsrName};
 
 /// One registered contact of an MSR.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Binding {
     /// The MSR name (AOR user part).
-    pub msr: String,
+    pub msr: MsrName,
     /// Contact name `{iface}@{msr}` (SPEC §3).
-    pub contact: String,
+    pub contact: ContactName,
     /// The contact URI, e.g. `sip:msr_1@127.0.0.1:5071;engine=…`: the
     /// agent's address (where SUBSCRIBE goes) with the engine's parameters.
     pub uri: String,
@@ -104,8 +105,8 @@ impl Binding {
     /// fields are placeholders).
     pub(crate) fn test(contact: &str, msr: &str, uri: &str, expires_at: Instant) -> Self {
         Self {
-            msr: msr.into(),
-            contact: contact.into(),
+            msr: MsrName::new(msr).expect("a test's msr name"),
+            contact: ContactName::new(contact).expect("a test's contact name"),
             uri: uri.into(),
             engine: None,
             version: Some("0.1.0".into()),
@@ -172,16 +173,16 @@ pub struct Registrar {
     nonce_order: VecDeque<(Instant, String)>,
     nonce_counter: u64,
     /// msr → contact name → binding.
-    aors: BTreeMap<String, BTreeMap<String, Binding>>,
+    aors: BTreeMap<MsrName, BTreeMap<ContactName, Binding>>,
     /// `(expires_at, msr, contact)` of every binding in `aors`.
-    expiries: BTreeSet<(Instant, String, String)>,
+    expiries: BTreeSet<(Instant, MsrName, ContactName)>,
     events: VecDeque<RegistrarEvent>,
     /// Refused REGISTERs, rate-limited for the log.
     refusals: RefusalLimiter,
 }
 
 /// The `expiries` key of a binding.
-fn expiry_key(b: &Binding) -> (Instant, String, String) {
+fn expiry_key(b: &Binding) -> (Instant, MsrName, ContactName) {
     (b.expires_at, b.msr.clone(), b.contact.clone())
 }
 
@@ -362,7 +363,7 @@ impl Registrar {
         }
     }
 
-    fn apply(&mut self, now: Instant, msr: &str, origin: Origin<'_>, c: ContactSpec) {
+    fn apply(&mut self, now: Instant, msr: &MsrName, origin: Origin<'_>, c: ContactSpec) {
         let Origin {
             call_id,
             cseq,
@@ -370,7 +371,7 @@ impl Registrar {
             version,
             source,
         } = origin;
-        let aor = self.aors.entry(msr.to_owned()).or_default();
+        let aor = self.aors.entry(msr.clone()).or_default();
         // A contact is matched by name, or by URI when its interface name changed.
         let existing = if aor.contains_key(&c.name) {
             Some(c.name.clone())
@@ -389,7 +390,7 @@ impl Registrar {
             }
         } else {
             let binding = Binding {
-                msr: msr.to_owned(),
+                msr: msr.clone(),
                 contact: c.name.clone(),
                 uri: c.uri,
                 engine: c.engine,

@@ -93,6 +93,7 @@ use tokio::time::Instant;
 
 use msr_shared::subscription::SubscriptionState;
 
+use crate::operator::names::{ContactName, MsrName};
 use crate::sip::registrar::Binding;
 
 /// First retry delay after a failed SUBSCRIBE.
@@ -120,7 +121,7 @@ pub struct SubscriberConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Target {
     /// Contact name `{iface}@{msr}`.
-    name: String,
+    name: ContactName,
     /// Contact URI.
     uri: String,
 }
@@ -167,7 +168,7 @@ pub struct Transmit {
     /// Correlates the final response.
     pub id: RequestId,
     /// The MSR the request is for.
-    pub msr: String,
+    pub msr: MsrName,
     /// Its Call-ID.
     pub call_id: String,
     /// The SUBSCRIBE (without `Via`; the endpoint adds it).
@@ -180,10 +181,10 @@ pub enum SubscriberEvent {
     /// A new dialog was established (2xx to the initial SUBSCRIBE).
     Active {
         /// MSR name.
-        msr: String,
+        msr: MsrName,
         /// Dialog Call-ID.
         call_id: String,
-        /// The contact subscribed to.
+        /// The contact subscribed to (empty when none is known).
         contact: String,
         /// Granted duration, seconds.
         expires: u32,
@@ -191,7 +192,7 @@ pub enum SubscriberEvent {
     /// A refresh was accepted.
     Refreshed {
         /// MSR name.
-        msr: String,
+        msr: MsrName,
         /// Dialog Call-ID.
         call_id: String,
         /// Granted duration, seconds.
@@ -200,7 +201,7 @@ pub enum SubscriberEvent {
     /// A NOTIFY carried a load report.
     Load {
         /// MSR name.
-        msr: String,
+        msr: MsrName,
         /// The report.
         report: LoadReport,
         /// When it arrived.
@@ -209,7 +210,7 @@ pub enum SubscriberEvent {
     /// The notifier ended the subscription (`Subscription-State: terminated`).
     Terminated {
         /// MSR name.
-        msr: String,
+        msr: MsrName,
         /// Dialog Call-ID.
         call_id: String,
         /// The `reason` parameter, if it had one.
@@ -221,7 +222,7 @@ pub enum SubscriberEvent {
     /// A SUBSCRIBE failed or the subscription expired; a new dialog follows.
     Retrying {
         /// MSR name.
-        msr: String,
+        msr: MsrName,
         /// The failed dialog's Call-ID.
         call_id: String,
         /// Why (`408`, `481`, `expired`, …).
@@ -233,7 +234,7 @@ pub enum SubscriberEvent {
     /// the MSR has no registered contact left.
     Ended {
         /// MSR name.
-        msr: String,
+        msr: MsrName,
         /// Call-ID of the dialog that ended; `None` when there was none at
         /// the time (before the first SUBSCRIBE, or between a terminated or
         /// failed dialog and the next).
@@ -250,7 +251,7 @@ enum Kind {
 
 #[derive(Debug, Clone)]
 struct PendingRequest {
-    msr: String,
+    msr: MsrName,
     call_id: String,
     kind: Kind,
     requested: u32,
@@ -318,7 +319,7 @@ struct EndedDialog {
 struct Subscription {
     /// Names of the MSR's registered contacts, sorted: to tell a contact
     /// that registers anew (which lifts `blocked`).
-    contacts: Vec<String>,
+    contacts: Vec<ContactName>,
     /// The first registered contact by name: where a new dialog goes.
     first: Target,
     /// The contact the current (or last) dialog went to.
@@ -349,7 +350,7 @@ struct Subscription {
 }
 
 impl Subscription {
-    fn new(contacts: Vec<String>, first: Target) -> Self {
+    fn new(contacts: Vec<ContactName>, first: Target) -> Self {
         Self {
             contacts,
             first,
@@ -395,21 +396,21 @@ impl Subscription {
 #[derive(Debug)]
 pub struct Subscriber {
     config: SubscriberConfig,
-    subs: BTreeMap<String, Subscription>,
+    subs: BTreeMap<MsrName, Subscription>,
     /// Operator overrides of the requested `Expires` (`subscription set`).
-    overrides: HashMap<String, u32>,
+    overrides: HashMap<MsrName, u32>,
     pending: HashMap<RequestId, PendingRequest>,
     next_id: u64,
     transmits: VecDeque<Transmit>,
     events: VecDeque<SubscriberEvent>,
     /// Call-ID → MSR of every live dialog (the tags are checked on use).
-    dialogs: HashMap<String, String>,
+    dialogs: HashMap<String, MsrName>,
     /// `(deadline, msr)` for every subscription with a deadline; mirrors
     /// `Subscription::armed`.
-    timers: BTreeSet<(Instant, String)>,
+    timers: BTreeSet<(Instant, MsrName)>,
     /// MSRs whose view may have changed since the last
     /// [`poll_view_change`](Subscriber::poll_view_change).
-    dirty: BTreeSet<String>,
+    dirty: BTreeSet<MsrName>,
     /// Call-ID → dialog ended by our `Expires: 0`, until its final NOTIFY.
     ended: HashMap<String, EndedDialog>,
     /// `(deadline, call_id)` of every ended dialog; mirrors `ended`.
@@ -438,7 +439,7 @@ impl Subscriber {
     /// Brings the indexes in line with the subscription to `msr` after a
     /// change: its timer entry, its dialog entry, and the dirty set. Every
     /// public method that changes a subscription ends with this.
-    fn touched(&mut self, msr: &str) {
+    fn touched(&mut self, msr: &MsrName) {
         let Some(sub) = self.subs.get_mut(msr) else {
             self.forget(msr, None);
             return;
@@ -446,16 +447,16 @@ impl Subscriber {
         let next = sub.next_deadline();
         if sub.armed != next {
             if let Some(old) = sub.armed.take() {
-                self.timers.remove(&(old, msr.to_owned()));
+                self.timers.remove(&(old, msr.clone()));
             }
             if let Some(at) = next {
-                self.timers.insert((at, msr.to_owned()));
+                self.timers.insert((at, msr.clone()));
             }
             sub.armed = next;
         }
         if let Some(d) = &sub.dialog {
             if self.dialogs.get(&d.call_id).is_none_or(|m| m != msr) {
-                self.dialogs.insert(d.call_id.clone(), msr.to_owned());
+                self.dialogs.insert(d.call_id.clone(), msr.clone());
             }
         }
         let published = sub
@@ -463,16 +464,16 @@ impl Subscriber {
             .as_ref()
             .is_some_and(|(state, expires)| *state == sub.state && *expires == sub.expires);
         if !published {
-            self.dirty.insert(msr.to_owned());
+            self.dirty.insert(msr.clone());
         }
     }
 
     /// Drops the timer and dialog entries of a removed subscription (`sub`:
     /// what it was, if known).
-    fn forget(&mut self, msr: &str, sub: Option<&Subscription>) {
+    fn forget(&mut self, msr: &MsrName, sub: Option<&Subscription>) {
         if let Some(sub) = sub {
             if let Some(at) = sub.armed {
-                self.timers.remove(&(at, msr.to_owned()));
+                self.timers.remove(&(at, msr.clone()));
             }
             if let Some(d) = &sub.dialog {
                 self.unindex_dialog(&d.call_id, msr);
@@ -482,14 +483,14 @@ impl Subscriber {
     }
 
     /// Removes the dialog index entry of `call_id` if it is `msr`'s.
-    fn unindex_dialog(&mut self, call_id: &str, msr: &str) {
+    fn unindex_dialog(&mut self, call_id: &str, msr: &MsrName) {
         if self.dialogs.get(call_id).is_some_and(|m| m == msr) {
             self.dialogs.remove(call_id);
         }
     }
 
     /// Clears the dialog of `msr`'s subscription (and its index entry).
-    fn drop_dialog(&mut self, msr: &str) {
+    fn drop_dialog(&mut self, msr: &MsrName) {
         if let Some(d) = self.subs.get_mut(msr).and_then(|s| s.dialog.take()) {
             self.unindex_dialog(&d.call_id, msr);
         }
@@ -504,9 +505,9 @@ impl Subscriber {
 
     /// Sets (or clears) the operator's `Expires` for `msr`; it is requested
     /// from the next refresh or new subscription on.
-    pub fn set_expires_override(&mut self, msr: &str, expires: Option<u32>) {
+    pub fn set_expires_override(&mut self, msr: &MsrName, expires: Option<u32>) {
         match expires {
-            Some(e) => self.overrides.insert(msr.to_owned(), e),
+            Some(e) => self.overrides.insert(msr.clone(), e),
             None => self.overrides.remove(msr),
         };
     }
@@ -525,7 +526,7 @@ impl Subscriber {
     /// returned here, with its current view. A subscription that went away
     /// is not reported (the shell removes the MSR from the table when its
     /// registration goes).
-    pub fn poll_view_change(&mut self) -> Option<(String, SubscriptionView)> {
+    pub fn poll_view_change(&mut self) -> Option<(MsrName, SubscriptionView)> {
         while let Some(msr) = self.dirty.pop_first() {
             if let Some(sub) = self.subs.get_mut(&msr) {
                 sub.published = Some((sub.state.clone(), sub.expires));

@@ -1,3 +1,4 @@
+use crate::operator::names::{ContactName, MsrName};
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::model::load_table::{Change, Placement};
+use crate::model::load_table::Change;
 use crate::operator::store::Store;
 use crate::sip::registrar::Binding;
 use crate::sip::subscriber::SubscriberConfig;
@@ -61,13 +62,7 @@ impl Harness {
         let local = "sip:collector@127.0.0.1:5060".to_owned();
         Self {
             operator: OperatorConfig::new(),
-            table: LoadTable::new(
-                "core1@test".into(),
-                Placement {
-                    zone: defaults.zone.clone(),
-                    site: defaults.site.clone(),
-                },
-            ),
+            table: LoadTable::new("core1@test".into(), defaults.placement.clone()),
             registrar: Registrar::new(&config.sip, &config.accounts),
             subscriber: Subscriber::new(SubscriberConfig {
                 local_uri: local.clone(),
@@ -126,7 +121,7 @@ impl Harness {
     fn load(&mut self, report: LoadReport, at: Instant) {
         let msr = report.msr.clone();
         let change = Change::LoadReported {
-            msr: &msr,
+            msr: &MsrName::test(&msr),
             report,
             at,
         };
@@ -1340,8 +1335,8 @@ fn a_release_through_the_control_protocol_enables_pooled_and_counts_down() {
             call_id: "c1",
             leg: None,
         },
-        "msr_1",
-        "lo@msr_1",
+        &MsrName::test("msr_1"),
+        &ContactName::test("lo@msr_1"),
         None,
     );
     let released = h.legs.release_at(t0, "c1", None, |_| {});

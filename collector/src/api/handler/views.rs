@@ -109,9 +109,9 @@ pub(super) fn msr_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
     }
     for view in ctx.table.msrs(now) {
         msrs.insert(
-            view.msr.clone(),
+            view.msr.to_string(),
             MsrInfo {
-                name: view.msr,
+                name: view.msr.into(),
                 performance_coefficient: view.settings.performance_coefficient,
                 active: view.settings.active,
                 registered: view.registered,
@@ -176,7 +176,7 @@ pub(super) fn resource_list(ctx: &AdminContext<'_>, now: Instant, active_only: b
                 .and_then(|b| b.version.clone()),
             subscription: ctx.subscriber.view(&row.msr).map(|s| s.status),
             node: row.node,
-            msr: row.msr,
+            msr: row.msr.into(),
             performance_coefficient: row.performance_coefficient,
             load: row.load.as_ref().map(|r| r.load),
             cpu: row.load.as_ref().map(|r| r.cpu),
@@ -184,8 +184,8 @@ pub(super) fn resource_list(ctx: &AdminContext<'_>, now: Instant, active_only: b
             max_calls: row.load.as_ref().map(|r| r.max_calls),
             report_age_secs: row.report_age.map(|age| age.as_secs()),
             stale: row.stale,
-            zone: row.zone,
-            site: row.site,
+            zone: row.zone.into(),
+            site: row.site.into(),
             active: row.active,
             uri: row.uri,
             engine_uri: row.engine.map(|e| e.sip_uri()),
@@ -197,7 +197,7 @@ pub(super) fn resource_list(ctx: &AdminContext<'_>, now: Instant, active_only: b
             },
             expires_secs: row.expires_in.as_secs(),
             live_legs: ctx.legs.on_contact(&row.contact),
-            contact: row.contact,
+            contact: row.contact.into(),
             health: wire_health(row.health),
             health_since_unix: row.health_since.map_or(0, |(_, unix)| unix),
             health_secs: row
@@ -221,7 +221,7 @@ pub(super) fn subscription_list(ctx: &AdminContext<'_>, now: Instant) -> Respons
             let active = ctx.operator.is_active(&view.msr);
             match ctx.subscriber.view(&view.msr) {
                 Some(s) => SubscriptionInfo {
-                    msr: view.msr,
+                    msr: view.msr.into(),
                     registered: view.registered,
                     event: EVENT_PACKAGE.into(),
                     active,
@@ -232,7 +232,7 @@ pub(super) fn subscription_list(ctx: &AdminContext<'_>, now: Instant) -> Respons
                     status: Some(s.status),
                 },
                 None => SubscriptionInfo {
-                    msr: view.msr,
+                    msr: view.msr.into(),
                     registered: view.registered,
                     event: EVENT_PACKAGE.into(),
                     active,

@@ -26,8 +26,7 @@ fn invite_text(uri: &str, extra: &str) -> String {
 fn ctx() -> RedirectContext {
     RedirectContext {
         own: vec!["127.0.0.1:5062".parse().expect("addr")],
-        default_zone: "default".into(),
-        default_site: "local".into(),
+        placement: crate::operator::Placement::default(),
         allow: vec!["127.0.0.1/32".parse().expect("net")],
     }
 }

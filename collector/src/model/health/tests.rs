@@ -51,8 +51,12 @@ impl Harness {
             .map_or(contact, |(_, m)| m)
             .to_owned();
         let uri = format!("sip:{msr}@127.0.0.1:5070");
-        self.monitor
-            .contact_registered(self.now, contact, &msr, &uri);
+        self.monitor.contact_registered(
+            self.now,
+            &ContactName::test(contact),
+            &MsrName::test(&msr),
+            &uri,
+        );
         self.drain();
     }
 
@@ -74,7 +78,7 @@ impl Harness {
             while let Some(probe) = self.monitor.poll_transmit() {
                 assert_eq!(probe.request.method, Method::Options);
                 self.probes
-                    .push((self.now - self.t0, probe.contact.clone()));
+                    .push((self.now - self.t0, probe.contact.to_string()));
                 match self.agent {
                     Agent::Answers => {
                         self.monitor
@@ -107,7 +111,7 @@ impl Harness {
                         contact,
                         count,
                         health,
-                    } => self.suppressed.push((contact, count, health)),
+                    } => self.suppressed.push((contact.to_string(), count, health)),
                 }
             }
             if !answered {
@@ -380,8 +384,12 @@ async fn a_new_uri_forgets_the_old_misses_and_probes_at_once() {
     // The agent restarted on another port.
     h.agent = Agent::Answers;
     let sent = h.probes.len();
-    h.monitor
-        .contact_registered(h.now, "lo@msr_1", "msr_1", "sip:msr_1@127.0.0.1:5099");
+    h.monitor.contact_registered(
+        h.now,
+        &ContactName::test("lo@msr_1"),
+        &MsrName::test("msr_1"),
+        "sip:msr_1@127.0.0.1:5099",
+    );
     h.drain();
     assert_eq!(h.probes.len(), sent + 1);
     // One good signal: not yet healthy; its first NOTIFY is the second.
@@ -451,8 +459,12 @@ async fn a_refresh_keeps_the_health_and_a_moved_contact_starts_again() {
     h.run_until(Duration::from_secs(30));
     h.register("lo@msr_1");
     assert_eq!(h.health("lo@msr_1"), Some(Health::Unreachable));
-    h.monitor
-        .contact_registered(h.now, "lo@msr_1", "msr_2", "sip:msr_2@127.0.0.1:5070");
+    h.monitor.contact_registered(
+        h.now,
+        &ContactName::test("lo@msr_1"),
+        &MsrName::test("msr_2"),
+        "sip:msr_2@127.0.0.1:5070",
+    );
     h.drain();
     assert_eq!(h.health("lo@msr_1"), Some(Health::Healthy));
     assert!(!h.monitor.msrs.contains_key("msr_1"));

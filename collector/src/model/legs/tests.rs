@@ -17,14 +17,26 @@ fn a_bound_leg_is_found_again_and_counted() {
     let mut t = table();
     let now = Instant::now();
     assert_eq!(
-        t.bind(now, key("c1", None), "msr_1", "lo@msr_1", None),
+        t.bind(
+            now,
+            key("c1", None),
+            &MsrName::test("msr_1"),
+            &ContactName::test("lo@msr_1"),
+            None
+        ),
         Bound::New
     );
     let leg = t.get(now, key("c1", None)).expect("live");
     assert_eq!((leg.msr, leg.contact), ("msr_1", "lo@msr_1"));
     assert_eq!(leg.expires_at, now + DEFAULT_MAX_DURATION);
     assert_eq!(
-        t.bind(now, key("c1", None), "msr_1", "lo@msr_1", None),
+        t.bind(
+            now,
+            key("c1", None),
+            &MsrName::test("msr_1"),
+            &ContactName::test("lo@msr_1"),
+            None
+        ),
         Bound::Unchanged
     );
     assert_eq!(
@@ -42,7 +54,13 @@ fn a_bound_leg_is_found_again_and_counted() {
 fn release_is_idempotent_and_never_goes_below_zero() {
     let mut t = table();
     let now = Instant::now();
-    t.bind(now, key("c1", None), "msr_1", "lo@msr_1", None);
+    t.bind(
+        now,
+        key("c1", None),
+        &MsrName::test("msr_1"),
+        &ContactName::test("lo@msr_1"),
+        None,
+    );
     assert_eq!(t.release("c1", None), 1);
     assert_eq!(t.release("c1", None), 0, "a repeated release is harmless");
     assert_eq!(t.release("never", Some("a")), 0, "an unknown one too");
@@ -57,10 +75,34 @@ fn release_is_idempotent_and_never_goes_below_zero() {
 fn two_legs_of_one_call_id_are_told_apart_and_a_bye_ends_both() {
     let mut t = table();
     let now = Instant::now();
-    t.bind(now, key("c1", Some("a")), "msr_1", "lo@msr_1", None);
-    t.bind(now, key("c1", Some("b")), "msr_2", "lo@msr_2", None);
-    t.bind(now, key("c1", None), "msr_2", "lo@msr_2", None);
-    t.bind(now, key("c2", Some("a")), "msr_1", "lo@msr_1", None);
+    t.bind(
+        now,
+        key("c1", Some("a")),
+        &MsrName::test("msr_1"),
+        &ContactName::test("lo@msr_1"),
+        None,
+    );
+    t.bind(
+        now,
+        key("c1", Some("b")),
+        &MsrName::test("msr_2"),
+        &ContactName::test("lo@msr_2"),
+        None,
+    );
+    t.bind(
+        now,
+        key("c1", None),
+        &MsrName::test("msr_2"),
+        &ContactName::test("lo@msr_2"),
+        None,
+    );
+    t.bind(
+        now,
+        key("c2", Some("a")),
+        &MsrName::test("msr_1"),
+        &ContactName::test("lo@msr_1"),
+        None,
+    );
     assert_eq!(
         t.get(now, key("c1", Some("a"))).map(|l| l.msr),
         Some("msr_1")
@@ -86,10 +128,22 @@ fn two_legs_of_one_call_id_are_told_apart_and_a_bye_ends_both() {
 fn a_leg_moved_to_another_msr_keeps_its_expiry_and_moves_its_counts() {
     let mut t = table();
     let t0 = Instant::now();
-    t.bind(t0, key("c1", None), "msr_1", "lo@msr_1", Some("conf"));
+    t.bind(
+        t0,
+        key("c1", None),
+        &MsrName::test("msr_1"),
+        &ContactName::test("lo@msr_1"),
+        Some("conf"),
+    );
     let t1 = t0 + secs(60);
     assert_eq!(
-        t.bind(t1, key("c1", None), "msr_2", "lo@msr_2", Some("conf")),
+        t.bind(
+            t1,
+            key("c1", None),
+            &MsrName::test("msr_2"),
+            &ContactName::test("lo@msr_2"),
+            Some("conf")
+        ),
         Bound::Reanchored
     );
     let leg = t.get(t1, key("c1", None)).expect("live");
@@ -105,8 +159,20 @@ fn a_leg_moved_to_another_msr_keeps_its_expiry_and_moves_its_counts() {
 fn legs_expire_at_the_maximum_duration_so_a_lost_release_cannot_leak() {
     let mut t = LegTable::new(secs(100));
     let t0 = Instant::now();
-    t.bind(t0, key("c1", None), "msr_1", "lo@msr_1", None);
-    t.bind(t0 + secs(10), key("c2", None), "msr_1", "lo@msr_1", None);
+    t.bind(
+        t0,
+        key("c1", None),
+        &MsrName::test("msr_1"),
+        &ContactName::test("lo@msr_1"),
+        None,
+    );
+    t.bind(
+        t0 + secs(10),
+        key("c2", None),
+        &MsrName::test("msr_1"),
+        &ContactName::test("lo@msr_1"),
+        None,
+    );
     assert_eq!(t.poll_timeout(), Some(t0 + secs(100)));
     assert_eq!(t.handle_timeout(t0 + secs(99)), 0);
     // At its expiry it no longer counts, even before the timeout runs.
@@ -128,19 +194,43 @@ fn release_races_leave_every_count_at_zero() {
     let mut t = LegTable::new(secs(100));
     let t0 = Instant::now();
     // Released before the select's answer was used: select, then release.
-    t.bind(t0, key("c1", None), "msr_1", "lo@msr_1", None);
+    t.bind(
+        t0,
+        key("c1", None),
+        &MsrName::test("msr_1"),
+        &ContactName::test("lo@msr_1"),
+        None,
+    );
     assert_eq!(t.release("c1", None), 1);
     // Double release.
-    t.bind(t0, key("c2", None), "msr_1", "lo@msr_1", None);
+    t.bind(
+        t0,
+        key("c2", None),
+        &MsrName::test("msr_1"),
+        &ContactName::test("lo@msr_1"),
+        None,
+    );
     assert_eq!(t.release("c2", None) + t.release("c2", None), 1);
     // Released after the expiry.
-    t.bind(t0, key("c3", None), "msr_1", "lo@msr_1", None);
+    t.bind(
+        t0,
+        key("c3", None),
+        &MsrName::test("msr_1"),
+        &ContactName::test("lo@msr_1"),
+        None,
+    );
     t.handle_timeout(t0 + secs(100));
     assert_eq!(t.release("c3", None), 0);
     // A release that overtook its select is remembered (the handler then
     // refuses the select); a leg bound anyway lives until its expiry.
     assert_eq!(t.release("c4", None), 0);
-    t.bind(t0 + secs(1), key("c4", None), "msr_1", "lo@msr_1", None);
+    t.bind(
+        t0 + secs(1),
+        key("c4", None),
+        &MsrName::test("msr_1"),
+        &ContactName::test("lo@msr_1"),
+        None,
+    );
     assert_eq!(t.on_msr("msr_1"), 1);
     t.handle_timeout(t0 + secs(101));
     assert_eq!(
@@ -157,9 +247,21 @@ fn release_races_leave_every_count_at_zero() {
 fn a_reused_slot_is_not_expired_by_its_previous_legs_entry() {
     let mut t = LegTable::new(secs(100));
     let t0 = Instant::now();
-    t.bind(t0, key("old", None), "msr_1", "lo@msr_1", None);
+    t.bind(
+        t0,
+        key("old", None),
+        &MsrName::test("msr_1"),
+        &ContactName::test("lo@msr_1"),
+        None,
+    );
     t.release("old", None);
-    t.bind(t0 + secs(50), key("new", None), "msr_1", "lo@msr_1", None);
+    t.bind(
+        t0 + secs(50),
+        key("new", None),
+        &MsrName::test("msr_1"),
+        &ContactName::test("lo@msr_1"),
+        None,
+    );
     assert_eq!(
         t.handle_timeout(t0 + secs(100)),
         0,
@@ -174,10 +276,28 @@ fn the_conference_host_is_the_msr_with_most_of_its_legs() {
     let mut t = table();
     let now = Instant::now();
     assert_eq!(t.conference_host("k"), None, "a new conference");
-    t.bind(now, key("a", None), "msr_1", "lo@msr_1", Some("k"));
-    t.bind(now, key("b", None), "msr_2", "lo@msr_2", Some("k"));
+    t.bind(
+        now,
+        key("a", None),
+        &MsrName::test("msr_1"),
+        &ContactName::test("lo@msr_1"),
+        Some("k"),
+    );
+    t.bind(
+        now,
+        key("b", None),
+        &MsrName::test("msr_2"),
+        &ContactName::test("lo@msr_2"),
+        Some("k"),
+    );
     assert_eq!(t.conference_host("k"), Some("msr_1"), "first on a tie");
-    t.bind(now, key("c", None), "msr_2", "lo@msr_2", Some("k"));
+    t.bind(
+        now,
+        key("c", None),
+        &MsrName::test("msr_2"),
+        &ContactName::test("lo@msr_2"),
+        Some("k"),
+    );
     assert_eq!(t.conference_host("k"), Some("msr_2"));
     for c in ["a", "b", "c"] {
         t.release(c, None);
@@ -204,7 +324,13 @@ proptest::proptest! {
             match op {
                 0 | 1 => {
                     let name = format!("msr_{msr}");
-                    t.bind(now, k, &name, &format!("lo@{name}"), None);
+                    t.bind(
+                        now,
+                        k,
+                        &MsrName::test(&name),
+                        &ContactName::test(&format!("lo@{name}")),
+                        None,
+                    );
                     let live = born.get(&(call, label)).is_some_and(|b| clock < b + 50);
                     if !live { born.insert((call, label), clock); }
                     model.insert((call, label), msr);
@@ -248,10 +374,22 @@ proptest::proptest! {
 fn released_legs_do_not_pile_up_in_the_expiry_queue() {
     let mut t = table();
     let now = Instant::now();
-    t.bind(now, key("long-lived", None), "msr_1", "lo@msr_1", None);
+    t.bind(
+        now,
+        key("long-lived", None),
+        &MsrName::test("msr_1"),
+        &ContactName::test("lo@msr_1"),
+        None,
+    );
     for n in 0..100_000u32 {
         let call = format!("c{n}");
-        t.bind(now, key(&call, None), "msr_1", "lo@msr_1", None);
+        t.bind(
+            now,
+            key(&call, None),
+            &MsrName::test("msr_1"),
+            &ContactName::test("lo@msr_1"),
+            None,
+        );
         t.release(&call, None);
     }
     assert_eq!(t.len(), 1);
@@ -280,19 +418,25 @@ fn leg_keys_are_checked() {
 fn the_oldest_leg_of_each_msr_is_aged_from_its_bind() {
     let mut t = table();
     let start = Instant::now();
-    t.bind(start, key("old", None), "msr_1", "lo@msr_1", None);
+    t.bind(
+        start,
+        key("old", None),
+        &MsrName::test("msr_1"),
+        &ContactName::test("lo@msr_1"),
+        None,
+    );
     t.bind(
         start + secs(60),
         key("young", None),
-        "msr_1",
-        "lo@msr_1",
+        &MsrName::test("msr_1"),
+        &ContactName::test("lo@msr_1"),
         None,
     );
     t.bind(
         start + secs(90),
         key("other", None),
-        "msr_2",
-        "lo@msr_2",
+        &MsrName::test("msr_2"),
+        &ContactName::test("lo@msr_2"),
         None,
     );
     let now = start + secs(100);
@@ -327,7 +471,13 @@ fn a_release_before_its_select_is_remembered_for_32_s() {
     assert_eq!(t.early_releases(), 0);
     // A release that ended a live leg is not remembered: the Call-ID may
     // be selected again.
-    t.bind(t0, key("c3", None), "msr_1", "lo@msr_1", None);
+    t.bind(
+        t0,
+        key("c3", None),
+        &MsrName::test("msr_1"),
+        &ContactName::test("lo@msr_1"),
+        None,
+    );
     assert_eq!(t.release_at(t0 + secs(40), "c3", None, |_| {}), 1);
     assert_eq!(t.released_early(t0 + secs(40), key("c3", None)), None);
 }
@@ -359,8 +509,8 @@ fn expiries_are_reported_at_most_once_per_interval_with_a_count() {
         t.bind(
             t0 + secs(n),
             key(&format!("c{n}"), None),
-            "msr_1",
-            "lo@msr_1",
+            &MsrName::test("msr_1"),
+            &ContactName::test("lo@msr_1"),
             None,
         );
     }
@@ -395,9 +545,27 @@ fn expiries_are_reported_at_most_once_per_interval_with_a_count() {
 fn live_legs_are_listed_oldest_first_filtered_and_bounded() {
     let mut t = table();
     let t0 = Instant::now();
-    t.bind(t0, key("c1", Some("a")), "msr_1", "lo@msr_1", Some("room"));
-    t.bind(t0 + secs(10), key("c2", None), "msr_2", "lo@msr_2", None);
-    t.bind(t0 + secs(20), key("c3", None), "msr_1", "lo@msr_1", None);
+    t.bind(
+        t0,
+        key("c1", Some("a")),
+        &MsrName::test("msr_1"),
+        &ContactName::test("lo@msr_1"),
+        Some("room"),
+    );
+    t.bind(
+        t0 + secs(10),
+        key("c2", None),
+        &MsrName::test("msr_2"),
+        &ContactName::test("lo@msr_2"),
+        None,
+    );
+    t.bind(
+        t0 + secs(20),
+        key("c3", None),
+        &MsrName::test("msr_1"),
+        &ContactName::test("lo@msr_1"),
+        None,
+    );
     let now = t0 + secs(30);
     let (total, rows) = t.list(now, None, Duration::ZERO, 10);
     assert_eq!(total, 3);

@@ -10,10 +10,7 @@ fn binding(contact: &str, msr: &str, expires_at: Instant) -> Binding {
 }
 
 fn place(zone: &str, site: &str) -> Placement {
-    Placement {
-        zone: zone.into(),
-        site: site.into(),
-    }
+    Placement::new(zone, site).expect("a test's placement")
 }
 
 fn report(msr: &str, load: u8) -> LoadReport {
@@ -35,8 +32,8 @@ async fn rows_show_expiry_age_and_staleness() {
         &binding("lo@msr_1", "msr_1", now + Duration::from_secs(60)),
         &operator,
     );
-    table.set_load("msr_1", report("msr_1", 37), now);
-    table.set_subscription("msr_1", 30);
+    table.set_load(&MsrName::test("msr_1"), report("msr_1", 37), now);
+    table.set_subscription(&MsrName::test("msr_1"), 30);
     let rows = table.rows(now + Duration::from_secs(10));
     assert_eq!(rows.len(), 1);
     let row = &rows[0];
@@ -61,7 +58,7 @@ async fn load_is_per_msr_and_index_follows_operator() {
     let far = now + Duration::from_secs(600);
     table.upsert_contact(&binding("eth0@msr_1", "msr_1", far), &operator);
     table.upsert_contact(&binding("eth1@msr_1", "msr_1", far), &operator);
-    table.set_load("msr_1", report("msr_1", 55), now);
+    table.set_load(&MsrName::test("msr_1"), report("msr_1", 55), now);
     let loads: Vec<_> = table
         .candidates_in_zone("default", now)
         .map(|c| c.load)
@@ -146,17 +143,17 @@ async fn zone_index_follows_every_change() {
         table.upsert_contact(&binding(contact, msr, far), &operator);
         table.check_index();
     }
-    table.set_load("msr_1", report("msr_1", 120), now);
+    table.set_load(&MsrName::test("msr_1"), report("msr_1", 120), now);
     table.check_index();
-    table.set_load("msr_9", report("msr_9", 10), now);
+    table.set_load(&MsrName::test("msr_9"), report("msr_9", 10), now);
     table.check_index();
-    table.set_subscription("msr_1", 5);
+    table.set_subscription(&MsrName::test("msr_1"), 5);
     table.check_index();
     let first = table
         .candidates_in_zone("z", now)
         .next()
         .expect("candidate");
-    assert_eq!((first.contact, first.load), ("a@msr_1", Some(100)));
+    assert_eq!((first.contact.as_str(), first.load), ("a@msr_1", Some(100)));
     assert!(table
         .candidates_in_zone("z", now + Duration::from_secs(6))
         .next()
@@ -202,11 +199,11 @@ async fn subscription_updates_touch_the_index_only_when_the_expiry_changes() {
     let mut table = LoadTable::new("n".into(), place("z", "s"));
     let far = now + Duration::from_secs(600);
     table.upsert_contact(&binding("a@msr_1", "msr_1", far), &operator);
-    table.set_load("msr_1", report("msr_1", 30), now);
+    table.set_load(&MsrName::test("msr_1"), report("msr_1", 30), now);
     // The subscriber reports a change with every NOTIFY (its counters
     // move); the same expiry leaves the index as it is.
     for _ in 1..=3 {
-        table.set_subscription("msr_1", 60);
+        table.set_subscription(&MsrName::test("msr_1"), 60);
         table.check_index();
     }
     let stale_at = |t: &LoadTable, secs| {
@@ -215,7 +212,7 @@ async fn subscription_updates_touch_the_index_only_when_the_expiry_changes() {
     };
     assert!(!stale_at(&table, 31));
     // A shorter grant makes the report stale sooner: selection sees it.
-    table.set_subscription("msr_1", 30);
+    table.set_subscription(&MsrName::test("msr_1"), 30);
     table.check_index();
     assert!(stale_at(&table, 31));
 }
@@ -269,7 +266,7 @@ fn named(table: &LoadTable) -> BTreeMap<String, Vec<(ZoneMember, String)>> {
                     )
                 })
                 .collect();
-            (zone.clone(), members)
+            (zone.to_string(), members)
         })
         .collect()
 }
@@ -311,12 +308,12 @@ proptest::proptest! {
                     let msr = format!("msr_{m}");
                     bindings.retain(|_, b| b.msr != msr);
                     loads.remove(&msr);
-                    table.apply(&operator, Change::MsrUnregistered(&msr));
+                    table.apply(&operator, Change::MsrUnregistered(&MsrName::test(&msr)));
                 }
                 Op::Load(m, load) => {
                     let msr = format!("msr_{m}");
                     loads.insert(msr.clone(), report(&msr, load));
-                    let change = Change::LoadReported { msr: &msr, report: report(&msr, load), at: now };
+                    let change = Change::LoadReported { msr: &MsrName::test(&msr), report: report(&msr, load), at: now };
                     table.apply(&operator, change);
                 }
                 Op::Rezone(m, i, z) => {
@@ -340,7 +337,7 @@ proptest::proptest! {
                 fresh.apply(&operator, Change::BindingChanged(b));
             }
             for (msr, report) in &loads {
-                let change = Change::LoadReported { msr, report: report.clone(), at: now };
+                let change = Change::LoadReported { msr: &MsrName::test(msr), report: report.clone(), at: now };
                 fresh.apply(&operator, change);
             }
             proptest::prop_assert_eq!(named(&table), named(&fresh));

@@ -10,9 +10,9 @@ pub struct ResourceRow {
     /// The collector holding the row.
     pub node: String,
     /// Contact name `{iface}@{msr}`.
-    pub contact: String,
+    pub contact: ContactName,
     /// MSR name.
-    pub msr: String,
+    pub msr: MsrName,
     /// Contact URI.
     pub uri: String,
     /// The media engine's addresses (SPEC §3), if reported.
@@ -22,9 +22,9 @@ pub struct ResourceRow {
     /// Admin active flag of the MSR.
     pub active: bool,
     /// The contact's zone.
-    pub zone: String,
+    pub zone: ZoneName,
     /// The contact's site.
-    pub site: String,
+    pub site: SiteName,
     /// `now` is before the registration's expiry.
     pub registered: bool,
     /// Time left until the registration lapses (zero once lapsed).
@@ -45,9 +45,9 @@ pub struct ResourceRow {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Candidate<'a> {
     /// Contact name.
-    pub contact: &'a str,
+    pub contact: &'a ContactName,
     /// MSR name.
-    pub msr: &'a str,
+    pub msr: &'a MsrName,
     /// Contact URI.
     pub uri: &'a str,
     /// The media engine's addresses, if reported.
@@ -81,7 +81,7 @@ pub struct LiveContact<'a> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct MsrView {
     /// MSR name.
-    pub msr: String,
+    pub msr: MsrName,
     /// At least one contact is registered at `now`.
     pub registered: bool,
     /// Operator settings in effect.

@@ -7,7 +7,7 @@ use msr_shared::engine::{EngineAddresses, EngineParamError};
 use msr_shared::sip::{self, Request, Response, StatusCode};
 
 use super::Registrar;
-use crate::operator::names::{self, NameKind, NameProblem};
+use crate::operator::names::{ContactName, MsrName, NameError, NameProblem};
 
 /// Registration lifetime used when a REGISTER gives no `Expires` at all
 /// (RFC 3261 §10.3 step 7 lets the registrar choose), seconds, before capping.
@@ -56,7 +56,7 @@ pub(super) enum Malformed {
 /// One contact of a REGISTER, parsed.
 #[derive(Debug)]
 pub(super) struct ContactSpec {
-    pub(super) name: String,
+    pub(super) name: ContactName,
     pub(super) uri: String,
     pub(super) engine: Option<EngineAddresses>,
     pub(super) expires: u32,
@@ -71,17 +71,10 @@ impl Registrar {
     pub(super) fn check_structure(
         &self,
         req: &Request,
-    ) -> Result<(String, String, u32), Malformed> {
+    ) -> Result<(MsrName, String, u32), Malformed> {
         let to = sip::header(&req.headers, "To").ok_or(Malformed::NoToUser)?;
-        let msr = sip::uri_user(sip::addr_uri(to))
-            .ok_or(Malformed::NoToUser)?
-            .to_owned();
-        if let Some(problem) = names::problem(NameKind::Msr, &msr) {
-            return Err(Malformed::BadName {
-                field: "msr name",
-                problem,
-            });
-        }
+        let user = sip::uri_user(sip::addr_uri(to)).ok_or(Malformed::NoToUser)?;
+        let msr = MsrName::new(user).map_err(|e| bad_name("msr name", &e))?;
         let call_id = sip::call_id(&req.headers)
             .ok_or(Malformed::NoCallId)?
             .to_owned();
@@ -98,13 +91,27 @@ impl Registrar {
     }
 }
 
+/// A name in `field` that breaks its rules.
+fn bad_name(field: &'static str, error: &NameError) -> Malformed {
+    Malformed::BadName {
+        field,
+        // Both parts are checked before the contact name is formed, so a
+        // problem is always named; `@` is the one character that could be
+        // missing.
+        problem: error
+            .problem()
+            .cloned()
+            .unwrap_or(NameProblem::Char { ch: '@' }),
+    }
+}
+
 pub(super) fn bad_request(req: &Request, to_tag: &str, why: &dyn std::fmt::Display) -> Response {
     let mut resp = sip::response(req, StatusCode::BadRequest, Some(to_tag));
     resp.wire_reason = Some(format!("Bad Request ({why})"));
     resp
 }
 
-pub(super) fn parse_contacts(req: &Request, msr: &str) -> Result<ContactsSpec, Malformed> {
+pub(super) fn parse_contacts(req: &Request, msr: &MsrName) -> Result<ContactsSpec, Malformed> {
     let header_expires = match sip::header(&req.headers, "Expires") {
         Some(v) => Some(
             v.parse::<u32>()
@@ -163,12 +170,10 @@ pub(super) fn parse_contacts(req: &Request, msr: &str) -> Result<ContactsSpec, M
                 (host.to_owned(), "contact host:port")
             }
         };
-        if let Some(problem) = names::problem(NameKind::Interface, &iface) {
-            return Err(Malformed::BadName { field, problem });
-        }
+        let name = ContactName::of(&iface, msr).map_err(|e| bad_name(field, &e))?;
         let engine = EngineAddresses::from_uri(uri).map_err(Malformed::BadEngine)?;
         list.push(ContactSpec {
-            name: names::contact_name(&iface, msr),
+            name,
             uri: uri.to_owned(),
             engine,
             expires,

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::Binding;
-use crate::operator::names::{self, NameKind};
+use crate::operator::names::{ContactName, MsrName};
 
 /// The `format` field of the file: what the file is.
 pub const FORMAT: &str = "msr-collector bindings";
@@ -96,8 +96,8 @@ pub fn encode<'a>(
         .map(|b| {
             let left = b.expires_at.saturating_duration_since(now);
             Entry {
-                msr: b.msr.clone(),
-                contact: b.contact.clone(),
+                msr: b.msr.to_string(),
+                contact: b.contact.to_string(),
                 uri: b.uri.clone(),
                 version: b.version.clone(),
                 expires_unix_ms: unix_now_ms
@@ -142,11 +142,12 @@ pub fn decode(
             contact: e.contact.clone(),
             problem,
         };
-        if let Some(p) = names::problem(NameKind::Msr, &e.msr) {
-            return Err(bad(format!("bad msr name: {p}")));
-        }
-        let (_, msr) = names::check_contact(&e.contact).map_err(|err| bad(err.to_string()))?;
-        if msr != e.msr {
+        let msr = MsrName::new(&e.msr).map_err(|err| match err.problem() {
+            Some(p) => bad(format!("bad msr name: {p}")),
+            None => bad(err.to_string()),
+        })?;
+        let contact = ContactName::new(&e.contact).map_err(|err| bad(err.to_string()))?;
+        if contact.msr() != msr.as_str() {
             return Err(bad(format!("contact of another msr than {:?}", e.msr)));
         }
         let valid_uri = (e.uri.starts_with("sip:") || e.uri.starts_with("sips:"))
@@ -183,8 +184,8 @@ pub fn decode(
             return Err(bad(format!("expiry {} out of range", e.expires_unix_ms)));
         };
         out.push(Binding {
-            msr: e.msr,
-            contact: e.contact,
+            msr,
+            contact,
             uri: e.uri,
             engine,
             version: e.version,

@@ -25,23 +25,23 @@ impl Subscriber {
         contacts.sort_by(|a, b| a.contact.cmp(&b.contact));
         contacts.dedup_by(|a, b| a.contact == b.contact);
         let Some(first) = contacts.first().copied() else {
-            if let Some(sub) = self.subs.remove(msr) {
-                self.forget(msr, Some(&sub));
+            if let Some((msr, sub)) = self.subs.remove_entry(msr) {
+                self.forget(&msr, Some(&sub));
                 let call_id = sub.dialog.as_ref().map(|d| d.call_id.clone());
                 if let Some(dialog) = sub.dialog {
-                    self.unsubscribe(now, msr, dialog, false);
+                    self.unsubscribe(now, &msr, dialog, false);
                 }
-                self.events.push_back(SubscriberEvent::Ended {
-                    msr: msr.to_owned(),
-                    call_id,
-                });
+                self.events
+                    .push_back(SubscriberEvent::Ended { msr, call_id });
             }
             return;
         };
+        // The bindings' own name: validated by the registrar.
+        let msr = &first.msr;
         let names = || contacts.iter().map(|c| c.contact.clone()).collect();
         let Some(sub) = self.subs.get_mut(msr) else {
             let sub = Subscription::new(names(), Target::of(first));
-            self.subs.insert(msr.to_owned(), sub);
+            self.subs.insert(msr.clone(), sub);
             self.start(now, msr);
             self.touched(msr);
             return;
@@ -83,6 +83,11 @@ impl Subscriber {
     /// is lifted, as for a contact that registers anew. A dialog with
     /// another contact of the MSR is left alone.
     pub fn contact_restarted(&mut self, now: Instant, msr: &str, contact: &str) {
+        // The subscription's own key (a shared name, no allocation).
+        let Some(msr) = self.subs.get_key_value(msr).map(|(key, _)| key.clone()) else {
+            return;
+        };
+        let msr = &msr;
         let Some(sub) = self.subs.get_mut(msr) else {
             return;
         };
@@ -102,7 +107,7 @@ impl Subscriber {
     pub(super) fn unsubscribe(
         &mut self,
         now: Instant,
-        msr: &str,
+        msr: &MsrName,
         dialog: Dialog,
         awaited: bool,
     ) -> Option<RequestId> {
@@ -139,7 +144,7 @@ impl Subscriber {
     }
 
     /// Begins a new dialog with the first registered contact of `msr`.
-    pub(super) fn start(&mut self, now: Instant, msr: &str) {
+    pub(super) fn start(&mut self, now: Instant, msr: &MsrName) {
         let expires = self.requested_expires(msr);
         let Some(sub) = self.subs.get_mut(msr) else {
             return;
@@ -160,7 +165,7 @@ impl Subscriber {
         if let Some(old) = sub.dialog.replace(dialog.clone()) {
             self.unindex_dialog(&old.call_id, msr);
         }
-        self.dialogs.insert(dialog.call_id.clone(), msr.to_owned());
+        self.dialogs.insert(dialog.call_id.clone(), msr.clone());
         let Some(sub) = self.subs.get_mut(msr) else {
             return;
         };
@@ -174,7 +179,7 @@ impl Subscriber {
         self.send(now, msr, dialog, Kind::Initial, expires);
     }
 
-    pub(super) fn requested_expires(&self, msr: &str) -> u32 {
+    pub(super) fn requested_expires(&self, msr: &MsrName) -> u32 {
         let configured = self
             .overrides
             .get(msr)

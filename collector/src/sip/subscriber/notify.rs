@@ -97,7 +97,7 @@ impl Subscriber {
         now: Instant,
         unix_now: i64,
         req: &Request,
-        msr: &str,
+        msr: &MsrName,
         from_tag: String,
     ) -> Response {
         let respond = |status| sip::response(req, status, None);
@@ -164,7 +164,7 @@ impl Subscriber {
         sub.last_notify_unix = Some(unix_now);
         if let Some(report) = report {
             self.events.push_back(SubscriberEvent::Load {
-                msr: msr.to_owned(),
+                msr: msr.clone(),
                 report,
                 at: now,
             });
@@ -197,7 +197,7 @@ impl Subscriber {
                 sub.retry_at = retry_at;
                 self.drop_dialog(msr);
                 self.events.push_back(SubscriberEvent::Terminated {
-                    msr: msr.to_owned(),
+                    msr: msr.clone(),
                     call_id,
                     reason,
                     retry_at,

@@ -11,7 +11,7 @@ impl Subscriber {
     pub(super) fn send(
         &mut self,
         now: Instant,
-        msr: &str,
+        msr: &MsrName,
         mut dialog: Dialog,
         kind: Kind,
         expires: u32,
@@ -52,7 +52,7 @@ impl Subscriber {
                 self.pending.insert(
                     id,
                     PendingRequest {
-                        msr: msr.to_owned(),
+                        msr: msr.clone(),
                         call_id: dialog.call_id.clone(),
                         kind,
                         requested: expires,
@@ -61,7 +61,7 @@ impl Subscriber {
                 );
                 self.transmits.push_back(Transmit {
                     id,
-                    msr: msr.to_owned(),
+                    msr: msr.clone(),
                     call_id: dialog.call_id,
                     request,
                 });
@@ -132,7 +132,7 @@ impl Subscriber {
                     contact: sub
                         .target
                         .as_ref()
-                        .map(|t| t.name.clone())
+                        .map(|t| t.name.to_string())
                         .unwrap_or_default(),
                     expires: granted,
                 }
@@ -189,7 +189,7 @@ impl Subscriber {
     }
 
     /// Drops the dialog and schedules a new one after the backoff.
-    pub(super) fn fail(&mut self, now: Instant, msr: &str, call_id: &str, cause: &str) {
+    pub(super) fn fail(&mut self, now: Instant, msr: &MsrName, call_id: &str, cause: &str) {
         self.drop_dialog(msr);
         let Some(sub) = self.subs.get_mut(msr) else {
             return;
@@ -200,7 +200,7 @@ impl Subscriber {
         let delay = sub.backoff.next_delay();
         sub.retry_at = Some(now + delay);
         self.events.push_back(SubscriberEvent::Retrying {
-            msr: msr.to_owned(),
+            msr: msr.clone(),
             call_id: call_id.to_owned(),
             cause: cause.to_owned(),
             delay,

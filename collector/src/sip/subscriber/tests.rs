@@ -253,10 +253,7 @@ fn a_notify_racing_ahead_of_the_200_is_accepted() {
 #[tokio::test(start_paused = true)]
 async fn no_notify_within_expiry_makes_the_row_stale() {
     let mut s = subscriber();
-    let defaults = Placement {
-        zone: "default".into(),
-        site: "local".into(),
-    };
+    let defaults = Placement::new("default", "local").expect("a test's placement");
     let mut table = LoadTable::new("core1@localhost".into(), defaults);
     let operator = OperatorConfig::new();
     let t0 = Instant::now();
@@ -449,7 +446,7 @@ fn backoff_is_capped_at_sixty_seconds() {
 fn interval_too_brief_is_retried_with_min_expires() {
     let mut s = subscriber();
     let now = Instant::now();
-    s.set_expires_override("msr_1", Some(5));
+    s.set_expires_override(&MsrName::test("msr_1"), Some(5));
     s.contacts_changed(now, "msr_1", [&lo()]);
     let t = one(&mut s);
     assert_eq!(h(&t, "Expires"), "5");
@@ -466,7 +463,7 @@ fn operator_expires_applies_at_the_next_refresh() {
     let now = Instant::now();
     let t = active(&mut s, now);
     assert_eq!(h(&t, "Expires"), "60");
-    s.set_expires_override("msr_1", Some(30));
+    s.set_expires_override(&MsrName::test("msr_1"), Some(30));
     s.handle_timeout(now + Duration::from_secs(48));
     assert_eq!(h(&one(&mut s), "Expires"), "30");
 }
@@ -974,13 +971,13 @@ fn check_indexes(s: &Subscriber) {
         s.scan_timeout(),
         "deadline set out of date"
     );
-    let armed: BTreeSet<(Instant, String)> = s
+    let armed: BTreeSet<(Instant, MsrName)> = s
         .subs
         .iter()
         .filter_map(|(m, sub)| sub.next_deadline().map(|t| (t, m.clone())))
         .collect();
     assert_eq!(s.timers, armed, "deadline set out of date");
-    let dialogs: HashMap<String, String> = s
+    let dialogs: HashMap<String, MsrName> = s
         .subs
         .iter()
         .filter_map(|(m, sub)| sub.dialog.as_ref().map(|d| (d.call_id.clone(), m.clone())))
@@ -1226,7 +1223,7 @@ fn only_changed_subscriptions_are_reported() {
         s.handle_response(now, t.id, &answer(&t, StatusCode::OK, Some(60)));
         dialogs.push(t);
     }
-    let first: Vec<String> = std::iter::from_fn(|| s.poll_view_change())
+    let first: Vec<MsrName> = std::iter::from_fn(|| s.poll_view_change())
         .map(|(m, _)| m)
         .collect();
     assert_eq!(first, ["msr_1", "msr_2", "msr_3"]);

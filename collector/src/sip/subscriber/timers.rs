@@ -40,7 +40,7 @@ impl Subscriber {
         }
     }
 
-    fn timeout_one(&mut self, now: Instant, msr: &str) {
+    fn timeout_one(&mut self, now: Instant, msr: &MsrName) {
         let Some(sub) = self.subs.get_mut(msr) else {
             return;
         };
