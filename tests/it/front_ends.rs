@@ -561,6 +561,74 @@ async fn the_redirect_server_resends_its_302_and_answers_cancel_as_rfc_3261_says
     assert!(answer.starts_with("SIP/2.0 200 "), "{answer}");
 }
 
+/// A collector whose redirect server listens on a port of its choosing,
+/// with `section` added to `[redirect]`, and that port.
+async fn with_redirect(dir: &std::path::Path, section: &str) -> (Collector, u16) {
+    let extra = format!("[redirect]\nlisten = \"127.0.0.1:0\"\n{section}");
+    let collector = Collector::start_with(dir, "core1", &CollectorOpts::default(), &extra).await;
+    let redirect_port = collector.redirect_port.expect("the redirect port");
+    (collector, redirect_port)
+}
+
+/// RFC 3261 §8.2.1: a request with a method neither SIP listener knows
+/// (`FOO`, which the SIP parser refuses) is answered `501 Not Implemented`
+/// with the listener's `Allow`, on the collector's SIP port and on the
+/// redirect server's; one without a Call-ID stays unanswered (malformed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extension_method_gets_501_with_allow_on_both_sip_listeners() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (collector, redirect_port) = with_redirect(dir.path(), "").await;
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = socket.local_addr().expect("addr").port();
+    for (to, allow) in [
+        (collector.port, "REGISTER, NOTIFY, OPTIONS"),
+        (redirect_port, "INVITE, ACK, CANCEL, OPTIONS"),
+    ] {
+        let foo = |call_id: &str| {
+            format!(
+                "FOO sip:x@127.0.0.1:{to} SIP/2.0\r\n\
+                 v: SIP/2.0/UDP 127.0.0.1:{port};branch=z9hG4bK-foo-{to};rport\r\n\
+                 Max-Forwards: 70\r\n\
+                 From: <sip:probe@127.0.0.1>;tag=f1\r\n\
+                 To: <sip:x@127.0.0.1>\r\n\
+                 {call_id}\
+                 CSeq: 1 FOO\r\n\
+                 Content-Length: 0\r\n\r\n"
+            )
+        };
+        // Without a Call-ID it is dropped: the next answer is the 501 to
+        // the FOO that follows it.
+        socket
+            .send_to(foo("").as_bytes(), ("127.0.0.1", to))
+            .await
+            .expect("send");
+        let call_id = format!("foo-{to}@test");
+        let answer = exchange(&socket, to, &foo(&format!("Call-ID: {call_id}\r\n"))).await;
+        assert!(
+            answer.starts_with("SIP/2.0 501 Not Implemented\r\n"),
+            "port {to}: {answer}"
+        );
+        for line in [
+            format!("Allow: {allow}"),
+            format!("Call-ID: {call_id}"),
+            "CSeq: 1 FOO".to_owned(),
+            "From: <sip:probe@127.0.0.1>;tag=f1".to_owned(),
+            "Content-Length: 0".to_owned(),
+        ] {
+            assert!(
+                answer.contains(&format!("\r\n{line}\r\n")),
+                "port {to}: {line:?} in {answer}"
+            );
+        }
+        assert!(
+            answer.contains("\r\nTo: <sip:x@127.0.0.1>;tag="),
+            "port {to}: {answer}"
+        );
+    }
+}
+
 /// `[redirect] transports = ["udp", "tcp"]`: an INVITE over TCP gets its
 /// 302 back on the same connection, framed by its `Content-Length` (RFC
 /// 3261 §18.3), and a CANCEL on it finds the answered INVITE.
@@ -568,10 +636,8 @@ async fn the_redirect_server_resends_its_302_and_answers_cancel_as_rfc_3261_says
 async fn the_redirect_server_answers_over_tcp_on_the_same_connection() {
     use msr_shared::sip::wire::{Frame, StreamFramer};
     let dir = tempfile::tempdir().expect("tempdir");
-    let extra = "[redirect]\nlisten = \"127.0.0.1:0\"\ntransports = [\"udp\", \"tcp\"]\n";
-    let collector =
-        Collector::start_with(dir.path(), "core1", &CollectorOpts::default(), extra).await;
-    let redirect_port = collector.redirect_port.expect("the redirect port");
+    let (collector, redirect_port) =
+        with_redirect(dir.path(), "transports = [\"udp\", \"tcp\"]\n").await;
     let spec = AgentSpec {
         accounts: vec![AccountSpec::new("msr_1", &collector)],
         engine_port: free_udp_port(),

@@ -40,7 +40,11 @@
 //! still running, `200` to the CANCEL, then `487 Request Terminated` to the
 //! INVITE and the leg the selection bound released; with no matching
 //! INVITE, `481 Call/Transaction Does Not Exist`. OPTIONS gets `200` with
-//! `Allow`; any other method `405`.
+//! `Allow`; any other method `405`; an extension method, which the SIP
+//! parser refuses, `501` with `Allow` ([`wire::not_implemented`], RFC 3261
+//! §8.2.1).
+//!
+//! [`wire::not_implemented`]: msr_shared::sip::wire::not_implemented
 
 use std::net::SocketAddr;
 
@@ -253,18 +257,7 @@ fn refusal(
 /// A To-tag made from the dialog's Call-ID and From tag: the same INVITE
 /// always gets the same tag (a deterministic core reads no RNG).
 fn tag_of(invite: &Request) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    let from_tag = sip::header(&invite.headers, "From").and_then(sip::tag);
-    for part in [
-        sip::call_id(&invite.headers).unwrap_or(""),
-        from_tag.as_deref().unwrap_or(""),
-    ] {
-        for b in part.bytes().chain(std::iter::once(0)) {
-            hash ^= u64::from(b);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    format!("{hash:016x}")
+    sip::stateless_tag(&invite.headers)
 }
 
 /// The parameters of a SIP URI (`sip:user@host;a=b;c?headers`), lowercase

@@ -76,6 +76,7 @@ use crate::sip::subscriber::{self, Subscriber, SubscriberConfig, SubscriberEvent
 
 use bindings::BindingSaves;
 pub use commits::{Backend, CommitFailure, Ticket};
+pub use uas::ALLOW;
 
 /// The `User-Agent`/`Server` of the collector.
 pub const USER_AGENT: &str = concat!("msr-collector/", env!("CARGO_PKG_VERSION"));

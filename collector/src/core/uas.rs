@@ -192,9 +192,14 @@ impl Collector {
     }
 }
 
+/// The methods the collector's SIP listener serves: the `Allow` of its
+/// answers to OPTIONS, to methods it does not serve and to extension
+/// methods (RFC 3261 §11.2, §21.4.6, §21.5.2).
+pub const ALLOW: &str = "REGISTER, NOTIFY, OPTIONS";
+
 /// `Allow` of the collector's answers to OPTIONS and to methods it does
 /// not serve (RFC 3261 §11.2, §21.4.6).
 fn allow(mut response: sip::Response) -> sip::Response {
-    sip::push_header(&mut response.headers, "Allow", "REGISTER, NOTIFY, OPTIONS");
+    sip::push_header(&mut response.headers, "Allow", ALLOW);
     response
 }

@@ -7,7 +7,9 @@
 //! it ([`Admission`]: a registered contact's traffic first, strangers and
 //! unauthenticated REGISTERs within their rate, the rest dropped
 //! unparsed), parses what it admits and hands the loop whole batches on
-//! two bounded queues, the known contacts' and the others'. A full queue
+//! two bounded queues, the known contacts' and the others' (a request with
+//! an extension method, which the parser refuses, it answers `501` itself:
+//! RFC 3261 §8.2.1, [`wire::not_implemented`]). A full queue
 //! means the loop is behind: the batch is dropped there, counted and
 //! logged (rate-limited), so that the loop always works on recent
 //! requests at its full rate and memory stays bounded; the senders
@@ -358,10 +360,16 @@ impl DropLog {
     }
 }
 
-/// Reads the UDP socket until `cancel` (module docs).
+/// Reads the UDP socket until `cancel` (module docs). A request the
+/// parser refuses for its extension method is answered `501` here,
+/// through `egress` (the writer's queue), since the core holds no such
+/// request ([`wire::not_implemented`], RFC 3261 §8.2.1); it was admitted
+/// like any other datagram, so a stranger's flood gets no more answers
+/// than its admission allows any request.
 pub(super) async fn read_udp(
     socket: Arc<UdpSocket>,
     to_loop: SendersHandle,
+    egress: mpsc::UnboundedSender<Vec<Transmit>>,
     known: KnownSources,
     admission: AdmissionConfig,
     stats: Arc<IngestStats>,
@@ -391,6 +399,7 @@ pub(super) async fn read_udp(
         }
         let mut known_batch = Vec::new();
         let mut other_batch = Vec::new();
+        let mut answers = Vec::new();
         // Past its ceiling the loop's queue is full: what it can't take is
         // shed before it is decoded, so overload costs a receive per
         // datagram and the capacity goes to messages that will be answered
@@ -439,14 +448,29 @@ pub(super) async fn read_udp(
                     }
                 }
                 Err(DecodeError::Keepalive) => {}
-                Err(e) => {
-                    stats.malformed.fetch_add(1, Ordering::Relaxed);
-                    debug!(src = %from, error = %e, "sip datagram dropped");
-                }
+                Err(e) => match wire::not_implemented(datagram, crate::core::ALLOW) {
+                    // Sent to the source: where every answer over UDP goes
+                    // once `decode` has stamped the Via (RFC 3581 §4).
+                    Some(response) => {
+                        debug!(src = %from, "sip request with an extension method answered 501");
+                        answers.push(Transmit {
+                            route: Route::Udp(from),
+                            bytes: wire::encode_response(response),
+                        });
+                    }
+                    None => {
+                        stats.malformed.fetch_add(1, Ordering::Relaxed);
+                        debug!(src = %from, error = %e, "sip datagram dropped");
+                    }
+                },
             }
         }
         to_loop.send(true, known_batch, &stats);
         to_loop.send(false, other_batch, &stats);
+        if !answers.is_empty() {
+            // The writer is gone only at shutdown, when no answer matters.
+            let _ = egress.send(answers);
+        }
         log.maybe_log(now, &stats);
     }
 }

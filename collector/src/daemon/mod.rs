@@ -390,9 +390,11 @@ pub async fn start(
         tcp.as_ref().map(|_| sip_addr),
         tls.as_ref().map(|(_, addr, _)| *addr),
     );
+    let (egress, from_loop) = mpsc::unbounded_channel();
     spawn_thread("sip-ingest", {
-        let (to_loop, known, stats, stop) = (
+        let (to_loop, egress, known, stats, stop) = (
             to_loop.clone(),
+            egress.clone(),
             known.clone(),
             Arc::clone(&stats),
             io_stop.clone(),
@@ -403,6 +405,7 @@ pub async fn start(
                     ingest::read_udp(
                         Arc::new(socket),
                         to_loop,
+                        egress,
                         known,
                         AdmissionConfig::default(),
                         stats,
@@ -437,7 +440,6 @@ pub async fn start(
         }
         None => None,
     };
-    let (egress, from_loop) = mpsc::unbounded_channel();
     let writer = tokio::spawn(ingest::write(udp, streams, from_loop));
     let (saved_tx, saved_rx) = mpsc::unbounded_channel();
     let (reload, reload_rx) = mpsc::unbounded_channel();
@@ -466,8 +468,9 @@ pub async fn start(
         shell.run(&shutdown).await;
         io_stop.cancel();
         admin_stop.cancel();
-        // The writer ends once the loop's sender is gone and its queue is
-        // sent (bounded).
+        // The writer ends once the loop's and the reader's senders are
+        // gone (the reader stops with `io_stop`) and its queue is sent
+        // (bounded).
         drop(shell);
         if tokio::time::timeout(REPLY_FLUSH, writer).await.is_err() {
             warn!("answers to sip requests not sent before shutdown");

@@ -428,8 +428,18 @@ pub fn request(
 /// `To`, `Call-ID` and `CSeq`; adds `;tag=to_tag` to `To` when the request's
 /// `To` has no tag and `to_tag` is given. `Content-Length` is set from the body.
 pub fn response(req: &Request, status: StatusCode, to_tag: Option<&str>) -> Response {
+    response_to_headers(&req.headers, status, to_tag)
+}
+
+/// [`response`] from the request's headers alone: for a request the parser
+/// cannot hold as a [`Request`] (an extension method, [`wire::not_implemented`]).
+pub fn response_to_headers(
+    request_headers: &Headers,
+    status: StatusCode,
+    to_tag: Option<&str>,
+) -> Response {
     let mut headers = Headers::default();
-    for h in req.headers.iter() {
+    for h in request_headers.iter() {
         match h {
             Header::Via(_) | Header::From(_) | Header::CallId(_) | Header::CSeq(_) => {
                 headers.push(h.clone())
@@ -457,6 +467,24 @@ pub fn set_body(headers: &mut Headers, body_slot: &mut Vec<u8>, content_type: &s
     set_header(headers, "Content-Type", content_type);
     set_header(headers, "Content-Length", body.len().to_string());
     *body_slot = body;
+}
+
+/// A To tag made from a request's Call-ID and From tag: a stateless UAS
+/// must give the same request the same tag every time (RFC 3261 §8.2.7), so
+/// a retransmission's answer matches the first; no RNG is read.
+pub fn stateless_tag(request_headers: &Headers) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let from_tag = header(request_headers, "From").and_then(tag);
+    for part in [
+        call_id(request_headers).unwrap_or(""),
+        from_tag.as_deref().unwrap_or(""),
+    ] {
+        for b in part.bytes().chain(std::iter::once(0)) {
+            hash ^= u64::from(b);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("{hash:016x}")
 }
 
 /// A random token for tags, branches and Call-IDs (16 hex digits).

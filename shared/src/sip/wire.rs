@@ -110,6 +110,151 @@ fn check_body_length(bytes: &[u8]) -> Result<(), DecodeError> {
     Ok(())
 }
 
+/// The answer to a request the parser refuses for its method: the
+/// request line is `Method SP Request-URI SP SIP/2.0` (RFC 3261 §7.1) with
+/// a `token` method (§25.1) the parser does not know, so a UAS that does
+/// not support it answers `501 Not Implemented` (§8.2.1) with `Allow:
+/// allow` (§21.5.2). The response copies the request's `Via`s, `From`,
+/// `To`, `Call-ID` and `CSeq` from the raw head, long or compact names in
+/// any case (§7.3.1, §7.3.3), and tags the `To` as every stateless answer
+/// is ([`sip::stateless_tag`](super::stateless_tag), §8.2.7); encode it with
+/// [`encode_response`] (`Content-Length: 0`).
+///
+/// `None` when `bytes` is anything else, or lacks a header a response
+/// needs (§8.1.1: the request is malformed and is dropped as such), or has
+/// a `CSeq` whose method is not the request's (§8.1.1.5), or a body
+/// shorter than its `Content-Length` (§18.3). Only the head is read, and
+/// only when the request line qualifies.
+pub fn not_implemented(bytes: &[u8], allow: &str) -> Option<Response> {
+    // §7.5: CRLFs before the request line are skipped.
+    let start = bytes.iter().position(|b| !matches!(b, b'\r' | b'\n'))?;
+    let rest = bytes.get(start..)?;
+    let line_end = rest.iter().position(|b| *b == b'\n').unwrap_or(rest.len());
+    let first = std::str::from_utf8(rest.get(..line_end)?).ok()?;
+    let method = extension_method(first.strip_suffix('\r').unwrap_or(first))?;
+    check_body_length(bytes).ok()?;
+    let head_end = rest
+        .windows(PING.len())
+        .position(|w| w == PING)
+        .unwrap_or(rest.len());
+    let head = std::str::from_utf8(rest.get(line_end..head_end)?).ok()?;
+    let lines = head
+        .split('\n')
+        .skip(1)
+        .map(|l| l.strip_suffix('\r').unwrap_or(l));
+    let mut vias = Vec::new();
+    let mut single: [Option<String>; 4] = Default::default();
+    // Where a folded line (§7.3.1) goes: the copied header above it.
+    let mut last: Option<&mut String> = None;
+    for line in lines {
+        if line.chars().any(|c| c.is_control() && c != '\t') {
+            return None;
+        }
+        if line.starts_with([' ', '\t']) {
+            if let Some(value) = last.as_deref_mut() {
+                value.push(' ');
+                value.push_str(line.trim());
+            }
+            continue;
+        }
+        last = None;
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim().to_owned();
+        match copied_header(name.trim()) {
+            Some(Copied::Via) => {
+                vias.push(value);
+                last = vias.last_mut();
+            }
+            Some(Copied::Single(i)) => {
+                let slot = single.get_mut(i)?;
+                if slot.is_some() {
+                    // §7.3.1: these appear once.
+                    return None;
+                }
+                last = Some(slot.insert(value));
+            }
+            None => {}
+        }
+    }
+    let [Some(from), Some(to), Some(call_id), Some(cseq)] = single else {
+        return None;
+    };
+    if vias.is_empty() || [&from, &to, &call_id].iter().any(|v| v.is_empty()) {
+        return None;
+    }
+    let mut cseq_parts = cseq.split_whitespace();
+    let number_ok = cseq_parts
+        .next()
+        .and_then(|n| n.parse::<u32>().ok())
+        .is_some_and(|n| n < 1 << 31);
+    if !number_ok || cseq_parts.next() != Some(method) || cseq_parts.next().is_some() {
+        return None;
+    }
+    let mut headers = super::Headers::default();
+    for via in vias {
+        super::push_header(&mut headers, "Via", via);
+    }
+    for (name, value) in COPIED.iter().zip([from, to, call_id, cseq]) {
+        super::push_header(&mut headers, name, value);
+    }
+    let tag = super::stateless_tag(&headers);
+    let mut response =
+        super::response_to_headers(&headers, super::StatusCode::NotImplemented, Some(&tag));
+    super::push_header(&mut response.headers, "Allow", allow);
+    Some(response)
+}
+
+/// The single headers [`not_implemented`] copies besides `Via`, in order.
+const COPIED: [&str; 4] = ["From", "To", "Call-ID", "CSeq"];
+
+/// A header [`not_implemented`] copies.
+enum Copied {
+    Via,
+    /// The index in [`COPIED`].
+    Single(usize),
+}
+
+/// Which copied header `name` is, by its long or compact name (RFC 3261
+/// §7.3.3; `CSeq` has no compact form).
+fn copied_header(name: &str) -> Option<Copied> {
+    let is = |long: &str, compact: &str| {
+        name.eq_ignore_ascii_case(long)
+            || (!compact.is_empty() && name.eq_ignore_ascii_case(compact))
+    };
+    if is("Via", "v") {
+        return Some(Copied::Via);
+    }
+    [("From", "f"), ("To", "t"), ("Call-ID", "i"), ("CSeq", "")]
+        .iter()
+        .position(|(long, compact)| is(long, compact))
+        .map(Copied::Single)
+}
+
+/// The method of `line` when it is a request line (RFC 3261 §7.1) whose
+/// method is a `token` (§25.1) the parser does not know, its Request-URI
+/// an absolute URI (`scheme:rest`, §19.1.1, RFC 3986 §3.1) and its version
+/// `SIP/2.0`.
+fn extension_method(line: &str) -> Option<&str> {
+    let mut parts = line.split(' ');
+    let (method, uri, version) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || !version.eq_ignore_ascii_case("SIP/2.0") {
+        return None;
+    }
+    let token = !method.is_empty() && method.chars().all(super::is_token_char);
+    if !token || method.parse::<super::Method>().is_ok() {
+        return None;
+    }
+    let (scheme, rest) = uri.split_once(':')?;
+    let scheme_ok = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    let rest_ok = !rest.is_empty() && !rest.chars().any(|c| c.is_whitespace() || c.is_control());
+    (scheme_ok && rest_ok).then_some(method)
+}
+
 /// Where a response to `request` goes over UDP: where the request came
 /// from. [`decode`] stamps `received` and `rport` whenever the source is
 /// not the `Via`'s sent-by (rsipstack's rule, RFC 3581 §4 symmetric

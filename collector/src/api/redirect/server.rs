@@ -13,7 +13,7 @@ use msr_shared::admin::{
     ErrorCode, Request as AdminRequest, Response as AdminResponse, ResponseData, SelectQuery,
 };
 use msr_shared::sip::wire;
-use msr_shared::sip::{self, Method, Request, Response, SipMessage, StatusCode};
+use msr_shared::sip::{self, Headers, Method, Request, Response, SipMessage, StatusCode};
 use rsipstack::transport::SipConnection;
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
@@ -29,12 +29,13 @@ use crate::api::handler::AdminCommand;
 use crate::api::metrics::Metrics;
 use crate::core::{Inbound, Route, StreamId};
 
-/// Where the response to a request from `src` goes (RFC 3261 §18.2.2 for
-/// UDP, RFC 3581 §4): the source address when the top `Via` asked for
-/// `rport`, else the source IP (the `received` address) and the `Via`'s
-/// sent-by port (5060 when it has none).
-pub(super) fn response_destination(req: &Request, src: SocketAddr) -> SocketAddr {
-    let Some(via) = sip::header(&req.headers, "Via") else {
+/// Where the response to a request from `src` with these headers goes
+/// (RFC 3261 §18.2.2 for UDP, RFC 3581 §4): the source address when the
+/// top `Via` asked for `rport`, else the source IP (the `received` address)
+/// and the `Via`'s sent-by port (5060 when it has none). A response's
+/// headers do as well: it carries the request's `Via`s.
+pub(super) fn response_destination(headers: &Headers, src: SocketAddr) -> SocketAddr {
+    let Some(via) = sip::header(headers, "Via") else {
         return src;
     };
     let top = via.split(',').next().unwrap_or(via);
@@ -279,7 +280,7 @@ impl Server {
         let mut dest = src;
         let req = match SipMessage::try_from(packet).and_then(|m| {
             if let SipMessage::Request(req) = &m {
-                dest = response_destination(req, src);
+                dest = response_destination(&req.headers, src);
             }
             SipConnection::update_msg_received(m, src, rsipstack::sip::Transport::Udp)
                 .map_err(|e| rsipstack::sip::Error::Unexpected(e.to_string()))
@@ -288,7 +289,16 @@ impl Server {
             // A response to a server that sends no requests: ignored.
             Ok(SipMessage::Response(_)) => return None,
             Err(e) => {
-                self.not_sip(src, &e.to_string());
+                match wire::not_implemented(packet, super::ALLOW) {
+                    // RFC 3261 §8.2.1: an extension method, which the
+                    // parser refuses.
+                    Some(response) => {
+                        let dest = response_destination(&response.headers, src);
+                        self.send(&wire::encode_response(response), Dest::Udp(dest))
+                            .await;
+                    }
+                    None => self.not_sip(src, &e.to_string()),
+                }
                 return None;
             }
         };

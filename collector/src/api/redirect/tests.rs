@@ -283,7 +283,10 @@ fn responses_go_to_the_source_with_rport_else_to_the_via_port() {
         let text = invite("sip:park@127.0.0.1:5062", "")
             .to_string()
             .replace("SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bK-1", via);
-        response_destination(&Request::try_from(text.as_str()).expect("invite"), src)
+        response_destination(
+            &Request::try_from(text.as_str()).expect("invite").headers,
+            src,
+        )
     };
     assert_eq!(
         with("SIP/2.0/UDP 10.0.0.1:5070;rport;branch=z9hG4bK-1"),
@@ -296,6 +299,18 @@ fn responses_go_to_the_source_with_rport_else_to_the_via_port() {
     assert_eq!(
         with("SIP/2.0/UDP core.example;branch=z9hG4bK-1"),
         "10.0.0.9:5060".parse().expect("addr")
+    );
+    // The 501 to an extension method (RFC 3261 §8.2.1) goes the same way:
+    // it carries the request's Via.
+    let foo = invite_text("sip:park@127.0.0.1:5062", "")
+        .replace("INVITE sip", "FOO sip")
+        .replace("1 INVITE", "1 FOO");
+    let response = msr_shared::sip::wire::not_implemented(foo.as_bytes(), ALLOW).expect("a 501");
+    assert_eq!(response.status_code.code(), 501);
+    assert_eq!(header(&response, "Allow"), Some(ALLOW));
+    assert_eq!(
+        response_destination(&response.headers, src),
+        "10.0.0.9:5070".parse().expect("addr")
     );
 }
 

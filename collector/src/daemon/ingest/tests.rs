@@ -112,9 +112,11 @@ async fn a_full_queue_sheds_datagrams_before_decoding_them() {
     known.publish(1, HashSet::from([peer.local_addr().expect("peer address")]));
     let stats = Arc::new(IngestStats::default());
     let cancel = CancellationToken::new();
+    let (egress, _from_reader) = mpsc::unbounded_channel();
     let reader = tokio::spawn(read_udp(
         socket,
         to_loop,
+        egress,
         known,
         AdmissionConfig::default(),
         Arc::clone(&stats),
@@ -259,4 +261,79 @@ fn a_full_table_takes_a_slot_from_the_address_that_holds_the_most() {
     // The flooding address itself gets no slot from the others.
     let (admitted, _) = entry_from(&streams, 7000, [127, 0, 1, 7], t0 + Duration::from_secs(3));
     assert_eq!(admitted, Admitted::Refused);
+}
+
+/// RFC 3261 §8.2.1: a stranger's extension method is answered `501` to
+/// its source, within the admission a stranger has: past its burst it
+/// gets nothing, as with any other request; one missing a header a
+/// response needs is malformed.
+#[tokio::test]
+async fn an_extension_method_is_answered_501_within_the_admission() {
+    let socket = Arc::new(UdpSocket::bind("127.0.0.1:0").await.expect("bind"));
+    let to = socket.local_addr().expect("address");
+    let peer = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind peer");
+    let from = peer.local_addr().expect("peer address");
+    let (_queues, to_loop) = queues();
+    let (egress, mut answers) = mpsc::unbounded_channel();
+    let stats = Arc::new(IngestStats::default());
+    let cancel = CancellationToken::new();
+    let admission = AdmissionConfig {
+        per_source_rate: 1e-6,
+        per_source_burst: 3.0,
+        ..AdmissionConfig::default()
+    };
+    let reader = tokio::spawn(read_udp(
+        socket,
+        to_loop,
+        egress,
+        KnownSources::default(),
+        admission,
+        Arc::clone(&stats),
+        cancel.clone(),
+    ));
+    let foo = |call_id: &str| {
+        format!(
+            "FOO sip:core@{to} SIP/2.0\r\nVia: SIP/2.0/UDP {from};branch=z9hG4bK1\r\n\
+             From: <sip:x@{from}>;tag=1\r\nTo: <sip:core@{to}>\r\n{call_id}\
+             CSeq: 1 FOO\r\nContent-Length: 0\r\n\r\n"
+        )
+    };
+    peer.send_to(foo("").as_bytes(), to).expect("send");
+    until("the one without a Call-ID to be malformed", || {
+        stats.malformed.load(Ordering::Relaxed) == 1
+    })
+    .await;
+    for _ in 0..5 {
+        peer.send_to(foo("Call-ID: c1\r\n").as_bytes(), to)
+            .expect("send");
+    }
+    until("the rest to be refused", || {
+        stats.refused.load(Ordering::Relaxed) == 3
+    })
+    .await;
+    let mut sent = Vec::new();
+    while sent.len() < 2 {
+        let batch = tokio::time::timeout(Duration::from_secs(10), answers.recv())
+            .await
+            .expect("answers within 10 s")
+            .expect("a batch");
+        sent.extend(batch);
+    }
+    cancel.cancel();
+    reader.await.expect("reader ends");
+    assert!(answers.try_recv().is_err(), "two answers, no more");
+    assert_eq!(stats.malformed.load(Ordering::Relaxed), 1);
+    for t in sent {
+        assert_eq!(t.route, Route::Udp(from));
+        let text = String::from_utf8_lossy(&t.bytes);
+        assert!(
+            text.starts_with("SIP/2.0 501 Not Implemented\r\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\r\nAllow: REGISTER, NOTIFY, OPTIONS\r\n"),
+            "{text}"
+        );
+        assert!(text.contains("\r\nCall-ID: c1\r\n"), "{text}");
+    }
 }

@@ -137,6 +137,16 @@ proptest::proptest! {
     fn decoding_random_bytes_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..600)) {
         let _ = decode(&bytes, addr("10.0.0.2:5070"), Carrier::Udp);
     }
+
+    /// Nor the 501 builder, on random bytes alone or after a request line
+    /// that qualifies.
+    #[test]
+    fn answering_random_bytes_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..600)) {
+        let _ = not_implemented(&bytes, "OPTIONS");
+        let mut head = b"FOO sip:x SIP/2.0\r\n".to_vec();
+        head.extend_from_slice(&bytes);
+        let _ = not_implemented(&head, "OPTIONS");
+    }
 }
 
 fn message(body: &str) -> String {
@@ -315,4 +325,176 @@ fn a_head_trickled_a_byte_at_a_time_is_searched_once() {
         }
     }
     assert_eq!(frames, [Frame::Message(Bytes::from(text))]);
+}
+
+/// A request with `method`, the given header lines and no body.
+fn extension(method: &str, headers: &str) -> String {
+    format!("{method} sip:x@127.0.0.1 SIP/2.0\r\n{headers}Content-Length: 0\r\n\r\n")
+}
+
+const FULL: &str = "Via: SIP/2.0/UDP 10.0.0.2:5070;branch=z9hG4bK-1;rport\r\n\
+    Via: SIP/2.0/UDP 10.0.0.3:5060;branch=z9hG4bK-0\r\n\
+    Max-Forwards: 70\r\n\
+    From: <sip:probe@10.0.0.2>;tag=p1\r\n\
+    To: <sip:x@127.0.0.1>\r\n\
+    Call-ID: ext@test\r\n\
+    CSeq: 7 FOO\r\n";
+
+const ALLOW: &str = "REGISTER, NOTIFY, OPTIONS";
+
+fn answer(text: &str) -> Option<String> {
+    not_implemented(text.as_bytes(), ALLOW)
+        .map(|r| String::from_utf8_lossy(&encode_response(r)).into_owned())
+}
+
+/// RFC 3261 §8.2.1: an extension method the parser refuses is answered
+/// `501` with the request's Via, From, To, Call-ID and CSeq (§8.2.6.2), a
+/// To tag that is the same for a retransmission (§8.2.7), `Allow` and no
+/// body; nothing else of the request is copied.
+#[test]
+fn an_extension_method_is_answered_501_with_its_headers_copied() {
+    let text = extension("FOO", FULL);
+    assert!(
+        matches!(
+            decode(text.as_bytes(), addr("10.0.0.2:5070"), Carrier::Udp),
+            Err(DecodeError::Malformed { .. })
+        ),
+        "the parser refuses FOO"
+    );
+    let answer = answer(&text).expect("a 501");
+    let lines: Vec<&str> = answer.split("\r\n").collect();
+    assert_eq!(lines[0], "SIP/2.0 501 Not Implemented", "{answer}");
+    let response = not_implemented(text.as_bytes(), ALLOW).expect("a 501");
+    let tag = sip::header(&response.headers, "To")
+        .and_then(sip::tag)
+        .expect("a To tag");
+    for line in [
+        "Via: SIP/2.0/UDP 10.0.0.2:5070;branch=z9hG4bK-1;rport",
+        "Via: SIP/2.0/UDP 10.0.0.3:5060;branch=z9hG4bK-0",
+        "From: <sip:probe@10.0.0.2>;tag=p1",
+        &format!("To: <sip:x@127.0.0.1>;tag={tag}"),
+        "Call-ID: ext@test",
+        "CSeq: 7 FOO",
+        "Allow: REGISTER, NOTIFY, OPTIONS",
+        "Content-Length: 0",
+    ] {
+        assert!(lines.contains(&line), "{line:?} in {answer}");
+    }
+    let via_at = |v: &str| lines.iter().position(|l| l.contains(v));
+    assert!(via_at("z9hG4bK-1") < via_at("z9hG4bK-0"), "Vias in order");
+    assert!(!answer.contains("Max-Forwards"), "{answer}");
+    assert!(answer.ends_with("\r\n\r\n"), "no body: {answer}");
+    assert_eq!(
+        self::answer(&text).as_deref(),
+        Some(answer.as_str()),
+        "a retransmission gets the same bytes"
+    );
+    // A To that has a tag keeps it.
+    let tagged = extension(
+        "FOO",
+        &FULL.replace("To: <sip:x@127.0.0.1>", "To: <sip:x@127.0.0.1>;tag=t9"),
+    );
+    let tagged = self::answer(&tagged).expect("a 501");
+    assert!(
+        tagged.contains("\r\nTo: <sip:x@127.0.0.1>;tag=t9\r\n"),
+        "{tagged}"
+    );
+}
+
+/// RFC 3261 §7.3.3, §7.3.1: compact names in any case, space before the
+/// colon and a folded line are read; the answer uses the long names.
+#[test]
+fn compact_header_names_are_read() {
+    let text = extension(
+        "FOO",
+        "v: SIP/2.0/UDP 10.0.0.2:5070\r\n ;branch=z9hG4bK-c\r\n\
+         F : <sip:probe@10.0.0.2>;tag=p1\r\n\
+         t:<sip:x@127.0.0.1>\r\n\
+         i: compact@test\r\n\
+         cseq: 1 FOO\r\n",
+    );
+    let answer = answer(&text).expect("a 501");
+    for line in [
+        "\r\nVia: SIP/2.0/UDP 10.0.0.2:5070 ;branch=z9hG4bK-c\r\n",
+        "\r\nFrom: <sip:probe@10.0.0.2>;tag=p1\r\n",
+        "\r\nTo: <sip:x@127.0.0.1>;tag=",
+        "\r\nCall-ID: compact@test\r\n",
+        "\r\nCSeq: 1 FOO\r\n",
+    ] {
+        assert!(answer.contains(line), "{line:?} in {answer}");
+    }
+}
+
+/// RFC 3261 §8.1.1: without a header a response needs, the request is
+/// malformed, not answered.
+#[test]
+fn a_request_missing_a_header_a_response_needs_is_not_answered() {
+    for name in ["Via", "From", "To", "Call-ID", "CSeq"] {
+        let headers: String = FULL
+            .split_inclusive("\r\n")
+            .filter(|l| !l.starts_with(&format!("{name}:")))
+            .collect();
+        assert_eq!(answer(&extension("FOO", &headers)), None, "without {name}");
+    }
+    let empty_call_id = FULL.replace("Call-ID: ext@test", "Call-ID: ");
+    assert_eq!(answer(&extension("FOO", &empty_call_id)), None);
+    let twice = format!("{FULL}Call-ID: other@test\r\n");
+    assert_eq!(answer(&extension("FOO", &twice)), None, "two Call-IDs");
+    // §8.1.1.5: the CSeq names the request's method.
+    let other = FULL.replace("CSeq: 7 FOO", "CSeq: 7 OPTIONS");
+    assert_eq!(answer(&extension("FOO", &other)), None);
+    let no_number = FULL.replace("CSeq: 7 FOO", "CSeq: x FOO");
+    assert_eq!(answer(&extension("FOO", &no_number)), None);
+    // §18.3: a body shorter than its Content-Length.
+    let short = extension("FOO", FULL).replace("Content-Length: 0", "Content-Length: 50");
+    assert_eq!(answer(&short), None);
+    // A CR inside a copied value would end our header early.
+    let cr = FULL.replace("Call-ID: ext@test", "Call-ID: ext\r@test");
+    assert_eq!(answer(&extension("FOO", &cr)), None);
+}
+
+/// Only a well-formed request line with an unknown token method is
+/// answered: a garbage line, a response's status line and a method the
+/// parser knows are not.
+#[test]
+fn only_a_request_line_with_an_unknown_token_method_is_answered() {
+    for first in [
+        "FO(O sip:x@127.0.0.1 SIP/2.0",
+        "FOO  sip:x@127.0.0.1 SIP/2.0",
+        "FOO sip:x@127.0.0.1 SIP/2.0 more",
+        "FOO sip:x@127.0.0.1",
+        "FOO noscheme SIP/2.0",
+        "FOO 1sip:x SIP/2.0",
+        "FOO sip: SIP/2.0",
+        "FOO sip:x@127.0.0.1 SIP/3.0",
+        "FOO sip:x@127.0.0.1\tSIP/2.0",
+        " FOO sip:x@127.0.0.1 SIP/2.0",
+        "\u{e9}T\u{e9} sip:x@127.0.0.1 SIP/2.0",
+        "SIP/2.0 200 OK",
+        "SIP/2.0 501 Not Implemented",
+        "OPTIONS sip:x@127.0.0.1 SIP/2.0",
+        "options sip:x@127.0.0.1 SIP/2.0",
+        "",
+    ] {
+        let text = format!("{first}\r\n{FULL}Content-Length: 0\r\n\r\n");
+        assert_eq!(answer(&text), None, "{first:?}");
+    }
+    assert_eq!(answer("garbage"), None);
+    assert_eq!(
+        not_implemented(b"\xff\xfe\r\n\r\n", ALLOW).map(|_| ()),
+        None
+    );
+    assert_eq!(not_implemented(b"", ALLOW).map(|_| ()), None);
+}
+
+/// Methods are case-sensitive tokens (RFC 3261 §7.1): `foo` is one, and
+/// CRLFs before the request line are skipped (§7.5).
+#[test]
+fn a_lowercase_extension_method_is_answered() {
+    let text = extension("foo", &FULL.replace("CSeq: 7 FOO", "CSeq: 7 foo"));
+    let answer = answer(&format!("\r\n{text}")).expect("a 501");
+    assert!(answer.starts_with("SIP/2.0 501 "), "{answer}");
+    assert!(answer.contains("\r\nCSeq: 7 foo\r\n"), "{answer}");
+    let marks = extension("X-Ext.1!", &FULL.replace("CSeq: 7 FOO", "CSeq: 7 X-Ext.1!"));
+    assert!(self::answer(&marks).is_some(), "token marks");
 }
