@@ -279,7 +279,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         },
     };
     step(format!(
-        "collector is up, control socket {}, http api http://127.0.0.1:{http_port}/ (/metrics, /v1/select)",
+        "collector is up, control socket {}, http api http://127.0.0.1:{http_port}/health (and /metrics, /v1/resources, /v1/select)",
         socket.display()
     ));
 
@@ -432,7 +432,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 
     if !cli.once {
-        step("watching load changes; Ctrl-C stops everything");
+        step(
+            "watching load changes; the agents' loads are held fixed, so nothing prints until a \
+             registration or a load changes (msrctl changes to coefficients or flags do not); \
+             Ctrl-C stops everything",
+        );
         step(format!(
             "try: {} --socket {} select --zone {zone} --site {site} --explain",
             bin_path("msrctl").display(),

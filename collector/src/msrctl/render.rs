@@ -138,12 +138,16 @@ pub fn change(change: &Change) -> String {
                 change.property
             )
         }
-        entity @ (ChangedEntity::Msr | ChangedEntity::Contact) => format!(
-            " {:<5} {}\n set   {}\n from  {from}\n to    {to}\n",
-            entity.as_str(),
-            change.name,
-            change.property
-        ),
+        entity @ (ChangedEntity::Msr | ChangedEntity::Contact) => {
+            // The keys line up under the longest (`contact`); `msr`'s answer
+            // keeps the seed's five columns.
+            let entity = entity.as_str();
+            let w = entity.len().max(5);
+            format!(
+                " {entity:<w$} {}\n {:<w$} {}\n {:<w$} {from}\n {:<w$} {to}\n",
+                change.name, "set", change.property, "from", "to"
+            )
+        }
     }
 }
 

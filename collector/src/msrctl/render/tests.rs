@@ -117,6 +117,18 @@ fn seed_msr_set_and_subscription_set() {
         change(&msr),
         " msr   msr_1\n set   performance_coefficient\n from  1.0\n to    2.0\n"
     );
+    let contact = Change {
+        entity: ChangedEntity::Contact,
+        name: "lo@msr_1".into(),
+        property: ChangedProperty::Site,
+        from: ChangeValue::Text("local".into()),
+        to: ChangeValue::Text("remote_side".into()),
+    };
+    // The keys line up under the longest.
+    assert_eq!(
+        change(&contact),
+        " contact lo@msr_1\n set     site\n from    local\n to      remote_side\n"
+    );
     let sub = Change {
         entity: ChangedEntity::Subscription,
         name: "msr_1 eltex-call-count".into(),
