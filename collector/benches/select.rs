@@ -190,6 +190,7 @@ fn report_random_load(
         cpu: load,
         calls: 0,
         max_calls: 8192,
+        ..LoadReport::default()
     };
     let change = Change::LoadReported {
         msr: &MsrName::new(msr).expect("a bench's msr name"),

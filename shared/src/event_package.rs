@@ -9,9 +9,14 @@
 //! cpu: 21
 //! calls: 303
 //! max-calls: 8192
+//! engine: up
 //! ```
 //!
-//! Unknown names are ignored by the reader, so the package can grow.
+//! Unknown names are ignored by the reader, so the package can grow. Two
+//! lines were added that way (SPEC §14): `engine: up|down|unchecked` is
+//! what the agent's own probe of the media engine last saw (absent, from
+//! an older agent: `unchecked`), and `service: draining` says the MSR asked
+//! for no new legs (absent: `active`).
 
 use std::fmt;
 
@@ -21,8 +26,64 @@ pub const EVENT: &str = "eltex-call-count";
 /// The MIME type of a NOTIFY body, also sent in the SUBSCRIBE's `Accept:`.
 pub const CONTENT_TYPE: &str = "application/x-eltex-call-count";
 
+/// What the agent's probe of its media engine last saw (SPEC §14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum EngineState {
+    /// The engine answered its last probe.
+    Up,
+    /// The engine stopped answering its probes.
+    Down,
+    /// The engine is not probed (probing is off, or an older agent that
+    /// does not say): taken as serving.
+    #[default]
+    Unchecked,
+}
+
+impl EngineState {
+    /// `up`, `down` or `unchecked`: the body's and the tables' spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineState::Up => "up",
+            EngineState::Down => "down",
+            EngineState::Unchecked => "unchecked",
+        }
+    }
+}
+
+impl fmt::Display for EngineState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Whether the MSR itself takes new legs (SPEC §14, `msr-agent drain`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Service {
+    /// New legs welcome.
+    #[default]
+    Active,
+    /// No new legs; the live ones stay until they end.
+    Draining,
+}
+
+impl Service {
+    /// `active` or `draining`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Service::Active => "active",
+            Service::Draining => "draining",
+        }
+    }
+}
+
+impl fmt::Display for Service {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The state of one MSR as the agent reports it in a NOTIFY.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LoadReport {
     /// MSR name (`msr_name` of the agent's `<dynamic>` account).
     pub msr: String,
@@ -34,6 +95,10 @@ pub struct LoadReport {
     pub calls: u32,
     /// Capacity in media sessions (`general/@max-calls`).
     pub max_calls: u32,
+    /// The media engine's liveness as the agent's probe saw it.
+    pub engine: EngineState,
+    /// Whether the MSR takes new legs.
+    pub service: Service,
 }
 
 /// Why a NOTIFY body could not be read.
@@ -87,6 +152,8 @@ impl LoadReport {
         let mut cpu = 0;
         let mut calls = 0;
         let mut max_calls = 0;
+        let mut engine = EngineState::Unchecked;
+        let mut service = Service::Active;
         for (index, raw) in text.lines().enumerate() {
             let line = raw.trim();
             if line.is_empty() {
@@ -111,6 +178,33 @@ impl LoadReport {
                 "cpu" => cpu = percent("cpu", value)?,
                 "calls" => calls = count("calls", value)?,
                 "max-calls" => max_calls = count("max-calls", value)?,
+                "engine" => {
+                    engine = match value.to_ascii_lowercase().as_str() {
+                        "up" => EngineState::Up,
+                        "down" => EngineState::Down,
+                        "unchecked" => EngineState::Unchecked,
+                        _ => {
+                            return Err(BodyError::Invalid {
+                                name: "engine",
+                                value: value.to_owned(),
+                                expected: "up, down or unchecked",
+                            })
+                        }
+                    }
+                }
+                "service" => {
+                    service = match value.to_ascii_lowercase().as_str() {
+                        "active" => Service::Active,
+                        "draining" => Service::Draining,
+                        _ => {
+                            return Err(BodyError::Invalid {
+                                name: "service",
+                                value: value.to_owned(),
+                                expected: "active or draining",
+                            })
+                        }
+                    }
+                }
                 _ => {}
             }
         }
@@ -120,6 +214,8 @@ impl LoadReport {
             cpu,
             calls,
             max_calls,
+            engine,
+            service,
         })
     }
 }
@@ -149,7 +245,16 @@ impl fmt::Display for LoadReport {
         writeln!(f, "load: {}", self.load)?;
         writeln!(f, "cpu: {}", self.cpu)?;
         writeln!(f, "calls: {}", self.calls)?;
-        writeln!(f, "max-calls: {}", self.max_calls)
+        writeln!(f, "max-calls: {}", self.max_calls)?;
+        // The defaults are left out, so the spec's example body is what an
+        // agent without a probe sends, byte for byte.
+        if self.engine != EngineState::Unchecked {
+            writeln!(f, "engine: {}", self.engine)?;
+        }
+        if self.service != Service::Active {
+            writeln!(f, "service: {}", self.service)?;
+        }
+        Ok(())
     }
 }
 
@@ -169,7 +274,8 @@ mod tests {
                 load: 37,
                 cpu: 21,
                 calls: 303,
-                max_calls: 8192
+                max_calls: 8192,
+                ..LoadReport::default()
             }
         );
         assert_eq!(r.encode().as_bytes(), body);
@@ -180,6 +286,21 @@ mod tests {
         let r = LoadReport::decode(b"msr: m\r\nload: 5\r\nfuture-field: x\r\n").expect("valid");
         assert_eq!(r.load, 5);
         assert_eq!(r.msr, "m");
+    }
+
+    #[test]
+    fn reads_the_engine_and_service_lines() {
+        let r = LoadReport::decode(b"msr: m\nload: 5\nengine: down\nservice: draining\n")
+            .expect("valid");
+        assert_eq!(r.engine, EngineState::Down);
+        assert_eq!(r.service, Service::Draining);
+        let old = LoadReport::decode(b"msr: m\nload: 5\n").expect("valid");
+        assert_eq!(old.engine, EngineState::Unchecked);
+        assert_eq!(old.service, Service::Active);
+        assert!(matches!(
+            LoadReport::decode(b"msr: m\nload: 5\nengine: maybe\n"),
+            Err(BodyError::Invalid { name: "engine", .. })
+        ));
     }
 
     #[test]
@@ -201,8 +322,10 @@ mod tests {
 
     proptest! {
         #[test]
-        fn roundtrip(msr in "[a-z_0-9]{1,16}", load in 0u8..=100, cpu in 0u8..=100, calls: u32, max_calls: u32) {
-            let r = LoadReport { msr, load, cpu, calls, max_calls };
+        fn roundtrip(msr in "[a-z_0-9]{1,16}", load in 0u8..=100, cpu in 0u8..=100, calls: u32, max_calls: u32, engine in 0usize..3, draining: bool) {
+            let engine = [EngineState::Up, EngineState::Down, EngineState::Unchecked][engine];
+            let service = if draining { Service::Draining } else { Service::Active };
+            let r = LoadReport { msr, load, cpu, calls, max_calls, engine, service };
             prop_assert_eq!(LoadReport::decode(r.encode().as_bytes()), Ok(r));
         }
 

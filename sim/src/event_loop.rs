@@ -327,6 +327,7 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                     cpu: 0,
                     calls,
                     max_calls: cap,
+                    ..LoadReport::default()
                 };
                 let host = &mut hosts[host as usize];
                 let change = Change::LoadReported {

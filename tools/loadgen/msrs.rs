@@ -248,6 +248,7 @@ impl State {
             cpu: load / 2,
             calls: u32::from(load) * 80,
             max_calls: 8192,
+            ..LoadReport::default()
         }
         .encode();
         let text = format!(

@@ -99,6 +99,7 @@ impl Notifier {
             cpu: latest.cpu,
             calls: latest.calls,
             max_calls: latest.max_calls,
+            ..LoadReport::default()
         }
         .encode()
         .into_bytes();

@@ -159,7 +159,8 @@ fn subscribe_gets_200_dialog_and_immediate_notify() {
             load: 37,
             cpu: 5,
             calls: 37,
-            max_calls: 100
+            max_calls: 100,
+            ..LoadReport::default()
         }
     );
 }

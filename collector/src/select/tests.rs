@@ -83,6 +83,7 @@ impl World {
             cpu: load,
             calls: 0,
             max_calls: 100,
+            ..LoadReport::default()
         };
         let at = self.now;
         self.table.apply(
@@ -722,6 +723,7 @@ fn arbitrary_world(
             cpu: 0,
             calls: 0,
             max_calls: 0,
+            ..LoadReport::default()
         };
         let change = Change::LoadReported {
             msr: &MsrName::test(&msr),
@@ -1196,6 +1198,7 @@ impl World {
             cpu: 0,
             calls,
             max_calls,
+            ..LoadReport::default()
         };
         self.table.apply(
             &self.operator,

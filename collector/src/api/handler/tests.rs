@@ -371,6 +371,7 @@ fn half_loaded(msr: &str) -> LoadReport {
         cpu: 10,
         calls: 1,
         max_calls: 10,
+        ..LoadReport::default()
     }
 }
 

@@ -20,6 +20,7 @@ fn report(msr: &str, load: u8) -> LoadReport {
         cpu: load,
         calls: 10,
         max_calls: 100,
+        ..LoadReport::default()
     }
 }
 
