@@ -71,6 +71,7 @@ fn bench_select(c: &mut Criterion) {
         msr: Some("msr_7".into()),
         admission: Admission::Plain,
         policy: Policy::Ecss,
+        failed: Vec::new(),
         now,
     };
     let no_preference = Query {
@@ -272,6 +273,7 @@ fn bench_select_one_zone(c: &mut Criterion) {
         msr: None,
         admission: Admission::Plain,
         policy: Policy::Ecss,
+        failed: Vec::new(),
         now,
     };
     let mut rng = StdRng::seed_from_u64(1);

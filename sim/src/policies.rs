@@ -43,6 +43,7 @@ pub(crate) fn choose(
                 msr: None,
                 admission: Admission::Plain,
                 policy,
+                failed: Vec::new(),
                 now,
             };
             let choice = select::select(&host.table, operator.topology(), &query, rng).ok()?;

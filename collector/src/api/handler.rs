@@ -33,7 +33,7 @@ use tokio::time::Instant;
 
 use crate::config::DEFAULT_SUBSCRIPTION_EXPIRES_SECS;
 use crate::config::{SelectionConfig, SelectionPolicy};
-use crate::model::health::Health;
+use crate::model::health::{Health, HealthMonitor};
 use crate::model::legs::{
     key_problem, Bound, LegKey, LegTable, MAX_CALL_ID_LEN, MAX_LABEL_LEN, MAX_LIVE_LEGS,
 };
@@ -122,6 +122,8 @@ pub struct AdminContext<'a> {
     pub rng: &'a mut dyn RngCore,
     /// The live call legs (SPEC §9).
     pub legs: &'a mut LegTable,
+    /// The MSRs' health, which counts the failures cores report (SPEC §14).
+    pub health: &'a mut HealthMonitor,
     /// G, the number of core hosts (SPEC §10, [`crate::operator::cluster::Cluster::core_hosts`]).
     pub core_hosts: u32,
 }
@@ -386,6 +388,8 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
             call_id,
             leg,
             conference,
+            failed,
+            failure,
         }) => {
             // The names a selection reads are held to the rules they were
             // stored under (SPEC §6): an empty or malformed `msr` would
@@ -400,6 +404,10 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
                     return Response::error(ErrorCode::InvalidValue, error.to_string());
                 }
             }
+            let failover = match failover::check(failed, failure.as_deref(), call_id.is_some()) {
+                Ok(failover) => failover,
+                Err((code, message)) => return Response::error(code, message),
+            };
             let leg = match (call_id, leg, conference) {
                 (Some(call_id), leg, conference) => Some(LegRequest {
                     call_id,
@@ -432,10 +440,19 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
                     return Response::error(
                         ErrorCode::LegReleased,
                         format!(
-                            "leg {} was released {ago} s ago, before its select: nothing placed",
-                            leg_name(key)
+                            "leg {} was released {ago} s ago and was not live then: a select within {} s of such a release places nothing",
+                            leg_name(key),
+                            crate::model::legs::EARLY_RELEASE_MEMORY.as_secs()
                         ),
                     );
+                }
+                if let Some(f) = &failover {
+                    let attempts = ctx.defaults.selection.failover_attempts;
+                    let refused =
+                        failover::apply(f, key, attempts, ctx.legs, ctx.table, ctx.health, now);
+                    if let Some(refusal) = refused {
+                        return refusal;
+                    }
                 }
                 if ctx.legs.len() >= MAX_LIVE_LEGS && ctx.legs.get(now, key).is_none() {
                     return Response::error(
@@ -462,10 +479,15 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
                     admission: select::Admission::Plain,
                     policy,
                     now,
+                    failed: failover
+                        .as_ref()
+                        .map(|f| f.failed.clone())
+                        .unwrap_or_default(),
                 },
                 random.map(normalize_zero),
                 explain,
                 leg,
+                failover.as_ref(),
             )
         }
         Request::Release { call_id, leg } => {
@@ -547,6 +569,7 @@ fn run_select(
     random: Option<f64>,
     want_explain: bool,
     leg: Option<LegRequest>,
+    failover: Option<&failover::Failover>,
 ) -> Response {
     let key = leg.as_ref().map(|l| LegKey {
         call_id: &l.call_id,
@@ -588,13 +611,20 @@ fn run_select(
         Ok(choice) => {
             let leg_outcome = key.map(|key| {
                 let conference = leg.as_ref().and_then(|l| l.conference.as_deref());
+                let previous = ctx.legs.get(query.now, key).map(|l| l.msr.to_owned());
                 let bound = ctx
                     .legs
                     .bind(query.now, key, &choice.msr, &choice.contact, conference);
                 // A leg new on its MSR counts in its estimate until a report
-                // covers it (SPEC §10).
+                // covers it (SPEC §10); a re-anchored one leaves the MSR it
+                // was on, whose capacity it no longer takes.
                 if bound != Bound::Unchanged {
                     ctx.table.note_placed(&choice.msr, query.now);
+                }
+                if let (Bound::Reanchored, Some(old)) = (bound, previous.as_deref()) {
+                    if old != choice.msr.as_str() {
+                        ctx.table.note_ended(old, query.now);
+                    }
                 }
                 match bound {
                     Bound::New => LegOutcome::New,
@@ -617,11 +647,22 @@ fn run_select(
                 explain,
             }))
         }
-        Err(refusal) => Response::Err(ErrorBody {
-            code: refusal.code(),
-            message: refusal_message(refusal, &query),
-            explain,
-        }),
+        Err(refusal) => match (failover, key) {
+            // Failover found no MSR left: the leg has nowhere to be.
+            (Some(f), Some(key)) => {
+                failover::release(ctx.legs, ctx.table, key, query.now);
+                let mut response = failover::refusal(f, key, &refusal_message(refusal, &query));
+                if let Response::Err(body) = &mut response {
+                    body.explain = explain;
+                }
+                response
+            }
+            _ => Response::Err(ErrorBody {
+                code: refusal.code(),
+                message: refusal_message(refusal, &query),
+                explain,
+            }),
+        },
     }
 }
 
@@ -630,6 +671,10 @@ fn run_select(
 /// or its contact is gone (then it is re-anchored by a new selection).
 fn sticky(ctx: &AdminContext<'_>, query: &Query, key: LegKey<'_>) -> Option<Response> {
     let leg = ctx.legs.get(query.now, key)?;
+    // The core reported that this MSR failed the leg: it moves (SPEC §14).
+    if query.has_failed(leg.msr) {
+        return None;
+    }
     let contact = ctx.table.live_contact(leg.contact, query.now)?;
     let distance = ctx
         .operator
@@ -652,6 +697,7 @@ fn sticky(ctx: &AdminContext<'_>, query: &Query, key: LegKey<'_>) -> Option<Resp
     })))
 }
 
+mod failover;
 pub mod quota;
 mod server;
 mod views;

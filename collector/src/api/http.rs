@@ -128,6 +128,11 @@ struct SelectParams {
     random: Option<f64>,
     #[serde(default)]
     explain: bool,
+    /// Failover (SPEC §14): the MSRs that failed this leg, comma-separated.
+    failed: Option<String>,
+    /// Why the last of them failed: `timeout`, a SIP status, `error`,
+    /// `load-limit`.
+    failure: Option<String>,
 }
 
 /// `POST /v1/release` body: the `release` op's fields.
@@ -147,7 +152,8 @@ struct ReleaseBody {
 ///   leg's release overtook its select, SPEC §9: nothing was placed and
 ///   nothing should be);
 /// * 503: `msr_not_found`, `msr_overloaded`, `msr_unhealthy`,
-///   `unavailable`, `store_unavailable` (no MSR can take the leg now, or
+///   `msr_unavailable`, `unavailable`, `store_unavailable` (no MSR can
+///   take the leg now, or
 ///   the collector cannot answer: take the core's fallback);
 /// * 500: `store_failed` and codes this build does not know.
 pub fn status_of(code: ErrorCode) -> StatusCode {
@@ -163,6 +169,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         ErrorCode::MsrNotFound
         | ErrorCode::MsrOverloaded
         | ErrorCode::MsrUnhealthy
+        | ErrorCode::MsrUnavailable
         | ErrorCode::Unavailable
         | ErrorCode::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
@@ -327,6 +334,8 @@ fn select_request(query: Option<&str>) -> Result<Request, String> {
             &params.call_id,
             &params.leg,
             &params.conference,
+            &params.failed,
+            &params.failure,
         ]
         .into_iter()
         .flatten(),
@@ -346,6 +355,12 @@ fn select_request(query: Option<&str>) -> Result<Request, String> {
         call_id: params.call_id,
         leg: params.leg,
         conference: params.conference,
+        failed: params
+            .failed
+            .as_deref()
+            .map(|list| list.split(',').map(|m| m.trim().to_owned()).collect())
+            .unwrap_or_default(),
+        failure: params.failure,
     }))
 }
 

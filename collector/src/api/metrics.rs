@@ -189,6 +189,7 @@ pub const SELECTION_REFUSALS: &[ErrorCode] = &[
     ErrorCode::MsrOverloaded,
     ErrorCode::MsrUnhealthy,
     ErrorCode::LegReleased,
+    ErrorCode::MsrUnavailable,
     ErrorCode::UnknownSite,
     ErrorCode::InvalidValue,
     ErrorCode::Unavailable,
@@ -233,6 +234,14 @@ pub struct Metrics {
     registers: Family<StatusLabel, Counter>,
     released_legs: Counter,
     redirects: Family<StatusLabel, Counter>,
+    core_failures: Family<MsrCauseLabels, Counter>,
+}
+
+/// Labels of a failure a core reported against an MSR (SPEC §14).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MsrCauseLabels {
+    msr: String,
+    cause: String,
 }
 
 impl Default for Metrics {
@@ -288,6 +297,12 @@ impl Metrics {
             "Final responses of the SIP redirect server to INVITEs, by status code",
             redirects.clone(),
         );
+        let core_failures = Family::<MsrCauseLabels, Counter>::default();
+        registry.register(
+            "msr_collector_core_failures",
+            "Failures cores reported for legs placed on this MSR (failover, SPEC §14), by cause: timeout, 5xx, engine_error, load_limit, not_the_msr",
+            core_failures.clone(),
+        );
         // SPEC §13: the series of the refusal alert and the panels exist
         // before the first selection, NOTIFY or REGISTER.
         let outcomes =
@@ -329,7 +344,19 @@ impl Metrics {
             registers,
             released_legs,
             redirects,
+            core_failures,
         }
+    }
+
+    /// A core reported that `msr` failed a leg, for `cause` (a
+    /// [`FailureCause::label`](crate::model::health::FailureCause::label)).
+    pub fn core_failure(&self, msr: &str, cause: &str) {
+        self.core_failures
+            .get_or_create(&MsrCauseLabels {
+                msr: msr.into(),
+                cause: cause.into(),
+            })
+            .inc();
     }
 
     /// A selection answered with `msr`; `leg` is what it did with the
@@ -455,6 +482,8 @@ impl Metrics {
                 HealthState::Unreported,
                 HealthState::Unreachable,
                 HealthState::Stale,
+                HealthState::EngineDown,
+                HealthState::Draining,
             ] {
                 health
                     .get_or_create(&HealthLabels {

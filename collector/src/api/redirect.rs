@@ -29,7 +29,13 @@
 //! `site`, `msr` — the other leg's MSR —, `leg`, `conference`), then a
 //! header (`X-MSR-Zone`, `X-MSR-Site`, `X-MSR-Other`, `X-MSR-Leg`,
 //! `X-MSR-Conference`), then for zone and site the collector's
-//! `[defaults]`. The Call-ID is the leg's `call_id`, so a retransmitted (or
+//! `[defaults]`. Failover (SPEC §14): a core that could not place the leg
+//! on the MSR a 302 named sends the INVITE again (same Call-ID) with
+//! `X-MSR-Failed: msr_1` (the MSRs that failed it, comma-separated or one
+//! header each, in the order tried) and `X-MSR-Failure: 503` (why the last
+//! one did: `timeout`, a status, `error`, `load-limit`); the 302 then names
+//! the next MSR, or the refusal is a 503 with `Reason: …;text="msr_unavailable"`
+//! listing the failures. The Call-ID is the leg's `call_id`, so a retransmitted (or
 //! re-sent) INVITE finds the live leg and gets the same Contact (SPEC §9
 //! stickiness) even once the cache has forgotten it.
 //!
@@ -79,6 +85,9 @@ impl RedirectContext {
 }
 
 /// What to do with an INVITE.
+// One lives on the stack per INVITE and is moved once, into the select:
+// boxing the request would add an allocation per INVITE for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
     /// Send this final response now.
@@ -143,6 +152,14 @@ pub fn decide(invite: &Request, ctx: &RedirectContext) -> Decision {
         call_id: Some(call_id.trim().to_owned()),
         leg: pick("leg", "X-MSR-Leg"),
         conference: pick("conference", "X-MSR-Conference"),
+        failed: sip::header_all(&invite.headers, "X-MSR-Failed")
+            .into_iter()
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        failure: pick("failure", "X-MSR-Failure"),
         ..SelectQuery::new(zone, site)
     }))
 }

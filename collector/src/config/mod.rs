@@ -264,7 +264,14 @@ pub struct SelectionConfig {
     /// within this long (default 60 s); otherwise the core is taken not to
     /// report leg ends and legs are drawn as with `ecss`.
     pub release_window: Duration,
+    /// `failover_attempts`: the MSRs one leg may be given in all, the
+    /// first and those after each failure its core reports (SPEC §14);
+    /// default 3.
+    pub failover_attempts: u32,
 }
+
+/// `[selection] failover_attempts` when unset.
+pub const DEFAULT_FAILOVER_ATTEMPTS: u32 = 3;
 
 impl Default for SelectionConfig {
     fn default() -> Self {
@@ -272,6 +279,7 @@ impl Default for SelectionConfig {
             policy: SelectionPolicy::Pooled,
             notify_flight_time: crate::model::estimate::DEFAULT_NOTIFY_FLIGHT_TIME,
             release_window: DEFAULT_RELEASE_WINDOW,
+            failover_attempts: DEFAULT_FAILOVER_ATTEMPTS,
         }
     }
 }
@@ -465,6 +473,43 @@ pub struct HealthConfig {
     /// How long a new contact may go without a load report before it is
     /// `unreported`.
     pub unreported_grace: Duration,
+    /// What the failures a core reports (SPEC §14) take to put an MSR
+    /// out of selection.
+    pub failures: FailureLimits,
+}
+
+/// `[health] failure_*`: when the failures cores report against an MSR
+/// take it out of selection (SPEC §14), and for how long at least.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailureLimits {
+    /// Timeouts (no answer from the engine, a 408) within `window` that
+    /// trip the MSR; default 1: an engine that lets a call time out is
+    /// taken as down at once.
+    pub timeouts: u32,
+    /// Errors (a 5xx, an rtpengine error or load-limit answer) within
+    /// `window` that trip it; default 3.
+    pub errors: u32,
+    /// The window the counts are taken over; default 10 s.
+    pub window: Duration,
+    /// The least time a tripped MSR stays out; it doubles each time the
+    /// MSR trips again within this much of its return (up to
+    /// [`MAX_FAILURE_HOLD`]), so an engine that fails every call does not
+    /// flap back into selection. Default 10 s.
+    pub hold: Duration,
+}
+
+/// The longest a tripped MSR's hold grows to.
+pub const MAX_FAILURE_HOLD: Duration = Duration::from_secs(300);
+
+impl Default for FailureLimits {
+    fn default() -> Self {
+        Self {
+            timeouts: 1,
+            errors: 3,
+            window: Duration::from_secs(10),
+            hold: Duration::from_secs(10),
+        }
+    }
 }
 
 impl Default for HealthConfig {
@@ -474,6 +519,7 @@ impl Default for HealthConfig {
             keepalive_timeout: Duration::from_millis(default_keepalive_timeout()),
             keepalive_misses: default_keepalive_misses(),
             unreported_grace: Duration::from_millis(default_unreported_grace()),
+            failures: FailureLimits::default(),
         }
     }
 }

@@ -82,6 +82,8 @@ pub(super) struct RawSelection {
     pub(super) notify_flight_time_ms: u64,
     #[serde(default = "default_release_window_secs")]
     pub(super) release_window_secs: u64,
+    #[serde(default = "default_failover_attempts")]
+    pub(super) failover_attempts: u32,
 }
 
 impl Default for RawSelection {
@@ -90,8 +92,13 @@ impl Default for RawSelection {
             policy: default_policy(),
             notify_flight_time_ms: default_flight_ms(),
             release_window_secs: default_release_window_secs(),
+            failover_attempts: default_failover_attempts(),
         }
     }
+}
+
+pub(super) fn default_failover_attempts() -> u32 {
+    super::DEFAULT_FAILOVER_ATTEMPTS
 }
 
 pub(super) fn default_policy() -> String {
@@ -307,6 +314,14 @@ pub(super) struct RawHealth {
     pub(super) keepalive_misses: u32,
     #[serde(default = "default_unreported_grace")]
     pub(super) unreported_grace_ms: u64,
+    #[serde(default = "default_failure_timeouts")]
+    pub(super) failure_timeouts: u32,
+    #[serde(default = "default_failure_errors")]
+    pub(super) failure_errors: u32,
+    #[serde(default = "default_failure_window")]
+    pub(super) failure_window_secs: u64,
+    #[serde(default = "default_failure_hold")]
+    pub(super) failure_hold_secs: u64,
 }
 
 impl Default for RawHealth {
@@ -316,6 +331,10 @@ impl Default for RawHealth {
             keepalive_timeout_ms: default_keepalive_timeout(),
             keepalive_misses: default_keepalive_misses(),
             unreported_grace_ms: default_unreported_grace(),
+            failure_timeouts: default_failure_timeouts(),
+            failure_errors: default_failure_errors(),
+            failure_window_secs: default_failure_window(),
+            failure_hold_secs: default_failure_hold(),
         }
     }
 }
@@ -398,6 +417,22 @@ pub(super) fn default_keepalive_interval() -> u64 {
 /// 5 + 2 × 2 = 9 s, inside SPEC §5's 10 s.
 pub(super) fn default_keepalive_timeout() -> u64 {
     2000
+}
+/// SPEC §14: the first timeout.
+pub(super) fn default_failure_timeouts() -> u32 {
+    super::FailureLimits::default().timeouts
+}
+/// SPEC §14: three errors.
+pub(super) fn default_failure_errors() -> u32 {
+    super::FailureLimits::default().errors
+}
+/// SPEC §14: within 10 s.
+pub(super) fn default_failure_window() -> u64 {
+    super::FailureLimits::default().window.as_secs()
+}
+/// At least 10 s out of selection after a trip.
+pub(super) fn default_failure_hold() -> u64 {
+    super::FailureLimits::default().hold.as_secs()
 }
 /// SPEC §5: two misses in a row.
 pub(super) fn default_keepalive_misses() -> u32 {

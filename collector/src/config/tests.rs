@@ -49,8 +49,43 @@ fn empty_file_gets_the_documented_defaults() {
             keepalive_timeout: Duration::from_secs(2),
             keepalive_misses: 2,
             unreported_grace: Duration::from_secs(2),
+            failures: FailureLimits {
+                timeouts: 1,
+                errors: 3,
+                window: Duration::from_secs(10),
+                hold: Duration::from_secs(10),
+            },
         }
     );
+    assert_eq!(c.selection.failover_attempts, 3);
+}
+
+#[test]
+fn failure_limits_and_failover_attempts_are_read_and_checked() {
+    let c = parse(
+        "[health]\nfailure_timeouts = 2\nfailure_errors = 5\nfailure_window_secs = 30\nfailure_hold_secs = 20\n[selection]\nfailover_attempts = 4\n",
+        "f.toml",
+    )
+    .expect("valid");
+    assert_eq!(c.health.failures.timeouts, 2);
+    assert_eq!(c.health.failures.errors, 5);
+    assert_eq!(c.health.failures.window, Duration::from_secs(30));
+    assert_eq!(c.health.failures.hold, Duration::from_secs(20));
+    assert_eq!(c.selection.failover_attempts, 4);
+    for (text, key) in [
+        ("[health]\nfailure_errors = 0\n", "health.failure_errors"),
+        (
+            "[health]\nfailure_window_secs = 0\n",
+            "health.failure_window_secs",
+        ),
+        (
+            "[selection]\nfailover_attempts = 11\n",
+            "selection.failover_attempts",
+        ),
+    ] {
+        let err = parse(text, "f.toml").expect_err(text).to_string();
+        assert!(err.contains(key), "{err}");
+    }
 }
 
 #[test]

@@ -161,10 +161,18 @@ fn validate_selection(
             "seconds, 1 to 86400",
         ));
     }
+    if !(1..=10).contains(&raw.failover_attempts) {
+        return Err(invalid(
+            "selection.failover_attempts",
+            raw.failover_attempts.to_string(),
+            "1 to 10",
+        ));
+    }
     Ok(SelectionConfig {
         policy,
         notify_flight_time: Duration::from_millis(raw.notify_flight_time_ms),
         release_window: Duration::from_secs(raw.release_window_secs),
+        failover_attempts: raw.failover_attempts,
     })
 }
 
@@ -282,10 +290,34 @@ fn validate_health(raw: &RawHealth, invalid: Invalid<'_>) -> Result<HealthConfig
             "milliseconds, 0 to 600000",
         ));
     }
+    let counts = [
+        ("health.failure_timeouts", raw.failure_timeouts),
+        ("health.failure_errors", raw.failure_errors),
+    ];
+    for (key, value) in counts {
+        if !(1..=1000).contains(&value) {
+            return Err(invalid(key, value.to_string(), "1 to 1000"));
+        }
+    }
+    let spans = [
+        ("health.failure_window_secs", raw.failure_window_secs),
+        ("health.failure_hold_secs", raw.failure_hold_secs),
+    ];
+    for (key, value) in spans {
+        if !(1..=3600).contains(&value) {
+            return Err(invalid(key, value.to_string(), "seconds, 1 to 3600"));
+        }
+    }
     Ok(HealthConfig {
         keepalive_interval: Duration::from_secs(raw.keepalive_interval_secs),
         keepalive_timeout: Duration::from_millis(raw.keepalive_timeout_ms),
         keepalive_misses: raw.keepalive_misses,
         unreported_grace: Duration::from_millis(raw.unreported_grace_ms),
+        failures: super::FailureLimits {
+            timeouts: raw.failure_timeouts,
+            errors: raw.failure_errors,
+            window: Duration::from_secs(raw.failure_window_secs),
+            hold: Duration::from_secs(raw.failure_hold_secs),
+        },
     })
 }

@@ -133,6 +133,7 @@ impl Collector {
             defaults: &self.defaults,
             rng: &mut self.rng,
             legs: &mut self.legs,
+            health: &mut self.health,
             core_hosts: self.cluster.core_hosts(),
         };
         match handler::prepare(request, &mut ctx, now) {

@@ -91,7 +91,8 @@ impl Collector {
 
     fn on_subscriber_event(&mut self, event: SubscriberEvent) {
         if let SubscriberEvent::Load { msr, report, at } = &event {
-            self.health.report_received(*at, msr);
+            self.health
+                .report_received(*at, msr, report.engine, report.service);
             let change = Change::LoadReported {
                 msr,
                 report: report.clone(),
@@ -139,6 +140,9 @@ impl Collector {
         }
         let unix_now = self.unix_secs(now);
         while let Some(event) = self.health.poll_event() {
+            if let HealthEvent::CoreFailure { msr, cause, .. } = &event {
+                self.metrics.core_failure(msr, cause.label());
+            }
             if let HealthEvent::Changed(change) = &event {
                 let age = now.saturating_duration_since(change.at).as_secs();
                 let unix = unix_now.saturating_sub(i64::try_from(age).unwrap_or(0));

@@ -147,6 +147,13 @@ fn health(event: &HealthEvent) {
             window_secs = LOG_WINDOW.as_secs(),
             "health changes not logged individually"
         ),
+        // A trip is logged as the health change it makes; each failure
+        // is counted in /metrics (`msr_collector_core_failures_total`).
+        HealthEvent::CoreFailure {
+            msr,
+            cause,
+            tripped,
+        } => debug!(%msr, %cause, tripped, "a core reported a failure"),
     }
 }
 

@@ -22,6 +22,9 @@
 //! ```text
 //! subscription failed or ended for good (rejected, noresource),
 //!   or `misses` keepalives in a row missed                    ─▶ unreachable
+//! the agent reports its media engine down (`engine: down`),
+//!   or the failures cores reported tripped the MSR (SPEC §14)  ─▶ engine_down
+//! the agent reports the MSR draining (`service: draining`)    ─▶ draining
 //! no load report yet, `unreported_grace` after registering   ─▶ unreported
 //! last report older than the subscription's expiry           ─▶ stale
 //! otherwise (including a new contact inside the grace)        ─▶ healthy
@@ -52,6 +55,17 @@
 //! from a hash of its name, so a thousand contacts that registered at once
 //! are probed evenly, not in one burst.
 //!
+//! The failures a core reports (SPEC §14, [`HealthMonitor::core_failure`])
+//! trip an MSR when `[health] failure_timeouts` timeouts or
+//! `failure_errors` errors fall within `failure_window_secs` (a 486, a 603
+//! or another answer about the caller counts nothing). A tripped MSR stays
+//! out for its hold (`failure_hold_secs`); after it, the next good signal
+//! (an answered keepalive, a report whose engine is not down) brings it
+//! back; an agent reporting its engine up again after down brings it back
+//! at once. Tripping again within a hold of its return doubles the hold
+//! (up to [`MAX_FAILURE_HOLD`]): an engine that answers its probe but fails
+//! every call does not flap.
+//!
 //! Log lines: each change is an event with `log` set, except that at most
 //! [`LOGGED_CHANGES_PER_WINDOW`] changes per contact are logged per
 //! [`LOG_WINDOW`]; the rest are counted, and when the window closes an
@@ -68,9 +82,10 @@ use msr_shared::subscription::SubscriptionState;
 use rsipstack::sip::StatusCodeKind;
 use tokio::time::Instant;
 
-use crate::config::HealthConfig;
 use crate::config::DEFAULT_SUBSCRIPTION_EXPIRES_SECS;
+use crate::config::{FailureLimits, HealthConfig, MAX_FAILURE_HOLD};
 use crate::operator::names::{ContactName, MsrName};
+use msr_shared::event_package::{EngineState, Service};
 
 /// Good signals in a row that bring an unhealthy contact back (SPEC §5).
 pub const RECOVERY_SIGNALS: u32 = 2;
@@ -97,16 +112,99 @@ pub enum Health {
     Unreachable,
     /// The last report is older than the subscription's expiry.
     Stale,
+    /// The agent answers, but the media engine beside it does not (its
+    /// report says so), or the failures cores reported tripped the MSR
+    /// (SPEC §14). Live legs stay; no new ones.
+    EngineDown,
+    /// The MSR asked for no new legs (`msr-agent drain`, SPEC §14). Live
+    /// legs stay.
+    Draining,
 }
 
 impl Health {
-    /// `healthy`, `unreported`, `unreachable` or `stale`.
+    /// `healthy`, `unreported`, `unreachable`, `stale`, `engine_down` or
+    /// `draining`.
     pub fn as_str(self) -> &'static str {
         match self {
             Health::Healthy => "healthy",
             Health::Unreported => "unreported",
             Health::Unreachable => "unreachable",
             Health::Stale => "stale",
+            Health::EngineDown => "engine_down",
+            Health::Draining => "draining",
+        }
+    }
+}
+
+/// A failure a core reported for a leg it could not place on the MSR it
+/// was given (SPEC §14), as the control protocol, HTTP and the redirect
+/// spell it (`failure=`): `timeout`, a SIP status (`503`), `error` or
+/// `load-limit` (rtpengine's answers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureCause {
+    /// No answer from the engine, or a 408.
+    Timeout,
+    /// A 5xx from the engine.
+    ServerError(u16),
+    /// rtpengine answered an error.
+    EngineError,
+    /// rtpengine answered that it is at its load limit.
+    LoadLimit,
+    /// Another final answer (a 486, a 603, a 404…): about the caller or
+    /// the callee, not the MSR; it moves the leg but counts nothing.
+    NotTheMsr(u16),
+}
+
+/// The two counts a failure may go to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FailureClass {
+    Timeout,
+    Error,
+}
+
+impl FailureCause {
+    /// Reads a wire spelling; `None` for anything else.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "timeout" | "408" => Some(Self::Timeout),
+            "error" => Some(Self::EngineError),
+            "load-limit" | "load_limit" => Some(Self::LoadLimit),
+            digits => match digits.parse::<u16>() {
+                Ok(code @ 500..=599) => Some(Self::ServerError(code)),
+                Ok(code @ 300..=699) => Some(Self::NotTheMsr(code)),
+                _ => None,
+            },
+        }
+    }
+
+    /// The `cause` label of `/metrics` and the log: `timeout`, `5xx`,
+    /// `engine_error`, `load_limit` or `not_the_msr`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Timeout => "timeout",
+            Self::ServerError(_) => "5xx",
+            Self::EngineError => "engine_error",
+            Self::LoadLimit => "load_limit",
+            Self::NotTheMsr(_) => "not_the_msr",
+        }
+    }
+
+    fn class(self) -> Option<FailureClass> {
+        match self {
+            Self::Timeout => Some(FailureClass::Timeout),
+            Self::ServerError(_) | Self::EngineError | Self::LoadLimit => Some(FailureClass::Error),
+            Self::NotTheMsr(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for FailureCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ServerError(code) | Self::NotTheMsr(code) => write!(f, "{code}"),
+            Self::Timeout => f.write_str("timeout"),
+            Self::EngineError => f.write_str("error"),
+            Self::LoadLimit => f.write_str("load-limit"),
         }
     }
 }
@@ -136,6 +234,14 @@ pub enum Cause {
     ReportAged,
     /// Two good signals in a row.
     Recovered,
+    /// The agent reports its media engine down (SPEC §14).
+    EngineReportedDown,
+    /// Cores reported `failure_timeouts` timeouts within the window.
+    CoreTimeouts,
+    /// Cores reported `failure_errors` errors within the window.
+    CoreErrors,
+    /// The agent reports the MSR draining.
+    Draining,
 }
 
 impl Cause {
@@ -149,6 +255,10 @@ impl Cause {
             Cause::NoReport => "no_report",
             Cause::ReportAged => "report_aged",
             Cause::Recovered => "recovered",
+            Cause::EngineReportedDown => "engine_reported_down",
+            Cause::CoreTimeouts => "core_timeouts",
+            Cause::CoreErrors => "core_errors",
+            Cause::Draining => "draining",
         }
     }
 }
@@ -193,6 +303,16 @@ pub enum HealthEvent {
         /// The health at the window's end.
         health: Health,
     },
+    /// A core reported a failure of `msr` (SPEC §14); `tripped` when it
+    /// took the MSR out of selection.
+    CoreFailure {
+        /// The MSR.
+        msr: MsrName,
+        /// What the core saw.
+        cause: FailureCause,
+        /// Whether this failure tripped the MSR.
+        tripped: bool,
+    },
 }
 
 /// An OPTIONS to send in a client transaction that gives up after
@@ -218,6 +338,24 @@ struct MsrState {
     last_report: Option<Instant>,
     /// A report older than this is stale: the subscription's expiry.
     stale_after: Duration,
+    /// The last report said `engine: down`.
+    engine_down: bool,
+    /// The last report said `service: draining`.
+    draining: bool,
+    /// Failures cores reported within the window, oldest first.
+    failures: VecDeque<(Instant, FailureClass)>,
+    /// Tripped by the cores' failures: why, and until when at least.
+    tripped: Option<Trip>,
+    /// When it last came back from a trip, and the hold it had.
+    returned: Option<(Instant, Duration)>,
+}
+
+/// An MSR out of selection for the failures cores reported.
+#[derive(Debug, Clone, Copy)]
+struct Trip {
+    cause: Cause,
+    until: Instant,
+    hold: Duration,
 }
 
 impl MsrState {
@@ -228,7 +366,36 @@ impl MsrState {
             subscription_ended: false,
             last_report: None,
             stale_after: Duration::from_secs(u64::from(DEFAULT_SUBSCRIPTION_EXPIRES_SECS)),
+            engine_down: false,
+            draining: false,
+            failures: VecDeque::new(),
+            tripped: None,
+            returned: None,
         }
+    }
+
+    /// Ends a trip: the MSR may be selected again once its contacts
+    /// have their good signals.
+    fn end_trip(&mut self, now: Instant) {
+        if let Some(trip) = self.tripped.take() {
+            self.returned = Some((now, trip.hold));
+        }
+    }
+}
+
+/// The cause a trip is logged with, if `failures` within `limits` trip.
+fn trips(failures: &VecDeque<(Instant, FailureClass)>, limits: &FailureLimits) -> Option<Cause> {
+    let timeouts = failures
+        .iter()
+        .filter(|(_, c)| *c == FailureClass::Timeout)
+        .count();
+    let errors = failures.len() - timeouts;
+    if u32::try_from(timeouts).unwrap_or(u32::MAX) >= limits.timeouts {
+        Some(Cause::CoreTimeouts)
+    } else if u32::try_from(errors).unwrap_or(u32::MAX) >= limits.errors {
+        Some(Cause::CoreErrors)
+    } else {
+        None
     }
 }
 
@@ -419,12 +586,27 @@ impl HealthMonitor {
     }
 
     /// The subscriber accepted a load report from `msr` (a good signal for
-    /// each of its contacts).
-    pub fn report_received(&mut self, now: Instant, msr: &str) {
+    /// each of its contacts) saying its engine is `engine` and its service
+    /// `service` (SPEC §14).
+    pub fn report_received(
+        &mut self,
+        now: Instant,
+        msr: &str,
+        engine: EngineState,
+        service: Service,
+    ) {
         let Some(m) = self.msrs.get_mut(msr) else {
             return;
         };
         m.last_report = Some(now);
+        let down = engine == EngineState::Down;
+        if m.engine_down && !down {
+            // The agent saw its engine answer again: whatever the cores
+            // reported against it was that engine's outage.
+            m.end_trip(now);
+        }
+        m.engine_down = down;
+        m.draining = service == Service::Draining;
         // Most reports are from healthy contacts with nothing in flight to
         // replace: no copy of the set, no allocation (thousands a second).
         let contacts: Vec<ContactName> = m.contacts.iter().cloned().collect();
@@ -447,6 +629,69 @@ impl HealthMonitor {
             }
             self.good_signal(now, &contact);
         }
+    }
+
+    /// A core could not place a leg on `msr` for `cause` (SPEC §14).
+    /// Returns whether this failure tripped the MSR. A failure that is not
+    /// the MSR's, or of an MSR not registered, counts nothing; one while
+    /// tripped adds nothing (the MSR is already out).
+    pub fn core_failure(&mut self, now: Instant, msr: &str, cause: FailureCause) -> bool {
+        let limits = self.config.failures;
+        let Some((name, m)) = self.msrs.get_key_value(msr) else {
+            return false;
+        };
+        let msr = name.clone();
+        let mut event = HealthEvent::CoreFailure {
+            msr: msr.clone(),
+            cause,
+            tripped: false,
+        };
+        let (Some(class), None) = (cause.class(), m.tripped) else {
+            self.events.push_back(event);
+            return false;
+        };
+        let Some(m) = self.msrs.get_mut(&msr) else {
+            return false;
+        };
+        while m
+            .failures
+            .front()
+            .is_some_and(|(at, _)| now.saturating_duration_since(*at) >= limits.window)
+        {
+            m.failures.pop_front();
+        }
+        m.failures.push_back((now, class));
+        let Some(why) = trips(&m.failures, &limits) else {
+            self.events.push_back(event);
+            return false;
+        };
+        m.failures.clear();
+        let hold = match m.returned {
+            Some((back, last)) if now < back + last => (last * 2).min(MAX_FAILURE_HOLD),
+            _ => limits.hold,
+        };
+        m.tripped = Some(Trip {
+            cause: why,
+            until: now + hold,
+            hold,
+        });
+        if let HealthEvent::CoreFailure { tripped, .. } = &mut event {
+            *tripped = true;
+        }
+        self.events.push_back(event);
+        for contact in m.contacts.clone() {
+            if let Some(c) = self.contacts.get_mut(&contact) {
+                c.good_streak = 0;
+            }
+            self.evaluate(now, &contact);
+        }
+        true
+    }
+
+    /// Whether the failures cores reported keep `msr` out of selection
+    /// at `now`, and until when at least.
+    pub fn tripped_until(&self, msr: &str) -> Option<Instant> {
+        self.msrs.get(msr)?.tripped.map(|t| t.until)
     }
 
     /// The subscription to `msr` is now `status`, granted (or requested)
@@ -553,11 +798,23 @@ impl HealthMonitor {
         self.abandoned.pop_front()
     }
 
-    /// A good signal for `contact`: counts towards recovery.
+    /// A good signal for `contact`: counts towards recovery. While its
+    /// MSR's engine is reported down, or its trip's hold runs, it counts
+    /// nothing; the first one after the hold ends the trip.
     fn good_signal(&mut self, now: Instant, contact: &ContactName) {
         let Some(c) = self.contacts.get_mut(contact) else {
             return;
         };
+        if let Some(m) = self.msrs.get_mut(&c.msr) {
+            if m.engine_down || m.tripped.is_some_and(|t| now < t.until) {
+                c.good_streak = 0;
+                self.evaluate(now, contact);
+                return;
+            }
+            if m.tripped.is_some() {
+                m.end_trip(now);
+            }
+        }
         c.good_streak = c.good_streak.saturating_add(1);
         self.evaluate(now, contact);
     }
@@ -592,6 +849,15 @@ impl HealthMonitor {
         }
         if m.is_some_and(|m| m.subscription_ended) {
             return (Health::Unreachable, Cause::SubscriptionEnded);
+        }
+        if m.is_some_and(|m| m.engine_down) {
+            return (Health::EngineDown, Cause::EngineReportedDown);
+        }
+        if let Some(trip) = m.and_then(|m| m.tripped) {
+            return (Health::EngineDown, trip.cause);
+        }
+        if m.is_some_and(|m| m.draining) {
+            return (Health::Draining, Cause::Draining);
         }
         match m.and_then(|m| m.last_report.map(|at| (at, m.stale_after))) {
             None if now >= c.registered_at + self.config.unreported_grace => {

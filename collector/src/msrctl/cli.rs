@@ -283,6 +283,15 @@ pub struct SelectArgs {
     /// affinity (needs --call-id).
     #[arg(long, requires = "call_id")]
     pub conference: Option<String>,
+    /// Failover (SPEC §14): an MSR that failed this leg (repeat for each,
+    /// in the order tried; needs --call-id). The leg moves to the next
+    /// choice; the failure counts against the MSR it was on.
+    #[arg(long, value_name = "MSR", requires = "call_id")]
+    pub failed: Vec<String>,
+    /// Why the last --failed MSR failed: timeout, a SIP status (503),
+    /// error or load-limit (default error).
+    #[arg(long, value_name = "CAUSE", requires = "failed")]
+    pub failure: Option<String>,
 }
 
 /// A finite number (JSON has no NaN or infinity: they would travel as
@@ -397,6 +406,8 @@ impl Command {
                 call_id: args.call_id.clone(),
                 leg: args.leg.clone(),
                 conference: args.conference.clone(),
+                failed: args.failed.clone(),
+                failure: args.failure.clone(),
             }),
             Command::Release { call_id, leg } => Request::Release {
                 call_id: call_id.clone(),

@@ -28,6 +28,12 @@ pub enum CandidateOutcome {
     Unreachable,
     /// Step 1: the last report is older than the subscription's expiry.
     Stale,
+    /// Step 1: its engine is down, or cores' failures took it out (SPEC §14).
+    EngineDown,
+    /// Step 1: the MSR is draining (SPEC §14).
+    Draining,
+    /// Step 1: the core reported that this MSR failed this leg (SPEC §14).
+    Failed,
     /// Step 2: another MSR was given and has candidates.
     OtherMsr,
     /// Step 3: infinite distance.
@@ -54,6 +60,8 @@ impl CandidateOutcome {
             Health::Unreported => Some(CandidateOutcome::Unreported),
             Health::Unreachable => Some(CandidateOutcome::Unreachable),
             Health::Stale => Some(CandidateOutcome::Stale),
+            Health::EngineDown => Some(CandidateOutcome::EngineDown),
+            Health::Draining => Some(CandidateOutcome::Draining),
         }
     }
 
@@ -69,6 +77,9 @@ impl CandidateOutcome {
             CandidateOutcome::Unreported => Health::Unreported.as_str(),
             CandidateOutcome::Unreachable => Health::Unreachable.as_str(),
             CandidateOutcome::Stale => Health::Stale.as_str(),
+            CandidateOutcome::EngineDown => Health::EngineDown.as_str(),
+            CandidateOutcome::Draining => Health::Draining.as_str(),
+            CandidateOutcome::Failed => "failed",
             CandidateOutcome::OtherMsr => "other_msr",
             CandidateOutcome::InfiniteDistance => "infinite_distance",
             CandidateOutcome::Farther => "farther",
@@ -197,6 +208,8 @@ pub(super) fn explain_member(
         CandidateOutcome::Unregistered
     } else if let Some(unhealthy) = CandidateOutcome::unhealthy(status.health) {
         unhealthy
+    } else if query.has_failed(status.msr) {
+        CandidateOutcome::Failed
     } else {
         match outcome_of(status.msr, position, distance, steps) {
             CandidateOutcome::Kept => {

@@ -116,6 +116,17 @@ pub struct Query {
     pub policy: Policy,
     /// The time at which registrations and staleness are judged.
     pub now: Instant,
+    /// MSRs the core reported failed this leg (SPEC §14): not candidates
+    /// (step 1). Empty for every first attempt, so the hot path does not
+    /// look at it.
+    pub failed: Vec<String>,
+}
+
+impl Query {
+    /// Whether the core reported that `msr` failed this leg.
+    pub fn has_failed(&self, msr: &str) -> bool {
+        self.failed.iter().any(|f| f == msr)
+    }
 }
 
 /// How a plain leg's MSR is chosen among the admitted ones.

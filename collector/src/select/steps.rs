@@ -97,9 +97,16 @@ pub(super) fn steps_1_to_4<'q>(
     distances: &DistanceColumn,
     query: &'q Query,
 ) -> Steps<'q> {
+    // Step 1 also drops the MSRs that failed this leg (SPEC §14).
+    let not_failed = |s: &Scanned| {
+        query.failed.is_empty() || !view.msr_at(s.position).is_some_and(|m| query.has_failed(m))
+    };
     let nearest_in = |positions: std::ops::Range<usize>| {
         let mut nearest = Nearest::new();
-        for scanned in view.scan(positions, query.now, distances) {
+        for scanned in view
+            .scan(positions, query.now, distances)
+            .filter(not_failed)
+        {
             nearest.offer(scanned);
         }
         nearest
@@ -112,8 +119,7 @@ pub(super) fn steps_1_to_4<'q>(
         Some((msr, range))
             if view
                 .scan(range.clone(), query.now, distances)
-                .next()
-                .is_some() =>
+                .any(|s| not_failed(&s)) =>
         {
             (Some(msr), false, nearest_in(range))
         }

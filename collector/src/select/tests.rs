@@ -131,6 +131,7 @@ impl World {
             now: self.now,
             admission: Admission::Plain,
             policy: Policy::Ecss,
+            failed: Vec::new(),
         }
     }
 

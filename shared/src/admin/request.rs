@@ -203,6 +203,17 @@ pub struct SelectQuery {
     /// The conference or space the leg joins (optional; needs
     /// `call_id`): admission thresholds and affinity (SPEC §9).
     pub conference: Option<String>,
+    /// Failover (SPEC §14): the MSRs that failed this leg, in the order
+    /// they were tried (optional; needs `call_id`). None of them is chosen
+    /// again; the leg moves from the one it is bound to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<String>,
+    /// Why the last of `failed` failed: `timeout`, a SIP status (`503`),
+    /// `error` or `load-limit` (rtpengine's answers). A timeout, a 5xx
+    /// and rtpengine's answers count against the MSR's health; another
+    /// status (486, 603) counts nothing. Optional (default `error`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
 }
 
 impl SelectQuery {
@@ -217,6 +228,8 @@ impl SelectQuery {
             call_id: None,
             leg: None,
             conference: None,
+            failed: Vec::new(),
+            failure: None,
         }
     }
 }

@@ -120,6 +120,9 @@ pub enum ErrorCode {
     /// §9 refusal: the leg was released less than 32 s before this select
     /// (the release overtook it), so nothing is placed.
     LegReleased,
+    /// §14 refusal: every MSR this leg may go to failed it, or it used up
+    /// its attempts; the message lists the failures.
+    MsrUnavailable,
     /// A code this client does not know (sent by a newer collector).
     #[serde(other)]
     Other,
@@ -144,6 +147,7 @@ impl ErrorCode {
             ErrorCode::Conflict => "conflict",
             ErrorCode::StoreUnavailable => "store_unavailable",
             ErrorCode::LegReleased => "leg_released",
+            ErrorCode::MsrUnavailable => "msr_unavailable",
             ErrorCode::Other => "other",
         }
     }

@@ -56,7 +56,8 @@ fn default_load_limit() -> u8 {
 /// The health of an MSR contact (SPEC §5), a separate axis from the
 /// operator's `active` flag and from registration status.
 ///
-/// On the wire: `healthy`, `unreported`, `unreachable` or `stale`.
+/// On the wire: `healthy`, `unreported`, `unreachable`, `stale`,
+/// `engine_down` or `draining`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HealthState {
@@ -68,16 +69,24 @@ pub enum HealthState {
     Unreachable,
     /// The last report is older than the subscription's expiry.
     Stale,
+    /// The agent answers but its media engine does not, or the failures
+    /// cores reported took the MSR out (SPEC §14).
+    EngineDown,
+    /// The MSR asked for no new legs (SPEC §14).
+    Draining,
 }
 
 impl HealthState {
-    /// `healthy`, `unreported`, `unreachable` or `stale`.
+    /// `healthy`, `unreported`, `unreachable`, `stale`, `engine_down` or
+    /// `draining`.
     pub fn as_str(self) -> &'static str {
         match self {
             HealthState::Healthy => "healthy",
             HealthState::Unreported => "unreported",
             HealthState::Unreachable => "unreachable",
             HealthState::Stale => "stale",
+            HealthState::EngineDown => "engine_down",
+            HealthState::Draining => "draining",
         }
     }
 }

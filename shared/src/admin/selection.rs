@@ -139,6 +139,13 @@ pub enum ExplainOutcome {
     /// Step 1: unhealthy, its last report is older than the
     /// subscription's expiry (§5).
     Stale,
+    /// Step 1: unhealthy, its media engine is down or cores' failures
+    /// took it out (§14).
+    EngineDown,
+    /// Step 1: the MSR is draining (§14).
+    Draining,
+    /// Step 1: the core reported that this MSR failed this leg (§14).
+    Failed,
     /// Step 2: another MSR was given and has candidates.
     OtherMsr,
     /// Step 3: infinite distance.
@@ -166,6 +173,9 @@ impl ExplainOutcome {
             ExplainOutcome::Unreported => "unreported",
             ExplainOutcome::Unreachable => "unreachable",
             ExplainOutcome::Stale => "stale",
+            ExplainOutcome::EngineDown => "engine_down",
+            ExplainOutcome::Draining => "draining",
+            ExplainOutcome::Failed => "failed",
             ExplainOutcome::OtherMsr => "other_msr",
             ExplainOutcome::InfiniteDistance => "infinite_distance",
             ExplainOutcome::OverLoadLimit => "over_load_limit",

@@ -76,6 +76,8 @@ fn every_op() -> Vec<Request> {
             call_id: Some("c1@core".into()),
             leg: Some("b".into()),
             conference: Some("room-7".into()),
+            failed: vec!["m2".into()],
+            failure: Some("503".into()),
         }),
         Request::Release {
             call_id: "c1@core".into(),
@@ -596,6 +598,7 @@ fn error_codes_and_leg_outcomes_are_spelled_as_on_the_wire() {
         ErrorCode::Conflict,
         ErrorCode::StoreUnavailable,
         ErrorCode::LegReleased,
+        ErrorCode::MsrUnavailable,
         ErrorCode::Other,
     ];
     for code in codes {

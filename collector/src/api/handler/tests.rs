@@ -46,6 +46,7 @@ struct Harness {
     defaults: Defaults,
     rng: StdRng,
     legs: crate::model::legs::LegTable,
+    health: crate::model::health::HealthMonitor,
     _dir: tempfile::TempDir,
 }
 
@@ -66,9 +67,10 @@ impl Harness {
             registrar: Registrar::new(&config.sip, &config.accounts),
             subscriber: Subscriber::new(SubscriberConfig {
                 local_uri: local.clone(),
-                contact: local,
+                contact: local.clone(),
                 default_expires: defaults.subscription_expires_secs,
             }),
+            health: crate::model::health::HealthMonitor::new(config.health, local),
             store,
             defaults,
             rng: StdRng::seed_from_u64(1),
@@ -86,6 +88,7 @@ impl Harness {
             defaults: &self.defaults,
             rng: &mut self.rng,
             legs: &mut self.legs,
+            health: &mut self.health,
             core_hosts: 1,
         };
         handle(request, &mut ctx, &self.store, now)
@@ -113,6 +116,8 @@ impl Harness {
         // alone); the table takes every registration, refreshes included.
         self.registrar.restore(now, vec![binding.clone()]);
         while self.registrar.poll_event().is_some() {}
+        self.health
+            .contact_registered(now, &ContactName::test(contact), &MsrName::test(msr), &uri);
         self.table
             .apply(&self.operator, Change::BindingChanged(&binding));
     }
@@ -1502,4 +1507,134 @@ fn leg_list_shows_live_legs_filtered_and_bounded() {
         h.err(list(Some(""), None, None), later),
         ErrorCode::InvalidValue
     );
+}
+
+fn failover_select(call_id: &str, failed: &[&str], failure: Option<&str>) -> Request {
+    Request::Select(SelectQuery {
+        call_id: Some(call_id.into()),
+        failed: failed.iter().map(|m| (*m).to_owned()).collect(),
+        failure: failure.map(Into::into),
+        ..SelectQuery::new("default", "local")
+    })
+}
+
+/// Three MSRs, each half loaded, at site `local`.
+fn three_msrs(now: Instant) -> Harness {
+    let mut h = Harness::new();
+    h.ok(declare("local"), now);
+    for msr in ["msr_1", "msr_2", "msr_3"] {
+        h.register(&format!("lo@{msr}"), msr, now);
+        h.load(half_loaded(msr), now);
+    }
+    h
+}
+
+#[test]
+fn failover_moves_the_leg_counts_the_failure_once_and_refuses_when_attempts_are_used() {
+    let now = Instant::now();
+    let mut h = three_msrs(now);
+    let first = selected(h.ok(leg_select("c1", None, None), now));
+    let moved = selected(h.ok(
+        failover_select("c1", &[first.msr.as_str()], Some("503")),
+        now,
+    ));
+    assert_ne!(moved.msr, first.msr);
+    assert_eq!(moved.leg, Some(LegOutcome::Reanchored));
+    let legs = live_legs(&mut h, now);
+    let on = |legs: &[(String, u32)], msr: &str| {
+        legs.iter().find(|(m, _)| m == msr).map_or(0, |(_, n)| *n)
+    };
+    assert_eq!(on(&legs, &first.msr), 0, "{legs:?}");
+    assert_eq!(on(&legs, &moved.msr), 1, "{legs:?}");
+    // The same request again (a retransmission): the leg stays where it
+    // moved, and the failure is not counted twice.
+    let again = selected(h.ok(
+        failover_select("c1", &[first.msr.as_str()], Some("503")),
+        now,
+    ));
+    assert_eq!(again.msr, moved.msr);
+    assert_eq!(again.leg, Some(LegOutcome::Sticky));
+    assert_eq!(
+        h.health.tripped_until(&first.msr),
+        None,
+        "one 503 trips nothing"
+    );
+    // The second MSR times out: the first timeout trips it.
+    let third = selected(h.ok(
+        failover_select(
+            "c1",
+            &[first.msr.as_str(), moved.msr.as_str()],
+            Some("timeout"),
+        ),
+        now,
+    ));
+    assert!(third.msr != first.msr && third.msr != moved.msr);
+    assert!(h.health.tripped_until(&moved.msr).is_some());
+    // The third fails too: three attempts used, the leg is released.
+    let response = h.run(
+        failover_select(
+            "c1",
+            &[first.msr.as_str(), moved.msr.as_str(), third.msr.as_str()],
+            Some("500"),
+        ),
+        now,
+    );
+    let Response::Err(error) = response else {
+        panic!("{response:?}")
+    };
+    assert_eq!(error.code, ErrorCode::MsrUnavailable);
+    assert!(error.message.contains("3 attempts"), "{}", error.message);
+    assert!(error.message.contains(&third.msr), "{}", error.message);
+    assert!(live_legs(&mut h, now).iter().all(|(_, n)| *n == 0));
+}
+
+#[test]
+fn failover_with_no_msr_left_releases_the_leg_and_lists_the_failures() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.ok(declare("local"), now);
+    for msr in ["msr_1", "msr_2"] {
+        h.register(&format!("lo@{msr}"), msr, now);
+        h.load(half_loaded(msr), now);
+    }
+    let first = selected(h.ok(leg_select("c2", None, None), now));
+    let other = if first.msr == "msr_1" {
+        "msr_2"
+    } else {
+        "msr_1"
+    };
+    let response = h.run(
+        failover_select("c2", &[first.msr.as_str(), other], Some("486")),
+        now,
+    );
+    let Response::Err(error) = response else {
+        panic!("{response:?}")
+    };
+    assert_eq!(error.code, ErrorCode::MsrUnavailable);
+    assert!(error.message.contains("msr_1, msr_2") || error.message.contains("msr_2, msr_1"));
+    assert!(live_legs(&mut h, now).iter().all(|(_, n)| *n == 0));
+    // A 486 is the callee's, not the MSR's: nothing counted.
+    assert_eq!(h.health.tripped_until(&first.msr), None);
+}
+
+#[test]
+fn failover_requests_that_make_no_sense_get_clear_errors() {
+    let now = Instant::now();
+    let mut h = three_msrs(now);
+    let no_call_id = Request::Select(SelectQuery {
+        failed: vec!["msr_1".into()],
+        ..SelectQuery::new("default", "local")
+    });
+    assert_eq!(h.err(no_call_id, now), ErrorCode::BadRequest);
+    let no_failed = failover_select("c3", &[], Some("503"));
+    assert_eq!(h.err(no_failed, now), ErrorCode::BadRequest);
+    let bad_cause = failover_select("c3", &["msr_1"], Some("soon"));
+    assert_eq!(h.err(bad_cause, now), ErrorCode::InvalidValue);
+    let bad_name = failover_select("c3", &["msr 1"], None);
+    assert_eq!(h.err(bad_name, now), ErrorCode::InvalidValue);
+    // An unknown MSR, for a leg never placed: placed anew, nothing counted.
+    let placed = selected(h.ok(failover_select("c3", &["msr_9", "msr_1"], None), now));
+    assert_ne!(placed.msr, "msr_1");
+    assert_eq!(placed.leg, Some(LegOutcome::New));
+    assert_eq!(h.health.tripped_until("msr_1"), None);
 }

@@ -255,6 +255,8 @@ pub(crate) fn wire_health(health: Health) -> HealthState {
         Health::Unreported => HealthState::Unreported,
         Health::Unreachable => HealthState::Unreachable,
         Health::Stale => HealthState::Stale,
+        Health::EngineDown => HealthState::EngineDown,
+        Health::Draining => HealthState::Draining,
     }
 }
 
@@ -268,6 +270,9 @@ pub(super) fn wire_outcome(outcome: CandidateOutcome) -> ExplainOutcome {
         CandidateOutcome::Unreported => ExplainOutcome::Unreported,
         CandidateOutcome::Stale => ExplainOutcome::Stale,
         CandidateOutcome::Unreachable => ExplainOutcome::Unreachable,
+        CandidateOutcome::EngineDown => ExplainOutcome::EngineDown,
+        CandidateOutcome::Draining => ExplainOutcome::Draining,
+        CandidateOutcome::Failed => ExplainOutcome::Failed,
         CandidateOutcome::OtherMsr => ExplainOutcome::OtherMsr,
         CandidateOutcome::InfiniteDistance => ExplainOutcome::InfiniteDistance,
         CandidateOutcome::Farther => ExplainOutcome::Farther,

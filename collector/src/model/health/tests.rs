@@ -2,6 +2,7 @@
 //! monitor is woken at its own `poll_timeout`, and nothing sleeps.
 
 use super::*;
+use msr_shared::event_package::{EngineState, Service};
 use msr_shared::sip::TerminationReason;
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -61,7 +62,8 @@ impl Harness {
     }
 
     fn report(&mut self, msr: &str) {
-        self.monitor.report_received(self.now, msr);
+        self.monitor
+            .report_received(self.now, msr, EngineState::Unchecked, Service::Active);
         self.drain();
     }
 
@@ -112,6 +114,7 @@ impl Harness {
                         count,
                         health,
                     } => self.suppressed.push((contact.to_string(), count, health)),
+                    HealthEvent::CoreFailure { .. } => {}
                 }
             }
             if !answered {
@@ -542,4 +545,132 @@ fn options_request_is_an_out_of_dialog_options() {
         .and_then(sip::tag)
         .is_some());
     assert_eq!(sip::cseq(&request.headers), Some((1, "OPTIONS".to_owned())));
+}
+
+impl Harness {
+    fn report_engine(&mut self, msr: &str, engine: EngineState, service: Service) {
+        self.monitor.report_received(self.now, msr, engine, service);
+        self.drain();
+    }
+
+    fn failure(&mut self, msr: &str, cause: FailureCause) -> bool {
+        let tripped = self.monitor.core_failure(self.now, msr, cause);
+        self.drain();
+        tripped
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_engine_reported_down_is_engine_down_at_once_and_healthy_after_it_is_reported_up() {
+    let mut h = healthy();
+    h.run_until(Duration::from_secs(7));
+    h.report_engine("msr_1", EngineState::Down, Service::Active);
+    assert_eq!(h.health("lo@msr_1"), Some(Health::EngineDown));
+    let change = h.changes.last().expect("change");
+    assert_eq!(change.cause, Cause::EngineReportedDown);
+    // The agent keeps answering: its keepalives do not bring it back.
+    h.run_until(Duration::from_secs(40));
+    assert_eq!(h.health("lo@msr_1"), Some(Health::EngineDown));
+    // Reported up: the report and the keepalive it sends at once.
+    h.report_engine("msr_1", EngineState::Up, Service::Active);
+    assert_eq!(h.health("lo@msr_1"), Some(Health::Healthy));
+    assert_eq!(h.changes.last().expect("change").cause, Cause::Recovered);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_first_timeout_trips_three_errors_in_ten_seconds_trip_and_a_busy_counts_nothing() {
+    let mut h = healthy();
+    h.run_until(Duration::from_secs(1));
+    for _ in 0..10 {
+        assert!(!h.failure("msr_1", FailureCause::NotTheMsr(486)));
+    }
+    assert!(!h.failure("msr_1", FailureCause::ServerError(503)));
+    h.run_until(Duration::from_secs(12));
+    assert!(!h.failure("msr_1", FailureCause::ServerError(503)));
+    assert!(!h.failure("msr_1", FailureCause::LoadLimit));
+    assert_eq!(
+        h.health("lo@msr_1"),
+        Some(Health::Healthy),
+        "the first 503 left the window"
+    );
+    assert!(h.failure("msr_1", FailureCause::EngineError));
+    assert_eq!(h.health("lo@msr_1"), Some(Health::EngineDown));
+    assert_eq!(h.changes.last().expect("change").cause, Cause::CoreErrors);
+
+    let mut h = healthy();
+    h.run_until(Duration::from_secs(1));
+    assert!(h.failure("msr_1", FailureCause::Timeout));
+    assert_eq!(h.health("lo@msr_1"), Some(Health::EngineDown));
+    assert_eq!(h.changes.last().expect("change").cause, Cause::CoreTimeouts);
+    assert!(!h.failure("msr_1", FailureCause::Timeout), "already out");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tripped_msr_stays_out_for_its_hold_and_a_second_trip_soon_after_doubles_it() {
+    let mut h = healthy();
+    h.run_until(Duration::from_secs(1));
+    assert!(h.failure("msr_1", FailureCause::Timeout));
+    let tripped = h.now - h.t0;
+    let mut step = 1;
+    while h.health("lo@msr_1") != Some(Health::Healthy) && step < 40 {
+        step += 1;
+        h.run_until(Duration::from_secs(step));
+    }
+    let back = h
+        .first_change_to("lo@msr_1", Health::Healthy, tripped)
+        .expect("back after the hold");
+    // The hold (10 s), then the keepalives' two good signals (5 s apart).
+    assert!(back - tripped >= 10 * SECOND, "{back:?}");
+    assert!(back - tripped <= 20 * SECOND, "{back:?}");
+    // Tripped again right after its return: the hold doubles.
+    assert!(h.failure("msr_1", FailureCause::Timeout));
+    let again = h.now - h.t0;
+    assert_eq!(
+        h.monitor.tripped_until("msr_1").map(|at| at - h.t0),
+        Some(again + 20 * SECOND)
+    );
+    h.run_until(again + 19 * SECOND);
+    assert_eq!(h.health("lo@msr_1"), Some(Health::EngineDown));
+    // An engine reported down and up again ends the trip at once.
+    h.report_engine("msr_1", EngineState::Down, Service::Active);
+    h.report_engine("msr_1", EngineState::Up, Service::Active);
+    assert_eq!(h.monitor.tripped_until("msr_1"), None);
+    assert_eq!(h.health("lo@msr_1"), Some(Health::Healthy));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_draining_msr_is_draining_until_it_reports_active() {
+    let mut h = healthy();
+    h.run_until(Duration::from_secs(3));
+    h.report_engine("msr_1", EngineState::Up, Service::Draining);
+    assert_eq!(h.health("lo@msr_1"), Some(Health::Draining));
+    h.run_until(Duration::from_secs(30));
+    assert_eq!(h.health("lo@msr_1"), Some(Health::Draining));
+    h.report_engine("msr_1", EngineState::Up, Service::Active);
+    assert_eq!(h.health("lo@msr_1"), Some(Health::Healthy));
+}
+
+#[test]
+fn failure_causes_are_read_from_their_wire_spellings() {
+    assert_eq!(FailureCause::parse("timeout"), Some(FailureCause::Timeout));
+    assert_eq!(FailureCause::parse("408"), Some(FailureCause::Timeout));
+    assert_eq!(
+        FailureCause::parse("503"),
+        Some(FailureCause::ServerError(503))
+    );
+    assert_eq!(
+        FailureCause::parse("486"),
+        Some(FailureCause::NotTheMsr(486))
+    );
+    assert_eq!(
+        FailureCause::parse("load-limit"),
+        Some(FailureCause::LoadLimit)
+    );
+    assert_eq!(
+        FailureCause::parse("error"),
+        Some(FailureCause::EngineError)
+    );
+    for bad in ["", "200", "999", "soon", "5033"] {
+        assert_eq!(FailureCause::parse(bad), None, "{bad}");
+    }
 }

@@ -323,6 +323,11 @@ impl<'a> ZoneView<'a> {
             })
     }
 
+    /// The MSR of the member at `position`.
+    pub fn msr_at(&self, position: usize) -> Option<&'a str> {
+        self.members.get(position).map(|m| m.msr.as_str())
+    }
+
     /// The step-1 inputs of the member at `position` at `now`, whatever
     /// they are (for explain, which lists every contact of the zone).
     pub fn status(&self, position: usize, now: Instant) -> Option<MemberStatus<'a>> {
