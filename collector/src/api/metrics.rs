@@ -42,8 +42,8 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use msr_shared::admin::{
-    ClusterView, ErrorCode, HealthState, LegOutcome, MsrInfo, RegistrationStatus, ResourceInfo,
-    StoreState,
+    ClusterView, DrainState, ErrorCode, HealthState, LegOutcome, MsrInfo, RegistrationStatus,
+    ResourceInfo, StoreState,
 };
 
 pub use crate::api::process::ProcessStats;
@@ -235,6 +235,13 @@ pub struct Metrics {
     released_legs: Counter,
     redirects: Family<StatusLabel, Counter>,
     core_failures: Family<MsrCauseLabels, Counter>,
+}
+
+/// Labels of an MSR's drain state.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MsrStateLabels {
+    msr: String,
+    state: String,
 }
 
 /// Labels of a failure a core reported against an MSR (SPEC §14).
@@ -499,6 +506,7 @@ impl Metrics {
         let healthy = Family::<MsrLabel, Gauge>::default();
         let load_limit = Family::<MsrLabel, Gauge>::default();
         let oldest_leg = Family::<MsrLabel, Gauge>::default();
+        let drain = Family::<MsrStateLabels, Gauge>::default();
         for msr in msrs {
             // The per-MSR selection series exist before the MSR's first
             // selection (module docs).
@@ -524,6 +532,14 @@ impl Metrics {
             oldest_leg
                 .get_or_create(&labels)
                 .set(i64::try_from(msr.oldest_leg_secs.unwrap_or(0)).unwrap_or(i64::MAX));
+            for state in [DrainState::Draining, DrainState::Drained] {
+                drain
+                    .get_or_create(&MsrStateLabels {
+                        msr: msr.name.clone(),
+                        state: state.as_str().into(),
+                    })
+                    .set(i64::from(msr.drain == Some(state)));
+            }
         }
         gauges.register(
             "msr_collector_msr_load_percent",
@@ -569,6 +585,11 @@ impl Metrics {
             "msr_collector_msr_load_limit_percent",
             "The operator's load limit of the MSR, percent",
             load_limit,
+        );
+        gauges.register(
+            "msr_collector_msr_drain",
+            "1 for the MSR's drain state (SPEC §14): draining while legs or engine calls are left, drained once none is",
+            drain,
         );
         gauges.register(
             "msr_collector_msr_oldest_leg_age_seconds",

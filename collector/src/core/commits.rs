@@ -193,6 +193,15 @@ impl Collector {
     fn install(&mut self, next: OperatorConfig) {
         let previous = std::mem::replace(&mut self.operator, next);
         self.table.apply(&self.operator, Change::OperatorChanged);
+        // An MSR set inactive drains (SPEC §14); one set active again is
+        // still watched, and its return reported.
+        for (msr, settings) in self.operator.configured_msrs() {
+            if !settings.active || !previous.is_active(msr) {
+                if let Ok(name) = crate::operator::names::MsrName::new(msr) {
+                    self.drains.watch(&name);
+                }
+            }
+        }
         for (msr, expires) in self.operator.subscription_expires_changes(&previous) {
             self.subscriber.set_expires_override(msr, expires);
         }

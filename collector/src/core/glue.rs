@@ -16,7 +16,7 @@
 use tokio::time::Instant;
 use tracing::debug;
 
-use crate::model::health::HealthEvent;
+use crate::model::health::{Health, HealthEvent};
 use crate::model::load_table::Change;
 use crate::sip::registrar::RegistrarEvent;
 use crate::sip::subscriber::SubscriberEvent;
@@ -79,6 +79,24 @@ impl Collector {
         // A keepalive or subscribe that failed at once may have queued more.
         self.send_subscribes(now);
         self.request_save(now);
+        self.check_drains();
+    }
+
+    /// Reports the drains that started, finished or ended (SPEC §14):
+    /// nothing to do unless an MSR is being drained.
+    fn check_drains(&mut self) {
+        if self.drains.is_empty() {
+            return;
+        }
+        let (table, legs, operator, events) =
+            (&self.table, &self.legs, &self.operator, &mut self.events);
+        self.drains.check(
+            |msr| {
+                let (own, calls) = table.drain_inputs(msr).unwrap_or((false, None));
+                Some((!operator.is_active(msr) || own, legs.on_msr(msr), calls))
+            },
+            |event| events.push_back(Event::Drain(event)),
+        );
     }
 
     /// A binding added, refreshed, or registered anew with a new Call-ID:
@@ -144,6 +162,9 @@ impl Collector {
                 self.metrics.core_failure(msr, cause.label());
             }
             if let HealthEvent::Changed(change) = &event {
+                if change.to == Health::Draining || change.from == Some(Health::Draining) {
+                    self.drains.watch(&change.msr);
+                }
                 let age = now.saturating_duration_since(change.at).as_secs();
                 let unix = unix_now.saturating_sub(i64::try_from(age).unwrap_or(0));
                 let health = Change::HealthChanged {

@@ -4,6 +4,7 @@
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use crate::model::drain::DrainEvent;
 use crate::model::health::{HealthEvent, LOG_WINDOW};
 use crate::sip::registrar::{RefusalLog, RegistrarEvent, RemovalCause, REFUSAL_WINDOW};
 use crate::sip::subscriber::SubscriberEvent;
@@ -36,6 +37,26 @@ pub fn log(now: Instant, event: &Event) {
                 "legs expired without a release"
             )
         }
+        Event::Drain(e) => drain(e),
+    }
+}
+
+fn drain(event: &DrainEvent) {
+    match event {
+        DrainEvent::Started {
+            msr,
+            live_legs,
+            engine_calls,
+        } => info!(
+            %msr,
+            live_legs,
+            engine_calls = engine_calls.map(tracing::field::display),
+            "msr draining: no new legs, the live ones stay"
+        ),
+        DrainEvent::Drained { msr } => {
+            info!(%msr, "msr drained: no leg and no engine call left")
+        }
+        DrainEvent::Ended { msr } => info!(%msr, "msr takes new legs again"),
     }
 }
 

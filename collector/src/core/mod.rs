@@ -197,6 +197,8 @@ pub enum Event {
         /// Legs still live.
         live: usize,
     },
+    /// An MSR started draining, was drained, or returned (SPEC §14).
+    Drain(crate::model::drain::DrainEvent),
 }
 
 /// The collector (module docs).
@@ -208,6 +210,8 @@ pub struct Collector {
     table: LoadTable,
     operator: OperatorConfig,
     legs: LegTable,
+    /// The MSRs being drained (SPEC §14).
+    drains: crate::model::drain::DrainWatch,
     cluster: Cluster,
     defaults: handler::Defaults,
     rng: StdRng,
@@ -288,6 +292,7 @@ impl Collector {
             table,
             operator: start.operator,
             legs: LegTable::new(config.legs.max_duration),
+            drains: crate::model::drain::DrainWatch::default(),
             cluster: start.cluster,
             defaults: handler::Defaults {
                 placement: config.defaults.clone(),

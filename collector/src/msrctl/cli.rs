@@ -149,6 +149,26 @@ pub enum MsrCommand {
     },
     /// List MSRs with their coefficient, active flag, load limit, live legs and health.
     List,
+    /// Drain an MSR for maintenance (SPEC §14): no new legs, the live ones
+    /// stay (it sets `active false`). With --wait, show its progress (live
+    /// legs, the engine's own calls, the oldest leg's age) and return once
+    /// both are 0: `msrctl msr drain msr_1 --wait && <stop the MSR>`.
+    Drain {
+        /// MSR name (as `msr list` shows it).
+        name: String,
+        /// Wait until no leg and no engine call is left (exit 0), printing
+        /// the progress to stderr.
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: give up after this many seconds (exit 1).
+        #[arg(long, value_name = "SECS", requires = "wait")]
+        timeout: Option<u64>,
+    },
+    /// Return a drained MSR to service (`active true`).
+    Undrain {
+        /// MSR name.
+        name: String,
+    },
 }
 
 /// `msr set NAME …`
@@ -360,6 +380,14 @@ impl Command {
                 value: u32::try_from(*value).unwrap_or(u32::MAX),
             },
             Command::Msr(MsrCommand::List) => Request::MsrList {},
+            Command::Msr(MsrCommand::Drain { name, .. }) => Request::MsrSetActive {
+                msr: name.clone(),
+                active: false,
+            },
+            Command::Msr(MsrCommand::Undrain { name }) => Request::MsrSetActive {
+                msr: name.clone(),
+                active: true,
+            },
             Command::Resource(ResourceCommand::List { filter, .. }) => Request::ResourceList {
                 active_only: filter.is_some(),
             },

@@ -14,6 +14,7 @@
 pub mod render;
 
 mod cli;
+mod drain;
 mod transport;
 
 pub use cli::{
@@ -150,6 +151,19 @@ pub fn run(args: Vec<OsString>) -> i32 {
             return if error.use_stderr() { EXIT_USAGE } else { 0 };
         }
     };
+    if let Command::Msr(MsrCommand::Drain {
+        name,
+        wait,
+        timeout,
+    }) = &cli.command
+    {
+        return drain::run(
+            &cli.socket_path(),
+            name,
+            *wait,
+            timeout.map(Duration::from_secs),
+        );
+    }
     let request = cli.command.to_request();
     let response = match call(&cli.socket_path(), &request) {
         Ok(response) => response,

@@ -4,8 +4,9 @@
 use comfy_table::{Cell, CellAlignment, Table};
 use msr_shared::admin::{
     subscription_name, Change, ChangeValue, ChangedEntity, ChangedProperty, ClusterView, Distance,
-    ErrorBody, Explain, LegOutcome, LegRows, MsrInfo, Released, ResourceInfo, ResponseData,
-    Selection, SelectionRule, SiteMatrix, SubscriptionInfo, PROTOCOL_VERSION,
+    DrainState, ErrorBody, Explain, HealthState, LegOutcome, LegRows, MsrInfo, Released,
+    ResourceInfo, ResponseData, Selection, SelectionRule, SiteMatrix, SubscriptionInfo,
+    PROTOCOL_VERSION,
 };
 use msr_shared::present::{format_coefficient, format_number};
 
@@ -190,8 +191,10 @@ pub fn msrs(msrs: &[MsrInfo]) -> String {
                 m.registered.to_string(),
                 m.load_limit.to_string(),
                 m.live_legs.to_string(),
-                optional(m.health),
+                optional(m.engine_calls),
+                optional(m.health.map(HealthState::as_str)),
                 optional(m.health_since_unix.map(timestamp)),
+                optional(m.drain.map(DrainState::as_str)),
             ]
         })
         .collect();
@@ -202,8 +205,10 @@ pub fn msrs(msrs: &[MsrInfo]) -> String {
         "Registered",
         "Load\nlimit",
         "Live\nlegs",
+        "Engine\ncalls",
         "Health",
         "Health since",
+        "Drain",
     ];
     let aligns = [
         Align::Left,
@@ -212,6 +217,8 @@ pub fn msrs(msrs: &[MsrInfo]) -> String {
         Align::Left,
         Align::Right,
         Align::Right,
+        Align::Right,
+        Align::Left,
         Align::Left,
         Align::Left,
     ];

@@ -47,6 +47,35 @@ pub struct MsrInfo {
     /// Unix time (seconds) since which [`MsrInfo::health`] holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_since_unix: Option<i64>,
+    /// The calls the MSR's engine reported last (SPEC §4 `calls`), absent
+    /// without a report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_calls: Option<u32>,
+    /// For an MSR that takes no new legs (inactive, or draining by its
+    /// agent's report): `draining` while legs or engine calls are left,
+    /// `drained` once both are 0 (SPEC §14); absent in service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<DrainState>,
+}
+
+/// How far an MSR's drain is (SPEC §14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DrainState {
+    /// Legs or engine calls are left.
+    Draining,
+    /// Nothing is left: the MSR can be stopped.
+    Drained,
+}
+
+impl DrainState {
+    /// `draining` or `drained`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DrainState::Draining => "draining",
+            DrainState::Drained => "drained",
+        }
+    }
 }
 
 fn default_load_limit() -> u8 {

@@ -104,6 +104,8 @@ pub(super) fn msr_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
                 oldest_leg_secs: None,
                 health: None,
                 health_since_unix: None,
+                engine_calls: None,
+                drain: None,
             },
         );
     }
@@ -122,6 +124,8 @@ pub(super) fn msr_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
                 health_since_unix: view
                     .health
                     .and_then(|(_, since)| since.map(|(_, unix)| unix)),
+                engine_calls: None,
+                drain: None,
             },
         );
     }
@@ -140,6 +144,8 @@ pub(super) fn msr_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
                     oldest_leg_secs: None,
                     health: None,
                     health_since_unix: None,
+                    engine_calls: None,
+                    drain: None,
                 },
             );
         }
@@ -151,6 +157,9 @@ pub(super) fn msr_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
         info.active = ctx.operator.is_active(&info.name);
         info.load_limit = ctx.operator.load_limit(&info.name);
         info.live_legs = ctx.legs.on_msr(&info.name);
+        let (own_drain, calls) = ctx.table.drain_inputs(&info.name).unwrap_or((false, None));
+        info.engine_calls = calls;
+        info.drain = crate::model::drain::state(!info.active || own_drain, info.live_legs, calls);
     }
     for (name, age) in ctx.legs.oldest_per_msr(now) {
         if let Some(info) = msrs.get_mut(name) {

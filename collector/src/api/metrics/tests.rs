@@ -45,6 +45,8 @@ fn msr(name: &str, live_legs: u32) -> MsrInfo {
         oldest_leg_secs: None,
         health: Some(HealthState::Healthy),
         health_since_unix: None,
+        engine_calls: None,
+        drain: None,
     }
 }
 

@@ -98,6 +98,22 @@ impl LoadTable {
         self.contacts.values().any(|c| c.site == site)
     }
 
+    /// What a drain (SPEC §14) reads of `msr`: whether its agent reports
+    /// it draining (a contact's health is `draining`), and the calls of its
+    /// last report; `None` for an MSR not in the table.
+    pub fn drain_inputs(&self, msr: &str) -> Option<(bool, Option<u32>)> {
+        let entry = self.msrs.get(msr)?;
+        let draining = entry.contacts.iter().any(|c| {
+            self.contacts
+                .get(c)
+                .is_some_and(|c| c.health == Health::Draining)
+        });
+        Some((
+            draining,
+            entry.load.as_ref().map(|(report, _)| report.calls),
+        ))
+    }
+
     /// The contact, if it is still there at `now` for the legs it anchors:
     /// registered and not unreachable (SPEC §9: a leg keeps its MSR and
     /// contact unless that MSR is gone). An inactive, stale or unreported

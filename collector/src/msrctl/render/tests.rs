@@ -166,6 +166,8 @@ fn seed_msr_list_layout() {
             oldest_leg_secs: None,
             health: None,
             health_since_unix: None,
+            engine_calls: None,
+            drain: None,
         },
         MsrInfo {
             name: "msr_2".into(),
@@ -177,6 +179,8 @@ fn seed_msr_list_layout() {
             oldest_leg_secs: None,
             health: None,
             health_since_unix: None,
+            engine_calls: None,
+            drain: None,
         },
     ];
     let out = msrs(&list);
@@ -352,6 +356,8 @@ fn huge_and_tiny_numbers_are_compact() {
         oldest_leg_secs: None,
         health: None,
         health_since_unix: None,
+        engine_calls: None,
+        drain: None,
     }];
     let out = msrs(&list);
     assert!(out.contains("│ m    │       1e300 │"), "{out}");

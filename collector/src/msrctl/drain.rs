@@ -1,0 +1,151 @@
+//! `msrctl msr drain NAME [--wait [--timeout SECS]]` (SPEC §14): the MSR
+//! gets no new legs (`active false`); with `--wait` its progress is shown
+//! until the collector reports it `drained` (no leg of this collector and
+//! no call of its engine left).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use msr_shared::admin::{DrainState, MsrInfo, Request, Response, ResponseData};
+
+use super::{call, EXIT_REFUSED, EXIT_UNREACHABLE};
+
+/// How often the progress is asked for.
+const POLL: Duration = Duration::from_secs(1);
+
+/// Runs the drain of `msr`; returns the exit code.
+pub(super) fn run(socket: &Path, msr: &str, wait: bool, timeout: Option<Duration>) -> i32 {
+    // An MSR the collector never heard of would be "drained" at once: a
+    // typo must not read as success.
+    match info(socket, msr) {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            eprintln!("error: no msr `{msr}` is known to this collector (see msrctl msr list)");
+            return EXIT_REFUSED;
+        }
+        Err(code) => return code,
+    }
+    let request = Request::MsrSetActive {
+        msr: msr.to_owned(),
+        active: false,
+    };
+    match call(socket, &request) {
+        Ok(Response::Ok(_)) => {}
+        Ok(Response::Err(body)) => {
+            eprintln!("error: {}: {}", body.code.as_str(), body.message);
+            return EXIT_REFUSED;
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            return EXIT_UNREACHABLE;
+        }
+    }
+    if !wait {
+        println!(
+            "{msr}: draining (no new legs); `msrctl msr drain {msr} --wait` shows when it is empty"
+        );
+        return 0;
+    }
+    let started = Instant::now();
+    let mut last = String::new();
+    loop {
+        let info = match info(socket, msr) {
+            Ok(Some(info)) => info,
+            // Gone from the collector's view: nothing is left on it.
+            Ok(None) => {
+                println!("{msr}: drained (no longer known to the collector)");
+                return 0;
+            }
+            Err(code) => return code,
+        };
+        let line = progress(&info);
+        if info.drain == Some(DrainState::Drained) {
+            println!("{line}");
+            return 0;
+        }
+        if !info.active {
+            if line != last {
+                eprintln!("{line}");
+                last = line;
+            }
+        } else {
+            eprintln!("error: {msr} was set active again: the drain was called off");
+            return EXIT_REFUSED;
+        }
+        if let Some(limit) = timeout {
+            if started.elapsed() >= limit {
+                eprintln!(
+                    "error: {msr} is not drained after {} s: {last}",
+                    limit.as_secs()
+                );
+                return EXIT_REFUSED;
+            }
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// `msr`'s row of `msr list`, `None` when the collector does not list it.
+fn info(socket: &Path, msr: &str) -> Result<Option<MsrInfo>, i32> {
+    match call(socket, &Request::MsrList {}) {
+        Ok(Response::Ok(ResponseData::Msrs { msrs })) => {
+            Ok(msrs.into_iter().find(|m| m.name == msr))
+        }
+        Ok(Response::Ok(other)) => {
+            eprintln!("error: unexpected answer to msr list: {other:?}");
+            Err(EXIT_UNREACHABLE)
+        }
+        Ok(Response::Err(body)) => {
+            eprintln!("error: {}: {}", body.code.as_str(), body.message);
+            Err(EXIT_REFUSED)
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            Err(EXIT_UNREACHABLE)
+        }
+    }
+}
+
+/// One line of progress: `msr_1: draining, 3 live legs, engine 4 calls,
+/// oldest leg 83 s`.
+fn progress(info: &MsrInfo) -> String {
+    let state = info.drain.map_or("in service", DrainState::as_str);
+    let calls = info.engine_calls.map_or_else(
+        || "no engine report".to_owned(),
+        |c| format!("engine {c} calls"),
+    );
+    let oldest = info
+        .oldest_leg_secs
+        .map(|s| format!(", oldest leg {s} s"))
+        .unwrap_or_default();
+    format!(
+        "{}: {state}, {} live legs, {calls}{oldest}",
+        info.name, info.live_legs
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_reads_as_a_sentence() {
+        let info = MsrInfo {
+            name: "msr_1".into(),
+            performance_coefficient: 1.0,
+            active: false,
+            registered: true,
+            load_limit: 100,
+            live_legs: 3,
+            oldest_leg_secs: Some(83),
+            health: None,
+            health_since_unix: None,
+            engine_calls: Some(4),
+            drain: Some(DrainState::Draining),
+        };
+        assert_eq!(
+            progress(&info),
+            "msr_1: draining, 3 live legs, engine 4 calls, oldest leg 83 s"
+        );
+    }
+}
