@@ -17,16 +17,22 @@
 //!   (without creating it) by `--check-config`;
 //! * [`registration`] — sans-IO REGISTER client, one per account;
 //! * [`notifier`] — sans-IO RFC 6665 notifier;
+//! * [`engine_probe`] — sans-IO liveness probe of the media engine (SPEC
+//!   §14): SIP OPTIONS, or the ng exchange of the `rtpengine` source;
+//! * [`drain`] — sans-IO MSR-side drain (SPEC §14): `service: draining`,
+//!   and when the engine has been empty long enough;
 //! * `shell` — the one async loop owning the SIP endpoint and driving the
 //!   cores;
 //! * [`run`] / [`start`] — the entry points used by `main.rs` and tests.
 //!
-//! Architecture Invariant: [`registration`], [`notifier`] and
-//! [`load::rtpengine::NgClient`] read no clock and own no socket; they get
+//! Architecture Invariant: [`registration`], [`notifier`],
+//! [`engine_probe`], [`drain`] and [`load::rtpengine::NgClient`] read no clock and own no socket; they get
 //! `now` from the shell.
 
 pub mod cli;
 pub mod config;
+pub mod drain;
+pub mod engine_probe;
 pub mod load;
 pub mod log_file;
 
