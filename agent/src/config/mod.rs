@@ -50,6 +50,14 @@ pub const DEFAULT_MAX_SUBSCRIPTION_EXPIRES: u32 = 3600;
 pub const DEFAULT_NOTIFY_MIN_INTERVAL_MS: u64 = 1000;
 /// Default load sampling interval in milliseconds (SPEC §2).
 pub const DEFAULT_SAMPLE_INTERVAL_MS: u64 = 1000;
+/// Default time between two probes of the media engine, milliseconds
+/// (SPEC §14: every few seconds).
+pub const DEFAULT_ENGINE_PROBE_INTERVAL_MS: u64 = 2000;
+/// Default time a probe of the media engine may go unanswered, milliseconds.
+pub const DEFAULT_ENGINE_PROBE_TIMEOUT_MS: u64 = 1000;
+/// Default probes missed in a row that make the engine `down`: with the
+/// interval and timeout above, a dead engine is seen within about 4 s.
+pub const DEFAULT_ENGINE_PROBE_MISSES: u32 = 2;
 
 /// The validated agent configuration (SPEC §2).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -408,6 +416,71 @@ pub struct AgentSettings {
     /// `tls-ca`, `tls-cert`, `tls-key`: SIP over TLS to `sips:` realms
     /// (SPEC §4); required when a realm is `sips:`.
     pub tls: Option<AgentTls>,
+    /// `engine-probe`: how the media engine's own liveness is checked
+    /// (SPEC §14); default [`EngineProbeMode::Auto`].
+    pub engine_probe: EngineProbeMode,
+    /// `engine-probe-interval-ms` (500 to 60000): time between two SIP
+    /// probes; default 2000.
+    pub engine_probe_interval_ms: u64,
+    /// `engine-probe-timeout-ms` (100 to 10000, at most the interval): how
+    /// long a SIP probe may go unanswered; default 1000.
+    pub engine_probe_timeout_ms: u64,
+    /// `engine-probe-misses` (1 to 10): probes missed in a row that make
+    /// the engine `down`; default 2.
+    pub engine_probe_misses: u32,
+}
+
+/// `<agent engine-probe>` (SPEC §14): how the agent checks that the media
+/// engine it sits beside still answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EngineProbeMode {
+    /// `auto` (default): `ng` with the `rtpengine` calls source, `sip`
+    /// when `<transport port>` is not 0, else `off`.
+    #[default]
+    Auto,
+    /// `sip`: an OPTIONS to `<transport>`; any final response is alive.
+    Sip,
+    /// `ng`: the `rtpengine` source's statistics exchange (requires that
+    /// source).
+    Ng,
+    /// `off`: not probed; every NOTIFY says `engine: unchecked`.
+    Off,
+}
+
+impl EngineProbeMode {
+    /// The accepted attribute values, in the order error messages list them.
+    pub const ACCEPTED: &'static [&'static str] = &["auto", "sip", "ng", "off"];
+
+    /// The attribute value naming this mode.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineProbeMode::Auto => "auto",
+            EngineProbeMode::Sip => "sip",
+            EngineProbeMode::Ng => "ng",
+            EngineProbeMode::Off => "off",
+        }
+    }
+}
+
+impl std::fmt::Display for EngineProbeMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl AgentConfig {
+    /// The engine probe in force, `auto` resolved (never
+    /// [`EngineProbeMode::Auto`]).
+    pub fn engine_probe(&self) -> EngineProbeMode {
+        match self.agent.engine_probe {
+            EngineProbeMode::Auto if self.agent.calls_source == CallsSource::Rtpengine => {
+                EngineProbeMode::Ng
+            }
+            EngineProbeMode::Auto if self.transport.port != 0 => EngineProbeMode::Sip,
+            EngineProbeMode::Auto => EngineProbeMode::Off,
+            mode => mode,
+        }
+    }
 }
 
 /// `<agent tls-ca tls-cert tls-key>`: how the agent's TLS connections to
@@ -488,6 +561,10 @@ impl Default for AgentSettings {
             log_file: None,
             allow_subscribers: Vec::new(),
             tls: None,
+            engine_probe: EngineProbeMode::Auto,
+            engine_probe_interval_ms: DEFAULT_ENGINE_PROBE_INTERVAL_MS,
+            engine_probe_timeout_ms: DEFAULT_ENGINE_PROBE_TIMEOUT_MS,
+            engine_probe_misses: DEFAULT_ENGINE_PROBE_MISSES,
         }
     }
 }
@@ -509,6 +586,10 @@ impl AgentSettings {
         "tls-ca",
         "tls-cert",
         "tls-key",
+        "engine-probe",
+        "engine-probe-interval-ms",
+        "engine-probe-timeout-ms",
+        "engine-probe-misses",
     ];
 }
 

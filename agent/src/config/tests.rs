@@ -496,6 +496,10 @@ fn agent_element_is_parsed_strictly() -> TestResult {
                 "2001:db8::1".parse()?,
             ],
             tls: None,
+            engine_probe: EngineProbeMode::Auto,
+            engine_probe_interval_ms: DEFAULT_ENGINE_PROBE_INTERVAL_MS,
+            engine_probe_timeout_ms: DEFAULT_ENGINE_PROBE_TIMEOUT_MS,
+            engine_probe_misses: DEFAULT_ENGINE_PROBE_MISSES,
         }
     );
     let m = err(&doc(GOOD_GENERAL, r#"<agent expires="60"/>"#));
@@ -503,7 +507,8 @@ fn agent_element_is_parsed_strictly() -> TestResult {
         m,
         "config-examples/bad.xml:6:3: <agent expires>: unknown attribute, accepted: register-expires, \
          max-subscription-expires, calls-source, notify-min-interval-ms, notify-high-water, sample-interval-ms, node-name, \
-         sip-port, log-file, allow-subscribers, tls-ca, tls-cert, tls-key"
+         sip-port, log-file, allow-subscribers, tls-ca, tls-cert, tls-key, engine-probe, \
+         engine-probe-interval-ms, engine-probe-timeout-ms, engine-probe-misses"
     );
     assert!(err(&doc(GOOD_GENERAL, r#"<agent calls-source="socket"/>"#))
         .contains(r#"<agent calls-source="socket">: bad calls-source, accepted: proc, file:/path, fixed:N"#));
@@ -1012,5 +1017,78 @@ fn a_sips_realm_needs_the_ca_of_the_registrars_certificate() -> TestResult {
         &format!(r#"{account}<agent tls-ca="/etc/ca.pem" tls-cert="/etc/c.pem"/>"#),
     ));
     assert!(m.contains("tls-key is missing"), "{m}");
+    Ok(())
+}
+
+/// `<agent engine-probe…>` (SPEC §14): `auto` resolves from the calls
+/// source and the engine's port; each value and range is checked, naming
+/// the attribute and what is accepted.
+#[test]
+fn engine_probe_settings() -> TestResult {
+    let probe = |agent: &str| parse(&doc(GOOD_GENERAL, agent), origin());
+    // <transport port="5070">: auto is the sip probe.
+    let c = probe("")?;
+    assert_eq!(c.agent.engine_probe, EngineProbeMode::Auto);
+    assert_eq!(c.engine_probe(), EngineProbeMode::Sip);
+    let c = probe(r#"<agent engine-probe="off"/>"#)?;
+    assert_eq!(c.engine_probe(), EngineProbeMode::Off);
+    let zero = doc(GOOD_GENERAL, "").replace(r#"port="5070""#, r#"port="0""#);
+    assert_eq!(parse(&zero, origin())?.engine_probe(), EngineProbeMode::Off);
+    let rtpengine = r#"<pbyte><mcc bind-addr="127.0.0.1" port="2223"/></pbyte>"#;
+    let c = probe(&format!(r#"{rtpengine}<agent calls-source="rtpengine"/>"#))?;
+    assert_eq!(c.engine_probe(), EngineProbeMode::Ng);
+    let c = probe(&format!(
+        r#"{rtpengine}<agent calls-source="rtpengine" engine-probe="sip"/>"#
+    ))?;
+    assert_eq!(c.engine_probe(), EngineProbeMode::Sip);
+    let c = probe(
+        r#"<agent engine-probe="sip" engine-probe-interval-ms="5000" engine-probe-timeout-ms="5000" engine-probe-misses="3"/>"#,
+    )?;
+    assert_eq!(
+        (
+            c.agent.engine_probe_interval_ms,
+            c.agent.engine_probe_timeout_ms,
+            c.agent.engine_probe_misses
+        ),
+        (5000, 5000, 3)
+    );
+    // A short interval shortens the default timeout with it.
+    let c = probe(r#"<agent engine-probe-interval-ms="500"/>"#)?;
+    assert_eq!(c.agent.engine_probe_timeout_ms, 500);
+
+    assert!(
+        err(&doc(GOOD_GENERAL, r#"<agent engine-probe="options"/>"#)).ends_with(
+            r#"<agent engine-probe="options">: unknown engine-probe, accepted: auto, sip, ng, off"#
+        )
+    );
+    assert!(err(&doc(GOOD_GENERAL, r#"<agent engine-probe="ng"/>"#))
+        .contains("calls-source is not rtpengine"));
+    assert!(
+        err(&zero.replace("<media", r#"<agent engine-probe="sip"/><media"#))
+            .contains("<agent engine-probe=\"sip\">")
+    );
+    assert!(
+        err(&doc(GOOD_GENERAL, r#"<agent engine-probe-interval-ms="100"/>"#)).ends_with(
+            r#"<agent engine-probe-interval-ms="100">: engine-probe-interval-ms out of range, accepted: an integer 500..=60000"#
+        )
+    );
+    assert!(err(&doc(
+        GOOD_GENERAL,
+        r#"<agent engine-probe-timeout-ms="50000"/>"#
+    ))
+    .contains("accepted: an integer 100..=10000"));
+    let m = err(&doc(
+        GOOD_GENERAL,
+        r#"<agent engine-probe-interval-ms="1000" engine-probe-timeout-ms="1500"/>"#,
+    ));
+    assert!(
+        m.contains(r#"<agent engine-probe-timeout-ms="1500">"#)
+            && m.contains("longer than engine-probe-interval-ms"),
+        "{m}"
+    );
+    assert!(
+        err(&doc(GOOD_GENERAL, r#"<agent engine-probe-misses="0"/>"#))
+            .contains("accepted: an integer 1..=10")
+    );
     Ok(())
 }

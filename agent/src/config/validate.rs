@@ -13,8 +13,9 @@ use super::xml::{
     RawAccounts, RawAgent, RawConfig, RawDynamic, RawGeneral, RawMcc, RawMedia, RawTransport, Scan,
 };
 use super::{
-    Account, AgentConfig, AgentSettings, AgentTls, CallsSource, ConfigError, General, LoadSensor,
-    MediaConfig, PortSetting, Realm, TransportConfig, Transports, ValueProblem, DEFAULT_LOAD_DELTA,
+    Account, AgentConfig, AgentSettings, AgentTls, CallsSource, ConfigError, EngineProbeMode,
+    General, LoadSensor, MediaConfig, PortSetting, Realm, TransportConfig, Transports,
+    ValueProblem, DEFAULT_LOAD_DELTA,
 };
 
 /// Builds errors for one file.
@@ -159,6 +160,28 @@ pub(super) fn validate(
                 "rtpengine is asked at its ng port, <pbyte><mcc bind-addr port>, which this file lacks",
             ),
             "proc, file:/path, fixed:N, or rtpengine with <pbyte><mcc> set to rtpengine's listen-ng address",
+        ));
+    }
+    if agent.engine_probe == EngineProbeMode::Ng && agent.calls_source != CallsSource::Rtpengine {
+        return Err(cx.invalid(
+            "agent",
+            "engine-probe",
+            "ng",
+            ValueProblem::Detail(
+                "the ng probe is the rtpengine calls source's exchange, and calls-source is not rtpengine",
+            ),
+            "auto, sip, off, or ng with calls-source=\"rtpengine\"",
+        ));
+    }
+    if agent.engine_probe == EngineProbeMode::Sip && transport.port == 0 {
+        return Err(cx.invalid(
+            "agent",
+            "engine-probe",
+            "sip",
+            ValueProblem::Detail(
+                "the sip probe asks <transport port>, which is 0 (no engine port)",
+            ),
+            "auto, ng, off, or sip with a <transport port> above 0",
         ));
     }
     if let (Some(sips), None) = (accounts.iter().find(|a| a.realm.is_sips()), &agent.tls) {
@@ -505,6 +528,44 @@ fn agent(cx: &Ctx<'_>, raw: &RawAgent) -> Result<AgentSettings, ConfigError> {
         None => d.sample_interval_ms,
         Some(v) => cx.int::<u64>(v, E, "sample-interval-ms", 100, 60_000)?,
     };
+    let engine_probe = match raw.engine_probe.as_deref() {
+        None => d.engine_probe,
+        Some("auto") => EngineProbeMode::Auto,
+        Some("sip") => EngineProbeMode::Sip,
+        Some("ng") => EngineProbeMode::Ng,
+        Some("off") => EngineProbeMode::Off,
+        Some(other) => {
+            return Err(cx.invalid(
+                E,
+                "engine-probe",
+                other,
+                ValueProblem::Unknown,
+                "auto, sip, ng, off",
+            ))
+        }
+    };
+    let engine_probe_interval_ms = match raw.engine_probe_interval_ms.as_deref() {
+        None => d.engine_probe_interval_ms,
+        Some(v) => cx.int::<u64>(v, E, "engine-probe-interval-ms", 500, 60_000)?,
+    };
+    // Below Timer F (32 s): the probe's own timeout must end it first.
+    let engine_probe_timeout_ms = match raw.engine_probe_timeout_ms.as_deref() {
+        None => d.engine_probe_timeout_ms.min(engine_probe_interval_ms),
+        Some(v) => cx.int::<u64>(v, E, "engine-probe-timeout-ms", 100, 10_000)?,
+    };
+    if engine_probe_timeout_ms > engine_probe_interval_ms {
+        return Err(cx.invalid(
+            E,
+            "engine-probe-timeout-ms",
+            &engine_probe_timeout_ms.to_string(),
+            ValueProblem::Detail("longer than engine-probe-interval-ms"),
+            "100 to 10000 ms, at most engine-probe-interval-ms (default 2000)",
+        ));
+    }
+    let engine_probe_misses = match raw.engine_probe_misses.as_deref() {
+        None => d.engine_probe_misses,
+        Some(v) => cx.int::<u32>(v, E, "engine-probe-misses", 1, 10)?,
+    };
     let calls_source = match raw.calls_source.as_deref() {
         None => d.calls_source,
         Some(v) => parse_calls_source(v)
@@ -617,6 +678,10 @@ fn agent(cx: &Ctx<'_>, raw: &RawAgent) -> Result<AgentSettings, ConfigError> {
         log_file,
         allow_subscribers,
         tls,
+        engine_probe,
+        engine_probe_interval_ms,
+        engine_probe_timeout_ms,
+        engine_probe_misses,
     })
 }
 

@@ -158,6 +158,14 @@ pub(super) struct RawAgent {
     pub(super) tls_cert: Option<String>,
     #[serde(rename = "@tls-key")]
     pub(super) tls_key: Option<String>,
+    #[serde(rename = "@engine-probe")]
+    pub(super) engine_probe: Option<String>,
+    #[serde(rename = "@engine-probe-interval-ms")]
+    pub(super) engine_probe_interval_ms: Option<String>,
+    #[serde(rename = "@engine-probe-timeout-ms")]
+    pub(super) engine_probe_timeout_ms: Option<String>,
+    #[serde(rename = "@engine-probe-misses")]
+    pub(super) engine_probe_misses: Option<String>,
 }
 
 /// What the well-formedness scan learned besides "the file is well formed".
