@@ -63,7 +63,7 @@ for i in $(seq 1 "$msrs"); do
     <pbyte>
         <mcc bind-addr="127.0.0.1" port="$((20001 + 2 * i))"/>
     </pbyte>
-    <agent sip-port="0" register-expires="600" max-subscription-expires="3600" calls-source="file:$dir/$name.calls" notify-min-interval-ms="1000" sample-interval-ms="100"/>
+    <agent engine-probe="off" sip-port="0" register-expires="600" max-subscription-expires="3600" calls-source="file:$dir/$name.calls" notify-min-interval-ms="1000" sample-interval-ms="100"/>
 </config>
 XML
   "$bin/msr-agent" --config "$dir/$name.xml" --log-stderr >"$dir/$name.log" 2>&1 &

@@ -219,7 +219,7 @@ agent_start() {
     <pbyte>
         <mcc bind-addr="$addr" port="$((engine + 1))"/>
     </pbyte>
-    <agent sip-port="0" register-expires="$reg" max-subscription-expires="3600" calls-source="file:$work/$name.calls" notify-min-interval-ms="1000" sample-interval-ms="200"$tls_attributes/>
+    <agent engine-probe="off" sip-port="0" register-expires="$reg" max-subscription-expires="3600" calls-source="file:$work/$name.calls" notify-min-interval-ms="1000" sample-interval-ms="200"$tls_attributes/>
 </config>
 EOF
   local run=()

@@ -47,6 +47,12 @@
 //!   `notify-min-interval-ms`. A change inside the window is held and
 //!   re-evaluated against the latest sample when the window ends (so three
 //!   changes in one second give one NOTIFY carrying the latest);
+//! * every NOTIFY carries the engine's state and the MSR's service (SPEC
+//!   §14: `engine: up|down|unchecked`, `service: draining`); a change of
+//!   either ([`Notifier::set_engine`], [`Notifier::set_service`]) goes to
+//!   every subscription at once, outside the one-per-second limit, as the
+//!   100 edge would if it were not held: it takes the MSR out of selection
+//!   or puts it back;
 //! * expiry → `terminated;reason=timeout`; [`Notifier::shutdown`] →
 //!   `deactivated`; account removed ([`Notifier::set_accounts`]) →
 //!   `noresource`;
@@ -71,7 +77,7 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use msr_shared::event_package::{LoadReport, CONTENT_TYPE};
+use msr_shared::event_package::{EngineState, LoadReport, Service, CONTENT_TYPE};
 use msr_shared::sip::{self, Method, Request, Response, TerminationReason};
 use msr_shared::token_bucket::TokenBucket;
 use tokio::time::Instant;
@@ -220,6 +226,10 @@ pub struct Notifier {
     /// ([`STRANGER_ANSWERS_PER_SEC`]).
     strangers: TokenBucket,
     latest: Sample,
+    /// What the engine probe last saw (SPEC §14).
+    engine: EngineState,
+    /// Whether the MSR takes new legs (SPEC §14, `msr-agent drain`).
+    service: Service,
     subs: HashMap<SubscriptionId, Subscription>,
     dialogs: HashMap<DialogKey, SubscriptionId>,
     next_id: u64,
@@ -243,6 +253,8 @@ impl Notifier {
             strangers: TokenBucket::full(STRANGER_ANSWER_BURST),
             config,
             latest: initial,
+            engine: EngineState::Unchecked,
+            service: Service::Active,
             subs: HashMap::new(),
             dialogs: HashMap::new(),
             next_id: 1,
@@ -336,6 +348,37 @@ impl Notifier {
         ids.sort();
         for id in ids {
             self.evaluate(now, id);
+        }
+    }
+
+    /// The engine probe saw a change (SPEC §14): every subscription gets a
+    /// NOTIFY carrying it now, whatever the rate limit (module docs).
+    pub fn set_engine(&mut self, now: Instant, engine: EngineState) {
+        if self.engine != engine {
+            self.engine = engine;
+            self.notify_every_subscription(now);
+        }
+    }
+
+    /// The MSR started or ended a drain (SPEC §14): every subscription
+    /// gets a NOTIFY carrying it now, whatever the rate limit.
+    pub fn set_service(&mut self, now: Instant, service: Service) {
+        if self.service != service {
+            self.service = service;
+            self.notify_every_subscription(now);
+        }
+    }
+
+    /// The engine state and service every NOTIFY carries.
+    pub fn reported_state(&self) -> (EngineState, Service) {
+        (self.engine, self.service)
+    }
+
+    fn notify_every_subscription(&mut self, now: Instant) {
+        let mut ids: Vec<SubscriptionId> = self.subs.keys().copied().collect();
+        ids.sort();
+        for id in ids {
+            self.send_active(now, id);
         }
     }
 

@@ -59,7 +59,10 @@ const OUTAGE_PORTS: Ports = Ports {
 
 /// The agent config of an rtpengine host: its ng address as `<transport>`
 /// and `<pbyte><mcc>`, the `rtpengine` calls source, `load-sensor="calls"`
-/// (the shares below are of sessions, not of the CPU the relays use).
+/// (the shares below are of sessions, not of the CPU the relays use), and
+/// `engine-probe="off"`: a silent rtpengine is then reported full, which
+/// these tests rely on (with the ng probe it would keep its last count and
+/// say `engine: down` instead, SPEC §14).
 fn agent_xml(msr: &str, max_calls: u32, rtpengine: &Rtpengine, realm: &str) -> String {
     let (ip, port) = (rtpengine.ng.ip(), rtpengine.ng.port());
     let (min, max) = rtpengine.ports;
@@ -75,7 +78,7 @@ fn agent_xml(msr: &str, max_calls: u32, rtpengine: &Rtpengine, realm: &str) -> S
     <pbyte>
         <mcc bind-addr="{ip}" port="{port}" />
     </pbyte>
-    <agent calls-source="rtpengine" sip-port="0" register-expires="60" sample-interval-ms="200" />
+    <agent calls-source="rtpengine" engine-probe="off" sip-port="0" register-expires="60" sample-interval-ms="200" />
 </config>
 "#,
         range = u32::from(max) - u32::from(min) + 1,

@@ -536,7 +536,9 @@ pub struct AgentSpec {
     /// Every account's `auth_password` (the test collectors know
     /// `msr-secret`).
     pub auth_password: String,
-    /// More attributes of `<agent>`, e.g. `tls-ca="…"`.
+    /// More attributes of `<agent>`, e.g. `tls-ca="…"`. Without an
+    /// `engine-probe` among them the probe is off: nothing listens at the
+    /// engine's port here (SPEC §14).
     pub agent_attributes: String,
 }
 
@@ -560,7 +562,8 @@ impl Default for AgentSpec {
 }
 
 /// The MSR config for `spec`, with `calls-source="file:{calls}"`, a media
-/// engine on `127.0.0.1:{engine_port}` (nothing listens there) with its
+/// engine on `127.0.0.1:{engine_port}` (nothing listens there, so the
+/// engine probe is off unless `spec.agent_attributes` sets one) with its
 /// media-control port above it, and the agent's SIP port `spec.sip_port`
 /// (`sip-port="0"` by default: the contact carries the bound port).
 pub fn agent_xml(spec: &AgentSpec, calls: &Path) -> String {
@@ -600,7 +603,11 @@ pub fn agent_xml(spec: &AgentSpec, calls: &Path) -> String {
         nmi = spec.notify_min_interval_ms,
         hw = spec.notify_high_water,
         sample = spec.sample_interval_ms,
-        more = spec.agent_attributes,
+        more = if spec.agent_attributes.contains("engine-probe") {
+            spec.agent_attributes.clone()
+        } else {
+            format!(r#"engine-probe="off" {}"#, spec.agent_attributes)
+        },
     )
 }
 

@@ -6,14 +6,18 @@
 //! cannot be read the last known count is kept and a warning is logged (once
 //! per failure streak), so a transient `/proc` or file problem does not stop
 //! NOTIFYs. The `rtpengine` source is the engine itself: its count comes
-//! with each sample from the shell's ng exchange ([`rtpengine`]), and an
-//! engine that does not answer is reported full ([`EngineSessions`]).
+//! with each sample from the shell's ng exchange ([`rtpengine`]); an
+//! engine that does not answer keeps its last count while that exchange is
+//! the engine probe (the NOTIFY says `engine: down` instead, SPEC §14), and
+//! is reported full when the probe is off ([`EngineSessions`]).
 
 pub mod cpu;
 pub mod rtpengine;
 pub mod sessions;
 
-use crate::config::{AgentSettings, CallsSource, General, LoadSensor, MediaConfig};
+use crate::config::{
+    AgentSettings, CallsSource, EngineProbeMode, General, LoadSensor, MediaConfig,
+};
 
 pub use cpu::CpuSensor;
 pub use sessions::{count_rtp_sockets, parse_calls_file};
@@ -61,12 +65,37 @@ fn calls_load(calls: u32, max_calls: u32) -> u8 {
 pub enum EngineSessions {
     /// The engine's own count, answered for this sample.
     Known(u32),
-    /// The engine did not answer. The MSR is reported full, `load` 100 and
-    /// `calls` = `max-calls`, whatever the sensor: a leg sent to a relay
-    /// that does not answer its control port fails, and selection takes no
-    /// full MSR (SPEC §4: reaching 100 is notified at once; §7, §9). The
-    /// last good count is not reported instead: it would read as current.
+    /// The engine did not answer; what is reported then is
+    /// [`SilentEngine`]'s choice.
     Unavailable,
+}
+
+/// What a sample of the `rtpengine` source says when the engine did not
+/// answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SilentEngine {
+    /// The exchange is the engine probe (`<agent engine-probe>` `auto` or
+    /// `ng`): the last count the engine answered (0 before any) is kept,
+    /// and the NOTIFY says `engine: down` once the probe's misses are
+    /// reached (SPEC §14). The collector takes a `down` engine out of
+    /// selection and keeps its live legs; a fake "full" would instead
+    /// read as a real load figure.
+    KeepLastCount,
+    /// No probe says so (`engine-probe="off"`): the MSR is reported full,
+    /// `load` 100 and `calls` = `max-calls`, whatever the sensor, since a
+    /// leg sent to a relay that does not answer its control port fails
+    /// and selection takes no full MSR (SPEC §4, §7, §9).
+    ReportFull,
+}
+
+impl SilentEngine {
+    /// The choice for `agent`'s settings.
+    pub fn for_settings(agent: &AgentSettings) -> Self {
+        match agent.engine_probe {
+            EngineProbeMode::Auto | EngineProbeMode::Ng => SilentEngine::KeepLastCount,
+            EngineProbeMode::Sip | EngineProbeMode::Off => SilentEngine::ReportFull,
+        }
+    }
 }
 
 /// Samples CPU and media sessions and computes `load` (SPEC §2).
@@ -80,6 +109,7 @@ pub struct LoadSampler {
     last_calls: u32,
     failing: bool,
     engine: EngineSessions,
+    silent: SilentEngine,
 }
 
 impl LoadSampler {
@@ -95,6 +125,7 @@ impl LoadSampler {
             last_calls: 0,
             failing: false,
             engine: EngineSessions::Unavailable,
+            silent: SilentEngine::for_settings(agent),
         }
     }
 
@@ -105,6 +136,7 @@ impl LoadSampler {
         self.max_calls = general.max_calls;
         self.media = *media;
         self.source = agent.calls_source.clone();
+        self.silent = SilentEngine::for_settings(agent);
     }
 
     /// What the engine answered for the next sample (the `rtpengine`
@@ -119,9 +151,13 @@ impl LoadSampler {
     pub fn sample(&mut self) -> Sample {
         let cpu = self.cpu.sample();
         if self.source == CallsSource::Rtpengine {
-            let calls = match self.engine {
-                EngineSessions::Known(n) => n,
-                EngineSessions::Unavailable => {
+            let calls = match (self.engine, self.silent) {
+                (EngineSessions::Known(n), _) => {
+                    self.last_calls = n;
+                    n
+                }
+                (EngineSessions::Unavailable, SilentEngine::KeepLastCount) => self.last_calls,
+                (EngineSessions::Unavailable, SilentEngine::ReportFull) => {
                     return Sample {
                         load: 100,
                         cpu,
@@ -262,6 +298,7 @@ mod tests {
         };
         let agent = AgentSettings {
             calls_source: CallsSource::Rtpengine,
+            engine_probe: EngineProbeMode::Off,
             ..AgentSettings::default()
         };
         let mut s = LoadSampler::new(&media, &general(LoadSensor::Calls), &agent);
@@ -282,6 +319,27 @@ mod tests {
         let sample = cpu.sample();
         assert_eq!(sample.calls, 99);
         assert!(sample.load <= 100);
+    }
+
+    #[test]
+    fn sampler_rtpengine_source_keeps_the_last_count_while_the_exchange_is_the_probe() {
+        let media = MediaConfig {
+            port_start: 20000,
+            port_range: 1000,
+        };
+        let agent = AgentSettings {
+            calls_source: CallsSource::Rtpengine,
+            ..AgentSettings::default()
+        };
+        let mut s = LoadSampler::new(&media, &general(LoadSensor::Calls), &agent);
+        // Nothing answered yet: 0 calls, not full.
+        assert_eq!(s.sample().calls, 0);
+        s.set_engine_sessions(EngineSessions::Known(37));
+        assert_eq!(s.sample().calls, 37);
+        // The probe says `engine: down`; the count stays the last answered.
+        s.set_engine_sessions(EngineSessions::Unavailable);
+        let gone = s.sample();
+        assert_eq!((gone.load, gone.calls, gone.max_calls), (37, 37, 100));
     }
 
     #[test]

@@ -99,7 +99,8 @@ impl Notifier {
             cpu: latest.cpu,
             calls: latest.calls,
             max_calls: latest.max_calls,
-            ..LoadReport::default()
+            engine: self.engine,
+            service: self.service,
         }
         .encode()
         .into_bytes();

@@ -1060,3 +1060,54 @@ fn answers_to_strangers_are_bounded_and_subscribers_are_always_answered() {
     );
     assert_eq!(n.subscriptions().len(), 1);
 }
+
+/// SPEC §14: a change of the engine's state or of the service goes to
+/// every subscription at once, inside the one-per-second window too, and
+/// every later NOTIFY carries it.
+#[test]
+fn engine_and_service_changes_go_to_every_subscription_at_once() {
+    use msr_shared::event_package::{EngineState, Service};
+    let (mut n, t0, _) = subscribed(600);
+    let other = n
+        .handle_request(
+            t0,
+            registrar(1),
+            &subscribe("c2", None, 1, Some(600), EVENT),
+        )
+        .expect("response");
+    assert_eq!(other.status_code, StatusCode::OK);
+    let first = drain(&mut n);
+    assert_eq!(first.len(), 1);
+    assert_eq!(body(&first[0]).engine, EngineState::Unchecked);
+    // Inside the window of both subscriptions' first NOTIFY.
+    let t = t0 + MS(10);
+    n.set_engine(t, EngineState::Down);
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 2, "every subscription, at once");
+    for notify in &sent {
+        let report = body(notify);
+        assert_eq!(
+            (report.engine, report.service),
+            (EngineState::Down, Service::Active)
+        );
+        assert_eq!(state(notify).state, SubState::Active);
+    }
+    assert!(String::from_utf8_lossy(&sent[0].request.body).contains("engine: down\n"));
+    // The same state again is no change.
+    n.set_engine(t + MS(10), EngineState::Down);
+    assert!(drain(&mut n).is_empty());
+    n.set_service(t + MS(20), Service::Draining);
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 2);
+    assert!(sent
+        .iter()
+        .all(|s| body(s).service == Service::Draining && body(s).engine == EngineState::Down));
+    // A load change after that carries both too.
+    n.on_sample(t0 + MS(2000), sample(90));
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 2);
+    assert!(sent
+        .iter()
+        .all(|s| body(s).service == Service::Draining && body(s).load == 90));
+    assert_eq!(n.reported_state(), (EngineState::Down, Service::Draining));
+}
