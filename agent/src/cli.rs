@@ -8,7 +8,9 @@
 
 use std::path::PathBuf;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
+
+pub use crate::control::DEFAULT_CONTROL_SOCKET;
 
 /// The config file read when `--config` is not given.
 pub const DEFAULT_CONFIG: &str = "/etc/ecss/ecss-media-server/config.xml";
@@ -49,7 +51,9 @@ Examples:
   msr-agent --config /etc/ecss/ecss-media-server/config.xml
   msr-agent --config config-examples/msr-loopback.xml -v
   msr-agent --config config.xml --sip-port 5090 --log-file /var/log/msr-agent/msr-agent.log
-  msr-agent --config config.xml --check-config"
+  msr-agent --config config.xml --check-config
+  msr-agent drain --exit-when-empty --wait && systemctl restart rtpengine
+  msr-agent status"
 )]
 pub struct Cli {
     /// The media server's XML config.
@@ -82,4 +86,51 @@ pub struct Cli {
     /// sip-port>; default: the <transport> port + 1). Never the engine's.
     #[arg(long, value_name = "PORT")]
     pub sip_port: Option<u16>,
+
+    /// The running agent's control socket: where the daemon listens, and
+    /// where drain, undrain and status ask it.
+    #[arg(long, global = true, value_name = "PATH", default_value = DEFAULT_CONTROL_SOCKET)]
+    pub control_socket: PathBuf,
+
+    /// Without a command, run the agent.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Commands to the running agent, over its control socket (SPEC §14).
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Take no new legs on this MSR (every NOTIFY says `service: draining`,
+    /// and the collectors select it no more); the live legs stay.
+    ///
+    /// The drain lasts until `msr-agent undrain` or the agent's restart;
+    /// a config reload keeps it. It is over ("drained") once the media
+    /// engine's own session count has been 0 for 2 s.
+    #[command(after_help = "\
+Examples:
+  msr-agent drain
+  msr-agent drain --exit-when-empty --wait && systemctl restart rtpengine
+  msr-agent drain --wait --timeout 600 || echo 'sessions still live'
+
+Exit status: 0 when asked (with --wait: once drained, and with
+--exit-when-empty once the agent has exited); 1 when no agent answers on
+the control socket or --timeout expires (the drain goes on).")]
+    Drain {
+        /// Once drained, the agent exits 0 (final NOTIFYs `deactivated`,
+        /// unregister), so that the engine can be stopped.
+        #[arg(long)]
+        exit_when_empty: bool,
+        /// Wait until drained (and with --exit-when-empty until the agent
+        /// has exited), printing the sessions left at most once a second.
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: give up after this many seconds (exit 1).
+        #[arg(long, value_name = "SECONDS", requires = "wait")]
+        timeout: Option<u64>,
+    },
+    /// End a drain: new legs welcome again (and no exit when empty).
+    Undrain,
+    /// Print the running agent's service (active, draining), the engine's
+    /// state as its probe sees it, and the engine's sessions.
+    Status,
 }

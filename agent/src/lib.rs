@@ -31,6 +31,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod control;
 pub mod drain;
 pub mod engine_probe;
 pub mod load;
@@ -77,6 +78,20 @@ pub async fn start(
     config_path: Option<PathBuf>,
     shutdown: CancellationToken,
 ) -> Result<AgentHandle, AgentError> {
+    start_with(config, config_path, None, shutdown).await
+}
+
+/// [`start`] with the control socket at `control_socket` (SPEC §14's
+/// MSR-side drain, [`control`]); `None`: no control socket.
+///
+/// # Errors
+/// Those of [`start`].
+pub async fn start_with(
+    config: AgentConfig,
+    config_path: Option<PathBuf>,
+    control_socket: Option<PathBuf>,
+    shutdown: CancellationToken,
+) -> Result<AgentHandle, AgentError> {
     // Our own port beside the engine's (SPEC §1): never `<transport port>`.
     let bind = SocketAddr::new(config.transport.bind_addr, config.agent.sip_port);
     let endpoint = SipEndpoint::bind(
@@ -100,7 +115,7 @@ pub async fn start(
         info!(addr = %local_addr, "listening on tcp {local_addr}");
     }
     let shell = shell::Shell::new(endpoint, config).await;
-    let join = tokio::spawn(shell.run(config_path, shutdown));
+    let join = tokio::spawn(shell.run(config_path, control_socket, shutdown));
     Ok(AgentHandle { local_addr, join })
 }
 
@@ -112,8 +127,9 @@ pub async fn start(
 pub async fn run(
     config: AgentConfig,
     config_path: Option<PathBuf>,
+    control_socket: Option<PathBuf>,
     shutdown: CancellationToken,
 ) -> Result<(), AgentError> {
-    let handle = start(config, config_path, shutdown).await?;
+    let handle = start_with(config, config_path, control_socket, shutdown).await?;
     handle.join.await?
 }

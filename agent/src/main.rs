@@ -5,8 +5,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use msr_agent::cli::Cli;
+use msr_agent::cli::{Cli, Command};
+use msr_agent::control::{self, ControlAnswer, ControlError, ControlRequest};
+use msr_agent::drain::WhenDrained;
 use msr_agent::log_file::{LogFile, ReopeningFile};
+use msr_shared::event_package::Service;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -35,6 +38,9 @@ fn main() -> ExitCode {
 }
 
 fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
+    if let Some(command) = &cli.command {
+        return Ok(control_command(command, &cli.control_socket));
+    }
     if cli.check_config {
         return Ok(ExitCode::from(check_config(&cli)));
     }
@@ -72,6 +78,7 @@ fn run_agent(
         let agent = tokio::spawn(msr_agent::run(
             config,
             Some(cli.config.clone()),
+            Some(cli.control_socket.clone()),
             shutdown.clone(),
         ));
         tokio::pin!(agent);
@@ -90,6 +97,105 @@ fn run_agent(
             }
         }
     })
+}
+
+/// How often `drain --wait` asks the agent.
+const WAIT_POLL: Duration = Duration::from_millis(250);
+
+/// `msr-agent drain|undrain|status`: one request to the running agent
+/// (SPEC §14); messages to stdout, errors to stderr, exit 1 on failure.
+fn control_command(command: &Command, socket: &std::path::Path) -> ExitCode {
+    let request = match command {
+        Command::Drain {
+            exit_when_empty, ..
+        } => ControlRequest::Drain(if *exit_when_empty {
+            WhenDrained::Exit
+        } else {
+            WhenDrained::Stay
+        }),
+        Command::Undrain => ControlRequest::Undrain,
+        Command::Status => ControlRequest::Status,
+    };
+    let answer = match control::ask(socket, request) {
+        Ok(answer) => answer,
+        Err(e) => {
+            eprintln!("msr-agent: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{}", describe(&answer));
+    match command {
+        Command::Drain {
+            wait: true,
+            timeout,
+            exit_when_empty,
+        } => wait_drained(socket, *exit_when_empty, timeout.map(Duration::from_secs)),
+        _ => ExitCode::SUCCESS,
+    }
+}
+
+fn describe(answer: &ControlAnswer) -> String {
+    let drained = if answer.drained { ", drained" } else { "" };
+    let exit = if answer.when_drained == WhenDrained::Exit {
+        ", exits when empty"
+    } else {
+        ""
+    };
+    format!(
+        "service: {}{drained}{exit}\nengine: {}\nsessions: {}",
+        answer.service, answer.engine, answer.calls
+    )
+}
+
+/// `drain --wait`: until drained (and gone, with `--exit-when-empty`).
+fn wait_drained(socket: &std::path::Path, exit: bool, timeout: Option<Duration>) -> ExitCode {
+    let start = std::time::Instant::now();
+    let mut last_print = start;
+    let mut left = None;
+    loop {
+        match control::ask(socket, ControlRequest::Status) {
+            Ok(answer) if answer.service != Service::Draining => {
+                eprintln!("msr-agent: the drain was ended (undrain)");
+                return ExitCode::FAILURE;
+            }
+            Ok(answer) if answer.drained && !exit => {
+                println!("drained: the engine has no session");
+                return ExitCode::SUCCESS;
+            }
+            Ok(answer) => {
+                left = Some(answer.calls);
+                if last_print.elapsed() >= Duration::from_secs(1) {
+                    last_print = std::time::Instant::now();
+                    if answer.drained {
+                        println!("drained: waiting for the agent to exit");
+                    } else {
+                        println!("draining: {} sessions left", answer.calls);
+                    }
+                }
+            }
+            // Shutting down after the drain: wait for it to be gone.
+            Err(ControlError::Refused(_)) if exit => {}
+            Err(e) if exit && e.is_not_running() => {
+                println!("drained: the agent has exited");
+                return ExitCode::SUCCESS;
+            }
+            Err(e) => {
+                eprintln!("msr-agent: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+        if let Some(limit) = timeout {
+            if start.elapsed() >= limit {
+                let left = left.map_or_else(|| "unknown".to_owned(), |n| n.to_string());
+                eprintln!(
+                    "msr-agent: not drained within {} s ({left} sessions left); the drain goes on (msr-agent undrain ends it)",
+                    limit.as_secs()
+                );
+                return ExitCode::FAILURE;
+            }
+        }
+        std::thread::sleep(WAIT_POLL);
+    }
 }
 
 /// `--check-config` (SPEC §13): 0 when the agent would start on this host
@@ -179,6 +285,12 @@ fn summary(config: &msr_agent::AgentConfig, log_file: Option<&LogFile>) -> Strin
         config.general.load_delta,
         config.general.max_calls,
         config.agent.calls_source
+    );
+    let _ = write!(
+        out,
+        "\nengine probe: {} (engine-probe={})",
+        config.engine_probe(),
+        config.agent.engine_probe
     );
     let _ = write!(
         out,

@@ -14,10 +14,20 @@
 //! * a datagram from rtpengine's ng port (a connected UDP socket of the
 //!   agent's own, so only that address is heard);
 //! * a config reload from [`crate::config::watch()`];
+//! * a request on the control socket (`msr-agent drain`, [`crate::control`]);
 //! * the end of a resolution of the registrars' host names (below);
 //! * shutdown (the `CancellationToken`).
 //!
 //! After every event each core's transmit queue is flushed into the endpoint.
+//!
+//! The engine probe ([`EngineProbe`], SPEC §14) sends its OPTIONS through
+//! the same endpoint (a request id whose [`Origin`] is the probe), or, with
+//! the `rtpengine` source, counts each ng exchange of the sampling tick.
+//! Each change of the engine's state is logged once and handed to the
+//! notifier, which tells every subscription at once. The drain
+//! ([`Drain`]) is fed every sample's `calls`; once drained with
+//! `exit-when-empty`, the loop ends as on SIGTERM (the shutdown below) and
+//! the agent exits 0.
 //!
 //! Shutdown, in two steps so that a registrar never sees an unregister
 //! before the final NOTIFY of a subscription it holds (it would end the
@@ -42,6 +52,7 @@
 //! Architecture Invariant: only this module (and `lib.rs`) touches the
 //! clock, sockets and tasks; the cores receive `now` as an argument.
 
+mod control;
 mod ng;
 mod reload;
 mod subscribers;
@@ -52,13 +63,17 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use msr_shared::engine::{EngineAddresses, EngineTransport};
+use msr_shared::event_package::EngineState;
 use msr_shared::sip::{SipEndpoint, SipEvent};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use crate::config::{self, Account, AgentConfig, ConfigError, Transports};
+use crate::config::{self, Account, AgentConfig, ConfigError, EngineProbeMode, Transports};
+use crate::control::{ControlAnswer, ControlRequest};
+use crate::drain::{Drain, WhenDrained};
+use crate::engine_probe::{EngineProbe, ProbeConfig, ProbeId, ProbeMethod, ProbeTransport};
 use crate::error::AgentError;
 use crate::load::rtpengine::{Answer, AskOutcome};
 use crate::load::{EngineSessions, LoadSampler, Sample};
@@ -84,6 +99,8 @@ enum Origin {
     Register(AccountKey),
     /// A NOTIFY: its subscription and CSeq number.
     Notify(SubscriptionId, u32),
+    /// An OPTIONS of the engine probe (SPEC §14).
+    Probe(ProbeId),
 }
 
 /// The name of the interface owning `addr` (`lo` on loopback); `None` when
@@ -147,6 +164,31 @@ fn engine_addresses(config: &AgentConfig, contact_addr: IpAddr) -> Option<Engine
     })
 }
 
+/// The engine probe for `config` (SPEC §14, `<agent engine-probe>`);
+/// `None` when it is off (or, for `sip`, no engine port is known).
+fn probe_config(config: &AgentConfig, contact_addr: IpAddr, sip_port: u16) -> Option<ProbeConfig> {
+    let method = match config.engine_probe() {
+        EngineProbeMode::Off | EngineProbeMode::Auto => return None,
+        EngineProbeMode::Ng => ProbeMethod::NgStatistics {
+            target: config.ng_address()?,
+        },
+        EngineProbeMode::Sip => ProbeMethod::SipOptions {
+            target: engine_addresses(config, contact_addr)?.sip,
+            transport: match config.transport.transport {
+                Transports::Tcp => ProbeTransport::Tcp,
+                Transports::Udp | Transports::UdpTcp => ProbeTransport::Udp,
+            },
+            local_uri: format!("sip:msr-agent@{}", host_port(contact_addr, sip_port)),
+        },
+    };
+    Some(ProbeConfig {
+        method,
+        interval: Duration::from_millis(config.agent.engine_probe_interval_ms),
+        timeout: Duration::from_millis(config.agent.engine_probe_timeout_ms),
+        misses: config.agent.engine_probe_misses,
+    })
+}
+
 fn host_port(addr: IpAddr, port: u16) -> String {
     SocketAddr::new(addr, port).to_string()
 }
@@ -172,6 +214,10 @@ pub(crate) struct Shell {
     next_request_id: u64,
     /// The registrars' host names and their last resolved addresses.
     resolved: BTreeMap<String, BTreeSet<IpAddr>>,
+    /// The media engine's liveness probe, `None` when it is off.
+    probe: Option<EngineProbe>,
+    /// The MSR-side drain (SPEC §14); it outlives config reloads.
+    drain: Drain,
 }
 
 fn account_key(a: &Account) -> AccountKey {
@@ -188,10 +234,22 @@ impl Shell {
         });
         let mut sampler = LoadSampler::new(&config.media, &config.general, &config.agent);
         let mut ng = NgLink::for_config(&config);
+        let now = Instant::now();
+        let mut probe = probe_config(&config, contact_addr, endpoint.local_addr().port())
+            .map(|c| EngineProbe::new(c, now));
         if let Some(link) = ng.as_mut() {
             // The first report carries rtpengine's answer too, not "full"
             // for want of one.
-            sampler.set_engine_sessions(link.exchange().await);
+            let answer = link.exchange().await;
+            if let Some(probe) = probe.as_mut().filter(|p| is_ng(p)) {
+                match answer {
+                    EngineSessions::Known(_) => probe.handle_answer(Instant::now()),
+                    EngineSessions::Unavailable => {
+                        probe.handle_miss(Instant::now(), "no answer to the ng statistics")
+                    }
+                }
+            }
+            sampler.set_engine_sessions(answer);
         }
         let (sampler, initial) = match tokio::task::spawn_blocking(move || {
             let s = sampler.sample();
@@ -217,6 +275,13 @@ impl Shell {
         let contact = host_port(contact_addr, endpoint.local_addr().port());
         let resolved = BTreeMap::new();
         let notifier = Notifier::new(notifier_config(&config, &contact, &resolved), initial);
+        let drain = Drain::new(Instant::now(), initial.calls);
+        if probe.is_none() {
+            info!(
+                engine_probe = %config.agent.engine_probe,
+                "the media engine is not probed: notifies say engine: unchecked"
+            );
+        }
         Self {
             endpoint,
             config,
@@ -231,6 +296,8 @@ impl Shell {
             requests: HashMap::new(),
             next_request_id: 1,
             resolved,
+            probe,
+            drain,
         }
     }
 
@@ -255,6 +322,7 @@ impl Shell {
     pub(crate) async fn run(
         mut self,
         config_path: Option<PathBuf>,
+        control_socket: Option<PathBuf>,
         shutdown: CancellationToken,
     ) -> Result<(), AgentError> {
         let now = Instant::now();
@@ -273,9 +341,18 @@ impl Shell {
         let mut sampling: Option<JoinHandle<(LoadSampler, Sample)>> = None;
         let mut resolving = self.start_resolving();
         let mut ng_buf = vec![0_u8; NG_MAX_DATAGRAM];
+        let (mut commands, control_guard) =
+            match control_socket.as_deref().and_then(control::listen) {
+                Some((rx, guard)) => (Some(rx), Some(guard)),
+                None => (None, None),
+            };
 
         let result = loop {
             self.flush();
+            if self.drain.should_exit(Instant::now()) {
+                info!("drained with exit-when-empty: the engine has no session, stopping");
+                break Ok(());
+            }
             if sampling.is_none() {
                 if let Some(engine) = self.engine_ready.take() {
                     sampling = self.spawn_sample(Some(engine));
@@ -300,7 +377,14 @@ impl Shell {
                         Some(link) if link.client.in_flight() => {}
                         Some(link) => match link.client.ask(Instant::now()) {
                             AskOutcome::Asking => {}
-                            AskOutcome::Backoff => self.engine_ready = Some(EngineSessions::Unavailable),
+                            AskOutcome::Backoff => {
+                                self.engine_ready = Some(EngineSessions::Unavailable);
+                                // Not asked (backing off after failures):
+                                // still no answer, for the probe too.
+                                if let Some(probe) = self.probe.as_mut().filter(|p| is_ng(p)) {
+                                    probe.handle_miss(Instant::now(), "rtpengine did not answer (backing off)");
+                                }
+                            }
                         },
                     }
                 }
@@ -322,7 +406,10 @@ impl Shell {
                         Ok((sampler, sample)) => {
                             self.sampler = Some(sampler);
                             debug!(load = sample.load, cpu = sample.cpu, calls = sample.calls, "load sample");
-                            self.notifier.on_sample(Instant::now(), sample);
+                            let now = Instant::now();
+                            self.notifier.on_sample(now, sample);
+                            self.drain.on_calls(now, sample.calls);
+                            self.check_drained(now);
                         }
                         Err(e) => {
                             error!(error = %e, "load sampler failed, restarting it");
@@ -357,13 +444,108 @@ impl Shell {
                         None => reloads = None,
                     }
                 }
+                command = async { match commands.as_mut() { Some(rx) => rx.recv().await, None => std::future::pending().await } }, if commands.is_some() => {
+                    match command {
+                        Some(command) => {
+                            let answer = self.on_control(Instant::now(), command.request);
+                            let _ = command.reply.send(answer.to_string());
+                        }
+                        None => commands = None,
+                    }
+                }
             }
         };
+        // Requests during the shutdown are answered `error shutting down`;
+        // the socket itself goes once the agent is done (`--wait` sees it
+        // go).
+        drop(commands);
         if let Some(task) = resolving {
             task.abort();
         }
         self.graceful_shutdown().await;
+        drop(control_guard);
         result
+    }
+
+    /// A request on the control socket (SPEC §14's MSR-side drain).
+    fn on_control(&mut self, now: Instant, request: ControlRequest) -> ControlAnswer {
+        match request {
+            ControlRequest::Drain(when) => {
+                if self.drain.service() != msr_shared::event_package::Service::Draining {
+                    info!(
+                        exit_when_empty = when == WhenDrained::Exit,
+                        calls = self.drain.status(now).calls,
+                        "drain: no new legs from now on, the live ones stay"
+                    );
+                }
+                self.drain.drain(when);
+            }
+            ControlRequest::Undrain => {
+                if self.drain.service() == msr_shared::event_package::Service::Draining {
+                    info!("undrain: new legs welcome again");
+                }
+                self.drain.undrain();
+            }
+            ControlRequest::Status => {}
+        }
+        self.notifier.set_service(now, self.drain.service());
+        self.check_drained(now);
+        let status = self.drain.status(now);
+        ControlAnswer {
+            service: status.service,
+            engine: self
+                .probe
+                .as_ref()
+                .map_or(EngineState::Unchecked, EngineProbe::state),
+            calls: status.calls,
+            drained: status.drained,
+            when_drained: status.when_drained,
+        }
+    }
+
+    /// Logs the drain's end once.
+    fn check_drained(&mut self, now: Instant) {
+        if self.drain.take_newly_drained(now) {
+            info!(
+                empty_for_ms = crate::drain::EMPTY_FOR.as_millis(),
+                "drained: the media engine has had no session for {} s",
+                crate::drain::EMPTY_FOR.as_secs()
+            );
+        }
+    }
+
+    /// Hands the engine probe's changes to the notifier, logged once each
+    /// (SPEC §14).
+    fn apply_probe_changes(&mut self, now: Instant) {
+        let Some(probe) = self.probe.as_mut() else {
+            return;
+        };
+        let method = probe.config().method.clone();
+        let target = method.target();
+        while let Some(change) = probe.poll_change() {
+            match change.to {
+                EngineState::Down => warn!(
+                    engine = %target,
+                    misses = change.misses,
+                    reason = change.reason.as_deref().unwrap_or(""),
+                    "media engine at {target} stopped answering its probe ({method}, {} misses)",
+                    change.misses
+                ),
+                EngineState::Up if change.from == EngineState::Down => info!(
+                    engine = %target,
+                    "media engine at {target} answers its probe again ({method})"
+                ),
+                EngineState::Up => info!(
+                    engine = %target,
+                    "media engine at {target} answers its probe ({method})"
+                ),
+                EngineState::Unchecked => info!(
+                    engine = %target,
+                    "media engine at {target}: its probe starts over ({method})"
+                ),
+            }
+            self.notifier.set_engine(now, change.to);
+        }
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
@@ -372,6 +554,8 @@ impl Shell {
             .filter_map(Registration::poll_timeout)
             .chain(self.notifier.poll_timeout())
             .chain(self.ng.as_ref().and_then(|l| l.client.poll_timeout()))
+            .chain(self.probe.as_ref().and_then(EngineProbe::poll_timeout))
+            .chain(self.drain.poll_timeout())
             .min()
     }
 
@@ -382,13 +566,30 @@ impl Shell {
         self.notifier.handle_timeout(now);
         let answer = self.ng.as_mut().and_then(|l| l.client.handle_timeout(now));
         self.ng_answered(answer);
+        if let Some(probe) = self.probe.as_mut() {
+            probe.handle_timeout(now);
+        }
+        self.check_drained(now);
     }
 
     /// The ng exchange of a tick ended: its answer is the next sample's.
+    /// With the ng probe, the exchange's outcome is the probe's (SPEC §14).
     fn ng_answered(&mut self, answer: Option<Answer>) {
+        let now = Instant::now();
+        let probe = self.probe.as_mut().filter(|p| is_ng(p));
         match answer {
-            Some(Answer::Sessions(n)) => self.engine_ready = Some(EngineSessions::Known(n)),
-            Some(Answer::Failed(_)) => self.engine_ready = Some(EngineSessions::Unavailable),
+            Some(Answer::Sessions(n)) => {
+                self.engine_ready = Some(EngineSessions::Known(n));
+                if let Some(probe) = probe {
+                    probe.handle_answer(now);
+                }
+            }
+            Some(Answer::Failed(reason)) => {
+                self.engine_ready = Some(EngineSessions::Unavailable);
+                if let Some(probe) = probe {
+                    probe.handle_miss(now, &reason.to_string());
+                }
+            }
             None => {}
         }
     }
@@ -483,6 +684,11 @@ impl Shell {
                 Some(Origin::Notify(sub, _)) => {
                     self.notifier.handle_notify_response(now, sub, &response)
                 }
+                Some(Origin::Probe(probe_id)) => {
+                    if let Some(probe) = self.probe.as_mut() {
+                        probe.handle_response(now, probe_id);
+                    }
+                }
                 None => debug!(id, "response to an unknown request"),
             },
             SipEvent::Failed { id, reason } => match self.requests.remove(&id) {
@@ -493,6 +699,11 @@ impl Shell {
                 }
                 Some(Origin::Notify(sub, cseq)) => {
                     self.notifier.handle_notify_failure(now, sub, cseq, &reason)
+                }
+                Some(Origin::Probe(probe_id)) => {
+                    if let Some(probe) = self.probe.as_mut() {
+                        probe.handle_failure(now, probe_id, &reason);
+                    }
                 }
                 None => debug!(id, "failure of an unknown request"),
             },
@@ -515,6 +726,7 @@ impl Shell {
     /// datagram to its socket.
     fn flush(&mut self) {
         self.reregister_forgotten(Instant::now());
+        self.apply_probe_changes(Instant::now());
         if let Some(link) = self.ng.as_mut() {
             let now = Instant::now();
             let mut answer = None;
@@ -542,6 +754,11 @@ impl Shell {
         while let Some(t) = self.notifier.poll_transmit() {
             out.push((Origin::Notify(t.subscription, t.cseq), t.request));
         }
+        if let Some(probe) = self.probe.as_mut() {
+            while let Some(t) = probe.poll_transmit() {
+                out.push((Origin::Probe(t.id), t.request));
+            }
+        }
         let now = Instant::now();
         for (origin, request) in out {
             let id = self.next_request_id;
@@ -561,6 +778,11 @@ impl Shell {
                         Origin::Notify(sub, cseq) => {
                             self.notifier
                                 .handle_notify_failure(now, sub, cseq, &e.to_string())
+                        }
+                        Origin::Probe(probe_id) => {
+                            if let Some(probe) = self.probe.as_mut() {
+                                probe.handle_failure(now, probe_id, &e.to_string());
+                            }
                         }
                     }
                 }
@@ -639,4 +861,8 @@ fn new_ticker(ms: u64) -> tokio::time::Interval {
 
 fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(86_400)
+}
+
+fn is_ng(probe: &EngineProbe) -> bool {
+    matches!(probe.config().method, ProbeMethod::NgStatistics { .. })
 }

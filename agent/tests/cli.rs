@@ -252,3 +252,29 @@ fn check_config_refuses_a_bind_addr_that_is_not_this_hosts() {
     );
     assert!(stderr.ends_with("warnings: none\n"), "{stderr}");
 }
+
+/// `msr-agent drain` with no agent running: exit 1, naming the socket
+/// (SPEC §14's MSR-side drain).
+#[test]
+fn drain_without_a_running_agent_names_the_socket() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("control.sock");
+    let out = agent()
+        .args(["drain", "--control-socket"])
+        .arg(&socket)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run msr-agent drain");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("no msr-agent answers at {}", socket.display())),
+        "{stderr}"
+    );
+    let help = agent()
+        .args(["drain", "--help"])
+        .output()
+        .expect("msr-agent drain --help");
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("--exit-when-empty") && help.contains("systemctl restart rtpengine"));
+}

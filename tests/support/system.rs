@@ -665,11 +665,34 @@ impl Agent {
     pub fn spawn(&mut self) {
         assert!(self.child.is_none(), "{} already running", self.name);
         let cfg = self.config.display().to_string();
+        let control = self.control_socket().display().to_string();
         self.child = Some(spawn_logged(
             "msr-agent",
-            &["--config", &cfg, "--log-stderr"],
+            &["--config", &cfg, "--log-stderr", "--control-socket", &control],
             &self.log,
         ));
+    }
+
+    /// The agent's control socket (`msr-agent drain`), beside its config.
+    pub fn control_socket(&self) -> PathBuf {
+        self.config.with_extension("sock")
+    }
+
+    /// Runs `msr-agent ARGS --control-socket SOCKET` against this agent:
+    /// (exit status, stdout, stderr).
+    pub fn command(&self, args: &[&str]) -> (Option<i32>, String, String) {
+        let out = Command::new(bin_path("msr-agent"))
+            .args(args)
+            .arg("--control-socket")
+            .arg(self.control_socket())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run msr-agent {args:?}: {e}"));
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     }
 
     /// The media engine reports `n` sessions.

@@ -9,8 +9,10 @@ use std::collections::HashMap;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::{account_key, host_port, notifier_config, AccountKey, NgLink, Shell};
+use super::{account_key, host_port, notifier_config, probe_config, AccountKey, NgLink, Shell};
 use crate::config::{self, Account, AgentConfig};
+use crate::engine_probe::EngineProbe;
+use msr_shared::event_package::EngineState;
 
 impl Shell {
     /// Reads the `<agent tls-…>` files of `config` again: connections
@@ -34,6 +36,33 @@ impl Shell {
                 %error,
                 "<agent tls-…> files not reloaded; the running ones stay"
             ),
+        }
+    }
+
+    /// A new `<agent engine-probe…>` applies at once (SPEC §14); the same
+    /// kind of probe keeps what it saw.
+    fn reload_probe(&mut self, now: Instant) {
+        let port = self.endpoint.local_addr().port();
+        match (
+            self.probe.as_mut(),
+            probe_config(&self.config, self.contact_addr, port),
+        ) {
+            (Some(probe), Some(config)) => {
+                if probe.config() != &config {
+                    info!(method = %config.method, engine = %config.method.target(), "engine probe reconfigured");
+                    probe.reconfigure(now, config);
+                }
+            }
+            (None, Some(config)) => {
+                info!(method = %config.method, engine = %config.method.target(), "engine probe on");
+                self.probe = Some(EngineProbe::new(config, now));
+            }
+            (Some(_), None) => {
+                info!("engine probe off: notifies say engine: unchecked");
+                self.probe = None;
+                self.notifier.set_engine(now, EngineState::Unchecked);
+            }
+            (None, None) => {}
         }
     }
 
@@ -104,6 +133,7 @@ impl Shell {
         if self.ng.as_ref().map(|l| l.client.target()) != target {
             self.ng = NgLink::for_config(&self.config);
         }
+        self.reload_probe(now);
         // Names no longer in the config are forgotten; new ones are
         // resolved by the caller, and allowed once they are.
         let names = self.config.subscriber_hosts().names;
