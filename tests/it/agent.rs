@@ -73,13 +73,13 @@ fn config_xml(c: &Cfg) -> String {
     )
 }
 
-struct Agent {
-    handle: AgentHandle,
-    shutdown: CancellationToken,
+pub(crate) struct Agent {
+    pub(crate) handle: AgentHandle,
+    pub(crate) shutdown: CancellationToken,
 }
 
 impl Agent {
-    async fn start(text: &str) -> Agent {
+    pub(crate) async fn start(text: &str) -> Agent {
         init_tracing();
         let config =
             msr_agent::config::parse(text, Path::new("test.xml")).expect("valid test config");
@@ -90,11 +90,11 @@ impl Agent {
         Agent { handle, shutdown }
     }
 
-    fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.handle.local_addr
     }
 
-    async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.shutdown.cancel();
         let result = tokio::time::timeout(Duration::from_secs(5), self.handle.join)
             .await
@@ -105,7 +105,7 @@ impl Agent {
 }
 
 /// An in-process eltex-call-count subscriber on its own endpoint.
-struct Subscriber {
+pub(crate) struct Subscriber {
     endpoint: SipEndpoint,
     _cancel: CancellationToken,
     notifies: VecDeque<(SubscriptionStateHeader, LoadReport, sip::Request)>,
@@ -118,7 +118,7 @@ struct Subscriber {
 }
 
 impl Subscriber {
-    async fn new() -> Subscriber {
+    pub(crate) async fn new() -> Subscriber {
         let cancel = CancellationToken::new();
         let endpoint = SipEndpoint::bind(
             "127.0.0.1:0".parse().expect("addr"),
@@ -143,7 +143,7 @@ impl Subscriber {
 
     /// Sends a SUBSCRIBE (in the dialog once established) and returns the
     /// final response.
-    async fn subscribe(&mut self, agent: SocketAddr, expires: u32) -> Response {
+    pub(crate) async fn subscribe(&mut self, agent: SocketAddr, expires: u32) -> Response {
         self.cseq += 1;
         let me = self.endpoint.local_addr();
         let target = format!("sip:msr_1@{agent}");
@@ -217,7 +217,7 @@ impl Subscriber {
     }
 
     /// The next NOTIFY matching `pred`, skipping others, within `limit`.
-    async fn notify_where(
+    pub(crate) async fn notify_where(
         &mut self,
         limit: Duration,
         pred: impl Fn(&SubscriptionStateHeader, &LoadReport) -> bool,

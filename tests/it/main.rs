@@ -5,6 +5,7 @@ mod balancing;
 mod cluster;
 mod collector;
 mod control;
+mod engine;
 mod failover;
 mod flood;
 mod front_ends;

@@ -668,7 +668,13 @@ impl Agent {
         let control = self.control_socket().display().to_string();
         self.child = Some(spawn_logged(
             "msr-agent",
-            &["--config", &cfg, "--log-stderr", "--control-socket", &control],
+            &[
+                "--config",
+                &cfg,
+                "--log-stderr",
+                "--control-socket",
+                &control,
+            ],
             &self.log,
         ));
     }
