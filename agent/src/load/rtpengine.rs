@@ -302,7 +302,7 @@ impl NgClient {
                 ng = %self.target,
                 %error,
                 retry_in_ms = wait.as_millis() as u64,
-                "rtpengine does not answer its ng port: the msr is reported full (load 100) until it does"
+                "rtpengine does not answer its ng port: with the ng engine probe the notifies keep its last count and say engine: down, with engine-probe=\"off\" the msr is reported full (load 100), until it answers"
             );
         } else {
             debug!(
