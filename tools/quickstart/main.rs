@@ -300,12 +300,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             engine + 1
         ));
         let log = run_dir.join(format!("{}.log", msr.name));
+        // Each agent's control socket (`msr-agent drain`) in the run
+        // folder, not the system's /run/msr-agent.
+        let control = run_dir.join(format!("{}.sock", msr.name));
         children.push((
             msr.name.to_owned(),
             log.clone(),
             spawn(
                 "msr-agent",
-                &["--config", &cfg.to_string_lossy(), "--log-stderr"],
+                &[
+                    "--config",
+                    &cfg.to_string_lossy(),
+                    "--log-stderr",
+                    "--control-socket",
+                    &control.to_string_lossy(),
+                ],
                 &log,
             )?,
         ));
