@@ -19,12 +19,12 @@ use crate::agent::{Agent, Subscriber};
 /// request `405 Method Not Allowed` (SPEC §14: any final response means
 /// alive), built from the request as RFC 3261 §8.2.6.2 says. Stopping it
 /// closes its socket.
-struct Engine {
+pub(crate) struct Engine {
     task: JoinHandle<()>,
 }
 
 impl Engine {
-    async fn start(port: u16) -> Engine {
+    pub(crate) async fn start(port: u16) -> Engine {
         // The port of a stopped engine is bound again at once.
         let socket = wait_for(Duration::from_secs(5), || async move {
             tokio::net::UdpSocket::bind(("127.0.0.1", port)).await.ok()
@@ -43,7 +43,7 @@ impl Engine {
         Engine { task }
     }
 
-    fn stop(self) {
+    pub(crate) fn stop(self) {
         self.task.abort();
     }
 }

@@ -242,3 +242,85 @@ async fn msrctl_drain_wait_returns_when_the_last_leg_and_engine_call_ended() {
     let (ok, _, err) = collector.msrctl(&["msr", "undrain", "msr_1"]);
     assert!(ok, "{err}");
 }
+
+/// The agent's own probe of its engine (SPEC §14) reaches the collector:
+/// an engine that stops answering is `engine_down` in `resource list`
+/// within 5 s with no call in flight, gets no new leg while its agent
+/// keeps answering, and is `healthy` again once the engine answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_that_stops_answering_its_agent_is_out_of_selection_within_5_s() {
+    use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let collector = Collector::start(dir.path(), "core1", &CollectorOpts::default()).await;
+    let mut engines = Vec::new();
+    let mut agents = Vec::new();
+    for msr in ["msr_1", "msr_2"] {
+        let engine_port = system_tests::free_udp_port();
+        engines.push((
+            engine_port,
+            Some(crate::engine::Engine::start(engine_port).await),
+        ));
+        let spec = AgentSpec {
+            accounts: vec![AccountSpec::new(msr, &collector)],
+            engine_port,
+            agent_attributes: r#"engine-probe="sip" engine-probe-interval-ms="1000" engine-probe-timeout-ms="500""#.into(),
+            ..AgentSpec::default()
+        };
+        agents.push(Agent::start(dir.path(), msr, &spec, 10));
+    }
+    collector
+        .wait_rows(Duration::from_secs(15), |rows| {
+            ["msr_1", "msr_2"]
+                .iter()
+                .all(|msr| live_row(rows, msr, Some(10)).is_some())
+                .then_some(())
+        })
+        .await
+        .expect("both MSRs healthy with their engines up");
+    let stopped = std::time::Instant::now();
+    if let Some(engine) = engines[0].1.take() {
+        engine.stop();
+    }
+    let down = wait_for(Duration::from_secs(5), || {
+        let health = health_of(&collector, "msr_1");
+        async move { (health.as_deref() == Some("engine_down")).then_some(()) }
+    })
+    .await;
+    assert!(
+        down.is_some(),
+        "msr_1 engine_down within 5 s: {:?}",
+        health_of(&collector, "msr_1")
+    );
+    eprintln!("engine_down after {:?}", stopped.elapsed());
+    let mut client = system_tests::AdminClient::connect(&collector.socket)
+        .await
+        .expect("control socket");
+    for n in 0..20 {
+        let request = Request::Select(msr_shared::admin::SelectQuery {
+            call_id: Some(format!("e-{n}")),
+            ..msr_shared::admin::SelectQuery::new("default", "local")
+        });
+        match client.call(&request).await {
+            Ok(msr_shared::admin::Response::Ok(ResponseData::Selected(s))) => {
+                assert_eq!(s.msr, "msr_2", "no new leg on an MSR whose engine is down");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    engines[0].1 = Some(crate::engine::Engine::start(engines[0].0).await);
+    let back = wait_for(Duration::from_secs(10), || {
+        let health = health_of(&collector, "msr_1");
+        async move { (health.as_deref() == Some("healthy")).then_some(()) }
+    })
+    .await;
+    assert!(
+        back.is_some(),
+        "msr_1 healthy again: {:?}",
+        health_of(&collector, "msr_1")
+    );
+    for (_, engine) in engines {
+        if let Some(engine) = engine {
+            engine.stop();
+        }
+    }
+}
