@@ -241,6 +241,26 @@ async fn msrctl_drain_wait_returns_when_the_last_leg_and_engine_call_ended() {
     );
     let (ok, _, err) = collector.msrctl(&["msr", "undrain", "msr_1"]);
     assert!(ok, "{err}");
+    // Both changes are on record, with who made them (SPEC §16).
+    for (from, to) in [("true", "false"), ("false", "true")] {
+        assert!(
+            collector
+                .wait_log(
+                    0,
+                    &[
+                        "operator change",
+                        "control socket uid",
+                        "msr msr_1 active",
+                        &format!("from={from}"),
+                        &format!("to={to}"),
+                    ],
+                    Duration::from_secs(5)
+                )
+                .await,
+            "the change {from} -> {to} is logged:\n{}",
+            collector.log_text()
+        );
+    }
 }
 
 /// The agent's own probe of its engine (SPEC §14) reaches the collector:

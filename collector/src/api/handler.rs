@@ -135,6 +135,40 @@ pub struct AdminCommand {
     pub request: Request,
     /// Where the main loop sends the response.
     pub reply: oneshot::Sender<Response>,
+    /// Who asked: the log names them with each change (SPEC §16).
+    pub origin: Origin,
+}
+
+/// Who made a request, or an operator change (SPEC §16: every change on
+/// record, with who made it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// A control-socket client, with its user id (peer credentials).
+    Control {
+        /// The client's uid, when the kernel told it.
+        uid: Option<u32>,
+    },
+    /// The HTTP API (loopback, or holding `[http] token`).
+    Http,
+    /// The SIP redirect server.
+    Redirect,
+    /// The collector itself (declaring its default site).
+    Collector,
+    /// Another collector, through the shared store (etcd, SPEC §12).
+    Store,
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Control { uid: Some(uid) } => write!(f, "control socket uid {uid}"),
+            Origin::Control { uid: None } => f.write_str("control socket"),
+            Origin::Http => f.write_str("http api"),
+            Origin::Redirect => f.write_str("redirect server"),
+            Origin::Collector => f.write_str("this collector"),
+            Origin::Store => f.write_str("another collector (etcd)"),
+        }
+    }
 }
 
 fn changed(

@@ -257,7 +257,12 @@ impl Api {
     async fn ask(&self, request: Request) -> Response {
         let asked = async {
             let (reply, answer) = oneshot::channel();
-            if self.tx.send(AdminCommand { request, reply }).await.is_err() {
+            let command = AdminCommand {
+                request,
+                reply,
+                origin: crate::api::handler::Origin::Http,
+            };
+            if self.tx.send(command).await.is_err() {
                 return Response::error(ErrorCode::Unavailable, "collector is shutting down");
             }
             answer.await.unwrap_or_else(|_| {

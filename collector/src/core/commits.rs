@@ -20,14 +20,14 @@ use msr_shared::admin::{ErrorCode, Request, Response, ResponseData};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::api::handler::{self, AdminContext, Outcome};
+use crate::api::handler::{self, AdminContext, Origin, Outcome};
 use crate::model::load_table::Change;
 use crate::operator::cluster::StoreStatus;
 use crate::operator::store::etcd::{CommitError, EtcdEvent};
 use crate::operator::store::StoreError;
 use crate::operator::OperatorConfig;
 
-use super::{AdminId, Collector, Effect};
+use super::{AdminId, Collector, Effect, Event};
 
 /// Identifies a commit ([`Effect::Commit`]); its outcome comes back with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -59,6 +59,8 @@ struct Pending {
     /// The answer and who asked; `None` for the collector's own change
     /// (declaring the default site).
     answer: Option<(Response, AdminId)>,
+    /// Who made the change, for its log line.
+    by: Origin,
 }
 
 /// The commit queue (module docs).
@@ -67,7 +69,7 @@ pub(super) struct Commits {
     backend: Backend,
     next_ticket: u64,
     in_flight: Option<Pending>,
-    queued: VecDeque<(AdminId, Request)>,
+    queued: VecDeque<(AdminId, Request, Origin)>,
     /// The revision at which the default site was last declared (or tried).
     default_site_tried: Option<i64>,
 }
@@ -102,14 +104,14 @@ fn commit_refusal(error: &CommitError) -> Response {
 }
 
 impl Collector {
-    pub(super) fn on_admin(&mut self, now: Instant, id: AdminId, request: Request) {
+    pub(super) fn on_admin(&mut self, now: Instant, id: AdminId, request: Request, origin: Origin) {
         if matches!(request, Request::ClusterList {}) {
             self.answer(id, Response::Ok(ResponseData::Cluster(self.cluster.view())));
             return;
         }
         if request.is_mutation() {
             if self.commits.in_flight.is_some() {
-                self.commits.queued.push_back((id, request));
+                self.commits.queued.push_back((id, request, origin));
                 return;
             }
             if let StoreStatus::Unavailable { reason, .. } = self.cluster.status() {
@@ -141,7 +143,7 @@ impl Collector {
                 self.count(kind, &response);
                 self.answer(id, response);
             }
-            Outcome::Change { next, response } => self.commit(*next, Some((response, id))),
+            Outcome::Change { next, response } => self.commit(*next, Some((response, id)), origin),
         }
     }
 
@@ -171,7 +173,7 @@ impl Collector {
     /// Hands `next` to the store; it becomes current with the store's
     /// acknowledgement ([`handle_committed`](Self::handle_committed),
     /// [`handle_etcd`](Self::handle_etcd)).
-    fn commit(&mut self, next: OperatorConfig, answer: Option<(Response, AdminId)>) {
+    fn commit(&mut self, next: OperatorConfig, answer: Option<(Response, AdminId)>, by: Origin) {
         self.commits.next_ticket += 1;
         let ticket = Ticket(self.commits.next_ticket);
         self.effects.push_back(Effect::Commit {
@@ -183,6 +185,7 @@ impl Collector {
             ticket,
             next,
             answer,
+            by,
         });
     }
 
@@ -190,8 +193,13 @@ impl Collector {
     /// change made here and one made on another collector (SPEC §12). An
     /// `Expires` override reaches the subscriber only for the MSRs whose
     /// setting the change touched.
-    fn install(&mut self, next: OperatorConfig) {
+    fn install(&mut self, next: OperatorConfig, by: Origin) {
         let previous = std::mem::replace(&mut self.operator, next);
+        let changes = crate::operator::diff::diff(&previous, &self.operator);
+        if !changes.is_empty() {
+            self.events
+                .push_back(Event::OperatorChanged { by, changes });
+        }
         self.table.apply(&self.operator, Change::OperatorChanged);
         // An MSR set inactive drains (SPEC §14); one set active again is
         // still watched, and its return reported.
@@ -217,7 +225,7 @@ impl Collector {
         if let Some(pending) = self.take_pending(ticket) {
             match result {
                 Ok(()) => {
-                    self.install(pending.next);
+                    self.install(pending.next, pending.by);
                     if let Some((response, id)) = pending.answer {
                         self.answer(id, response);
                     }
@@ -271,7 +279,13 @@ impl Collector {
             } => {
                 if self.cluster.observe(revision, mod_revision) && *config != self.operator {
                     info!(revision, "operator configuration changed in etcd");
-                    self.install(*config);
+                    // Our own change, seen through the watch before its
+                    // commit's answer, is still ours.
+                    let by = match &self.commits.in_flight {
+                        Some(pending) if pending.next == *config => pending.by,
+                        _ => Origin::Store,
+                    };
+                    self.install(*config, by);
                 }
                 self.declare_default_site();
             }
@@ -287,7 +301,7 @@ impl Collector {
                 if let Some(pending) = self.take_pending(Ticket(ticket)) {
                     // Newer than what the watch already gave: ours is current.
                     if self.cluster.observe(revision, Some(revision)) {
-                        self.install(pending.next);
+                        self.install(pending.next, pending.by);
                     }
                     if let Some((response, id)) = pending.answer {
                         self.answer(id, response);
@@ -316,11 +330,11 @@ impl Collector {
     /// until one is in flight again.
     fn run_queued(&mut self, now: Instant) {
         while self.commits.in_flight.is_none() {
-            let Some((id, request)) = self.commits.queued.pop_front() else {
+            let Some((id, request, origin)) = self.commits.queued.pop_front() else {
                 self.declare_default_site();
                 return;
             };
-            self.on_admin(now, id, request);
+            self.on_admin(now, id, request, origin);
         }
     }
 
@@ -347,7 +361,7 @@ impl Collector {
         match next.declare_site(&self.defaults.placement.site) {
             Ok(()) => {
                 info!(site = %self.defaults.placement.site, "declared the default site");
-                self.commit(next, None);
+                self.commit(next, None, Origin::Collector);
             }
             Err(error) => warn!(
                 site = %self.defaults.placement.site,

@@ -38,6 +38,13 @@ pub fn log(now: Instant, event: &Event) {
             )
         }
         Event::Drain(e) => drain(e),
+        // Names and values passed the name rules or are numbers: nothing
+        // a peer could forge into the line.
+        Event::OperatorChanged { by, changes } => {
+            for c in changes {
+                info!(by = %by, what = %c.what, from = %c.from, to = %c.to, "operator change");
+            }
+        }
     }
 }
 

@@ -62,7 +62,7 @@ use rand::SeedableRng;
 use tokio::time::Instant;
 use tracing::info;
 
-use crate::api::handler;
+use crate::api::handler::{self, Origin};
 use crate::api::metrics::Metrics;
 use crate::config::CollectorConfig;
 use crate::model::health::HealthEvent;
@@ -199,6 +199,14 @@ pub enum Event {
     },
     /// An MSR started draining, was drained, or returned (SPEC §14).
     Drain(crate::model::drain::DrainEvent),
+    /// The operator configuration changed: who changed it, and each value
+    /// with its old and new value (SPEC §16).
+    OperatorChanged {
+        /// Who made the change.
+        by: Origin,
+        /// Every value that changed.
+        changes: Vec<crate::operator::diff::ValueChange>,
+    },
 }
 
 /// The collector (module docs).
@@ -466,7 +474,19 @@ impl Collector {
     /// A control request (SPEC §8), from msrctl, HTTP or the redirect
     /// server; its answer comes as an [`Effect::Answer`].
     pub fn handle_admin(&mut self, now: Instant, id: AdminId, request: Request) {
-        self.on_admin(now, id, request);
+        self.handle_admin_from(now, id, request, Origin::Control { uid: None });
+    }
+
+    /// [`handle_admin`](Self::handle_admin) for a request from `origin`,
+    /// whom the log names with the change it makes (SPEC §16).
+    pub fn handle_admin_from(
+        &mut self,
+        now: Instant,
+        id: AdminId,
+        request: Request,
+        origin: Origin,
+    ) {
+        self.on_admin(now, id, request, origin);
         self.settle(now);
     }
 

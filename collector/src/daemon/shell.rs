@@ -197,7 +197,8 @@ impl Shell {
             let id = AdminId(self.next_admin);
             self.replies.insert(id, command.reply);
             let select = matches!(command.request, Request::Select(_));
-            self.core.handle_admin(now, id, command.request);
+            self.core
+                .handle_admin_from(now, id, command.request, command.origin);
             if select {
                 self.metrics.selection_duration(now.elapsed().as_secs_f64());
             }

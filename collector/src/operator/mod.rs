@@ -15,6 +15,7 @@
 //! value when it is decoded, and an entry listed twice is refused.
 
 pub mod cluster;
+pub mod diff;
 pub mod names;
 pub mod store;
 pub mod topology;

@@ -143,7 +143,8 @@ pub async fn serve_with(
                     let peer = stream.peer_cred().ok();
                     match places.admit(peer.map(|p| p.uid())).await {
                         Ok(place) => {
-                            let task = connection(stream, tx.clone(), shutdown.clone(), limits.idle_timeout);
+                            let origin = Origin::Control { uid: peer.map(|p| p.uid()) };
+                            let task = connection(stream, tx.clone(), shutdown.clone(), limits.idle_timeout, origin);
                             connections.spawn(async move {
                                 task.await;
                                 drop(place);
@@ -365,6 +366,7 @@ async fn connection(
     tx: mpsc::Sender<AdminCommand>,
     shutdown: CancellationToken,
     idle_timeout: Duration,
+    origin: Origin,
 ) {
     let (read, mut write) = stream.into_split();
     let mut reader = BufReader::new(read);
@@ -427,7 +429,12 @@ async fn connection(
                 }
                 Ok(request) => {
                     let (reply, answer) = oneshot::channel();
-                    if tx.send(AdminCommand { request, reply }).await.is_err() {
+                    let command = AdminCommand {
+                        request,
+                        reply,
+                        origin,
+                    };
+                    if tx.send(command).await.is_err() {
                         Response::error(ErrorCode::Unavailable, "collector is shutting down")
                     } else {
                         answer.await.unwrap_or_else(|_| {

@@ -214,7 +214,11 @@ async fn select(
     request: AdminRequest,
 ) -> (Pending, AdminResponse) {
     let (reply, wait) = oneshot::channel();
-    let command = AdminCommand { request, reply };
+    let command = AdminCommand {
+        request,
+        reply,
+        origin: crate::api::handler::Origin::Redirect,
+    };
     let selection = if tx.send(command).await.is_err() {
         AdminResponse::error(ErrorCode::Unavailable, "collector is shutting down")
     } else {
@@ -469,6 +473,7 @@ impl Server {
                 .send(AdminCommand {
                     request: AdminRequest::Release { call_id, leg },
                     reply,
+                    origin: crate::api::handler::Origin::Redirect,
                 })
                 .await;
         });
