@@ -344,3 +344,63 @@ async fn an_engine_that_stops_answering_its_agent_is_out_of_selection_within_5_s
         }
     }
 }
+
+/// Nothing vanishes (SPEC §14): an MSR killed while serving stays in `msr
+/// list` once its registration lapsed, `gone (lapsed)`, with
+/// `msr_collector_msr_gone` at 1, until it registers again; a gone MSR the
+/// operator forgets leaves the list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_msr_that_dies_stays_listed_as_gone_until_it_returns_or_is_forgotten() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (collector, mut agents, port, _, _) = system(dir.path()).await;
+    let row = |name: &str| {
+        let list = collector.msrctl_json(&["msr", "list"]);
+        list["msrs"]
+            .as_array()
+            .and_then(|a| a.iter().find(|m| m["name"] == name).cloned())
+    };
+    agents[0].kill9();
+    // The harness's agents register for 6 s: the binding lapses soon.
+    let gone = wait_for(Duration::from_secs(20), || {
+        let r = row("msr_1");
+        async move { r.filter(|r| r["gone_cause"] == "lapsed") }
+    })
+    .await
+    .expect("msr_1 listed as gone once its registration lapsed");
+    assert_eq!(gone["registered"], false, "{gone}");
+    assert_eq!(gone["gone_while_serving"], true, "{gone}");
+    assert!(gone["gone_since_unix"].as_i64().is_some(), "{gone}");
+    let (_, table, _) = collector.msrctl(&["msr", "list"]);
+    assert!(table.contains("gone (lapsed)"), "{table}");
+    let scrape = crate::front_ends::scrape(port).await;
+    assert_eq!(
+        crate::front_ends::sample(&scrape, "msr_collector_msr_gone", &[("msr", "msr_1")]),
+        Some(1.0)
+    );
+    assert!(
+        collector
+            .wait_log(0, &["msr gone", "msr_1", "lapsed"], Duration::from_secs(5))
+            .await
+    );
+    // It registers again: no longer gone.
+    agents[0].spawn();
+    let back = wait_for(Duration::from_secs(15), || {
+        let r = row("msr_1");
+        async move { r.filter(|r| r["registered"] == true && r.get("gone_cause").is_none()) }
+    })
+    .await;
+    assert!(back.is_some(), "{:?}", row("msr_1"));
+    // Gone again, then forgotten by the operator.
+    agents[1].kill9();
+    let gone = wait_for(Duration::from_secs(20), || {
+        let r = row("msr_2");
+        async move { r.filter(|r| r["gone_cause"] == "lapsed") }
+    })
+    .await;
+    assert!(gone.is_some(), "{:?}", row("msr_2"));
+    let (ok, _, err) = collector.msrctl(&["msr", "forget", "msr_3"]);
+    assert!(!ok && err.contains("not gone"), "{err}");
+    let (ok, out, err) = collector.msrctl(&["msr", "forget", "msr_2"]);
+    assert!(ok, "{out}{err}");
+    assert!(row("msr_2").is_none(), "{:?}", row("msr_2"));
+}

@@ -292,7 +292,7 @@ async fn every_panel_and_rule_returns_data_from_a_real_prometheus() {
     })
     .await
     .expect("Prometheus loaded and evaluated the rules without error");
-    assert_eq!(rules.len(), 9, "{rules:?}");
+    assert_eq!(rules.len(), 10, "{rules:?}");
 
     // A refusal: no MSR in zone `nowhere`.
     let (ok, _, _) = collector.msrctl(&["select", "--zone", "nowhere", "--site", "local"]);
@@ -371,7 +371,7 @@ fn the_alert_rules_pass_promtool_and_every_alert_has_a_unit_test() {
         .lines()
         .filter_map(|l| l.trim().strip_prefix("- alert: "))
         .collect();
-    assert_eq!(alerts.len(), 9, "{alerts:?}");
+    assert_eq!(alerts.len(), 10, "{alerts:?}");
     for alert in alerts {
         let fires = tests.contains(&format!(
             "alertname: {alert}\n        exp_alerts:\n          - exp_labels"

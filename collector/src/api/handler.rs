@@ -124,6 +124,8 @@ pub struct AdminContext<'a> {
     pub legs: &'a mut LegTable,
     /// The MSRs' health, which counts the failures cores report (SPEC §14).
     pub health: &'a mut HealthMonitor,
+    /// The MSRs that are gone (SPEC §14), which `msr list` shows.
+    pub absences: &'a mut crate::model::absent::Absences,
     /// G, the number of core hosts (SPEC §10, [`crate::operator::cluster::Cluster::core_hosts`]).
     pub core_hosts: u32,
 }
@@ -402,6 +404,19 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
         }),
         Request::SiteMatrix { names } => site_matrix(ctx.operator, &names),
         Request::MsrList {} => msr_list(ctx, now),
+        Request::MsrForget { msr } => {
+            if ctx.absences.forget(&msr) {
+                msr_list(ctx, now)
+            } else {
+                Response::error(
+                    ErrorCode::InvalidValue,
+                    format!(
+                        "msr `{}` is not gone: only an msr whose registration ended can be forgotten (see msrctl msr list)",
+                        msr_shared::logging::printable(&msr, 64)
+                    ),
+                )
+            }
+        }
         Request::ResourceList { active_only } => resource_list(ctx, now, active_only),
         Request::SubscriptionList {} => subscription_list(ctx, now),
         Request::LegList {

@@ -507,6 +507,7 @@ impl Metrics {
         let load_limit = Family::<MsrLabel, Gauge>::default();
         let oldest_leg = Family::<MsrLabel, Gauge>::default();
         let drain = Family::<MsrStateLabels, Gauge>::default();
+        let gone = Family::<MsrLabel, Gauge>::default();
         for msr in msrs {
             // The per-MSR selection series exist before the MSR's first
             // selection (module docs).
@@ -532,6 +533,8 @@ impl Metrics {
             oldest_leg
                 .get_or_create(&labels)
                 .set(i64::try_from(msr.oldest_leg_secs.unwrap_or(0)).unwrap_or(i64::MAX));
+            gone.get_or_create(&labels)
+                .set(i64::from(msr.gone_while_serving));
             for state in [DrainState::Draining, DrainState::Drained] {
                 drain
                     .get_or_create(&MsrStateLabels {
@@ -585,6 +588,11 @@ impl Metrics {
             "msr_collector_msr_load_limit_percent",
             "The operator's load limit of the MSR, percent",
             load_limit,
+        );
+        gauges.register(
+            "msr_collector_msr_gone",
+            "1 for an MSR that was in service (reporting, not drained) when its last registration ended, until it registers again or is forgotten (SPEC §14)",
+            gone,
         );
         gauges.register(
             "msr_collector_msr_drain",

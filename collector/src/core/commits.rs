@@ -136,6 +136,7 @@ impl Collector {
             rng: &mut self.rng,
             legs: &mut self.legs,
             health: &mut self.health,
+            absences: &mut self.absences,
             core_hosts: self.cluster.core_hosts(),
         };
         match handler::prepare(request, &mut ctx, now) {

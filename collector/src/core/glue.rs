@@ -32,6 +32,12 @@ impl Collector {
             let msr = match &event {
                 RegistrarEvent::BindingAdded(b) | RegistrarEvent::BindingRefreshed(b) => {
                     self.on_binding(now, b);
+                    if let Some(absence) = self.absences.returned(&b.msr) {
+                        self.events.push_back(Event::MsrBack {
+                            msr: b.msr.clone(),
+                            after: now.saturating_duration_since(absence.since),
+                        });
+                    }
                     b.msr.clone()
                 }
                 RegistrarEvent::BindingRestarted(b) => {
@@ -40,13 +46,35 @@ impl Collector {
                     self.subscriber.contact_restarted(now, &b.msr, &b.contact);
                     b.msr.clone()
                 }
-                RegistrarEvent::BindingRemoved { binding, .. } => {
+                RegistrarEvent::BindingRemoved { binding, cause } => {
+                    // In service: it reported its load, and neither the
+                    // operator nor its agent had drained it (an MSR stopped
+                    // for maintenance after a drain is not an outage).
+                    let (draining, calls) = self
+                        .table
+                        .drain_inputs(&binding.msr)
+                        .unwrap_or((false, None));
+                    let serving =
+                        calls.is_some() && !draining && self.operator.is_active(&binding.msr);
                     self.health.contact_removed(now, &binding.contact);
                     self.table
                         .apply(&self.operator, Change::BindingRemoved(binding));
                     if !self.registrar.is_registered(&binding.msr) {
                         self.table
                             .apply(&self.operator, Change::MsrUnregistered(&binding.msr));
+                        // SPEC §14: nothing vanishes.
+                        let absence = crate::model::absent::Absence {
+                            since: now,
+                            since_unix: self.unix_secs(now),
+                            cause: *cause,
+                            serving,
+                        };
+                        self.absences.gone(&binding.msr, absence);
+                        self.events.push_back(Event::MsrGone {
+                            msr: binding.msr.clone(),
+                            cause: *cause,
+                            serving,
+                        });
                     }
                     binding.msr.clone()
                 }

@@ -38,6 +38,19 @@ pub fn log(now: Instant, event: &Event) {
             )
         }
         Event::Drain(e) => drain(e),
+        Event::MsrGone {
+            msr,
+            cause,
+            serving,
+        } => warn!(
+            %msr,
+            %cause,
+            serving,
+            "msr gone: its last registration ended; it stays listed until it registers again or `msrctl msr forget`"
+        ),
+        Event::MsrBack { msr, after } => {
+            info!(%msr, after_secs = after.as_secs(), "msr registered again")
+        }
         // Names and values passed the name rules or are numbers: nothing
         // a peer could forge into the line.
         Event::OperatorChanged { by, changes } => {

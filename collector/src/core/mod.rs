@@ -199,6 +199,22 @@ pub enum Event {
     },
     /// An MSR started draining, was drained, or returned (SPEC §14).
     Drain(crate::model::drain::DrainEvent),
+    /// An MSR lost its last binding (SPEC §14: it stays on record).
+    MsrGone {
+        /// The MSR.
+        msr: crate::operator::names::MsrName,
+        /// Lapsed, or unregistered.
+        cause: crate::sip::registrar::RemovalCause,
+        /// It was in service when it went (reporting, not drained).
+        serving: bool,
+    },
+    /// A gone MSR registered again, after `after`.
+    MsrBack {
+        /// The MSR.
+        msr: crate::operator::names::MsrName,
+        /// How long it was gone.
+        after: std::time::Duration,
+    },
     /// The operator configuration changed: who changed it, and each value
     /// with its old and new value (SPEC §16).
     OperatorChanged {
@@ -220,6 +236,8 @@ pub struct Collector {
     legs: LegTable,
     /// The MSRs being drained (SPEC §14).
     drains: crate::model::drain::DrainWatch,
+    /// The MSRs that were registered and are gone (SPEC §14).
+    absences: crate::model::absent::Absences,
     cluster: Cluster,
     defaults: handler::Defaults,
     rng: StdRng,
@@ -301,6 +319,7 @@ impl Collector {
             operator: start.operator,
             legs: LegTable::new(config.legs.max_duration),
             drains: crate::model::drain::DrainWatch::default(),
+            absences: crate::model::absent::Absences::default(),
             cluster: start.cluster,
             defaults: handler::Defaults {
                 placement: config.defaults.clone(),

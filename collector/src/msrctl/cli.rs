@@ -169,6 +169,12 @@ pub enum MsrCommand {
         /// MSR name.
         name: String,
     },
+    /// Forget an MSR that is gone (its registration lapsed or ended): it
+    /// stays listed, and alerted on, until it registers again or this.
+    Forget {
+        /// MSR name.
+        name: String,
+    },
 }
 
 /// `msr set NAME …`
@@ -388,6 +394,7 @@ impl Command {
                 msr: name.clone(),
                 active: true,
             },
+            Command::Msr(MsrCommand::Forget { name }) => Request::MsrForget { msr: name.clone() },
             Command::Resource(ResourceCommand::List { filter, .. }) => Request::ResourceList {
                 active_only: filter.is_some(),
             },

@@ -141,6 +141,9 @@ mod tests {
             health: None,
             health_since_unix: None,
             engine_calls: Some(4),
+            gone_since_unix: None,
+            gone_cause: None,
+            gone_while_serving: false,
             drain: Some(DrainState::Draining),
         };
         assert_eq!(

@@ -192,8 +192,13 @@ pub fn msrs(msrs: &[MsrInfo]) -> String {
                 m.load_limit.to_string(),
                 m.live_legs.to_string(),
                 optional(m.engine_calls),
-                optional(m.health.map(HealthState::as_str)),
-                optional(m.health_since_unix.map(timestamp)),
+                // A gone MSR (SPEC §14) has no health: why and since when
+                // it went take the two columns.
+                match (&m.health, &m.gone_cause) {
+                    (None, Some(cause)) => format!("gone ({cause})"),
+                    _ => optional(m.health.map(HealthState::as_str)),
+                },
+                optional(m.health_since_unix.or(m.gone_since_unix).map(timestamp)),
                 optional(m.drain.map(DrainState::as_str)),
             ]
         })

@@ -61,6 +61,13 @@ pub enum Request {
     },
     /// List MSRs (known from registration or from operator configuration).
     MsrList {},
+    /// Forget an MSR that is gone (SPEC §14 "nothing vanishes": it stays
+    /// listed until it registers again or the operator forgets it);
+    /// answered with the MSR list.
+    MsrForget {
+        /// MSR name.
+        msr: String,
+    },
     /// List the live load table (SPEC §5).
     ResourceList {
         /// Only rows that selection may use (registered and active); optional

@@ -51,6 +51,17 @@ pub struct MsrInfo {
     /// without a report.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine_calls: Option<u32>,
+    /// For an MSR that was registered and is not any more (SPEC §14
+    /// "nothing vanishes"): since when (Unix seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gone_since_unix: Option<i64>,
+    /// Why it is gone: `lapsed` (not refreshed) or `unregistered`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gone_cause: Option<String>,
+    /// Whether it was in service when it went (it had reported its load
+    /// and was not drained): the `MsrGone` alert's case.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gone_while_serving: bool,
     /// For an MSR that takes no new legs (inactive, or draining by its
     /// agent's report): `draining` while legs or engine calls are left,
     /// `drained` once both are 0 (SPEC §14); absent in service.

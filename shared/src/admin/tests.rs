@@ -89,6 +89,7 @@ fn every_op() -> Vec<Request> {
         },
         Request::ClusterList {},
         Request::Hello {},
+        Request::MsrForget { msr: "m".into() },
         Request::LegList {
             msr: Some("msr_1".into()),
             older_than_secs: Some(60),
@@ -105,6 +106,7 @@ fn every_op() -> Vec<Request> {
             | Request::MsrSetPerformanceCoefficient { .. }
             | Request::MsrSetActive { .. }
             | Request::MsrList {}
+            | Request::MsrForget { .. }
             | Request::ResourceList { .. }
             | Request::ResourceSetZone { .. }
             | Request::ResourceSetSite { .. }

@@ -47,6 +47,7 @@ struct Harness {
     rng: StdRng,
     legs: crate::model::legs::LegTable,
     health: crate::model::health::HealthMonitor,
+    absences: crate::model::absent::Absences,
     _dir: tempfile::TempDir,
 }
 
@@ -71,6 +72,7 @@ impl Harness {
                 default_expires: defaults.subscription_expires_secs,
             }),
             health: crate::model::health::HealthMonitor::new(config.health, local),
+            absences: crate::model::absent::Absences::default(),
             store,
             defaults,
             rng: StdRng::seed_from_u64(1),
@@ -89,6 +91,7 @@ impl Harness {
             rng: &mut self.rng,
             legs: &mut self.legs,
             health: &mut self.health,
+            absences: &mut self.absences,
             core_hosts: 1,
         };
         handle(request, &mut ctx, &self.store, now)

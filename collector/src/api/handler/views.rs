@@ -105,6 +105,9 @@ pub(super) fn msr_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
                 health: None,
                 health_since_unix: None,
                 engine_calls: None,
+                gone_since_unix: None,
+                gone_cause: None,
+                gone_while_serving: false,
                 drain: None,
             },
         );
@@ -125,12 +128,19 @@ pub(super) fn msr_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
                     .health
                     .and_then(|(_, since)| since.map(|(_, unix)| unix)),
                 engine_calls: None,
+                gone_since_unix: None,
+                gone_cause: None,
+                gone_while_serving: false,
                 drain: None,
             },
         );
     }
+    // SPEC §14: a gone MSR stays listed until it returns or is forgotten.
+    let gone: Vec<String> = ctx.absences.iter().map(|(m, _)| m.to_string()).collect();
+    let legs_on: Vec<String> = ctx.legs.per_msr().map(|(m, _)| m.to_owned()).collect();
     // A drained MSR with live legs is shown until they end, registered or not.
-    for (name, _) in ctx.legs.per_msr() {
+    for name in gone.iter().chain(legs_on.iter()) {
+        let name = name.as_str();
         if !msrs.contains_key(name) {
             msrs.insert(
                 name.to_owned(),
@@ -145,6 +155,9 @@ pub(super) fn msr_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
                     health: None,
                     health_since_unix: None,
                     engine_calls: None,
+                    gone_since_unix: None,
+                    gone_cause: None,
+                    gone_while_serving: false,
                     drain: None,
                 },
             );
@@ -153,6 +166,11 @@ pub(super) fn msr_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
     // The operator configuration is the source of truth for these; the leg
     // table for the live legs.
     for info in msrs.values_mut() {
+        if let Some(absence) = ctx.absences.get(&info.name) {
+            info.gone_since_unix = Some(absence.since_unix);
+            info.gone_cause = Some(absence.cause.to_string());
+            info.gone_while_serving = absence.serving;
+        }
         info.performance_coefficient = ctx.operator.performance_coefficient(&info.name);
         info.active = ctx.operator.is_active(&info.name);
         info.load_limit = ctx.operator.load_limit(&info.name);

@@ -46,6 +46,9 @@ fn msr(name: &str, live_legs: u32) -> MsrInfo {
         health: Some(HealthState::Healthy),
         health_since_unix: None,
         engine_calls: None,
+        gone_since_unix: None,
+        gone_cause: None,
+        gone_while_serving: false,
         drain: None,
     }
 }

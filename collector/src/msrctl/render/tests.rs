@@ -167,6 +167,9 @@ fn seed_msr_list_layout() {
             health: None,
             health_since_unix: None,
             engine_calls: None,
+            gone_since_unix: None,
+            gone_cause: None,
+            gone_while_serving: false,
             drain: None,
         },
         MsrInfo {
@@ -180,6 +183,9 @@ fn seed_msr_list_layout() {
             health: None,
             health_since_unix: None,
             engine_calls: None,
+            gone_since_unix: None,
+            gone_cause: None,
+            gone_while_serving: false,
             drain: None,
         },
     ];
@@ -357,6 +363,9 @@ fn huge_and_tiny_numbers_are_compact() {
         health: None,
         health_since_unix: None,
         engine_calls: None,
+        gone_since_unix: None,
+        gone_cause: None,
+        gone_while_serving: false,
         drain: None,
     }];
     let out = msrs(&list);
