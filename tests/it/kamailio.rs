@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use msr_shared::admin::HealthState;
 use system_tests::kamailio::Kamailio;
 use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts};
 use system_tests::{free_udp_port, run_sipp, sipp_scenario, sipp_total, wait_for, SippBackground};
@@ -105,10 +106,22 @@ enum Ask {
 /// The three MSRs and their agents' loads: weights 90 : 60 : 30 (§7).
 const LOADS: [(&str, u32); 3] = [("msr_1", 10), ("msr_2", 40), ("msr_3", 70)];
 
+/// What a [`Parking`] runs besides its defaults.
+#[derive(Default)]
+struct Setup {
+    /// The SIPp scenario (in `tests/sipp/`) of an MSR's engine;
+    /// `engine_uas.xml` for those not named.
+    engines: BTreeMap<&'static str, &'static str>,
+    /// Appended to the collector's config (TOML sections).
+    collector: &'static str,
+    /// More `#!define`s of the shipped config, e.g. `ENGINE_TIMEOUT`.
+    defines: Vec<(&'static str, String)>,
+}
+
 /// The system the shipped config is tested in: a collector with its HTTP
 /// API and redirect server, three real agents at [`LOADS`], each with a
-/// SIPp UAS (`tests/sipp/engine_uas.xml`) on its engine port standing in
-/// for its media engine, and Kamailio running
+/// SIPp UAS (`tests/sipp/engine_uas.xml`, or the one [`Setup`] names) on
+/// its engine port standing in for its media engine, and Kamailio running
 /// `config-examples/kamailio/kamailio.cfg` as it is, only its defines set.
 /// Fields drop in order: Kamailio first, the directory last.
 struct Parking {
@@ -123,15 +136,22 @@ struct Parking {
 
 impl Parking {
     async fn start(ask: Ask) -> Parking {
+        Self::start_with(ask, &Setup::default()).await
+    }
+
+    async fn start_with(ask: Ask, setup: &Setup) -> Parking {
         let dir = tempfile::tempdir().expect("tempdir");
         // The §7 draw, whose shares follow the weights: the `pooled`
         // default (SPEC §10) ranks by estimated occupancy instead, and with
         // these fixed `file:` loads and short calls it keeps choosing the
         // emptiest MSR.
-        let extra = "[http]\nlisten = \"127.0.0.1:0\"\n[redirect]\nlisten = \"127.0.0.1:0\"\n\
-             [selection]\npolicy = \"ecss\"\n";
+        let extra = format!(
+            "[http]\nlisten = \"127.0.0.1:0\"\n[redirect]\nlisten = \"127.0.0.1:0\"\n\
+             [selection]\npolicy = \"ecss\"\n{}",
+            setup.collector
+        );
         let collector =
-            Collector::start_with(dir.path(), "core1", &CollectorOpts::default(), extra).await;
+            Collector::start_with(dir.path(), "core1", &CollectorOpts::default(), &extra).await;
         let http_port = collector.http_port.expect("the http port announced");
         let redirect_port = collector
             .redirect_port
@@ -144,7 +164,9 @@ impl Parking {
             let engine_port = free_udp_port();
             let args: Vec<String> = [
                 "-sf",
-                &sipp_scenario("engine_uas.xml").display().to_string(),
+                &sipp_scenario(setup.engines.get(msr).copied().unwrap_or("engine_uas.xml"))
+                    .display()
+                    .to_string(),
                 "-i",
                 "127.0.0.1",
                 "-p",
@@ -176,13 +198,15 @@ impl Parking {
             Ask::Redirect => &[],
             Ask::Http => &["WITH_HTTP_SELECT"],
         };
+        let mut defines = vec![
+            ("REDIRECT", format!("sip:127.0.0.1:{redirect_port}")),
+            ("HTTP_API", format!("http://127.0.0.1:{http_port}")),
+        ];
+        defines.extend(setup.defines.iter().cloned());
         let kamailio = Kamailio::start_file(
             dir.path(),
             &system_tests::example("kamailio/kamailio.cfg"),
-            &[
-                ("REDIRECT", format!("sip:127.0.0.1:{redirect_port}")),
-                ("HTTP_API", format!("http://127.0.0.1:{http_port}")),
-            ],
+            &defines,
             flags,
         )
         .await;
@@ -283,6 +307,21 @@ impl Parking {
 /// Kamailio on `port`, plus `extra` arguments; it must exit 0 (every call
 /// went through the scenario). Returns its output.
 async fn caller(port: u16, scenario: &str, calls: u32, extra: &[&str]) -> String {
+    let (code, out) = run_caller(port, scenario, calls, 50, extra).await;
+    assert_eq!(code, 0, "sipp {scenario} through kamailio: {out}");
+    out
+}
+
+/// Runs `sipp` with `scenario` as a caller of `calls` calls at `rate` per
+/// second to Kamailio on `port`, plus `extra` arguments. Returns its exit
+/// code (0 when every call went through the scenario) and output.
+async fn run_caller(
+    port: u16,
+    scenario: &str,
+    calls: u32,
+    rate: u32,
+    extra: &[&str],
+) -> (i32, String) {
     let mut args: Vec<String> = [
         "-sf",
         &sipp_scenario(scenario).display().to_string(),
@@ -293,7 +332,7 @@ async fn caller(port: u16, scenario: &str, calls: u32, extra: &[&str]) -> String
         "-m",
         &calls.to_string(),
         "-r",
-        "50",
+        &rate.to_string(),
         "-timeout",
         "60s",
     ]
@@ -302,11 +341,9 @@ async fn caller(port: u16, scenario: &str, calls: u32, extra: &[&str]) -> String
     .collect();
     args.extend(extra.iter().map(|s| s.to_string()));
     args.push(format!("127.0.0.1:{port}"));
-    let (code, out) = run_sipp(&args, Duration::from_secs(90))
+    run_sipp(&args, Duration::from_secs(90))
         .await
-        .expect("sipp uac");
-    assert_eq!(code, 0, "sipp {scenario} through kamailio: {out}");
-    out
+        .expect("sipp uac")
 }
 
 /// A final response a caller received: its call's Call-ID, its status and
@@ -747,4 +784,215 @@ async fn kamailio_takes_the_agents_register_over_tls() {
     })
     .await;
     assert!(gone.is_some(), "the agent's shutdown unregisters over tls");
+}
+
+/// Legs the collector placed on `msr` in `m`: new ones and those moved
+/// there by a failover (re-anchored).
+fn placed(m: &prometheus_parse::Scrape, msr: &str) -> u64 {
+    ["new", "reanchored"]
+        .iter()
+        .filter_map(|leg| {
+            sample(
+                m,
+                "msr_collector_msr_selections_total",
+                &[("msr", msr), ("leg", leg)],
+            )
+        })
+        .sum::<f64>() as u64
+}
+
+/// Failures cores reported against `msr` for `cause` in `m` (SPEC §14).
+fn core_failures(m: &prometheus_parse::Scrape, msr: &str, cause: &str) -> u64 {
+    sample(
+        m,
+        "msr_collector_core_failures_total",
+        &[("msr", msr), ("cause", cause)],
+    )
+    .map_or(0, |v| v as u64)
+}
+
+/// The shipped config fails over (SPEC §14) with real processes: 300 calls
+/// at 10/s, each held 500 ms, through Kamailio (path `ask`) to three MSRs
+/// at loads 10 / 40 / 70 % whose engines are SIPp UASs: `msr_2`'s answers
+/// 503 to every INVITE (`tests/sipp/engine_503_uas.xml`), and `msr_1`'s
+/// (the busiest) is killed after 100 calls, its agent left running. The
+/// collector's hold outlasts the run (`failure_hold_secs`): with its engine
+/// probe off, nothing else brings a tripped MSR back, so each failed MSR
+/// is seen to stay out.
+///
+/// * Every call completes but those the dead engine held when it died
+///   (answered, then its BYE unanswered): every INVITE that reached a dead
+///   or failing engine went on to another.
+/// * The dead engine got no INVITE once its first timeout was reported
+///   (the first timeout trips an MSR): the calls relayed to it after it
+///   died are those placed before that report, each reported as a
+///   timeout.
+/// * The 503 engine got the 3 INVITEs that trip an MSR (3 errors within
+///   10 s), plus at most the few placed while the third 503 was on its
+///   way, each reported as a 5xx; both MSRs end `engine_down`.
+/// * After the BYEs, and the failures' releases, no leg is live.
+async fn kamailio_fails_over(ask: Ask) {
+    const CALLS: u32 = 300;
+    const RATE: u32 = 10;
+    const KILL_AFTER: u64 = 100;
+    let setup = Setup {
+        engines: BTreeMap::from([("msr_2", "engine_503_uas.xml")]),
+        collector: "[health]\nfailure_hold_secs = 600\n",
+        // A loopback engine answers within a millisecond: 1 s of silence
+        // is death, and keeps the calls placed on it after it died few.
+        defines: vec![("ENGINE_TIMEOUT", "1000".into())],
+    };
+    let mut p = Parking::start_with(ask, &setup).await;
+    let http_port = p.http_port;
+    let calls = run_caller(
+        p.kamailio.port,
+        "caller_uac.xml",
+        CALLS,
+        RATE,
+        &["-d", "500"],
+    );
+    let engines = &mut p.engines;
+    let kill = async move {
+        wait_for(Duration::from_secs(30), || async move {
+            let m = scrape(http_port).await;
+            let all: u64 = LOADS.iter().map(|(msr, _)| placed(&m, msr)).sum();
+            (all >= KILL_AFTER).then_some(())
+        })
+        .await
+        .expect("100 calls placed");
+        let m = scrape(http_port).await;
+        let in_flight =
+            sample(&m, "msr_collector_msr_live_legs", &[("msr", "msr_1")]).map_or(0, |v| v as u64);
+        let before_kill = placed(&m, "msr_1");
+        if let Some(engine) = engines.get_mut("msr_1") {
+            engine.kill9();
+        }
+        // The legs placed between the two scrapes may have reached the
+        // engine alive or dead: they count either way below.
+        let after_kill = placed(&scrape(http_port).await, "msr_1");
+        let at_first_failure = wait_for(Duration::from_secs(10), || async move {
+            let m = scrape(http_port).await;
+            (core_failures(&m, "msr_1", "timeout") > 0).then(|| placed(&m, "msr_1"))
+        })
+        .await
+        .expect("the dead engine's first timeout reported");
+        (in_flight, before_kill..=after_kill, at_first_failure)
+    };
+    let ((code, out), (in_flight, at_kill, at_first_failure)) = tokio::join!(calls, kill);
+    let racing = at_kill.end() - at_kill.start();
+
+    let succeeded = sipp_total(&out, "Successful call").unwrap_or(0);
+    let failed = sipp_total(&out, "Failed call").unwrap_or(0);
+    eprintln!(
+        "{ask:?}: {succeeded} calls succeeded, {failed} failed (sipp exit {code}); \
+         msr_1 held {in_flight} legs when its engine died"
+    );
+    assert_eq!(succeeded + failed, u64::from(CALLS), "{out}");
+    assert!(
+        failed <= in_flight + racing,
+        "{failed} calls failed; the dead engine held {in_flight} (+ {racing} placed as it died): {out}"
+    );
+
+    // No leg left once the BYEs (and the failures' releases) are through.
+    let legs = wait_for(Duration::from_secs(30), || async {
+        let listed = p.collector.msrctl_json(&["leg", "list"]);
+        (listed["total"] == 0).then_some(listed)
+    })
+    .await;
+    assert!(
+        legs.is_some(),
+        "legs left live: {}",
+        p.collector.msrctl_json(&["leg", "list"])
+    );
+
+    let m = scrape(http_port).await;
+    let dead_after = placed(&m, "msr_1") - at_kill.end();
+    let dead_timeouts = core_failures(&m, "msr_1", "timeout");
+    eprintln!(
+        "{ask:?}: the dead engine got {dead_after} INVITEs after it died (+ {racing} placed as it \
+         died), all before its first timeout was reported; {dead_timeouts} timeouts reported"
+    );
+    assert_eq!(
+        placed(&m, "msr_1"),
+        at_first_failure,
+        "no call placed on msr_1 once its first timeout was reported"
+    );
+    assert!(
+        dead_timeouts >= dead_after && dead_timeouts <= dead_after + racing + in_flight,
+        "each INVITE relayed to the dead engine timed out and was reported: \
+         {dead_timeouts} timeouts, {dead_after} INVITEs after its death (+ {racing} as it died), \
+         {in_flight} in flight"
+    );
+
+    let failing = p
+        .engines
+        .get_mut("msr_2")
+        .map(|uas| uas.finish(Duration::from_secs(10)))
+        .unwrap_or_default();
+    let refused = sipp_total(&failing, "Successful call").unwrap_or(0);
+    eprintln!("{ask:?}: the 503 engine got {refused} INVITEs");
+    assert_eq!(refused, core_failures(&m, "msr_2", "5xx"), "{failing}");
+    assert!(
+        (3..=5).contains(&refused),
+        "the 503 engine got {refused} INVITEs: {failing}"
+    );
+    assert_eq!(placed(&m, "msr_2"), refused);
+
+    let rows = p.collector.rows().await.expect("resource list");
+    for (msr, health) in [
+        ("msr_1", HealthState::EngineDown),
+        ("msr_2", HealthState::EngineDown),
+        ("msr_3", HealthState::Healthy),
+    ] {
+        assert!(
+            rows.iter().any(|r| r.msr == msr && r.health == health),
+            "{msr} is not {health:?}: {rows:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kamailio_fails_over_through_the_redirect_server() {
+    kamailio_fails_over(Ask::Redirect).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kamailio_fails_over_through_the_http_api() {
+    kamailio_fails_over(Ask::Http).await;
+}
+
+/// When every MSR fails a call, the caller gets the collector's refusal
+/// (SPEC §14), on both SIP paths: three MSRs whose engines answer 503 to
+/// every INVITE, 3 callers. Each INVITE is tried on each engine in turn
+/// (the collector excludes the MSRs that failed it, up to its 3
+/// attempts), then refused `503` with
+/// `Reason: SIP ;cause=503;text="msr_unavailable"`; each engine got the 3
+/// INVITEs, and no leg is left live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kamailio_refuses_a_call_every_msr_failed_with_msr_unavailable() {
+    const CALLS: u32 = 3;
+    for ask in [Ask::Redirect, Ask::Http] {
+        let setup = Setup {
+            engines: LOADS
+                .iter()
+                .map(|(msr, _)| (*msr, "engine_503_uas.xml"))
+                .collect(),
+            ..Setup::default()
+        };
+        let mut p = Parking::start_with(ask, &setup).await;
+        let finals = p.refused(CALLS, "exhausted").await;
+        check_refusals(&finals, CALLS, 503, "msr_unavailable");
+        let m = scrape(p.http_port).await;
+        for (msr, uas) in &mut p.engines {
+            let screen = uas.finish(Duration::from_secs(10));
+            assert_eq!(
+                sipp_total(&screen, "Successful call"),
+                Some(u64::from(CALLS)),
+                "{ask:?}: {msr}'s engine: {screen}"
+            );
+            assert_eq!(core_failures(&m, msr, "5xx"), u64::from(CALLS), "{ask:?}");
+        }
+        let listed = p.collector.msrctl_json(&["leg", "list"]);
+        assert_eq!(listed["total"], 0, "{ask:?}: {listed}");
+    }
 }

@@ -56,8 +56,9 @@ impl Kamailio {
     /// example), its `#!define`s set on the command line (`-A NAME=VALUE`,
     /// which the file's `#!ifndef` guards honour): `LISTEN` on a free
     /// loopback port and `CTL_SOCKET` in `dir`, plus `defines` (string
-    /// values quoted as the file's are) and `flags`, defined without a
-    /// value (`-A NAME`, e.g. `WITH_HTTP_SELECT`).
+    /// values quoted as the file's are, integers bare, e.g.
+    /// `ENGINE_TIMEOUT`) and `flags`, defined without a value (`-A NAME`,
+    /// e.g. `WITH_HTTP_SELECT`).
     pub async fn start_file(
         dir: &Path,
         cfg: &Path,
@@ -70,7 +71,13 @@ impl Kamailio {
             format!("LISTEN=udp:127.0.0.1:{port}"),
             format!("CTL_SOCKET=\"unix:{}\"", ctl.display()),
         ];
-        all.extend(defines.iter().map(|(k, v)| format!("{k}=\"{v}\"")));
+        all.extend(defines.iter().map(|(k, v)| {
+            if v.parse::<i64>().is_ok() {
+                format!("{k}={v}")
+            } else {
+                format!("{k}=\"{v}\"")
+            }
+        }));
         all.extend(flags.iter().map(|f| (*f).to_owned()));
         Self::spawn(dir, cfg, port, ctl, &all).await
     }

@@ -297,6 +297,15 @@ impl SippBackground {
             .is_some_and(|c| matches!(c.child.try_wait(), Ok(None)))
     }
 
+    /// SIGKILL: a media engine that dies mid-call (SPEC §14), answering
+    /// nothing from now on. Returns its output so far (no final screen).
+    pub fn kill9(&mut self) -> String {
+        if let Some(mut c) = self.child.take() {
+            c.kill9();
+        }
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     /// SIGUSR1 (SIPp's soft exit: ongoing calls finish, no new one), then
     /// waits up to `limit` for the exit (SIGKILL after that); returns the
     /// final statistics screen SIPp prints on exit.
