@@ -42,6 +42,12 @@ async fn sighup_applies_what_it_can_names_what_needs_a_restart_and_refuses_a_bad
     std::fs::write(&collector.config, &zoned).expect("write");
     collector.hup();
     wait_log(&collector, "configuration reloaded").await;
+    // Each value the reload changed is on record (SPEC §16).
+    wait_log(
+        &collector,
+        "reload changed key=\"defaults\" from=zone default",
+    )
+    .await;
     collector
         .wait_rows(secs(5), |rows| {
             rows.iter()
@@ -80,6 +86,21 @@ async fn sighup_applies_what_it_can_names_what_needs_a_restart_and_refuses_a_bad
         rows.iter().any(|r| r.msr == "msr_1" && r.zone == "west"),
         "{rows:?}"
     );
+    let (ok, out, err) = collector.msrctl(&["select", "--zone", "west", "--site", "local"]);
+    assert!(ok, "{out}{err}");
+    // A default site that is not declared is refused (SPEC §16): the
+    // contacts stay where legs reach them.
+    std::fs::write(
+        &collector.config,
+        moved.replace("site = \"local\"", "site = \"nowhere\""),
+    )
+    .expect("write");
+    collector.hup();
+    wait_log(
+        &collector,
+        "config reload refused: [defaults] site is not declared",
+    )
+    .await;
     let (ok, out, err) = collector.msrctl(&["select", "--zone", "west", "--site", "local"]);
     assert!(ok, "{out}{err}");
     assert!(collector.child.is_some(), "still running");

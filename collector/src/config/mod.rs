@@ -193,6 +193,60 @@ pub fn restart_needed(running: &CollectorConfig, new: &CollectorConfig) -> Vec<&
     keys
 }
 
+/// The settings a reload applies live that differ between `running` and
+/// `new`, each as `(table, from, to)` for the log (SPEC §16); accounts are
+/// shown without their passwords.
+pub fn reload_changes(
+    running: &CollectorConfig,
+    new: &CollectorConfig,
+) -> Vec<(&'static str, String, String)> {
+    let mut out = Vec::new();
+    let mut differs = |key: &'static str, from: String, to: String| {
+        if from != to {
+            out.push((key, from, to));
+        }
+    };
+    differs(
+        "defaults",
+        format!(
+            "zone {} site {}",
+            running.defaults.zone, running.defaults.site
+        ),
+        format!("zone {} site {}", new.defaults.zone, new.defaults.site),
+    );
+    differs(
+        "subscription",
+        format!("{:?}", running.subscription),
+        format!("{:?}", new.subscription),
+    );
+    differs(
+        "health",
+        format!("{:?}", running.health),
+        format!("{:?}", new.health),
+    );
+    differs(
+        "legs",
+        format!("{:?}", running.legs),
+        format!("{:?}", new.legs),
+    );
+    differs(
+        "selection",
+        format!("{:?}", running.selection),
+        format!("{:?}", new.selection),
+    );
+    differs(
+        "cluster",
+        format!("{:?}", running.cluster),
+        format!("{:?}", new.cluster),
+    );
+    differs(
+        "accounts",
+        format!("{:?}", running.accounts),
+        format!("{:?}", new.accounts),
+    );
+    out
+}
+
 /// `[http]`: the HTTP API (SPEC §11).
 #[derive(Clone, PartialEq, Eq)]
 pub struct HttpConfig {

@@ -355,6 +355,11 @@ impl Collector {
     /// from now on; bindings, subscriptions, legs and the operator's
     /// settings stay. What needs a restart is the shell's to name
     /// ([`crate::config::restart_needed`]).
+    /// Whether `site` is declared in the operator configuration in force.
+    pub fn site_declared(&self, site: &str) -> bool {
+        self.operator.topology().contains(site)
+    }
+
     pub fn reconfigure(&mut self, now: Instant, config: &CollectorConfig) {
         self.registrar.reconfigure(&config.sip, &config.accounts);
         self.subscriber

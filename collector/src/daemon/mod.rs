@@ -445,6 +445,7 @@ pub async fn start(
     let (reload, reload_rx) = mpsc::unbounded_channel();
     let mut shell = Shell {
         started: config.clone(),
+        running: config.clone(),
         reload_rx,
         core,
         store,

@@ -14,7 +14,7 @@ use msr_shared::time::unix_millis;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::{ingest, tls, SHUTDOWN_GRACE};
 use crate::api::handler::AdminCommand;
@@ -40,6 +40,9 @@ pub(super) struct Shell {
     /// The configuration the process started with: what a reload's
     /// restart-needing settings are compared with.
     pub(super) started: CollectorConfig,
+    /// The configuration in force (the start's, then each reload's): what
+    /// a reload logs its changes against.
+    pub(super) running: CollectorConfig,
     pub(super) reload_rx: mpsc::UnboundedReceiver<CollectorConfig>,
     pub(super) core: Collector,
     pub(super) store: Store,
@@ -107,6 +110,19 @@ impl Shell {
 
     /// A reloaded configuration (SPEC §13).
     fn on_reload(&mut self, config: &CollectorConfig) {
+        // SPEC §16: a default site that is not declared would put every
+        // new contact where no leg can reach it.
+        if !self.core.site_declared(&config.defaults.site) {
+            error!(
+                site = %config.defaults.site,
+                "config reload refused: [defaults] site is not declared (msrctl site declare it first); the running configuration stays"
+            );
+            return;
+        }
+        for (key, from, to) in crate::config::reload_changes(&self.running, config) {
+            info!(key, from = %from, to = %to, "reload changed");
+        }
+        self.running = config.clone();
         let now = self.now();
         self.core.reconfigure(now, config);
         self.reload_certificates(config);
