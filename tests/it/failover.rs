@@ -84,6 +84,18 @@ async fn a_failed_msr_is_replaced_counted_against_and_the_attempts_are_bounded()
     assert_eq!(refused["code"], "msr_unavailable", "{refused}");
     let message = refused["message"].as_str().unwrap_or_default();
     assert!(message.contains(&a) && message.contains(&c), "{message}");
+    // The refusal is in the log with its code and why (SPEC §16).
+    assert!(
+        collector
+            .wait_log(
+                0,
+                &["selection refused", "code=\"msr_unavailable\"", "attempts"],
+                Duration::from_secs(5)
+            )
+            .await,
+        "{}",
+        collector.log_text()
+    );
     let legs = collector.msrctl_json(&["leg", "list"]);
     let listed = legs["legs"].as_array().cloned().unwrap_or_default();
     assert!(listed.iter().all(|l| l["call_id"] != "f1"), "{legs}");

@@ -142,6 +142,10 @@ impl Collector {
         match handler::prepare(request, &mut ctx, now) {
             Outcome::Answer(response) => {
                 self.count(kind, &response);
+                if let (Counted::Selection, Response::Err(body)) = (kind, &response) {
+                    let line = super::refusals::SelectionRefusal::new(body);
+                    self.selection_refusals.record(now, line);
+                }
                 self.answer(id, response);
             }
             Outcome::Change { next, response } => self.commit(*next, Some((response, id)), origin),

@@ -93,6 +93,9 @@ impl Collector {
         while let Some(refusal) = self.registrar.poll_refusal() {
             self.events.push_back(Event::Refusal(refusal));
         }
+        while let Some(line) = self.selection_refusals.poll() {
+            self.events.push_back(Event::SelectionRefused(line));
+        }
         // Only the subscriptions that changed: O(changes), not O(MSRs).
         while let Some((msr, view)) = self.subscriber.poll_view_change() {
             self.health

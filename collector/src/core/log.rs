@@ -8,6 +8,7 @@ use crate::model::drain::DrainEvent;
 use crate::model::health::{HealthEvent, LOG_WINDOW};
 use crate::sip::registrar::{RefusalLog, RegistrarEvent, RemovalCause, REFUSAL_WINDOW};
 use crate::sip::subscriber::SubscriberEvent;
+use msr_shared::log_limit::LimitedLine;
 
 use super::Event;
 
@@ -38,6 +39,17 @@ pub fn log(now: Instant, event: &Event) {
             )
         }
         Event::Drain(e) => drain(e),
+        Event::SelectionRefused(LimitedLine::Line(r)) => warn!(
+            code = r.code.as_str(),
+            message = %r.message,
+            suppressed = r.suppressed,
+            "selection refused"
+        ),
+        Event::SelectionRefused(LimitedLine::Unlogged { count }) => warn!(
+            count,
+            window_secs = super::refusals::WINDOW.as_secs(),
+            "selection refusals not logged individually"
+        ),
         Event::MsrGone {
             msr,
             cause,

@@ -42,6 +42,7 @@ mod commits;
 mod flows;
 mod glue;
 pub mod log;
+pub mod refusals;
 mod uas;
 
 #[cfg(test)]
@@ -199,6 +200,8 @@ pub enum Event {
     },
     /// An MSR started draining, was drained, or returned (SPEC §14).
     Drain(crate::model::drain::DrainEvent),
+    /// A refused selection, or a count of those not logged (SPEC §16).
+    SelectionRefused(refusals::SelectionRefusalLog),
     /// An MSR lost its last binding (SPEC §14: it stays on record).
     MsrGone {
         /// The MSR.
@@ -238,6 +241,8 @@ pub struct Collector {
     drains: crate::model::drain::DrainWatch,
     /// The MSRs that were registered and are gone (SPEC §14).
     absences: crate::model::absent::Absences,
+    /// The rate limit of refused selections' log lines (SPEC §16).
+    selection_refusals: msr_shared::log_limit::LineLimiter<refusals::SelectionRefusal>,
     cluster: Cluster,
     defaults: handler::Defaults,
     rng: StdRng,
@@ -320,6 +325,7 @@ impl Collector {
             legs: LegTable::new(config.legs.max_duration),
             drains: crate::model::drain::DrainWatch::default(),
             absences: crate::model::absent::Absences::default(),
+            selection_refusals: refusals::limiter(),
             cluster: start.cluster,
             defaults: handler::Defaults {
                 placement: config.defaults.clone(),
@@ -414,6 +420,7 @@ impl Collector {
         self.registrar.handle_timeout(now);
         self.subscriber.handle_timeout(now);
         self.health.handle_timeout(now);
+        self.selection_refusals.advance(now);
         let table = &mut self.table;
         self.legs
             .handle_timeout_with(now, |msr| table.note_expired(msr));
@@ -436,6 +443,7 @@ impl Collector {
             self.subscriber.poll_timeout(),
             self.legs.poll_timeout(),
             self.health.poll_timeout(),
+            self.selection_refusals.poll_timeout(),
         ]
         .into_iter()
         .flatten()
