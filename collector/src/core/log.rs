@@ -5,7 +5,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::model::drain::DrainEvent;
-use crate::model::health::{HealthEvent, LOG_WINDOW};
+use crate::model::health::{Health, HealthEvent, LOG_WINDOW};
 use crate::sip::registrar::{RefusalLog, RegistrarEvent, RemovalCause, REFUSAL_WINDOW};
 use crate::sip::subscriber::SubscriberEvent;
 use msr_shared::log_limit::LimitedLine;
@@ -135,7 +135,9 @@ fn subscriber(now: Instant, event: &SubscriberEvent) {
             msr,
             call_id,
             expires,
-        } => info!(%msr, %call_id, expires, "subscription refreshed"),
+        // Routine: every MSR's subscription is refreshed every
+        // `expires`/4 s, so at info it would be most of the log.
+        } => debug!(%msr, %call_id, expires, "subscription refreshed"),
         SubscriberEvent::Load { msr, report, .. } => {
             debug!(%msr, load = report.load, cpu = report.cpu, calls = report.calls, "load report")
         }
@@ -172,7 +174,17 @@ fn subscriber(now: Instant, event: &SubscriberEvent) {
 
 fn health(event: &HealthEvent) {
     match event {
+        // A loss of health is what an operator scans for: warn; a
+        // recovery is info.
         HealthEvent::Changed(change) => match change.from {
+            Some(from) if change.log && change.to != Health::Healthy => warn!(
+                msr = %change.msr,
+                contact = %change.contact,
+                from = %from,
+                to = %change.to,
+                cause = %change.cause,
+                "health changed"
+            ),
             Some(from) if change.log => info!(
                 msr = %change.msr,
                 contact = %change.contact,
