@@ -244,14 +244,19 @@ pub fn resources_narrow(rows: &[ResourceInfo], active_only: bool) -> String {
         .first()
         .map(|r| r.node.as_str())
         .filter(|first| rows.iter().all(|r| r.node == *first));
+    // CPU and calls beside the load: `load-sensor` picks one of them (or
+    // the larger), and a load of 100 with 0 calls is a busy host, not a
+    // full engine. The subscription's state is in `--wide`: a failed one
+    // shows as the health `unreachable` here.
     let mut headers = vec![
         "Contact",
         "Load",
+        "CPU",
+        "Calls",
         "Active",
         "Zone",
         "Site",
         "Status",
-        "Subscr.",
         "Report\nage",
         "Live\nlegs",
         "Health",
@@ -259,7 +264,8 @@ pub fn resources_narrow(rows: &[ResourceInfo], active_only: bool) -> String {
     let mut aligns = vec![
         Align::Left,
         Align::Right,
-        Align::Left,
+        Align::Right,
+        Align::Right,
         Align::Left,
         Align::Left,
         Align::Left,
@@ -278,11 +284,15 @@ pub fn resources_narrow(rows: &[ResourceInfo], active_only: bool) -> String {
             let mut cells = vec![
                 r.contact.clone(),
                 optional(r.load),
+                optional(r.cpu),
+                match (r.calls, r.max_calls) {
+                    (Some(calls), Some(max)) => format!("{calls}/{max}"),
+                    (calls, _) => optional(calls),
+                },
                 r.active.to_string(),
                 r.zone.clone(),
                 r.site.clone(),
                 r.status.to_string(),
-                subscription_name(r.subscription.as_ref()).to_owned(),
                 optional(r.report_age_secs),
                 r.live_legs.to_string(),
                 r.health.to_string(),

@@ -319,7 +319,7 @@ fn the_default_resource_list_fits_120_columns_and_wide_has_every_column() {
     );
     assert!(
         narrow.contains(
-            "│ bond1.200@msr_10 │  100 │ true   │ zone-east │ msk-2 │ registered │ terminated │"
+            "│ bond1.200@msr_10 │  100 │  40 │ 10/100 │ true   │ zone-east │ msk-2 │ registered │  12345 │"
         ),
         "{narrow}"
     );
