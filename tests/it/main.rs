@@ -22,3 +22,4 @@ mod rtpengine;
 mod selection;
 mod stream;
 mod tls;
+mod torture;

@@ -135,8 +135,8 @@ fn subscriber(now: Instant, event: &SubscriberEvent) {
             msr,
             call_id,
             expires,
-        // Routine: every MSR's subscription is refreshed every
-        // `expires`/4 s, so at info it would be most of the log.
+            // Routine: every MSR's subscription is refreshed every
+            // `expires`/4 s, so at info it would be most of the log.
         } => debug!(%msr, %call_id, expires, "subscription refreshed"),
         SubscriberEvent::Load { msr, report, .. } => {
             debug!(%msr, load = report.load, cpu = report.cpu, calls = report.calls, "load report")

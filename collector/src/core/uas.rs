@@ -41,6 +41,16 @@ impl Collector {
         certificate: Option<&[u8]>,
         req: &sip::Request,
     ) {
+        // SPEC §16: a request the daemons must not act on (RFC 4475).
+        if let Some((status, why)) = sip::request_refusal(req) {
+            if req.method != Method::Ack {
+                info!(target: msr_shared::logging::NETWORK, %source, %status, why, "request refused");
+                let response = sip::response(req, status, Some(&sip::random_token()));
+                let transmit = self.response_to(route, source, req, response);
+                self.transmits.push_back(transmit);
+            }
+            return;
+        }
         let over_tls = matches!(route, Route::Stream(_, StreamTransport::Tls));
         let msr =
             || sip::header(&req.headers, "To").and_then(|to| sip::uri_user(sip::addr_uri(to)));

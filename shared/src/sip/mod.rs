@@ -226,6 +226,32 @@ pub fn cseq(headers: &Headers) -> Option<(u32, String)> {
     Some((n, m))
 }
 
+/// Why a request that parsed must still not be acted upon, as the status
+/// to answer (RFC 3261 §8.2 and the cases RFC 4475 tests): `505` for a
+/// SIP version other than 2.0 (§8.2.2 ... §21.5.7, RFC 4475 §3.1.2.16),
+/// `400` for a `CSeq` whose method is not the request line's (§8.1.1.5,
+/// RFC 4475 §3.1.2.17) or for more than one `Content-Length` (§7.3.1,
+/// RFC 4475 §3.3.9). `None` for a request to serve.
+pub fn request_refusal(req: &Request) -> Option<(StatusCode, &'static str)> {
+    if req.version != rsipstack::sip::Version::V2 {
+        return Some((StatusCode::from(505), "sip version not supported"));
+    }
+    if let Some((_, method)) = cseq(&req.headers) {
+        if !method.eq_ignore_ascii_case(&req.method.to_string()) {
+            return Some((
+                StatusCode::BadRequest,
+                "the cseq method is not the request's",
+            ));
+        }
+    }
+    let lengths =
+        header_all(&req.headers, "Content-Length").len() + header_all(&req.headers, "l").len();
+    if lengths > 1 {
+        return Some((StatusCode::BadRequest, "more than one content-length"));
+    }
+    None
+}
+
 /// The `Expires` header in seconds, if present and numeric.
 pub fn expires(headers: &Headers) -> Option<u32> {
     header(headers, "Expires")?.parse().ok()

@@ -312,6 +312,14 @@ impl Server {
     /// Serves one request whose answers go to `dest`; a new INVITE that
     /// needs a selection is returned with the `select` to ask.
     async fn on_request(&mut self, req: Request, dest: Dest) -> Option<(Pending, AdminRequest)> {
+        // SPEC §16: a request no server may act on (RFC 4475).
+        if let Some((status, why)) = msr_shared::sip::request_refusal(&req) {
+            if req.method != Method::Ack {
+                let response = refusal(&req, status, ErrorCode::BadRequest, why);
+                self.send(&wire::encode_response(response), dest).await;
+            }
+            return None;
+        }
         let now = Instant::now();
         match req.method {
             Method::Invite => {
