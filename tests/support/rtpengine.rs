@@ -97,9 +97,17 @@ impl Rtpengine {
     /// SIGTERM, and waits for the exit: its ng port goes quiet.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            if c.terminate(Duration::from_secs(5)).is_none() {
-                c.kill9();
-            }
+            finish(&mut c);
+        }
+    }
+
+    /// SIGSTOP: a hung relay. Its ng port stays bound and takes every
+    /// datagram, and nothing answers (no ICMP error either), so a client
+    /// learns of it only by its timeouts. [`stop`](Self::stop) and the drop
+    /// end it still.
+    pub fn freeze(&self) {
+        if let Some(c) = &self.child {
+            signal(c, "-STOP");
         }
     }
 
@@ -206,9 +214,23 @@ impl Drop for Rtpengine {
             );
         }
         if let Some(mut c) = self.child.take() {
-            if c.terminate(Duration::from_secs(5)).is_none() {
-                c.kill9();
-            }
+            finish(&mut c);
         }
+    }
+}
+
+/// `kill SIGNAL` to the daemon.
+fn signal(c: &ChildGuard, signal: &str) {
+    let _ = Command::new("kill")
+        .args([signal, &c.pid().to_string()])
+        .status();
+}
+
+/// SIGCONT (a frozen daemon takes its SIGTERM only once it runs), SIGTERM,
+/// and SIGKILL when it has not exited within 5 s.
+fn finish(c: &mut ChildGuard) {
+    signal(c, "-CONT");
+    if c.terminate(Duration::from_secs(5)).is_none() {
+        c.kill9();
     }
 }
