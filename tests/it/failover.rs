@@ -25,7 +25,7 @@ async fn select(port: u16, call_id: &str, extra: &str) -> (u16, serde_json::Valu
 }
 
 /// The health of `msr`'s contact as `resource list --json` shows it.
-fn health_of(collector: &system_tests::system::Collector, msr: &str) -> Option<String> {
+pub(crate) fn health_of(collector: &system_tests::system::Collector, msr: &str) -> Option<String> {
     let rows = collector.msrctl_json(&["resource", "list"]);
     rows["rows"]
         .as_array()?

@@ -788,7 +788,7 @@ async fn kamailio_takes_the_agents_register_over_tls() {
 
 /// Legs the collector placed on `msr` in `m`: new ones and those moved
 /// there by a failover (re-anchored).
-fn placed(m: &prometheus_parse::Scrape, msr: &str) -> u64 {
+pub(crate) fn placed(m: &prometheus_parse::Scrape, msr: &str) -> u64 {
     ["new", "reanchored"]
         .iter()
         .filter_map(|leg| {
@@ -802,7 +802,7 @@ fn placed(m: &prometheus_parse::Scrape, msr: &str) -> u64 {
 }
 
 /// Failures cores reported against `msr` for `cause` in `m` (SPEC §14).
-fn core_failures(m: &prometheus_parse::Scrape, msr: &str, cause: &str) -> u64 {
+pub(crate) fn core_failures(m: &prometheus_parse::Scrape, msr: &str, cause: &str) -> u64 {
     sample(
         m,
         "msr_collector_core_failures_total",

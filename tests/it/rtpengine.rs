@@ -23,8 +23,9 @@ use system_tests::{
     free_udp_port, run_sipp_in, sipp_scenario, sipp_total, wait_for, SippBackground,
 };
 
+use crate::failover::health_of;
 use crate::front_ends::{http, sample, scrape};
-use crate::kamailio::{check_refusals, received_finals, Refusal};
+use crate::kamailio::{check_refusals, core_failures, placed, received_finals, Refusal};
 
 /// The MSRs and their `max-calls`.
 const MSRS: [(&str, u32); 3] = [("rtpe_1", 20), ("rtpe_2", 40), ("rtpe_3", 60)];
@@ -32,11 +33,12 @@ const MSRS: [(&str, u32); 3] = [("rtpe_1", 20), ("rtpe_2", 40), ("rtpe_3", 60)];
 /// The RTP ports of one test: its rtpengines' ranges, the first port of
 /// its callee and of each of its caller runs (SIPp gives call N the port
 /// `-mp` + 4 (N − 1), `[auto_media_port]`). Every RTP port of these tests
-/// is in 28000–32767: below the kernel's ephemeral ports (where other
-/// tests' sockets come from), above the ranges other tests bind (the
-/// agent tests' 24000–27999, the quickstart's 20000–22999), and each
-/// test's apart from the other's, since they run at once. A call takes
-/// four ports of its rtpengine.
+/// is in 28000–32767 or 61000–64999: outside the kernel's ephemeral ports
+/// (32768–60999, Linux's default `ip_local_port_range`, where other tests'
+/// sockets come from), above the ranges other tests bind (the agent
+/// tests' 24000–27999, the quickstart's 20000–22999), and each test's
+/// apart from the others', since they run at once. A call takes four
+/// ports of its rtpengine.
 struct Ports {
     engines: [(u16, u16); 3],
     callee: u16,
@@ -57,13 +59,27 @@ const OUTAGE_PORTS: Ports = Ports {
     callers: [31900, 32000, 32100],
 };
 
+/// 54 calls, about 15 at once on one rtpengine.
+const FAILOVER_PORTS: Ports = Ports {
+    engines: [(61000, 61399), (61400, 61799), (61800, 62199)],
+    callee: 62200,
+    callers: [62500, 62600, 62900],
+};
+
 /// The agent config of an rtpengine host: its ng address as `<transport>`
 /// and `<pbyte><mcc>`, the `rtpengine` calls source, `load-sensor="calls"`
 /// (the shares below are of sessions, not of the CPU the relays use), and
-/// `engine-probe="off"`: a silent rtpengine is then reported full, which
-/// these tests rely on (with the ng probe it would keep its last count and
-/// say `engine: down` instead, SPEC §14).
-fn agent_xml(msr: &str, max_calls: u32, rtpengine: &Rtpengine, realm: &str) -> String {
+/// `engine-probe` as given. With `off` a silent rtpengine is reported
+/// full, which the first tests rely on; with `ng` (SPEC §14) it keeps its
+/// last count and is reported `engine: down`, as the failover and drain
+/// tests want: what a deployment runs (`auto` picks `ng` with rtpengine).
+fn agent_xml(
+    msr: &str,
+    max_calls: u32,
+    rtpengine: &Rtpengine,
+    realm: &str,
+    engine_probe: &str,
+) -> String {
     let (ip, port) = (rtpengine.ng.ip(), rtpengine.ng.port());
     let (min, max) = rtpengine.ports;
     format!(
@@ -78,7 +94,7 @@ fn agent_xml(msr: &str, max_calls: u32, rtpengine: &Rtpengine, realm: &str) -> S
     <pbyte>
         <mcc bind-addr="{ip}" port="{port}" />
     </pbyte>
-    <agent calls-source="rtpengine" engine-probe="off" sip-port="0" register-expires="60" sample-interval-ms="200" />
+    <agent calls-source="rtpengine" engine-probe="{engine_probe}" sip-port="0" register-expires="60" sample-interval-ms="200" />
 </config>
 "#,
         range = u32::from(max) - u32::from(min) + 1,
@@ -118,7 +134,13 @@ struct Relays {
 }
 
 impl Relays {
+    /// The system with each agent's engine probe off.
     async fn start(ports: &Ports) -> Relays {
+        Self::start_with(ports, "off").await
+    }
+
+    /// The system, each agent's `engine-probe` = `engine_probe`.
+    async fn start_with(ports: &Ports, engine_probe: &str) -> Relays {
         let dir = tempfile::tempdir().expect("tempdir");
         // One second of PCMA silence, which both SIPps loop as their RTP.
         std::fs::write(dir.path().join("audio.pcma"), [0xd5_u8; 8000]).expect("audio");
@@ -134,7 +156,7 @@ impl Relays {
         let mut agents = BTreeMap::new();
         for ((msr, max_calls), range) in MSRS.into_iter().zip(ports.engines) {
             let engine = Rtpengine::start(dir.path(), &format!("{msr}-rtpengine"), range).await;
-            let xml = agent_xml(msr, max_calls, &engine, &collector.realm());
+            let xml = agent_xml(msr, max_calls, &engine, &collector.realm(), engine_probe);
             agents.insert(msr, Agent::start_xml(dir.path(), msr, &xml));
             engines.insert(msr, engine);
         }
@@ -728,5 +750,162 @@ async fn a_silent_rtpengine_is_reported_full_and_refusals_reach_the_caller() {
             &[("outcome", "msr_overloaded")]
         ),
         Some(f64::from(REFUSED))
+    );
+}
+
+/// Legs the collector moved to `msr` in `m` after another MSR failed them
+/// (SPEC §14).
+fn reanchored(m: &prometheus_parse::Scrape, msr: &str) -> u64 {
+    sample(
+        m,
+        "msr_collector_msr_selections_total",
+        &[("msr", msr), ("leg", "reanchored")],
+    )
+    .map_or(0, |v| v as u64)
+}
+
+/// Waits until `msr`'s health in `msrctl resource list --json` is
+/// `health`.
+async fn wait_health(r: &Relays, msr: &str, health: &str) {
+    let seen = wait_for(Duration::from_secs(10), || async {
+        (health_of(&r.collector, msr).as_deref() == Some(health)).then_some(())
+    })
+    .await;
+    assert!(
+        seen.is_some(),
+        "{msr} never {health}: {}\n{}",
+        r.collector.msrctl_json(&["resource", "list"]),
+        r.agents[msr].log_text()
+    );
+}
+
+/// Waits until no leg is live (`msrctl leg list`).
+async fn wait_no_leg(r: &Relays) {
+    let none = wait_for(Duration::from_secs(20), || async {
+        (r.collector.msrctl_json(&["leg", "list"])["total"] == 0).then_some(())
+    })
+    .await;
+    assert!(
+        none.is_some(),
+        "legs left live: {}\n{}",
+        r.collector.msrctl_json(&["leg", "list"]),
+        r.kamailio.log_text()
+    );
+}
+
+/// Path C fails over (SPEC §14) with real rtpengines, each agent's ng
+/// probe on: 12 calls held 15 s over the three relays (2 / 4 / 6 by
+/// capacity), then `rtpe_3` hangs (SIGSTOP: its ng port takes every
+/// offer and answers none) and 45 calls at 15/s follow, each held 1 s.
+/// The hung relay, as roomy as the others then and gaining no leg, is the
+/// `pooled` policy's next choice until the collector takes it out.
+///
+/// * Every call placed after the hang completes: each offer the hung
+///   relay got (Kamailio's `rtpengine_offer` timed out, or the module had
+///   set the relay aside after a timeout) was reported `failure=error`
+///   and went on to the relay the collector answered next
+///   (`leg: reanchored`).
+/// * `rtpe_3` ends `engine_down` in `msrctl resource list --json`: its
+///   agent's probe stopped getting answers, and 3 errors within 10 s
+///   take an MSR out too; the offers it got are the few placed before
+///   either reached the collector.
+/// * The held calls, those on the hung relay too (their BYE's
+///   `rtpengine_delete` fails and the BYE goes on), end with their BYEs:
+///   no leg is left live, the relays still running hold no session, and
+///   each relayed exactly the legs the collector placed on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offer_a_hung_rtpengine_does_not_take_fails_over_to_another() {
+    let r = Relays::start_with(&FAILOVER_PORTS, "ng").await;
+    let [held_media, after_media, _] = FAILOVER_PORTS.callers;
+
+    const HELD: u64 = 12;
+    let held = tokio::spawn(r.calls(HELD as u32, 30, 15_000, held_media));
+    let up = wait_for(Duration::from_secs(20), || async {
+        let total: u64 = r.sessions().values().map(|(own, _)| own).sum();
+        (total == HELD).then_some(())
+    })
+    .await;
+    assert!(up.is_some(), "12 held calls up: {:?}", r.sessions());
+    let shares = r.reports_follow_sessions("held calls").await;
+    assert!(shares["rtpe_3"] > 0, "rtpe_3 holds calls: {shares:?}");
+
+    let before = scrape(r.http_port).await;
+    r.engines["rtpe_3"].freeze();
+    const AFTER: u64 = 45;
+    // Every one must succeed (`calls` checks SIPp's count).
+    r.calls(AFTER as u32, 15, 1000, after_media).await;
+
+    let m = scrape(r.http_port).await;
+    let offered = new_legs(&m, "rtpe_3") - new_legs(&before, "rtpe_3");
+    let errors = core_failures(&m, "rtpe_3", "engine_error");
+    let moved: u64 = ["rtpe_1", "rtpe_2"]
+        .iter()
+        .map(|msr| reanchored(&m, msr) - reanchored(&before, msr))
+        .sum();
+    eprintln!(
+        "the hung rtpengine got {offered} offers after it hung: {errors} errors reported, \
+         {moved} legs moved to another relay"
+    );
+    assert!(
+        offered >= 1,
+        "the hung relay, the pooled policy's next choice, got no offer:\n{}",
+        r.kamailio.log_text()
+    );
+    assert_eq!(errors, offered, "each offer it got was reported an error");
+    assert_eq!(moved, offered, "each of its legs went on to another relay");
+    // Kamailio's two workers ask in turn, and each failure is counted
+    // before its worker's next question: the third error, or the probe's
+    // `engine: down` before it, takes it out, with at most the other
+    // worker's offer under way.
+    assert!(offered <= 4, "{offered} offers reached the hung relay");
+    assert_eq!(
+        ["rtpe_1", "rtpe_2"]
+            .iter()
+            .map(|msr| placed(&m, msr) - placed(&before, msr))
+            .sum::<u64>(),
+        AFTER,
+        "the calls placed after the hang are on the running relays"
+    );
+    wait_health(&r, "rtpe_3", "engine_down").await;
+    assert!(
+        r.agents["rtpe_3"]
+            .log_text()
+            .contains("stopped answering its probe"),
+        "{}",
+        r.agents["rtpe_3"].log_text()
+    );
+
+    held.await.expect("held calls");
+    wait_no_leg(&r).await;
+    let ended = wait_for(Duration::from_secs(10), || async {
+        let s: Vec<(u64, u64)> = ["rtpe_1", "rtpe_2"]
+            .iter()
+            .map(|msr| r.engines[msr].sessions().unwrap_or((u64::MAX, 0)))
+            .collect();
+        s.iter().all(|(own, _)| *own == 0).then_some(s)
+    })
+    .await
+    .unwrap_or_else(|| {
+        panic!(
+            "sessions left after the BYEs: {:?} {:?}",
+            r.engines["rtpe_1"].call_ids(),
+            r.engines["rtpe_2"].call_ids()
+        )
+    });
+    let m = scrape(r.http_port).await;
+    for (msr, (_, managed)) in ["rtpe_1", "rtpe_2"].iter().zip(&ended) {
+        assert_eq!(*managed, placed(&m, msr), "{msr}: calls relayed vs placed");
+    }
+    assert_eq!(
+        health_of(&r.collector, "rtpe_3").as_deref(),
+        Some("engine_down"),
+        "a hung relay stays out"
+    );
+    let mut callee = r.callee;
+    let screen = callee.finish(Duration::from_secs(10));
+    assert_eq!(
+        sipp_total(&screen, "Successful call"),
+        Some(HELD + AFTER),
+        "{screen}"
     );
 }
