@@ -66,6 +66,13 @@ const FAILOVER_PORTS: Ports = Ports {
     callers: [62500, 62600, 62900],
 };
 
+/// 63 calls, about 15 at once on one rtpengine.
+const DRAIN_PORTS: Ports = Ports {
+    engines: [(63000, 63399), (63400, 63799), (63800, 64199)],
+    callee: 64200,
+    callers: [64500, 64700, 65000],
+};
+
 /// The agent config of an rtpengine host: its ng address as `<transport>`
 /// and `<pbyte><mcc>`, the `rtpengine` calls source, `load-sensor="calls"`
 /// (the shares below are of sessions, not of the CPU the relays use), and
@@ -906,6 +913,167 @@ async fn an_offer_a_hung_rtpengine_does_not_take_fails_over_to_another() {
     assert_eq!(
         sipp_total(&screen, "Successful call"),
         Some(HELD + AFTER),
+        "{screen}"
+    );
+}
+
+/// An rtpengine drained through its agent (SPEC §14:
+/// `msr-agent --control-socket PATH drain --exit-when-empty --wait`)
+/// while calls run, each agent's ng probe on: 18 calls held 12 s over the
+/// three relays (3 / 6 / 9 by capacity), then `rtpe_3`'s agent drained.
+///
+/// * The collector shows `rtpe_3` `draining`, and 45 calls at 15/s all go
+///   to the two others: rtpengine's own `list` of `rtpe_3` holds its held
+///   calls and no other, and their RTP keeps flowing both ways through it
+///   (`query`: more packets from each party).
+/// * The agent runs on while its rtpengine has sessions; once the held
+///   calls' BYEs have emptied it, and its `sessionsown` has been 0 for
+///   2 s, it exits 0 and the waiting `drain` returns 0.
+/// * `rtpe_3` relayed its held calls and nothing else; no leg is left
+///   live, and every call succeeded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_rtpengine_drained_through_its_agent_keeps_its_calls_and_its_agent_exits_when_empty() {
+    let mut r = Relays::start_with(&DRAIN_PORTS, "ng").await;
+    let [held_media, more_media, _] = DRAIN_PORTS.callers;
+
+    const HELD: u64 = 18;
+    let held = tokio::spawn(r.calls(HELD as u32, 30, 12_000, held_media));
+    let up = wait_for(Duration::from_secs(20), || async {
+        let total: u64 = r.sessions().values().map(|(own, _)| own).sum();
+        (total == HELD).then_some(())
+    })
+    .await;
+    assert!(up.is_some(), "18 held calls up: {:?}", r.sessions());
+    r.reports_follow_sessions("held calls").await;
+    let kept = r.calls_by_engine()["rtpe_3"].clone();
+    assert!(!kept.is_empty(), "rtpe_3 holds calls");
+    let packets = |ids: &BTreeSet<String>| -> Vec<(String, i64)> {
+        ids.iter()
+            .flat_map(|id| r.engines["rtpe_3"].rtp_packets(id).unwrap_or_default())
+            .collect()
+    };
+    let rtp_before = wait_for(Duration::from_secs(10), || async {
+        let p = packets(&kept);
+        (p.len() == 2 * kept.len() && p.iter().all(|(_, n)| *n > 0)).then_some(p)
+    })
+    .await
+    .unwrap_or_else(|| panic!("rtp both ways of rtpe_3's calls: {:?}", packets(&kept)));
+
+    // The drain, as a maintenance script runs it: it returns once the
+    // agent has exited.
+    let waiter = {
+        let socket = r.agents["rtpe_3"].control_socket();
+        std::thread::spawn(move || {
+            std::process::Command::new(system_tests::bin_path("msr-agent"))
+                .arg("--control-socket")
+                .arg(socket)
+                .args(["drain", "--exit-when-empty", "--wait", "--timeout", "60"])
+                .output()
+        })
+    };
+    wait_health(&r, "rtpe_3", "draining").await;
+
+    let before = scrape(r.http_port).await;
+    const MORE: u64 = 45;
+    r.calls(MORE as u32, 15, 500, more_media).await;
+    let after = scrape(r.http_port).await;
+    assert_eq!(
+        new_legs(&after, "rtpe_3"),
+        new_legs(&before, "rtpe_3"),
+        "a draining msr gets no new call"
+    );
+    assert_eq!(
+        ["rtpe_1", "rtpe_2"]
+            .iter()
+            .map(|m| new_legs(&after, m) - new_legs(&before, m))
+            .sum::<u64>(),
+        MORE
+    );
+    assert_eq!(
+        r.calls_by_engine()["rtpe_3"],
+        kept,
+        "the draining rtpengine keeps its calls and takes no new one"
+    );
+    let rtp_after = packets(&kept);
+    assert_eq!(rtp_after.len(), rtp_before.len());
+    for ((tag, old), (_, new)) in rtp_before.iter().zip(&rtp_after) {
+        assert!(
+            new > old,
+            "{tag}: its media still flows ({old} → {new} packets)"
+        );
+    }
+    let agent = r.agents.get_mut("rtpe_3").expect("rtpe_3's agent");
+    assert!(agent.running(), "the agent waits for its calls to end");
+
+    // The held calls end: rtpengine empties, the agent exits 2 s later.
+    held.await.expect("held calls");
+    let engine = &r.engines["rtpe_3"];
+    let empty = wait_for(Duration::from_secs(15), || {
+        let exited = agent
+            .child
+            .as_mut()
+            .and_then(|c| c.child.try_wait().ok().flatten());
+        let own = engine.sessions().map(|(own, _)| own).ok();
+        async move {
+            assert!(
+                exited.is_none(),
+                "the agent exited before rtpengine was empty"
+            );
+            (own == Some(0)).then(std::time::Instant::now)
+        }
+    })
+    .await
+    .unwrap_or_else(|| panic!("rtpe_3 never emptied: {:?}", engine.call_ids()));
+    let status = wait_for(Duration::from_secs(10), || {
+        let exited = agent
+            .child
+            .as_mut()
+            .and_then(|c| c.child.try_wait().ok().flatten());
+        async move { exited }
+    })
+    .await
+    .unwrap_or_else(|| panic!("the drained agent did not exit:\n{}", agent.log_text()));
+    let waited = empty.elapsed();
+    eprintln!("the drained agent exited {waited:?} after its rtpengine emptied");
+    assert_eq!(status.code(), Some(0), "{}", agent.log_text());
+    assert!(
+        waited >= Duration::from_millis(1500),
+        "exited {waited:?} after the last session ended, not 2 s"
+    );
+    assert!(
+        agent
+            .log_text()
+            .contains("drained: the media engine has had no session"),
+        "{}",
+        agent.log_text()
+    );
+    agent.child = None;
+    let out = waiter
+        .join()
+        .expect("waiter thread")
+        .expect("msr-agent drain --wait ran");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("drained: the agent has exited"), "{stdout}");
+
+    wait_no_leg(&r).await;
+    let sessions = r.sessions();
+    assert!(sessions.values().all(|(own, _)| *own == 0), "{sessions:?}");
+    assert_eq!(
+        sessions["rtpe_3"].1,
+        kept.len() as u64,
+        "rtpe_3 relayed its held calls and nothing else"
+    );
+    let mut callee = r.callee;
+    let screen = callee.finish(Duration::from_secs(10));
+    assert_eq!(
+        sipp_total(&screen, "Successful call"),
+        Some(HELD + MORE),
         "{screen}"
     );
 }
