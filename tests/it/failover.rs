@@ -97,7 +97,7 @@ async fn a_failed_msr_is_replaced_counted_against_and_the_attempts_are_bounded()
         collector.log_text()
     );
     let legs = collector.msrctl_json(&["leg", "list"]);
-    let listed = legs["legs"].as_array().cloned().unwrap_or_default();
+    let listed = legs["rows"].as_array().cloned().expect("leg list rows");
     assert!(listed.iter().all(|l| l["call_id"] != "f1"), "{legs}");
     // Bad input gets a clear error.
     let (status, bad) = select(port, "f2", "&failed=msr_1&failure=soon").await;
