@@ -3,9 +3,10 @@
 //! and its answer back. The drain state itself is the loop's
 //! ([`crate::drain::Drain`]).
 //!
-//! The socket is created at start; a file already there is taken over only
-//! when nothing answers on it (a stale socket of a killed agent), never
-//! from a running agent. A socket that cannot be had is logged, and the
+//! The socket is created at start; a socket file already there is taken
+//! over only when nothing answers on it (a stale socket of a killed
+//! agent), never from a running agent, and a file that is not a socket is
+//! never removed. A socket that cannot be had is logged, and the
 //! agent runs without one: a drain is a convenience, not a reason to stop
 //! reporting load.
 
@@ -48,8 +49,19 @@ pub(super) fn listen(path: &Path) -> Option<(mpsc::Receiver<ControlCommand>, Con
         warn!(socket = %path.display(), "another msr-agent answers on the control socket: this one runs without (see --control-socket)");
         return None;
     }
-    // Nothing answers: a stale file of an agent that was killed.
-    let _ = std::fs::remove_file(path);
+    // Nothing answers: a stale socket of an agent that was killed is
+    // removed. Anything else at the path (a config file named by mistake
+    // in --control-socket) is the operator's and stays.
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if std::os::unix::fs::FileTypeExt::is_socket(&meta.file_type()) => {
+            let _ = std::fs::remove_file(path);
+        }
+        Ok(_) => {
+            warn!(socket = %path.display(), "the control socket's path is taken by a file that is not a socket: this agent runs without one (see --control-socket)");
+            return None;
+        }
+        Err(_) => {}
+    }
     let listener = match UnixListener::bind(path) {
         Ok(l) => l,
         Err(e) => {
@@ -92,10 +104,14 @@ async fn accept(listener: UnixListener, commands: mpsc::Sender<ControlCommand>) 
 
 async fn serve(stream: UnixStream, commands: mpsc::Sender<ControlCommand>) {
     let (read, mut write) = stream.into_split();
-    let mut line = String::new();
+    let mut bytes = Vec::new();
     let mut reader = BufReader::new(read.take(MAX_LINE as u64));
-    let answer = match tokio::time::timeout(REQUEST_TIMEOUT, reader.read_line(&mut line)).await {
-        Ok(Ok(_)) => match ControlRequest::parse(&line) {
+    let read = tokio::time::timeout(REQUEST_TIMEOUT, reader.read_until(b'\n', &mut bytes)).await;
+    let answer = match read {
+        // Bytes that are not UTF-8 are refused like any unknown request:
+        // the client learns what is accepted rather than seeing the
+        // connection close without a word.
+        Ok(Ok(_)) => match ControlRequest::parse(&String::from_utf8_lossy(&bytes)) {
             Ok(request) => {
                 let (reply, answer) = oneshot::channel();
                 if commands
@@ -120,4 +136,36 @@ async fn serve(stream: UnixStream, commands: mpsc::Sender<ControlCommand>) {
     };
     let _ = write.write_all(format!("{answer}\n").as_bytes()).await;
     let _ = write.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_file_that_is_not_a_socket_is_left_alone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("agent.xml");
+        std::fs::write(&path, "<config/>").expect("write");
+        assert!(listen(&path).is_none());
+        assert_eq!(
+            std::fs::read_to_string(&path).ok().as_deref(),
+            Some("<config/>")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stale_socket_is_taken_over_and_bytes_not_utf8_get_an_answer() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("control.sock");
+        drop(std::os::unix::net::UnixListener::bind(&path).expect("bind"));
+        let Some((_commands, _guard)) = listen(&path) else {
+            panic!("the stale socket was not taken over");
+        };
+        let mut stream = UnixStream::connect(&path).await.expect("connect");
+        stream.write_all(b"\xff\xfe\n").await.expect("write");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.expect("read");
+        assert!(answer.starts_with("error unknown request"), "{answer:?}");
+    }
 }
