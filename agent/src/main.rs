@@ -129,7 +129,12 @@ fn control_command(command: &Command, socket: &std::path::Path) -> ExitCode {
             wait: true,
             timeout,
             exit_when_empty,
-        } => wait_drained(socket, *exit_when_empty, timeout.map(Duration::from_secs)),
+        } => wait_drained(
+            socket,
+            *exit_when_empty,
+            timeout.map(Duration::from_secs),
+            answer,
+        ),
         _ => ExitCode::SUCCESS,
     }
 }
@@ -148,10 +153,21 @@ fn describe(answer: &ControlAnswer) -> String {
 }
 
 /// `drain --wait`: until drained (and gone, with `--exit-when-empty`).
-fn wait_drained(socket: &std::path::Path, exit: bool, timeout: Option<Duration>) -> ExitCode {
+/// `first` is the agent's answer to the drain request.
+fn wait_drained(
+    socket: &std::path::Path,
+    exit: bool,
+    timeout: Option<Duration>,
+    first: ControlAnswer,
+) -> ExitCode {
     let start = std::time::Instant::now();
     let mut last_print = start;
-    let mut left = None;
+    let mut left = Some(first.calls);
+    // With --exit-when-empty the agent's exit is the success, but only
+    // once its engine was seen empty: an agent killed or stopped with
+    // sessions left did not drain, and a script that restarts the engine
+    // next (SPEC §14) must not run.
+    let mut seen_empty = first.drained || first.calls == 0;
     loop {
         match control::ask(socket, ControlRequest::Status) {
             Ok(answer) if answer.service != Service::Draining => {
@@ -164,6 +180,7 @@ fn wait_drained(socket: &std::path::Path, exit: bool, timeout: Option<Duration>)
             }
             Ok(answer) => {
                 left = Some(answer.calls);
+                seen_empty = answer.drained || answer.calls == 0;
                 if last_print.elapsed() >= Duration::from_secs(1) {
                     last_print = std::time::Instant::now();
                     if answer.drained {
@@ -175,9 +192,16 @@ fn wait_drained(socket: &std::path::Path, exit: bool, timeout: Option<Duration>)
             }
             // Shutting down after the drain: wait for it to be gone.
             Err(ControlError::Refused(_)) if exit => {}
-            Err(e) if exit && e.is_not_running() => {
+            Err(e) if exit && e.is_not_running() && seen_empty => {
                 println!("drained: the agent has exited");
                 return ExitCode::SUCCESS;
+            }
+            Err(e) if exit && e.is_not_running() => {
+                let left = left.map_or_else(|| "unknown".to_owned(), |n| n.to_string());
+                eprintln!(
+                    "msr-agent: the agent stopped before it was drained ({left} sessions left at its last answer): {e}"
+                );
+                return ExitCode::FAILURE;
             }
             Err(e) => {
                 eprintln!("msr-agent: {e}");

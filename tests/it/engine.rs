@@ -234,3 +234,56 @@ async fn drain_with_exit_when_empty_exits_0_once_the_engine_is_empty() {
     assert!(out.contains("drained: the agent has exited"), "{out}");
     agent.child = None;
 }
+
+/// `msr-agent drain --exit-when-empty --wait` whose agent dies with
+/// sessions left (kill -9, an operator's stop): the agent's exit is not
+/// the drain's end, so the command fails and says how many were left (a
+/// script that restarts the engine next must not run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_wait_fails_when_the_agent_dies_with_sessions_left() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = AgentSpec {
+        accounts: vec![AccountSpec {
+            msr: "msr_1".into(),
+            realm: format!("sip:127.0.0.1:{}", free_udp_port()),
+        }],
+        ..AgentSpec::default()
+    };
+    let mut agent = AgentProcess::start(dir.path(), "msr", &spec, 3);
+    let socket = agent.control_socket();
+    let answering = wait_for(Duration::from_secs(10), || {
+        let ok = agent.command(&["status"]).0 == Some(0);
+        async move { ok.then_some(()) }
+    })
+    .await;
+    assert!(answering.is_some(), "no agent at {}", socket.display());
+    let waiter = std::process::Command::new(system_tests::bin_path("msr-agent"))
+        .args(["drain", "--exit-when-empty", "--wait", "--timeout", "30"])
+        .arg("--control-socket")
+        .arg(&socket)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("msr-agent drain --wait");
+    let draining = wait_for(Duration::from_secs(5), || {
+        let (_, out, _) = agent.command(&["status"]);
+        async move { out.contains("service: draining").then_some(()) }
+    })
+    .await;
+    assert!(draining.is_some(), "the drain started");
+    agent.kill9();
+    let waited = waiter.wait_with_output().expect("drain --wait ended");
+    let (out, err) = (
+        String::from_utf8_lossy(&waited.stdout),
+        String::from_utf8_lossy(&waited.stderr),
+    );
+    assert_eq!(waited.status.code(), Some(1), "{out}{err}");
+    assert!(!out.contains("drained"), "{out}");
+    // Killed between two questions: the next finds no agent; killed
+    // during one: its connection breaks. Either way an error, no success.
+    assert!(
+        err.contains("stopped before it was drained (3 sessions left")
+            || err.contains("control socket"),
+        "{err}"
+    );
+}
