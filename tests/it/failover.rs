@@ -181,6 +181,8 @@ async fn msrctl_drain_wait_returns_when_the_last_leg_and_engine_call_ended() {
     // An unknown MSR is refused, not "drained".
     let (ok, _, err) = collector.msrctl(&["msr", "drain", "msr_9", "--wait"]);
     assert!(!ok && err.contains("msr_9"), "{err}");
+    let (ok, _, err) = collector.msrctl(&["msr", "undrain", "msr_9"]);
+    assert!(!ok && err.contains("no msr `msr_9`"), "{err}");
 
     let mut drain = std::process::Command::new(bin_path("msrctl"))
         .arg("--socket")

@@ -85,6 +85,19 @@ pub(super) fn run(socket: &Path, msr: &str, wait: bool, timeout: Option<Duration
     }
 }
 
+/// Checks, before `msrctl msr undrain NAME`, that the collector knows
+/// `msr`: like a drain, an undrain of a typo must not read as success.
+/// `Err` is the exit code, the error printed.
+pub(super) fn check_known(socket: &Path, msr: &str) -> Result<(), i32> {
+    match info(socket, msr)? {
+        Some(_) => Ok(()),
+        None => {
+            eprintln!("error: no msr `{msr}` is known to this collector (see msrctl msr list)");
+            Err(EXIT_REFUSED)
+        }
+    }
+}
+
 /// `msr`'s row of `msr list`, `None` when the collector does not list it.
 fn info(socket: &Path, msr: &str) -> Result<Option<MsrInfo>, i32> {
     match call(socket, &Request::MsrList {}) {

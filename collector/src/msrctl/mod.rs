@@ -164,6 +164,11 @@ pub fn run(args: Vec<OsString>) -> i32 {
             timeout.map(Duration::from_secs),
         );
     }
+    if let Command::Msr(MsrCommand::Undrain { name }) = &cli.command {
+        if let Err(code) = drain::check_known(&cli.socket_path(), name) {
+            return code;
+        }
+    }
     let request = cli.command.to_request();
     let response = match call(&cli.socket_path(), &request) {
         Ok(response) => response,
