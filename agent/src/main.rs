@@ -99,6 +99,24 @@ fn run_agent(
     })
 }
 
+/// Prints a line of a control command's output. A reader that went away
+/// (`msr-agent status | head -1`) is no reason to panic: the line is
+/// dropped, and the command's exit status still says how it went.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// [`say!`] for stderr.
+macro_rules! esay {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 /// How often `drain --wait` asks the agent.
 const WAIT_POLL: Duration = Duration::from_millis(250);
 
@@ -119,11 +137,11 @@ fn control_command(command: &Command, socket: &std::path::Path) -> ExitCode {
     let answer = match control::ask(socket, request) {
         Ok(answer) => answer,
         Err(e) => {
-            eprintln!("msr-agent: {e}");
+            esay!("msr-agent: {e}");
             return ExitCode::FAILURE;
         }
     };
-    println!("{}", describe(&answer));
+    say!("{}", describe(&answer));
     match command {
         Command::Drain {
             wait: true,
@@ -171,11 +189,11 @@ fn wait_drained(
     loop {
         match control::ask(socket, ControlRequest::Status) {
             Ok(answer) if answer.service != Service::Draining => {
-                eprintln!("msr-agent: the drain was ended (undrain)");
+                esay!("msr-agent: the drain was ended (undrain)");
                 return ExitCode::FAILURE;
             }
             Ok(answer) if answer.drained && !exit => {
-                println!("drained: the engine has no session");
+                say!("drained: the engine has no session");
                 return ExitCode::SUCCESS;
             }
             Ok(answer) => {
@@ -184,34 +202,34 @@ fn wait_drained(
                 if last_print.elapsed() >= Duration::from_secs(1) {
                     last_print = std::time::Instant::now();
                     if answer.drained {
-                        println!("drained: waiting for the agent to exit");
+                        say!("drained: waiting for the agent to exit");
                     } else {
-                        println!("draining: {} sessions left", answer.calls);
+                        say!("draining: {} sessions left", answer.calls);
                     }
                 }
             }
             // Shutting down after the drain: wait for it to be gone.
             Err(ControlError::Refused(_)) if exit => {}
             Err(e) if exit && e.is_not_running() && seen_empty => {
-                println!("drained: the agent has exited");
+                say!("drained: the agent has exited");
                 return ExitCode::SUCCESS;
             }
             Err(e) if exit && e.is_not_running() => {
                 let left = left.map_or_else(|| "unknown".to_owned(), |n| n.to_string());
-                eprintln!(
+                esay!(
                     "msr-agent: the agent stopped before it was drained ({left} sessions left at its last answer): {e}"
                 );
                 return ExitCode::FAILURE;
             }
             Err(e) => {
-                eprintln!("msr-agent: {e}");
+                esay!("msr-agent: {e}");
                 return ExitCode::FAILURE;
             }
         }
         if let Some(limit) = timeout {
             if start.elapsed() >= limit {
                 let left = left.map_or_else(|| "unknown".to_owned(), |n| n.to_string());
-                eprintln!(
+                esay!(
                     "msr-agent: not drained within {} s ({left} sessions left); the drain goes on (msr-agent undrain ends it)",
                     limit.as_secs()
                 );

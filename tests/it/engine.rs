@@ -257,6 +257,19 @@ async fn drain_wait_fails_when_the_agent_dies_with_sessions_left() {
     })
     .await;
     assert!(answering.is_some(), "no agent at {}", socket.display());
+    // A reader that goes away before the answer is printed
+    // (`msr-agent status | head -1`) makes no panic.
+    let piped = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "(sleep 0.5; '{}' status --control-socket '{}') | true",
+            system_tests::bin_path("msr-agent").display(),
+            socket.display()
+        ))
+        .output()
+        .expect("sh");
+    let err = String::from_utf8_lossy(&piped.stderr);
+    assert!(!err.contains("panicked"), "{err}");
     let waiter = std::process::Command::new(system_tests::bin_path("msr-agent"))
         .args(["drain", "--exit-when-empty", "--wait", "--timeout", "30"])
         .arg("--control-socket")
