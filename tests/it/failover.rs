@@ -183,6 +183,19 @@ async fn msrctl_drain_wait_returns_when_the_last_leg_and_engine_call_ended() {
     assert!(!ok && err.contains("msr_9"), "{err}");
     let (ok, _, err) = collector.msrctl(&["msr", "undrain", "msr_9"]);
     assert!(!ok && err.contains("no msr `msr_9`"), "{err}");
+    // A reader that goes away before the answer is printed (`msrctl msr
+    // list | head -1`) makes no panic.
+    let piped = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "(sleep 0.5; '{}' --socket '{}' msr list) | true",
+            bin_path("msrctl").display(),
+            collector.socket.display()
+        ))
+        .output()
+        .expect("sh");
+    let err = String::from_utf8_lossy(&piped.stderr);
+    assert!(!err.contains("panicked"), "{err}");
 
     let mut drain = std::process::Command::new(bin_path("msrctl"))
         .arg("--socket")

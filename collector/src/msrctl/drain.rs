@@ -41,9 +41,9 @@ pub(super) fn run(socket: &Path, msr: &str, wait: bool, timeout: Option<Duration
         }
     }
     if !wait {
-        println!(
-            "{msr}: draining (no new legs); `msrctl msr drain {msr} --wait` shows when it is empty"
-        );
+        super::put(&format!(
+            "{msr}: draining (no new legs); `msrctl msr drain {msr} --wait` shows when it is empty\n"
+        ));
         return 0;
     }
     let started = Instant::now();
@@ -53,14 +53,16 @@ pub(super) fn run(socket: &Path, msr: &str, wait: bool, timeout: Option<Duration
             Ok(Some(info)) => info,
             // Gone from the collector's view: nothing is left on it.
             Ok(None) => {
-                println!("{msr}: drained (no longer known to the collector)");
+                super::put(&format!(
+                    "{msr}: drained (no longer known to the collector)\n"
+                ));
                 return 0;
             }
             Err(code) => return code,
         };
         let line = progress(&info);
         if info.drain == Some(DrainState::Drained) {
-            println!("{line}");
+            super::put(&format!("{line}\n"));
             return 0;
         }
         if !info.active {

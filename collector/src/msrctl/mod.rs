@@ -178,9 +178,20 @@ pub fn run(args: Vec<OsString>) -> i32 {
         }
     };
     let out = output(&cli.command, cli.json, &response);
-    print!("{}", out.stdout);
-    eprint!("{}", out.stderr);
+    put(&out.stdout);
+    {
+        use std::io::Write as _;
+        let _ = std::io::stderr().lock().write_all(out.stderr.as_bytes());
+    }
     out.code
+}
+
+/// Writes `text` to stdout. A reader that went away (`msrctl msr list |
+/// head -1`) is no reason to panic: the rest is dropped, and the exit
+/// status still says how the request went.
+fn put(text: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }
 
 #[cfg(test)]
