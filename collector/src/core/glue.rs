@@ -119,12 +119,22 @@ impl Collector {
         if self.drains.is_empty() {
             return;
         }
-        let (table, legs, operator, events) =
-            (&self.table, &self.legs, &self.operator, &mut self.events);
+        let (table, legs, operator, registrar, events) = (
+            &self.table,
+            &self.legs,
+            &self.operator,
+            &self.registrar,
+            &mut self.events,
+        );
         self.drains.check(
             |msr| {
                 let (own, calls) = table.drain_inputs(msr).unwrap_or((false, None));
-                Some((!operator.is_active(msr) || own, legs.on_msr(msr), calls))
+                Some((
+                    !operator.is_active(msr) || own,
+                    legs.on_msr(msr),
+                    calls,
+                    registrar.is_registered(msr),
+                ))
             },
             |event| events.push_back(Event::Drain(event)),
         );

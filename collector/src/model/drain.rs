@@ -20,12 +20,27 @@ use crate::operator::names::MsrName;
 
 /// The drain state of an MSR that takes no new legs (`wants_drain`) with
 /// `live_legs` legs of this collector on it and `engine_calls` calls in its
-/// engine's last report (`None`: no report); `None` for an MSR in service.
-pub fn state(wants_drain: bool, live_legs: u32, engine_calls: Option<u32>) -> Option<DrainState> {
+/// engine's last report (`None`: no report), `registered` or not; `None`
+/// for an MSR in service.
+///
+/// A registered MSR without a report has calls not known to be 0: it has
+/// just registered, or this collector just restarted with its bindings
+/// and no legs (SPEC §9: legs are not saved). `drained` then would tell
+/// an operator to stop an engine that may still carry calls (SPEC §14:
+/// both counts 0), so it stays `draining` until a report says 0. An MSR
+/// that is not registered reports nothing more: it is drained once this
+/// collector's legs on it ended.
+pub fn state(
+    wants_drain: bool,
+    live_legs: u32,
+    engine_calls: Option<u32>,
+    registered: bool,
+) -> Option<DrainState> {
     if !wants_drain {
         return None;
     }
-    if live_legs == 0 && engine_calls.unwrap_or(0) == 0 {
+    let engine_empty = engine_calls.map_or(!registered, |calls| calls == 0);
+    if live_legs == 0 && engine_empty {
         Some(DrainState::Drained)
     } else {
         Some(DrainState::Draining)
@@ -74,18 +89,19 @@ impl DrainWatch {
     }
 
     /// Looks at every watched MSR through `inputs` (whether it takes no new
-    /// legs, its live legs, its engine's calls; `None` when the collector
-    /// knows nothing of it any more) and reports what changed.
+    /// legs, its live legs, its engine's calls, whether it is registered;
+    /// `None` when the collector knows nothing of it any more) and reports
+    /// what changed.
     pub fn check(
         &mut self,
-        mut inputs: impl FnMut(&str) -> Option<(bool, u32, Option<u32>)>,
+        mut inputs: impl FnMut(&str) -> Option<(bool, u32, Option<u32>, bool)>,
         mut report: impl FnMut(DrainEvent),
     ) {
         self.watched.retain(|msr, seen| {
-            let Some((wants_drain, live_legs, engine_calls)) = inputs(msr) else {
+            let Some((wants_drain, live_legs, engine_calls, registered)) = inputs(msr) else {
                 return false;
             };
-            let now = state(wants_drain, live_legs, engine_calls);
+            let now = state(wants_drain, live_legs, engine_calls, registered);
             match (*seen, now) {
                 (None, None) => return false,
                 (Some(_), None) => {
@@ -115,11 +131,16 @@ mod tests {
 
     #[test]
     fn the_rule() {
-        assert_eq!(state(false, 0, Some(0)), None);
-        assert_eq!(state(true, 1, Some(0)), Some(DrainState::Draining));
-        assert_eq!(state(true, 0, Some(3)), Some(DrainState::Draining));
-        assert_eq!(state(true, 0, None), Some(DrainState::Drained));
-        assert_eq!(state(true, 0, Some(0)), Some(DrainState::Drained));
+        assert_eq!(state(false, 0, Some(0), true), None);
+        assert_eq!(state(true, 1, Some(0), true), Some(DrainState::Draining));
+        assert_eq!(state(true, 0, Some(3), true), Some(DrainState::Draining));
+        assert_eq!(state(true, 0, Some(0), true), Some(DrainState::Drained));
+        // Registered, no report yet (a restarted collector): not known
+        // to be empty.
+        assert_eq!(state(true, 0, None, true), Some(DrainState::Draining));
+        // Not registered: nothing more will be reported.
+        assert_eq!(state(true, 0, None, false), Some(DrainState::Drained));
+        assert_eq!(state(true, 1, None, false), Some(DrainState::Draining));
     }
 
     #[test]
@@ -128,11 +149,11 @@ mod tests {
         let msr = MsrName::test("msr_1");
         let mut events = Vec::new();
         watch.watch(&msr);
-        watch.check(|_| Some((true, 2, Some(5))), |e| events.push(e));
-        watch.check(|_| Some((true, 0, Some(1))), |e| events.push(e));
-        watch.check(|_| Some((true, 0, Some(0))), |e| events.push(e));
-        watch.check(|_| Some((true, 0, Some(0))), |e| events.push(e));
-        watch.check(|_| Some((false, 0, Some(0))), |e| events.push(e));
+        watch.check(|_| Some((true, 2, Some(5), true)), |e| events.push(e));
+        watch.check(|_| Some((true, 0, Some(1), true)), |e| events.push(e));
+        watch.check(|_| Some((true, 0, Some(0), true)), |e| events.push(e));
+        watch.check(|_| Some((true, 0, Some(0), true)), |e| events.push(e));
+        watch.check(|_| Some((false, 0, Some(0), true)), |e| events.push(e));
         assert_eq!(
             events,
             vec![
@@ -148,7 +169,7 @@ mod tests {
         assert!(watch.is_empty());
         // Watched, but in service: forgotten without a word.
         watch.watch(&msr);
-        watch.check(|_| Some((false, 3, None)), |e| events.push(e));
+        watch.check(|_| Some((false, 3, None, true)), |e| events.push(e));
         assert!(watch.is_empty());
         assert_eq!(events.len(), 3);
     }

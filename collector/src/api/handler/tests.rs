@@ -1641,3 +1641,39 @@ fn failover_requests_that_make_no_sense_get_clear_errors() {
     assert_eq!(placed.leg, Some(LegOutcome::New));
     assert_eq!(h.health.tripped_until("msr_1"), None);
 }
+
+/// SPEC §14: `drained` needs the engine's calls at 0. A registered MSR
+/// with no report yet (a collector restarted with its bindings and no
+/// legs) has calls not known to be 0: it stays `draining` until its
+/// report says 0.
+#[test]
+fn a_registered_msr_without_a_report_is_draining_not_drained() {
+    use msr_shared::admin::DrainState;
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.ok(declare("local"), now);
+    h.register("lo@msr_1", "msr_1", now);
+    h.ok(
+        Request::MsrSetActive {
+            msr: "msr_1".into(),
+            active: false,
+        },
+        now,
+    );
+    let drain_of = |h: &mut Harness| match h.ok(Request::MsrList {}, now) {
+        ResponseData::Msrs { msrs } => msrs
+            .into_iter()
+            .find(|m| m.name == "msr_1")
+            .and_then(|m| m.drain),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(drain_of(&mut h), Some(DrainState::Draining));
+    h.load(
+        LoadReport {
+            calls: 0,
+            ..half_loaded("msr_1")
+        },
+        now,
+    );
+    assert_eq!(drain_of(&mut h), Some(DrainState::Drained));
+}

@@ -177,7 +177,12 @@ pub(super) fn msr_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
         info.live_legs = ctx.legs.on_msr(&info.name);
         let (own_drain, calls) = ctx.table.drain_inputs(&info.name).unwrap_or((false, None));
         info.engine_calls = calls;
-        info.drain = crate::model::drain::state(!info.active || own_drain, info.live_legs, calls);
+        info.drain = crate::model::drain::state(
+            !info.active || own_drain,
+            info.live_legs,
+            calls,
+            info.registered,
+        );
     }
     for (name, age) in ctx.legs.oldest_per_msr(now) {
         if let Some(info) = msrs.get_mut(name) {
