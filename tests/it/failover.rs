@@ -99,6 +99,36 @@ async fn a_failed_msr_is_replaced_counted_against_and_the_attempts_are_bounded()
     let legs = collector.msrctl_json(&["leg", "list"]);
     let listed = legs["rows"].as_array().cloned().expect("leg list rows");
     assert!(listed.iter().all(|l| l["call_id"] != "f1"), "{legs}");
+    // The core released a live leg and its failover came after (another
+    // connection): nothing is placed, and the counts stay exact.
+    let (_, placed) = select(port, "f3", "").await;
+    let on = placed["msr"].as_str().expect("msr").to_owned();
+    let (status, _) = http(
+        port,
+        "POST",
+        "/v1/release",
+        "Content-Type: application/json\r\n",
+        "{\"call_id\":\"f3\"}",
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, late) = select(port, "f3", &format!("&failed={on}&failure=503")).await;
+    assert_eq!(
+        (status, late["code"].as_str()),
+        (409, Some("leg_released")),
+        "{late}"
+    );
+    let legs = collector.msrctl_json(&["leg", "list"]);
+    let rows = legs["rows"].as_array().cloned().expect("leg list rows");
+    assert!(rows.iter().all(|l| l["call_id"] != "f3"), "{legs}");
+    let msrs = collector.msrctl_json(&["msr", "list"]);
+    let on_msrs: u64 = msrs["msrs"]
+        .as_array()
+        .expect("msr list")
+        .iter()
+        .map(|m| m["live_legs"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(Some(on_msrs), legs["total"].as_u64(), "{msrs}\n{legs}");
     // Bad input gets a clear error.
     let (status, bad) = select(port, "f2", "&failed=msr_1&failure=soon").await;
     assert_eq!(

@@ -495,6 +495,22 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
                         ),
                     );
                 }
+                // The core released this live leg before its failover
+                // came (another connection, a CANCEL racing the engine's
+                // failure): placing it anew would leak it (SPEC §9, §14).
+                if failover.is_some() && ctx.legs.get(now, key).is_none() {
+                    if let Some(at) = ctx.legs.released_by_core(now, key) {
+                        let ago = now.saturating_duration_since(at).as_secs();
+                        return Response::error(
+                            ErrorCode::LegReleased,
+                            format!(
+                                "leg {} was released {ago} s ago: a failover for it within {} s of its release places nothing",
+                                leg_name(key),
+                                crate::model::legs::EARLY_RELEASE_MEMORY.as_secs()
+                            ),
+                        );
+                    }
+                }
                 if let Some(f) = &failover {
                     let attempts = ctx.defaults.selection.failover_attempts;
                     let refused =
@@ -548,6 +564,9 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
             let released = ctx.legs.release_at(now, &call_id, leg.as_deref(), |msr| {
                 table.note_ended(msr, now)
             });
+            if released > 0 {
+                ctx.legs.note_core_release(now, &call_id, leg.as_deref());
+            }
             Response::Ok(ResponseData::Released(Released {
                 call_id,
                 leg,

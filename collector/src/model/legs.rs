@@ -206,6 +206,8 @@ pub struct LegTable {
     /// `(when, Call-ID)` of each entry of `early`, oldest first.
     early_order: VecDeque<(Instant, Box<str>)>,
     early_len: usize,
+    /// The core's releases of live legs, for a failover they overtook.
+    recent: recent::RecentReleases,
     /// Expired legs not reported yet, and the first one's Call-ID.
     expired_unreported: u64,
     expired_sample: Option<Box<str>>,
@@ -238,6 +240,7 @@ impl LegTable {
             early: HashMap::new(),
             early_order: VecDeque::new(),
             early_len: 0,
+            recent: recent::RecentReleases::default(),
             expired_unreported: 0,
             expired_sample: None,
             expiry_reported_at: None,
@@ -379,6 +382,7 @@ impl LegTable {
     /// each expired leg's MSR (its estimate no longer counts it, SPEC §10).
     pub fn handle_timeout_with(&mut self, now: Instant, mut on_expire: impl FnMut(&str)) -> usize {
         self.forget_early(now);
+        self.forget_recent(now);
         let mut expired = 0;
         while let Some(&(at, slot, generation)) = self.expiries.front() {
             if at > now {
@@ -563,6 +567,8 @@ impl LegTable {
 
 mod early;
 mod names;
+mod recent;
+pub use recent::MAX_RECENT_RELEASES;
 mod slab;
 use names::Names;
 

@@ -1677,3 +1677,48 @@ fn a_registered_msr_without_a_report_is_draining_not_drained() {
     );
     assert_eq!(drain_of(&mut h), Some(DrainState::Drained));
 }
+
+/// SPEC §14 with §9: a failover that the core's release of the same live
+/// leg overtook (two connections, a CANCEL racing the engine's failure)
+/// places nothing, or the leg would live until its maximum duration; a
+/// release of the whole Call-ID covers each labelled leg.
+#[test]
+fn a_failover_after_the_release_of_its_live_leg_places_nothing() {
+    let now = Instant::now();
+    let mut h = three_msrs(now);
+    let first = selected(h.ok(leg_select("c1", None, None), now));
+    h.ok(
+        Request::Release {
+            call_id: "c1".into(),
+            leg: None,
+        },
+        now,
+    );
+    let late = failover_select("c1", &[first.msr.as_str()], Some("503"));
+    assert_eq!(h.err(late, now), ErrorCode::LegReleased);
+    assert!(live_legs(&mut h, now).iter().all(|(_, n)| *n == 0));
+
+    for label in ["a", "b"] {
+        h.ok(leg_select("c2", Some(label), None), now);
+    }
+    h.ok(
+        Request::Release {
+            call_id: "c2".into(),
+            leg: None,
+        },
+        now,
+    );
+    let late = Request::Select(SelectQuery {
+        call_id: Some("c2".into()),
+        leg: Some("a".into()),
+        failed: vec!["msr_1".into()],
+        ..SelectQuery::new("default", "local")
+    });
+    assert_eq!(h.err(late, now), ErrorCode::LegReleased);
+    assert!(live_legs(&mut h, now).iter().all(|(_, n)| *n == 0));
+    // After the memory, a failover for a Call-ID with no live leg places
+    // it anew (SPEC §14: another collector's leg, a restart).
+    let later = now + crate::model::legs::EARLY_RELEASE_MEMORY;
+    let placed = selected(h.ok(failover_select("c1", &[first.msr.as_str()], None), later));
+    assert_eq!(placed.leg, Some(LegOutcome::New));
+}
