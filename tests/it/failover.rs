@@ -89,7 +89,12 @@ async fn a_failed_msr_is_replaced_counted_against_and_the_attempts_are_bounded()
         collector
             .wait_log(
                 0,
-                &["selection refused", "code=\"msr_unavailable\"", "attempts"],
+                &[
+                    "selection refused",
+                    "code=\"msr_unavailable\"",
+                    "reason=",
+                    "attempts"
+                ],
                 Duration::from_secs(5)
             )
             .await,

@@ -1062,6 +1062,18 @@ async fn an_rtpengine_drained_through_its_agent_keeps_its_calls_and_its_agent_ex
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("drained: the agent has exited"), "{stdout}");
+    // A planned stop after a drain is no outage (SPEC §14): the MSR is
+    // listed gone, but not as gone while serving (no MsrGone).
+    let gone = system_tests::wait_for(Duration::from_secs(10), || {
+        let list = r.collector.msrctl_json(&["msr", "list"]);
+        let row = list["msrs"]
+            .as_array()
+            .and_then(|a| a.iter().find(|m| m["name"] == "rtpe_3").cloned());
+        async move { row.filter(|m| m.get("gone_cause").is_some()) }
+    })
+    .await
+    .expect("rtpe_3 listed as gone once its agent unregistered");
+    assert!(gone.get("gone_while_serving").is_none(), "{gone}");
 
     wait_no_leg(&r).await;
     let sessions = r.sessions();

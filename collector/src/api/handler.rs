@@ -719,7 +719,13 @@ fn run_select(
             // Failover found no MSR left: the leg has nowhere to be.
             (Some(f), Some(key)) => {
                 failover::release(ctx.legs, ctx.table, key, query.now);
-                let mut response = failover::refusal(f, key, &refusal_message(refusal, &query));
+                // The select's own reason speaks of the zone as a whole;
+                // here the failed MSRs were left out first.
+                let why = match refusal {
+                    Refusal::MsrOverloaded | Refusal::UnknownSite => refusal_message(refusal, &query),
+                    Refusal::MsrNotFound | Refusal::MsrUnhealthy => "no other msr of the zone at a finite distance can take it (see msrctl select --explain)".to_owned(),
+                };
+                let mut response = failover::refusal(f, key, &why);
                 if let Response::Err(body) = &mut response {
                     body.explain = explain;
                 }

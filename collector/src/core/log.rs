@@ -41,7 +41,7 @@ pub fn log(now: Instant, event: &Event) {
         Event::Drain(e) => drain(e),
         Event::SelectionRefused(LimitedLine::Line(r)) => warn!(
             code = r.code.as_str(),
-            message = %r.message,
+            reason = %r.message,
             suppressed = r.suppressed,
             "selection refused"
         ),

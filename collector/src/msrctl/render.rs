@@ -720,7 +720,9 @@ pub fn selection(selection: &Selection) -> String {
         let leg = match leg {
             LegOutcome::New => "new",
             LegOutcome::Sticky => "sticky (its msr again)",
-            LegOutcome::Reanchored => "re-anchored (its msr was gone)",
+            LegOutcome::Reanchored => {
+                "re-anchored (moved from an msr that is unreachable, unregistered or failed it)"
+            }
         };
         out.push_str(&format!(" leg          {leg}\n"));
     }

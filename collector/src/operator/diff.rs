@@ -55,7 +55,13 @@ pub fn diff(before: &OperatorConfig, after: &OperatorConfig) -> Vec<ValueChange>
     let (d_before, d_after) = (pairs(before), pairs(after));
     let keys: BTreeSet<&(String, String)> = d_before.keys().chain(d_after.keys()).collect();
     for key in keys {
-        let (from, to) = (d_before.get(key).copied(), d_after.get(key).copied());
+        // An unset pair is infinite, but a site's distance to itself is 0
+        // until set (SPEC §6).
+        let unset = (key.0 == key.1).then_some(0.0);
+        let (from, to) = (
+            d_before.get(key).copied().or(unset),
+            d_after.get(key).copied().or(unset),
+        );
         if from != to {
             out.push(change(
                 format!("distance {}-{}", key.0, key.1),
@@ -86,7 +92,7 @@ pub fn diff(before: &OperatorConfig, after: &OperatorConfig) -> Vec<ValueChange>
     };
     for contact in contacts {
         let (a, b) = (contact_of(before, contact), contact_of(after, contact));
-        let show = |v: Option<&str>| v.unwrap_or("default").to_owned();
+        let show = |v: Option<&str>| v.unwrap_or("(no override)").to_owned();
         if a.zone != b.zone {
             out.push(change(
                 format!("contact {contact} zone"),
@@ -128,7 +134,7 @@ fn msr_changes(msr: &str, a: &MsrSettings, b: &MsrSettings, out: &mut Vec<ValueC
         ));
     }
     if a.subscription_expires != b.subscription_expires {
-        let show = |v: Option<u32>| v.map_or_else(|| "default".to_owned(), |s| s.to_string());
+        let show = |v: Option<u32>| v.map_or_else(|| "(no override)".to_owned(), |s| s.to_string());
         out.push(change(
             format!("msr {msr} subscription_expires"),
             show(a.subscription_expires),
@@ -163,7 +169,7 @@ mod tests {
                 "distance east-west: infinity -> 64",
                 "msr msr_1 active: true -> false",
                 "msr msr_1 load_limit: 100 -> 80",
-                "contact lo@msr_1 site: default -> west",
+                "contact lo@msr_1 site: (no override) -> west",
             ]
         );
         assert!(diff(&after, &after).is_empty());

@@ -3,6 +3,7 @@
 //! selection scans (the zone index's invariant is the parent module's).
 
 use super::*;
+use msr_shared::event_package::Service;
 
 /// One row of the table as seen at a given `now` (SPEC §5).
 #[derive(Debug, Clone, PartialEq)]
@@ -99,15 +100,23 @@ impl LoadTable {
     }
 
     /// What a drain (SPEC §14) reads of `msr`: whether its agent reports
-    /// it draining (a contact's health is `draining`), and the calls of its
-    /// last report; `None` for an MSR not in the table.
+    /// it draining (its last report says `service: draining`, or a
+    /// contact's health is `draining`), and the calls of its last report;
+    /// `None` for an MSR not in the table. The report counts on its own:
+    /// an agent leaving after its drain ends its subscription first, and
+    /// its health turns `unreachable` before its binding goes.
     pub fn drain_inputs(&self, msr: &str) -> Option<(bool, Option<u32>)> {
         let entry = self.msrs.get(msr)?;
-        let draining = entry.contacts.iter().any(|c| {
-            self.contacts
-                .get(c)
-                .is_some_and(|c| c.health == Health::Draining)
-        });
+        let reported = entry
+            .load
+            .as_ref()
+            .is_some_and(|(report, _)| report.service == Service::Draining);
+        let draining = reported
+            || entry.contacts.iter().any(|c| {
+                self.contacts
+                    .get(c)
+                    .is_some_and(|c| c.health == Health::Draining)
+            });
         Some((
             draining,
             entry.load.as_ref().map(|(report, _)| report.calls),
