@@ -464,5 +464,14 @@ async fn an_msr_that_dies_stays_listed_as_gone_until_it_returns_or_is_forgotten(
     assert!(!ok && err.contains("not gone"), "{err}");
     let (ok, out, err) = collector.msrctl(&["msr", "forget", "msr_2"]);
     assert!(ok, "{out}{err}");
+    assert!(
+        collector
+            .wait_log(
+                0,
+                &["operator change", "msr msr_2", "to=forgotten"],
+                Duration::from_secs(5)
+            )
+            .await
+    );
     assert!(row("msr_2").is_none(), "{:?}", row("msr_2"));
 }

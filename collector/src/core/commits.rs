@@ -127,6 +127,12 @@ impl Collector {
             Request::Release { .. } => Counted::Release,
             _ => Counted::Not,
         };
+        // Forgetting a gone MSR changes no stored setting, but it is an
+        // operator's change all the same (SPEC §16).
+        let forgets = match &request {
+            Request::MsrForget { msr } => Some(msr.clone()),
+            _ => None,
+        };
         let mut ctx = AdminContext {
             operator: &mut self.operator,
             table: &mut self.table,
@@ -145,6 +151,17 @@ impl Collector {
                 if let (Counted::Selection, Response::Err(body)) = (kind, &response) {
                     let line = super::refusals::SelectionRefusal::new(body);
                     self.selection_refusals.record(now, line);
+                }
+                if let (Some(msr), Response::Ok(_)) = (forgets, &response) {
+                    let change = crate::operator::diff::ValueChange {
+                        what: format!("msr {msr}"),
+                        from: "gone".into(),
+                        to: "forgotten".into(),
+                    };
+                    self.events.push_back(Event::OperatorChanged {
+                        by: origin,
+                        changes: vec![change],
+                    });
                 }
                 self.answer(id, response);
             }
