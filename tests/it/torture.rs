@@ -131,5 +131,7 @@ async fn every_sip_port_survives_rfc_4475_and_answers_what_rfc_3261_requires() {
             "{label}:\n{table}"
         );
         assert_eq!(status("mcl01").as_deref(), Some("400"), "{label}:\n{table}");
+        assert_eq!(status("clerr").as_deref(), Some("400"), "{label}:\n{table}");
+        assert_eq!(status("ncl").as_deref(), Some("400"), "{label}:\n{table}");
     }
 }

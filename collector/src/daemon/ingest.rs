@@ -448,11 +448,13 @@ pub(super) async fn read_udp(
                     }
                 }
                 Err(DecodeError::Keepalive) => {}
-                Err(e) => match wire::not_implemented(datagram, crate::core::ALLOW) {
+                Err(e) => match wire::not_implemented(datagram, crate::core::ALLOW)
+                    .or_else(|| wire::bad_length(datagram))
+                {
                     // Sent to the source: where every answer over UDP goes
                     // once `decode` has stamped the Via (RFC 3581 §4).
                     Some(response) => {
-                        debug!(src = %from, "sip request with an extension method answered 501");
+                        debug!(src = %from, status = %response.status_code, "sip request the parser refused answered");
                         answers.push(Transmit {
                             route: Route::Udp(from),
                             bytes: wire::encode_response(response),

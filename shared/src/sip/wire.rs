@@ -126,13 +126,50 @@ fn check_body_length(bytes: &[u8]) -> Result<(), DecodeError> {
 /// shorter than its `Content-Length` (§18.3). Only the head is read, and
 /// only when the request line qualifies.
 pub fn not_implemented(bytes: &[u8], allow: &str) -> Option<Response> {
-    // §7.5: CRLFs before the request line are skipped.
+    let (rest, line_end, method) = request_line(bytes)?;
+    if method.parse::<super::Method>().is_ok() {
+        return None;
+    }
+    check_body_length(bytes).ok()?;
+    let mut response = raw_answer(rest, line_end, method, super::StatusCode::NotImplemented)?;
+    super::push_header(&mut response.headers, "Allow", allow);
+    Some(response)
+}
+
+/// The answer to a request of a known method that the parser's caller
+/// refused for its length: a `Content-Length` that is no number (RFC 4475
+/// §3.1.2.3, a negative one) or larger than the body that came (§3.1.2.2;
+/// RFC 3261 §18.3) gets `400 Bad Request` when the head has what a
+/// response needs, built as [`not_implemented`]'s; `None` otherwise.
+pub fn bad_length(bytes: &[u8]) -> Option<Response> {
+    let (rest, line_end, method) = request_line(bytes)?;
+    if method.parse::<super::Method>().is_err() || check_body_length(bytes).is_ok() {
+        return None;
+    }
+    raw_answer(rest, line_end, method, super::StatusCode::BadRequest)
+}
+
+/// The request line of `bytes` (§7.5: CRLFs before it are skipped): the
+/// rest from it, where the line ends, and its method, when it is
+/// `token SP absolute-URI SP SIP/2.0`.
+fn request_line(bytes: &[u8]) -> Option<(&[u8], usize, &str)> {
     let start = bytes.iter().position(|b| !matches!(b, b'\r' | b'\n'))?;
     let rest = bytes.get(start..)?;
     let line_end = rest.iter().position(|b| *b == b'\n').unwrap_or(rest.len());
     let first = std::str::from_utf8(rest.get(..line_end)?).ok()?;
-    let method = extension_method(first.strip_suffix('\r').unwrap_or(first))?;
-    check_body_length(bytes).ok()?;
+    let method = token_method(first.strip_suffix('\r').unwrap_or(first))?;
+    Some((rest, line_end, method))
+}
+
+/// A stateless `status` to the request whose head starts at `rest` (its
+/// request line ends at `line_end`, its method is `method`): the `Via`s,
+/// `From`, `To`, `Call-ID` and `CSeq` copied from the raw head.
+fn raw_answer(
+    rest: &[u8],
+    line_end: usize,
+    method: &str,
+    status: super::StatusCode,
+) -> Option<Response> {
     let head_end = rest
         .windows(PING.len())
         .position(|w| w == PING)
@@ -200,10 +237,7 @@ pub fn not_implemented(bytes: &[u8], allow: &str) -> Option<Response> {
         super::push_header(&mut headers, name, value);
     }
     let tag = super::stateless_tag(&headers);
-    let mut response =
-        super::response_to_headers(&headers, super::StatusCode::NotImplemented, Some(&tag));
-    super::push_header(&mut response.headers, "Allow", allow);
-    Some(response)
+    Some(super::response_to_headers(&headers, status, Some(&tag)))
 }
 
 /// The single headers [`not_implemented`] copies besides `Via`, in order.
@@ -233,17 +267,16 @@ fn copied_header(name: &str) -> Option<Copied> {
 }
 
 /// The method of `line` when it is a request line (RFC 3261 §7.1) whose
-/// method is a `token` (§25.1) the parser does not know, its Request-URI
-/// an absolute URI (`scheme:rest`, §19.1.1, RFC 3986 §3.1) and its version
-/// `SIP/2.0`.
-fn extension_method(line: &str) -> Option<&str> {
+/// method is a `token` (§25.1), its Request-URI an absolute URI
+/// (`scheme:rest`, §19.1.1, RFC 3986 §3.1) and its version `SIP/2.0`.
+fn token_method(line: &str) -> Option<&str> {
     let mut parts = line.split(' ');
     let (method, uri, version) = (parts.next()?, parts.next()?, parts.next()?);
     if parts.next().is_some() || !version.eq_ignore_ascii_case("SIP/2.0") {
         return None;
     }
     let token = !method.is_empty() && method.chars().all(super::is_token_char);
-    if !token || method.parse::<super::Method>().is_ok() {
+    if !token {
         return None;
     }
     let (scheme, rest) = uri.split_once(':')?;
