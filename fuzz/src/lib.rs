@@ -193,6 +193,8 @@ struct AdminRig {
     defaults: msr_collector::api::handler::Defaults,
     rng: rand::rngs::StdRng,
     legs: msr_collector::model::legs::LegTable,
+    health: msr_collector::model::health::HealthMonitor,
+    absences: msr_collector::model::absent::Absences,
 }
 
 impl AdminRig {
@@ -211,10 +213,12 @@ impl AdminRig {
             subscriber: msr_collector::sip::subscriber::Subscriber::new(
                 msr_collector::sip::subscriber::SubscriberConfig {
                     local_uri: local.clone(),
-                    contact: local,
+                    contact: local.clone(),
                     default_expires: config.subscription.expires,
                 },
             ),
+            health: msr_collector::model::health::HealthMonitor::new(config.health, local),
+            absences: msr_collector::model::absent::Absences::default(),
             defaults,
             rng: rand::rngs::StdRng::seed_from_u64(1),
             legs: msr_collector::model::legs::LegTable::new(config.legs.max_duration),
@@ -233,6 +237,8 @@ impl AdminRig {
             defaults: &self.defaults,
             rng: &mut self.rng,
             legs: &mut self.legs,
+            health: &mut self.health,
+            absences: &mut self.absences,
             core_hosts: 1,
         };
         match admin::prepare(request, &mut ctx, Instant::now()) {
