@@ -194,7 +194,7 @@ async fn a_failed_msr_is_replaced_counted_against_and_the_attempts_are_bounded()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn msrctl_drain_wait_returns_when_the_last_leg_and_engine_call_ended() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (collector, agents, port, _, _) = system(dir.path()).await;
+    let (mut collector, agents, port, _, _) = system(dir.path()).await;
     // Five legs on msr_1.
     let mut on_msr_1 = Vec::new();
     let mut n = 0;
@@ -279,6 +279,15 @@ async fn msrctl_drain_wait_returns_when_the_last_leg_and_engine_call_ended() {
     assert!(
         drain.try_wait().expect("wait").is_none(),
         "msrctl returned early"
+    );
+    // The collector restarts meanwhile: the drain is in its store, and
+    // msrctl waits for it to answer again.
+    collector.kill9();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    collector.spawn().await;
+    assert!(
+        drain.try_wait().expect("wait").is_none(),
+        "msrctl gave up during the restart"
     );
     agents[0].set_calls(0);
     let status = wait_for(Duration::from_secs(20), || {

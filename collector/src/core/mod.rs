@@ -315,6 +315,14 @@ impl Collector {
         {
             subscriber.set_expires_override(msr, expires);
         }
+        // The drains in the store go on across a restart (SPEC §14).
+        let mut drains = crate::model::drain::DrainWatch::default();
+        for (msr, settings) in start.operator.configured_msrs() {
+            if let (false, Ok(name)) = (settings.active, crate::operator::names::MsrName::new(msr))
+            {
+                drains.watch(&name);
+            }
+        }
         Self {
             local: start.local,
             registrar: Registrar::new(&config.sip, &config.accounts),
@@ -323,7 +331,7 @@ impl Collector {
             table,
             operator: start.operator,
             legs: LegTable::new(config.legs.max_duration),
-            drains: crate::model::drain::DrainWatch::default(),
+            drains,
             absences: crate::model::absent::Absences::default(),
             selection_refusals: refusals::limiter(),
             cluster: start.cluster,

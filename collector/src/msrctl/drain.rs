@@ -13,6 +13,9 @@ use super::{call, EXIT_REFUSED, EXIT_UNREACHABLE};
 /// How often the progress is asked for.
 const POLL: Duration = Duration::from_secs(1);
 
+/// The progress line while the collector does not answer.
+const UNREACHABLE: &str = "(collector unreachable)";
+
 /// Runs the drain of `msr`; returns the exit code.
 pub(super) fn run(socket: &Path, msr: &str, wait: bool, timeout: Option<Duration>) -> i32 {
     // An MSR the collector never heard of would be "drained" at once: a
@@ -23,7 +26,10 @@ pub(super) fn run(socket: &Path, msr: &str, wait: bool, timeout: Option<Duration
             eprintln!("error: no msr `{msr}` is known to this collector (see msrctl msr list)");
             return EXIT_REFUSED;
         }
-        Err(code) => return code,
+        Err((code, message)) => {
+            eprintln!("error: {message}");
+            return code;
+        }
     }
     let request = Request::MsrSetActive {
         msr: msr.to_owned(),
@@ -51,6 +57,24 @@ pub(super) fn run(socket: &Path, msr: &str, wait: bool, timeout: Option<Duration
     loop {
         let info = match info(socket, msr) {
             Ok(Some(info)) => info,
+            // The collector restarts (a package upgrade, kill -9): the
+            // drain is in its store, so the wait goes on until it answers
+            // again, or until --timeout.
+            Err((EXIT_UNREACHABLE, message)) => {
+                if let Some(limit) = timeout.filter(|limit| started.elapsed() >= *limit) {
+                    eprintln!(
+                        "error: {msr} is not drained after {} s and the collector does not answer",
+                        limit.as_secs()
+                    );
+                    return EXIT_UNREACHABLE;
+                }
+                if last != UNREACHABLE {
+                    eprintln!("{msr}: the collector does not answer ({message}); waiting for it");
+                    last = UNREACHABLE.to_owned();
+                }
+                std::thread::sleep(POLL);
+                continue;
+            }
             // Gone from the collector's view: nothing is left on it.
             Ok(None) => {
                 super::put(&format!(
@@ -58,7 +82,10 @@ pub(super) fn run(socket: &Path, msr: &str, wait: bool, timeout: Option<Duration
                 ));
                 return 0;
             }
-            Err(code) => return code,
+            Err((code, message)) => {
+                eprintln!("error: {message}");
+                return code;
+            }
         };
         let line = progress(&info);
         if info.drain == Some(DrainState::Drained) {
@@ -91,7 +118,11 @@ pub(super) fn run(socket: &Path, msr: &str, wait: bool, timeout: Option<Duration
 /// `msr`: like a drain, an undrain of a typo must not read as success.
 /// `Err` is the exit code, the error printed.
 pub(super) fn check_known(socket: &Path, msr: &str) -> Result<(), i32> {
-    match info(socket, msr)? {
+    let known = info(socket, msr).map_err(|(code, message)| {
+        eprintln!("error: {message}");
+        code
+    })?;
+    match known {
         Some(_) => Ok(()),
         None => {
             eprintln!("error: no msr `{msr}` is known to this collector (see msrctl msr list)");
@@ -100,24 +131,22 @@ pub(super) fn check_known(socket: &Path, msr: &str) -> Result<(), i32> {
     }
 }
 
-/// `msr`'s row of `msr list`, `None` when the collector does not list it.
-fn info(socket: &Path, msr: &str) -> Result<Option<MsrInfo>, i32> {
+/// `msr`'s row of `msr list`, `None` when the collector does not list it;
+/// the exit code and the message when it cannot be had.
+fn info(socket: &Path, msr: &str) -> Result<Option<MsrInfo>, (i32, String)> {
     match call(socket, &Request::MsrList {}) {
         Ok(Response::Ok(ResponseData::Msrs { msrs })) => {
             Ok(msrs.into_iter().find(|m| m.name == msr))
         }
-        Ok(Response::Ok(other)) => {
-            eprintln!("error: unexpected answer to msr list: {other:?}");
-            Err(EXIT_UNREACHABLE)
-        }
-        Ok(Response::Err(body)) => {
-            eprintln!("error: {}: {}", body.code.as_str(), body.message);
-            Err(EXIT_REFUSED)
-        }
-        Err(error) => {
-            eprintln!("error: {error}");
-            Err(EXIT_UNREACHABLE)
-        }
+        Ok(Response::Ok(other)) => Err((
+            EXIT_UNREACHABLE,
+            format!("unexpected answer to msr list: {other:?}"),
+        )),
+        Ok(Response::Err(body)) => Err((
+            EXIT_REFUSED,
+            format!("{}: {}", body.code.as_str(), body.message),
+        )),
+        Err(error) => Err((EXIT_UNREACHABLE, error.to_string())),
     }
 }
 
