@@ -236,8 +236,11 @@ pub fn request_refusal(req: &Request) -> Option<(StatusCode, &'static str)> {
     if req.version != rsipstack::sip::Version::V2 {
         return Some((StatusCode::from(505), "sip version not supported"));
     }
-    if let Some((_, method)) = cseq(&req.headers) {
-        if !method.eq_ignore_ascii_case(&req.method.to_string()) {
+    // Every request passes here (60,000 NOTIFYs a second): the CSeq's
+    // method is compared as a parsed `Method`, with no allocation.
+    let cseq_method = header(&req.headers, "CSeq").and_then(|v| v.split_whitespace().nth(1));
+    if let Some(method) = cseq_method {
+        if method.parse::<Method>().ok() != Some(req.method) {
             return Some((
                 StatusCode::BadRequest,
                 "the cseq method is not the request's",
