@@ -16,9 +16,15 @@
 //! lines were added that way (SPEC §14): `engine: up|down|unchecked` is
 //! what the agent's own probe of the media engine last saw (absent, from
 //! an older agent: `unchecked`), and `service: draining` says the MSR asked
-//! for no new legs (absent: `active`).
+//! for no new legs (absent: `active`). `codecs: pcma,pcmu,h264,t38` (SPEC
+//! §15) is what the MSR's media can take, in its priority order (`none`:
+//! every codec off; absent, from an agent whose config has no `<codec>` or
+//! an older agent: not known, and the collector takes it as able to take
+//! anything, as before §15).
 
 use std::fmt;
+
+use crate::media::CodecList;
 
 /// The event package name carried in `Event:` and `Allow-Events:`.
 pub const EVENT: &str = "eltex-call-count";
@@ -99,6 +105,8 @@ pub struct LoadReport {
     pub engine: EngineState,
     /// Whether the MSR takes new legs.
     pub service: Service,
+    /// What the MSR's media can take (SPEC §15); `None`: not reported.
+    pub codecs: Option<CodecList>,
 }
 
 /// Why a NOTIFY body could not be read.
@@ -154,6 +162,7 @@ impl LoadReport {
         let mut max_calls = 0;
         let mut engine = EngineState::Unchecked;
         let mut service = Service::Active;
+        let mut codecs = None;
         for (index, raw) in text.lines().enumerate() {
             let line = raw.trim();
             if line.is_empty() {
@@ -205,6 +214,7 @@ impl LoadReport {
                         }
                     }
                 }
+                "codecs" => codecs = Some(CodecList::parse_lenient(value)),
                 _ => {}
             }
         }
@@ -216,6 +226,7 @@ impl LoadReport {
             max_calls,
             engine,
             service,
+            codecs,
         })
     }
 }
@@ -253,6 +264,9 @@ impl fmt::Display for LoadReport {
         }
         if self.service != Service::Active {
             writeln!(f, "service: {}", self.service)?;
+        }
+        if let Some(codecs) = &self.codecs {
+            writeln!(f, "codecs: {codecs}")?;
         }
         Ok(())
     }
@@ -304,6 +318,21 @@ mod tests {
     }
 
     #[test]
+    fn reads_the_codecs_line_in_priority_order() {
+        let r = LoadReport::decode(b"msr: m\nload: 5\ncodecs: g722, pcma,h264,t38,future\n")
+            .expect("valid");
+        assert_eq!(
+            r.codecs.map(|c| c.to_string()).as_deref(),
+            Some("g722,pcma,h264,t38")
+        );
+        let none = LoadReport::decode(b"msr: m\nload: 5\ncodecs: none\n").expect("valid");
+        assert!(none.codecs.is_some_and(|c| c.is_empty()));
+        assert!(none.encode().ends_with("codecs: none\n"));
+        let old = LoadReport::decode(b"msr: m\nload: 5\n").expect("valid");
+        assert_eq!(old.codecs, None);
+    }
+
+    #[test]
     fn rejects_bad_bodies() {
         assert_eq!(
             LoadReport::decode(b"msr: m\n"),
@@ -322,10 +351,11 @@ mod tests {
 
     proptest! {
         #[test]
-        fn roundtrip(msr in "[a-z_0-9]{1,16}", load in 0u8..=100, cpu in 0u8..=100, calls: u32, max_calls: u32, engine in 0usize..3, draining: bool) {
+        fn roundtrip(msr in "[a-z_0-9]{1,16}", load in 0u8..=100, cpu in 0u8..=100, calls: u32, max_calls: u32, engine in 0usize..3, draining: bool, codecs in proptest::option::of(proptest::collection::vec(0usize..crate::media::CODECS.len(), 0..8))) {
             let engine = [EngineState::Up, EngineState::Down, EngineState::Unchecked][engine];
             let service = if draining { Service::Draining } else { Service::Active };
-            let r = LoadReport { msr, load, cpu, calls, max_calls, engine, service };
+            let codecs = codecs.map(|list| crate::media::CodecList::new(list.into_iter().filter_map(|i| crate::media::Codec::from_name(crate::media::CODECS[i].name))));
+            let r = LoadReport { msr, load, cpu, calls, max_calls, engine, service, codecs };
             prop_assert_eq!(LoadReport::decode(r.encode().as_bytes()), Ok(r));
         }
 

@@ -16,6 +16,8 @@
 //! * [`refresh`] — when a registration or a subscription is refreshed
 //!   (one rule for REGISTER and SUBSCRIBE, sized by Timer F).
 //! * [`admin`] — the collector control protocol (the only serde wire types).
+//! * [`media`] — codecs: what an MSR takes and what a leg's offer needs
+//!   (SPEC §15), and the SDP offer's codecs.
 //! * [`present`] — how numbers are shown to people (`format_number`,
 //!   `format_coefficient`, `normalize_zero`).
 //! * [`logging`] — the daemons' default log filter, the escaping of every
@@ -41,6 +43,7 @@ pub mod event_package;
 pub mod fs;
 pub mod log_limit;
 pub mod logging;
+pub mod media;
 pub mod present;
 pub mod refresh;
 pub mod signals;

@@ -101,6 +101,7 @@ impl Notifier {
             max_calls: latest.max_calls,
             engine: self.engine,
             service: self.service,
+            codecs: None,
         }
         .encode()
         .into_bytes();
