@@ -72,6 +72,7 @@ fn bench_select(c: &mut Criterion) {
         admission: Admission::Plain,
         policy: Policy::Ecss,
         failed: Vec::new(),
+        needs: msr_shared::media::CodecSet::EMPTY,
         now,
     };
     let no_preference = Query {
@@ -274,6 +275,7 @@ fn bench_select_one_zone(c: &mut Criterion) {
         admission: Admission::Plain,
         policy: Policy::Ecss,
         failed: Vec::new(),
+        needs: msr_shared::media::CodecSet::EMPTY,
         now,
     };
     let mut rng = StdRng::seed_from_u64(1);

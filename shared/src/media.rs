@@ -192,6 +192,11 @@ impl CodecSet {
         self.0 & codec.bit() != 0
     }
 
+    /// The codecs in either set.
+    pub fn union(self, other: CodecSet) -> CodecSet {
+        CodecSet(self.0 | other.0)
+    }
+
     /// The codecs of `kind` in the set.
     pub fn of_kind(self, kind: Kind) -> CodecSet {
         CodecSet(self.0 & kind_mask(kind))

@@ -44,6 +44,7 @@ pub(crate) fn choose(
                 admission: Admission::Plain,
                 policy,
                 failed: Vec::new(),
+                needs: msr_shared::media::CodecSet::EMPTY,
                 now,
             };
             let choice = select::select(&host.table, operator.topology(), &query, rng).ok()?;

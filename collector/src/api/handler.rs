@@ -439,6 +439,7 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
             conference,
             failed,
             failure,
+            codecs,
         }) => {
             // The names a selection reads are held to the rules they were
             // stored under (SPEC §6): an empty or malformed `msr` would
@@ -453,6 +454,24 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
                     return Response::error(ErrorCode::InvalidValue, error.to_string());
                 }
             }
+            // The offer's codecs (SPEC §15): an unknown name is refused, so
+            // a leg is never placed on an MSR that was not checked for it.
+            let needs = match codecs
+                .iter()
+                .map(|name| name.parse::<msr_shared::media::Codec>())
+                .collect::<Result<msr_shared::media::CodecSet, _>>()
+            {
+                Ok(needs) => needs,
+                Err(error) => {
+                    return Response::error(
+                        ErrorCode::InvalidValue,
+                        format!(
+                            "codecs: {}",
+                            msr_shared::logging::printable(&error.to_string(), 400)
+                        ),
+                    )
+                }
+            };
             let failover = match failover::check(failed, failure.as_deref(), call_id.is_some()) {
                 Ok(failover) => failover,
                 Err((code, message)) => return Response::error(code, message),
@@ -548,6 +567,7 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
                         .as_ref()
                         .map(|f| f.failed.clone())
                         .unwrap_or_default(),
+                    needs,
                 },
                 random.map(normalize_zero),
                 explain,
@@ -628,7 +648,42 @@ fn refusal_message(refusal: Refusal, query: &Query) -> String {
             "no healthy msr in zone `{}` at a finite distance from site `{}`: the registered active ones are unhealthy (see msrctl select --explain)",
             query.zone, query.site
         ),
+        Refusal::NoCapableMsr {
+            lack,
+            needs,
+            conference_host,
+        } => no_capable_message(query, lack, needs, conference_host),
     }
+}
+
+/// Why no MSR takes the offer (SPEC §15), naming what is missing.
+fn no_capable_message(
+    query: &Query,
+    lack: Option<msr_shared::media::Lack>,
+    needs: msr_shared::media::CodecSet,
+    conference_host: bool,
+) -> String {
+    let conference = match &query.admission {
+        select::Admission::Conference(c) if conference_host => c,
+        _ => {
+            return match lack {
+                Some(lack) => format!(
+                    "no msr in zone `{}` at a finite distance from site `{}` takes {lack} (offer: {needs}; see msrctl select --explain)",
+                    query.zone, query.site
+                ),
+                None => format!(
+                    "no msr in zone `{}` at a finite distance from site `{}` takes every kind of media of the offer {needs} together (see msrctl select --explain)",
+                    query.zone, query.site
+                ),
+            }
+        }
+    };
+    format!(
+        "msr `{}` hosts conference `{}` and does not take {}: the leg is refused rather than split from its conference",
+        conference.host.as_deref().unwrap_or("-"),
+        conference.id,
+        lack.map_or_else(|| needs.to_string(), |l| l.to_string())
+    )
 }
 
 fn run_select(
@@ -722,7 +777,7 @@ fn run_select(
                 // The select's own reason speaks of the zone as a whole;
                 // here the failed MSRs were left out first.
                 let why = match refusal {
-                    Refusal::MsrOverloaded | Refusal::UnknownSite => refusal_message(refusal, &query),
+                    Refusal::MsrOverloaded | Refusal::UnknownSite | Refusal::NoCapableMsr { .. } => refusal_message(refusal, &query),
                     Refusal::MsrNotFound | Refusal::MsrUnhealthy => "no other msr of the zone at a finite distance can take it (see msrctl select --explain)".to_owned(),
                 };
                 let mut response = failover::refusal(f, key, &why);

@@ -133,6 +133,8 @@ struct SelectParams {
     /// Why the last of them failed: `timeout`, a SIP status, `error`,
     /// `load-limit`.
     failure: Option<String>,
+    /// The offer's codecs (SPEC §15), comma-separated: `pcma,g729,h264`.
+    codecs: Option<String>,
 }
 
 /// `POST /v1/release` body: the `release` op's fields.
@@ -150,7 +152,8 @@ struct ReleaseBody {
 ///   request is wrong: fix it, do not retry);
 /// * 409: `site_exists`, `site_in_use`, `conflict`, `leg_released` (the
 ///   leg's release overtook its select, SPEC §9: nothing was placed and
-///   nothing should be);
+///   nothing should be), `no_capable_msr` (no MSR takes the offer, SPEC
+///   §15: the same offer will not do better; the redirect answers 488);
 /// * 503: `msr_not_found`, `msr_overloaded`, `msr_unhealthy`,
 ///   `msr_unavailable`, `unavailable`, `store_unavailable` (no MSR can
 ///   take the leg now, or
@@ -165,7 +168,8 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         ErrorCode::SiteExists
         | ErrorCode::SiteInUse
         | ErrorCode::Conflict
-        | ErrorCode::LegReleased => StatusCode::CONFLICT,
+        | ErrorCode::LegReleased
+        | ErrorCode::NoCapableMsr => StatusCode::CONFLICT,
         ErrorCode::MsrNotFound
         | ErrorCode::MsrOverloaded
         | ErrorCode::MsrUnhealthy
@@ -341,6 +345,7 @@ fn select_request(query: Option<&str>) -> Result<Request, String> {
             &params.conference,
             &params.failed,
             &params.failure,
+            &params.codecs,
         ]
         .into_iter()
         .flatten(),
@@ -366,6 +371,17 @@ fn select_request(query: Option<&str>) -> Result<Request, String> {
             .map(|list| list.split(',').map(|m| m.trim().to_owned()).collect())
             .unwrap_or_default(),
         failure: params.failure,
+        codecs: params
+            .codecs
+            .as_deref()
+            .map(|list| {
+                list.split(',')
+                    .map(str::trim)
+                    .filter(|c| !c.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default(),
     }))
 }
 

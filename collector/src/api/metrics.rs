@@ -190,6 +190,7 @@ pub const SELECTION_REFUSALS: &[ErrorCode] = &[
     ErrorCode::MsrUnhealthy,
     ErrorCode::LegReleased,
     ErrorCode::MsrUnavailable,
+    ErrorCode::NoCapableMsr,
     ErrorCode::UnknownSite,
     ErrorCode::InvalidValue,
     ErrorCode::Unavailable,

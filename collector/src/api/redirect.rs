@@ -29,7 +29,11 @@
 //! `site`, `msr` — the other leg's MSR —, `leg`, `conference`), then a
 //! header (`X-MSR-Zone`, `X-MSR-Site`, `X-MSR-Other`, `X-MSR-Leg`,
 //! `X-MSR-Conference`), then for zone and site the collector's
-//! `[defaults]`. Failover (SPEC §14): a core that could not place the leg
+//! `[defaults]`. The leg's needs (SPEC §15) are the codecs of the INVITE's
+//! SDP offer ([`sdp::offer`]); an offer no MSR of the zone takes gets `488
+//! Not Acceptable Here` with `Reason: …;text="no_capable_msr"` and `Warning:
+//! 305` naming what was missing, an SDP that does not parse a `400` naming
+//! its line. Failover (SPEC §14): a core that could not place the leg
 //! on the MSR a 302 named sends the INVITE again (same Call-ID) with
 //! `X-MSR-Failed: msr_1` (the MSRs that failed it, comma-separated or one
 //! header each, in the order tried) and `X-MSR-Failure: 503` (why the last
@@ -58,6 +62,8 @@ use crate::operator::Placement;
 use msr_shared::admin::{
     ErrorCode, Request as AdminRequest, Response as AdminResponse, ResponseData, SelectQuery,
 };
+use msr_shared::media::sdp::{self, SdpError};
+use msr_shared::media::CodecSet;
 use msr_shared::sip::{self, Method, Request, Response, StatusCode};
 
 /// The methods the redirect server answers (its `Allow`).
@@ -145,6 +151,11 @@ pub fn decide(invite: &Request, ctx: &RedirectContext) -> Decision {
             .or_else(|| sip::header(&invite.headers, header).map(|v| v.trim().to_owned()))
             .filter(|v| !v.is_empty())
     };
+    // SPEC §15: the offer's codecs are the leg's needs.
+    let codecs = match offer_codecs(invite) {
+        Ok(codecs) => codecs,
+        Err(error) => return bad(&error.to_string()),
+    };
     let zone = pick("zone", "X-MSR-Zone").unwrap_or_else(|| ctx.placement.zone.to_string());
     let site = pick("site", "X-MSR-Site").unwrap_or_else(|| ctx.placement.site.to_string());
     Decision::Select(AdminRequest::Select(SelectQuery {
@@ -160,8 +171,30 @@ pub fn decide(invite: &Request, ctx: &RedirectContext) -> Decision {
             .map(str::to_owned)
             .collect(),
         failure: pick("failure", "X-MSR-Failure"),
+        codecs: codecs.iter().map(|c| c.name().to_owned()).collect(),
         ..SelectQuery::new(zone, site)
     }))
+}
+
+/// The codecs of the INVITE's SDP offer (SPEC §15): an `application/sdp`
+/// body, or a body without `Content-Type` that starts with `v=`. Any
+/// other body (multipart, or none: a late offer, RFC 3261 §13.2.1) needs
+/// nothing — the offer then comes in the ACK, after the MSR is chosen.
+fn offer_codecs(invite: &Request) -> Result<CodecSet, SdpError> {
+    if invite.body.is_empty() {
+        return Ok(CodecSet::EMPTY);
+    }
+    let is_sdp = match sip::header(&invite.headers, "Content-Type") {
+        Some(value) => value
+            .split(';')
+            .next()
+            .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/sdp")),
+        None => invite.body.starts_with(b"v="),
+    };
+    if !is_sdp {
+        return Ok(CodecSet::EMPTY);
+    }
+    sdp::offer(&invite.body)
 }
 
 /// The final response to `invite` for the selection's `answer`.
@@ -203,6 +236,8 @@ pub fn answer(invite: &Request, answer: &AdminResponse, ctx: &RedirectContext) -
                 ErrorCode::BadRequest | ErrorCode::InvalidValue | ErrorCode::UnknownSite => {
                     StatusCode::BadRequest
                 }
+                // RFC 3261 §21.4.26: the offer is what no MSR takes.
+                ErrorCode::NoCapableMsr => StatusCode::NotAcceptableHere,
                 _ => StatusCode::ServiceUnavailable,
             };
             refusal(invite, status, body.code, &body.message)
@@ -263,10 +298,13 @@ fn refusal(
             }
         })
         .collect();
+    // RFC 3261 §20.43: 305 "Incompatible media format" names what a 488's
+    // offer lacked; 399 ("miscellaneous") carries every other reason.
+    let warn_code = if cause == 488 { 305 } else { 399 };
     sip::push_header(
         &mut response.headers,
         "Warning",
-        format!("399 msr-collector \"{text}\""),
+        format!("{warn_code} msr-collector \"{text}\""),
     );
     response
 }

@@ -60,6 +60,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use msr_shared::event_package::LoadReport;
+use msr_shared::media::{CodecSet, Lack};
 use tokio::time::Instant;
 
 use crate::model::estimate::{Estimate, SinceReport, DEFAULT_NOTIFY_FLIGHT_TIME};
@@ -171,6 +172,10 @@ impl MsrEntry {
             // `now - at > limit` exactly when `now > at + limit`; a sum past
             // the end of time is never reached.
             stale_after: self.load.as_ref().and_then(|(_, at)| at.checked_add(limit)),
+            codecs: self
+                .load
+                .as_ref()
+                .and_then(|(report, _)| report.codecs.map(|c| c.set())),
         }
     }
 }
@@ -196,6 +201,9 @@ struct MsrSelection {
     /// The last report is stale once `now` is past this: its arrival plus
     /// the subscription's expiry. `None`: no report, or never stale.
     stale_after: Option<Instant>,
+    /// The codecs the MSR takes (SPEC §15); `None`: not reported, taken as
+    /// able to take anything.
+    codecs: Option<CodecSet>,
 }
 
 impl MsrSelection {
@@ -303,6 +311,16 @@ impl ZoneMember {
     #[inline]
     fn passes_step_1(&self, now: Instant) -> bool {
         now < self.expires_at && self.msr_selection.active && self.health == Health::Healthy
+    }
+
+    /// What the member's MSR lacks for a leg offering `needs` (SPEC §15);
+    /// `None`: it can take the leg, or it did not say what it takes.
+    #[inline]
+    fn lacks(&self, needs: CodecSet) -> Option<Lack> {
+        if needs.is_empty() {
+            return None;
+        }
+        self.msr_selection.codecs?.lacks(needs)
     }
 
     /// The candidate this member is at `now`, if it is one (SPEC §7 step 1:

@@ -318,6 +318,12 @@ pub struct SelectArgs {
     /// error or load-limit (default error).
     #[arg(long, value_name = "CAUSE", requires = "failed")]
     pub failure: Option<String>,
+    /// The codecs the leg's offer carries, comma-separated (SPEC §15):
+    /// `pcma,g729` (audio: any one of them), `h264` (video), `t38` (fax).
+    /// Only an MSR that takes one codec of each offered kind is a
+    /// candidate; `no_capable_msr` when none is.
+    #[arg(long, value_name = "CODECS", value_delimiter = ',')]
+    pub codecs: Vec<String>,
 }
 
 /// A finite number (JSON has no NaN or infinity: they would travel as
@@ -443,6 +449,7 @@ impl Command {
                 conference: args.conference.clone(),
                 failed: args.failed.clone(),
                 failure: args.failure.clone(),
+                codecs: args.codecs.clone(),
             }),
             Command::Release { call_id, leg } => Request::Release {
                 call_id: call_id.clone(),

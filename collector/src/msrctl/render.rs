@@ -244,44 +244,45 @@ pub fn resources_narrow(rows: &[ResourceInfo], active_only: bool) -> String {
         .first()
         .map(|r| r.node.as_str())
         .filter(|first| rows.iter().all(|r| r.node == *first));
+    // Most clusters have one zone: then it is in the title, like the node.
+    let one_zone = rows
+        .first()
+        .map(|r| r.zone.as_str())
+        .filter(|first| rows.iter().all(|r| r.zone == *first));
     // CPU and calls beside the load: `load-sensor` picks one of them (or
     // the larger), and a load of 100 with 0 calls is a busy host, not a
     // full engine. The subscription's state is in `--wide`: a failed one
     // shows as the health `unreachable` here.
-    let mut headers = vec![
-        "Contact",
-        "Load",
-        "CPU",
-        "Calls",
-        "Active",
-        "Zone",
-        "Site",
-        "Status",
-        "Report\nage",
-        "Live\nlegs",
-        "Health",
+    let columns: [(&str, Align, Option<bool>); 12] = [
+        ("Node", Align::Left, Some(one_node.is_none())),
+        ("Contact", Align::Left, None),
+        ("Load", Align::Right, None),
+        ("CPU", Align::Right, None),
+        ("Calls", Align::Right, None),
+        ("Media", Align::Left, None),
+        ("Active", Align::Left, None),
+        ("Zone", Align::Left, Some(one_zone.is_none())),
+        ("Site", Align::Left, None),
+        ("Status", Align::Left, None),
+        ("Report\nage", Align::Right, None),
+        ("Live\nlegs", Align::Right, None),
     ];
-    let mut aligns = vec![
-        Align::Left,
-        Align::Right,
-        Align::Right,
-        Align::Right,
-        Align::Left,
-        Align::Left,
-        Align::Left,
-        Align::Left,
-        Align::Right,
-        Align::Right,
-        Align::Left,
-    ];
-    if one_node.is_none() {
-        headers.insert(0, "Node");
-        aligns.insert(0, Align::Left);
-    }
+    let shown = |i: usize| columns[i].2.unwrap_or(true);
+    let mut headers: Vec<&str> = (0..columns.len())
+        .filter(|&i| shown(i))
+        .map(|i| columns[i].0)
+        .collect();
+    let mut aligns: Vec<Align> = (0..columns.len())
+        .filter(|&i| shown(i))
+        .map(|i| columns[i].1)
+        .collect();
+    headers.push("Health");
+    aligns.push(Align::Left);
     let body = rows
         .iter()
         .map(|r| {
-            let mut cells = vec![
+            let cells = [
+                r.node.clone(),
                 r.contact.clone(),
                 optional(r.load),
                 optional(r.cpu),
@@ -289,17 +290,21 @@ pub fn resources_narrow(rows: &[ResourceInfo], active_only: bool) -> String {
                     (Some(calls), Some(max)) => format!("{calls}/{max}"),
                     (calls, _) => optional(calls),
                 },
+                media_summary(r.codecs.as_deref()),
                 r.active.to_string(),
                 r.zone.clone(),
                 r.site.clone(),
                 r.status.to_string(),
                 optional(r.report_age_secs),
                 r.live_legs.to_string(),
-                r.health.to_string(),
             ];
-            if one_node.is_none() {
-                cells.insert(0, r.node.clone());
-            }
+            let mut cells: Vec<String> = cells
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| shown(*i))
+                .map(|(_, cell)| cell)
+                .collect();
+            cells.push(r.health.to_string());
             cells
         })
         .collect();
@@ -308,11 +313,50 @@ pub fn resources_narrow(rows: &[ResourceInfo], active_only: bool) -> String {
     } else {
         "  Media resource list"
     };
-    let title = match one_node {
-        Some(node) => format!("{title} ({node}; --wide for every column):"),
-        None => format!("{title} (--wide for every column):"),
+    let scope = [
+        one_node.map(str::to_owned),
+        one_zone.map(|zone| format!("zone {zone}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>()
+    .join(", ");
+    let title = if scope.is_empty() {
+        format!("{title} (--wide for every column):")
+    } else {
+        format!("{title} ({scope}; --wide for every column):")
     };
     format!("{title}\n{}\n", table(&headers, &aligns, body))
+}
+
+/// The `Media` column (SPEC §15): how many audio and video codecs the MSR
+/// takes and whether it takes T.38 (`3a 2v t38`; `--wide` names them), `-`
+/// when it did not say (it is then taken as able to take anything).
+fn media_summary(codecs: Option<&[String]>) -> String {
+    use msr_shared::media::{Codec, Kind};
+    let Some(codecs) = codecs else {
+        return "-".to_owned();
+    };
+    let known: Vec<Codec> = codecs.iter().filter_map(|c| Codec::from_name(c)).collect();
+    let count = |kind| known.iter().filter(|c| c.kind() == kind).count();
+    let mut parts = Vec::new();
+    for (kind, suffix) in [(Kind::Audio, "a"), (Kind::Video, "v")] {
+        let n = count(kind);
+        if n > 0 {
+            parts.push(format!("{n}{suffix}"));
+        }
+    }
+    parts.extend(
+        known
+            .iter()
+            .filter(|c| c.kind() == Kind::Image)
+            .map(|c| c.name().to_owned()),
+    );
+    if parts.is_empty() {
+        "none".to_owned()
+    } else {
+        parts.join(" ")
+    }
 }
 
 /// `resource list [active]`: one row per contact (SPEC §5).
@@ -337,6 +381,7 @@ pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
         "Live\nlegs",
         "Health",
         "Health\nfor",
+        "Codecs",
     ];
     let aligns = [
         Align::Left,
@@ -392,6 +437,9 @@ pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
                 r.live_legs.to_string(),
                 r.health.to_string(),
                 r.health_secs.to_string(),
+                r.codecs
+                    .as_ref()
+                    .map_or_else(|| "-".to_owned(), |c| c.join(",")),
             ]
         })
         .collect();
@@ -594,7 +642,11 @@ pub fn explain(explain: &Explain) -> String {
                 c.site.clone(),
                 distance,
                 c.health.to_string(),
-                c.outcome.to_string(),
+                // `incapable: video (h264)` (SPEC §15): what it lacks.
+                match &c.lacks {
+                    Some(lacks) => format!("{}: {lacks}", c.outcome),
+                    None => c.outcome.to_string(),
+                },
                 optional(c.weight.map(number)),
             ]
         })

@@ -10,6 +10,7 @@ use super::steps::{weight, Steps};
 use super::{Choice, Query, Refusal, Rule};
 use crate::model::health::Health;
 use crate::model::load_table::{DistanceColumn, ZoneView};
+use msr_shared::media::Lack;
 
 /// At which step a contact of the zone left the selection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +35,9 @@ pub enum CandidateOutcome {
     Draining,
     /// Step 1: the core reported that this MSR failed this leg (SPEC §14).
     Failed,
+    /// Step 1: the MSR does not take the leg's offer (SPEC §15): what it
+    /// lacks.
+    Incapable(Lack),
     /// Step 2: another MSR was given and has candidates.
     OtherMsr,
     /// Step 3: infinite distance.
@@ -80,6 +84,7 @@ impl CandidateOutcome {
             CandidateOutcome::EngineDown => Health::EngineDown.as_str(),
             CandidateOutcome::Draining => Health::Draining.as_str(),
             CandidateOutcome::Failed => "failed",
+            CandidateOutcome::Incapable(_) => "incapable",
             CandidateOutcome::OtherMsr => "other_msr",
             CandidateOutcome::InfiniteDistance => "infinite_distance",
             CandidateOutcome::Farther => "farther",
@@ -210,6 +215,8 @@ pub(super) fn explain_member(
         unhealthy
     } else if query.has_failed(status.msr) {
         CandidateOutcome::Failed
+    } else if let Some(lack) = view.lacks(position, query.needs) {
+        CandidateOutcome::Incapable(lack)
     } else {
         match outcome_of(status.msr, position, distance, steps) {
             CandidateOutcome::Kept => {

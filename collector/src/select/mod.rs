@@ -14,6 +14,16 @@
 //! 6. Nothing left → `msr_not_found`; every weight zero → `msr_overloaded`;
 //!    an undeclared leg site → `unknown_site`.
 //!
+//! Step 1 also keeps only the MSRs that take the leg's offer (SPEC §15,
+//! [`Query::needs`]): for each kind of media offered, one of its codecs;
+//! an MSR that did not report its codecs takes anything (an older agent,
+//! or a config without `<codec>`: as before §15). When step-1 candidates
+//! are left but none takes the offer, the leg is refused `no_capable_msr`
+//! (not `msr_not_found`: the MSRs exist, the offer is what no one takes).
+//! A conference leg whose host does not take its offer is refused the
+//! same way rather than put on another MSR: splitting a conference needs
+//! a media bridge the core did not ask for.
+//!
 //! Admission (SPEC §9), between steps 4 and 5, by the leg's [`Admission`]:
 //!
 //! * a plain leg: MSRs at or above their load limit are dropped (with the
@@ -91,6 +101,7 @@
 
 use msr_shared::admin::ErrorCode;
 use msr_shared::engine::EngineAddresses;
+use msr_shared::media::{CodecSet, Lack};
 
 use msr_shared::present::format_number;
 use rand::Rng;
@@ -120,6 +131,10 @@ pub struct Query {
     /// (step 1). Empty for every first attempt, so the hot path does not
     /// look at it.
     pub failed: Vec<String>,
+    /// The codecs the leg's offer carries (SPEC §15): only MSRs that take
+    /// one of each offered kind are candidates (step 1). Empty: no need,
+    /// selected as before §15.
+    pub needs: CodecSet,
 }
 
 impl Query {
@@ -282,6 +297,20 @@ pub enum Refusal {
     /// finite distance are, all unhealthy (the SPEC §5 fallback: refuse).
     #[error("msr unhealthy")]
     MsrUnhealthy,
+    /// Candidates are left after step 1 but none takes the leg's offer
+    /// (SPEC §15); or the leg joins a conference whose host does not take
+    /// it (`conference_host`: refused rather than split from it).
+    #[error("no capable msr")]
+    NoCapableMsr {
+        /// What the offer needs that no candidate takes: the first kind
+        /// none of them takes any offered codec of, or `None` when each
+        /// kind is taken by some MSR but no MSR takes them all.
+        lack: Option<Lack>,
+        /// The leg's offer.
+        needs: CodecSet,
+        /// The conference's host was the one that lacked it.
+        conference_host: bool,
+    },
 }
 
 impl Refusal {
@@ -293,6 +322,7 @@ impl Refusal {
             Refusal::MsrOverloaded => ErrorCode::MsrOverloaded,
             Refusal::UnknownSite => ErrorCode::UnknownSite,
             Refusal::MsrUnhealthy => ErrorCode::MsrUnhealthy,
+            Refusal::NoCapableMsr { .. } => ErrorCode::NoCapableMsr,
         }
     }
 }

@@ -87,6 +87,10 @@ pub(super) struct Steps<'q> {
     /// Step 4: one contact per MSR, positions in the zone's index
     /// (ascending, so in MSR-name order).
     pub(super) kept: Vec<usize>,
+    /// Step 1 (SPEC §15): candidates at a finite distance were left out
+    /// only because they lack what the offer needs; the union of the codecs
+    /// they take.
+    pub(super) incapable: Option<CodecSet>,
 }
 
 /// Steps 1–4 for a leg whose site is at `distances`: with a given MSR, two
@@ -101,12 +105,22 @@ pub(super) fn steps_1_to_4<'q>(
     let not_failed = |s: &Scanned| {
         query.failed.is_empty() || !view.msr_at(s.position).is_some_and(|m| query.has_failed(m))
     };
-    let nearest_in = |positions: std::ops::Range<usize>| {
+    // And those that do not take the offer (SPEC §15), noting what the
+    // ones at a finite distance take, for the refusal's cause.
+    let mut incapable: Option<CodecSet> = None;
+    let mut nearest_in = |positions: std::ops::Range<usize>| {
         let mut nearest = Nearest::new();
         for scanned in view
             .scan(positions, query.now, distances)
             .filter(not_failed)
         {
+            if view.lacks(scanned.position, query.needs).is_some() {
+                if scanned.distance.is_finite() {
+                    let takes = view.codecs(scanned.position).unwrap_or_default();
+                    incapable = Some(incapable.map_or(takes, |all| all.union(takes)));
+                }
+                continue;
+            }
             nearest.offer(scanned);
         }
         nearest
@@ -119,7 +133,7 @@ pub(super) fn steps_1_to_4<'q>(
         Some((msr, range))
             if view
                 .scan(range.clone(), query.now, distances)
-                .any(|s| not_failed(&s)) =>
+                .any(|s| not_failed(&s) && view.lacks(s.position, query.needs).is_none()) =>
         {
             (Some(msr), false, nearest_in(range))
         }
@@ -134,6 +148,7 @@ pub(super) fn steps_1_to_4<'q>(
             .into_iter()
             .map(|(position, _)| position)
             .collect(),
+        incapable,
     }
 }
 
@@ -175,6 +190,7 @@ pub(super) fn run<R: Rng + ?Sized>(
     let distances = view.distances(&from);
     let steps = steps_1_to_4(&view, &distances, query);
     explanation.media_bridge = steps.media_bridge;
+    let host_incapable = conference_host_incapable(&view, query);
     let min_distance = steps.min_distance;
     let nearest = !steps.kept.is_empty();
     let Admitted {
@@ -257,9 +273,17 @@ pub(super) fn run<R: Rng + ?Sized>(
     }
 
     // Step 6, then the draw (or the conference rule's choice).
-    explanation.outcome = if kept.is_empty() && !nearest {
-        if view.has_unhealthy_alternative(query.now, &distances) {
+    explanation.outcome = if let Some(refusal) = host_incapable {
+        Err(refusal)
+    } else if kept.is_empty() && !nearest {
+        if view.has_unhealthy_alternative(query.now, &distances, query.needs) {
             Err(Refusal::MsrUnhealthy)
+        } else if let Some(takes) = steps.incapable {
+            Err(Refusal::NoCapableMsr {
+                lack: takes.lacks(query.needs),
+                needs: query.needs,
+                conference_host: false,
+            })
         } else {
             Err(Refusal::MsrNotFound)
         }
@@ -313,6 +337,27 @@ pub(super) fn run<R: Rng + ?Sized>(
         }
     };
     Ok(explanation)
+}
+
+/// A conference leg whose host (registered, in the zone) does not take its
+/// offer is refused rather than split from the conference (module docs,
+/// SPEC §15).
+fn conference_host_incapable(view: &ZoneView<'_>, query: &Query) -> Option<Refusal> {
+    if query.needs.is_empty() {
+        return None;
+    }
+    let Admission::Conference(conference) = &query.admission else {
+        return None;
+    };
+    let host = conference.host.as_deref()?;
+    let lack = view
+        .msr_range(host)
+        .find_map(|position| view.lacks(position, query.needs))?;
+    Some(Refusal::NoCapableMsr {
+        lack: Some(lack),
+        needs: query.needs,
+        conference_host: true,
+    })
 }
 
 /// The index of the interval `[bottom, top)` (bottoms and tops summed from

@@ -132,6 +132,7 @@ impl World {
             admission: Admission::Plain,
             policy: Policy::Ecss,
             failed: Vec::new(),
+            needs: msr_shared::media::CodecSet::EMPTY,
         }
     }
 
@@ -791,6 +792,7 @@ proptest! {
                 }
             }
             Err(Refusal::UnknownSite) => prop_assert!(false, "all sites are declared"),
+            Err(Refusal::NoCapableMsr { .. }) => prop_assert!(false, "the query names no codec"),
         }
     }
 }
@@ -1399,4 +1401,176 @@ fn ecss_ignores_the_estimate() {
     let e = w.fixed(&w.query("default", "local", None), 58.0);
     assert_eq!(e.rule, Rule::Draw);
     assert_eq!(e.intervals.len(), 3);
+}
+
+/// SPEC §15: what each MSR of a capability test takes.
+impl World {
+    fn takes(&mut self, msr: &str, load: u8, codecs: Option<&str>) -> &mut Self {
+        let report = LoadReport {
+            msr: msr.into(),
+            load,
+            cpu: load,
+            max_calls: 100,
+            codecs: codecs.map(msr_shared::media::CodecList::parse_lenient),
+            ..LoadReport::default()
+        };
+        let at = self.now;
+        self.table.apply(
+            &self.operator,
+            Change::LoadReported {
+                msr: &MsrName::test(msr),
+                report,
+                at,
+            },
+        );
+        self
+    }
+
+    /// `audio` takes PCMA and PCMU, `video` also H.264, `fax` PCMA and
+    /// T.38, `old` did not say; all at `local`, equally loaded.
+    fn media_pool() -> World {
+        let mut world = World::new();
+        world
+            .contact(c("lo@audio", "default", "local"))
+            .takes("audio", 10, Some("pcma,pcmu"))
+            .contact(c("lo@video", "default", "local"))
+            .takes("video", 10, Some("pcma,pcmu,h264"))
+            .contact(c("lo@fax", "default", "local"))
+            .takes("fax", 10, Some("pcma,t38"));
+        world
+    }
+
+    fn needing(&self, codecs: &str) -> Query {
+        Query {
+            needs: codecs.parse().expect("known codecs"),
+            ..self.query("default", "local", None)
+        }
+    }
+}
+
+/// SPEC §15: only MSRs that take one offered codec of each offered kind
+/// are candidates; every draw lands on one of them.
+#[test]
+fn a_leg_with_needs_goes_only_to_an_msr_that_takes_them() {
+    let world = World::media_pool();
+    for (offer, only) in [
+        ("pcmu,h264", vec!["video"]),
+        ("g729,pcma,t38", vec!["fax"]),
+        ("pcmu", vec!["audio", "video"]),
+        ("", vec!["audio", "fax", "video"]),
+    ] {
+        let query = world.needing(offer);
+        let mut rng = StdRng::seed_from_u64(1);
+        for _ in 0..50 {
+            let choice = select(&world.table, world.operator.topology(), &query, &mut rng)
+                .expect("a capable msr");
+            assert!(
+                only.contains(&choice.msr.as_str()),
+                "{offer}: {}",
+                choice.msr
+            );
+        }
+    }
+}
+
+/// SPEC §15: an offer no MSR takes is refused `no_capable_msr`, naming the
+/// kind none takes, and explain names what each MSR lacks.
+#[test]
+fn an_offer_nobody_takes_is_refused_with_what_is_missing() {
+    let world = World::media_pool();
+    let query = world.needing("pcma,vp8");
+    let refusal = world.pick(&query).expect_err("nobody takes vp8");
+    assert_eq!(refusal.code(), ErrorCode::NoCapableMsr);
+    let Refusal::NoCapableMsr { lack, .. } = refusal else {
+        panic!("{refusal:?}");
+    };
+    assert_eq!(lack.map(|l| l.to_string()).as_deref(), Some("video (vp8)"));
+    // Video and T.38 exist, but not on one MSR.
+    let both = world
+        .pick(&world.needing("pcma,h264,t38"))
+        .expect_err("split");
+    assert!(
+        matches!(both, Refusal::NoCapableMsr { lack: None, .. }),
+        "{both:?}"
+    );
+    let explanation = world.fixed(&world.needing("h264"), 0.0);
+    let outcome = |contact: &str| {
+        explanation
+            .candidates
+            .iter()
+            .find(|c| c.contact == contact)
+            .map(|c| c.outcome)
+    };
+    assert_eq!(
+        outcome("lo@audio").map(|o| o.to_string()),
+        Some("incapable".into())
+    );
+    assert!(matches!(
+        outcome("lo@fax"),
+        Some(CandidateOutcome::Incapable(lack)) if lack.to_string() == "video (h264)"
+    ));
+    assert_eq!(outcome("lo@video"), Some(CandidateOutcome::Kept));
+}
+
+/// An MSR that did not report its codecs (an older agent, a config
+/// without `<codec>`) takes anything, as before SPEC §15; with no MSR at
+/// all the refusal stays `msr_not_found`.
+#[test]
+fn an_msr_that_did_not_say_takes_anything() {
+    let mut world = World::media_pool();
+    world
+        .contact(c("lo@old", "default", "local"))
+        .takes("old", 10, None);
+    let choice = world.pick(&world.needing("vp8")).expect("old takes it");
+    assert_eq!(choice.msr.as_str(), "old");
+    let empty = World::new();
+    assert_eq!(
+        empty.pick(&empty.needing("pcma")),
+        Err(Refusal::MsrNotFound)
+    );
+}
+
+/// The other leg's MSR that does not take this leg's offer is passed over
+/// as one without a candidate (SPEC §7 step 2: a media bridge).
+#[test]
+fn the_other_legs_msr_without_the_codec_means_a_media_bridge() {
+    let world = World::media_pool();
+    let query = Query {
+        msr: Some("audio".into()),
+        ..world.needing("h264")
+    };
+    let choice = world.pick(&query).expect("video takes it");
+    assert_eq!(choice.msr.as_str(), "video");
+    assert!(choice.media_bridge);
+}
+
+/// SPEC §15 item 4: a conference's new leg whose needs its host does not
+/// take is refused, not split onto another bridge.
+#[test]
+fn a_conference_leg_its_host_cannot_take_is_refused_not_split() {
+    let world = World::media_pool();
+    let query = Query {
+        needs: "h264".parse().expect("known"),
+        ..world.conference("room", Some("audio"))
+    };
+    let refusal = world.pick(&query).expect_err("host lacks h264");
+    assert!(
+        matches!(
+            refusal,
+            Refusal::NoCapableMsr {
+                conference_host: true,
+                ..
+            }
+        ),
+        "{refusal:?}"
+    );
+    // A leg it can take stays on its host.
+    let query = Query {
+        needs: "pcmu".parse().expect("known"),
+        ..world.conference("room", Some("audio"))
+    };
+    assert_eq!(
+        world.pick(&query).map(|c| c.msr.to_string()),
+        Ok("audio".into())
+    );
 }

@@ -221,6 +221,12 @@ pub struct SelectQuery {
     /// status (486, 603) counts nothing. Optional (default `error`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// The codecs the leg's offer carries (SPEC §15), by name
+    /// (`crate::media::CODECS`: `pcma`, `g729`, `h264`, `t38`, …): only an
+    /// MSR that takes one of each offered kind (audio, video, image) is a
+    /// candidate. Optional (empty: no need).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub codecs: Vec<String>,
 }
 
 impl SelectQuery {
@@ -237,6 +243,7 @@ impl SelectQuery {
             conference: None,
             failed: Vec::new(),
             failure: None,
+            codecs: Vec::new(),
         }
     }
 }

@@ -123,6 +123,9 @@ pub enum ErrorCode {
     /// §14 refusal: every MSR this leg may go to failed it, or it used up
     /// its attempts; the message lists the failures.
     MsrUnavailable,
+    /// No MSR of the zone takes the leg's offer (SPEC §15): the redirect
+    /// server answers 488.
+    NoCapableMsr,
     /// A code this client does not know (sent by a newer collector).
     #[serde(other)]
     Other,
@@ -148,6 +151,7 @@ impl ErrorCode {
             ErrorCode::StoreUnavailable => "store_unavailable",
             ErrorCode::LegReleased => "leg_released",
             ErrorCode::MsrUnavailable => "msr_unavailable",
+            ErrorCode::NoCapableMsr => "no_capable_msr",
             ErrorCode::Other => "other",
         }
     }

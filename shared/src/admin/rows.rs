@@ -190,6 +190,11 @@ pub struct ResourceInfo {
     pub health_since_unix: i64,
     /// Seconds since that change.
     pub health_secs: u64,
+    /// The codecs its MSR takes, in the MSR's priority order (SPEC §15);
+    /// absent when the agent did not report them (taken as able to take
+    /// anything).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub codecs: Option<Vec<String>>,
 }
 
 /// Whether a contact's registration holds (SPEC §5). On the wire:

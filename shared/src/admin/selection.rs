@@ -114,6 +114,10 @@ pub struct ExplainCandidate {
     /// [`ExplainOutcome::Full`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<f64>,
+    /// For [`ExplainOutcome::Incapable`]: what its MSR lacks of the leg's
+    /// offer (`video (h264)`, `audio (g729)`, `t38`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lacks: Option<String>,
 }
 
 /// What became of one contact of the zone in a selection (SPEC §7).
@@ -146,6 +150,9 @@ pub enum ExplainOutcome {
     Draining,
     /// Step 1: the core reported that this MSR failed this leg (§14).
     Failed,
+    /// Step 1: its MSR does not take the leg's offer (§15; `lacks` says
+    /// what).
+    Incapable,
     /// Step 2: another MSR was given and has candidates.
     OtherMsr,
     /// Step 3: infinite distance.
@@ -176,6 +183,7 @@ impl ExplainOutcome {
             ExplainOutcome::EngineDown => "engine_down",
             ExplainOutcome::Draining => "draining",
             ExplainOutcome::Failed => "failed",
+            ExplainOutcome::Incapable => "incapable",
             ExplainOutcome::OtherMsr => "other_msr",
             ExplainOutcome::InfiniteDistance => "infinite_distance",
             ExplainOutcome::OverLoadLimit => "over_load_limit",

@@ -78,6 +78,7 @@ fn every_op() -> Vec<Request> {
             conference: Some("room-7".into()),
             failed: vec!["m2".into()],
             failure: Some("503".into()),
+            codecs: vec!["pcma".into(), "h264".into()],
         }),
         Request::Release {
             call_id: "c1@core".into(),
@@ -365,6 +366,7 @@ fn golden_json_of_the_wire_enums() {
         health: HealthState::Healthy,
         health_since_unix: 1,
         health_secs: 2,
+        codecs: None,
     };
     let line = serde_json::to_string(&row).expect("serialize");
     assert_eq!(

@@ -383,6 +383,70 @@ fn half_loaded(msr: &str) -> LoadReport {
     }
 }
 
+/// SPEC §15 over the control protocol: an unknown codec name is
+/// `invalid_value` naming it; an offer no MSR takes is `no_capable_msr`
+/// naming what is missing; the resource list shows what each MSR takes.
+#[test]
+fn a_select_with_codecs_goes_to_an_msr_that_takes_them() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.ok(declare("local"), now);
+    h.register("lo@msr_1", "msr_1", now);
+    h.register("lo@msr_2", "msr_2", now);
+    h.load(
+        LoadReport {
+            codecs: Some(msr_shared::media::CodecList::parse_lenient("pcma,pcmu")),
+            ..half_loaded("msr_1")
+        },
+        now,
+    );
+    h.load(
+        LoadReport {
+            codecs: Some(msr_shared::media::CodecList::parse_lenient("h264,pcma")),
+            ..half_loaded("msr_2")
+        },
+        now,
+    );
+    let asking = |codecs: &[&str]| {
+        Request::Select(SelectQuery {
+            codecs: codecs.iter().map(|c| (*c).to_owned()).collect(),
+            ..SelectQuery::new("default", "local")
+        })
+    };
+    for _ in 0..20 {
+        let ResponseData::Selected(s) = h.ok(asking(&["pcmu", "pcma", "h264"]), now) else {
+            panic!("selected")
+        };
+        assert_eq!(s.msr, "msr_2");
+    }
+    match h.run(asking(&["pcma", "g728"]), now) {
+        Response::Err(e) => {
+            assert_eq!(e.code, ErrorCode::InvalidValue);
+            assert!(e.message.contains("unknown codec `g728`"), "{}", e.message);
+        }
+        Response::Ok(data) => panic!("{data:?}"),
+    }
+    match h.run(asking(&["pcma", "t38"]), now) {
+        Response::Err(e) => {
+            assert_eq!(e.code, ErrorCode::NoCapableMsr);
+            assert!(e.message.contains("takes t38"), "{}", e.message);
+        }
+        Response::Ok(data) => panic!("{data:?}"),
+    }
+    let ResponseData::Resources { rows } = h.ok(Request::ResourceList { active_only: false }, now)
+    else {
+        panic!("resources")
+    };
+    let codecs: Vec<_> = rows.iter().map(|r| r.codecs.clone()).collect();
+    assert_eq!(
+        codecs,
+        [
+            Some(vec!["pcma".to_owned(), "pcmu".to_owned()]),
+            Some(vec!["h264".to_owned(), "pcma".to_owned()])
+        ]
+    );
+}
+
 #[test]
 fn operator_changes_reach_the_table_and_select() {
     let now = Instant::now();

@@ -235,6 +235,11 @@ pub(super) fn resource_list(ctx: &AdminContext<'_>, now: Instant, active_only: b
             health_secs: row
                 .health_since
                 .map_or(0, |(at, _)| now.saturating_duration_since(at).as_secs()),
+            codecs: row
+                .load
+                .as_ref()
+                .and_then(|r| r.codecs)
+                .map(|list| list.iter().map(|c| c.name().to_owned()).collect()),
         })
         .collect();
     Response::Ok(ResponseData::Resources { rows })
@@ -305,6 +310,7 @@ pub(super) fn wire_outcome(outcome: CandidateOutcome) -> ExplainOutcome {
         CandidateOutcome::EngineDown => ExplainOutcome::EngineDown,
         CandidateOutcome::Draining => ExplainOutcome::Draining,
         CandidateOutcome::Failed => ExplainOutcome::Failed,
+        CandidateOutcome::Incapable(_) => ExplainOutcome::Incapable,
         CandidateOutcome::OtherMsr => ExplainOutcome::OtherMsr,
         CandidateOutcome::InfiniteDistance => ExplainOutcome::InfiniteDistance,
         CandidateOutcome::Farther => ExplainOutcome::Farther,
@@ -332,6 +338,10 @@ pub(super) fn to_wire_explain(query: &Query, explanation: &Explanation) -> Expla
                 health: wire_health(c.health),
                 outcome: wire_outcome(c.outcome),
                 weight: c.weight,
+                lacks: match c.outcome {
+                    CandidateOutcome::Incapable(lack) => Some(lack.to_string()),
+                    _ => None,
+                },
             })
             .collect(),
         min_distance: explanation.min_distance.map(Distance::from_f64),

@@ -39,6 +39,21 @@ fn a_select_query_becomes_the_select_op() {
     );
 }
 
+/// SPEC §15: `codecs=pcma,g729,h264` names the offer's codecs.
+#[test]
+fn the_offers_codecs_are_a_comma_separated_list() {
+    let request =
+        select_request(Some("zone=default&site=local&codecs=pcma,%20g729,,h264")).expect("valid");
+    assert_eq!(
+        request,
+        Request::Select(SelectQuery {
+            codecs: vec!["pcma".into(), "g729".into(), "h264".into()],
+            ..SelectQuery::new("default", "local")
+        })
+    );
+    assert_eq!(status_of(ErrorCode::NoCapableMsr).as_u16(), 409);
+}
+
 #[test]
 fn bad_select_queries_are_refused_with_the_reason() {
     for (query, needle) in [

@@ -31,6 +31,7 @@ fn row(msr: &str, load: u8, health: HealthState, live_legs: u32) -> ResourceInfo
         health,
         health_since_unix: 0,
         health_secs: 0,
+        codecs: None,
     }
 }
 

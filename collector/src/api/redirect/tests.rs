@@ -350,3 +350,84 @@ fn an_invite_without_to_from_or_an_invite_cseq_gets_400() {
         Decision::Select(_)
     ));
 }
+
+fn invite_with_body(content_type: Option<&str>, body: &str) -> Request {
+    let content_type = content_type.map_or(String::new(), |t| format!("Content-Type: {t}\r\n"));
+    let text = format!(
+        "INVITE sip:park@127.0.0.1:5062 SIP/2.0\r\n\
+         Via: SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bK-1\r\n\
+         Max-Forwards: 70\r\n\
+         From: <sip:alice@127.0.0.1>;tag=f1\r\n\
+         To: <sip:park@127.0.0.1>\r\n\
+         Call-ID: call-1@core\r\n\
+         CSeq: 1 INVITE\r\n\
+         {content_type}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    Request::try_from(text.as_str()).expect("valid invite")
+}
+
+fn codecs_asked(decision: Decision) -> Vec<String> {
+    match decision {
+        Decision::Select(AdminRequest::Select(q)) => q.codecs,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// SPEC §15: the redirect server reads the leg's needs from the INVITE's
+/// SDP offer: static payload types by RFC 3551, dynamic ones by rtpmap,
+/// `m=image … t38`; no body, or a body that is not SDP, needs nothing.
+#[test]
+fn the_offer_in_the_invite_is_the_legs_needs() {
+    let sdp = "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n\
+               m=audio 6000 RTP/AVP 18 0 101\r\na=rtpmap:101 telephone-event/8000\r\n\
+               m=video 6002 RTP/AVP 96\r\na=rtpmap:96 H264/90000\r\n\
+               m=image 6004 udptl t38\r\n";
+    let asked = codecs_asked(decide(
+        &invite_with_body(Some("application/sdp"), sdp),
+        &ctx(),
+    ));
+    assert_eq!(asked, ["pcmu", "g729", "h264", "t38"]);
+    let bare = codecs_asked(decide(
+        &invite_with_body(None, "v=0\r\nm=audio 1 RTP/AVP 8\r\n"),
+        &ctx(),
+    ));
+    assert_eq!(bare, ["pcma"]);
+    assert!(codecs_asked(decide(&invite("sip:park@127.0.0.1:5062", ""), &ctx())).is_empty());
+    let other = invite_with_body(Some("text/plain"), "m=video 1 RTP/AVP 34\r\n");
+    assert!(codecs_asked(decide(&other, &ctx())).is_empty());
+}
+
+/// An SDP that does not parse is answered 400 naming what is wrong, never
+/// a leg placed unchecked; an offer nobody takes is answered 488 with
+/// `Reason` and a `Warning: 305` naming what is missing (RFC 3261
+/// §21.4.26, §20.43).
+#[test]
+fn a_bad_sdp_gets_400_and_an_offer_nobody_takes_488() {
+    let bad = invite_with_body(Some("application/sdp"), "v=0\r\nm=audio x RTP/AVP 0\r\n");
+    let Decision::Reply(response) = decide(&bad, &ctx()) else {
+        panic!("a bad sdp is answered at once");
+    };
+    assert_eq!(response.status_code.code(), 400);
+    assert!(
+        header(&response, "Warning").is_some_and(|w| w.contains("sdp line 2: bad media line")),
+        "{:?}",
+        header(&response, "Warning")
+    );
+    let req = invite("sip:park@127.0.0.1:5062", "");
+    let refused = AdminResponse::Err(ErrorBody {
+        code: ErrorCode::NoCapableMsr,
+        message:
+            "no msr in zone `default` at a finite distance from site `local` takes video (h264)"
+                .into(),
+        explain: None,
+    });
+    let response = answer(&req, &refused, &ctx());
+    assert_eq!(response.status_code.code(), 488);
+    assert_eq!(
+        header(&response, "Reason"),
+        Some("SIP ;cause=488;text=\"no_capable_msr\"")
+    );
+    assert!(header(&response, "Warning")
+        .is_some_and(|w| w.starts_with("305 msr-collector ") && w.contains("video (h264)")));
+}

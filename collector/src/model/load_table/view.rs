@@ -379,13 +379,32 @@ impl<'a> ZoneView<'a> {
     /// Whether a member is registered and active at `now` but unhealthy,
     /// at a finite distance: what steps 1–3 would have kept if health were
     /// not asked for (the §5 fallback question).
-    pub fn has_unhealthy_alternative(&self, now: Instant, distances: &DistanceColumn) -> bool {
+    pub fn has_unhealthy_alternative(
+        &self,
+        now: Instant,
+        distances: &DistanceColumn,
+        needs: CodecSet,
+    ) -> bool {
         self.members.iter().any(|m| {
             now < m.expires_at
                 && m.msr_selection.active
                 && m.health != Health::Healthy
+                && m.lacks(needs).is_none()
                 && distances.0.get(m.site).is_some_and(|d| d.is_finite())
         })
+    }
+
+    /// What the member at `position` lacks for a leg offering `needs`
+    /// (SPEC §15); `None`: it can take the leg (or did not say what it
+    /// takes, or the position is out of range).
+    #[inline]
+    pub fn lacks(&self, position: usize, needs: CodecSet) -> Option<Lack> {
+        self.members.get(position)?.lacks(needs)
+    }
+
+    /// The codecs the member at `position`'s MSR reported (SPEC §15).
+    pub fn codecs(&self, position: usize) -> Option<CodecSet> {
+        self.members.get(position)?.msr_selection.codecs
     }
 
     /// The member at `position` as a [`Candidate`] at `now` (`None` if the

@@ -256,6 +256,7 @@ fn resource_rows_show_node_once() {
         health: msr_shared::admin::HealthState::Healthy,
         health_since_unix: 0,
         health_secs: 3,
+        codecs: None,
     };
     let out = resources(&[row("msr_1"), row("msr_2")], true);
     assert!(
@@ -300,6 +301,12 @@ fn the_default_resource_list_fits_120_columns_and_wide_has_every_column() {
         health: msr_shared::admin::HealthState::Unreachable,
         health_since_unix: 0,
         health_secs: 86400,
+        // The seed's `<codec>` (SPEC §2), in its priority order.
+        codecs: Some(
+            ["pcma", "h264", "t38", "pcmu", "h263-1998", "g722"]
+                .map(String::from)
+                .to_vec(),
+        ),
     };
     let rows = [
         row("msr_10", "bond1.200@msr_10"),
@@ -313,13 +320,13 @@ fn the_default_resource_list_fits_120_columns_and_wide_has_every_column() {
     assert!(widest <= 120, "{widest} columns:\n{narrow}");
     assert!(
         narrow.starts_with(
-            "  Media resource list (core1@ecss1.example.net; --wide for every column):\n"
+            "  Media resource list (core1@ecss1.example.net, zone zone-east; --wide for every column):\n"
         ),
         "{narrow}"
     );
     assert!(
         narrow.contains(
-            "│ bond1.200@msr_10 │  100 │  40 │ 10/100 │ true   │ zone-east │ msk-2 │ registered │  12345 │"
+            "│ bond1.200@msr_10 │  100 │  40 │ 10/100 │ 3a 2v t38 │ true   │ msk-2 │ registered │  12345 │"
         ),
         "{narrow}"
     );
@@ -400,6 +407,7 @@ fn explain_lists_every_contact_with_health_and_outcome() {
         health,
         outcome,
         weight,
+        lacks: None,
     };
     let e = Explain {
         zone: "default".into(),
