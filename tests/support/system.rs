@@ -540,6 +540,10 @@ pub struct AgentSpec {
     /// `engine-probe` among them the probe is off: nothing listens at the
     /// engine's port here (SPEC §14).
     pub agent_attributes: String,
+    /// The `<codec …/>` attributes (SPEC §2, §15), e.g. `pcma="1" h264="1"`;
+    /// `None` (the default) writes no `<codec>`, so the agent reports no
+    /// codecs and its MSR takes any offer, as before §15.
+    pub codecs: Option<String>,
 }
 
 impl Default for AgentSpec {
@@ -557,6 +561,7 @@ impl Default for AgentSpec {
             notify_high_water: msr_agent::notifier::DEFAULT_HIGH_WATER,
             auth_password: "msr-secret".into(),
             agent_attributes: String::new(),
+            codecs: None,
         }
     }
 }
@@ -583,8 +588,7 @@ pub fn agent_xml(spec: &AgentSpec, calls: &Path) -> String {
     <general log-level="3" log-rotate="no" max-calls="{max_calls}" load-sensor="calls" load-delta="{delta}"/>
     <transport bind-addr="127.0.0.1" port="{engine}" transport="udp"/>
     <media port-start="20000" port-range="1000"/>
-    <codec pcma="1" pcmu="2"/>
-    <accounts>
+{codec}    <accounts>
 {accounts}    </accounts>
     <pbyte>
         <mcc bind-addr="127.0.0.1" port="{mcc}"/>
@@ -603,6 +607,12 @@ pub fn agent_xml(spec: &AgentSpec, calls: &Path) -> String {
         nmi = spec.notify_min_interval_ms,
         hw = spec.notify_high_water,
         sample = spec.sample_interval_ms,
+        codec = spec
+            .codecs
+            .as_ref()
+            .map_or(String::new(), |attributes| format!(
+                "    <codec {attributes}/>\n"
+            )),
         more = if spec.agent_attributes.contains("engine-probe") {
             spec.agent_attributes.clone()
         } else {
