@@ -336,10 +336,13 @@ fn summary(config: &msr_agent::AgentConfig, log_file: Option<&LogFile>) -> Strin
     );
     let _ = write!(
         out,
-        "\nmedia: ports {}..{}",
+        "\nmedia: ports {}..{} video-enc {}",
         config.media.port_start,
-        config.media.port_end()
+        config.media.port_end(),
+        config.media.video_enc_size()
     );
+    // The video size is shown only: the core selects by codecs (SPEC §15).
+    let _ = write!(out, "\ncodecs: {}", config.codecs_shown());
     let _ = write!(out, "\naccounts: {}", config.accounts.len());
     for a in &config.accounts {
         let over = if a.realm.is_sips() {

@@ -53,6 +53,10 @@
 //!   every subscription at once, outside the one-per-second limit, as the
 //!   100 edge would if it were not held: it takes the MSR out of selection
 //!   or puts it back;
+//! * every NOTIFY carries the MSR's codecs when the config has `<codec>`
+//!   (`codecs: pcma,pcmu,h264`, SPEC §4, §15); a reload that changes them
+//!   ([`Notifier::reconfigure`]) goes to every subscription at once the
+//!   same way, since it changes which legs the MSR may be given;
 //! * expiry → `terminated;reason=timeout`; [`Notifier::shutdown`] →
 //!   `deactivated`; account removed ([`Notifier::set_accounts`]) →
 //!   `noresource`;
@@ -78,6 +82,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use msr_shared::event_package::{EngineState, LoadReport, Service, CONTENT_TYPE};
+use msr_shared::media::CodecList;
 use msr_shared::sip::{self, Method, Request, Response, TerminationReason};
 use msr_shared::token_bucket::TokenBucket;
 use tokio::time::Instant;
@@ -140,6 +145,11 @@ pub struct NotifierConfig {
     /// registers on (SPEC §4), so a SUBSCRIBE from one of these is a
     /// registrar's and always gets its slot (module docs, "Slots").
     pub registrars: BTreeSet<SocketAddr>,
+    /// `<codec>`: what the MSR's media takes, in its priority order, sent
+    /// in every NOTIFY as `codecs:` (SPEC §4, §15); `None`: not known, the
+    /// line is left out and the collector takes the MSR as able to take
+    /// anything, as before §15.
+    pub codecs: Option<CodecList>,
 }
 
 /// Requests from hosts that are not subscribers (SPEC §4) answered per
@@ -386,16 +396,26 @@ impl Notifier {
     /// expiry apply at once (held changes are re-evaluated); subscriptions for
     /// MSR names no longer configured end with `noresource`; then those
     /// whose host is no longer a subscriber host are dropped
-    /// ([`set_subscribers`](Self::set_subscribers)).
+    /// ([`set_subscribers`](Self::set_subscribers)); new codecs go to every
+    /// subscription left at once, whatever the rate limit, as an engine
+    /// state change does ([`set_engine`](Self::set_engine)).
     pub fn reconfigure(&mut self, now: Instant, config: NotifierConfig) {
         let accounts = config.accounts.clone();
         let subscribers = config.subscribers.clone();
+        let codecs_changed = config.codecs != self.config.codecs;
         self.config = config;
         // Accounts first: a subscription for a removed account gets its
         // `noresource` NOTIFY (SPEC §4) even when its registrar was that
         // account's alone and leaves the subscriber hosts with it.
         self.set_accounts(now, accounts);
         self.set_subscribers(subscribers);
+        if codecs_changed {
+            // Which legs the MSR may take changed (SPEC §15): every core
+            // must know before it selects again, not a second later.
+            self.notify_every_subscription(now);
+        }
+        // After a NOTIFY above this finds nothing new on that subscription:
+        // one NOTIFY per subscription, carrying the latest sample too.
         let latest = self.latest;
         self.on_sample(now, latest);
     }

@@ -429,6 +429,7 @@ pub fn sip_agent(data: &[u8]) {
             accounts: config.accounts.iter().map(|a| a.msr_name.clone()).collect(),
             subscribers: config.subscriber_hosts().addresses,
             registrars: std::collections::BTreeSet::from([peer()]),
+            codecs: config.codecs,
         },
         Sample {
             load: 10,

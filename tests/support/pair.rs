@@ -488,6 +488,11 @@ impl Pair {
             accounts: parsed.accounts.iter().map(|a| a.msr_name.clone()).collect(),
             subscribers: BTreeSet::from([COLLECTOR_ADDR.ip()]),
             registrars: BTreeSet::from([COLLECTOR_ADDR]),
+            // No `codecs:` line, as before SPEC §15, whatever the
+            // generated config's `<codec>` says: the pair tests see the
+            // NOTIFYs they always saw; one that needs codecs sets them
+            // with `reconfigure_agent`.
+            codecs: None,
         };
         let notifier = Notifier::new(notifier_config.clone(), self.sample());
         self.agent = Some(AgentSide {

@@ -10,7 +10,8 @@
 //! 1. a `quick_xml::Reader` pass checks that the file is well formed (root
 //!    `<config>`, every element closed, no duplicated sections) and reports
 //!    the `line:column` of the first problem; the same pass collects the
-//!    attribute names of `<agent>` for the strict check;
+//!    attribute names of `<agent>` for the strict check, and the attributes
+//!    of `<codec>`, whose names (the engine's codecs) no fixed struct lists;
 //! 2. serde deserializes the raw structs in `xml` (every attribute an
 //!    `Option<String>`), and `validate` converts them into the typed
 //!    [`AgentConfig`], naming element, attribute, value and the accepted
@@ -24,6 +25,8 @@
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
+
+use msr_shared::media::{Codec, CodecList, Kind};
 
 /// The default high-water mark, percent of `load` (SPEC §4: 80 %): at or
 /// above it every change of `calls` is notified.
@@ -79,6 +82,10 @@ pub struct AgentConfig {
     pub accounts: Vec<Account>,
     /// `<agent>`: agent-only settings; defaults when the element is absent.
     pub agent: AgentSettings,
+    /// `<codec>`: what media the MSR takes, in its priority order
+    /// ([`codec_list`]), reported in every NOTIFY as `codecs:` (SPEC §4,
+    /// §15); `None` without the element: not known, no `codecs:` line.
+    pub codecs: Option<CodecList>,
 }
 
 impl AgentConfig {
@@ -96,6 +103,14 @@ impl AgentConfig {
 }
 
 impl AgentConfig {
+    /// `<codec>` as logged and shown: the `codecs:` line's value
+    /// (`pcma,pcmu,h264`, `none`), or `not reported` without the element
+    /// (SPEC §4).
+    pub fn codecs_shown(&self) -> String {
+        self.codecs
+            .map_or_else(|| "not reported".to_owned(), |c| c.to_string())
+    }
+
     /// The MSRs of the accounts whose realm is `sips:`: registered over
     /// TLS, with the client certificate when there is one.
     pub fn tls_msrs(&self) -> impl Iterator<Item = &str> {
@@ -267,7 +282,8 @@ impl std::fmt::Display for Transports {
     }
 }
 
-/// `<media>` (SPEC §2): the RTP port range. The element is required.
+/// `<media>` (SPEC §2): the RTP port range, and the video encoder's frame
+/// size. The element is required.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MediaConfig {
     /// `port-start` (required): first RTP port.
@@ -276,9 +292,27 @@ pub struct MediaConfig {
     /// `port_start + port_range <= 65536`. The range is
     /// `[port_start, port_start + port_range)`.
     pub port_range: u16,
+    /// `video-enc-width`: the width in pixels of the video the engine
+    /// encodes, > 0, if given. Shown (`--check-config`, the reload log),
+    /// not reported to the core: selection matches codecs, not frame
+    /// sizes (SPEC §15), and any MSR that takes a video codec takes the
+    /// leg whatever size the engine encodes.
+    pub video_enc_width: Option<u32>,
+    /// `video-enc-height`: the height in pixels of that video, > 0, if
+    /// given; shown, not reported, as `video_enc_width`.
+    pub video_enc_height: Option<u32>,
 }
 
 impl MediaConfig {
+    /// `1280x720`, `1280x?` or `none`: the video frame size as shown.
+    pub fn video_enc_size(&self) -> String {
+        let side = |v: Option<u32>| v.map_or_else(|| "?".to_owned(), |v| v.to_string());
+        match (self.video_enc_width, self.video_enc_height) {
+            (None, None) => "none".to_owned(),
+            (w, h) => format!("{}x{}", side(w), side(h)),
+        }
+    }
+
     /// One past the last port of the range, as `u32` (≤ 65536).
     pub fn port_end(&self) -> u32 {
         u32::from(self.port_start) + u32::from(self.port_range)
@@ -288,6 +322,37 @@ impl MediaConfig {
     pub fn contains(&self, port: u16) -> bool {
         port >= self.port_start && u32::from(port) < self.port_end()
     }
+}
+
+/// The MSR's codecs in its priority order, from the priorities the
+/// `<codec>` element gives them (SPEC §2: `0` = off, otherwise its
+/// priority, the lowest number first). The attributes that name no codec
+/// of [`CODECS`](msr_shared::media::CODECS) — `tel-event-pt`, the
+/// telephone-event payload type, and whatever the engine knows that this
+/// code does not — never get here: they are not codecs.
+///
+/// Tie rule: a priority ranks a codec among those of its own kind of
+/// media. The seed numbers audio `1`–`3`, video `1`–`2` and T.38 `1`, as
+/// an SDP answer picks one codec per `m=` line; so the list is the audio
+/// codecs by priority, then video, then image ([`Kind::ALL`]), and equal
+/// numbers within one kind keep the order of `CODECS`. The seed's
+/// `<codec>` gives `pcma,pcmu,g722,h264,h263-1998,t38`. Selection reads
+/// the list as a set (SPEC §15); the order is for people.
+pub fn codec_list(priorities: impl IntoIterator<Item = (Codec, u32)>) -> CodecList {
+    let mut on: Vec<(usize, u32, Codec)> = priorities
+        .into_iter()
+        .filter(|&(_, priority)| priority != 0)
+        .map(|(codec, priority)| {
+            let kind = Kind::ALL
+                .iter()
+                .position(|k| *k == codec.kind())
+                .unwrap_or(Kind::ALL.len());
+            (kind, priority, codec)
+        })
+        .collect();
+    // `Codec` orders by its place in `CODECS`: the last key breaks ties.
+    on.sort_unstable();
+    CodecList::new(on.into_iter().map(|(_, _, codec)| codec))
 }
 
 /// One `<accounts>/<dynamic>` element (SPEC §2, §3): one registration.

@@ -63,9 +63,21 @@ fn seed_config_parses() -> TestResult {
         c.media,
         MediaConfig {
             port_start: 12000,
-            port_range: 1024
+            port_range: 1024,
+            video_enc_width: Some(1280),
+            video_enc_height: Some(720),
         }
     );
+    assert_eq!(c.media.video_enc_size(), "1280x720");
+    // The seed's `<codec pcma="1" pcmu="2" … g722="3" … h264="1"
+    // h263-1998="2" t38="1" tel-event-pt="0">`: audio by priority, then
+    // video, then image (`codec_list`'s tie rule); `tel-event-pt` is not a
+    // codec and the codecs set to 0 are off.
+    assert_eq!(
+        c.codecs.map(|l| l.to_string()).as_deref(),
+        Some("pcma,pcmu,g722,h264,h263-1998,t38")
+    );
+    assert_eq!(c.codecs_shown(), "pcma,pcmu,g722,h264,h263-1998,t38");
     assert_eq!(c.accounts.len(), 2);
     let a = &c.accounts[0];
     assert_eq!(a.msr_name, "msr_1");
@@ -380,6 +392,14 @@ fn defaults_and_optional_attributes() -> TestResult {
     assert_eq!(c.agent.sip_port, 5071, "the engine's port + 1");
     assert_eq!(c.agent.log_file, None);
     assert_eq!(c.mcc, None);
+    // No `<codec>`: codecs not known, no `codecs:` line (SPEC §4).
+    assert_eq!(c.codecs, None);
+    assert_eq!(c.codecs_shown(), "not reported");
+    assert_eq!(
+        (c.media.video_enc_width, c.media.video_enc_height),
+        (None, None)
+    );
+    assert_eq!(c.media.video_enc_size(), "none");
     // Port 0 (tests): the agent's port is ephemeral too.
     let c = parse(
         &doc(GOOD_GENERAL, "").replace(r#"port="5070""#, r#"port="0""#),
@@ -622,6 +642,150 @@ fn the_rtpengine_example_reads_its_ng_port() -> TestResult {
     assert_eq!(c.agent.sip_port, 5061);
     assert_eq!((c.media.port_start, c.media.port_end()), (30000, 40001));
     assert_eq!(c.general.load_sensor, LoadSensor::Media);
+    Ok(())
+}
+
+/// The codecs `<codec …>` (in `doc`'s `extra`) gives, as the `codecs:`
+/// line shows them.
+fn codecs_of(codec: &str) -> Result<Option<String>, ConfigError> {
+    let c = parse(&doc(GOOD_GENERAL, codec), origin())?;
+    Ok(c.codecs.map(|l| l.to_string()))
+}
+
+/// SPEC §2, §15: `<codec>`'s attributes that name a codec are its
+/// priority, 0 = off; within a kind of media the lowest number first, the
+/// kinds in the order audio, video, image; ties in `CODECS` order.
+#[test]
+fn codec_priorities_order_each_kind_of_media() -> TestResult {
+    assert_eq!(
+        codecs_of(r#"<codec g722="1" pcmu="3" pcma="2"/>"#)?.as_deref(),
+        Some("g722,pcma,pcmu")
+    );
+    // Video and image after audio whatever their numbers.
+    assert_eq!(
+        codecs_of(r#"<codec t38="1" h264="2" h263-1998="1" pcmu="9"/>"#)?.as_deref(),
+        Some("pcmu,h263-1998,h264,t38")
+    );
+    // Equal numbers: the order of `CODECS` (pcma before pcmu before g729),
+    // not the file's.
+    assert_eq!(
+        codecs_of(r#"<codec g729="1" pcmu="1" pcma="1"/>"#)?.as_deref(),
+        Some("pcma,pcmu,g729")
+    );
+    // Large numbers and spaces around them are priorities like any other.
+    assert_eq!(
+        codecs_of(r#"<codec pcmu=" 4294967295 " pcma="7"/>"#)?.as_deref(),
+        Some("pcma,pcmu")
+    );
+    // Codecs beyond the seed's attributes are read too.
+    assert_eq!(
+        codecs_of(r#"<codec opus="1" vp8="1" pcma="2"/>"#)?.as_deref(),
+        Some("opus,pcma,vp8")
+    );
+    Ok(())
+}
+
+/// `tel-event-pt` (the telephone-event payload type) and attributes that
+/// name no known codec are the engine's: skipped whatever their value.
+/// Names are matched as written, as the engine's XML reader does.
+#[test]
+fn codec_attributes_that_are_not_codecs_are_skipped() -> TestResult {
+    assert_eq!(
+        codecs_of(r#"<codec pcma="1" tel-event-pt="101" g728="x" PCMU="1" mode="auto"/>"#)?
+            .as_deref(),
+        Some("pcma")
+    );
+    // Every codec off, or none named: the element says the MSR takes no
+    // media, which the line reports as `none` (not as "not known").
+    assert_eq!(
+        codecs_of(r#"<codec pcma="0" pcmu="0" h264="0" tel-event-pt="0"/>"#)?.as_deref(),
+        Some("none")
+    );
+    assert_eq!(codecs_of("<codec/>")?.as_deref(), Some("none"));
+    // Children of the element are the engine's too.
+    assert_eq!(
+        codecs_of(r#"<codec pcmu="1"><profile name="x"/></codec>"#)?.as_deref(),
+        Some("pcmu")
+    );
+    // An escaped value is read unescaped.
+    assert_eq!(
+        codecs_of(r#"<codec pcma="&#49;"/>"#)?.as_deref(),
+        Some("pcma")
+    );
+    Ok(())
+}
+
+/// A codec's value that is not a non-negative integer is a config error
+/// naming the file, element, attribute and value, and what is accepted
+/// (SPEC §2), as every other integer attribute's.
+#[test]
+fn a_bad_codec_priority_is_named() {
+    for (value, problem) in [
+        ("yes", "bad h264"),
+        ("-1", "bad h264"),
+        ("1.5", "bad h264"),
+        ("", "bad h264"),
+        ("4294967296", "h264 out of range"),
+    ] {
+        let m = err(&doc(
+            GOOD_GENERAL,
+            &format!(r#"<codec pcma="1" h264="{value}" t38="1"/>"#),
+        ));
+        assert_eq!(
+            m,
+            format!(
+                r#"config-examples/bad.xml: <codec h264="{value}">: {problem}, accepted: an integer 0..=4294967295"#
+            )
+        );
+    }
+    // A value that is not even good xml is named with its position.
+    assert_eq!(
+        err(&doc(GOOD_GENERAL, r#"<codec pcma="&bogus;"/>"#)),
+        "config-examples/bad.xml:6:3: malformed xml: <codec pcma=\"&bogus;\">: bad value: \
+         at 1..6: unrecognized entity `bogus`"
+    );
+    // A second `<codec>` is ambiguous, as a second `<media>` is.
+    assert_eq!(
+        err(&doc(GOOD_GENERAL, r#"<codec pcma="1"/><codec pcmu="1"/>"#)),
+        "config-examples/bad.xml:6:20: duplicate element <codec>"
+    );
+}
+
+/// `<media video-enc-width video-enc-height>`: positive integers when
+/// present, kept and shown, each on its own.
+#[test]
+fn video_encoder_size() -> TestResult {
+    let media = |attributes: &str| {
+        doc(GOOD_GENERAL, "").replace(
+            r#"port-range="1000""#,
+            &format!(r#"port-range="1000" {attributes}"#),
+        )
+    };
+    let c = parse(
+        &media(r#"video-enc-width="1920" video-enc-height="1080""#),
+        origin(),
+    )?;
+    assert_eq!(
+        (c.media.video_enc_width, c.media.video_enc_height),
+        (Some(1920), Some(1080))
+    );
+    let c = parse(&media(r#"video-enc-height="576""#), origin())?;
+    assert_eq!(c.media.video_enc_size(), "?x576");
+    for (attributes, message) in [
+        (
+            r#"video-enc-width="0""#,
+            r#"<media video-enc-width="0">: video-enc-width out of range, accepted: an integer 1..=4294967295"#,
+        ),
+        (
+            r#"video-enc-width="1280" video-enc-height="720p""#,
+            r#"<media video-enc-height="720p">: bad video-enc-height, accepted: an integer 1..=4294967295"#,
+        ),
+    ] {
+        assert_eq!(
+            err(&media(attributes)),
+            format!("config-examples/bad.xml: {message}")
+        );
+    }
     Ok(())
 }
 

@@ -7,15 +7,16 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use msr_shared::media::{Codec, CodecList};
 use msr_shared::sip::{is_token_char, MAX_MSR_NAME_LEN};
 
 use super::xml::{
     RawAccounts, RawAgent, RawConfig, RawDynamic, RawGeneral, RawMcc, RawMedia, RawTransport, Scan,
 };
 use super::{
-    Account, AgentConfig, AgentSettings, AgentTls, CallsSource, ConfigError, EngineProbeMode,
-    General, LoadSensor, MediaConfig, PortSetting, Realm, TransportConfig, Transports,
-    ValueProblem, DEFAULT_LOAD_DELTA,
+    codec_list, Account, AgentConfig, AgentSettings, AgentTls, CallsSource, ConfigError,
+    EngineProbeMode, General, LoadSensor, MediaConfig, PortSetting, Realm, TransportConfig,
+    Transports, ValueProblem, DEFAULT_LOAD_DELTA,
 };
 
 /// Builds errors for one file.
@@ -128,6 +129,11 @@ pub(super) fn validate(
         Some(a) => accounts(&cx, a)?,
         None => Vec::new(),
     };
+    let codecs = scan
+        .codec
+        .as_deref()
+        .map(|attributes| codecs(&cx, attributes))
+        .transpose()?;
     for (name, at) in &scan.agent_attributes {
         if !AgentSettings::ACCEPTED_ATTRIBUTES.contains(&name.as_str()) {
             return Err(ConfigError::UnknownAttribute {
@@ -200,6 +206,7 @@ pub(super) fn validate(
         media,
         accounts,
         agent,
+        codecs,
     };
     check_sip_port(&config, origin, PortSetting::Config)?;
     Ok(config)
@@ -370,10 +377,35 @@ fn media(cx: &Ctx<'_>, raw: &RawMedia) -> Result<MediaConfig, ConfigError> {
     let range_text = cx.required(&raw.port_range, E, "port-range")?;
     let max_range = u16::try_from(65536 - u32::from(port_start)).unwrap_or(u16::MAX);
     let port_range = cx.int::<u16>(range_text, E, "port-range", 1, max_range)?;
+    let positive = |value: &Option<String>, attribute: &'static str| {
+        value
+            .as_deref()
+            .map(|v| cx.int::<u32>(v, E, attribute, 1, u32::MAX))
+            .transpose()
+    };
     Ok(MediaConfig {
         port_start,
         port_range,
+        video_enc_width: positive(&raw.video_enc_width, "video-enc-width")?,
+        video_enc_height: positive(&raw.video_enc_height, "video-enc-height")?,
     })
+}
+
+/// `<codec>` (SPEC §2, §15): every attribute that names a codec of
+/// [`CODECS`](msr_shared::media::CODECS) is its priority, a non-negative
+/// integer (`0`: off); the others (`tel-event-pt`, codecs this code does
+/// not know) are the engine's and skipped, as any attribute the agent does
+/// not read. Names are matched exactly, as the engine's XML reader does.
+fn codecs(cx: &Ctx<'_>, attributes: &[(String, String)]) -> Result<CodecList, ConfigError> {
+    let mut priorities = Vec::new();
+    for (name, value) in attributes {
+        let Some(codec) = Codec::from_name(name).filter(|c| c.name() == name) else {
+            continue;
+        };
+        let priority = cx.int::<u32>(value, "codec", codec.name(), 0, u32::MAX)?;
+        priorities.push((codec, priority));
+    }
+    Ok(codec_list(priorities))
 }
 
 fn accounts(cx: &Ctx<'_>, raw: &RawAccounts) -> Result<Vec<Account>, ConfigError> {

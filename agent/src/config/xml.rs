@@ -23,6 +23,7 @@ const SECTIONS: &[&str] = &[
     "accounts",
     "agent",
     "pbyte",
+    "codec",
 ];
 
 /// `<config>`: the document root.
@@ -76,13 +77,18 @@ pub(super) struct RawTransport {
     pub(super) transport: Option<String>,
 }
 
-/// `<media>` (only the RTP range; the engine's other attributes are skipped)
+/// `<media>` (the RTP range and the video encoder's frame size; the
+/// engine's other attributes are skipped)
 #[derive(Debug, Default, Deserialize)]
 pub(super) struct RawMedia {
     #[serde(rename = "@port-start")]
     pub(super) port_start: Option<String>,
     #[serde(rename = "@port-range")]
     pub(super) port_range: Option<String>,
+    #[serde(rename = "@video-enc-width")]
+    pub(super) video_enc_width: Option<String>,
+    #[serde(rename = "@video-enc-height")]
+    pub(super) video_enc_height: Option<String>,
 }
 
 /// `<accounts>`: its children in document order, so that `<dynamic>`
@@ -173,6 +179,11 @@ pub(super) struct RawAgent {
 pub(super) struct Scan {
     /// Attribute names of `<config>/<agent>` with the element's position.
     pub(super) agent_attributes: Vec<(String, Position)>,
+    /// The attributes of `<config>/<codec>` as `(name, value)`, values
+    /// unescaped, in document order; `None` without the element. Its
+    /// attribute names are the engine's codecs, an open set, so they are
+    /// read here rather than as serde fields.
+    pub(super) codec: Option<Vec<(String, String)>>,
 }
 
 /// Checks that `text` is a well-formed document rooted at `<config>` with at
@@ -242,6 +253,9 @@ pub(super) fn scan(text: &str, origin: &Path) -> Result<Scan, ConfigError> {
                                     out.agent_attributes.push((key, at(start)));
                                 }
                             }
+                            if section == "codec" {
+                                out.codec = Some(attributes(e, &path, || at(start))?);
+                            }
                         }
                     }
                     _ => {}
@@ -307,6 +321,35 @@ fn check_attributes(
         }
     }
     Ok(())
+}
+
+/// The attributes of `e` as `(name, value)` in document order, values
+/// unescaped (`&amp;` and the like); a bad escape is malformed xml at
+/// `at`.
+fn attributes(
+    e: &BytesStart<'_>,
+    path: &Path,
+    at: impl Fn() -> Position,
+) -> Result<Vec<(String, String)>, ConfigError> {
+    let element = || String::from_utf8_lossy(e.name().as_ref()).into_owned();
+    let mut out = Vec::new();
+    // `check_attributes` has run: every attribute parses.
+    for attr in e.attributes().flatten() {
+        let name = String::from_utf8_lossy(attr.key.as_ref()).into_owned();
+        let value = attr
+            .unescape_value()
+            .map_err(|err| ConfigError::Malformed {
+                path: path.to_path_buf(),
+                at: at(),
+                reason: format!(
+                    "<{} {name}=\"{}\">: bad value: {err}",
+                    element(),
+                    String::from_utf8_lossy(&attr.value)
+                ),
+            })?;
+        out.push((name, value.into_owned()));
+    }
+    Ok(out)
 }
 
 /// Maps a reader error to a [`ConfigError`]. Syntax errors other than bad

@@ -253,6 +253,8 @@ mod tests {
         let media = MediaConfig {
             port_start: 20000,
             port_range: 1000,
+            video_enc_width: None,
+            video_enc_height: None,
         };
         let agent = AgentSettings {
             calls_source: CallsSource::Fixed(42),
@@ -274,6 +276,8 @@ mod tests {
         let media = MediaConfig {
             port_start: 20000,
             port_range: 1000,
+            video_enc_width: None,
+            video_enc_height: None,
         };
         let agent = AgentSettings {
             calls_source: CallsSource::File(file.clone()),
@@ -295,6 +299,8 @@ mod tests {
         let media = MediaConfig {
             port_start: 20000,
             port_range: 1000,
+            video_enc_width: None,
+            video_enc_height: None,
         };
         let agent = AgentSettings {
             calls_source: CallsSource::Rtpengine,
@@ -326,6 +332,8 @@ mod tests {
         let media = MediaConfig {
             port_start: 20000,
             port_range: 1000,
+            video_enc_width: None,
+            video_enc_height: None,
         };
         let agent = AgentSettings {
             calls_source: CallsSource::Rtpengine,
@@ -363,6 +371,8 @@ mod tests {
         let media = MediaConfig {
             port_start: port,
             port_range: 1,
+            video_enc_width: None,
+            video_enc_height: None,
         };
         let mut s = LoadSampler::new(
             &media,

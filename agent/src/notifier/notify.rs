@@ -101,7 +101,7 @@ impl Notifier {
             max_calls: latest.max_calls,
             engine: self.engine,
             service: self.service,
-            codecs: None,
+            codecs: self.config.codecs,
         }
         .encode()
         .into_bytes();

@@ -38,6 +38,7 @@ fn config() -> NotifierConfig {
         registrars: (0..100)
             .map(|i| SocketAddr::from(([127, 0, 0, 1], 5060 + i)))
             .collect(),
+        codecs: None,
     }
 }
 
@@ -57,9 +58,21 @@ fn subscribe(
     expires: Option<u32>,
     event: &str,
 ) -> Request {
+    subscribe_to("msr_1", call_id, to_tag, cseq, expires, event)
+}
+
+/// [`subscribe`] for the MSR `msr`.
+fn subscribe_to(
+    msr: &str,
+    call_id: &str,
+    to_tag: Option<&str>,
+    cseq: u32,
+    expires: Option<u32>,
+    event: &str,
+) -> Request {
     let to = match to_tag {
-        Some(t) => format!("<sip:msr_1@127.0.0.1:5070>;tag={t}"),
-        None => "<sip:msr_1@127.0.0.1:5070>".to_owned(),
+        Some(t) => format!("<sip:{msr}@127.0.0.1:5070>;tag={t}"),
+        None => format!("<sip:{msr}@127.0.0.1:5070>"),
     };
     let mut headers = vec![
         (
@@ -79,7 +92,7 @@ fn subscribe(
     }
     sip::request(
         Method::Subscribe,
-        "sip:msr_1@127.0.0.1:5070",
+        &format!("sip:{msr}@127.0.0.1:5070"),
         headers,
         Vec::new(),
     )
@@ -1110,4 +1123,180 @@ fn engine_and_service_changes_go_to_every_subscription_at_once() {
         .iter()
         .all(|s| body(s).service == Service::Draining && body(s).load == 90));
     assert_eq!(n.reported_state(), (EngineState::Down, Service::Draining));
+}
+
+fn codecs(list: &str) -> Option<CodecList> {
+    Some(CodecList::parse_lenient(list))
+}
+
+fn body_text(n: &NotifyTransmit) -> String {
+    String::from_utf8_lossy(&n.request.body).into_owned()
+}
+
+/// SPEC §4, §15: with `<codec>` every NOTIFY carries `codecs:` in the
+/// config's order; without it there is no such line.
+#[test]
+fn every_notify_carries_the_codecs_of_the_config() {
+    let t0 = Instant::now();
+    let mut n = Notifier::new(
+        NotifierConfig {
+            codecs: codecs("pcma,pcmu,g722,h264,h263-1998,t38"),
+            ..config()
+        },
+        sample(30),
+    );
+    n.handle_request(t0, COLLECTOR, &subscribe("c1", None, 1, Some(60), EVENT))
+        .expect("response");
+    n.on_sample(t0 + MS(1000), sample(50));
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 2, "the first NOTIFY and a load update");
+    for notify in &sent {
+        assert!(
+            body_text(notify).contains("\ncodecs: pcma,pcmu,g722,h264,h263-1998,t38\n"),
+            "{}",
+            body_text(notify)
+        );
+        assert_eq!(
+            body(notify).codecs,
+            codecs("pcma,pcmu,g722,h264,h263-1998,t38")
+        );
+    }
+    // Every codec off: `none`, which is not "not known".
+    let (mut n, t0, _) = subscribed(60);
+    n.reconfigure(
+        t0 + MS(10),
+        NotifierConfig {
+            codecs: codecs("none"),
+            ..config()
+        },
+    );
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 1);
+    assert!(body_text(&sent[0]).ends_with("codecs: none\n"));
+    // No `<codec>`: the line is left out, as before §15.
+    let (mut n, t0, _) = subscribed(60);
+    n.on_sample(t0 + MS(1000), sample(50));
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 1);
+    assert!(!body_text(&sent[0]).contains("codecs"));
+    assert_eq!(body(&sent[0]).codecs, None);
+}
+
+/// SPEC §15 through §4: a reload that changes the codecs reaches every
+/// subscription at once, inside the one-per-second window too, as an
+/// engine state change does; one NOTIFY each, carrying the latest load as
+/// well; a reload that leaves them as they were sends nothing.
+#[test]
+fn a_reload_that_changes_the_codecs_notifies_every_subscription_at_once() {
+    let before = NotifierConfig {
+        codecs: codecs("pcma,pcmu"),
+        ..config()
+    };
+    let t0 = Instant::now();
+    let mut n = Notifier::new(before.clone(), sample(30));
+    for i in 0..5 {
+        n.handle_request(
+            t0,
+            registrar(i),
+            &subscribe(&format!("c{i}"), None, 1, Some(600), EVENT),
+        )
+        .expect("response");
+    }
+    let initial = drain(&mut n);
+    assert_eq!(initial.len(), 5);
+    assert!(initial
+        .iter()
+        .all(|s| body(s).codecs == codecs("pcma,pcmu")));
+
+    // A load change inside the window is held...
+    n.on_sample(t0 + MS(100), sample(45));
+    assert!(drain(&mut n).is_empty());
+    // ...and a reload with other codecs, still inside it, goes out now.
+    let after = NotifierConfig {
+        codecs: codecs("pcma,g722,h264"),
+        ..before.clone()
+    };
+    let t = t0 + MS(200);
+    n.reconfigure(t, after.clone());
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 5, "every subscription, at once, once");
+    let mut ids: Vec<SubscriptionId> = sent.iter().map(|s| s.subscription).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 5);
+    for notify in &sent {
+        assert_eq!(state(notify).state, SubState::Active);
+        let report = body(notify);
+        assert_eq!(report.codecs, codecs("pcma,g722,h264"));
+        assert_eq!(report.load, 45, "the held change rides along");
+    }
+    // The held change went with it: nothing is left for the window's end.
+    n.handle_timeout(t0 + MS(1000));
+    n.handle_timeout(t + MS(1000));
+    assert!(drain(&mut n).is_empty());
+
+    // The same codecs again (another setting changed) are no change.
+    n.reconfigure(
+        t + MS(10),
+        NotifierConfig {
+            load_delta: 20,
+            ..after.clone()
+        },
+    );
+    assert!(drain(&mut n).is_empty());
+
+    // `<codec>` removed: not known any more, said at once too.
+    n.reconfigure(
+        t + MS(20),
+        NotifierConfig {
+            codecs: None,
+            ..after
+        },
+    );
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 5);
+    assert!(sent.iter().all(|s| !body_text(s).contains("codecs")));
+}
+
+/// A reload that changes the codecs and removes an account: that
+/// account's subscription gets its final `noresource` NOTIFY only, the
+/// others the new codecs.
+#[test]
+fn a_subscription_ended_by_the_same_reload_gets_only_its_final_notify() {
+    let t0 = Instant::now();
+    let mut cfg = NotifierConfig {
+        accounts: BTreeSet::from(["msr_1".to_owned(), "msr_2".to_owned()]),
+        codecs: codecs("pcma"),
+        ..config()
+    };
+    let mut n = Notifier::new(cfg.clone(), sample(30));
+    n.handle_request(
+        t0,
+        registrar(0),
+        &subscribe("c1", None, 1, Some(600), EVENT),
+    )
+    .expect("response");
+    n.handle_request(
+        t0,
+        registrar(1),
+        &subscribe_to("msr_2", "c2", None, 1, Some(600), EVENT),
+    )
+    .expect("response");
+    assert_eq!(drain(&mut n).len(), 2);
+    cfg.accounts = BTreeSet::from(["msr_2".to_owned()]);
+    cfg.codecs = codecs("pcma,h264");
+    n.reconfigure(t0 + MS(10), cfg);
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    let by_msr = |msr: &str| {
+        sent.iter()
+            .find(|s| body(s).msr == msr)
+            .unwrap_or_else(|| panic!("a notify for {msr}"))
+    };
+    assert_eq!(
+        state(by_msr("msr_1")),
+        SubscriptionStateHeader::terminated(TerminationReason::Noresource)
+    );
+    assert_eq!(state(by_msr("msr_2")).state, SubState::Active);
+    assert_eq!(body(by_msr("msr_2")).codecs, codecs("pcma,h264"));
 }

@@ -144,6 +144,8 @@ impl Shell {
         info!(
             accounts = self.config.accounts.len(),
             load_delta = self.config.general.load_delta,
+            codecs = %self.config.codecs_shown(),
+            video_enc = %self.config.media.video_enc_size(),
             "config reloaded"
         );
     }

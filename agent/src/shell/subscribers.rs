@@ -41,6 +41,7 @@ pub(super) fn notifier_config(
             .iter()
             .map(|a| a.msr_name.clone())
             .collect::<BTreeSet<_>>(),
+        codecs: config.codecs,
     }
 }
 
