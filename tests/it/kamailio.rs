@@ -116,6 +116,9 @@ struct Setup {
     collector: &'static str,
     /// More `#!define`s of the shipped config, e.g. `ENGINE_TIMEOUT`.
     defines: Vec<(&'static str, String)>,
+    /// The `<codec>` attributes of an MSR's agent config (SPEC §15); none
+    /// for those not named.
+    codecs: BTreeMap<&'static str, &'static str>,
 }
 
 /// The system the shipped config is tested in: a collector with its HTTP
@@ -181,6 +184,7 @@ impl Parking {
             let spec = AgentSpec {
                 accounts: vec![AccountSpec::new(msr, &collector)],
                 engine_port,
+                codecs: setup.codecs.get(msr).map(|c| (*c).to_owned()),
                 ..AgentSpec::default()
             };
             agents.push(Agent::start(dir.path(), msr, &spec, calls));
@@ -841,6 +845,7 @@ async fn kamailio_fails_over(ask: Ask) {
         // A loopback engine answers within a millisecond: 1 s of silence
         // is death, and keeps the calls placed on it after it died few.
         defines: vec![("ENGINE_TIMEOUT", "1000".into())],
+        ..Setup::default()
     };
     let mut p = Parking::start_with(ask, &setup).await;
     let http_port = p.http_port;
@@ -995,4 +1000,132 @@ async fn kamailio_refuses_a_call_every_msr_failed_with_msr_unavailable() {
         let listed = p.collector.msrctl_json(&["leg", "list"]);
         assert_eq!(listed["total"], 0, "{ask:?}: {listed}");
     }
+}
+
+/// `tests/sipp/{template}` with its SDP's audio line replaced by `media`
+/// and every `480` by `status` (for the refused caller), written into the
+/// test's directory; returns its path.
+fn offering(
+    dir: &std::path::Path,
+    template: &str,
+    name: &str,
+    media: &str,
+    status: &str,
+) -> String {
+    let path = sipp_scenario(template);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let audio = "m=audio [media_port] RTP/AVP 8\na=rtpmap:8 PCMA/8000\n";
+    assert!(text.contains(audio), "{template} offers PCMA alone");
+    let text = text.replace(audio, media).replace("480", status);
+    let out = dir.join(format!("{name}.xml"));
+    std::fs::write(&out, text).expect("write scenario");
+    out.display().to_string()
+}
+
+/// SPEC §15 end to end with the shipped config's path A: each MSR's agent
+/// reports the codecs of its `<codec>` element, Kamailio relays each
+/// caller's INVITE to the redirect server, which reads the SDP offer: over
+/// 300 calls, audio-only, video, G.729 and T.38 offers each land only on
+/// MSRs that take them, and an offer nobody takes gets `488` with its
+/// cause and a `Warning` naming what is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kamailio_parks_each_offer_only_on_an_msr_that_takes_it() {
+    let setup = Setup {
+        codecs: BTreeMap::from([
+            ("msr_1", r#"pcma="1" pcmu="2" g729="0" h264="0" t38="0""#),
+            (
+                "msr_2",
+                r#"pcma="1" pcmu="2" g729="3" h264="1" tel-event-pt="101""#,
+            ),
+            ("msr_3", r#"pcma="1" t38="1""#),
+        ]),
+        ..Setup::default()
+    };
+    let mut p = Parking::start_with(Ask::Redirect, &setup).await;
+    p.collector
+        .wait_rows(Duration::from_secs(15), |rows| {
+            (rows.iter().filter(|r| r.codecs.is_some()).count() == 3).then_some(())
+        })
+        .await
+        .expect("every agent reported its codecs");
+    let dir = p.dir.path().to_owned();
+    let offers = [
+        (
+            "pcmu",
+            "m=audio [media_port] RTP/AVP 0 101\na=rtpmap:101 telephone-event/8000\n",
+            &["msr_1", "msr_2"][..],
+        ),
+        (
+            "video",
+            "m=audio [media_port] RTP/AVP 8\nm=video [media_port+2] RTP/AVP 96\na=rtpmap:96 H264/90000\n",
+            &["msr_2"][..],
+        ),
+        (
+            "g729",
+            "m=audio [media_port] RTP/AVP 18\na=rtpmap:18 G729/8000\n",
+            &["msr_2"][..],
+        ),
+        ("t38", "m=image [media_port] udptl t38\n", &["msr_3"][..]),
+    ];
+    const EACH: u32 = 75;
+    let mut before = scrape(p.http_port).await;
+    let mut total = 0;
+    for (name, media, takers) in offers {
+        let scenario = offering(&dir, "caller_uac.xml", name, media, "480");
+        let out = caller(p.kamailio.port, &scenario, EACH, &["-d", "0"]).await;
+        assert_eq!(
+            sipp_total(&out, "Successful call"),
+            Some(u64::from(EACH)),
+            "{out}"
+        );
+        total += EACH;
+        let m = p.all_released(total).await;
+        for (msr, _) in LOADS {
+            let got = new_legs(&m, msr) - new_legs(&before, msr);
+            if takers.contains(&msr) {
+                if takers.len() == 1 {
+                    assert_eq!(got, EACH, "{name}: every call on {msr}");
+                }
+            } else {
+                assert_eq!(got, 0, "{name}: {msr} does not take it");
+            }
+        }
+        before = m;
+    }
+    // Nobody takes VP8: 488, the cause, and what is missing.
+    let scenario = offering(
+        &dir,
+        "caller_refused_uac.xml",
+        "vp8",
+        "m=audio [media_port] RTP/AVP 8\nm=video [media_port+2] RTP/AVP 97\na=rtpmap:97 VP8/90000\n",
+        "488",
+    );
+    let trace = dir.join("vp8-messages.log");
+    let trace_arg = trace.display().to_string();
+    let out = caller(
+        p.kamailio.port,
+        &scenario,
+        5,
+        &["-trace_msg", "-message_file", &trace_arg],
+    )
+    .await;
+    assert_eq!(sipp_total(&out, "Successful call"), Some(5), "{out}");
+    let finals = received_finals(&std::fs::read_to_string(&trace).expect("trace"));
+    check_refusals(&finals, 5, 488, "no_capable_msr");
+    assert!(
+        finals
+            .iter()
+            .all(|f| f.warning.starts_with("305 ") && f.warning.contains("video (vp8)")),
+        "{finals:?}"
+    );
+    let m = scrape(p.http_port).await;
+    assert_eq!(
+        sample(
+            &m,
+            "msr_collector_selections_total",
+            &[("outcome", "no_capable_msr")]
+        ),
+        Some(5.0)
+    );
+    p.check_engines(&m);
 }
