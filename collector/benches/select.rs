@@ -1,7 +1,9 @@
 //! One selection (SPEC §7) over 1,000 MSRs × 4 contacts spread over 20 zones
 //! and 50 sites; and the worst case for steps 1–4: 1,000 MSRs × 1 contact,
 //! all in one zone and one site (every contact is a candidate at the minimum
-//! distance).
+//! distance). Every MSR reports codecs as the seed's does (SPEC §15: PCMA,
+//! PCMU, G.722; every third also H.264 and T.38), and each case runs with
+//! and without a leg's offer (`needs`), which step 1 checks per candidate.
 
 use std::time::Duration;
 
@@ -144,6 +146,41 @@ fn bench_select(c: &mut Criterion) {
             })
         },
     );
+    // SPEC §15: an offer of G.711 and H.264, which a third of the MSRs take.
+    let video = Query {
+        needs: "pcma,pcmu,h264".parse().expect("known codecs"),
+        ..no_preference.clone()
+    };
+    c.bench_function(
+        "select with needs 1000 msr x 4 contacts, 20 zones, 50 sites",
+        |b| {
+            b.iter(|| {
+                select(
+                    black_box(&table),
+                    operator.topology(),
+                    black_box(&video),
+                    &mut rng,
+                )
+            })
+        },
+    );
+    let pooled_video = Query {
+        policy: Policy::Pooled { core_hosts: 3 },
+        ..video
+    };
+    c.bench_function(
+        "select pooled with needs 1000 msr x 4 contacts, 20 zones, 50 sites",
+        |b| {
+            b.iter(|| {
+                select(
+                    black_box(&table),
+                    operator.topology(),
+                    black_box(&pooled_video),
+                    &mut rng,
+                )
+            })
+        },
+    );
     c.bench_function("select with msr preference", |b| {
         b.iter(|| {
             select(
@@ -186,12 +223,22 @@ fn report_random_load(
     now: Instant,
 ) {
     let load = rng.gen_range(0..=100);
+    let video = msr
+        .trim_start_matches("msr_")
+        .parse::<usize>()
+        .is_ok_and(|m| m % 3 == 0);
+    let codecs = if video {
+        "pcma,pcmu,g722,h264,t38"
+    } else {
+        "pcma,pcmu,g722"
+    };
     let report = LoadReport {
         msr: msr.to_owned(),
         load,
         cpu: load,
         calls: 0,
         max_calls: 8192,
+        codecs: Some(msr_shared::media::CodecList::parse_lenient(codecs)),
         ..LoadReport::default()
     };
     let change = Change::LoadReported {
@@ -289,6 +336,24 @@ fn bench_select_one_zone(c: &mut Criterion) {
             )
         })
     });
+    // SPEC §15: the same with an offer a third of them take.
+    let video = Query {
+        needs: "pcma,pcmu,h264".parse().expect("known codecs"),
+        ..query.clone()
+    };
+    c.bench_function(
+        "select with needs 1000 msr x 1 contact, 1 zone, 1 site",
+        |b| {
+            b.iter(|| {
+                select(
+                    black_box(&table),
+                    operator.topology(),
+                    black_box(&video),
+                    &mut rng,
+                )
+            })
+        },
+    );
     // SPEC §10: the `pooled` estimate over the same 1,000 candidates.
     let pooled = Query {
         policy: Policy::Pooled { core_hosts: 3 },
