@@ -664,3 +664,102 @@ async fn control_socket_and_msrctl_hold_up_against_bad_clients() {
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("far"), "{out}");
 }
+
+/// SPEC §15 through the real binaries: two agents report their `<codec>`
+/// elements; `msrctl select --codecs` goes only to an MSR that takes the
+/// offer, an offer nobody takes is `no_capable_msr` and `--explain` names
+/// what each MSR lacks; a hot reload of one agent's `<codec>` reaches the
+/// collector, and the offer is then placed there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offer_goes_only_to_an_msr_that_takes_it_and_a_reload_changes_that() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = Collector::start(dir.path(), "core1", &CollectorOpts::default()).await;
+    let spec = |msr: &str, codecs: &str| AgentSpec {
+        accounts: vec![AccountSpec::new(msr, &c)],
+        register_expires: 30,
+        codecs: Some(codecs.to_owned()),
+        ..AgentSpec::default()
+    };
+    let audio = Agent::start(
+        dir.path(),
+        "audio",
+        &spec("audio", r#"pcma="1" pcmu="2""#),
+        10,
+    );
+    let _video = Agent::start(
+        dir.path(),
+        "video",
+        &spec("video", r#"pcma="2" h264="1" g729="0""#),
+        10,
+    );
+    c.wait_rows(secs(10), |rows| {
+        (rows.iter().filter(|r| r.codecs.is_some()).count() == 2).then_some(())
+    })
+    .await
+    .expect("both MSRs report their codecs");
+
+    let out = msrctl_ok(&c, &["resource", "list"]);
+    assert!(
+        out.contains("Media") && out.contains("2a ") && out.contains("1a 1v"),
+        "{out}"
+    );
+    let wide = msrctl_ok(&c, &["resource", "list", "--wide"]);
+    assert!(
+        wide.contains("pcma,pcmu") && wide.contains("pcma,h264"),
+        "{wide}"
+    );
+
+    for _ in 0..10 {
+        let json = c.msrctl_json(&[
+            "select",
+            "--zone",
+            "default",
+            "--site",
+            "local",
+            "--codecs",
+            "pcmu,pcma,h264",
+        ]);
+        assert_eq!(json["msr"], "video", "{json}");
+    }
+    let (ok, out, err) = c.msrctl(&[
+        "select",
+        "--zone",
+        "default",
+        "--site",
+        "local",
+        "--codecs",
+        "g729",
+        "--explain",
+    ]);
+    assert!(!ok, "{out}");
+    let text = format!("{out}{err}");
+    assert!(
+        text.contains("no_capable_msr") && text.contains("audio (g729)"),
+        "{text}"
+    );
+    assert!(text.contains("incapable: audio (g729)"), "{text}");
+    let (ok, _, err) = c.msrctl(&[
+        "select", "--zone", "default", "--site", "local", "--codecs", "g728",
+    ]);
+    assert!(!ok && err.contains("unknown codec `g728`"), "{err}");
+
+    // The audio MSR's operator turns G.729 on: the agent reports it at
+    // once, and a G.729 offer now goes there.
+    audio.rewrite(&spec("audio", r#"pcma="1" pcmu="2" g729="3""#));
+    c.wait_rows(secs(10), |rows| {
+        rows.iter()
+            .any(|r| {
+                r.msr == "audio"
+                    && r.codecs
+                        .as_ref()
+                        .is_some_and(|c| c.iter().any(|n| n == "g729"))
+            })
+            .then_some(())
+    })
+    .await
+    .expect("the reload's codecs reach the collector");
+    let json = c.msrctl_json(&[
+        "select", "--zone", "default", "--site", "local", "--codecs", "g729",
+    ]);
+    assert_eq!(json["msr"], "audio", "{json}");
+}
