@@ -169,6 +169,26 @@ fn check_config(path: &std::path::Path) -> u8 {
             Proto::Udp,
         );
     }
+    // SPEC §16: a `[defaults] site` the operator store does not declare
+    // puts every new contact where no leg reaches it; a reload refuses it,
+    // so the check does too. An empty store is a first start, which
+    // declares it.
+    if config.store == msr_collector::config::StoreBackend::File {
+        if let Ok(operator) =
+            msr_collector::operator::store::Store::new(config.state_path.clone()).load()
+        {
+            let topology = operator.topology();
+            if topology.sites().next().is_some() && !topology.contains(&config.defaults.site) {
+                report.reason(format!(
+                    "[defaults] site {:?} is not declared in the operator store {} (declared: {}):                      a reload would be refused and every new contact would get a site no leg reaches;                      declare it first (msrctl site declare {}) or fix the name",
+                    config.defaults.site.as_str(),
+                    config.state_path.display(),
+                    topology.sites().collect::<Vec<_>>().join(", "),
+                    config.defaults.site.as_str(),
+                ));
+            }
+        }
+    }
     // A collector running on this store is what a check on a live host
     // finds: the config may still be checked, but not started beside it.
     if let Err(e) =

@@ -473,6 +473,55 @@ fn check_config_refuses_a_listen_address_that_is_not_this_hosts() {
     assert!(out.stdout.is_empty(), "{out:?}");
 }
 
+/// SPEC §16: `--check-config` refuses a `[defaults] site` the operator
+/// store does not declare (a reload would be refused), naming the sites it
+/// does declare; an empty store (a first start, which declares it) passes.
+#[test]
+fn check_config_refuses_a_default_site_the_store_does_not_declare() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state.json");
+    let text = std::fs::read_to_string(example("collector.toml"))
+        .expect("example")
+        .replace(
+            "/tmp/msr-collector.sock",
+            dir.path()
+                .join("control.sock")
+                .to_str()
+                .expect("utf-8 path"),
+        )
+        .replace(
+            "/tmp/msr-collector-state.json",
+            state.to_str().expect("utf-8 path"),
+        )
+        .replace("site = \"local\"", "site = \"nowhere\"");
+    let config = dir.path().join("collector.toml");
+    std::fs::write(&config, text).expect("write config");
+    let check = || {
+        std::process::Command::new(bin_path("msr-collector"))
+            .arg("--config")
+            .arg(&config)
+            .arg("--check-config")
+            .output()
+            .expect("run msr-collector")
+    };
+    let out = check();
+    assert_eq!(out.status.code(), Some(0), "an empty store: {out:?}");
+    let mut operator = msr_collector::operator::OperatorConfig::new();
+    operator.declare_site("local").expect("declare");
+    msr_collector::operator::store::Store::new(state.clone())
+        .save(&operator)
+        .expect("save store");
+    let out = check();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("[defaults] site \"nowhere\" is not declared in the operator store")
+            && stderr.contains("(declared: local)")
+            && stderr.contains("msrctl site declare nowhere"),
+        "{stderr}"
+    );
+}
+
 /// SPEC §5: an MSR that registers and never reports (nothing answers at
 /// its contact: no SUBSCRIBE answer, no NOTIFY, no keepalive answer) is
 /// `unreported` after the 2 s grace, then `unreachable`; selection refuses
