@@ -140,13 +140,19 @@ fn check_config(path: &std::path::Path) -> u8 {
         report.reason(problem.to_string());
     }
     if tls_usable {
-        for warning in config
-            .sip
-            .tls
-            .iter()
-            .flat_map(msr_collector::daemon::tls::validity_warnings)
-        {
-            report.warning(warning);
+        if let Some(tls) = &config.sip.tls {
+            // SPEC §13: a certificate agents refuse at every handshake
+            // would start, and register nobody.
+            for problem in msr_collector::daemon::tls::validity(tls) {
+                if problem.refused {
+                    report.reason(problem.text);
+                } else {
+                    report.warning(problem.text);
+                }
+            }
+            if let Some(unnamed) = msr_collector::daemon::tls::listen_address_unnamed(tls) {
+                report.warning(unnamed);
+            }
         }
     }
     listen_address(&mut report, "[sip] listen", config.sip.listen, Proto::Udp);

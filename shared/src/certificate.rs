@@ -85,11 +85,21 @@ pub fn unusable_now(path: &Path, now: SystemTime) -> Option<String> {
     }
 }
 
-/// Warnings about the validity of each certificate in the PEM file `path`
-/// at `now`: expired, not valid yet, or ending within [`RENEW_WITHIN`].
+/// A validity problem of one certificate of a file (see [`validity`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidityProblem {
+    /// Peers refuse it now (expired, or not valid yet); otherwise it ends
+    /// within [`RENEW_WITHIN`].
+    pub refused: bool,
+    /// The setting, the file, the certificate's subject and the problem.
+    pub text: String,
+}
+
+/// The validity problems of each certificate in the PEM file `path` at
+/// `now`: expired, not valid yet, or ending within [`RENEW_WITHIN`].
 /// `what` names the setting (`[sip.tls] cert`, `<agent tls-ca>`). A file
 /// that can't be read or parsed gives none: loading it reports that.
-pub fn validity_warnings(what: &str, path: &Path, now: SystemTime) -> Vec<String> {
+pub fn validity(what: &str, path: &Path, now: SystemTime) -> Vec<ValidityProblem> {
     let Ok(pem) = std::fs::read(path) else {
         return Vec::new();
     };
@@ -97,7 +107,7 @@ pub fn validity_warnings(what: &str, path: &Path, now: SystemTime) -> Vec<String
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
     let renew = i64::try_from(RENEW_WITHIN.as_secs()).unwrap_or(i64::MAX);
-    let mut warnings = Vec::new();
+    let mut problems = Vec::new();
     for der in CertificateDer::pem_slice_iter(&pem).flatten() {
         let Ok((_, cert)) = x509_parser::parse_x509_certificate(&der) else {
             continue;
@@ -106,24 +116,70 @@ pub fn validity_warnings(what: &str, path: &Path, now: SystemTime) -> Vec<String
         let (from, until) = (validity.not_before, validity.not_after);
         let subject = cert.subject();
         let ends = until.timestamp();
-        let problem = if ends < now {
-            format!("expired on {until}: peers refuse it")
+        let (refused, problem) = if ends < now {
+            (true, format!("expired on {until}: peers refuse it"))
         } else if from.timestamp() > now {
-            format!("is not valid before {from}: peers refuse it until then")
+            (
+                true,
+                format!("is not valid before {from}: peers refuse it until then"),
+            )
         } else if ends - now < renew {
-            format!(
-                "ends on {until} ({} days from now): renew it",
-                (ends - now) / 86_400
+            (
+                false,
+                format!(
+                    "ends on {until} ({} days from now): renew it",
+                    (ends - now) / 86_400
+                ),
             )
         } else {
             continue;
         };
-        warnings.push(format!(
-            "{what} {}: the certificate for \"{subject}\" {problem}",
-            path.display()
-        ));
+        problems.push(ValidityProblem {
+            refused,
+            text: format!(
+                "{what} {}: the certificate for \"{subject}\" {problem}",
+                path.display()
+            ),
+        });
     }
-    warnings
+    problems
+}
+
+/// [`validity`]'s problems as warning lines.
+pub fn validity_warnings(what: &str, path: &Path, now: SystemTime) -> Vec<String> {
+    validity(what, path, now)
+        .into_iter()
+        .map(|p| p.text)
+        .collect()
+}
+
+/// The DNS names and IP addresses the certificate `der` names in its
+/// subject alternative names, as text (for an error that says what it
+/// names instead).
+pub fn subject_alt_names(der: &[u8]) -> Vec<String> {
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
+        return Vec::new();
+    };
+    let Ok(Some(san)) = cert.subject_alternative_name() else {
+        return Vec::new();
+    };
+    san.value
+        .general_names
+        .iter()
+        .filter_map(|name| match name {
+            x509_parser::extensions::GeneralName::DNSName(dns) => Some((*dns).to_owned()),
+            x509_parser::extensions::GeneralName::IPAddress(ip) => match ip.len() {
+                4 => <[u8; 4]>::try_from(*ip)
+                    .ok()
+                    .map(|b| std::net::IpAddr::from(b).to_string()),
+                16 => <[u8; 16]>::try_from(*ip)
+                    .ok()
+                    .map(|b| std::net::IpAddr::from(b).to_string()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
 }
 
 #[cfg(test)]

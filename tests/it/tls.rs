@@ -655,3 +655,61 @@ async fn a_plain_tcp_connection_never_receives_what_belongs_to_a_tls_one() {
         .await
         .expect("msr_s healthy and reporting after the stranger left");
 }
+
+/// SPEC §13: `--check-config` refuses a `[sip.tls] cert` peers refuse at
+/// every handshake (expired), and warns about one that does not name its
+/// specific listen address, saying what it names instead; a valid one for
+/// that address passes without a word about it.
+#[test]
+fn check_config_refuses_an_expired_server_certificate_and_names_a_wrong_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pki = Pki::create(dir.path());
+    let text = std::fs::read_to_string(system_tests::example("collector.toml"))
+        .expect("example")
+        .replace(
+            "/tmp/msr-collector.sock",
+            dir.path()
+                .join("control.sock")
+                .to_str()
+                .expect("utf-8 path"),
+        )
+        .replace(
+            "/tmp/msr-collector-state.json",
+            dir.path().join("state.json").to_str().expect("utf-8 path"),
+        )
+        .replace("transports = [\"udp\"]", "transports = [\"udp\", \"tls\"]");
+    let config = dir.path().join("collector.toml");
+    let check = |server: ServerCert| {
+        std::fs::write(
+            &config,
+            format!("{text}\n{}", pki.collector_toml(server, false, false)),
+        )
+        .expect("write config");
+        let out = std::process::Command::new(system_tests::bin_path("msr-collector"))
+            .arg("--config")
+            .arg(&config)
+            .arg("--check-config")
+            .output()
+            .expect("run msr-collector");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = check(ServerCert::Valid);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("[sip.tls] cert"), "{stderr}");
+    let (code, stderr) = check(ServerCert::Expired);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("error: [sip.tls] cert") && stderr.contains("expired on"),
+        "{stderr}"
+    );
+    let (code, stderr) = check(ServerCert::WrongName);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("does not name the listen address 127.0.0.1")
+            && stderr.contains("(it names "),
+        "{stderr}"
+    );
+}

@@ -52,16 +52,50 @@ fn certificates(
 /// ([`msr_shared::certificate::validity_warnings`]): said by
 /// `--check-config`, and logged at start and at every reload.
 pub fn validity_warnings(tls: &SipTls) -> Vec<String> {
+    validity(tls).into_iter().map(|p| p.text).collect()
+}
+
+/// [`validity_warnings`] with which of them peers refuse now
+/// (`--check-config` refuses those).
+pub fn validity(tls: &SipTls) -> Vec<msr_shared::certificate::ValidityProblem> {
     let now = std::time::SystemTime::now();
-    let mut warnings = msr_shared::certificate::validity_warnings("[sip.tls] cert", &tls.cert, now);
+    let mut problems = msr_shared::certificate::validity("[sip.tls] cert", &tls.cert, now);
     if let Some(ca) = &tls.client_ca {
-        warnings.extend(msr_shared::certificate::validity_warnings(
+        problems.extend(msr_shared::certificate::validity(
             "[sip.tls] client_ca",
             ca,
             now,
         ));
     }
-    warnings
+    problems
+}
+
+/// Why agents will refuse the `[sip.tls] cert` when they connect to its
+/// listen address by IP: a specific address that the certificate does not
+/// name (RFC 6125 §6.4; an agent checks the realm's host). `None` when the
+/// address is a wildcard (the agents' realms name the host) or named.
+pub fn listen_address_unnamed(tls: &SipTls) -> Option<String> {
+    let ip = tls.listen.ip();
+    if ip.is_unspecified() {
+        return None;
+    }
+    let der = msr_shared::certificate::first_in_file(&tls.cert)?;
+    if msr_shared::certificate::names(&der, &ip.to_string()) {
+        return None;
+    }
+    let names = msr_shared::certificate::subject_alt_names(&der);
+    Some(format!(
+        "[sip.tls] cert {}: the certificate does not name the listen address {ip} \
+         (it names {}): agents whose realm is sips:{} refuse it; \
+         give their realms one of its names, or issue it for {ip}",
+        tls.cert.display(),
+        if names.is_empty() {
+            "nothing in its subject alternative names".to_owned()
+        } else {
+            names.join(", ")
+        },
+        tls.listen
+    ))
 }
 
 /// The rustls server configuration `tls` describes.
