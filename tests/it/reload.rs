@@ -45,7 +45,7 @@ async fn sighup_applies_what_it_can_names_what_needs_a_restart_and_refuses_a_bad
     // Each value the reload changed is on record (SPEC §16).
     wait_log(
         &collector,
-        "reload changed key=\"defaults\" from=zone default",
+        "reload changed key=\"defaults.zone\" from=default to=east",
     )
     .await;
     collector

@@ -23,6 +23,7 @@
 //! per-MSR subscription expiry; SPEC §6) is not here: it lives in the store
 //! at `[state] path` and is changed with `msrctl`.
 
+use msr_shared::present::format_number;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -206,44 +207,141 @@ pub fn reload_changes(
             out.push((key, from, to));
         }
     };
+    let secs = |d: Duration| d.as_secs().to_string();
+    let ms = |d: Duration| d.as_millis().to_string();
+    // One line per key, named as in the file (SPEC §16: "each value it
+    // changed"), the values as the file writes them.
+    let (a, b) = (running, new);
     differs(
-        "defaults",
-        format!(
-            "zone {} site {}",
-            running.defaults.zone, running.defaults.site
-        ),
-        format!("zone {} site {}", new.defaults.zone, new.defaults.site),
+        "defaults.zone",
+        a.defaults.zone.to_string(),
+        b.defaults.zone.to_string(),
     );
     differs(
-        "subscription",
-        format!("{:?}", running.subscription),
-        format!("{:?}", new.subscription),
+        "defaults.site",
+        a.defaults.site.to_string(),
+        b.defaults.site.to_string(),
     );
     differs(
-        "health",
-        format!("{:?}", running.health),
-        format!("{:?}", new.health),
+        "subscription.event",
+        a.subscription.event.clone(),
+        b.subscription.event.clone(),
     );
     differs(
-        "legs",
-        format!("{:?}", running.legs),
-        format!("{:?}", new.legs),
+        "subscription.expires",
+        a.subscription.expires.to_string(),
+        b.subscription.expires.to_string(),
+    );
+    let (h, k) = (&a.health, &b.health);
+    differs(
+        "health.keepalive_interval_secs",
+        secs(h.keepalive_interval),
+        secs(k.keepalive_interval),
     );
     differs(
-        "selection",
-        format!("{:?}", running.selection),
-        format!("{:?}", new.selection),
+        "health.keepalive_timeout_ms",
+        ms(h.keepalive_timeout),
+        ms(k.keepalive_timeout),
     );
     differs(
-        "cluster",
-        format!("{:?}", running.cluster),
-        format!("{:?}", new.cluster),
+        "health.keepalive_misses",
+        h.keepalive_misses.to_string(),
+        k.keepalive_misses.to_string(),
     );
     differs(
-        "accounts",
-        format!("{:?}", running.accounts),
-        format!("{:?}", new.accounts),
+        "health.unreported_grace_ms",
+        ms(h.unreported_grace),
+        ms(k.unreported_grace),
     );
+    differs(
+        "health.failure_timeouts",
+        h.failures.timeouts.to_string(),
+        k.failures.timeouts.to_string(),
+    );
+    differs(
+        "health.failure_errors",
+        h.failures.errors.to_string(),
+        k.failures.errors.to_string(),
+    );
+    differs(
+        "health.failure_window_secs",
+        secs(h.failures.window),
+        secs(k.failures.window),
+    );
+    differs(
+        "health.failure_hold_secs",
+        secs(h.failures.hold),
+        secs(k.failures.hold),
+    );
+    differs(
+        "legs.max_duration_secs",
+        secs(a.legs.max_duration),
+        secs(b.legs.max_duration),
+    );
+    // Thresholds are percent in the file.
+    let percent = |f: f64| format_number(f * 100.0);
+    differs(
+        "legs.existing_conference_threshold",
+        percent(a.legs.existing_conference_threshold),
+        percent(b.legs.existing_conference_threshold),
+    );
+    differs(
+        "legs.new_conference_threshold",
+        percent(a.legs.new_conference_threshold),
+        percent(b.legs.new_conference_threshold),
+    );
+    let (x, y) = (&a.selection, &b.selection);
+    differs(
+        "selection.policy",
+        x.policy.name().to_owned(),
+        y.policy.name().to_owned(),
+    );
+    differs(
+        "selection.notify_flight_time_ms",
+        ms(x.notify_flight_time),
+        ms(y.notify_flight_time),
+    );
+    differs(
+        "selection.release_window_secs",
+        secs(x.release_window),
+        secs(y.release_window),
+    );
+    differs(
+        "selection.failover_attempts",
+        x.failover_attempts.to_string(),
+        y.failover_attempts.to_string(),
+    );
+    differs(
+        "cluster.core_hosts",
+        a.cluster.core_hosts.to_string(),
+        b.cluster.core_hosts.to_string(),
+    );
+    // Accounts by name; a password is never logged, only that it changed.
+    let names = |c: &CollectorConfig| {
+        c.accounts
+            .iter()
+            .map(|acc| acc.auth_name.clone())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    differs("accounts", names(a), names(b));
+    let changed_passwords: Vec<&str> = b
+        .accounts
+        .iter()
+        .filter(|nb| {
+            a.accounts.iter().any(|na| {
+                na.auth_name == nb.auth_name && (na.password != nb.password || na.msrs != nb.msrs)
+            })
+        })
+        .map(|acc| acc.auth_name.as_str())
+        .collect();
+    if !changed_passwords.is_empty() {
+        out.push((
+            "accounts.password_or_msrs",
+            "-".to_owned(),
+            format!("changed for {}", changed_passwords.join(",")),
+        ));
+    }
     out
 }
 

@@ -425,3 +425,37 @@ fn etcd_with_tls_and_a_user() {
     .expect_err("key without cert");
     assert!(key_only.to_string().contains("store.tls.key"), "{key_only}");
 }
+
+/// SPEC §16: a reload logs each value it changed under its file key, with
+/// the file's units, and never a password.
+#[test]
+fn reload_changes_name_each_key_as_the_file_does() {
+    let text = |extra: &str| {
+        format!(
+            "node = \"n\"\n[sip]\nlisten = \"127.0.0.1:0\"\n[[accounts]]\nauth_name = \"msr\"\npassword = \"p1\"\n{extra}"
+        )
+    };
+    let running = parse(&text(""), "a").expect("valid");
+    let new = parse(
+        &text("[health]\nfailure_hold_secs = 30\nkeepalive_timeout_ms = 700\n[legs]\nnew_conference_threshold = 40\n"),
+        "b",
+    )
+    .expect("valid");
+    let changes = reload_changes(&running, &new);
+    let keys: Vec<String> = changes
+        .iter()
+        .map(|(k, from, to)| format!("{k} {from} -> {to}"))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "health.keepalive_timeout_ms 2000 -> 700",
+            "health.failure_hold_secs 10 -> 30",
+            "legs.new_conference_threshold 50 -> 40"
+        ]
+    );
+    let other_password = parse(&text("").replace("p1", "p2"), "c").expect("valid");
+    let changes = reload_changes(&running, &other_password);
+    assert_eq!(changes.len(), 1);
+    assert!(!format!("{changes:?}").contains("p2"), "{changes:?}");
+}
