@@ -9,6 +9,7 @@ mod engine;
 mod failover;
 mod flood;
 mod front_ends;
+mod guides;
 mod health;
 mod kamailio;
 mod legs;
