@@ -347,7 +347,17 @@ impl Registration {
             200..=299 => self.on_success(now, response),
             401 | 407 => self.on_challenge(now, response, code == 407),
             423 => self.on_too_brief(now, response),
-            _ => self.on_failure(now, &response.status_code.to_string()),
+            // The registrar's Warning says why (RFC 3261 §20.43; the
+            // collector names the refused credentials or MSR).
+            _ => {
+                let mut reason = response.status_code.to_string();
+                if let Some(text) =
+                    sip::header(&response.headers, "Warning").and_then(Self::warn_text)
+                {
+                    reason = format!("{reason} ({})", msr_shared::logging::printable(text, 200));
+                }
+                self.on_failure(now, &reason)
+            }
         }
     }
 
@@ -500,6 +510,13 @@ impl Registration {
             );
             self.state = to;
         }
+    }
+
+    /// The text of a `Warning` value (`399 host "text"`, RFC 3261 §20.43).
+    fn warn_text(value: &str) -> Option<&str> {
+        let start = value.find('"')? + 1;
+        let end = value.rfind('"')?;
+        value.get(start..end).filter(|t| !t.is_empty())
     }
 
     /// The granted expiry of a 2xx: our Contact's `expires`, else `Expires`,

@@ -199,3 +199,36 @@ fn check_bounded(who: &str, log: &Path, before: usize) {
     );
     assert!(!raw.contains(&0x1b), "{who}: a raw ESC in the log");
 }
+
+/// SPEC §13 (issue 44: refusals say why): an agent whose credentials the
+/// collector refuses logs the collector's reason, not a bare `403
+/// Forbidden`; the collector's log names which credential it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_registration_says_why_on_both_sides() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let collector = Collector::start(dir.path(), "core1", &CollectorOpts::default()).await;
+    let spec = AgentSpec {
+        accounts: vec![system_tests::system::AccountSpec::new("msr_1", &collector)],
+        auth_password: "not-the-secret".into(),
+        ..AgentSpec::default()
+    };
+    let agent = Agent::start(dir.path(), "msr_1", &spec, 10);
+    assert!(
+        system_tests::system::wait_log_lines(
+            &agent.log,
+            0,
+            &["registration failed", "403 Forbidden (credentials refused"],
+            Duration::from_secs(15),
+        )
+        .await,
+        "{}",
+        String::from_utf8_lossy(&raw_log(&agent.log))
+    );
+    assert!(
+        collector
+            .wait_log(0, &["wrong_password"], Duration::from_secs(5))
+            .await,
+        "{}",
+        collector.log_text()
+    );
+}

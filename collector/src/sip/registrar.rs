@@ -61,7 +61,9 @@ pub use refusals::{
     Refusal, RefusalLog, RefusalReason, MAX_FIELD_CHARS, MAX_KEYS as MAX_REFUSAL_KEYS,
     MAX_LINES_PER_WINDOW as MAX_REFUSAL_LINES_PER_WINDOW, WINDOW as REFUSAL_WINDOW,
 };
-use request::{agent_version, bad_request, parse_contacts, ContactSpec, ContactsSpec, Malformed};
+use request::{
+    agent_version, bad_request, parse_contacts, warning, ContactSpec, ContactsSpec, Malformed,
+};
 pub use request::{MAX_CONTACTS_PER_MSR, MAX_CONTACT_URI_LEN};
 
 use crate::config::{Account, DigestAlgorithm, SipConfig};
@@ -260,7 +262,18 @@ impl Registrar {
             AuthOutcome::Ok => {}
             AuthOutcome::Challenge { stale } => return self.challenge(now, req, &to_tag, stale),
             AuthOutcome::Forbidden(reason) => {
-                let resp = sip::response(req, StatusCode::Forbidden, Some(&to_tag));
+                let mut resp = sip::response(req, StatusCode::Forbidden, Some(&to_tag));
+                // The agent logs this Warning (RFC 3261 §20.43; SPEC §13:
+                // refusals say why). A wrong password and an unknown name
+                // read alike, so the answer does not tell a stranger which
+                // names exist; the collector's log names which it was.
+                let why = match &reason {
+                    RefusalReason::MsrNotAllowed => format!(
+                        "this account may not register msr {msr} ([[accounts]] msrs)"
+                    ),
+                    _ => "credentials refused: check auth_name and auth_password against the collector's [[accounts]]".to_owned(),
+                };
+                sip::push_header(&mut resp.headers, "Warning", warning(&why));
                 self.refuse(now, req, source, reason, &resp);
                 return resp;
             }

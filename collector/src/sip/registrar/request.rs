@@ -107,8 +107,25 @@ fn bad_name(field: &'static str, error: &NameError) -> Malformed {
 
 pub(super) fn bad_request(req: &Request, to_tag: &str, why: &dyn std::fmt::Display) -> Response {
     let mut resp = sip::response(req, StatusCode::BadRequest, Some(to_tag));
-    resp.wire_reason = Some(format!("Bad Request ({why})"));
+    sip::push_header(&mut resp.headers, "Warning", warning(&why.to_string()));
     resp
+}
+
+/// A `Warning: 399` value (RFC 3261 §20.43) carrying `text`, which the
+/// agent logs with the refusal: quotes and control characters replaced.
+pub(super) fn warning(text: &str) -> String {
+    let text: String = text
+        .chars()
+        .take(200)
+        .map(|c| {
+            if c == '"' || c == '\\' || c.is_control() {
+                '\''
+            } else {
+                c
+            }
+        })
+        .collect();
+    format!("399 msr-collector \"{text}\"")
 }
 
 pub(super) fn parse_contacts(req: &Request, msr: &MsrName) -> Result<ContactsSpec, Malformed> {

@@ -809,7 +809,7 @@ fn names_the_operator_would_refuse_get_400_with_the_rule() {
     let resp = r.handle_register(now, &Reg::new(&long_msr).build(), None);
     assert_eq!(resp.status_code, StatusCode::BadRequest);
     assert_eq!(
-        resp.wire_reason.as_deref(),
+        warning_of(&resp).as_deref(),
         Some("Bad Request (bad msr name: 140 bytes, more than 128)")
     );
     let logs = refusals(&mut r);
@@ -846,7 +846,7 @@ fn names_the_operator_would_refuse_get_400_with_the_rule() {
         let resp = register(&mut r, now, reg);
         assert_eq!(resp.status_code, StatusCode::BadRequest, "{contact}");
         assert_eq!(
-            resp.wire_reason,
+            warning_of(&resp),
             Some(format!("Bad Request ({detail})")),
             "{contact}"
         );
@@ -927,11 +927,11 @@ fn the_engines_addresses_are_kept_with_the_binding() {
     let resp = register(&mut r, Instant::now(), reg);
     assert_eq!(resp.status_code, StatusCode::BadRequest);
     assert!(
-        resp.wire_reason.as_deref().is_some_and(
-            |w| w.contains("engine=\"media.local:5040\" is not an ip address and port")
+        warning_of(&resp).as_deref().is_some_and(
+            |w| w.contains("engine='media.local:5040' is not an ip address and port")
         ),
         "{:?}",
-        resp.wire_reason
+        warning_of(&resp)
     );
     assert!(!r.is_registered("msr_2"));
 }
@@ -961,11 +961,11 @@ fn a_register_with_an_old_cseq_changes_nothing() {
             cseq + 1
         );
         assert!(
-            resp.wire_reason
+            warning_of(&resp)
                 .as_deref()
                 .is_some_and(|w| w.contains("not above the binding's 10")),
             "{:?}",
-            resp.wire_reason
+            warning_of(&resp)
         );
         assert_eq!(r.contacts_of("msr_1"), vec![&before]);
         assert!(events(&mut r).is_empty());
@@ -1139,11 +1139,11 @@ fn hostile_contacts_and_versions_are_refused_or_dropped() {
     let resp = register(&mut r, now, reg);
     assert_eq!(resp.status_code, StatusCode::BadRequest);
     assert!(
-        resp.wire_reason
+        warning_of(&resp)
             .as_deref()
             .is_some_and(|w| w.contains("17 contacts, at most 16")),
         "{:?}",
-        resp.wire_reason
+        warning_of(&resp)
     );
     assert!(!r.is_registered("msr_1"));
     assert_eq!(agent_version("x/\u{1b}[2Jevil"), None);
@@ -1230,4 +1230,13 @@ fn a_retransmitted_register_is_answered_200_again_and_changes_nothing() {
     reg.branch = Some("z9hG4bKother".into());
     let replay = r.handle_register(t0, &reg.build(), None);
     assert_ne!(replay.status_code, StatusCode::OK);
+}
+
+/// A 400's `Warning` text as `Bad Request (text)` (RFC 3261 §20.43: what
+/// the agent logs).
+fn warning_of(resp: &Response) -> Option<String> {
+    let value = sip::header(&resp.headers, "Warning")?;
+    let start = value.find('"')? + 1;
+    let end = value.rfind('"')?;
+    Some(format!("Bad Request ({})", value.get(start..end)?))
 }
