@@ -16,13 +16,147 @@ use msr_collector::operator::names::{ContactName, MsrName, NameError};
 use msr_collector::operator::OperatorConfig;
 use msr_collector::sip::registrar::Binding;
 use msr_shared::event_package::LoadReport;
+use msr_shared::media::{CodecList, CodecSet};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
-use crate::policies::{choose, percent};
+use crate::policies::{choose, percent, Refused};
 use crate::stats::{batch_means, erlang_b, spread_pp};
-use crate::{exponential, Outcome, Policy, Scenario, SimError};
+use crate::{
+    exponential, Capabilities, ClassOutcome, Classes, Outcome, Policy, Scenario, SimError,
+};
+
+/// Index of the audio-only class in the per-class counters.
+const AUDIO: usize = 0;
+/// Index of the video class.
+const VIDEO: usize = 1;
+
+/// The pooled Erlang-B limit of each class of calls (SPEC §10's pooled
+/// limit, taken per class of SPEC §15), `[audio-only, video]`, and the
+/// video MSRs' summed capacity.
+///
+/// * Video calls can go only to the video MSRs: their limit is Erlang-B of
+///   the video traffic on the video MSRs' summed capacity — what they
+///   would block if those MSRs were one server group kept for them. No
+///   policy that admits audio calls there can do better; the gap to it is
+///   what audio calls on the video MSRs cost video calls.
+/// * Audio-only calls can use every MSR, and they share the video MSRs
+///   with the video calls: their server group is the whole pool, and
+///   their limit is the overall pooled limit, Erlang-B of all the traffic
+///   on the summed capacity — what every call blocks when the pool works
+///   as one group. It is a reference, not a strict bound: a selection
+///   that refused video calls early would leave audio calls more room
+///   (the strict bound, Erlang-B of the audio traffic alone on the whole
+///   pool, is vanishingly small at any useful load and says nothing).
+pub(crate) fn class_limits(scenario: &Scenario, capabilities: Capabilities) -> ([f64; 2], u32) {
+    let video_capacity: u32 = scenario
+        .capacities
+        .iter()
+        .take(capabilities.video_msrs)
+        .sum();
+    let erlangs = scenario.erlangs();
+    (
+        [
+            erlang_b(erlangs, scenario.capacities.iter().sum()),
+            erlang_b(erlangs * capabilities.video_share, video_capacity),
+        ],
+        video_capacity,
+    )
+}
+
+/// What each MSR reports it takes and what each class of calls offers
+/// (SPEC §15), for a scenario with capability classes.
+struct Media {
+    capabilities: Capabilities,
+    /// The `codecs:` line of each MSR's NOTIFYs.
+    reports: Vec<CodecList>,
+    /// The same as sets, to tell whether an MSR takes a call's offer.
+    takes: Vec<CodecSet>,
+    /// The offer of each class, `[AUDIO]` and `[VIDEO]`.
+    offers: [CodecSet; 2],
+}
+
+impl Media {
+    fn new(scenario: &Scenario) -> Result<Option<Media>, SimError> {
+        let Some(capabilities) = scenario.capabilities else {
+            return Ok(None);
+        };
+        let n = scenario.capacities.len();
+        if capabilities.video_msrs > n {
+            return Err(SimError::Scenario(format!(
+                "{} video msrs of {n}",
+                capabilities.video_msrs
+            )));
+        }
+        if !(0.0..=1.0).contains(&capabilities.video_share) {
+            return Err(SimError::Scenario(format!(
+                "video share {} is not between 0 and 1",
+                capabilities.video_share
+            )));
+        }
+        if !matches!(scenario.policy, Policy::Pooled | Policy::Ecss) {
+            return Err(SimError::Scenario(format!(
+                "capability classes need the product's selection (pooled, ecss): {} knows no codecs",
+                scenario.policy.name()
+            )));
+        }
+        let codecs = |list: &str| -> Result<CodecSet, SimError> {
+            list.parse()
+                .map_err(|e: msr_shared::media::UnknownCodec| SimError::Scenario(e.to_string()))
+        };
+        let video = CodecList::new(codecs(Capabilities::VIDEO_MSR)?.iter());
+        let audio = CodecList::new(codecs(Capabilities::AUDIO_MSR)?.iter());
+        let reports: Vec<CodecList> = (0..n)
+            .map(|m| {
+                if m < capabilities.video_msrs {
+                    video
+                } else {
+                    audio
+                }
+            })
+            .collect();
+        Ok(Some(Media {
+            capabilities,
+            takes: reports.iter().map(CodecList::set).collect(),
+            reports,
+            offers: [
+                codecs(Capabilities::AUDIO_OFFER)?,
+                codecs(Capabilities::VIDEO_OFFER)?,
+            ],
+        }))
+    }
+}
+
+/// One class's counters over the measured calls.
+#[derive(Default)]
+struct ClassCount {
+    batch_blocked: Vec<u64>,
+    batch_offered: Vec<u64>,
+    no_capable_msr: u64,
+    msr_overloaded: u64,
+    other_refusals: u64,
+    lost_full: u64,
+    misplaced: u64,
+}
+
+impl ClassCount {
+    fn outcome(&self, erlangs: f64, limit: f64) -> ClassOutcome {
+        let (blocking, half_width) = batch_means(&self.batch_blocked, &self.batch_offered);
+        ClassOutcome {
+            calls: self.batch_offered.iter().sum(),
+            blocking,
+            half_width,
+            erlangs,
+            limit,
+            no_capable_msr: self.no_capable_msr,
+            msr_overloaded: self.msr_overloaded,
+            other_refusals: self.other_refusals,
+            lost_full: self.lost_full,
+            misplaced: self.misplaced,
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
@@ -77,6 +211,7 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
         .map(|m| ContactName::of("lo", m))
         .collect::<Result<_, _>>()
         .map_err(name_error)?;
+    let media = Media::new(scenario)?;
     let base = Instant::now();
     // Event times are integer nanoseconds since `base`, exactly as the
     // product's `Instant`s differ: a time that went through f64 seconds
@@ -154,7 +289,16 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
     let batch_size = (scenario.calls / batches).max(1);
     let mut batch_blocked = vec![0_u64; batches as usize];
     let mut batch_offered = vec![0_u64; batches as usize];
-    let (mut refused, mut lost_full) = (0_u64, 0_u64);
+    let (mut refused, mut lost_full, mut misplaced) = (0_u64, 0_u64, 0_u64);
+    let mut classes: [ClassCount; 2] = std::array::from_fn(|_| ClassCount {
+        batch_blocked: vec![0; batches as usize],
+        batch_offered: vec![0; batches as usize],
+        ..ClassCount::default()
+    });
+    // The class of each call is drawn from its own generator, so the
+    // arrival, holding and selection draws are the same sequence as
+    // without classes (and a run without them draws nothing more).
+    let mut class_rng = StdRng::seed_from_u64(scenario.seed ^ 0x5EC1_5C1A_5535);
     let mut early_window_ends = 0_u64;
     let mut queue: BinaryHeap<Reverse<(u64, u64, Event)>> = BinaryHeap::new();
     let mut seq = 0_u64;
@@ -215,12 +359,25 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                 );
                 let h = rng.gen_range(0..g);
                 let id = arrivals;
+                // SPEC §15: the call's class and the offer it names.
+                let (class, needs) = match &media {
+                    Some(media) => {
+                        let class = if class_rng.gen::<f64>() < media.capabilities.video_share {
+                            VIDEO
+                        } else {
+                            AUDIO
+                        };
+                        (class, media.offers[class])
+                    }
+                    None => (AUDIO, CodecSet::EMPTY),
+                };
                 let chosen = choose(
                     scenario,
                     &selection,
                     &mut hosts[h],
                     &operator,
                     &busy,
+                    needs,
                     now,
                     &mut rng,
                 );
@@ -229,9 +386,18 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                     ((arrivals.saturating_sub(warmup + 1)) / batch_size).min(batches - 1) as usize;
                 if measured {
                     batch_offered[batch] += 1;
+                    classes[class].batch_offered[batch] += 1;
                 }
+                // An MSR refuses (SIP 488) an offer it does not take; only
+                // possible before its first report reached the host (an
+                // MSR that reported no codecs takes anything, SPEC §15).
+                let takes = |m: usize| {
+                    media
+                        .as_ref()
+                        .is_none_or(|media| media.takes[m].lacks(needs).is_none())
+                };
                 match chosen {
-                    Some(m) if busy[m] < scenario.capacities[m] => {
+                    Ok(m) if busy[m] < scenario.capacities[m] && takes(m) => {
                         busy[m] += 1;
                         changed = Some(m);
                         let call_id = id.to_string();
@@ -262,16 +428,31 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                             },
                         );
                     }
-                    Some(_) => {
+                    Ok(m) => {
                         if measured {
                             batch_blocked[batch] += 1;
-                            lost_full += 1;
+                            let count = &mut classes[class];
+                            count.batch_blocked[batch] += 1;
+                            if takes(m) {
+                                lost_full += 1;
+                                count.lost_full += 1;
+                            } else {
+                                misplaced += 1;
+                                count.misplaced += 1;
+                            }
                         }
                     }
-                    None => {
+                    Err(cause) => {
                         if measured {
                             batch_blocked[batch] += 1;
                             refused += 1;
+                            let count = &mut classes[class];
+                            count.batch_blocked[batch] += 1;
+                            match cause {
+                                Refused::NoCapableMsr => count.no_capable_msr += 1,
+                                Refused::MsrOverloaded => count.msr_overloaded += 1,
+                                Refused::Other => count.other_refusals += 1,
+                            }
                         }
                     }
                 }
@@ -327,6 +508,8 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                     cpu: 0,
                     calls,
                     max_calls: cap,
+                    // SPEC §15: what the MSR takes, in every NOTIFY.
+                    codecs: media.as_ref().map(|media| media.reports[m]),
                     ..LoadReport::default()
                 };
                 let host = &mut hosts[host as usize];
@@ -382,7 +565,7 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
     let start = measure_from.unwrap_or(0.0);
     let elapsed = (last_t - start).max(f64::MIN_POSITIVE);
     let (mean, half_width) = batch_means(&batch_blocked, &batch_offered);
-    let blocked = refused + lost_full;
+    let blocked = refused + lost_full + misplaced;
     let measured_notifies: Vec<u64> = notifies
         .iter()
         .zip(&notify_from)
@@ -414,5 +597,15 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
             }
         },
         early_window_ends,
+        classes: media.map(|media| {
+            let (limits, video_capacity) = class_limits(scenario, media.capabilities);
+            let share = media.capabilities.video_share;
+            Classes {
+                audio: classes[AUDIO].outcome(erlangs * (1.0 - share), limits[AUDIO]),
+                video: classes[VIDEO].outcome(erlangs * share, limits[VIDEO]),
+                capabilities: media.capabilities,
+                video_capacity,
+            }
+        }),
     })
 }

@@ -22,6 +22,14 @@
 //! measured with batch means after a warm-up, and compared with the pooled
 //! Erlang-B limit (one server group of the summed capacity).
 //!
+//! Capability classes (SPEC §15, [`Capabilities`], `msr-sim run
+//! --video-msrs N --video-share P`): some MSRs report `codecs:
+//! pcma,pcmu,h264` in their NOTIFYs, the others `pcma,pcmu`; each call
+//! offers `pcma,h264` or `pcma`, and its select names that offer
+//! (`Query::needs`), so the product's step 1 keeps only the MSRs that take
+//! it. Each class's blocking is measured beside its own pooled Erlang-B
+//! limit ([`Classes`]).
+//!
 //! Validation policies (no product code, [`Policy::Oracle`],
 //! [`Policy::RoundRobin`], and one MSR) check the event loop and the
 //! estimators against closed forms ([`validate`]).
@@ -175,6 +183,31 @@ impl Holding {
     }
 }
 
+/// Capability classes (SPEC §15): which MSRs take video and which calls
+/// offer it, so that blocking covers a mixed pool. Without them (the
+/// default) no agent reports codecs and no call names a need, as before
+/// §15.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Capabilities {
+    /// The first this many MSRs of the scenario (`msr_0`, `msr_1`, …)
+    /// report `codecs: pcma,pcmu,h264`, the others `codecs: pcma,pcmu`.
+    pub video_msrs: usize,
+    /// The share of calls (0 to 1) whose offer is `pcma,h264`; the others
+    /// offer `pcma` alone.
+    pub video_share: f64,
+}
+
+impl Capabilities {
+    /// What a video MSR takes, in its priority order.
+    pub const VIDEO_MSR: &'static str = "pcma,pcmu,h264";
+    /// What any other MSR takes.
+    pub const AUDIO_MSR: &'static str = "pcma,pcmu";
+    /// A video call's offer.
+    pub const VIDEO_OFFER: &'static str = "pcma,h264";
+    /// An audio-only call's offer.
+    pub const AUDIO_OFFER: &'static str = "pcma";
+}
+
 /// One simulation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scenario {
@@ -204,6 +237,8 @@ pub struct Scenario {
     pub batches: u32,
     /// RNG seed.
     pub seed: u64,
+    /// Capability classes (SPEC §15); `None`: every MSR takes every call.
+    pub capabilities: Option<Capabilities>,
 }
 
 impl Scenario {
@@ -243,6 +278,7 @@ impl Scenario {
             calls: 200_000,
             batches: 20,
             seed: 1,
+            capabilities: None,
         }
     }
 
@@ -283,6 +319,69 @@ pub struct Outcome {
     /// Window ends that found their held change not yet due (should be 0:
     /// an event is queued at the window's exact end, issue 24 defect b).
     pub early_window_ends: u64,
+    /// Each capability class's figures, when the scenario has classes.
+    pub classes: Option<Classes>,
+}
+
+/// The figures of each class of calls (SPEC §15), measured over the same
+/// calls and batches as the overall blocking.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Classes {
+    /// Calls offering `pcma` alone.
+    pub audio: ClassOutcome,
+    /// Calls offering `pcma,h264`.
+    pub video: ClassOutcome,
+    /// The scenario's classes.
+    pub capabilities: Capabilities,
+    /// Sessions of the MSRs that take video.
+    pub video_capacity: u32,
+}
+
+/// What one class of calls met.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassOutcome {
+    /// Measured calls of this class.
+    pub calls: u64,
+    /// Blocked fraction (mean of the batch means).
+    pub blocking: f64,
+    /// Half-width of its 99 % confidence interval.
+    pub half_width: f64,
+    /// Offered traffic of this class, Erlangs.
+    pub erlangs: f64,
+    /// The class's pooled Erlang-B limit (`event_loop::class_limits` says
+    /// why): for audio-only calls Erlang-B of all the traffic on the
+    /// summed capacity, for video calls Erlang-B of the video traffic on
+    /// the video MSRs' summed capacity.
+    pub limit: f64,
+    /// Refused by selection with `no_capable_msr`: no MSR takes the offer.
+    pub no_capable_msr: u64,
+    /// Refused by selection with `msr_overloaded`: MSRs take it, all full.
+    pub msr_overloaded: u64,
+    /// Refused by selection for any other cause (none expected: every MSR
+    /// is registered, healthy and at the leg's site).
+    pub other_refusals: u64,
+    /// Sent to an MSR that was in fact full (lost there).
+    pub lost_full: u64,
+    /// Sent to an MSR that does not take the offer (lost there: the MSR
+    /// refuses it, SIP 488). Selection never does this once the MSR's
+    /// first report has arrived; expected 0.
+    pub misplaced: u64,
+}
+
+impl ClassOutcome {
+    /// Blocking over the class's limit, with the 99 % interval's ends
+    /// over it; NaN when the limit is 0.
+    pub fn times_limit(&self) -> (f64, f64, f64) {
+        if self.limit > 0.0 {
+            (
+                self.blocking / self.limit,
+                (self.blocking - self.half_width).max(0.0) / self.limit,
+                (self.blocking + self.half_width) / self.limit,
+            )
+        } else {
+            (f64::NAN, f64::NAN, f64::NAN)
+        }
+    }
 }
 
 impl Outcome {

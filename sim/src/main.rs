@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use msr_sim::report::{self, Row};
-use msr_sim::{run, validate, Holding, Policy, Scenario};
+use msr_sim::{run, validate, Capabilities, Holding, Policy, Scenario};
 
 #[derive(Parser)]
 #[command(
@@ -118,6 +118,20 @@ enum Command {
         no_releases: bool,
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Capability classes (SPEC §15), with --video-share: the first N
+        /// MSRs (msr_0 …) report `codecs: pcma,pcmu,h264`, the others
+        /// `codecs: pcma,pcmu`. Each call's select names its offer, so
+        /// the product's selection keeps only the MSRs that take it: a
+        /// video call goes only to a video MSR, refused msr_overloaded when
+        /// they are full and no_capable_msr when N is 0. The output adds
+        /// each class's blocking beside its pooled Erlang-B limit. E.g.
+        /// `--video-msrs 3 --video-share 20`. Policies pooled and ecss only.
+        #[arg(long, requires = "video_share", value_name = "N")]
+        video_msrs: Option<usize>,
+        /// Percent of calls that offer `pcma,h264` (video calls); the
+        /// others offer `pcma` (audio-only calls). With --video-msrs.
+        #[arg(long, requires = "video_msrs", value_name = "PERCENT", value_parser = percent)]
+        video_share: Option<f64>,
     },
     /// The required rows (A 80 %, A 90 %, B 85 %; G = 1, 3) for every
     /// compared policy, then A 90 % with no leg ever released (pooled, ecss).
@@ -157,6 +171,18 @@ enum Command {
         #[arg(long, default_value = "docs/balancing")]
         out: PathBuf,
     },
+}
+
+/// A percentage between 0 and 100.
+fn percent(value: &str) -> Result<f64, String> {
+    let v: f64 = value
+        .parse()
+        .map_err(|_| format!("`{value}` is not a number"))?;
+    if (0.0..=100.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{v} is not between 0 and 100"))
+    }
 }
 
 fn scenario(which: Which, offered: f64) -> Scenario {
@@ -220,6 +246,8 @@ fn main() -> Result<ExitCode> {
             high_water,
             no_releases,
             seed,
+            video_msrs,
+            video_share,
         } => {
             let (mut s, name) = match msrs {
                 Some(n) => (
@@ -237,9 +265,21 @@ fn main() -> Result<ExitCode> {
             s.high_water = high_water;
             s.releases = !no_releases;
             s.seed = seed;
+            // clap requires both or neither.
+            if let (Some(video_msrs), Some(share)) = (video_msrs, video_share) {
+                s.capabilities = Some(Capabilities {
+                    video_msrs,
+                    video_share: share / 100.0,
+                });
+            }
             let outcome = run(&s)?;
             let row = Row::new(name, report::variant(&s), &s, outcome);
-            println!("{}", report::markdown(&[row]));
+            let rows = [row];
+            println!("{}", report::markdown(&rows));
+            let classes = report::classes_markdown(&rows);
+            if !classes.is_empty() {
+                println!("\n{classes}");
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Table {

@@ -8,7 +8,8 @@
 use msr_collector::api::handler::effective_policy;
 use msr_collector::config::SelectionConfig;
 use msr_collector::operator::OperatorConfig;
-use msr_collector::select::{self, Admission, Query};
+use msr_collector::select::{self, Admission, Query, Refusal};
+use msr_shared::media::CodecSet;
 use rand::rngs::StdRng;
 use rand::Rng;
 use tokio::time::Instant;
@@ -16,17 +17,31 @@ use tokio::time::Instant;
 use crate::event_loop::Host;
 use crate::{Policy, Scenario};
 
-/// The MSR core host `host` chooses for a new call, `None` on a refusal.
+/// Why a core host got no MSR for a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// `no_capable_msr` (SPEC §15): MSRs exist, none takes the offer.
+    NoCapableMsr,
+    /// `msr_overloaded` (SPEC §7 step 6, §10): the MSRs that take it are
+    /// full; also every refusal of a comparison policy.
+    MsrOverloaded,
+    /// Any other cause of the product's selection.
+    Other,
+}
+
+/// The MSR core host `host` chooses for a new call whose offer is `needs`
+/// (empty: no need named), or why it got none.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn choose(
     scenario: &Scenario,
     selection: &SelectionConfig,
     host: &mut Host,
     operator: &OperatorConfig,
     busy: &[u32],
+    needs: CodecSet,
     now: Instant,
     rng: &mut StdRng,
-) -> Option<usize> {
-    let n = busy.len();
+) -> Result<usize, Refused> {
     match scenario.policy {
         Policy::Pooled | Policy::Ecss => {
             // What the collector does for a select with a call_id.
@@ -44,15 +59,41 @@ pub(crate) fn choose(
                 admission: Admission::Plain,
                 policy,
                 failed: Vec::new(),
-                needs: msr_shared::media::CodecSet::EMPTY,
+                // SPEC §15: the call's offer, so step 1 keeps only the MSRs
+                // that take it, exactly as for a leg that names its codecs.
+                needs,
                 now,
             };
-            let choice = select::select(&host.table, operator.topology(), &query, rng).ok()?;
+            let choice = select::select(&host.table, operator.topology(), &query, rng).map_err(
+                |refusal| match refusal {
+                    Refusal::NoCapableMsr { .. } => Refused::NoCapableMsr,
+                    Refusal::MsrOverloaded => Refused::MsrOverloaded,
+                    _ => Refused::Other,
+                },
+            )?;
             choice
                 .msr
                 .strip_prefix("msr_")
                 .and_then(|i| i.parse::<usize>().ok())
+                .ok_or(Refused::Other)
         }
+        _ => comparison(scenario, host, busy, now, rng).ok_or(Refused::MsrOverloaded),
+    }
+}
+
+/// The MSR a validation or comparison policy picks, `None` on a refusal.
+/// They know no codecs: `msr-sim` runs capability classes only with the
+/// product's policies.
+fn comparison(
+    scenario: &Scenario,
+    host: &mut Host,
+    busy: &[u32],
+    now: Instant,
+    rng: &mut StdRng,
+) -> Option<usize> {
+    let n = busy.len();
+    match scenario.policy {
+        Policy::Pooled | Policy::Ecss => None,
         Policy::PooledLiteral => {
             let view = host.table.zone("default");
             let g = scenario.core_hosts.max(1);

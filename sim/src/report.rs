@@ -5,7 +5,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::{run, Holding, Outcome, Policy, Scenario, SimError};
+use crate::{run, ClassOutcome, Classes, Holding, Outcome, Policy, Scenario, SimError};
 
 /// One simulated row.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,6 +59,13 @@ pub fn variant(s: &Scenario) -> String {
     if !s.releases {
         parts.push("no releases".to_owned());
     }
+    if let Some(c) = s.capabilities {
+        parts.push(format!(
+            "video: {} MSRs, {} % of calls",
+            c.video_msrs,
+            c.video_share * 100.0
+        ));
+    }
     if parts.is_empty() {
         "-".to_owned()
     } else {
@@ -92,6 +99,80 @@ pub fn markdown(rows: &[Row]) -> String {
         ));
     }
     out
+}
+
+const CLASS_HEADER: &str = "| scenario | class | offer | MSRs that take it | calls | blocking ± 99 % CI | class limit | × limit (99 % CI) | refused msr_overloaded | refused no_capable_msr | sent to a full MSR | sent to an MSR lacking a codec |\n|---|---|---|---|---|---|---|---|---|---|---|---|";
+
+/// The capability classes' figures (SPEC §15) of the rows that have them,
+/// as a Markdown table followed by the line that says which limit each
+/// class is compared with; empty when no row has classes.
+pub fn classes_markdown(rows: &[Row]) -> String {
+    let with: Vec<(&Row, &Classes)> = rows
+        .iter()
+        .filter_map(|r| r.outcome.classes.as_ref().map(|c| (r, c)))
+        .collect();
+    let Some((_, first)) = with.first() else {
+        return String::new();
+    };
+    let mut out = CLASS_HEADER.to_owned();
+    for (r, c) in &with {
+        let n = c.capabilities.video_msrs;
+        for (name, offer, msrs, o) in [
+            (
+                "audio-only",
+                crate::Capabilities::AUDIO_OFFER,
+                "all".to_owned(),
+                &c.audio,
+            ),
+            (
+                "video",
+                crate::Capabilities::VIDEO_OFFER,
+                format!("{n} ({} sessions)", c.video_capacity),
+                &c.video,
+            ),
+        ] {
+            out.push_str(&format!(
+                "\n| {} | {name} | {offer} | {msrs} | {} | {:.2e} ± {:.1e} | {:.2e} | {} | {} | {} | {} | {} |",
+                r.scenario,
+                o.calls,
+                o.blocking,
+                o.half_width,
+                o.limit,
+                times_limit(o),
+                o.msr_overloaded + o.other_refusals,
+                o.no_capable_msr,
+                o.lost_full,
+                o.misplaced,
+            ));
+        }
+    }
+    let c = first;
+    out.push_str(&format!(
+        "\n\nClass limits (SPEC §15 classes, §10's pooled limit): video calls, Erlang-B({:.1} E of video traffic, {} sessions of the {} MSRs that take h264) — they can use only those MSRs, and no selection that lets audio calls on them does better; audio-only calls, Erlang-B({:.1} E of all traffic, the summed capacity) — they can use every MSR but share the video MSRs with video calls, so the whole pool's limit is theirs (a reference, not a strict bound: refusing video calls earlier would leave them more room).",
+        c.video.erlangs,
+        c.video_capacity,
+        c.capabilities.video_msrs,
+        c.audio.erlangs + c.video.erlangs,
+    ));
+    out
+}
+
+/// `ratio [low, high]` of a class's blocking over its limit, the bounds
+/// from the 99 % interval; `-` when the limit is 0.
+fn times_limit(o: &ClassOutcome) -> String {
+    let (ratio, low, high) = o.times_limit();
+    if !ratio.is_finite() {
+        return "-".to_owned();
+    }
+    // Tiny limits (the video class on many sessions) give huge ratios.
+    let f = |x: f64| {
+        if x >= 1000.0 {
+            format!("{x:.2e}")
+        } else {
+            format!("{x:.2}")
+        }
+    };
+    format!("{} [{}, {}]", f(ratio), f(low), f(high))
 }
 
 const CSV_HEADER: &str = "scenario,variant,policy,core_hosts,calls,blocking,half_width,pooled_erlang_b,refused_share,spread_pp,notify_per_sec,max_notify_per_sec_per_subscription,simulated_secs,full_share,early_window_ends";
@@ -164,6 +245,8 @@ pub fn parse_csv(text: &str) -> Result<Vec<Row>, SimError> {
                     Some(v) => v.parse().map_err(|_| bad(i + 1, v))?,
                     None => 0,
                 },
+                // The CSV holds the overall figures only.
+                classes: None,
             },
         });
     }

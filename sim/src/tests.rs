@@ -182,3 +182,143 @@ fn pooled_in_overload_refuses_instead_of_sending_to_full_msrs() -> Result<(), Si
     assert!(outcome.refused_share > 0.9, "{outcome:?}");
     Ok(())
 }
+
+/// A scenario with capability classes (SPEC §15).
+fn mixed(video_msrs: usize, video_share: f64) -> Scenario {
+    // 4 MSRs × 10 sessions at 60 %: small enough to block measurably.
+    let mut s = Scenario::uniform(4, 10, 0.6);
+    s.calls = 20_000;
+    s.capabilities = Some(Capabilities {
+        video_msrs,
+        video_share,
+    });
+    s
+}
+
+/// SPEC §15: a video call goes only to an MSR that takes h264 (one placed
+/// elsewhere would be refused there and counted `misplaced`); audio-only
+/// calls go anywhere; the run is reproducible.
+#[test]
+fn video_calls_land_only_on_video_msrs() -> Result<(), SimError> {
+    for policy in [Policy::Pooled, Policy::Ecss] {
+        for core_hosts in [1, 3] {
+            let mut s = mixed(1, 0.25);
+            s.policy = policy;
+            s.core_hosts = core_hosts;
+            let outcome = run(&s)?;
+            assert_eq!(outcome, run(&s)?);
+            let classes = outcome
+                .classes
+                .as_ref()
+                .ok_or_else(|| SimError::Scenario("a run with classes reports them".into()))?;
+            let (audio, video) = (&classes.audio, &classes.video);
+            let what = format!("{} G = {core_hosts}: {classes:?}", policy.name());
+            assert_eq!(audio.calls + video.calls, s.calls, "{what}");
+            assert!(video.calls > s.calls / 5, "{what}");
+            assert_eq!(video.misplaced + audio.misplaced, 0, "{what}");
+            assert_eq!(video.no_capable_msr + audio.no_capable_msr, 0, "{what}");
+            assert_eq!(classes.video_capacity, 10, "{what}");
+            // 3 E of video on the one video MSR of 10 sessions: some
+            // blocked, most placed — all on that MSR.
+            assert!(video.blocking > 0.0 && video.blocking < 0.5, "{what}");
+            // No selection beats the class limit by more than its interval.
+            assert!(video.blocking + video.half_width >= video.limit, "{what}");
+            assert!(audio.blocking < video.blocking, "{what}");
+        }
+    }
+    Ok(())
+}
+
+/// SPEC §15: with no MSR that takes video every video call is refused
+/// `no_capable_msr` (not `msr_overloaded`), and audio-only calls are not.
+#[test]
+fn with_no_video_msr_every_video_call_is_refused_no_capable_msr() -> Result<(), SimError> {
+    let outcome = run(&mixed(0, 0.2))?;
+    let classes = outcome
+        .classes
+        .ok_or_else(|| SimError::Scenario("a run with classes reports them".into()))?;
+    let (audio, video) = (&classes.audio, &classes.video);
+    assert!(video.calls > 0, "{classes:?}");
+    assert_eq!(video.blocking, 1.0, "{classes:?}");
+    assert_eq!(video.no_capable_msr, video.calls, "{classes:?}");
+    assert_eq!(video.msr_overloaded + video.lost_full, 0, "{classes:?}");
+    assert_eq!(audio.no_capable_msr, 0, "{classes:?}");
+    // Erlang-B on no sessions: the class's limit is to lose every call.
+    assert_eq!(video.limit, 1.0, "{classes:?}");
+    Ok(())
+}
+
+/// Reports that carry codecs and calls that offer `pcma`, which every MSR
+/// takes, change no choice: the overall figures are those of the run
+/// without classes (the class draw has its own generator).
+#[test]
+fn classes_with_no_video_call_change_no_figure() -> Result<(), SimError> {
+    let mut plain = Scenario::a(0.9);
+    plain.calls = 20_000;
+    plain.core_hosts = 3;
+    let mut with = plain.clone();
+    with.capabilities = Some(Capabilities {
+        video_msrs: 3,
+        video_share: 0.0,
+    });
+    let (plain, with) = (run(&plain)?, run(&with)?);
+    assert_eq!(plain.classes, None);
+    assert_eq!(
+        Outcome {
+            classes: None,
+            ..with.clone()
+        },
+        plain
+    );
+    let audio = with.classes.map(|c| c.audio);
+    assert_eq!(
+        audio.map(|a| (a.calls, a.blocking)),
+        Some((20_000, plain.blocking))
+    );
+    Ok(())
+}
+
+/// Capability classes run only with the product's selection: the
+/// comparison policies know no codecs.
+#[test]
+fn classes_refuse_policies_that_know_no_codecs() {
+    let mut s = mixed(1, 0.2);
+    s.policy = Policy::TwoChoices;
+    assert!(matches!(run(&s), Err(SimError::Scenario(_))));
+    let mut s = mixed(5, 0.2);
+    assert!(matches!(run(&s), Err(SimError::Scenario(_))));
+    s = mixed(1, 1.5);
+    assert!(matches!(run(&s), Err(SimError::Scenario(_))));
+}
+
+/// Without capability classes (the default) the figures are those of the
+/// simulator before SPEC §15: these rows were printed by `msr-sim run
+/// --offered 100 --hosts 3 --calls 20000 [--policy ecss]` built from the
+/// commit before the classes were added.
+#[test]
+fn the_default_rows_are_those_before_capability_classes() -> Result<(), SimError> {
+    let mut rows = Vec::new();
+    for policy in [Policy::Pooled, Policy::Ecss] {
+        let mut s = Scenario::a(1.0);
+        s.calls = 20_000;
+        s.core_hosts = 3;
+        s.policy = policy;
+        rows.push(report::Row::new(
+            "A 100 %".into(),
+            report::variant(&s),
+            &s,
+            run(&s)?,
+        ));
+    }
+    let table = report::markdown(&rows);
+    let lines: Vec<&str> = table.lines().skip(2).collect();
+    assert_eq!(
+        lines,
+        [
+            "| A 100 % | - | pooled | 3 | 20000 | 2.97e-2 ± 1.9e-2 | 2.48e-2 | 1.2 | 11 % | 2.65 % | 2.2 | 21.00 | 0.71 |",
+            "| A 100 % | - | ecss | 3 | 20000 | 3.36e-2 ± 1.1e-2 | 2.48e-2 | 1.4 | 0 % | 3.35 % | 5.1 | 24.19 | 0.81 |",
+        ]
+    );
+    assert_eq!(report::classes_markdown(&rows), "");
+    Ok(())
+}
