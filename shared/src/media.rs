@@ -226,6 +226,20 @@ impl CodecSet {
     }
 }
 
+impl CodecSet {
+    /// How many kinds of media (video, image) an MSR taking `self` offers
+    /// that a leg offering `needs` does not use: what placing the leg there
+    /// spends of a scarcer capability (SPEC §15; the `pooled` policy places
+    /// a leg where this is least).
+    pub fn spare_kinds(self, needs: CodecSet) -> u32 {
+        let spare = Kind::ALL
+            .into_iter()
+            .filter(|&kind| !self.of_kind(kind).is_empty() && needs.of_kind(kind).is_empty())
+            .count();
+        u32::try_from(spare).unwrap_or(u32::MAX)
+    }
+}
+
 fn kind_mask(kind: Kind) -> u64 {
     CODECS
         .iter()
@@ -416,6 +430,15 @@ mod tests {
             audio_only.lacks(set("pcma,t38")).map(|l| l.to_string()),
             Some("t38".into())
         );
+    }
+
+    #[test]
+    fn spare_kinds_count_what_a_leg_would_not_use() {
+        let video = set("pcma,h264");
+        assert_eq!(video.spare_kinds(set("pcma")), 1);
+        assert_eq!(video.spare_kinds(set("pcma,h264")), 0);
+        assert_eq!(set("pcma").spare_kinds(set("pcma")), 0);
+        assert_eq!(set("pcma,h264,t38").spare_kinds(set("pcmu")), 2);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! occupancy, the least occupied taken, ties drawn.
 
 use super::*;
+use msr_shared::media::CodecSet;
 
 /// The estimated occupancy of the MSR at `position` (SPEC §10, module
 /// docs): its estimated sessions ([`crate::model::estimate`]) over its
@@ -27,16 +28,32 @@ pub(super) fn estimated_occupancy(view: &ZoneView<'_>, position: usize, core_hos
 /// The index into `kept` of the lowest estimated occupancy; ties at
 /// random (reservoir sampling: the k-th equal one replaces the choice with
 /// probability 1/k), or the first of them with a fixed draw.
+///
+/// A leg with an offer (SPEC §15) goes first to the admitted MSRs that
+/// spend the fewest kinds of media it does not use
+/// ([`CodecSet::spare_kinds`]): an audio call goes to a video MSR only when
+/// no audio-only MSR has room, so the video MSRs keep their room for the
+/// calls only they can take. Ranking every MSR by occupancy alone filled
+/// the video MSRs with audio calls: video calls were refused 20 × as often
+/// as audio ones and the pool blocked at 1.9 × its limit (BALANCING.md,
+/// "Capability classes"). A leg without an offer is ranked as before.
 pub(super) fn pooled_pick<R: Rng + ?Sized>(
     view: &ZoneView<'_>,
     kept: &[usize],
     core_hosts: u32,
+    needs: CodecSet,
     draw: &mut Draw<'_, R>,
 ) -> Option<usize> {
-    let mut best: Option<(usize, f64)> = None;
+    let mut best: Option<(usize, (u32, f64))> = None;
     let mut ties = 0_u32;
     for (i, &position) in kept.iter().enumerate() {
-        let occupancy = estimated_occupancy(view, position, core_hosts);
+        let spare = if needs.is_empty() {
+            0
+        } else {
+            view.codecs(position)
+                .map_or(0, |takes| takes.spare_kinds(needs))
+        };
+        let occupancy = (spare, estimated_occupancy(view, position, core_hosts));
         match best {
             Some((_, b)) if occupancy > b => {}
             Some((_, b)) if occupancy == b => {

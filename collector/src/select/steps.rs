@@ -204,7 +204,7 @@ pub(super) fn run<R: Rng + ?Sized>(
     // the draw (module docs).
     let pooled = match (query.policy, rule) {
         (Policy::Pooled { core_hosts }, Rule::Draw) if !kept.is_empty() => {
-            pooled_pick(&view, &kept, core_hosts, &mut draw)
+            pooled_pick(&view, &kept, core_hosts, query.needs, &mut draw)
         }
         _ => None,
     };

@@ -1574,3 +1574,76 @@ fn a_conference_leg_its_host_cannot_take_is_refused_not_split() {
         Ok("audio".into())
     );
 }
+
+/// SPEC §15 with `pooled`: an audio call goes to an MSR that takes no
+/// video while one has room, however empty the video MSR is, so video
+/// calls find room there; only when the audio-only MSRs are full does it
+/// spill over. A leg without an offer is ranked by occupancy alone.
+#[test]
+fn pooled_keeps_the_video_msrs_for_video_calls() {
+    let pool = |audio_calls: u32| {
+        let mut w = World::new();
+        let t = w.now;
+        for (msr, calls, codecs) in [
+            ("audio", audio_calls, "pcma,pcmu"),
+            ("video", 10, "pcma,pcmu,h264"),
+        ] {
+            let report = LoadReport {
+                msr: msr.into(),
+                load: u8::try_from(calls).unwrap_or(100),
+                calls,
+                max_calls: 100,
+                codecs: Some(msr_shared::media::CodecList::parse_lenient(codecs)),
+                ..LoadReport::default()
+            };
+            w.contact(c(
+                if msr == "audio" {
+                    "lo@audio"
+                } else {
+                    "lo@video"
+                },
+                "default",
+                "local",
+            ));
+            w.table.apply(
+                &w.operator,
+                Change::LoadReported {
+                    msr: &MsrName::test(msr),
+                    report,
+                    at: t,
+                },
+            );
+        }
+        w
+    };
+    let w = pool(80);
+    let audio_call = Query {
+        needs: "pcma".parse().expect("known"),
+        ..w.pooled(1)
+    };
+    assert_eq!(
+        w.pick(&audio_call).map(|c| c.msr.to_string()),
+        Ok("audio".into())
+    );
+    assert_eq!(
+        w.pick(&w.pooled(1)).map(|c| c.msr.to_string()),
+        Ok("video".into())
+    );
+    let video_call = Query {
+        needs: "pcma,h264".parse().expect("known"),
+        ..w.pooled(1)
+    };
+    assert_eq!(
+        w.pick(&video_call).map(|c| c.msr.to_string()),
+        Ok("video".into())
+    );
+    let full = pool(100);
+    let audio_call = Query {
+        needs: "pcma".parse().expect("known"),
+        ..full.pooled(1)
+    };
+    assert_eq!(
+        full.pick(&audio_call).map(|c| c.msr.to_string()),
+        Ok("video".into())
+    );
+}

@@ -927,9 +927,9 @@ fn the_engines_addresses_are_kept_with_the_binding() {
     let resp = register(&mut r, Instant::now(), reg);
     assert_eq!(resp.status_code, StatusCode::BadRequest);
     assert!(
-        warning_of(&resp).as_deref().is_some_and(
-            |w| w.contains("engine='media.local:5040' is not an ip address and port")
-        ),
+        warning_of(&resp)
+            .as_deref()
+            .is_some_and(|w| w.contains("engine='media.local:5040' is not an ip address and port")),
         "{:?}",
         warning_of(&resp)
     );
