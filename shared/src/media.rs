@@ -240,12 +240,28 @@ impl CodecSet {
     }
 }
 
+/// The codecs of each kind as a mask, computed once at compile time: a
+/// selection with needs checks them per candidate.
+const KIND_MASKS: [u64; 3] = [
+    mask_of(Kind::Audio),
+    mask_of(Kind::Video),
+    mask_of(Kind::Image),
+];
+
+const fn mask_of(kind: Kind) -> u64 {
+    let mut mask = 0;
+    let mut i = 0;
+    while i < CODECS.len() {
+        if CODECS[i].kind as u8 == kind as u8 {
+            mask |= 1 << i;
+        }
+        i += 1;
+    }
+    mask
+}
+
 fn kind_mask(kind: Kind) -> u64 {
-    CODECS
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| c.kind == kind)
-        .fold(0, |mask, (i, _)| mask | (1 << i))
+    KIND_MASKS[kind as usize]
 }
 
 impl FromIterator<Codec> for CodecSet {

@@ -25,6 +25,10 @@ pub(super) fn estimated_occupancy(view: &ZoneView<'_>, position: usize, core_hos
     inputs.estimate.sessions(core_hosts) / capacity
 }
 
+/// How far one kind of media a leg does not use moves an MSR down the
+/// ranking: past any occupancy an admitted MSR can have.
+const SPARE_KIND_TIER: f64 = 1e6;
+
 /// The index into `kept` of the lowest estimated occupancy; ties at
 /// random (reservoir sampling: the k-th equal one replaces the choice with
 /// probability 1/k), or the first of them with a fixed draw.
@@ -44,16 +48,18 @@ pub(super) fn pooled_pick<R: Rng + ?Sized>(
     needs: CodecSet,
     draw: &mut Draw<'_, R>,
 ) -> Option<usize> {
-    let mut best: Option<(usize, (u32, f64))> = None;
+    let mut best: Option<(usize, f64)> = None;
     let mut ties = 0_u32;
     for (i, &position) in kept.iter().enumerate() {
-        let spare = if needs.is_empty() {
-            0
-        } else {
-            view.codecs(position)
-                .map_or(0, |takes| takes.spare_kinds(needs))
-        };
-        let occupancy = (spare, estimated_occupancy(view, position, core_hosts));
+        let mut occupancy = estimated_occupancy(view, position, core_hosts);
+        if !needs.is_empty() {
+            // A tier per kind of media spent (an occupancy below a load
+            // limit is at most 1); an MSR without a report stays last.
+            let spare = view
+                .codecs(position)
+                .map_or(0, |takes| takes.spare_kinds(needs));
+            occupancy += f64::from(spare) * SPARE_KIND_TIER;
+        }
         match best {
             Some((_, b)) if occupancy > b => {}
             Some((_, b)) if occupancy == b => {

@@ -45,6 +45,7 @@ impl Nearest {
             position,
             distance,
             msr_group,
+            ..
         } = scanned;
         if distance.is_infinite() {
             return;
@@ -114,9 +115,9 @@ pub(super) fn steps_1_to_4<'q>(
             .scan(positions, query.now, distances)
             .filter(not_failed)
         {
-            if view.lacks(scanned.position, query.needs).is_some() {
+            if scanned.lacks(query.needs).is_some() {
                 if scanned.distance.is_finite() {
-                    let takes = view.codecs(scanned.position).unwrap_or_default();
+                    let takes = scanned.codecs.unwrap_or_default();
                     incapable = Some(incapable.map_or(takes, |all| all.union(takes)));
                 }
                 continue;
@@ -133,7 +134,7 @@ pub(super) fn steps_1_to_4<'q>(
         Some((msr, range))
             if view
                 .scan(range.clone(), query.now, distances)
-                .any(|s| not_failed(&s) && view.lacks(s.position, query.needs).is_none()) =>
+                .any(|s| not_failed(&s) && s.lacks(query.needs).is_none()) =>
         {
             (Some(msr), false, nearest_in(range))
         }

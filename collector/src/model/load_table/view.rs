@@ -274,6 +274,21 @@ pub struct Scanned {
     /// Equal for the contacts of one MSR within one scan, different for
     /// different MSRs, never decreasing along the scan.
     pub msr_group: u32,
+    /// The codecs its MSR reported (SPEC §15; `None`: not reported), so
+    /// step 1's capability check needs no second look at the member.
+    pub codecs: Option<CodecSet>,
+}
+
+impl Scanned {
+    /// What its MSR lacks for a leg offering `needs` (SPEC §15); `None`:
+    /// it takes the leg, or did not say what it takes.
+    #[inline]
+    pub fn lacks(&self, needs: CodecSet) -> Option<Lack> {
+        if needs.is_empty() {
+            return None;
+        }
+        self.codecs?.lacks(needs)
+    }
 }
 
 /// The distance from one leg's site to every site of a [`LoadTable`], by
@@ -344,6 +359,7 @@ impl<'a> ZoneView<'a> {
                         .copied()
                         .unwrap_or(f64::INFINITY),
                     msr_group: group,
+                    codecs: member.msr_selection.codecs,
                 })
             })
     }
