@@ -192,6 +192,22 @@ impl CodecSet {
         self.0 & codec.bit() != 0
     }
 
+    /// The set as a bit mask (bit i: `CODECS[i]`), for a compact copy.
+    pub fn bits(self) -> u64 {
+        self.0
+    }
+
+    /// The set of a mask from [`CodecSet::bits`]; bits past [`CODECS`]
+    /// are dropped.
+    pub fn from_bits(bits: u64) -> CodecSet {
+        let known = if CODECS.len() >= 64 {
+            u64::MAX
+        } else {
+            (1_u64 << CODECS.len()) - 1
+        };
+        CodecSet(bits & known)
+    }
+
     /// The codecs in either set.
     pub fn union(self, other: CodecSet) -> CodecSet {
         CodecSet(self.0 | other.0)

@@ -172,10 +172,7 @@ impl MsrEntry {
             // `now - at > limit` exactly when `now > at + limit`; a sum past
             // the end of time is never reached.
             stale_after: self.load.as_ref().and_then(|(_, at)| at.checked_add(limit)),
-            codecs: self
-                .load
-                .as_ref()
-                .and_then(|(report, _)| report.codecs.map(|c| c.set())),
+            codecs: Takes::of(self.load.as_ref().and_then(|(report, _)| report.codecs)),
         }
     }
 }
@@ -201,9 +198,8 @@ struct MsrSelection {
     /// The last report is stale once `now` is past this: its arrival plus
     /// the subscription's expiry. `None`: no report, or never stale.
     stale_after: Option<Instant>,
-    /// The codecs the MSR takes (SPEC §15); `None`: not reported, taken as
-    /// able to take anything.
-    codecs: Option<CodecSet>,
+    /// The codecs the MSR takes (SPEC §15), or that it did not say.
+    codecs: Takes,
 }
 
 impl MsrSelection {
@@ -211,6 +207,27 @@ impl MsrSelection {
     #[inline]
     fn is_stale(&self, now: Instant) -> bool {
         self.stale_after.is_some_and(|limit| now > limit)
+    }
+}
+
+/// What an MSR takes (SPEC §15) in 8 bytes: the codec set, or every bit
+/// set for "did not say" (an older agent, or no `<codec>`), which takes
+/// anything. The zone index copies it into every member, which selection
+/// scans: an `Option` would take 16.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Takes(u64);
+
+impl Takes {
+    const NOT_REPORTED: Takes = Takes(u64::MAX);
+
+    fn of(list: Option<msr_shared::media::CodecList>) -> Takes {
+        list.map_or(Takes::NOT_REPORTED, |l| Takes(l.set().bits()))
+    }
+
+    /// The reported set; `None` when the MSR did not say.
+    #[inline]
+    fn reported(self) -> Option<CodecSet> {
+        (self != Takes::NOT_REPORTED).then(|| CodecSet::from_bits(self.0))
     }
 }
 
@@ -320,7 +337,7 @@ impl ZoneMember {
         if needs.is_empty() {
             return None;
         }
-        self.msr_selection.codecs?.lacks(needs)
+        self.msr_selection.codecs.reported()?.lacks(needs)
     }
 
     /// The candidate this member is at `now`, if it is one (SPEC §7 step 1:

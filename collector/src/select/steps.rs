@@ -115,11 +115,17 @@ pub(super) fn steps_1_to_4<'q>(
             .scan(positions, query.now, distances)
             .filter(not_failed)
         {
-            if scanned.lacks(query.needs).is_some() {
-                if scanned.distance.is_finite() {
-                    let takes = scanned.codecs.unwrap_or_default();
-                    incapable = Some(incapable.map_or(takes, |all| all.union(takes)));
-                }
+            // Only a candidate `offer` would keep needs the check: one at a
+            // finite distance no farther than the nearest kept so far (a
+            // refusal for the offer needs no capable one at all, so the
+            // union of what the others take is complete when it is read).
+            if !query.needs.is_empty()
+                && scanned.distance.is_finite()
+                && nearest.distance.is_none_or(|min| scanned.distance <= min)
+                && view.lacks(scanned.position, query.needs).is_some()
+            {
+                let takes = view.codecs(scanned.position).unwrap_or_default();
+                incapable = Some(incapable.map_or(takes, |all| all.union(takes)));
                 continue;
             }
             nearest.offer(scanned);
@@ -134,7 +140,7 @@ pub(super) fn steps_1_to_4<'q>(
         Some((msr, range))
             if view
                 .scan(range.clone(), query.now, distances)
-                .any(|s| not_failed(&s) && s.lacks(query.needs).is_none()) =>
+                .any(|s| not_failed(&s) && view.lacks(s.position, query.needs).is_none()) =>
         {
             (Some(msr), false, nearest_in(range))
         }

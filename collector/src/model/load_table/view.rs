@@ -274,21 +274,6 @@ pub struct Scanned {
     /// Equal for the contacts of one MSR within one scan, different for
     /// different MSRs, never decreasing along the scan.
     pub msr_group: u32,
-    /// The codecs its MSR reported (SPEC §15; `None`: not reported), so
-    /// step 1's capability check needs no second look at the member.
-    pub codecs: Option<CodecSet>,
-}
-
-impl Scanned {
-    /// What its MSR lacks for a leg offering `needs` (SPEC §15); `None`:
-    /// it takes the leg, or did not say what it takes.
-    #[inline]
-    pub fn lacks(&self, needs: CodecSet) -> Option<Lack> {
-        if needs.is_empty() {
-            return None;
-        }
-        self.codecs?.lacks(needs)
-    }
 }
 
 /// The distance from one leg's site to every site of a [`LoadTable`], by
@@ -359,7 +344,6 @@ impl<'a> ZoneView<'a> {
                         .copied()
                         .unwrap_or(f64::INFINITY),
                     msr_group: group,
-                    codecs: member.msr_selection.codecs,
                 })
             })
     }
@@ -420,7 +404,7 @@ impl<'a> ZoneView<'a> {
 
     /// The codecs the member at `position`'s MSR reported (SPEC §15).
     pub fn codecs(&self, position: usize) -> Option<CodecSet> {
-        self.members.get(position)?.msr_selection.codecs
+        self.members.get(position)?.msr_selection.codecs.reported()
     }
 
     /// The member at `position` as a [`Candidate`] at `now` (`None` if the
