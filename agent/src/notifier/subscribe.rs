@@ -39,6 +39,25 @@ impl Notifier {
             );
             return None;
         }
+        // SPEC §16: a request no daemon may act on (RFC 3261 §8.2, the
+        // cases RFC 4475 tests), answered as the collector's ports answer.
+        if let Some((status, why)) = sip::request_refusal(request) {
+            if request.method == Method::Ack {
+                return None;
+            }
+            debug!(
+                target: msr_shared::logging::NETWORK,
+                source = %source.map_or_else(|| "unknown".to_owned(), |s| s.to_string()),
+                %status,
+                why,
+                "request refused"
+            );
+            return Some(finish(sip::response(
+                request,
+                status,
+                Some(&sip::random_token()),
+            )));
+        }
         match request.method {
             Method::Ack => None,
             Method::Subscribe => Some(match self.refusal(source, request) {

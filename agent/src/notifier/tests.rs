@@ -1300,3 +1300,30 @@ fn a_subscription_ended_by_the_same_reload_gets_only_its_final_notify() {
     assert_eq!(state(by_msr("msr_2")).state, SubState::Active);
     assert_eq!(body(by_msr("msr_2")).codecs, codecs("pcma,h264"));
 }
+
+/// SPEC §16: the agent's port answers what no daemon may act on as the
+/// collector's ports do (RFC 3261 §8.2, RFC 4475 §3.1.2.16/17): 505 to
+/// another SIP version, 400 to a CSeq method that is not the request's,
+/// and subscribes nothing.
+#[test]
+fn requests_no_daemon_may_act_on_are_refused_before_any_state() {
+    let t0 = Instant::now();
+    let mut n = Notifier::new(config(), sample(30));
+    let mut other_version = subscribe("v1", None, 1, Some(60), EVENT);
+    other_version.version = rsipstack::sip::Version::V(7, 0);
+    let resp = n
+        .handle_request(t0, COLLECTOR, &other_version)
+        .expect("response");
+    assert_eq!(resp.status_code.code(), 505);
+    let mut mismatch = subscribe("m1", None, 1, Some(60), EVENT);
+    for header in mismatch.headers.iter_mut() {
+        if let msr_shared::sip::Header::CSeq(_) = header {
+            *header = msr_shared::sip::Header::CSeq("1 OPTIONS".into());
+        }
+    }
+    let resp = n
+        .handle_request(t0, COLLECTOR, &mismatch)
+        .expect("response");
+    assert_eq!(resp.status_code, StatusCode::BadRequest);
+    assert!(drain(&mut n).is_empty(), "nothing subscribed");
+}
