@@ -628,20 +628,17 @@ fn many_subscribers_each_get_their_own_dialog() {
 fn other_requests() {
     let t0 = Instant::now();
     let mut n = Notifier::new(config(), sample(30));
-    let mut opt = subscribe("o", None, 1, None, EVENT);
-    opt.method = Method::Options;
+    let opt = with_method(subscribe("o", None, 1, None, EVENT), Method::Options);
     assert_eq!(
         n.handle_request(t0, COLLECTOR, &opt).map(|r| r.status_code),
         Some(StatusCode::OK)
     );
-    let mut bye = subscribe("o", Some("x"), 2, None, EVENT);
-    bye.method = Method::Bye;
+    let bye = with_method(subscribe("o", Some("x"), 2, None, EVENT), Method::Bye);
     assert_eq!(
         n.handle_request(t0, COLLECTOR, &bye).map(|r| r.status_code),
         Some(StatusCode::CallTransactionDoesNotExist)
     );
-    let mut msg = subscribe("o", None, 3, None, EVENT);
-    msg.method = Method::Message;
+    let msg = with_method(subscribe("o", None, 3, None, EVENT), Method::Message);
     assert_eq!(
         n.handle_request(t0, COLLECTOR, &msg).map(|r| r.status_code),
         Some(StatusCode::MethodNotAllowed)
@@ -1315,15 +1312,28 @@ fn requests_no_daemon_may_act_on_are_refused_before_any_state() {
         .handle_request(t0, COLLECTOR, &other_version)
         .expect("response");
     assert_eq!(resp.status_code.code(), 505);
-    let mut mismatch = subscribe("m1", None, 1, Some(60), EVENT);
-    for header in mismatch.headers.iter_mut() {
-        if let msr_shared::sip::Header::CSeq(_) = header {
-            *header = msr_shared::sip::Header::CSeq("1 OPTIONS".into());
-        }
-    }
+    let mut mismatch = with_method(subscribe("m1", None, 1, Some(60), EVENT), Method::Options);
+    mismatch.method = Method::Subscribe;
     let resp = n
         .handle_request(t0, COLLECTOR, &mismatch)
         .expect("response");
     assert_eq!(resp.status_code, StatusCode::BadRequest);
     assert!(drain(&mut n).is_empty(), "nothing subscribed");
+}
+
+/// `req` as a request of `method`, its CSeq naming it (RFC 3261 §8.1.1.5).
+fn with_method(mut req: Request, method: Method) -> Request {
+    for header in req.headers.iter_mut() {
+        if let msr_shared::sip::Header::CSeq(cseq) = header {
+            let number = cseq
+                .value()
+                .split_whitespace()
+                .next()
+                .unwrap_or("1")
+                .to_owned();
+            *header = msr_shared::sip::Header::CSeq(format!("{number} {method}").into());
+        }
+    }
+    req.method = method;
+    req
 }
