@@ -125,9 +125,10 @@ struct SelectParams {
     call_id: Option<String>,
     leg: Option<String>,
     conference: Option<String>,
-    random: Option<f64>,
-    #[serde(default)]
-    explain: bool,
+    /// Read as text and parsed here, so a bad value's error names the
+    /// parameter (serde_urlencoded's says only "invalid digit").
+    random: Option<String>,
+    explain: Option<String>,
     /// Failover (SPEC §14): the MSRs that failed this leg, comma-separated.
     failed: Option<String>,
     /// Why the last of them failed: `timeout`, a SIP status, `error`,
@@ -353,6 +354,31 @@ fn select_request(query: Option<&str>) -> Result<Request, String> {
     if names.into_iter().any(|n| n.contains('\u{FFFD}')) {
         return Err("invalid query string: a value is not UTF-8 once percent-decoded".into());
     }
+    let random = match params.random.as_deref() {
+        None => None,
+        Some(text) => Some(
+            text.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|r| r.is_finite())
+                .ok_or_else(|| {
+                    format!(
+                        "invalid query string: random={}: expected a finite number",
+                        msr_shared::logging::printable(text, 40)
+                    )
+                })?,
+        ),
+    };
+    let explain = match params.explain.as_deref() {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(format!(
+                "invalid query string: explain={}: expected true or false",
+                msr_shared::logging::printable(other, 40)
+            ))
+        }
+    };
     if params.call_id.is_none() && (params.leg.is_some() || params.conference.is_some()) {
         return Err("leg and conference name a leg: they need call_id".into());
     }
@@ -360,8 +386,8 @@ fn select_request(query: Option<&str>) -> Result<Request, String> {
         zone: params.zone,
         site: params.site,
         msr: params.msr,
-        random: params.random,
-        explain: params.explain,
+        random,
+        explain,
         call_id: params.call_id,
         leg: params.leg,
         conference: params.conference,

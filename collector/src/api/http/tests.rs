@@ -61,8 +61,18 @@ fn bad_select_queries_are_refused_with_the_reason() {
         (Some("zone=a"), "missing field `site`"),
         (Some("zone=a&site=b&colour=red"), "unknown field `colour`"),
         (Some("zone=a&site=b&zone=c"), "duplicate field `zone`"),
-        (Some("zone=a&site=b&random=x"), "invalid query string"),
-        (Some("zone=a&site=b&explain=maybe"), "invalid query string"),
+        (
+            Some("zone=a&site=b&random=x"),
+            "random=x: expected a finite number",
+        ),
+        (
+            Some("zone=a&site=b&random=inf"),
+            "random=inf: expected a finite number",
+        ),
+        (
+            Some("zone=a&site=b&explain=maybe"),
+            "explain=maybe: expected true or false",
+        ),
         (Some("zone=a&site=b&leg=1"), "need call_id"),
         (Some("%zz=%%&&"), "invalid query string"),
         (Some("zone=%ff%fe&site=b"), "not UTF-8"),
