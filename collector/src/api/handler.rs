@@ -786,11 +786,28 @@ fn run_select(
                 }
                 response
             }
-            _ => Response::Err(ErrorBody {
-                code: refusal.code(),
-                message: refusal_message(refusal, &query),
-                explain,
-            }),
+            _ => {
+                let mut message = refusal_message(refusal, &query);
+                // A zone no contact is in is most often a typo in the
+                // request: say so, with the zones there are.
+                if refusal == Refusal::MsrNotFound && ctx.table.zone(&query.zone).is_empty() {
+                    let zones = ctx.table.zone_names();
+                    message = format!(
+                        "zone `{}` has no msr contact (zones with contacts: {})",
+                        msr_shared::logging::printable(&query.zone, 64),
+                        if zones.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            zones.join(", ")
+                        }
+                    );
+                }
+                Response::Err(ErrorBody {
+                    code: refusal.code(),
+                    message,
+                    explain,
+                })
+            }
         },
     }
 }

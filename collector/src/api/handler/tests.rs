@@ -497,6 +497,10 @@ fn operator_changes_reach_the_table_and_select() {
         Response::Err(error) => {
             assert_eq!(error.code, ErrorCode::MsrNotFound);
             assert!(error.explain.is_some());
+            assert_eq!(
+                error.message,
+                "zone `rtk` has no msr contact (zones with contacts: default)"
+            );
         }
         Response::Ok(data) => panic!("{data:?}"),
     }

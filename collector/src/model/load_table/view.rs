@@ -226,6 +226,19 @@ impl LoadTable {
         }
     }
 
+    /// The zones that hold at least one contact, sorted (for a refusal
+    /// that names a zone without any).
+    pub fn zone_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self
+            .by_zone
+            .iter()
+            .filter(|(_, members)| !members.is_empty())
+            .map(|(zone, _)| zone.as_str())
+            .collect();
+        names.sort_unstable();
+        names
+    }
+
     /// The index entry of `zone` (empty if no contact is in it).
     fn zone_members(&self, zone: &str) -> &[ZoneMember] {
         self.by_zone.get(zone).map_or(&[], Vec::as_slice)
