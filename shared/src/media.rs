@@ -226,7 +226,7 @@ impl CodecSet {
             .filter(move |c| self.contains(*c))
     }
 
-    /// What an MSR taking `self` lacks for a leg offering `offer`: the first
+    /// What an MSR taking `self` lacks for a leg offering `offer`: every
     /// kind (audio, video, image) the offer carries of which the MSR takes
     /// none of the offered codecs, with those codecs. `None`: it can take
     /// the leg (module docs).
@@ -235,10 +235,12 @@ impl CodecSet {
             // The hot path: everything offered is taken (an empty offer too).
             return None;
         }
-        Kind::ALL.into_iter().find_map(|kind| {
-            let wanted = offer.of_kind(kind);
-            (!wanted.is_empty() && wanted.0 & self.0 == 0).then_some(Lack { kind, wanted })
-        })
+        let wanted = Kind::ALL
+            .into_iter()
+            .map(|kind| offer.of_kind(kind))
+            .filter(|wanted| !wanted.is_empty() && wanted.0 & self.0 == 0)
+            .fold(CodecSet::EMPTY, CodecSet::union);
+        (!wanted.is_empty()).then_some(Lack { wanted })
     }
 }
 
@@ -290,10 +292,16 @@ impl FromIterator<Codec> for CodecSet {
     }
 }
 
-/// `pcma,g729,h264` (in [`CODECS`] order), `none` for the empty set.
+/// `pcma,g729,h264`: audio, then video, then image, each in [`CODECS`]
+/// order; `none` for the empty set.
 impl fmt::Display for CodecSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write_names(f, self.iter())
+        write_names(
+            f,
+            Kind::ALL
+                .into_iter()
+                .flat_map(|kind| self.of_kind(kind).iter()),
+        )
     }
 }
 
@@ -333,22 +341,39 @@ fn write_names(f: &mut fmt::Formatter<'_>, codecs: impl Iterator<Item = Codec>) 
     Ok(())
 }
 
-/// A kind of media an offer carries that an MSR takes none of.
+/// The kinds of media an offer carries that an MSR takes none of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lack {
-    /// The kind.
-    pub kind: Kind,
-    /// The offer's codecs of that kind.
+    /// The offer's codecs of those kinds.
     pub wanted: CodecSet,
 }
 
-/// `video (h264,vp8)`; `t38` alone for image.
+impl Lack {
+    /// The kinds lacked, in order.
+    pub fn kinds(self) -> impl Iterator<Item = Kind> {
+        Kind::ALL
+            .into_iter()
+            .filter(move |kind| !self.wanted.of_kind(*kind).is_empty())
+    }
+}
+
+/// `audio (opus), video (h264,vp8), t38`: each kind with the offered
+/// codecs of it (image names its codec alone).
 impl fmt::Display for Lack {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.kind {
-            Kind::Image => write!(f, "{}", self.wanted),
-            kind => write!(f, "{} ({})", kind.as_str(), self.wanted),
+        let mut first = true;
+        for kind in self.kinds() {
+            if !first {
+                f.write_str(", ")?;
+            }
+            first = false;
+            let wanted = self.wanted.of_kind(kind);
+            match kind {
+                Kind::Image => write!(f, "{wanted}")?,
+                kind => write!(f, "{} ({wanted})", kind.as_str())?,
+            }
         }
+        Ok(())
     }
 }
 

@@ -456,8 +456,10 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
             }
             // The offer's codecs (SPEC §15): an unknown name is refused, so
             // a leg is never placed on an MSR that was not checked for it.
+            // Empty items are skipped, as HTTP's `codecs=pcma,,h264` is.
             let needs = match codecs
                 .iter()
+                .filter(|name| !name.trim().is_empty())
                 .map(|name| name.parse::<msr_shared::media::Codec>())
                 .collect::<Result<msr_shared::media::CodecSet, _>>()
             {
@@ -777,7 +779,12 @@ fn run_select(
                 // The select's own reason speaks of the zone as a whole;
                 // here the failed MSRs were left out first.
                 let why = match refusal {
-                    Refusal::MsrOverloaded | Refusal::UnknownSite | Refusal::NoCapableMsr { .. } => refusal_message(refusal, &query),
+                    Refusal::MsrOverloaded | Refusal::UnknownSite => refusal_message(refusal, &query),
+                    // The failed MSRs may take the offer; the others don't.
+                    Refusal::NoCapableMsr { lack, needs, .. } => format!(
+                        "no other msr of the zone takes {}",
+                        lack.map_or_else(|| format!("the offer {needs} together"), |l| l.to_string())
+                    ),
                     Refusal::MsrNotFound | Refusal::MsrUnhealthy => "no other msr of the zone at a finite distance can take it (see msrctl select --explain)".to_owned(),
                 };
                 let mut response = failover::refusal(f, key, &why);

@@ -177,24 +177,18 @@ pub fn decide(invite: &Request, ctx: &RedirectContext) -> Decision {
 }
 
 /// The codecs of the INVITE's SDP offer (SPEC §15): an `application/sdp`
-/// body, or a body without `Content-Type` that starts with `v=`. Any
-/// other body (multipart, or none: a late offer, RFC 3261 §13.2.1) needs
-/// nothing — the offer then comes in the ACK, after the MSR is chosen.
+/// body, a body without `Content-Type` that starts with `v=`, or the SDP
+/// part of a multipart body (SIP-T: [`sdp::sdp_of`]). Any other body, or
+/// none (a late offer, RFC 3261 §13.2.1), needs nothing: the offer then
+/// comes in the ACK, after the MSR is chosen.
 fn offer_codecs(invite: &Request) -> Result<CodecSet, SdpError> {
     if invite.body.is_empty() {
         return Ok(CodecSet::EMPTY);
     }
-    let is_sdp = match sip::header(&invite.headers, "Content-Type") {
-        Some(value) => value
-            .split(';')
-            .next()
-            .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/sdp")),
-        None => invite.body.starts_with(b"v="),
-    };
-    if !is_sdp {
-        return Ok(CodecSet::EMPTY);
+    match sdp::sdp_of(sip::header(&invite.headers, "Content-Type"), &invite.body) {
+        Some(sdp) => sdp::offer(sdp),
+        None => Ok(CodecSet::EMPTY),
     }
-    sdp::offer(&invite.body)
 }
 
 /// The final response to `invite` for the selection's `answer`.

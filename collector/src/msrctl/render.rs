@@ -623,10 +623,15 @@ fn number(value: f64) -> String {
 /// table and the draw.
 pub fn explain(explain: &Explain) -> String {
     let mut out = format!(
-        "Leg: zone {}, site {}, other leg's msr {}\n",
+        "Leg: zone {}, site {}, other leg's msr {}{}\n",
         explain.zone,
         explain.site,
-        explain.msr.as_deref().unwrap_or("-")
+        explain.msr.as_deref().unwrap_or("-"),
+        if explain.codecs.is_empty() {
+            String::new()
+        } else {
+            format!(", offer {}", explain.codecs.join(","))
+        }
     );
     if explain.media_bridge {
         out.push_str("The other leg's msr has no candidate: media bridge needed.\n");

@@ -279,6 +279,21 @@ pub(super) fn run<R: Rng + ?Sized>(
             .collect();
     }
 
+    // A conference whose host lacks the offer: the existing-conference rule
+    // decided (the leg goes to its host or nowhere), so no other MSR is
+    // shown as kept, and there is no interval table.
+    if host_incapable.is_some() {
+        explanation.rule = Rule::ExistingConference;
+        explanation.threshold = None;
+        explanation.intervals.clear();
+        explanation.total = 0.0;
+        for c in &mut explanation.candidates {
+            if matches!(c.outcome, CandidateOutcome::Kept | CandidateOutcome::Full) {
+                c.outcome = CandidateOutcome::NotPreferred;
+                c.weight = None;
+            }
+        }
+    }
     // Step 6, then the draw (or the conference rule's choice).
     explanation.outcome = if let Some(refusal) = host_incapable {
         Err(refusal)

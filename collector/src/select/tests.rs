@@ -1564,6 +1564,19 @@ fn a_conference_leg_its_host_cannot_take_is_refused_not_split() {
         ),
         "{refusal:?}"
     );
+    // Explain says the same: the existing conference's rule, its host
+    // incapable, no other MSR kept and no interval table.
+    let explanation = world.fixed(&query, 0.0);
+    assert_eq!(explanation.rule, Rule::ExistingConference);
+    assert!(explanation.intervals.is_empty());
+    assert!(explanation
+        .candidates
+        .iter()
+        .all(|c| !matches!(c.outcome, CandidateOutcome::Kept | CandidateOutcome::Full)));
+    assert!(explanation
+        .candidates
+        .iter()
+        .any(|c| c.msr == "audio" && matches!(c.outcome, CandidateOutcome::Incapable(_))));
     // A leg it can take stays on its host.
     let query = Query {
         needs: "pcmu".parse().expect("known"),

@@ -89,6 +89,9 @@ pub struct Explain {
     /// load limit (conference rules).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threshold: Option<f64>,
+    /// The leg's offer (SPEC §15), when it named one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub codecs: Vec<String>,
 }
 
 fn default_rule() -> SelectionRule {

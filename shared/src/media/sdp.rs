@@ -92,6 +92,84 @@ impl Section<'_> {
     }
 }
 
+/// The SDP of a SIP body whose `Content-Type` is `content_type`: the body
+/// itself for `application/sdp` (or, without a `Content-Type`, a body that
+/// starts with `v=`), the first `application/sdp` part of a `multipart/*`
+/// body (RFC 2046 §5.1; SIP-T carries ISUP beside the SDP, RFC 3204);
+/// `None` for any other body.
+pub fn sdp_of<'b>(content_type: Option<&str>, body: &'b [u8]) -> Option<&'b [u8]> {
+    let Some(content_type) = content_type else {
+        return body.starts_with(b"v=").then_some(body);
+    };
+    let mut params = content_type.split(';');
+    let media_type = params.next().unwrap_or("").trim();
+    if media_type.eq_ignore_ascii_case("application/sdp") {
+        return Some(body);
+    }
+    if !media_type
+        .get(..10)
+        .is_some_and(|t| t.eq_ignore_ascii_case("multipart/"))
+    {
+        return None;
+    }
+    let boundary = params.find_map(|p| {
+        let (name, value) = p.split_once('=')?;
+        name.trim()
+            .eq_ignore_ascii_case("boundary")
+            .then(|| value.trim().trim_matches('"'))
+    })?;
+    if boundary.is_empty() {
+        return None;
+    }
+    let delimiter = format!("--{boundary}");
+    let delimiter = delimiter.as_bytes();
+    let mut rest = body;
+    // Each part starts after a delimiter line and ends before the next
+    // CRLF (or LF) + delimiter.
+    while let Some(at) = find(rest, delimiter) {
+        rest = &rest[at + delimiter.len()..];
+        if rest.starts_with(b"--") {
+            return None;
+        }
+        let part_end = find(rest, delimiter).unwrap_or(rest.len());
+        let part = &rest[..part_end];
+        let part = part
+            .strip_suffix(b"\r\n")
+            .or_else(|| part.strip_suffix(b"\n"))
+            .unwrap_or(part);
+        let (head, content) = match find(part, b"\r\n\r\n") {
+            Some(i) => (&part[..i], &part[i + 4..]),
+            None => match find(part, b"\n\n") {
+                Some(i) => (&part[..i], &part[i + 2..]),
+                None => (part, &[][..]),
+            },
+        };
+        let is_sdp = std::str::from_utf8(head).is_ok_and(|head| {
+            head.lines().any(|line| {
+                line.split_once(':').is_some_and(|(name, value)| {
+                    name.trim().eq_ignore_ascii_case("content-type")
+                        && value
+                            .split(';')
+                            .next()
+                            .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/sdp"))
+                })
+            })
+        });
+        if is_sdp {
+            return Some(content);
+        }
+        rest = &rest[part_end..];
+    }
+    None
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() || haystack.len() < needle.len() {
+        return None;
+    }
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
 /// The codecs an SDP offer carries (module docs).
 ///
 /// # Errors
@@ -226,10 +304,26 @@ mod tests {
         assert_eq!(offer(&[b'v', b'=', 0xff]), Err(SdpError::NotUtf8));
     }
 
+    #[test]
+    fn the_sdp_part_of_a_multipart_body_is_the_offer() {
+        let body = "--b1\r\nContent-Type: application/sdp\r\n\r\nv=0\r\nm=video 1 RTP/AVP 120\r\na=rtpmap:120 H265/90000\r\n\r\n--b1\r\nContent-Type: application/isup;version=itu-t92+\r\n\r\n\x01\x02\r\n--b1--\r\n";
+        let sdp =
+            sdp_of(Some("multipart/mixed;boundary=\"b1\""), body.as_bytes()).expect("an sdp part");
+        assert_eq!(offer(sdp).map(|c| c.to_string()), Ok("h265".into()));
+        assert_eq!(sdp_of(Some("multipart/mixed"), body.as_bytes()), None);
+        assert_eq!(sdp_of(Some("application/isup"), body.as_bytes()), None);
+        assert_eq!(sdp_of(None, b"v=0\r\n"), Some(&b"v=0\r\n"[..]));
+        assert_eq!(
+            sdp_of(Some("Application/SDP; charset=x"), b"x"),
+            Some(&b"x"[..])
+        );
+    }
+
     proptest! {
         #[test]
         fn never_panics(body in proptest::collection::vec(any::<u8>(), 0..512)) {
             let _ = offer(&body);
+            let _ = sdp_of(Some("multipart/mixed; boundary=b"), &body);
         }
 
         #[test]

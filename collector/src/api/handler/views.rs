@@ -364,6 +364,7 @@ pub(super) fn to_wire_explain(query: &Query, explanation: &Explanation) -> Expla
         draw: explanation.draw,
         rule: wire_rule(explanation.rule),
         threshold: explanation.threshold,
+        codecs: query.needs.iter().map(|c| c.name().to_owned()).collect(),
     }
 }
 

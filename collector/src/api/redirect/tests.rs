@@ -396,6 +396,12 @@ fn the_offer_in_the_invite_is_the_legs_needs() {
     assert!(codecs_asked(decide(&invite("sip:park@127.0.0.1:5062", ""), &ctx())).is_empty());
     let other = invite_with_body(Some("text/plain"), "m=video 1 RTP/AVP 34\r\n");
     assert!(codecs_asked(decide(&other, &ctx())).is_empty());
+    // SIP-T: the SDP part of a multipart body (RFC 3204) is the offer.
+    let sip_t = invite_with_body(
+        Some("multipart/mixed;boundary=b1"),
+        "--b1\r\nContent-Type: application/sdp\r\n\r\nv=0\r\nm=audio 1 RTP/AVP 8\r\nm=video 2 RTP/AVP 120\r\na=rtpmap:120 H265/90000\r\n\r\n--b1\r\nContent-Type: application/isup\r\n\r\nx\r\n--b1--\r\n",
+    );
+    assert_eq!(codecs_asked(decide(&sip_t, &ctx())), ["pcma", "h265"]);
 }
 
 /// An SDP that does not parse is answered 400 naming what is wrong, never

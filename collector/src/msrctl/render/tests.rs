@@ -440,6 +440,7 @@ fn explain_lists_every_contact_with_health_and_outcome() {
         draw: None,
         rule: SelectionRule::Draw,
         threshold: None,
+        codecs: Vec::new(),
     };
     let out = explain(&e);
     assert!(
@@ -479,6 +480,7 @@ fn explain_shows_intervals() {
         draw: Some(58.0),
         rule: msr_shared::admin::SelectionRule::Draw,
         threshold: None,
+        codecs: Vec::new(),
     };
     let out = explain(&e);
     assert!(
