@@ -117,7 +117,7 @@ async fn selection_follows_weights_sites_and_draws() {
     let s = select(&mut client, "local", Some(58.0), true).await;
     assert_eq!(s.msr, "msr_2", "SPEC §7: the draw 58 picks msr_2");
     assert_eq!(s.total, 147.0);
-    let explain: Explain = s.explain.expect("explain");
+    let explain: Explain = *s.explain.expect("explain");
     let table: Vec<(String, f64, f64, f64)> = explain
         .intervals
         .iter()

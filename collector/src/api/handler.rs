@@ -769,7 +769,7 @@ fn run_select(
                 total: choice.total,
                 rule: wire_rule(choice.rule),
                 leg: leg_outcome,
-                explain,
+                explain: explain.map(Box::new),
             }))
         }
         Err(refusal) => match (failover, key) {

@@ -57,7 +57,7 @@ pub struct Selection {
     pub leg: Option<LegOutcome>,
     /// How the choice was made, when asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub explain: Option<Explain>,
+    pub explain: Option<Box<Explain>>,
 }
 
 /// How a selection was made: every step of SPEC §7.
