@@ -103,6 +103,9 @@ pub async fn start_with(
         CancellationToken::new(),
     )
     .await?;
+    for warning in &config.codec_warnings {
+        warn!("{warning}");
+    }
     if let Some(tls) = &config.agent.tls {
         endpoint.set_tls_client(&tls.read()?);
         for warning in tls.warnings(config.tls_msrs()) {

@@ -265,6 +265,9 @@ fn check_config(cli: &Cli) -> u8 {
     if let Some(Err(e)) = log_file.as_ref().map(LogFile::check) {
         report.reason(e.to_string());
     }
+    for warning in &config.codec_warnings {
+        report.warning(warning.clone());
+    }
     if let Some(tls) = &config.agent.tls {
         match tls.read() {
             Err(e) => report.reason(format!("<agent {}> {e}", tls.attribute_of(&e.path))),

@@ -1258,3 +1258,37 @@ fn engine_probe_settings() -> TestResult {
     );
     Ok(())
 }
+
+/// An operator's `PCMA="1"` loads (names are matched exactly, as the
+/// engine reads them) but is said: the MSR reports it off. Every codec
+/// off is said too.
+#[test]
+fn codec_names_in_another_case_and_every_codec_off_are_warned() -> TestResult {
+    let config = parse(
+        &doc(GOOD_GENERAL, r#"<codec PCMA="1" pcmu="2"/>"#),
+        origin(),
+    )?;
+    assert_eq!(
+        config.codecs.map(|c| c.to_string()).as_deref(),
+        Some("pcmu")
+    );
+    assert_eq!(
+        config.codec_warnings.len(),
+        1,
+        "{:?}",
+        config.codec_warnings
+    );
+    assert!(config.codec_warnings[0]
+        .contains(r#"<codec PCMA="1">: not read, codec names are lower case (pcma)"#));
+    let off = parse(&doc(GOOD_GENERAL, r#"<codec pcma="0"/>"#), origin())?;
+    assert!(off
+        .codec_warnings
+        .iter()
+        .any(|w| w.contains("every codec is off")));
+    let fine = parse(
+        &doc(GOOD_GENERAL, r#"<codec pcma="1" tel-event-pt="0"/>"#),
+        origin(),
+    )?;
+    assert!(fine.codec_warnings.is_empty());
+    Ok(())
+}

@@ -134,6 +134,11 @@ pub(super) fn validate(
         .as_deref()
         .map(|attributes| codecs(&cx, attributes))
         .transpose()?;
+    let codec_warnings = scan
+        .codec
+        .as_deref()
+        .map(|attributes| codec_warnings(attributes, codecs.as_ref()))
+        .unwrap_or_default();
     for (name, at) in &scan.agent_attributes {
         if !AgentSettings::ACCEPTED_ATTRIBUTES.contains(&name.as_str()) {
             return Err(ConfigError::UnknownAttribute {
@@ -207,6 +212,7 @@ pub(super) fn validate(
         accounts,
         agent,
         codecs,
+        codec_warnings,
     };
     check_sip_port(&config, origin, PortSetting::Config)?;
     Ok(config)
@@ -389,6 +395,32 @@ fn media(cx: &Ctx<'_>, raw: &RawMedia) -> Result<MediaConfig, ConfigError> {
         video_enc_width: positive(&raw.video_enc_width, "video-enc-width")?,
         video_enc_height: positive(&raw.video_enc_height, "video-enc-height")?,
     })
+}
+
+/// What in `<codec>` loads but is likely a mistake (see
+/// [`AgentConfig::codec_warnings`]): an operator's `PCMA="1"` would
+/// otherwise turn the MSR away from every leg that names an offer,
+/// without a word.
+fn codec_warnings(attributes: &[(String, String)], list: Option<&CodecList>) -> Vec<String> {
+    let mut warnings: Vec<String> = attributes
+        .iter()
+        .filter_map(|(name, value)| {
+            let codec = Codec::from_name(name).filter(|c| c.name() != name)?;
+            Some(format!(
+                "<codec {}=\"{}\">: not read, codec names are lower case ({}): the MSR reports it off",
+                msr_shared::logging::printable(name, 40),
+                msr_shared::logging::printable(value, 40),
+                codec.name()
+            ))
+        })
+        .collect();
+    if list.is_some_and(CodecList::is_empty) {
+        warnings.push(
+            "<codec>: every codec is off (codecs: none): no leg that names an offer is placed on this MSR"
+                .to_owned(),
+        );
+    }
+    warnings
 }
 
 /// `<codec>` (SPEC §2, §15): every attribute that names a codec of

@@ -94,6 +94,11 @@ impl Shell {
         if config.agent.tls != self.config.agent.tls {
             self.reload_tls(&config);
         }
+        if config.codec_warnings != self.config.codec_warnings {
+            for warning in &config.codec_warnings {
+                warn!("{warning}");
+            }
+        }
         // What was bound and reported at start stays until a restart.
         let mut config = config;
         config.transport = self.config.transport.clone();
