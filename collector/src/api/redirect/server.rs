@@ -273,11 +273,24 @@ impl Server {
             return None;
         }
         // SIP is UTF-8 text (RFC 3261 §7.3.1); the parser would drop every
-        // header after a bad byte, and with them the leg's inputs.
-        if std::str::from_utf8(packet).is_err() {
-            self.not_sip(src, "not utf-8");
-            return None;
-        }
+        // header after a bad byte, and with them the leg's inputs. A body
+        // is the payload's own (an SDP `s=` in Latin-1 under `a=charset`,
+        // RFC 4566 §6): its other bytes are read as `?`, which the codecs
+        // (ASCII) never are, so the call is served.
+        let ascii_body;
+        let packet = match std::str::from_utf8(packet) {
+            Ok(_) => packet,
+            Err(_) => match text_head_then_body(packet) {
+                Some(cleaned) => {
+                    ascii_body = cleaned;
+                    &ascii_body[..]
+                }
+                None => {
+                    self.not_sip(src, "not utf-8");
+                    return None;
+                }
+            },
+        };
         // Where the answer goes is read from the Via as it came (§18.2.2):
         // the `received`/`rport` the stack adds below would hide a Via
         // without `rport`.
@@ -498,9 +511,12 @@ impl Server {
     /// A datagram that is not a SIP message: dropped, counted, and logged
     /// at most once per 1,024.
     fn not_sip(&mut self, src: SocketAddr, cause: &str) {
+        // The first of each 1,024 is logged at INFO: a peer that sends
+        // what is not SIP hears nothing, and its operator must be able to
+        // find out why.
         self.unparsed += 1;
         if self.unparsed % 1024 == 1 {
-            debug!(%src, cause, dropped = self.unparsed, "redirect server dropped a datagram that is not sip");
+            info!(target: msr_shared::logging::NETWORK, %src, cause, dropped = self.unparsed, "redirect server dropped a datagram that is not sip");
         }
     }
 
@@ -525,4 +541,29 @@ impl Server {
             }
         }
     }
+}
+
+/// `packet` with every byte of its body (after the blank line ending its
+/// head) that is not ASCII read as `?`, when its head is UTF-8; `None`
+/// when the head is not (not SIP). The length is unchanged, so
+/// `Content-Length` still holds.
+pub(super) fn text_head_then_body(packet: &[u8]) -> Option<Vec<u8>> {
+    let end = packet
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|at| at + 4)
+        .or_else(|| {
+            packet
+                .windows(2)
+                .position(|w| w == b"\n\n")
+                .map(|at| at + 2)
+        })?;
+    std::str::from_utf8(&packet[..end]).ok()?;
+    Some(
+        packet
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| if i >= end && !b.is_ascii() { b'?' } else { b })
+            .collect(),
+    )
 }

@@ -3,7 +3,7 @@ use msr_shared::admin::Selection;
 use msr_shared::admin::{ErrorBody, SelectQuery, SelectionRule};
 use tokio::time::Instant;
 
-use super::server::response_destination;
+use super::server::{response_destination, text_head_then_body};
 use super::*;
 
 fn invite(uri: &str, extra: &str) -> Request {
@@ -436,4 +436,29 @@ fn a_bad_sdp_gets_400_and_an_offer_nobody_takes_488() {
     );
     assert!(header(&response, "Warning")
         .is_some_and(|w| w.starts_with("305 msr-collector ") && w.contains("video (h264)")));
+}
+
+/// An SDP with a Latin-1 `s=` (RFC 4566 `a=charset`) is served: the head
+/// must be UTF-8, the body's other bytes read as `?` (same length, so the
+/// Content-Length holds); a head that is not UTF-8 is not SIP.
+#[test]
+fn a_body_that_is_not_utf8_is_read_with_its_other_bytes_as_question_marks() {
+    let sdp = b"v=0\r\ns=Caf\xe9\r\nm=audio 1 RTP/AVP 8\r\n";
+    let mut packet = invite_text(
+        "sip:park@127.0.0.1:5062",
+        "Content-Type: application/sdp\r\n",
+    )
+    .replace(
+        "Content-Length: 0",
+        &format!("Content-Length: {}", sdp.len()),
+    )
+    .into_bytes();
+    packet.extend_from_slice(sdp);
+    let cleaned = text_head_then_body(&packet).expect("a text head");
+    assert_eq!(cleaned.len(), packet.len());
+    let req = Request::try_from(std::str::from_utf8(&cleaned).expect("utf-8")).expect("parses");
+    assert_eq!(codecs_asked(decide(&req, &ctx())), ["pcma"]);
+    let mut bad_head = packet.clone();
+    bad_head[3] = 0xff;
+    assert_eq!(text_head_then_body(&bad_head), None);
 }
