@@ -11,7 +11,8 @@
 //! Rules:
 //! * `m=audio` and `m=video`: each payload type is a codec by its
 //!   `a=rtpmap` in the same media section, else by RFC 3551's static
-//!   payload types; `m=image … t38` is T.38.
+//!   payload types; `m=image … t38` is T.38, and so is `t38` in an RTP
+//!   section (`audio/t38`, RFC 4612); `G729a`/`G729b` are G.729.
 //! * A stream with port 0 is declined (RFC 3264 §6) and needs nothing.
 //! * Encodings this code does not know (e.g. `telephone-event`, `CN`, or a
 //!   codec missing from [`super::CODECS`]) need nothing: no MSR reports
@@ -47,6 +48,19 @@ pub enum SdpError {
     },
 }
 
+/// The codec an `a=rtpmap` encoding name stands for: the name itself, or
+/// a common variant of it that is the same codec to an MSR (`G729a` and
+/// `G729b`, Annexes A and B, are G.729 on the wire).
+fn codec_named(name: &str) -> Option<Codec> {
+    Codec::from_name(name).or_else(|| {
+        ["g729a", "g729b"]
+            .iter()
+            .any(|alias| alias.eq_ignore_ascii_case(name))
+            .then(|| Codec::from_name("g729"))
+            .flatten()
+    })
+}
+
 /// One media section being read.
 #[derive(Debug, Default)]
 struct Section<'a> {
@@ -75,7 +89,7 @@ impl Section<'_> {
                     match mapped {
                         // `PCMA/8000`, `H264/90000`: the name before the rate.
                         Some(encoding) => {
-                            Codec::from_name(encoding.split('/').next().unwrap_or(encoding).trim())
+                            codec_named(encoding.split('/').next().unwrap_or(encoding).trim())
                         }
                         None => format
                             .parse::<u8>()
@@ -84,7 +98,8 @@ impl Section<'_> {
                     }
                 }
             };
-            if let Some(codec) = codec.filter(|c| c.kind() == kind) {
+            // T.38 over RTP (`audio/t38`, RFC 4612) is still T.38.
+            if let Some(codec) = codec.filter(|c| c.kind() == kind || c.kind() == Kind::Image) {
                 offer.insert(codec);
             }
         }
@@ -268,6 +283,18 @@ mod tests {
         // rtpmap of its own and is no static type: it needs nothing.
         let sdp = "v=0\nm=audio 1 RTP/AVP 0 96\nm=video 2 RTP/AVP 96\na=rtpmap:96 H264/90000\n";
         assert_eq!(codecs(sdp), "pcmu,h264");
+    }
+
+    #[test]
+    fn g729_variants_and_t38_over_rtp_are_read() {
+        assert_eq!(
+            codecs("v=0\nm=audio 1 RTP/AVP 97\na=rtpmap:97 G729a/8000\n"),
+            "g729"
+        );
+        assert_eq!(
+            codecs("v=0\nm=audio 1 RTP/AVP 8 98\na=rtpmap:98 t38/8000\n"),
+            "pcma,t38"
+        );
     }
 
     #[test]
