@@ -230,8 +230,9 @@ pub fn cseq(headers: &Headers) -> Option<(u32, String)> {
 /// to answer (RFC 3261 §8.2 and the cases RFC 4475 tests): `505` for a
 /// SIP version other than 2.0 (§8.2.2 ... §21.5.7, RFC 4475 §3.1.2.16),
 /// `400` for a `CSeq` whose method is not the request line's (§8.1.1.5,
-/// RFC 4475 §3.1.2.17) or for more than one `Content-Length` (§7.3.1,
-/// RFC 4475 §3.3.9). `None` for a request to serve.
+/// RFC 4475 §3.1.2.17), for more than one `Content-Length` (§7.3.1,
+/// RFC 4475 §3.3.9) or one that is no number or longer than the body
+/// (§18.3, RFC 4475 §3.1.2.2-3). `None` for a request to serve.
 pub fn request_refusal(req: &Request) -> Option<(StatusCode, &'static str)> {
     if req.version != rsipstack::sip::Version::V2 {
         return Some((StatusCode::from(505), "sip version not supported"));
@@ -251,6 +252,24 @@ pub fn request_refusal(req: &Request) -> Option<(StatusCode, &'static str)> {
         header_all(&req.headers, "Content-Length").len() + header_all(&req.headers, "l").len();
     if lengths > 1 {
         return Some((StatusCode::BadRequest, "more than one content-length"));
+    }
+    // RFC 3261 §18.3, RFC 4475 §3.1.2.2-3: a Content-Length that is no
+    // number, or longer than the body that came, is a 400. The collector's
+    // ports check the raw datagram first (`wire::bad_length`); the agent's
+    // endpoint hands over parsed requests, so the check is here too.
+    if let Some(value) =
+        header(&req.headers, "Content-Length").or_else(|| header(&req.headers, "l"))
+    {
+        match value.trim().parse::<usize>() {
+            Ok(length) if length <= req.body.len() => {}
+            Ok(_) => {
+                return Some((
+                    StatusCode::BadRequest,
+                    "content-length is longer than the body",
+                ))
+            }
+            Err(_) => return Some((StatusCode::BadRequest, "content-length is not a number")),
+        }
     }
     None
 }
