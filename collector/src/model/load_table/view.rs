@@ -134,7 +134,7 @@ impl LoadTable {
         there.then(|| LiveContact {
             msr: &m.msr,
             uri: &m.uri,
-            engine: m.engine,
+            engine: m.engine.as_deref().copied(),
             site: &c.site,
         })
     }
@@ -152,7 +152,7 @@ impl LoadTable {
                     contact: contact.clone(),
                     msr: msr.clone(),
                     uri: m.uri.clone(),
-                    engine: m.engine,
+                    engine: m.engine.as_deref().copied(),
                     performance_coefficient: entry.settings.performance_coefficient,
                     active: entry.settings.active,
                     zone: c.zone.clone(),
