@@ -16,8 +16,8 @@ use msr_shared::admin::{
 };
 use msr_shared::subscription::SubscriptionState;
 use system_tests::{
-    bin_path, example, free_udp_port, init_tracing, run_sipp, sipp_scenario, wait_for,
-    wait_udp_bound, AdminClient,
+    bin_path, example, example_collector_in, free_udp_port, init_tracing, run_sipp, sipp_scenario,
+    wait_for, wait_udp_bound, AdminClient,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -435,19 +435,7 @@ fn check_config_names_the_file_and_what_the_host_lacks() {
 #[test]
 fn check_config_refuses_a_listen_address_that_is_not_this_hosts() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let text = std::fs::read_to_string(example("collector.toml")).expect("example");
-    let text = text
-        .replace(
-            "/tmp/msr-collector.sock",
-            dir.path()
-                .join("control.sock")
-                .to_str()
-                .expect("utf-8 path"),
-        )
-        .replace(
-            "/tmp/msr-collector-state.json",
-            dir.path().join("state.json").to_str().expect("utf-8 path"),
-        );
+    let text = example_collector_in(dir.path());
     let config = dir.path().join("collector.toml");
     // RFC 5737 TEST-NET-1: no host has it.
     std::fs::write(
@@ -480,20 +468,7 @@ fn check_config_refuses_a_listen_address_that_is_not_this_hosts() {
 fn check_config_refuses_a_default_site_the_store_does_not_declare() {
     let dir = tempfile::tempdir().expect("tempdir");
     let state = dir.path().join("state.json");
-    let text = std::fs::read_to_string(example("collector.toml"))
-        .expect("example")
-        .replace(
-            "/tmp/msr-collector.sock",
-            dir.path()
-                .join("control.sock")
-                .to_str()
-                .expect("utf-8 path"),
-        )
-        .replace(
-            "/tmp/msr-collector-state.json",
-            state.to_str().expect("utf-8 path"),
-        )
-        .replace("site = \"local\"", "site = \"nowhere\"");
+    let text = example_collector_in(dir.path()).replace("site = \"local\"", "site = \"nowhere\"");
     let config = dir.path().join("collector.toml");
     std::fs::write(&config, text).expect("write config");
     let check = || {

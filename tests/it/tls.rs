@@ -664,19 +664,7 @@ async fn a_plain_tcp_connection_never_receives_what_belongs_to_a_tls_one() {
 fn check_config_refuses_an_expired_server_certificate_and_names_a_wrong_one() {
     let dir = tempfile::tempdir().expect("tempdir");
     let pki = Pki::create(dir.path());
-    let text = std::fs::read_to_string(system_tests::example("collector.toml"))
-        .expect("example")
-        .replace(
-            "/tmp/msr-collector.sock",
-            dir.path()
-                .join("control.sock")
-                .to_str()
-                .expect("utf-8 path"),
-        )
-        .replace(
-            "/tmp/msr-collector-state.json",
-            dir.path().join("state.json").to_str().expect("utf-8 path"),
-        )
+    let text = system_tests::example_collector_in(dir.path())
         .replace("transports = [\"udp\"]", "transports = [\"udp\", \"tls\"]");
     let config = dir.path().join("collector.toml");
     let check = |server: ServerCert| {

@@ -42,6 +42,16 @@ pub fn example(name: &str) -> PathBuf {
     workspace_root().join("config-examples").join(name)
 }
 
+/// The text of `config-examples/collector.toml` with its control socket
+/// and state file moved into `dir` (a test's own directory), for a test
+/// that checks or starts a variant of the example.
+pub fn example_collector_in(dir: &Path) -> String {
+    let text = std::fs::read_to_string(example("collector.toml")).expect("the collector example");
+    let in_dir = |name: &str| dir.join(name).to_str().expect("utf-8 path").to_owned();
+    text.replace("/tmp/msr-collector.sock", &in_dir("control.sock"))
+        .replace("/tmp/msr-collector-state.json", &in_dir("state.json"))
+}
+
 /// Path of a workspace binary (`msr-agent`, `msr-collector`, `msrctl`, the
 /// tools' `msr-loadgen`) built beside this test executable: `cargo test`
 /// builds only the test's own package, so `scripts/test.sh` runs `cargo

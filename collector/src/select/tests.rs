@@ -77,24 +77,7 @@ impl World {
     }
 
     fn load(&mut self, msr: &str, load: u8) -> &mut Self {
-        let report = LoadReport {
-            msr: msr.into(),
-            load,
-            cpu: load,
-            calls: 0,
-            max_calls: 100,
-            ..LoadReport::default()
-        };
-        let at = self.now;
-        self.table.apply(
-            &self.operator,
-            Change::LoadReported {
-                msr: &MsrName::test(msr),
-                report,
-                at,
-            },
-        );
-        self
+        self.takes(msr, load, None)
     }
 
     /// The health monitor set `contact`'s health.
@@ -1405,6 +1388,8 @@ fn ecss_ignores_the_estimate() {
 
 /// SPEC §15: what each MSR of a capability test takes.
 impl World {
+    /// A report of `load` for `msr` (no calls of 100), with `codecs` when
+    /// it says what it takes (SPEC §15).
     fn takes(&mut self, msr: &str, load: u8, codecs: Option<&str>) -> &mut Self {
         let report = LoadReport {
             msr: msr.into(),
