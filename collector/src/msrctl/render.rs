@@ -673,7 +673,7 @@ pub fn explain(explain: &Explain) -> String {
         candidates,
     ));
     out.push('\n');
-    let intervals = explain
+    let intervals: Vec<Vec<String>> = explain
         .intervals
         .iter()
         .map(|i| {
@@ -697,20 +697,26 @@ pub fn explain(explain: &Explain) -> String {
             ]
         })
         .collect();
-    out.push_str("Intervals:\n");
-    out.push_str(&table(
-        &["MSR", "Contact", "Load", "Perf\ncoef", "Weight", "Interval"],
-        &[
-            Align::Left,
-            Align::Left,
-            Align::Right,
-            Align::Right,
-            Align::Right,
-            Align::Left,
-        ],
-        intervals,
-    ));
-    out.push('\n');
+    // A refusal, or a rule that draws nothing, has no interval table: a
+    // line says so rather than an empty box.
+    if intervals.is_empty() {
+        out.push_str("Intervals: none\n");
+    } else {
+        out.push_str("Intervals:\n");
+        out.push_str(&table(
+            &["MSR", "Contact", "Load", "Perf\ncoef", "Weight", "Interval"],
+            &[
+                Align::Left,
+                Align::Left,
+                Align::Right,
+                Align::Right,
+                Align::Right,
+                Align::Left,
+            ],
+            intervals,
+        ));
+        out.push('\n');
+    }
     match (explain.rule, explain.draw) {
         (SelectionRule::Draw, Some(draw)) => out.push_str(&format!(
             "Draw {} in [0, {})\n",
@@ -720,10 +726,14 @@ pub fn explain(explain: &Explain) -> String {
         (SelectionRule::Draw | SelectionRule::Sticky, _) => {
             out.push_str(&format!("No draw (total {})\n", number(explain.total)))
         }
-        (SelectionRule::ExistingConference, _) => out.push_str(&format!(
-            "Rule existing_conference: the conference's msr, below {}% of its load limit (no draw)\n",
-            number(explain.threshold.unwrap_or(0.0))
-        )),
+        (SelectionRule::ExistingConference, _) => match explain.threshold {
+            Some(threshold) => out.push_str(&format!(
+                "Rule existing_conference: the conference's msr, below {}% of its load limit (no draw)\n",
+                number(threshold)
+            )),
+            // Its host does not take the leg's offer (SPEC §15).
+            None => out.push_str("Rule existing_conference: the conference's msr or none (no draw)\n"),
+        },
         (SelectionRule::NewConference, _) => out.push_str(&format!(
             "Rule new_conference: the conference's first msr by preference below {}% of its load limit (no draw)\n",
             number(explain.threshold.unwrap_or(0.0))
