@@ -88,6 +88,9 @@ impl Collector {
         }
         self.send_subscribes(now);
         while let Some(event) = self.subscriber.poll_event() {
+            if let SubscriberEvent::Refreshed { msr, .. } = &event {
+                self.refreshes.note(now, msr);
+            }
             self.on_subscriber_event(event);
         }
         while let Some(refusal) = self.registrar.poll_refusal() {

@@ -39,6 +39,12 @@ pub fn log(now: Instant, event: &Event) {
             )
         }
         Event::Drain(e) => drain(e),
+        Event::SubscriptionsRefreshed(s) => info!(
+            refreshes = s.refreshes,
+            msrs = s.msrs,
+            window_secs = s.window_secs,
+            "subscriptions refreshed"
+        ),
         Event::SelectionRefused(LimitedLine::Line(r)) => warn!(
             code = r.code.as_str(),
             reason = %r.message,

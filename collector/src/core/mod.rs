@@ -43,6 +43,7 @@ mod flows;
 mod glue;
 pub mod log;
 pub mod refusals;
+pub mod routine;
 mod uas;
 
 #[cfg(test)]
@@ -202,6 +203,9 @@ pub enum Event {
     Drain(crate::model::drain::DrainEvent),
     /// A refused selection, or a count of those not logged (SPEC §16).
     SelectionRefused(refusals::SelectionRefusalLog),
+    /// The routine subscription refreshes of the last
+    /// [`routine::SUMMARY_INTERVAL`] (each one is at DEBUG).
+    SubscriptionsRefreshed(routine::RefreshSummary),
     /// An MSR lost its last binding (SPEC §14: it stays on record).
     MsrGone {
         /// The MSR.
@@ -243,6 +247,8 @@ pub struct Collector {
     absences: crate::model::absent::Absences,
     /// The rate limit of refused selections' log lines (SPEC §16).
     selection_refusals: msr_shared::log_limit::LineLimiter<refusals::SelectionRefusal>,
+    /// Routine subscription refreshes, summed up in the log (SPEC §16).
+    refreshes: routine::RefreshCounter,
     cluster: Cluster,
     defaults: handler::Defaults,
     rng: StdRng,
@@ -334,6 +340,7 @@ impl Collector {
             drains,
             absences: crate::model::absent::Absences::default(),
             selection_refusals: refusals::limiter(),
+            refreshes: routine::RefreshCounter::default(),
             cluster: start.cluster,
             defaults: handler::Defaults {
                 placement: config.defaults.clone(),
@@ -429,6 +436,10 @@ impl Collector {
         self.subscriber.handle_timeout(now);
         self.health.handle_timeout(now);
         self.selection_refusals.advance(now);
+        if let Some(summary) = self.refreshes.poll(now) {
+            self.events
+                .push_back(Event::SubscriptionsRefreshed(summary));
+        }
         let table = &mut self.table;
         self.legs
             .handle_timeout_with(now, |msr| table.note_expired(msr));
@@ -452,6 +463,7 @@ impl Collector {
             self.legs.poll_timeout(),
             self.health.poll_timeout(),
             self.selection_refusals.poll_timeout(),
+            self.refreshes.poll_timeout(),
         ]
         .into_iter()
         .flatten()
