@@ -130,6 +130,9 @@ pub struct NotifierConfig {
     /// of one subscription (final ones and those answering a SUBSCRIBE
     /// excepted).
     pub notify_min_interval: Duration,
+    /// `<agent notify-top-interval-ms>`: the same near the top (`load` at
+    /// or above `high_water`, [`rule`]).
+    pub notify_top_interval: Duration,
     /// `<agent max-subscription-expires>`: the longest expiry granted, seconds.
     pub max_expires: u32,
     /// `host:port` of the agent's endpoint, used in `Contact`.
@@ -236,6 +239,8 @@ pub struct Notifier {
     /// ([`STRANGER_ANSWERS_PER_SEC`]).
     strangers: TokenBucket,
     latest: Sample,
+    /// When `latest` was taken (`None`: the initial one, never sampled).
+    latest_at: Option<Instant>,
     /// What the engine probe last saw (SPEC §14).
     engine: EngineState,
     /// Whether the MSR takes new legs (SPEC §14, `msr-agent drain`).
@@ -263,6 +268,7 @@ impl Notifier {
             strangers: TokenBucket::full(STRANGER_ANSWER_BURST),
             config,
             latest: initial,
+            latest_at: None,
             engine: EngineState::Unchecked,
             service: Service::Active,
             subs: HashMap::new(),
@@ -307,7 +313,7 @@ impl Notifier {
         self.subs
             .values()
             .map(|s| {
-                let window = s.gate.held_until(&self.rule());
+                let window = s.gate.held_until();
                 window.map_or(s.expires_at, |w| w.min(s.expires_at))
             })
             .chain(finals)
@@ -345,15 +351,22 @@ impl Notifier {
                 self.terminate(now, id, TerminationReason::Timeout);
                 continue;
             }
-            if sub.gate.due(&self.rule(), now) {
+            if sub.gate.due(now) {
                 self.evaluate(now, id);
             }
         }
     }
 
+    /// How long to wait for the next load sample, given the configured
+    /// `sample-interval-ms`: shorter near the top ([`NotifyRule::sample_interval`]).
+    pub fn sample_interval(&self, configured: Duration) -> Duration {
+        self.rule().sample_interval(configured, self.latest.load)
+    }
+
     /// A new load sample: NOTIFYs where `load` moved enough (see module docs).
     pub fn on_sample(&mut self, now: Instant, sample: Sample) {
         self.latest = sample;
+        self.latest_at = Some(now);
         let mut ids: Vec<SubscriptionId> = self.subs.keys().copied().collect();
         ids.sort();
         for id in ids {

@@ -337,7 +337,8 @@ impl Shell {
             }
             None => (None, None),
         };
-        let mut ticker = new_ticker(self.config.agent.sample_interval_ms);
+        let mut ticker_period = self.sample_interval();
+        let mut ticker = new_ticker(ticker_period);
         let mut sampling: Option<JoinHandle<(LoadSampler, Sample)>> = None;
         let mut resolving = self.start_resolving();
         let mut ng_buf = vec![0_u8; NG_MAX_DATAGRAM];
@@ -349,6 +350,14 @@ impl Shell {
 
         let result = loop {
             self.flush();
+            // Near the top the agent samples as often as it may notify
+            // (SPEC §4, `notify-top-interval-ms`); a reload may change
+            // either interval.
+            let period = self.sample_interval();
+            if period != ticker_period {
+                ticker_period = period;
+                ticker = new_ticker(period);
+            }
             // Another event may wake the loop after the drain's deadline
             // but before its timer fires: the `drained` line is logged
             // here too, so it always comes before the exit it causes.
@@ -432,10 +441,6 @@ impl Shell {
                 reload = async { match reloads.as_mut() { Some(rx) => rx.recv().await, None => std::future::pending().await } }, if reloads.is_some() => {
                     match reload {
                         Some(Ok(config)) => {
-                            let interval = config.agent.sample_interval_ms;
-                            if interval != self.config.agent.sample_interval_ms {
-                                ticker = new_ticker(interval);
-                            }
                             self.reload(Instant::now(), config);
                             if self.ng.is_none() {
                                 self.engine_ready = None;
@@ -729,6 +734,12 @@ impl Shell {
 
     /// Hands every queued request to the endpoint, and the ng client's
     /// datagram to its socket.
+    /// The wait for the next load sample (SPEC §2, §4).
+    fn sample_interval(&self) -> Duration {
+        self.notifier
+            .sample_interval(Duration::from_millis(self.config.agent.sample_interval_ms))
+    }
+
     fn flush(&mut self) {
         self.reregister_forgotten(Instant::now());
         self.apply_probe_changes(Instant::now());
@@ -857,8 +868,8 @@ fn report_bad_config(e: &ConfigError) {
     error!(error = %e, "config reload failed, keeping the last good config");
 }
 
-fn new_ticker(ms: u64) -> tokio::time::Interval {
-    let period = Duration::from_millis(ms.max(1));
+fn new_ticker(period: Duration) -> tokio::time::Interval {
+    let period = period.max(Duration::from_millis(1));
     let mut t = tokio::time::interval_at(Instant::now() + period, period);
     t.set_missed_tick_behavior(MissedTickBehavior::Delay);
     t

@@ -20,7 +20,11 @@
 //! §15) is what the MSR's media can take, in its priority order (`none`:
 //! every codec off; absent, from an agent whose config has no `<codec>` or
 //! an older agent: not known, and the collector takes it as able to take
-//! anything, as before §15).
+//! anything, as before §15). `sample-age-ms: 340` (SPEC §4, §10) is how
+//! long before the NOTIFY left the agent sampled what it carries: a
+//! duration, not a time, so no clock needs to agree with the collector's,
+//! which takes the sample as that much older than the NOTIFY's flight
+//! (absent: taken at the NOTIFY's sending).
 
 use std::fmt;
 
@@ -107,6 +111,9 @@ pub struct LoadReport {
     pub service: Service,
     /// What the MSR's media can take (SPEC §15); `None`: not reported.
     pub codecs: Option<CodecList>,
+    /// Milliseconds between the agent's sample and the NOTIFY's sending;
+    /// `None`: not reported (taken as 0).
+    pub sample_age_ms: Option<u32>,
 }
 
 /// Why a NOTIFY body could not be read.
@@ -163,6 +170,7 @@ impl LoadReport {
         let mut engine = EngineState::Unchecked;
         let mut service = Service::Active;
         let mut codecs = None;
+        let mut sample_age_ms = None;
         for (index, raw) in text.lines().enumerate() {
             let line = raw.trim();
             if line.is_empty() {
@@ -215,6 +223,7 @@ impl LoadReport {
                     }
                 }
                 "codecs" => codecs = Some(CodecList::parse_lenient(value)),
+                "sample-age-ms" => sample_age_ms = Some(count("sample-age-ms", value)?),
                 _ => {}
             }
         }
@@ -227,6 +236,7 @@ impl LoadReport {
             engine,
             service,
             codecs,
+            sample_age_ms,
         })
     }
 }
@@ -267,6 +277,9 @@ impl fmt::Display for LoadReport {
         }
         if let Some(codecs) = &self.codecs {
             writeln!(f, "codecs: {codecs}")?;
+        }
+        if let Some(age) = self.sample_age_ms {
+            writeln!(f, "sample-age-ms: {age}")?;
         }
         Ok(())
     }
@@ -318,6 +331,16 @@ mod tests {
     }
 
     #[test]
+    fn reads_the_sample_age() {
+        let r = LoadReport::decode(b"msr: m\nload: 5\nsample-age-ms: 340\n").expect("valid");
+        assert_eq!(r.sample_age_ms, Some(340));
+        assert!(r.encode().ends_with("sample-age-ms: 340\n"));
+        let old = LoadReport::decode(b"msr: m\nload: 5\n").expect("valid");
+        assert_eq!(old.sample_age_ms, None);
+        assert!(LoadReport::decode(b"msr: m\nload: 5\nsample-age-ms: -1\n").is_err());
+    }
+
+    #[test]
     fn reads_the_codecs_line_in_priority_order() {
         let r = LoadReport::decode(b"msr: m\nload: 5\ncodecs: g722, pcma,h264,t38,future\n")
             .expect("valid");
@@ -351,11 +374,11 @@ mod tests {
 
     proptest! {
         #[test]
-        fn roundtrip(msr in "[a-z_0-9]{1,16}", load in 0u8..=100, cpu in 0u8..=100, calls: u32, max_calls: u32, engine in 0usize..3, draining: bool, codecs in proptest::option::of(proptest::collection::vec(0usize..crate::media::CODECS.len(), 0..8))) {
+        fn roundtrip(msr in "[a-z_0-9]{1,16}", load in 0u8..=100, cpu in 0u8..=100, calls: u32, max_calls: u32, engine in 0usize..3, draining: bool, codecs in proptest::option::of(proptest::collection::vec(0usize..crate::media::CODECS.len(), 0..8)), sample_age_ms: Option<u32>) {
             let engine = [EngineState::Up, EngineState::Down, EngineState::Unchecked][engine];
             let service = if draining { Service::Draining } else { Service::Active };
             let codecs = codecs.map(|list| crate::media::CodecList::new(list.into_iter().filter_map(|i| crate::media::Codec::from_name(crate::media::CODECS[i].name))));
-            let r = LoadReport { msr, load, cpu, calls, max_calls, engine, service, codecs };
+            let r = LoadReport { msr, load, cpu, calls, max_calls, engine, service, codecs, sample_age_ms };
             prop_assert_eq!(LoadReport::decode(r.encode().as_bytes()), Ok(r));
         }
 

@@ -166,8 +166,17 @@ enum Event {
     Departure { id: u64, host: u32, msr: u32 },
     /// The rate-limit window of MSR `msr`'s subscription from `host` ends.
     WindowEnd { msr: u32, host: u32 },
+    /// MSR `msr`'s agent samples its `calls` (its next sample after a
+    /// change, `Scenario::sample_interval`).
+    Sample { msr: u32 },
     /// A NOTIFY of MSR `msr` (calls `calls`) reaches `host`.
-    Notify { msr: u32, host: u32, calls: u32 },
+    /// `age_ms`: its `sample-age-ms` (`None`: not reported).
+    Notify {
+        msr: u32,
+        host: u32,
+        calls: u32,
+        age_ms: Option<u32>,
+    },
 }
 
 /// One core host: the collector's state.
@@ -271,14 +280,38 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
     let rule = NotifyRule {
         load_delta: scenario.load_delta,
         high_water: scenario.high_water,
-        min_interval: Duration::from_secs(1),
+        min_interval: scenario.min_interval,
+        top_interval: scenario.top_interval,
     };
     let g = scenario.core_hosts as usize;
-    // gates[msr * G + host]; `window_queued` avoids a second WindowEnd.
+    // gates[msr * G + host]; `window_queued`, the end of the WindowEnd
+    // queued, avoids a second one unless a change near the top moved the
+    // held change's window end earlier (NotifyRule::gap).
     let mut gates = vec![NotifyGate::default(); n * g];
-    let mut window_queued = vec![false; n * g];
+    let mut window_queued: Vec<Option<u64>> = vec![None; n * g];
     let mut notifies = vec![0_u64; n * g];
     let mut busy = vec![0_u32; n];
+    // What each agent saw at its last sample, when, and whether a sample
+    // is queued. Each agent's sample clock has its own phase, drawn from
+    // its own generator so the other draws are the sequence they were.
+    let sample_ns = u64::try_from(scenario.sample_interval.as_nanos()).unwrap_or(u64::MAX);
+    let mut sampled = vec![0_u32; n];
+    let mut phase_rng = StdRng::seed_from_u64(scenario.seed ^ 0x5A4D_97E5);
+    let mut last_sample_ns: Vec<u64> = (0..n)
+        .map(|_| {
+            if sample_ns == 0 {
+                0
+            } else {
+                phase_rng.gen_range(0..sample_ns)
+            }
+        })
+        .collect();
+    let mut sample_queued = vec![false; n];
+    // The agent's `sample-age-ms` for a NOTIFY sent at `t_ns` (SPEC §10).
+    let age_ms = |t_ns: u64, sampled_ns: u64| {
+        (sample_ns > 0 && scenario.sample_age)
+            .then(|| u32::try_from(t_ns.saturating_sub(sampled_ns) / 1_000_000).unwrap_or(u32::MAX))
+    };
     let mut rng = StdRng::seed_from_u64(scenario.seed);
     let erlangs = scenario.erlangs();
     let lambda = erlangs / scenario.holding.mean_secs();
@@ -299,7 +332,6 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
     // arrival, holding and selection draws are the same sequence as
     // without classes (and a run without them draws nothing more).
     let mut class_rng = StdRng::seed_from_u64(scenario.seed ^ 0x5EC1_5C1A_5535);
-    let mut early_window_ends = 0_u64;
     let mut queue: BinaryHeap<Reverse<(u64, u64, Event)>> = BinaryHeap::new();
     let mut seq = 0_u64;
     // A sampled duration in seconds, rounded to whole nanoseconds.
@@ -319,6 +351,7 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                     msr: m as u32,
                     host: h as u32,
                     calls: 0,
+                    age_ms: None,
                 },
             );
         }
@@ -342,6 +375,8 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
         let now = at(t_ns);
         // The MSRs whose `calls` changed at this event.
         let mut changed: Option<usize> = None;
+        // The MSR whose agent sampled at this event.
+        let mut seen: Option<usize> = None;
         match event {
             Event::Arrival => {
                 arrivals += 1;
@@ -474,15 +509,25 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
             }
             Event::WindowEnd { msr, host } => {
                 let i = msr as usize * g + host as usize;
-                window_queued[i] = false;
-                if gates[i].held_until(&rule).is_some_and(|end| now < end) {
-                    early_window_ends += 1;
+                if window_queued[i] != Some(t_ns) {
+                    // Superseded by an earlier end that already fired.
+                    continue;
                 }
-                if gates[i].due(&rule, now) {
+                window_queued[i] = None;
+                if let Some(end) = gates[i].held_until().filter(|&end| now < end) {
+                    // The held change's window moved later (it fell back
+                    // below the top, NotifyRule::gap): wait for its end.
+                    let end = u64::try_from(end.saturating_duration_since(base).as_nanos())
+                        .unwrap_or(u64::MAX);
+                    window_queued[i] = Some(end);
+                    push(&mut queue, end, Event::WindowEnd { msr, host });
+                    continue;
+                }
+                if gates[i].due(now) {
                     let m = msr as usize;
                     let latest = Reported {
-                        load: percent(busy[m], scenario.capacities[m]),
-                        calls: busy[m],
+                        load: percent(sampled[m], scenario.capacities[m]),
+                        calls: sampled[m],
                     };
                     if gates[i].evaluate(&rule, now, latest) == Verdict::Send {
                         gates[i].sent(now, latest);
@@ -494,12 +539,24 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                                 msr,
                                 host,
                                 calls: latest.calls,
+                                age_ms: age_ms(t_ns, last_sample_ns[m]),
                             },
                         );
                     }
                 }
             }
-            Event::Notify { msr, host, calls } => {
+            Event::Sample { msr } => {
+                let m = msr as usize;
+                sample_queued[m] = false;
+                last_sample_ns[m] = t_ns;
+                seen = Some(m);
+            }
+            Event::Notify {
+                msr,
+                host,
+                calls,
+                age_ms,
+            } => {
                 let m = msr as usize;
                 let cap = scenario.capacities[m];
                 let report = LoadReport {
@@ -510,6 +567,7 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                     max_calls: cap,
                     // SPEC §15: what the MSR takes, in every NOTIFY.
                     codecs: media.as_ref().map(|media| media.reports[m]),
+                    sample_age_ms: age_ms,
                     ..LoadReport::default()
                 };
                 let host = &mut hosts[host as usize];
@@ -524,9 +582,27 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
             }
         }
         if let Some(m) = changed {
+            if sample_ns == 0 {
+                seen = Some(m);
+            } else if !sample_queued[m] {
+                // The agent's next sample on its clock: its period follows
+                // its last sample's load (NotifyRule::sample_interval).
+                let period = rule.sample_interval(
+                    scenario.sample_interval,
+                    percent(sampled[m], scenario.capacities[m]),
+                );
+                let period = u64::try_from(period.as_nanos()).unwrap_or(u64::MAX).max(1);
+                let since = t_ns.saturating_sub(last_sample_ns[m]);
+                let next = last_sample_ns[m].saturating_add((since / period + 1) * period);
+                sample_queued[m] = true;
+                push(&mut queue, next, Event::Sample { msr: m as u32 });
+            }
+        }
+        if let Some(m) = seen {
+            sampled[m] = busy[m];
             let latest = Reported {
-                load: percent(busy[m], scenario.capacities[m]),
-                calls: busy[m],
+                load: percent(sampled[m], scenario.capacities[m]),
+                calls: sampled[m],
             };
             for h in 0..g {
                 let i = m * g + h;
@@ -541,13 +617,17 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                                 msr: m as u32,
                                 host: h as u32,
                                 calls: latest.calls,
+                                age_ms: age_ms(t_ns, last_sample_ns[m]),
                             },
                         );
                     }
-                    Verdict::HoldUntil(end) if !window_queued[i] => {
-                        window_queued[i] = true;
+                    Verdict::HoldUntil(end) => {
                         let end = u64::try_from(end.saturating_duration_since(base).as_nanos())
                             .unwrap_or(u64::MAX);
+                        if window_queued[i].is_some_and(|queued| queued <= end) {
+                            continue;
+                        }
+                        window_queued[i] = Some(end);
                         push(
                             &mut queue,
                             end,
@@ -596,7 +676,6 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                 0.0
             }
         },
-        early_window_ends,
         classes: media.map(|media| {
             let (limits, video_capacity) = class_limits(scenario, media.capabilities);
             let share = media.capabilities.video_share;

@@ -227,6 +227,17 @@ pub struct Scenario {
     pub load_delta: u8,
     /// `<agent notify-high-water>` (101: off).
     pub high_water: u8,
+    /// `<agent notify-min-interval-ms>`.
+    pub min_interval: Duration,
+    /// `<agent notify-top-interval-ms>`.
+    pub top_interval: Duration,
+    /// `<agent sample-interval-ms>`: the agent sees a change of `calls` at
+    /// its next sample, every this often (near the top every
+    /// `top_interval` when shorter, `NotifyRule::sample_interval`); zero:
+    /// at once.
+    pub sample_interval: Duration,
+    /// Whether the agent's NOTIFY carries `sample-age-ms` (SPEC §10).
+    pub sample_age: bool,
     /// The policy of every core host.
     pub policy: Policy,
     /// Whether the core releases legs at call end (SPEC §9).
@@ -273,6 +284,10 @@ impl Scenario {
             report_delay: Duration::from_millis(20),
             load_delta: 10,
             high_water: msr_agent::notifier::DEFAULT_HIGH_WATER,
+            min_interval: Duration::from_millis(msr_agent::config::DEFAULT_NOTIFY_MIN_INTERVAL_MS),
+            top_interval: Duration::from_millis(msr_agent::config::DEFAULT_NOTIFY_TOP_INTERVAL_MS),
+            sample_interval: Duration::from_millis(msr_agent::config::DEFAULT_SAMPLE_INTERVAL_MS),
+            sample_age: true,
             policy: Policy::Pooled,
             releases: true,
             calls: 200_000,
@@ -316,9 +331,6 @@ pub struct Outcome {
     /// share that found it actually full: what refusing in overload (SPEC
     /// §10) is meant to keep small.
     pub full_share: f64,
-    /// Window ends that found their held change not yet due (should be 0:
-    /// an event is queued at the window's exact end, issue 24 defect b).
-    pub early_window_ends: u64,
     /// Each capability class's figures, when the scenario has classes.
     pub classes: Option<Classes>,
 }

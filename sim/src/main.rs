@@ -113,6 +113,20 @@ enum Command {
         /// 101: the high-water rule off.
         #[arg(long, default_value_t = 80)]
         high_water: u8,
+        /// The agent's `notify-min-interval-ms`.
+        #[arg(long, default_value_t = msr_agent::config::DEFAULT_NOTIFY_MIN_INTERVAL_MS)]
+        min_interval_ms: u64,
+        /// The agent's `notify-top-interval-ms`: the gap between two
+        /// NOTIFYs of a subscription near the top.
+        #[arg(long, default_value_t = msr_agent::config::DEFAULT_NOTIFY_TOP_INTERVAL_MS)]
+        top_interval_ms: u64,
+        /// The agent's `sample-interval-ms` (0: every change is seen at
+        /// once).
+        #[arg(long, default_value_t = msr_agent::config::DEFAULT_SAMPLE_INTERVAL_MS)]
+        sample_interval_ms: u64,
+        /// The agent's NOTIFY without `sample-age-ms` (an agent before it).
+        #[arg(long)]
+        no_sample_age: bool,
         /// The core never releases legs.
         #[arg(long)]
         no_releases: bool,
@@ -244,6 +258,10 @@ fn main() -> Result<ExitCode> {
             delay_ms,
             load_delta,
             high_water,
+            min_interval_ms,
+            top_interval_ms,
+            sample_interval_ms,
+            no_sample_age,
             no_releases,
             seed,
             video_msrs,
@@ -263,6 +281,10 @@ fn main() -> Result<ExitCode> {
             s.report_delay = Duration::from_millis(delay_ms);
             s.load_delta = load_delta;
             s.high_water = high_water;
+            s.min_interval = Duration::from_millis(min_interval_ms);
+            s.top_interval = Duration::from_millis(top_interval_ms);
+            s.sample_interval = Duration::from_millis(sample_interval_ms);
+            s.sample_age = !no_sample_age;
             s.releases = !no_releases;
             s.seed = seed;
             // clap requires both or neither.

@@ -56,6 +56,18 @@ pub fn variant(s: &Scenario) -> String {
     if s.high_water != msr_agent::notifier::DEFAULT_HIGH_WATER {
         parts.push(format!("high water {}", s.high_water));
     }
+    if s.min_interval != Duration::from_millis(msr_agent::config::DEFAULT_NOTIFY_MIN_INTERVAL_MS) {
+        parts.push(format!("min interval {} ms", s.min_interval.as_millis()));
+    }
+    if s.top_interval != Duration::from_millis(msr_agent::config::DEFAULT_NOTIFY_TOP_INTERVAL_MS) {
+        parts.push(format!("top interval {} ms", s.top_interval.as_millis()));
+    }
+    if s.sample_interval != Duration::from_millis(msr_agent::config::DEFAULT_SAMPLE_INTERVAL_MS) {
+        parts.push(format!("sample {} ms", s.sample_interval.as_millis()));
+    }
+    if !s.sample_age {
+        parts.push("no sample age".to_owned());
+    }
     if !s.releases {
         parts.push("no releases".to_owned());
     }
@@ -175,7 +187,7 @@ fn times_limit(o: &ClassOutcome) -> String {
     format!("{} [{}, {}]", f(ratio), f(low), f(high))
 }
 
-const CSV_HEADER: &str = "scenario,variant,policy,core_hosts,calls,blocking,half_width,pooled_erlang_b,refused_share,spread_pp,notify_per_sec,max_notify_per_sec_per_subscription,simulated_secs,full_share,early_window_ends";
+const CSV_HEADER: &str = "scenario,variant,policy,core_hosts,calls,blocking,half_width,pooled_erlang_b,refused_share,spread_pp,notify_per_sec,max_notify_per_sec_per_subscription,simulated_secs,full_share";
 
 /// The rows as CSV (full precision; no field holds a comma).
 pub fn csv(rows: &[Row]) -> String {
@@ -183,7 +195,7 @@ pub fn csv(rows: &[Row]) -> String {
     for r in rows {
         let o = &r.outcome;
         out.push_str(&format!(
-            "\n{},{},{},{},{},{:e},{:e},{:e},{:e},{:e},{:e},{:e},{:e},{:e},{}",
+            "\n{},{},{},{},{},{:e},{:e},{:e},{:e},{:e},{:e},{:e},{:e},{:e}",
             r.scenario,
             r.variant.replace(',', ";"),
             r.policy.name(),
@@ -198,7 +210,6 @@ pub fn csv(rows: &[Row]) -> String {
             o.max_notify_per_sec_per_subscription,
             o.simulated_secs,
             o.full_share,
-            o.early_window_ends,
         ));
     }
     out.push('\n');
@@ -217,8 +228,9 @@ pub fn parse_csv(text: &str) -> Result<Vec<Row>, SimError> {
             continue;
         }
         let f: Vec<&str> = line.split(',').collect();
-        if f.len() != 13 && f.len() != 15 {
-            return Err(bad(i + 1, "expected 13 or 15 fields"));
+        // 15: a file of an earlier version, with a column since dropped.
+        if !(13..=15).contains(&f.len()) {
+            return Err(bad(i + 1, "expected 13 to 15 fields"));
         }
         let num = |k: usize| -> Result<f64, SimError> {
             f[k].parse::<f64>().map_err(|_| bad(i + 1, f[k]))
@@ -241,10 +253,6 @@ pub fn parse_csv(text: &str) -> Result<Vec<Row>, SimError> {
                 simulated_secs: num(12)?,
                 // Columns a file of an earlier version lacks read as 0.
                 full_share: if f.len() > 13 { num(13)? } else { 0.0 },
-                early_window_ends: match f.get(14) {
-                    Some(v) => v.parse().map_err(|_| bad(i + 1, v))?,
-                    None => 0,
-                },
                 // The CSV holds the overall figures only.
                 classes: None,
             },

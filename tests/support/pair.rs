@@ -483,6 +483,7 @@ impl Pair {
             load_delta: parsed.general.load_delta,
             high_water: parsed.agent.notify_high_water,
             notify_min_interval: Duration::from_millis(parsed.agent.notify_min_interval_ms),
+            notify_top_interval: Duration::from_millis(parsed.agent.notify_top_interval_ms),
             max_expires: parsed.agent.max_subscription_expires,
             contact_host_port: AGENT_ADDR.to_string(),
             accounts: parsed.accounts.iter().map(|a| a.msr_name.clone()).collect(),

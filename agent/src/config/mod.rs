@@ -51,6 +51,11 @@ pub const DEFAULT_MAX_SUBSCRIPTION_EXPIRES: u32 = 3600;
 /// Default minimum interval between two NOTIFYs of one subscription, in
 /// milliseconds (SPEC §4: at most one per second).
 pub const DEFAULT_NOTIFY_MIN_INTERVAL_MS: u64 = 1000;
+/// Default minimum interval between two NOTIFYs of one subscription near
+/// the top (`load` at or above the high-water mark), in milliseconds (SPEC
+/// §4, §10): near the top every call counts, and with several core hosts
+/// each learns the others' calls only from the reports.
+pub const DEFAULT_NOTIFY_TOP_INTERVAL_MS: u64 = 250;
 /// Default load sampling interval in milliseconds (SPEC §2).
 pub const DEFAULT_SAMPLE_INTERVAL_MS: u64 = 1000;
 /// Default time between two probes of the media engine, milliseconds
@@ -457,6 +462,11 @@ pub struct AgentSettings {
     /// `notify-min-interval-ms` (1000 to 3600000): minimum milliseconds between two NOTIFYs of
     /// one subscription; default [`DEFAULT_NOTIFY_MIN_INTERVAL_MS`] (SPEC §4).
     pub notify_min_interval_ms: u64,
+    /// `notify-top-interval-ms` (100 to 3600000): the same when `load` is at or
+    /// above `notify-high-water` (or was at the last NOTIFY), and how often the
+    /// agent samples then; never longer than `notify-min-interval-ms`;
+    /// default [`DEFAULT_NOTIFY_TOP_INTERVAL_MS`] (SPEC §4, §10).
+    pub notify_top_interval_ms: u64,
     /// `notify-high-water` (1 to 101): at or above this `load`, percent,
     /// every change of `calls` is notified (still at most one NOTIFY per
     /// `notify-min-interval-ms`); default
@@ -624,6 +634,7 @@ impl Default for AgentSettings {
             max_subscription_expires: DEFAULT_MAX_SUBSCRIPTION_EXPIRES,
             calls_source: CallsSource::ProcNetUdp,
             notify_min_interval_ms: DEFAULT_NOTIFY_MIN_INTERVAL_MS,
+            notify_top_interval_ms: DEFAULT_NOTIFY_TOP_INTERVAL_MS,
             notify_high_water: DEFAULT_HIGH_WATER,
             sample_interval_ms: DEFAULT_SAMPLE_INTERVAL_MS,
             node_name: None,
@@ -647,6 +658,7 @@ impl AgentSettings {
         "max-subscription-expires",
         "calls-source",
         "notify-min-interval-ms",
+        "notify-top-interval-ms",
         "notify-high-water",
         "sample-interval-ms",
         "node-name",

@@ -492,7 +492,7 @@ fn agent_element_is_parsed_strictly() -> TestResult {
         &doc(
             GOOD_GENERAL,
             r#"<agent register-expires="60" max-subscription-expires="120" calls-source="fixed:7"
-                notify-min-interval-ms="1500" notify-high-water="90" sample-interval-ms="250" node-name="core1@ecss1"
+                notify-min-interval-ms="1500" notify-top-interval-ms="200" notify-high-water="90" sample-interval-ms="250" node-name="core1@ecss1"
                 sip-port="5090" log-file="/var/log/msr-agent/msr-agent.log"
                 allow-subscribers="10.0.0.5, 10.0.0.6 [2001:db8::1] 10.0.0.5"/>"#,
         ),
@@ -505,6 +505,7 @@ fn agent_element_is_parsed_strictly() -> TestResult {
             max_subscription_expires: 120,
             calls_source: CallsSource::Fixed(7),
             notify_min_interval_ms: 1500,
+            notify_top_interval_ms: 200,
             notify_high_water: 90,
             sample_interval_ms: 250,
             node_name: Some("core1@ecss1".to_owned()),
@@ -526,7 +527,7 @@ fn agent_element_is_parsed_strictly() -> TestResult {
     assert_eq!(
         m,
         "config-examples/bad.xml:6:3: <agent expires>: unknown attribute, accepted: register-expires, \
-         max-subscription-expires, calls-source, notify-min-interval-ms, notify-high-water, sample-interval-ms, node-name, \
+         max-subscription-expires, calls-source, notify-min-interval-ms, notify-top-interval-ms, notify-high-water, sample-interval-ms, node-name, \
          sip-port, log-file, allow-subscribers, tls-ca, tls-cert, tls-key, engine-probe, \
          engine-probe-interval-ms, engine-probe-timeout-ms, engine-probe-misses"
     );

@@ -583,6 +583,10 @@ fn agent(cx: &Ctx<'_>, raw: &RawAgent) -> Result<AgentSettings, ConfigError> {
         None => d.notify_min_interval_ms,
         Some(v) => cx.int::<u64>(v, E, "notify-min-interval-ms", 1000, 3_600_000)?,
     };
+    let notify_top_interval_ms = match raw.notify_top_interval_ms.as_deref() {
+        None => d.notify_top_interval_ms,
+        Some(v) => cx.int::<u64>(v, E, "notify-top-interval-ms", 100, 3_600_000)?,
+    };
     // 101 is above any load: the high-water rule off (SPEC §4).
     let notify_high_water = match raw.notify_high_water.as_deref() {
         None => d.notify_high_water,
@@ -734,6 +738,7 @@ fn agent(cx: &Ctx<'_>, raw: &RawAgent) -> Result<AgentSettings, ConfigError> {
         max_subscription_expires,
         calls_source,
         notify_min_interval_ms,
+        notify_top_interval_ms,
         notify_high_water,
         sample_interval_ms,
         node_name,

@@ -146,6 +146,8 @@ pub(super) struct RawAgent {
     pub(super) calls_source: Option<String>,
     #[serde(rename = "@notify-min-interval-ms")]
     pub(super) notify_min_interval_ms: Option<String>,
+    #[serde(rename = "@notify-top-interval-ms")]
+    pub(super) notify_top_interval_ms: Option<String>,
     #[serde(rename = "@notify-high-water")]
     pub(super) notify_high_water: Option<String>,
     #[serde(rename = "@sample-interval-ms")]

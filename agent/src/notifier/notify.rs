@@ -20,6 +20,7 @@ impl Notifier {
             load_delta: self.config.load_delta,
             high_water: self.config.high_water,
             min_interval: self.config.notify_min_interval,
+            top_interval: self.config.notify_top_interval,
         }
     }
 
@@ -102,6 +103,11 @@ impl Notifier {
             engine: self.engine,
             service: self.service,
             codecs: self.config.codecs,
+            // How old the sample is (SPEC §10): the collector dates the
+            // `calls` it carries by it.
+            sample_age_ms: self.latest_at.map(|at| {
+                u32::try_from(now.saturating_duration_since(at).as_millis()).unwrap_or(u32::MAX)
+            }),
         }
         .encode()
         .into_bytes();

@@ -13,8 +13,13 @@
 //!   of an MSR's sessions starts from the reported `calls` (SPEC §10).
 //!
 //! However many of these happen, at most one NOTIFY per `min_interval` per
-//! subscription: a change inside the window is held, and re-evaluated
-//! against the latest sample when the window ends ([`NotifyGate`]).
+//! subscription, or per the shorter `top_interval` when the change is near
+//! the top (`load` at or above the high-water mark, now or at the last
+//! NOTIFY): with several core hosts each one learns the others' placements
+//! only from the reports, and near the top a report a second old is what
+//! sends calls to an MSR that is in fact full (SPEC §10). A change inside
+//! the window is held, and re-evaluated against the latest sample when the
+//! window ends ([`NotifyGate`]).
 //!
 //! Architecture invariant: no clock and no I/O; `now` is always given.
 
@@ -36,6 +41,9 @@ pub struct NotifyRule {
     /// `<agent notify-min-interval-ms>`: the shortest gap between two
     /// NOTIFYs of one subscription.
     pub min_interval: Duration,
+    /// `<agent notify-top-interval-ms>`: the shortest gap when the change
+    /// is near the top (never longer than `min_interval`).
+    pub top_interval: Duration,
 }
 
 /// What a NOTIFY reported: the fields the rule compares.
@@ -56,8 +64,34 @@ impl NotifyRule {
         };
         let delta = last.load.abs_diff(latest.load) >= self.load_delta.max(1);
         let full_edge = (last.load >= 100) != (latest.load >= 100);
-        let near_top = latest.load >= self.high_water || last.load >= self.high_water;
-        delta || full_edge || (near_top && last.calls != latest.calls)
+        delta || full_edge || (self.near_top(Some(last), latest) && last.calls != latest.calls)
+    }
+
+    /// Whether `latest`, or the last NOTIFY's `last`, is at or above the
+    /// high-water mark.
+    fn near_top(&self, last: Option<Reported>, latest: Reported) -> bool {
+        latest.load >= self.high_water || last.is_some_and(|l| l.load >= self.high_water)
+    }
+
+    /// How long the agent waits between two load samples after one of
+    /// `load`: near the top as often as a NOTIFY may leave, so a change
+    /// waits no longer for its sample than for its window.
+    pub fn sample_interval(&self, sample_interval: Duration, load: u8) -> Duration {
+        if load >= self.high_water {
+            sample_interval.min(self.top_interval)
+        } else {
+            sample_interval
+        }
+    }
+
+    /// The shortest gap after the last NOTIFY (`last`) before one carrying
+    /// `latest` may leave.
+    pub fn gap(&self, last: Option<Reported>, latest: Reported) -> Duration {
+        if self.near_top(last, latest) {
+            self.top_interval.min(self.min_interval)
+        } else {
+            self.min_interval
+        }
     }
 }
 
@@ -73,24 +107,27 @@ pub enum Verdict {
 }
 
 /// The per-subscription state of the rule: the last NOTIFY (when, what)
-/// and whether a change waits for the end of the window.
+/// and, when a change waits, the end of its window.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NotifyGate {
     last_at: Option<Instant>,
     last: Option<Reported>,
-    pending: bool,
+    held: Option<Instant>,
 }
 
 impl NotifyGate {
     /// The verdict on `latest` at `now`; remembers a held change.
     pub fn evaluate(&mut self, rule: &NotifyRule, now: Instant, latest: Reported) -> Verdict {
         if !rule.worth_notifying(self.last, latest) {
-            self.pending = false;
+            self.held = None;
             return Verdict::Nothing;
         }
-        match self.window_end(rule) {
+        // The window's end depends on `latest`: a change that reaches the
+        // top may leave sooner than one held before it.
+        let end = self.last_at.map(|t| t + rule.gap(self.last, latest));
+        match end {
             Some(end) if now < end => {
-                self.pending = true;
+                self.held = Some(end);
                 Verdict::HoldUntil(end)
             }
             _ => Verdict::Send,
@@ -102,25 +139,16 @@ impl NotifyGate {
     pub fn sent(&mut self, now: Instant, reported: Reported) {
         self.last_at = Some(now);
         self.last = Some(reported);
-        self.pending = false;
-    }
-
-    /// When the current window ends (`None` before the first NOTIFY).
-    pub fn window_end(&self, rule: &NotifyRule) -> Option<Instant> {
-        self.last_at.map(|t| t + rule.min_interval)
+        self.held = None;
     }
 
     /// The end of the window when a change is held in it.
-    pub fn held_until(&self, rule: &NotifyRule) -> Option<Instant> {
-        if self.pending {
-            self.window_end(rule)
-        } else {
-            None
-        }
+    pub fn held_until(&self) -> Option<Instant> {
+        self.held
     }
 
     /// Whether a change is held and its window is over at `now`.
-    pub fn due(&self, rule: &NotifyRule, now: Instant) -> bool {
-        self.pending && self.window_end(rule).is_none_or(|w| now >= w)
+    pub fn due(&self, now: Instant) -> bool {
+        self.held.is_some_and(|end| now >= end)
     }
 }

@@ -29,6 +29,9 @@ fn config() -> NotifierConfig {
         load_delta: 10,
         high_water: DEFAULT_HIGH_WATER,
         notify_min_interval: MS(1000),
+        // The tests of the one-per-second window near the top; the top
+        // interval has its own test.
+        notify_top_interval: MS(1000),
         max_expires: 3600,
         contact_host_port: "127.0.0.1:5070".into(),
         accounts: BTreeSet::from(["msr_1".to_owned()]),
@@ -118,8 +121,13 @@ fn drain(n: &mut Notifier) -> Vec<NotifyTransmit> {
 
 /// A notifier with one subscription created at `t0` (initial NOTIFY drained).
 fn subscribed(expires: u32) -> (Notifier, Instant, Response) {
+    subscribed_with(config(), expires)
+}
+
+/// [`subscribed`] with this config.
+fn subscribed_with(config: NotifierConfig, expires: u32) -> (Notifier, Instant, Response) {
     let t0 = Instant::now();
-    let mut n = Notifier::new(config(), sample(30));
+    let mut n = Notifier::new(config, sample(30));
     let resp = n
         .handle_request(
             t0,
@@ -789,6 +797,41 @@ fn every_change_of_calls_at_or_above_the_high_water_mark_is_notified() {
     assert!(drain(&mut n).is_empty());
 }
 
+/// SPEC §4, §10: near the top a NOTIFY may follow the last one after
+/// `notify-top-interval-ms`, and the agent samples that often; below the
+/// mark the one-per-`notify-min-interval-ms` window holds. Each NOTIFY says
+/// how old its sample is.
+#[test]
+fn near_the_top_notifies_follow_each_other_after_the_top_interval() {
+    let mut cfg = config();
+    cfg.notify_top_interval = MS(100);
+    let (mut n, t0, _) = subscribed_with(cfg, 600);
+    let configured = MS(1000);
+    assert_eq!(n.sample_interval(configured), configured);
+    n.on_sample(t0 + MS(2000), sample_calls(90, 900));
+    let first = drain(&mut n);
+    assert_eq!(first.len(), 1);
+    assert_eq!(body(&first[0]).sample_age_ms, Some(0));
+    // Near the top: sampled every 100 ms, and notified as often.
+    assert_eq!(n.sample_interval(configured), MS(100));
+    n.on_sample(t0 + MS(2050), sample_calls(90, 901));
+    assert!(drain(&mut n).is_empty(), "inside the 100 ms gap: held");
+    assert_eq!(n.poll_timeout(), Some(t0 + MS(2100)));
+    n.handle_timeout(t0 + MS(2100));
+    let held = drain(&mut n);
+    assert_eq!(held.len(), 1);
+    assert_eq!(body(&held[0]).calls, 901);
+    assert_eq!(body(&held[0]).sample_age_ms, Some(50));
+    // Falling below the mark is reported after the short gap too (the
+    // last NOTIFY was near the top); after it, the second-long window.
+    n.on_sample(t0 + MS(2200), sample_calls(70, 700));
+    assert_eq!(body(&drain(&mut n)[0]).load, 70);
+    assert_eq!(n.sample_interval(configured), configured);
+    n.on_sample(t0 + MS(2400), sample_calls(50, 500));
+    assert!(drain(&mut n).is_empty());
+    assert_eq!(n.poll_timeout(), Some(t0 + MS(3200)));
+}
+
 #[test]
 fn high_water_changes_are_still_at_most_one_per_second_and_coalesced() {
     let (mut n, t0, _) = subscribed(600);
@@ -819,6 +862,7 @@ fn a_high_water_mark_of_101_turns_the_rule_off() {
         load_delta: cfg.load_delta,
         high_water: cfg.high_water,
         min_interval: cfg.notify_min_interval,
+        top_interval: cfg.notify_top_interval,
     };
     let last = Some(Reported {
         load: 95,

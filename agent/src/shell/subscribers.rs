@@ -34,6 +34,7 @@ pub(super) fn notifier_config(
         load_delta: config.general.load_delta,
         high_water: config.agent.notify_high_water,
         notify_min_interval: Duration::from_millis(config.agent.notify_min_interval_ms),
+        notify_top_interval: Duration::from_millis(config.agent.notify_top_interval_ms),
         max_expires: config.agent.max_subscription_expires,
         contact_host_port: contact.to_owned(),
         accounts: config

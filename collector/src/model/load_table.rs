@@ -68,6 +68,10 @@ use crate::model::health::Health;
 use crate::operator::names::{ContactName, MsrName, SiteName, ZoneName};
 use crate::operator::topology::SiteDistances;
 use crate::operator::{MsrSettings, OperatorConfig};
+
+/// The oldest sample a report's `sample-age-ms` is taken to mean (SPEC
+/// §10): the agent's longest `sample-interval-ms`.
+const MAX_SAMPLE_AGE: Duration = Duration::from_secs(60);
 use crate::sip::registrar::Binding;
 use msr_shared::engine::EngineAddresses;
 
@@ -645,7 +649,12 @@ impl LoadTable {
 
     /// Records a load report received at `at`.
     fn set_load(&mut self, msr: &MsrName, report: LoadReport, at: Instant) {
-        let flight = self.notify_flight_time;
+        // The report's `calls` is the MSR at its sample: one flight and the
+        // sample's age before it arrived (SPEC §10). An age beyond the
+        // agent's longest sample interval is no sample's and is capped.
+        let age =
+            Duration::from_millis(u64::from(report.sample_age_ms.unwrap_or(0))).min(MAX_SAMPLE_AGE);
+        let flight = self.notify_flight_time + age;
         let entry = self.msr_entry(msr);
         entry.since_report.report(at, flight, report.calls);
         entry.load = Some((report, at));

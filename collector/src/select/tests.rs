@@ -1177,6 +1177,18 @@ fn nothing_healthy_left_is_refused_as_msr_unhealthy() {
 impl World {
     /// A report of `calls` of `max_calls` sessions for `msr` at `at`.
     fn report(&mut self, msr: &str, calls: u32, max_calls: u32, at: Instant) -> &mut Self {
+        self.report_aged(msr, calls, max_calls, at, None)
+    }
+
+    /// [`World::report`] of a sample `sample_age_ms` old when it left.
+    fn report_aged(
+        &mut self,
+        msr: &str,
+        calls: u32,
+        max_calls: u32,
+        at: Instant,
+        sample_age_ms: Option<u32>,
+    ) -> &mut Self {
         let load = u8::try_from(calls * 100 / max_calls.max(1)).unwrap_or(100);
         let report = LoadReport {
             msr: msr.into(),
@@ -1184,6 +1196,7 @@ impl World {
             cpu: 0,
             calls,
             max_calls,
+            sample_age_ms,
             ..LoadReport::default()
         };
         self.table.apply(
@@ -1273,6 +1286,29 @@ fn pooled_forgets_events_a_newer_report_covers_but_not_those_in_flight() {
         "msr_1",
         "45 + 6 > 50"
     );
+}
+
+/// SPEC §10: a report's `calls` is the MSR at its sample, `sample-age-ms`
+/// and one flight before it arrived; this collector's placements after
+/// that sample are not in it.
+#[test]
+fn pooled_dates_a_report_by_its_sample_age() {
+    let picked = |age: Option<u32>| {
+        let mut w = three_reported();
+        let t = w.now;
+        for i in 1..=4 {
+            w.table
+                .note_placed("msr_2", t + Duration::from_millis(100 + i));
+        }
+        w.report_aged("msr_2", 40, 100, t + Duration::from_millis(200), age);
+        w.pick(&w.pooled(3)).expect("choice").msr
+    };
+    // Arrived at +200 ms: sent at +180 ms. Without an age the four
+    // placements are in its 40 calls: msr_2 is the lowest with G = 3.
+    assert_eq!(picked(None), "msr_2");
+    // Its sample 150 ms old (taken at +30 ms): they are not, and with
+    // G = 3 the others placed about as many: 40 + 4 + 2 x 4 = 52 > 50.
+    assert_eq!(picked(Some(150)), "msr_1");
 }
 
 #[test]
