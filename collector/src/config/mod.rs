@@ -33,7 +33,7 @@ mod positions;
 mod raw;
 mod validate;
 
-use positions::{line_col, locate, out_of_type_range, with_position};
+use positions::{line_col, locate, out_of_type, with_position, OutOfType};
 use raw::*;
 pub use raw::{
     DEFAULT_ETCD_PREFIX, DEFAULT_LEASE_TTL_SECS, DEFAULT_REQUEST_TIMEOUT_MS,
@@ -714,15 +714,24 @@ pub fn parse(text: &str, origin: &str) -> Result<CollectorConfig, ConfigError> {
             .map(|span| line_col(text, span.start))
             .unwrap_or((1, 1));
         let message = e.message().trim();
-        let message = e
-            .span()
-            .and_then(|span| out_of_type_range(text, span.start, message))
-            .unwrap_or_else(|| message.to_owned());
+        if let Some(span) = e.span() {
+            if let Some(outside) = out_of_type(text, span.start, message) {
+                let expected =
+                    key_range(text, span, &outside).unwrap_or_else(|| outside.type_range());
+                return ConfigError::Invalid {
+                    origin: origin.to_owned(),
+                    position: Some((line, column)),
+                    key: outside.key,
+                    value: outside.value,
+                    expected,
+                };
+            }
+        }
         ConfigError::Syntax {
             origin: origin.to_owned(),
             line,
             column,
-            message,
+            message: message.to_owned(),
         }
     })?;
     validate(raw, origin).map_err(|e| match e {
@@ -741,6 +750,27 @@ pub fn parse(text: &str, origin: &str) -> Result<CollectorConfig, ConfigError> {
         },
         e => e,
     })
+}
+
+/// The range of the key of `outside` (a negative number, or one too large
+/// for its field's type, at `span`), as its own check states it: the file
+/// is validated again with the type's largest value in its place, and the
+/// key's range check, where there is one, refuses that and says what the
+/// key accepts. `None` when nothing but the type bounds the key, or
+/// another error comes first. The ranges stay in one place, the checks
+/// of `validate`.
+fn key_range(text: &str, span: std::ops::Range<usize>, outside: &OutOfType) -> Option<String> {
+    let patched = format!(
+        "{}{}{}",
+        text.get(..span.start)?,
+        outside.max,
+        text.get(span.end..)?
+    );
+    let raw: RawConfig = toml::from_str(&patched).ok()?;
+    match validate(raw, "") {
+        Err(ConfigError::Invalid { key, expected, .. }) if key == outside.key => Some(expected),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -9,35 +9,68 @@ pub(super) fn with_position(origin: &str, position: Option<(usize, usize)>) -> S
     }
 }
 
-/// For the TOML parser's `invalid value: integer `N`, expected u32` (a
-/// number outside its field's type) at `offset`: the message naming the
-/// key as written and the range the type accepts, e.g. `[health]
-/// keepalive_misses = -1: accepted 0..=4294967295` (the value is then
-/// range-checked for its meaning; [`ConfigError::Invalid`] says how).
-pub(super) fn out_of_type_range(text: &str, offset: usize, message: &str) -> Option<String> {
+/// A number outside its field's type, as the TOML parser reports it
+/// (`invalid value: integer `-1`, expected u32`): the key as the file
+/// names it, the value as written and the largest value of the type.
+/// [`super::parse`] turns it into a [`super::ConfigError::Invalid`] that
+/// names the key's own range, not the type's.
+#[derive(Debug, PartialEq)]
+pub(super) struct OutOfType {
+    /// The dotted key, e.g. `health.keepalive_misses`.
+    pub(super) key: String,
+    /// The value as written, e.g. `-1`.
+    pub(super) value: String,
+    /// The type's largest value that TOML can write (what the key's
+    /// range check is run on).
+    pub(super) max: u64,
+}
+
+impl OutOfType {
+    /// What is accepted when the key's own range is not known: the
+    /// type's, and for a negative value that it must not be negative.
+    pub(super) fn type_range(&self) -> String {
+        if self.value.starts_with('-') {
+            format!("a number that is not negative, 0 to {}", self.max)
+        } else {
+            format!("0 to {}", self.max)
+        }
+    }
+}
+
+/// The [`OutOfType`] of the TOML parser's `message` about the value at
+/// `offset`, or `None` for any other message.
+pub(super) fn out_of_type(text: &str, offset: usize, message: &str) -> Option<OutOfType> {
     let rest = message.strip_prefix("invalid value: integer `")?;
     let (value, ty) = rest.split_once("`, expected ")?;
-    let range = match ty {
-        "u8" => format!("0..={}", u8::MAX),
-        "u16" => format!("0..={}", u16::MAX),
-        "u32" => format!("0..={}", u32::MAX),
-        "u64" => format!("0..={}", u64::MAX),
-        "usize" => format!("0..={}", usize::MAX),
-        "i32" => format!("{}..={}", i32::MIN, i32::MAX),
+    let max = match ty {
+        "u8" => u64::from(u8::MAX),
+        "u16" => u64::from(u16::MAX),
+        "u32" => u64::from(u32::MAX),
+        // TOML integers are 64-bit signed (TOML v1.0.0 "Integer"): the
+        // largest a file can write.
+        "u64" => i64::MAX.unsigned_abs(),
         _ => return None,
     };
     let start = text.get(..offset)?.rfind('\n').map_or(0, |i| i + 1);
     let line = text.get(start..)?.lines().next()?;
     let key = line.split_once('=')?.0.trim();
+    // The innermost `[table]` (or `[[table]]`) header above the line.
     let table = text
         .get(..start)?
         .lines()
         .rev()
         .map(str::trim)
         .find(|l| l.starts_with('['))
-        .map(|header| format!("{header} "))
-        .unwrap_or_default();
-    Some(format!("{table}{key} = {value}: accepted {range}"))
+        .map(|header| header.trim_matches(|c| c == '[' || c == ']').trim());
+    let key = match table {
+        Some(table) => format!("{table}.{key}"),
+        None => key.to_owned(),
+    };
+    Some(OutOfType {
+        key,
+        value: value.to_owned(),
+        max,
+    })
 }
 
 /// Where the value of the dotted `key` of a validation error is written

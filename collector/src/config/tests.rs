@@ -127,7 +127,7 @@ fn health_values_are_checked() {
         ),
         (
             "[health]\nkeepalive_interval_secs = -1",
-            "[health] keepalive_interval_secs = -1: accepted 0..=18446744073709551615",
+            "h.toml:2:27: `health.keepalive_interval_secs` = -1: expected seconds, 1 to 3600",
         ),
     ] {
         let err = parse(text, "h.toml").expect_err(text);
@@ -253,11 +253,26 @@ fn a_validation_error_points_at_the_value_it_names() {
 }
 
 #[test]
-fn a_number_outside_its_type_names_the_key_and_the_range() {
+fn a_number_outside_its_type_names_the_key_and_its_own_range() {
     let err = parse("[health]\nkeepalive_misses = 4294967296\n", "f.toml").expect_err("u32");
     assert_eq!(
         err.to_string(),
-        "f.toml:2:20: [health] keepalive_misses = 4294967296: accepted 0..=4294967295"
+        "f.toml:2:20: `health.keepalive_misses` = 4294967296: expected 1 to 100"
+    );
+    // A negative number: the key's range, not the type's 0..=4294967295.
+    let err = parse("[subscription]\nexpires = -5\n", "f.toml").expect_err("negative");
+    let shown = err.to_string();
+    assert!(
+        shown.starts_with("f.toml:2:11: `subscription.expires` = -5: expected "),
+        "{shown}"
+    );
+    assert!(!shown.contains("4294967295"), "{shown}");
+    // When the key's range cannot be found (here another error comes
+    // first), the error still says it must not be negative.
+    let err = parse("node = \" \"\n[sip]\nnonce_ttl_secs = -1\n", "f.toml").expect_err("negative");
+    assert_eq!(
+        err.to_string(),
+        "f.toml:3:18: `sip.nonce_ttl_secs` = -1: expected a number that is not negative, 0 to 9223372036854775807"
     );
     // A top-level key has no table to name.
     let err = parse("max_rows = -1\n", "f.toml").expect_err("unknown or negative");
