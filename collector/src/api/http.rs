@@ -111,8 +111,9 @@ struct Api {
 #[serde(deny_unknown_fields)]
 struct LegParams {
     msr: Option<String>,
-    older_than: Option<u64>,
-    limit: Option<u32>,
+    /// Read as text and parsed here, as `random` of [`SelectParams`].
+    older_than: Option<String>,
+    limit: Option<String>,
 }
 
 /// `GET /v1/select` query parameters: the `select` op's fields.
@@ -327,6 +328,34 @@ fn bearer_credentials(value: &str) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then_some(token)
 }
 
+/// The message of the 400 answer to a query parameter whose value does not
+/// parse: the parameter, the value as sent (printable, cut) and what it
+/// takes, e.g. `invalid query string: limit=ten: expected a whole number
+/// of legs, 1 to 10000`; serde_urlencoded's own says only "invalid digit found
+/// in string".
+fn bad_parameter(name: &str, value: &str, expected: &str) -> String {
+    format!(
+        "invalid query string: {name}={}: expected {expected}",
+        msr_shared::logging::printable(value, 40)
+    )
+}
+
+/// A whole-number query parameter, or the message of [`bad_parameter`]
+/// with what it takes.
+fn whole_number<T: std::str::FromStr>(
+    name: &str,
+    value: Option<&str>,
+    expected: &str,
+) -> Result<Option<T>, String> {
+    value
+        .map(|text| {
+            text.trim()
+                .parse::<T>()
+                .map_err(|_| bad_parameter(name, text, expected))
+        })
+        .transpose()
+}
+
 /// Reads the query string of `GET /v1/select` into a `select` request.
 ///
 /// # Errors
@@ -361,23 +390,13 @@ fn select_request(query: Option<&str>) -> Result<Request, String> {
                 .parse::<f64>()
                 .ok()
                 .filter(|r| r.is_finite())
-                .ok_or_else(|| {
-                    format!(
-                        "invalid query string: random={}: expected a finite number",
-                        msr_shared::logging::printable(text, 40)
-                    )
-                })?,
+                .ok_or_else(|| bad_parameter("random", text, "a finite number"))?,
         ),
     };
     let explain = match params.explain.as_deref() {
         None | Some("false") => false,
         Some("true") => true,
-        Some(other) => {
-            return Err(format!(
-                "invalid query string: explain={}: expected true or false",
-                msr_shared::logging::printable(other, 40)
-            ))
-        }
+        Some(other) => return Err(bad_parameter("explain", other, "true or false")),
     };
     if params.call_id.is_none() && (params.leg.is_some() || params.conference.is_some()) {
         return Err("leg and conference name a leg: they need call_id".into());
@@ -468,21 +487,37 @@ async fn release(State(api): State<Api>, RawQuery(query): RawQuery, body: Body) 
 /// `GET /v1/legs[?msr=M][&older_than=SECS][&limit=N]`: the live legs
 /// (SPEC §9), as `leg_list` answers them.
 async fn legs(State(api): State<Api>, RawQuery(query): RawQuery) -> HttpResponse {
-    match serde_urlencoded::from_str::<LegParams>(query.as_deref().unwrap_or("")) {
-        Ok(p) => reply(
-            &api.ask(Request::LegList {
-                msr: p.msr,
-                older_than_secs: p.older_than,
-                limit: p.limit,
-            })
-            .await,
-        ),
-        Err(e) => error(
-            StatusCode::BAD_REQUEST,
-            ErrorCode::BadRequest,
-            format!("invalid query string: {e}"),
-        ),
+    match legs_request(query.as_deref()) {
+        Ok(request) => reply(&api.ask(request).await),
+        Err(message) => error(StatusCode::BAD_REQUEST, ErrorCode::BadRequest, message),
     }
+}
+
+/// Reads the query string of `GET /v1/legs` into a `leg_list` request.
+///
+/// # Errors
+/// The message of the 400 answer: an unknown or repeated parameter, or a
+/// number that does not parse ([`bad_parameter`]).
+fn legs_request(query: Option<&str>) -> Result<Request, String> {
+    let params: LegParams = serde_urlencoded::from_str(query.unwrap_or(""))
+        .map_err(|e| format!("invalid query string: {e}"))?;
+    Ok(Request::LegList {
+        msr: params.msr,
+        older_than_secs: whole_number(
+            "older_than",
+            params.older_than.as_deref(),
+            "seconds, a whole number 0 or more",
+        )?,
+        // The range is the `leg_list` op's (checked by the handler).
+        limit: whole_number(
+            "limit",
+            params.limit.as_deref(),
+            &format!(
+                "a whole number of legs, 1 to {}",
+                msr_shared::admin::MAX_LEG_LIST_LIMIT
+            ),
+        )?,
+    })
 }
 
 /// Refuses a query string on routes that take none.

@@ -83,6 +83,42 @@ fn bad_select_queries_are_refused_with_the_reason() {
     }
 }
 
+/// Issue 44: a number that does not parse names its parameter and the
+/// value, not serde's bare "invalid digit found in string".
+#[test]
+fn bad_legs_queries_name_the_parameter_and_the_value() {
+    assert_eq!(
+        legs_request(Some("msr=msr_1&older_than=60&limit=5")),
+        Ok(Request::LegList {
+            msr: Some("msr_1".into()),
+            older_than_secs: Some(60),
+            limit: Some(5),
+        })
+    );
+    for (query, message) in [
+        (
+            "older_than=1h",
+            "invalid query string: older_than=1h: expected seconds, a whole number 0 or more",
+        ),
+        (
+            "limit=-1",
+            "invalid query string: limit=-1: expected a whole number of legs, 1 to 10000",
+        ),
+        (
+            "limit=99999999999",
+            "invalid query string: limit=99999999999: expected a whole number of legs, 1 to 10000",
+        ),
+    ] {
+        assert_eq!(
+            legs_request(Some(query)),
+            Err(message.to_owned()),
+            "{query}"
+        );
+    }
+    let unknown = legs_request(Some("colour=red")).expect_err("unknown");
+    assert!(unknown.contains("unknown field `colour`"), "{unknown}");
+}
+
 #[test]
 fn the_bearer_scheme_is_case_insensitive() {
     assert_eq!(bearer_credentials("Bearer abc"), Some("abc"));
