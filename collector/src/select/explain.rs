@@ -118,7 +118,9 @@ pub struct ExplainedCandidate {
     /// The step that dropped it, or [`CandidateOutcome::Kept`] /
     /// [`CandidateOutcome::Full`].
     pub outcome: CandidateOutcome,
-    /// The step-5 weight of a kept or full contact.
+    /// The step-5 weight of a contact that stays a candidate
+    /// ([`CandidateOutcome::Kept`]); a dropped one has none, its outcome
+    /// says why (issue 44).
     pub weight: Option<f64>,
 }
 
@@ -196,7 +198,8 @@ pub(super) fn outcome_of(
 }
 
 /// What became of the contact at `position`, and its weight when kept
-/// (SPEC §7; step 1's reasons first: inactive, unregistered, unhealthy).
+/// with a positive one (SPEC §7; step 1's reasons first: inactive,
+/// unregistered, unhealthy).
 pub(super) fn explain_member(
     view: &ZoneView<'_>,
     position: usize,
@@ -221,8 +224,8 @@ pub(super) fn explain_member(
         match outcome_of(status.msr, position, distance, steps) {
             CandidateOutcome::Kept => {
                 let (_, w) = weight(view.weight_inputs(position));
-                weight_of = Some(w);
                 if w > 0.0 {
+                    weight_of = Some(w);
                     CandidateOutcome::Kept
                 } else {
                     CandidateOutcome::Full

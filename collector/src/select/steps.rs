@@ -236,10 +236,16 @@ pub(super) fn run<R: Rng + ?Sized>(
                     .iter()
                     .find(|(p, _)| *p == position)
                     .map(|(_, o)| *o);
+                // A contact admission or a conference rule leaves out shows
+                // why, not the weight it would have had.
                 match (admission, chosen) {
-                    (Some(outcome), _) => c.outcome = outcome,
+                    (Some(outcome), _) => {
+                        c.outcome = outcome;
+                        c.weight = None;
+                    }
                     (None, Some(p)) if c.outcome == CandidateOutcome::Kept && p != position => {
                         c.outcome = CandidateOutcome::NotPreferred;
+                        c.weight = None;
                     }
                     _ => {}
                 }

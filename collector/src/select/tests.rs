@@ -198,6 +198,11 @@ fn a_conference_stays_on_its_bridge_below_the_existing_threshold() {
     };
     assert_eq!(outcome("lo@cms_1"), Some(CandidateOutcome::Kept));
     assert_eq!(outcome("lo@cms_2"), Some(CandidateOutcome::NotPreferred));
+    // Issue 44: only the candidate that stays shows a weight; the ones the
+    // rule left out show why, not the weight they would have had.
+    let weight = |contact: &str| e.candidates.iter().find(|c| c.contact == contact)?.weight;
+    assert_eq!(weight("lo@cms_1"), Some(30.0));
+    assert_eq!(weight("lo@cms_2"), None);
 }
 
 /// At 85 % (over 80 % of its limit) the host takes no more: the leg goes
@@ -216,6 +221,7 @@ fn a_conference_over_the_existing_threshold_spills_to_the_preferred_bridge_below
         .find(|c| c.msr == "cms_1")
         .expect("cms_1");
     assert_eq!(host.outcome, CandidateOutcome::OverThreshold);
+    assert_eq!(host.weight, None, "a dropped contact shows no weight");
     // A load limit moves the thresholds: with a limit of 50 the 30 % and
     // 20 % bridges are over the new-conference threshold (25 %) or not.
     let mut world = World::bridges([85, 20, 30]);
@@ -297,6 +303,17 @@ fn a_plain_leg_is_held_to_each_load_limit() {
         outcome("cms_3"),
         Some(CandidateOutcome::OverLoadLimit),
         "10 ≥ limit 10"
+    );
+    // Issue 44: the weights are the kept candidate's only; cms_3 would
+    // have weighed 90 had its limit not left it out.
+    let weights: Vec<(&str, Option<f64>)> = e
+        .candidates
+        .iter()
+        .map(|c| (c.msr.as_str(), c.weight))
+        .collect();
+    assert_eq!(
+        weights,
+        [("cms_1", Some(30.0)), ("cms_2", None), ("cms_3", None)]
     );
     assert_eq!(e.intervals.len(), 1);
     world.load("cms_1", 100);
@@ -971,20 +988,14 @@ fn reference_run<R: rand::Rng + ?Sized>(
             .zip(&outcomes)
             .zip(&distances)
             .map(|((c, outcome), d)| {
-                // Admission drops keep the weight they would have had.
-                let weight = weights.get(c.contact.as_str()).copied().or_else(|| {
-                    matches!(
-                        outcome,
-                        CandidateOutcome::Full | CandidateOutcome::OverLoadLimit
-                    )
-                    .then(|| {
-                        f64::from(100 - c.load.unwrap_or(0).min(100)) * c.performance_coefficient
-                    })
-                });
+                let weight = weights.get(c.contact.as_str()).copied();
                 let outcome = match (outcome, weight) {
                     (CandidateOutcome::Kept, Some(w)) if w <= 0.0 => CandidateOutcome::Full,
                     _ => *outcome,
                 };
+                // Only a contact that stays a candidate has a weight; a
+                // dropped one (admission's too) shows why (issue 44).
+                let weight = weight.filter(|_| outcome == CandidateOutcome::Kept);
                 ExplainedCandidate {
                     contact: c.contact.to_string(),
                     msr: c.msr.to_string(),
@@ -1132,7 +1143,7 @@ fn unhealthy_contacts_are_dropped_and_every_contact_is_explained() {
         outcomes,
         [
             ("a@msr_1", "kept", Some(60.0)),
-            ("a@msr_2", "full", Some(0.0)),
+            ("a@msr_2", "full", None),
             ("a@msr_3", "unreachable", None),
             ("a@msr_4", "stale", None),
             ("a@msr_5", "unreported", None),

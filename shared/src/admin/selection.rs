@@ -113,8 +113,9 @@ pub struct ExplainCandidate {
     pub health: HealthState,
     /// What became of it.
     pub outcome: ExplainOutcome,
-    /// Step 5 weight, for [`ExplainOutcome::Kept`] (and 0 for
-    /// [`ExplainOutcome::Full`]).
+    /// Step 5 weight, only for [`ExplainOutcome::Kept`]: a contact left
+    /// out (full, over its load limit, not preferred, …) has none, its
+    /// outcome says why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<f64>,
     /// For [`ExplainOutcome::Incapable`]: what its MSR lacks of the leg's
