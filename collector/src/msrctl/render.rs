@@ -309,7 +309,7 @@ pub fn resources_narrow(rows: &[ResourceInfo], active_only: bool) -> String {
         })
         .collect();
     let title = if active_only {
-        "  Active media resource selected list"
+        "  Active media resource list"
     } else {
         "  Media resource list"
     };
@@ -374,7 +374,9 @@ pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
         "Site",
         "Contact",
         "Status",
-        "Expired",
+        // Seconds left of the registration: a countdown, not a past event
+        // (the seed's `Expired` read as when it had lapsed; issue 44).
+        "Expires\nin, s",
         "Subscription",
         "Report\nage",
         "Stale",
@@ -444,7 +446,7 @@ pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
         })
         .collect();
     let title = if active_only {
-        "  Active media resource selected list:"
+        "  Active media resource list:"
     } else {
         "  Media resource list:"
     };
@@ -496,25 +498,13 @@ pub fn cluster(view: &ClusterView) -> String {
     out
 }
 
-/// Formats Unix seconds as `YYYY/MM/DD hh:mm:ss` (UTC), as in the seed.
+/// Formats Unix seconds as `YYYY/MM/DD hh:mm:ss UTC`: the seed's form,
+/// with its zone said (issue 44: a time without one reads as local time).
 pub fn timestamp(unix: i64) -> String {
-    let days = unix.div_euclid(86_400);
-    let secs = unix.rem_euclid(86_400);
-    // Civil-from-days (H. Hinnant), proleptic Gregorian calendar.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let t = msr_shared::time::UtcDateTime::from_unix(unix);
     format!(
-        "{year:04}/{month:02}/{day:02} {:02}:{:02}:{:02}",
-        secs / 3600,
-        secs % 3600 / 60,
-        secs % 60
+        "{:04}/{:02}/{:02} {:02}:{:02}:{:02} UTC",
+        t.year, t.month, t.day, t.hour, t.minute, t.second
     )
 }
 
@@ -559,7 +549,7 @@ pub fn subscriptions(rows: &[SubscriptionInfo]) -> String {
         })
         .collect();
     format!(
-        " Subscriptions on msr\n{}\n",
+        " Load subscriptions to the MSRs:\n{}\n",
         table(&headers, &aligns, body)
     )
 }
@@ -656,7 +646,7 @@ pub fn explain(explain: &Explain) -> String {
             ]
         })
         .collect();
-    out.push_str("Contacts of the zone:\n");
+    out.push_str(&format!("Contacts of zone {}:\n", explain.zone));
     out.push_str(&table(
         &[
             "Contact", "MSR", "Site", "Distance", "Health", "Outcome", "Weight",

@@ -206,8 +206,9 @@ fn seed_msr_list_layout() {
 
 #[test]
 fn subscription_list_columns_and_timestamp() {
-    assert_eq!(timestamp(1_557_875_794), "2019/05/14 23:16:34");
-    assert_eq!(timestamp(0), "1970/01/01 00:00:00");
+    // Issue 44: a time says its zone.
+    assert_eq!(timestamp(1_557_875_794), "2019/05/14 23:16:34 UTC");
+    assert_eq!(timestamp(0), "1970/01/01 00:00:00 UTC");
     let rows = [SubscriptionInfo {
         msr: "msr_1".into(),
         registered: true,
@@ -221,8 +222,13 @@ fn subscription_list_columns_and_timestamp() {
     }];
     let out = subscriptions(&rows);
     let expected_row =
-        "│ msr_1 │ true        │ eltex-call-count │ true   │      30 │      0 │ 2019/05/14 23:16:34 │ 0615cfa9332fdbbd │ active │";
+        "│ msr_1 │ true        │ eltex-call-count │ true   │      30 │      0 │ 2019/05/14 23:16:34 UTC │ 0615cfa9332fdbbd │ active │";
     assert!(out.contains(expected_row), "{out}");
+    // The title names what is listed (the seed's read "Subscriptions on msr").
+    assert!(
+        out.starts_with(" Load subscriptions to the MSRs:\n┌"),
+        "{out}"
+    );
     assert!(
         out.contains("│  MSR  │   Is MSR    │      Event       │ Active │ Expires │ Notify │"),
         "{out}"
@@ -259,10 +265,7 @@ fn resource_rows_show_node_once() {
         codecs: None,
     };
     let out = resources(&[row("msr_1"), row("msr_2")], true);
-    assert!(
-        out.starts_with("  Active media resource selected list:\n┌"),
-        "{out}"
-    );
+    assert!(out.starts_with("  Active media resource list:\n┌"), "{out}");
     assert_eq!(out.matches("core1@ecss1").count(), 1, "{out}");
     assert!(
         out.contains("│ 192.168.2.21:5700 │ sip:192.168.2.21:5040 │ true "),
@@ -337,12 +340,19 @@ fn the_default_resource_list_fits_120_columns_and_wide_has_every_column() {
             wide: true,
         },
     );
-    for column in ["Cc-address", "Engine", "Expired", "Stale"] {
+    for column in ["Cc-address", "Engine", "Expires", "Stale"] {
         assert!(
             wide.contains(column) && !narrow.contains(column),
             "{column}:\n{wide}"
         );
     }
+    // The registration's countdown says so (the seed's header read
+    // "Expired"; issue 44).
+    assert!(!wide.contains("Expired"), "{wide}");
+    assert!(
+        wide.contains("│ Expires │") && wide.contains("│  in, s  │"),
+        "{wide}"
+    );
     assert!(wide.contains("sip:192.168.200.210:5040"), "{wide}");
 }
 
