@@ -8,7 +8,10 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::CertificateError;
+
+use crate::time::UtcDateTime;
 
 /// A certificate that ends within this long gets a warning: time to renew.
 pub const RENEW_WITHIN: Duration = Duration::from_secs(14 * 24 * 3600);
@@ -73,15 +76,49 @@ pub fn unusable_now(path: &Path, now: SystemTime) -> Option<String> {
     let now = now
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-    if validity.not_after.timestamp() < now {
-        Some(format!("the certificate expired on {}", validity.not_after))
-    } else if validity.not_before.timestamp() > now {
+    let (from, until) = (
+        validity.not_before.timestamp(),
+        validity.not_after.timestamp(),
+    );
+    if until < now {
+        Some(format!(
+            "the certificate expired on {}",
+            UtcDateTime::from_unix(until)
+        ))
+    } else if from > now {
         Some(format!(
             "the certificate is not valid before {}",
-            validity.not_before
+            UtcDateTime::from_unix(from)
         ))
     } else {
         None
+    }
+}
+
+/// Why a peer's certificate was refused at a handshake, said once and
+/// with its dates in UTC (RFC 3339): rustls's own text gives them as raw
+/// Unix seconds ("verification time 1764979200 (UNIX), but certificate is
+/// not valid after …") and says "certificate" three times.
+pub fn refusal(error: &CertificateError) -> String {
+    let date =
+        |t: &UnixTime| UtcDateTime::from_unix(i64::try_from(t.as_secs()).unwrap_or(i64::MAX));
+    match error {
+        CertificateError::ExpiredContext { time, not_after } => format!(
+            "the peer's certificate expired on {} (checked at {})",
+            date(not_after),
+            date(time)
+        ),
+        CertificateError::NotValidYetContext { time, not_before } => format!(
+            "the peer's certificate is not valid before {} (checked at {})",
+            date(not_before),
+            date(time)
+        ),
+        CertificateError::Expired => "the peer's certificate expired".to_owned(),
+        CertificateError::NotValidYet => "the peer's certificate is not valid yet".to_owned(),
+        CertificateError::UnknownIssuer => {
+            "the peer's certificate is not issued by a trusted CA (UnknownIssuer)".to_owned()
+        }
+        other => format!("the peer's certificate was refused: {other}"),
     }
 }
 
@@ -113,12 +150,15 @@ pub fn validity(what: &str, path: &Path, now: SystemTime) -> Vec<ValidityProblem
             continue;
         };
         let validity = cert.validity();
-        let (from, until) = (validity.not_before, validity.not_after);
+        let ends = validity.not_after.timestamp();
+        let (from, until) = (
+            UtcDateTime::from_unix(validity.not_before.timestamp()),
+            UtcDateTime::from_unix(ends),
+        );
         let subject = cert.subject();
-        let ends = until.timestamp();
         let (refused, problem) = if ends < now {
             (true, format!("expired on {until}: peers refuse it"))
-        } else if from.timestamp() > now {
+        } else if validity.not_before.timestamp() > now {
             (
                 true,
                 format!("is not valid before {from}: peers refuse it until then"),

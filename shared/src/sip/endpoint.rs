@@ -341,6 +341,22 @@ pub fn std_udp_socket(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> 
     Ok(socket.into())
 }
 
+/// Why a TCP or TLS connection could not be opened, for the log: a
+/// certificate the handshake refused in [`crate::certificate::refusal`]'s
+/// words (rsipstack passes rustls's error on inside an I/O error);
+/// anything else as rsipstack says it.
+fn connect_failure(error: &rsipstack::Error) -> String {
+    if let rsipstack::Error::IoError(io) = error {
+        let tls = io
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+        if let Some(rustls::Error::InvalidCertificate(certificate)) = tls {
+            return crate::certificate::refusal(certificate);
+        }
+    }
+    error.to_string()
+}
+
 /// What TLS client connections are checked with (RFC 3261 §26.3.1): the
 /// CAs a server's certificate must chain to — its name must be the
 /// URI's host — and, for a server that asks, a client identity. PEM
@@ -630,7 +646,10 @@ impl SipEndpoint {
                             Ok(Err(e)) => {
                                 return SipEvent::Failed {
                                     id,
-                                    reason: format!("{name} connection to {target} failed: {e}"),
+                                    reason: format!(
+                                        "{name} connection to {target} failed: {}",
+                                        connect_failure(&e)
+                                    ),
                                 }
                             }
                             Err(_) => {

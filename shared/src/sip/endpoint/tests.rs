@@ -173,3 +173,37 @@ async fn a_datagram_over_the_stack_buffer_is_dropped_and_counted() {
     assert_eq!(endpoint.oversized_total(), 1);
     cancel.cancel();
 }
+
+/// Issue 44: a certificate refused at the handshake is said once, with
+/// its dates in UTC, not as rustls's raw Unix seconds.
+#[test]
+fn a_refused_certificate_reads_with_utc_dates() {
+    use rustls::pki_types::UnixTime;
+    let at = |secs: u64| UnixTime::since_unix_epoch(Duration::from_secs(secs));
+    let handshake = |certificate: rustls::CertificateError| {
+        rsipstack::Error::IoError(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            rustls::Error::InvalidCertificate(certificate),
+        ))
+    };
+    let expired = handshake(rustls::CertificateError::ExpiredContext {
+        time: at(1_764_979_200),
+        not_after: at(1_735_689_600),
+    });
+    assert_eq!(
+        connect_failure(&expired),
+        "the peer's certificate expired on 2025-01-01T00:00:00Z (checked at 2025-12-06T00:00:00Z)"
+    );
+    let early = handshake(rustls::CertificateError::NotValidYetContext {
+        time: at(1_735_689_600),
+        not_before: at(1_764_979_200),
+    });
+    assert_eq!(
+        connect_failure(&early),
+        "the peer's certificate is not valid before 2025-12-06T00:00:00Z (checked at 2025-01-01T00:00:00Z)"
+    );
+    // Any other error as rsipstack says it.
+    let refused =
+        rsipstack::Error::IoError(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+    assert_eq!(connect_failure(&refused), refused.to_string());
+}
