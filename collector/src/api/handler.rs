@@ -23,7 +23,7 @@ use msr_shared::admin::{
     Change, ChangeValue, ChangedEntity, ChangedProperty, ContactProperty, Distance, ErrorBody,
     ErrorCode, Explain, ExplainCandidate, ExplainOutcome, HealthState, Hello, Interval, LegInfo,
     LegOutcome, LegRows, MsrInfo, RegistrationStatus, Released, Request, ResourceInfo, Response,
-    ResponseData, SelectQuery, Selection, SelectionRule, SiteMatrix, SubscriptionInfo,
+    ResponseData, SelectQuery, Selection, SelectionRule, SiteMatrix, SubscriptionInfo, ZoneInfo,
     DEFAULT_LEG_LIST_LIMIT, EVENT_PACKAGE, MAX_LEG_LIST_LIMIT, PROTOCOL_VERSION,
 };
 use msr_shared::present::{format_number, normalize_zero};
@@ -402,6 +402,7 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
         Request::SiteList {} => Response::Ok(ResponseData::Sites {
             sites: ctx.operator.topology().sites().map(str::to_owned).collect(),
         }),
+        Request::ZoneList {} => zone_list(ctx),
         Request::SiteMatrix { names } => site_matrix(ctx.operator, &names),
         Request::MsrList {} => msr_list(ctx, now),
         Request::MsrForget { msr } => {

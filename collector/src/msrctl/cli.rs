@@ -48,6 +48,9 @@ pub enum Command {
     /// Sites and the site distance matrix.
     #[command(subcommand)]
     Site(SiteCommand),
+    /// Zones: the labels contacts and legs carry (set with `resource set CONTACT zone Z`).
+    #[command(subcommand)]
+    Zone(ZoneCommand),
     /// Per-MSR settings: performance coefficient, admin active flag and load limit.
     #[command(subcommand)]
     Msr(MsrCommand),
@@ -95,6 +98,14 @@ pub enum LegCommand {
               value_parser = clap::value_parser!(u32).range(1..=i64::from(msr_shared::admin::MAX_LEG_LIST_LIMIT)))]
         limit: u32,
     },
+}
+
+/// `zone …`
+#[derive(Debug, Subcommand)]
+pub enum ZoneCommand {
+    /// List the zones: the default zone and every zone a contact is in or
+    /// set to, with the contacts in each.
+    List,
 }
 
 /// `cluster …`
@@ -361,6 +372,7 @@ impl Command {
                 Request::SiteRemove { name: name.clone() }
             }
             Command::Site(SiteCommand::List) => Request::SiteList {},
+            Command::Zone(ZoneCommand::List) => Request::ZoneList {},
             Command::Site(SiteCommand::Distance { a, b, value }) => Request::SiteDistance {
                 a: a.clone(),
                 b: b.clone(),

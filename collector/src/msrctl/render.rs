@@ -5,7 +5,7 @@ use comfy_table::{Cell, CellAlignment, Table};
 use msr_shared::admin::{
     subscription_name, Change, ChangeValue, ChangedEntity, ChangedProperty, ClusterView, Distance,
     DrainState, ErrorBody, Explain, HealthState, LegOutcome, LegRows, MsrInfo, Released,
-    ResourceInfo, ResponseData, Selection, SelectionRule, SiteMatrix, SubscriptionInfo,
+    ResourceInfo, ResponseData, Selection, SelectionRule, SiteMatrix, SubscriptionInfo, ZoneInfo,
     PROTOCOL_VERSION,
 };
 use msr_shared::present::{format_coefficient, format_number};
@@ -177,6 +177,28 @@ pub fn sites(sites: &[String]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// `zone list`: each zone with its contacts; the default zone marked.
+pub fn zones(zones: &[ZoneInfo]) -> String {
+    let rows = zones
+        .iter()
+        .map(|z| {
+            vec![
+                z.name.clone(),
+                z.contacts.to_string(),
+                z.default.to_string(),
+            ]
+        })
+        .collect();
+    format!(
+        "List of all zones:\n{}\n",
+        table(
+            &["Zone", "Contacts", "Default"],
+            &[Align::Left, Align::Right, Align::Left],
+            rows
+        )
+    )
 }
 
 /// `msr list`.
@@ -827,6 +849,7 @@ pub fn response(data: &ResponseData, view: ResourceView) -> String {
         ResponseData::SiteRemoved { name } => format!("Site: {name}.\n Removed successfully.\n"),
         ResponseData::Changed(c) => change(c),
         ResponseData::Sites { sites: list } => sites(list),
+        ResponseData::Zones { zones: list } => zones(list),
         ResponseData::Matrix(m) => matrix(m),
         ResponseData::Msrs { msrs: list } => msrs(list),
         ResponseData::Resources { rows } if view.wide => resources(rows, view.active_only),

@@ -130,6 +130,8 @@ fn seed_slash_paths_are_aliases() {
         }
     );
     assert_eq!(request("/system/media/site/list"), Request::SiteList {});
+    assert_eq!(request("zone list"), Request::ZoneList {});
+    assert_eq!(request("system/media/zone/list"), Request::ZoneList {});
     assert_eq!(
         request("--socket /tmp/x.sock system/media/site/distance remote_1 local 64"),
         Request::SiteDistance {

@@ -28,6 +28,10 @@ pub enum Request {
     },
     /// List declared sites, sorted by name.
     SiteList {},
+    /// List the zones, sorted by name (SPEC §6: a zone is a label, never
+    /// declared): the collector's default zone and every zone a contact is
+    /// in or set to.
+    ZoneList {},
     /// Set the distance between two declared sites (symmetric; `a == b`
     /// sets the site's own distance).
     SiteDistance {

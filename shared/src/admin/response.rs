@@ -185,6 +185,11 @@ pub enum ResponseData {
         /// Site names.
         sites: Vec<String>,
     },
+    /// The zones (`zone_list`), sorted by name.
+    Zones {
+        /// One entry per zone.
+        zones: Vec<ZoneInfo>,
+    },
     /// The distance matrix.
     Matrix(SiteMatrix),
     /// MSRs with their operator settings.

@@ -18,6 +18,20 @@ pub struct SiteMatrix {
     pub cells: Vec<Vec<Distance>>,
 }
 
+/// A zone (SPEC §6) as `zone list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZoneInfo {
+    /// Zone name.
+    pub name: String,
+    /// The MSR contacts in the zone now (the load table's, registered or
+    /// not yet expired); 0 for a zone only set on contacts that are not
+    /// known now, or the default zone without any.
+    pub contacts: u32,
+    /// Whether it is the collector's `[defaults] zone`, the zone of every
+    /// contact not set to another.
+    pub default: bool,
+}
+
 /// An MSR's operator settings and registration state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MsrInfo {

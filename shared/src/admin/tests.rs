@@ -31,6 +31,7 @@ fn every_op() -> Vec<Request> {
         Request::SiteDeclare { name: "a".into() },
         Request::SiteRemove { name: "a".into() },
         Request::SiteList {},
+        Request::ZoneList {},
         Request::SiteDistance {
             a: "a".into(),
             b: "b".into(),
@@ -102,6 +103,7 @@ fn every_op() -> Vec<Request> {
             Request::SiteDeclare { .. }
             | Request::SiteRemove { .. }
             | Request::SiteList {}
+            | Request::ZoneList {}
             | Request::SiteDistance { .. }
             | Request::SiteMatrix { .. }
             | Request::MsrSetPerformanceCoefficient { .. }

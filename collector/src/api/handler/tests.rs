@@ -1790,3 +1790,39 @@ fn a_failover_after_the_release_of_its_live_leg_places_nothing() {
     let placed = selected(h.ok(failover_select("c1", &[first.msr.as_str()], None), later));
     assert_eq!(placed.leg, Some(LegOutcome::New));
 }
+
+/// Issue 44: zones are labels (SPEC §6), never declared, so `zone_list`
+/// names the default zone, the zones contacts are in and the zones set
+/// on contacts not known now, each with its contacts.
+#[test]
+fn zone_list_names_every_zone_with_its_contacts() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.register("lo@msr_1", "msr_1", now);
+    h.register("lo@msr_2", "msr_2", now);
+    h.ok(
+        Request::ResourceSetZone {
+            contact: "lo@msr_2".into(),
+            zone: "rtk".into(),
+        },
+        now,
+    );
+    h.ok(
+        Request::ResourceSetZone {
+            contact: "eth0@msr_9".into(),
+            zone: "spb".into(),
+        },
+        now,
+    );
+    let ResponseData::Zones { zones } = h.ok(Request::ZoneList {}, now) else {
+        panic!("zones")
+    };
+    let shown: Vec<(&str, u32, bool)> = zones
+        .iter()
+        .map(|z| (z.name.as_str(), z.contacts, z.default))
+        .collect();
+    assert_eq!(
+        shown,
+        [("default", 1, true), ("rtk", 1, false), ("spb", 0, false)]
+    );
+}

@@ -89,6 +89,30 @@ pub(super) fn site_matrix(operator: &OperatorConfig, names: &[String]) -> Respon
     }))
 }
 
+/// `zone_list`: the default zone, the zones of the load table's contacts
+/// and the zones the operator set on contacts (SPEC §6: zones are labels,
+/// never declared), each with the contacts in it now.
+pub(super) fn zone_list(ctx: &AdminContext<'_>) -> Response {
+    let default = ctx.defaults.placement.zone.as_str();
+    let set = ctx
+        .operator
+        .configured_contacts()
+        .filter_map(|(_, settings)| settings.zone.as_ref().map(|zone| zone.as_str()));
+    let names: std::collections::BTreeSet<&str> = std::iter::once(default)
+        .chain(ctx.table.zone_names())
+        .chain(set)
+        .collect();
+    let zones = names
+        .into_iter()
+        .map(|name| ZoneInfo {
+            name: name.to_owned(),
+            contacts: u32::try_from(ctx.table.zone(name).len()).unwrap_or(u32::MAX),
+            default: name == default,
+        })
+        .collect();
+    Response::Ok(ResponseData::Zones { zones })
+}
+
 pub(super) fn msr_list(ctx: &AdminContext<'_>, now: Instant) -> Response {
     let mut msrs: std::collections::BTreeMap<String, MsrInfo> = std::collections::BTreeMap::new();
     for (name, settings) in ctx.operator.configured_msrs() {

@@ -499,3 +499,28 @@ fn explain_shows_intervals() {
     );
     assert!(out.contains("Draw 58 in [0, 147)"), "{out}");
 }
+
+/// Issue 44: `zone list`, shaped as `site list`, with each zone's contacts.
+#[test]
+fn zone_list_is_a_table_with_the_default_marked() {
+    let out = response(
+        &ResponseData::Zones {
+            zones: vec![
+                msr_shared::admin::ZoneInfo {
+                    name: "default".into(),
+                    contacts: 2,
+                    default: true,
+                },
+                msr_shared::admin::ZoneInfo {
+                    name: "rtk".into(),
+                    contacts: 0,
+                    default: false,
+                },
+            ],
+        },
+        ResourceView::default(),
+    );
+    assert!(out.starts_with("List of all zones:\n┌"), "{out}");
+    assert!(out.contains("│ default │        2 │ true    │"), "{out}");
+    assert!(out.contains("│ rtk     │        0 │ false   │"), "{out}");
+}
