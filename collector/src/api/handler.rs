@@ -186,7 +186,20 @@ fn changed(
         property,
         from,
         to,
+        msr_registered: None,
     }))
+}
+
+/// The MSR a change names (`msr set`, `subscription set`), whose
+/// registration its answer states ([`Change::msr_registered`]).
+fn msr_of(request: &Request) -> Option<String> {
+    match request {
+        Request::MsrSetPerformanceCoefficient { msr, .. }
+        | Request::MsrSetActive { msr, .. }
+        | Request::MsrSetLoadLimit { msr, .. }
+        | Request::SubscriptionSetExpires { msr, .. } => Some(msr.clone()),
+        _ => None,
+    }
 }
 
 fn operator_error(error: &OperatorError) -> Response {
@@ -223,7 +236,16 @@ pub enum Outcome {
 pub fn prepare(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Outcome {
     if request.is_mutation() {
         let mut next = ctx.operator.clone();
-        let response = mutate(request, &mut next, ctx.table, ctx.defaults);
+        let msr = msr_of(&request);
+        let mut response = mutate(request, &mut next, ctx.table, ctx.defaults);
+        // A setting for an MSR that is not registered is kept: it applies
+        // when the MSR registers (SPEC §6), which may be later or through
+        // another collector of the cluster (SPEC §12). A typo would go
+        // unseen, so the answer says whether the MSR is known here
+        // (issue 44).
+        if let (Some(msr), Response::Ok(ResponseData::Changed(change))) = (msr, &mut response) {
+            change.msr_registered = Some(ctx.table.has_contacts(&msr));
+        }
         if matches!(response, Response::Ok(_)) && next != *ctx.operator {
             return Outcome::Change {
                 next: Box::new(next),

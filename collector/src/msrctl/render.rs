@@ -135,8 +135,9 @@ pub fn change(change: &Change) -> String {
         ChangedEntity::Subscription => {
             let (msr, event) = change.name.split_once(' ').unwrap_or((&change.name, ""));
             format!(
-                " msr   {msr}\n event {event}\n set   {}\n from  {from}\n to    {to}\n",
-                change.property
+                " msr   {msr}\n event {event}\n set   {}\n from  {from}\n to    {to}\n{}",
+                change.property,
+                not_registered(change, msr, 5)
             )
         }
         entity @ (ChangedEntity::Msr | ChangedEntity::Contact) => {
@@ -145,10 +146,30 @@ pub fn change(change: &Change) -> String {
             let entity = entity.as_str();
             let w = entity.len().max(5);
             format!(
-                " {entity:<w$} {}\n {:<w$} {}\n {:<w$} {from}\n {:<w$} {to}\n",
-                change.name, "set", change.property, "from", "to"
+                " {entity:<w$} {}\n {:<w$} {}\n {:<w$} {from}\n {:<w$} {to}\n{}",
+                change.name,
+                "set",
+                change.property,
+                "from",
+                "to",
+                not_registered(change, &change.name, w)
             )
         }
+    }
+}
+
+/// The line under a change to an MSR that is not registered (issue 44):
+/// the setting is kept for it, and a typo shows; keyed as the lines
+/// above it, `width` wide.
+fn not_registered(change: &Change, msr: &str, width: usize) -> String {
+    if change.msr_registered == Some(false) {
+        format!(
+            " {:<width$} no msr {msr} is registered: the setting is kept and applies when it \
+             registers (msrctl msr list shows the registered msrs)\n",
+            "note"
+        )
+    } else {
+        String::new()
     }
 }
 
@@ -201,10 +222,27 @@ pub fn zones(zones: &[ZoneInfo]) -> String {
     )
 }
 
-/// `msr list`.
+/// Whether `m` is only the operator's settings for a name: never
+/// registered with this collector (or not since it started), not gone,
+/// nothing placed on it. `msr set` keeps such settings for when the MSR
+/// registers; `msr list` shows them apart, not as a media server.
+fn settings_only(m: &MsrInfo) -> bool {
+    !m.registered
+        && m.health.is_none()
+        && m.gone_since_unix.is_none()
+        && m.live_legs == 0
+        && m.engine_calls.is_none()
+        && m.drain.is_none()
+}
+
+/// `msr list`: the media servers, then the settings kept for MSR names
+/// that are not registered (issue 44: a typo in `msr set` is not shown as
+/// a server).
 pub fn msrs(msrs: &[MsrInfo]) -> String {
-    let rows = msrs
-        .iter()
+    let (waiting, servers): (Vec<&MsrInfo>, Vec<&MsrInfo>) =
+        msrs.iter().partition(|m| settings_only(m));
+    let rows = servers
+        .into_iter()
         .map(|m| {
             vec![
                 m.name.clone(),
@@ -249,7 +287,29 @@ pub fn msrs(msrs: &[MsrInfo]) -> String {
         Align::Left,
         Align::Left,
     ];
-    format!(" Media server list:\n{}\n", table(&headers, &aligns, rows))
+    let mut out = format!(" Media server list:\n{}\n", table(&headers, &aligns, rows));
+    if !waiting.is_empty() {
+        let rows = waiting
+            .into_iter()
+            .map(|m| {
+                vec![
+                    m.name.clone(),
+                    coefficient(m.performance_coefficient),
+                    m.active.to_string(),
+                    m.load_limit.to_string(),
+                ]
+            })
+            .collect();
+        out.push_str(&format!(
+            " Settings kept for msrs that are not registered (each applies when its msr registers):\n{}\n",
+            table(
+                &["Name", "Performance\ncoefficient", "Active", "Load\nlimit"],
+                &[Align::Left, Align::Right, Align::Left, Align::Right],
+                rows
+            )
+        ));
+    }
+    out
 }
 
 fn optional<T: ToString>(value: Option<T>) -> String {

@@ -19,6 +19,13 @@ pub struct Change {
     pub from: ChangeValue,
     /// The new value.
     pub to: ChangeValue,
+    /// For a change to an MSR (`msr set`, `subscription set`): whether the
+    /// MSR has a contact in the collector's load table now. `false`: no
+    /// such MSR is registered (a typo, or one not started yet); the
+    /// setting is kept and applies when it registers. Absent for the
+    /// other entities.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub msr_registered: Option<bool>,
 }
 
 /// What a [`Change`] changed. On the wire: `site`, `msr`, `contact` or
@@ -121,6 +128,8 @@ struct ChangeRepr {
     property: ChangedProperty,
     from: RawValue,
     to: RawValue,
+    #[serde(default)]
+    msr_registered: Option<bool>,
 }
 
 /// A JSON scalar, before its property says what it is.
@@ -162,6 +171,7 @@ impl TryFrom<ChangeRepr> for Change {
             property: repr.property,
             from: repr.from.typed(repr.property)?,
             to: repr.to.typed(repr.property)?,
+            msr_registered: repr.msr_registered,
         })
     }
 }

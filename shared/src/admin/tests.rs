@@ -456,6 +456,7 @@ fn golden_json_of_changes() {
             property,
             from,
             to,
+            msr_registered: None,
         })
     };
     use ChangeValue as V;
@@ -579,6 +580,7 @@ fn changed_is_flattened_into_data() {
         property: ChangedProperty::PerformanceCoefficient,
         from: ChangeValue::Number(1.0),
         to: ChangeValue::Number(2.5),
+        msr_registered: Some(false),
     });
     let json = serde_json::to_value(&data).expect("serialize");
     assert_eq!(json["kind"], "changed");

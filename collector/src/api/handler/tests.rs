@@ -1826,3 +1826,35 @@ fn zone_list_names_every_zone_with_its_contacts() {
         [("default", 1, true), ("rtk", 1, false), ("spb", 0, false)]
     );
 }
+
+/// Issue 44: `msr set` for a name no MSR registered with is kept (it
+/// applies when the MSR registers), and the answer says it is not
+/// registered; for a registered MSR it says it is.
+#[test]
+fn a_change_to_an_msr_says_whether_it_is_registered() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.register("lo@msr_1", "msr_1", now);
+    let registered = |data: ResponseData| match data {
+        ResponseData::Changed(change) => change.msr_registered,
+        other => panic!("{other:?}"),
+    };
+    let set = |msr: &str| Request::MsrSetActive {
+        msr: msr.into(),
+        active: false,
+    };
+    assert_eq!(registered(h.ok(set("nosuch"), now)), Some(false));
+    assert_eq!(registered(h.ok(set("msr_1"), now)), Some(true));
+    let expires = Request::SubscriptionSetExpires {
+        msr: "nosuch".into(),
+        event: EVENT_PACKAGE.into(),
+        expires_secs: 30,
+    };
+    assert_eq!(registered(h.ok(expires, now)), Some(false));
+    // The setting is kept: msr list has it, not registered.
+    let ResponseData::Msrs { msrs } = h.ok(Request::MsrList {}, now) else {
+        panic!("msrs")
+    };
+    let nosuch = msrs.iter().find(|m| m.name == "nosuch").expect("kept");
+    assert!(!nosuch.registered && !nosuch.active);
+}

@@ -94,6 +94,15 @@ pub struct MsrView {
 }
 
 impl LoadTable {
+    /// Whether `msr` has a contact in the table: it registered, and its
+    /// binding has not ended. An MSR that only has operator settings has
+    /// none.
+    pub fn has_contacts(&self, msr: &str) -> bool {
+        self.msrs
+            .get(msr)
+            .is_some_and(|entry| !entry.contacts.is_empty())
+    }
+
     /// Whether any contact in the table currently carries `site`.
     pub fn site_in_use(&self, site: &str) -> bool {
         self.contacts.values().any(|c| c.site == site)

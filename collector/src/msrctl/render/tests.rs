@@ -112,6 +112,7 @@ fn seed_msr_set_and_subscription_set() {
         property: ChangedProperty::PerformanceCoefficient,
         from: ChangeValue::Number(1.0),
         to: ChangeValue::Number(2.0),
+        msr_registered: None,
     };
     assert_eq!(
         change(&msr),
@@ -123,6 +124,7 @@ fn seed_msr_set_and_subscription_set() {
         property: ChangedProperty::Site,
         from: ChangeValue::Text("local".into()),
         to: ChangeValue::Text("remote_side".into()),
+        msr_registered: None,
     };
     // The keys line up under the longest.
     assert_eq!(
@@ -135,6 +137,7 @@ fn seed_msr_set_and_subscription_set() {
         property: ChangedProperty::Expires,
         from: ChangeValue::Count(60),
         to: ChangeValue::Count(30),
+        msr_registered: None,
     };
     assert_eq!(
         change(&sub),
@@ -146,6 +149,7 @@ fn seed_msr_set_and_subscription_set() {
         property: ChangedProperty::Distance,
         from: ChangeValue::Distance(Distance::Infinity),
         to: ChangeValue::Distance(Distance::Finite(64.0)),
+        msr_registered: None,
     };
     assert_eq!(
         change(&site),
@@ -523,4 +527,70 @@ fn zone_list_is_a_table_with_the_default_marked() {
     assert!(out.starts_with("List of all zones:\n┌"), "{out}");
     assert!(out.contains("│ default │        2 │ true    │"), "{out}");
     assert!(out.contains("│ rtk     │        0 │ false   │"), "{out}");
+}
+
+/// Issue 44: `msr set` for a name no MSR has registered with is kept, and
+/// the answer says so; `msr list` shows such settings apart, not as a
+/// media server.
+#[test]
+fn a_setting_for_an_unregistered_msr_is_said_and_listed_apart() {
+    let set = Change {
+        entity: ChangedEntity::Msr,
+        name: "nosuch".into(),
+        property: ChangedProperty::Active,
+        from: ChangeValue::Flag(true),
+        to: ChangeValue::Flag(false),
+        msr_registered: Some(false),
+    };
+    assert_eq!(
+        change(&set),
+        " msr   nosuch\n set   active\n from  true\n to    false\n note  no msr nosuch is \
+         registered: the setting is kept and applies when it registers (msrctl msr list shows \
+         the registered msrs)\n"
+    );
+    let registered = Change {
+        msr_registered: Some(true),
+        ..set.clone()
+    };
+    assert!(!change(&registered).contains("note"));
+    let sub = Change {
+        entity: ChangedEntity::Subscription,
+        name: "nosuch eltex-call-count".into(),
+        property: ChangedProperty::Expires,
+        from: ChangeValue::Count(60),
+        to: ChangeValue::Count(30),
+        msr_registered: Some(false),
+    };
+    assert!(change(&sub).ends_with(" note  no msr nosuch is registered: the setting is kept and applies when it registers (msrctl msr list shows the registered msrs)\n"));
+
+    let row = |name: &str, registered: bool| MsrInfo {
+        name: name.into(),
+        performance_coefficient: 1.0,
+        active: registered,
+        registered,
+        load_limit: 100,
+        live_legs: 0,
+        oldest_leg_secs: None,
+        health: registered.then_some(HealthState::Healthy),
+        health_since_unix: None,
+        engine_calls: None,
+        gone_since_unix: None,
+        gone_cause: None,
+        gone_while_serving: false,
+        drain: None,
+    };
+    let out = msrs(&[row("msr_1", true), row("nosuch", false)]);
+    let (servers, waiting) = out
+        .split_once(" Settings kept for msrs that are not registered (each applies when its msr registers):\n")
+        .expect("a section of their own");
+    assert!(
+        servers.contains("│ msr_1 │") && !servers.contains("nosuch"),
+        "{out}"
+    );
+    assert!(
+        waiting.contains("│ nosuch │         1.0 │ false  │   100 │"),
+        "{out}"
+    );
+    // Without such settings, no such section.
+    assert!(!msrs(&[row("msr_1", true)]).contains("Settings kept"));
 }
