@@ -147,7 +147,10 @@ async fn an_agent_reports_over_mutual_tls_and_a_peer_without_the_right_certifica
     // when the connection closes, well before Timer F (32 s; LIMIT is
     // less).
     for (agent, why) in [
-        (&wrong_ca, "invalid peer certificate: UnknownIssuer"),
+        (
+            &wrong_ca,
+            "the peer's certificate is not issued by a trusted CA (UnknownIssuer)",
+        ),
         (&anonymous, "CertificateRequired"),
         (
             &anonymous,
@@ -224,6 +227,15 @@ async fn an_expired_or_wrong_name_server_certificate_is_refused_by_the_agent() {
         );
         let log = agent.log_text().to_ascii_lowercase();
         assert!(log.contains(why), "the agent says why ({why}):\n{log}");
+        // Issue 44: the dates in UTC, said once, not rustls's Unix seconds.
+        assert!(!log.contains("(unix)"), "{log}");
+        if server == ServerCert::Expired {
+            assert!(
+                log.contains("the peer's certificate expired on ")
+                    && log.contains("z (checked at "),
+                "{log}"
+            );
+        }
         assert!(!registered(&collector, &msr).await);
     }
 }
