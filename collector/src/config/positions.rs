@@ -61,7 +61,9 @@ pub(super) fn out_of_type(text: &str, offset: usize, message: &str) -> Option<Ou
         .rev()
         .map(str::trim)
         .find(|l| l.starts_with('['))
-        .map(|header| header.trim_matches(|c| c == '[' || c == ']').trim());
+        // `[health]`, `[[accounts]]`, `[sip.tls] # a comment`.
+        .and_then(|header| header.trim_start_matches('[').split(']').next())
+        .map(str::trim);
     let key = match table {
         Some(table) => format!("{table}.{key}"),
         None => key.to_owned(),

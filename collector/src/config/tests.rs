@@ -474,3 +474,13 @@ fn reload_changes_name_each_key_as_the_file_does() {
     assert_eq!(changes.len(), 1);
     assert!(!format!("{changes:?}").contains("p2"), "{changes:?}");
 }
+
+/// Issue 44: the table is found under a header with a comment too.
+#[test]
+fn a_negative_number_under_a_commented_header_names_its_key() {
+    let err = parse("[health] # probes\nkeepalive_misses = -3\n", "f.toml").expect_err("negative");
+    assert_eq!(
+        err.to_string(),
+        "f.toml:2:20: `health.keepalive_misses` = -3: expected 1 to 100"
+    );
+}
