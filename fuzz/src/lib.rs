@@ -424,6 +424,7 @@ pub fn sip_agent(data: &[u8]) {
             load_delta: config.general.load_delta,
             high_water: config.agent.notify_high_water,
             notify_min_interval: Duration::from_millis(config.agent.notify_min_interval_ms),
+            notify_top_interval: Duration::from_millis(config.agent.notify_top_interval_ms),
             max_expires: config.agent.max_subscription_expires,
             contact_host_port: PEER.into(),
             accounts: config.accounts.iter().map(|a| a.msr_name.clone()).collect(),
