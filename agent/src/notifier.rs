@@ -44,7 +44,9 @@
 //!   a NOTIFY when `load` moved by ≥ `load-delta` since the last NOTIFY of
 //!   that subscription, crossed the 100 edge, or when `calls` changed at or
 //!   above the high-water mark ([`rule`]), at most one per
-//!   `notify-min-interval-ms`. A change inside the window is held and
+//!   `notify-min-interval-ms` (near the top, one per
+//!   `notify-top-interval-ms`: with several core hosts the reports are how
+//!   each learns the others' calls, SPEC §10). A change inside the window is held and
 //!   re-evaluated against the latest sample when the window ends (so three
 //!   changes in one second give one NOTIFY carrying the latest);
 //! * every NOTIFY carries the engine's state and the MSR's service (SPEC
@@ -53,6 +55,8 @@
 //!   every subscription at once, outside the one-per-second limit, as the
 //!   100 edge would if it were not held: it takes the MSR out of selection
 //!   or puts it back;
+//! * every NOTIFY carries `sample-age-ms`, how long ago its sample was
+//!   taken, by which the collector dates the report's `calls` (SPEC §10);
 //! * every NOTIFY carries the MSR's codecs when the config has `<codec>`
 //!   (`codecs: pcma,pcmu,h264`, SPEC §4, §15); a reload that changes them
 //!   ([`Notifier::reconfigure`]) goes to every subscription at once the
