@@ -7,6 +7,7 @@
 //! * `load` moved by at least `load-delta` points;
 //! * `load` reached 100 or fell below it (both edges: selection excludes a
 //!   full MSR);
+//! * `calls` fell to 0 (a drain waits for it, SPEC §14);
 //! * `calls` changed while `load` is at or above the high-water mark, or
 //!   was at the last NOTIFY (so the step back below the mark is reported
 //!   too): near the top every call counts, because the collector's estimate
@@ -64,7 +65,14 @@ impl NotifyRule {
         };
         let delta = last.load.abs_diff(latest.load) >= self.load_delta.max(1);
         let full_edge = (last.load >= 100) != (latest.load >= 100);
-        delta || full_edge || (self.near_top(Some(last), latest) && last.calls != latest.calls)
+        // An MSR that has just emptied is reported whatever its size: a
+        // drain waits for the engine's calls to reach 0 (SPEC §14), and a
+        // few calls on a large MSR move `load` by less than a point.
+        let emptied = last.calls > 0 && latest.calls == 0;
+        delta
+            || full_edge
+            || emptied
+            || (self.near_top(Some(last), latest) && last.calls != latest.calls)
     }
 
     /// Whether `latest`, or the last NOTIFY's `last`, is at or above the

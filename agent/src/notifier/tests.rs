@@ -832,6 +832,25 @@ fn near_the_top_notifies_follow_each_other_after_the_top_interval() {
     assert_eq!(n.poll_timeout(), Some(t0 + MS(3200)));
 }
 
+/// SPEC §14: a drain waits for the engine's calls to reach 0; on a large
+/// MSR the last few calls ending move `load` by less than a point, so the
+/// empty MSR is reported as an edge of its own.
+#[test]
+fn an_msr_that_empties_is_notified_whatever_its_load_did() {
+    let (mut n, t0, _) = subscribed(600);
+    n.on_sample(t0 + MS(2000), sample_calls(0, 5));
+    assert_eq!(drain(&mut n).len(), 1, "from 30 % to 0 %: load-delta");
+    n.on_sample(t0 + MS(3000), sample_calls(0, 3));
+    assert!(
+        drain(&mut n).is_empty(),
+        "5 to 3 calls at 0 %: within load-delta"
+    );
+    n.on_sample(t0 + MS(4000), sample_calls(0, 0));
+    let sent = drain(&mut n);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(body(&sent[0]).calls, 0);
+}
+
 #[test]
 fn high_water_changes_are_still_at_most_one_per_second_and_coalesced() {
     let (mut n, t0, _) = subscribed(600);
