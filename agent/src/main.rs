@@ -323,6 +323,11 @@ fn summary(config: &msr_agent::AgentConfig, log_file: Option<&LogFile>) -> Strin
         "\nagent: sip udp {}",
         std::net::SocketAddr::new(config.transport.bind_addr, config.agent.sip_port)
     );
+    // A TCP or TLS registrar reaches the agent only over the connection
+    // the agent opens (SPEC §4): the UDP port is not how it is reached.
+    if config.accounts.iter().any(|a| a.realm.is_stream()) {
+        out.push_str(" (tcp and tls registrars: over the connection the agent opens)");
+    }
     let _ = write!(
         out,
         "\nload: sensor={} delta={} max-calls={} calls-source={}",

@@ -100,7 +100,15 @@ pub fn output(command: &Command, json: bool, response: &Response) -> Output {
                     }
                     _ => render::ResourceView::default(),
                 };
-                render::response(data, view)
+                let text = render::response(data, view);
+                match command {
+                    // The answer is the list without it: say what happened.
+                    Command::Msr(MsrCommand::Forget { name }) => format!(
+                        "Forgot msr {}: its row is gone until it registers again.\n{text}",
+                        msr_shared::logging::printable(name, 64)
+                    ),
+                    _ => text,
+                }
             };
             Output {
                 stdout,

@@ -430,6 +430,25 @@ fn output_codes() {
     );
 }
 
+/// `msr forget` is answered with the MSR list without it: msrctl says what
+/// happened above it.
+#[test]
+fn msr_forget_says_what_it_did() {
+    let command = Command::Msr(MsrCommand::Forget {
+        name: "msr_1".into(),
+    });
+    let ok = Response::Ok(msr_shared::admin::ResponseData::Sites { sites: vec![] });
+    let out = output(&command, false, &ok);
+    assert!(
+        out.stdout
+            .starts_with("Forgot msr msr_1: its row is gone until it registers again.\n"),
+        "{}",
+        out.stdout
+    );
+    // --json stays the protocol's answer.
+    assert!(!output(&command, true, &ok).stdout.contains("Forgot"));
+}
+
 /// The collector was reached and refused the change: exit 1, not 3.
 #[test]
 fn a_conflict_and_an_unreachable_store_exit_1() {

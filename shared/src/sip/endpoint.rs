@@ -636,10 +636,7 @@ impl SipEndpoint {
             let run = async {
                 let connection = match stream_target {
                     Some(target) => {
-                        let name = match target.r#type {
-                            Some(rsipstack::sip::Transport::Tls) => "tls",
-                            _ => "tcp",
-                        };
+                        // The target names its transport (`TLS 192.0.2.1:5061`).
                         let lookup = inner.transport_layer.lookup(&target, Some(&key));
                         match tokio::time::timeout(CONNECT_DEADLINE, lookup).await {
                             Ok(Ok((connection, _))) => Some(connection),
@@ -647,20 +644,18 @@ impl SipEndpoint {
                                 return SipEvent::Failed {
                                     id,
                                     reason: format!(
-                                        "{name} connection to {target} failed: {}",
+                                        "connection to {target} failed: {}",
                                         connect_failure(&e)
                                     ),
                                 }
                             }
-                            Err(_) => {
-                                return SipEvent::Failed {
-                                    id,
-                                    reason: format!(
-                                        "{name} connection to {target} failed: not established within {} s",
-                                        CONNECT_DEADLINE.as_secs()
-                                    ),
-                                }
-                            }
+                            Err(_) => return SipEvent::Failed {
+                                id,
+                                reason: format!(
+                                    "connection to {target} failed: not established within {} s",
+                                    CONNECT_DEADLINE.as_secs()
+                                ),
+                            },
                         }
                     }
                     None => None,
