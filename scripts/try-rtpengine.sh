@@ -221,7 +221,7 @@ for i in 1 2 3; do
     -e "s|msr_name=\"rtpe_1\"|msr_name=\"rtpe_$i\"|" \
     -e "s|max-calls=\"2000\"|max-calls=\"${capacities[i - 1]}\"|" \
     -e "s|port-start=\"30000\" port-range=\"10001\"|port-start=\"$min\" port-range=\"200\"|" \
-    -e 's|sip-port="5061"|sip-port="0"|' \
+    -e 's|sip-port="5064"|sip-port="0"|' \
     config-examples/msr-rtpengine.xml >"$run/rtpe_$i.xml"
   # The example's values this rewrites must still be there.
   for want in "realm=\"sip:127.0.0.1:$sip_port\"" "msr_name=\"rtpe_$i\"" \
