@@ -640,7 +640,7 @@ fn the_rtpengine_example_reads_its_ng_port() -> TestResult {
         (c.transport.bind_addr, c.transport.port),
         (ng.ip(), ng.port())
     );
-    assert_eq!(c.agent.sip_port, 5061);
+    assert_eq!(c.agent.sip_port, 5064);
     assert_eq!((c.media.port_start, c.media.port_end()), (30000, 40001));
     // Sessions, not the whole host's CPU (issue 44): a compile job on the
     // host must not make an idle relay look full.
