@@ -45,7 +45,7 @@ impl Collector {
         if let Some((status, why)) = sip::request_refusal(req) {
             if req.method != Method::Ack {
                 info!(target: msr_shared::logging::NETWORK, %source, %status, why, "request refused");
-                let response = sip::response(req, status, Some(&sip::random_token()));
+                let response = sip::response(req, status, Some(&sip::stateless_tag(&req.headers)));
                 let transmit = self.response_to(route, source, req, response);
                 self.transmits.push_back(transmit);
             }
@@ -64,7 +64,11 @@ impl Collector {
                     %source,
                     "request refused: sip.tls.require takes registrations and notifies over tls only"
                 );
-                sip::response(req, StatusCode::Forbidden, Some(&sip::random_token()))
+                sip::response(
+                    req,
+                    StatusCode::Forbidden,
+                    Some(&sip::stateless_tag(&req.headers)),
+                )
             }
             Method::Register
                 if self.mutual_tls
@@ -81,7 +85,11 @@ impl Collector {
                     %source,
                     "register refused: the client certificate does not name this msr"
                 );
-                sip::response(req, StatusCode::Forbidden, Some(&sip::random_token()))
+                sip::response(
+                    req,
+                    StatusCode::Forbidden,
+                    Some(&sip::stateless_tag(&req.headers)),
+                )
             }
             Method::Register => {
                 let response = self.registrar.handle_register(now, req, Some(source));
@@ -127,13 +135,13 @@ impl Collector {
             Method::Options => allow(sip::response(
                 req,
                 StatusCode::OK,
-                Some(&sip::random_token()),
+                Some(&sip::stateless_tag(&req.headers)),
             )),
             Method::Ack => return,
             _ => allow(sip::response(
                 req,
                 StatusCode::MethodNotAllowed,
-                Some(&sip::random_token()),
+                Some(&sip::stateless_tag(&req.headers)),
             )),
         };
         let transmit = self.response_to(route, source, req, response);

@@ -249,7 +249,8 @@ impl Registrar {
         source: Option<SocketAddr>,
     ) -> Response {
         self.purge_nonces(now);
-        let to_tag = sip::random_token();
+        // RFC 3261 §8.2.7: a retransmission is answered with the same tag.
+        let to_tag = sip::stateless_tag(&req.headers);
         let (msr, call_id, cseq) = match self.check_structure(req) {
             Ok(v) => v,
             Err(e) => return self.bad_request(now, req, source, &to_tag, &e),

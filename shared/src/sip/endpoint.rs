@@ -649,13 +649,15 @@ impl SipEndpoint {
                                     ),
                                 }
                             }
-                            Err(_) => return SipEvent::Failed {
-                                id,
-                                reason: format!(
+                            Err(_) => {
+                                return SipEvent::Failed {
+                                    id,
+                                    reason: format!(
                                     "connection to {target} failed: not established within {} s",
                                     CONNECT_DEADLINE.as_secs()
                                 ),
-                            },
+                                }
+                            }
                         }
                     }
                     None => None,

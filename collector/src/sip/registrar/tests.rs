@@ -1214,6 +1214,12 @@ fn a_retransmitted_register_is_answered_200_again_and_changes_nothing() {
         sip::header(&again.headers, "Contact"),
         sip::header(&ok.headers, "Contact")
     );
+    // RFC 3261 §8.2.7: the same request gets the same To tag.
+    assert_eq!(
+        sip::header(&again.headers, "To"),
+        sip::header(&ok.headers, "To")
+    );
+    assert!(sip::header(&ok.headers, "To").and_then(sip::tag).is_some());
     assert!(
         events(&mut r).is_empty(),
         "a retransmission changes nothing"
