@@ -732,14 +732,14 @@ impl Shell {
         })
     }
 
-    /// Hands every queued request to the endpoint, and the ng client's
-    /// datagram to its socket.
     /// The wait for the next load sample (SPEC §2, §4).
     fn sample_interval(&self) -> Duration {
         self.notifier
             .sample_interval(Duration::from_millis(self.config.agent.sample_interval_ms))
     }
 
+    /// Hands every queued request to the endpoint, and the ng client's
+    /// datagram to its socket.
     fn flush(&mut self) {
         self.reregister_forgotten(Instant::now());
         self.apply_probe_changes(Instant::now());

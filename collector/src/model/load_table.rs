@@ -68,12 +68,12 @@ use crate::model::health::Health;
 use crate::operator::names::{ContactName, MsrName, SiteName, ZoneName};
 use crate::operator::topology::SiteDistances;
 use crate::operator::{MsrSettings, OperatorConfig};
+use crate::sip::registrar::Binding;
+use msr_shared::engine::EngineAddresses;
 
 /// The oldest sample a report's `sample-age-ms` is taken to mean (SPEC
 /// §10): the agent's longest `sample-interval-ms`.
 const MAX_SAMPLE_AGE: Duration = Duration::from_secs(60);
-use crate::sip::registrar::Binding;
-use msr_shared::engine::EngineAddresses;
 
 pub use crate::operator::Placement;
 
