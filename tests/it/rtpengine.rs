@@ -13,7 +13,7 @@
 //! `/metrics`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use msr_shared::admin::ResourceInfo;
 use system_tests::kamailio::Kamailio;
@@ -76,17 +76,11 @@ const DRAIN_PORTS: Ports = Ports {
 /// The agent config of an rtpengine host: its ng address as `<transport>`
 /// and `<pbyte><mcc>`, the `rtpengine` calls source, `load-sensor="calls"`
 /// (the shares below are of sessions, not of the CPU the relays use), and
-/// `engine-probe` as given. With `off` a silent rtpengine is reported
+/// the `engine-probe…` attributes `probe`. With `off` a silent rtpengine is reported
 /// full, which the first tests rely on; with `ng` (SPEC §14) it keeps its
 /// last count and is reported `engine: down`, as the failover and drain
 /// tests want: what a deployment runs (`auto` picks `ng` with rtpengine).
-fn agent_xml(
-    msr: &str,
-    max_calls: u32,
-    rtpengine: &Rtpengine,
-    realm: &str,
-    engine_probe: &str,
-) -> String {
+fn agent_xml(msr: &str, max_calls: u32, rtpengine: &Rtpengine, realm: &str, probe: &str) -> String {
     let (ip, port) = (rtpengine.ng.ip(), rtpengine.ng.port());
     let (min, max) = rtpengine.ports;
     format!(
@@ -101,7 +95,7 @@ fn agent_xml(
     <pbyte>
         <mcc bind-addr="{ip}" port="{port}" />
     </pbyte>
-    <agent calls-source="rtpengine" engine-probe="{engine_probe}" sip-port="0" register-expires="60" sample-interval-ms="200" />
+    <agent calls-source="rtpengine" {probe} sip-port="0" register-expires="60" sample-interval-ms="200" />
 </config>
 "#,
         range = u32::from(max) - u32::from(min) + 1,
@@ -143,11 +137,11 @@ struct Relays {
 impl Relays {
     /// The system with each agent's engine probe off.
     async fn start(ports: &Ports) -> Relays {
-        Self::start_with(ports, "off").await
+        Self::start_with(ports, r#"engine-probe="off""#).await
     }
 
-    /// The system, each agent's `engine-probe` = `engine_probe`.
-    async fn start_with(ports: &Ports, engine_probe: &str) -> Relays {
+    /// The system, each agent with the `engine-probe…` attributes `probe`.
+    async fn start_with(ports: &Ports, probe: &str) -> Relays {
         let dir = tempfile::tempdir().expect("tempdir");
         // One second of PCMA silence, which both SIPps loop as their RTP.
         std::fs::write(dir.path().join("audio.pcma"), [0xd5_u8; 8000]).expect("audio");
@@ -163,7 +157,7 @@ impl Relays {
         let mut agents = BTreeMap::new();
         for ((msr, max_calls), range) in MSRS.into_iter().zip(ports.engines) {
             let engine = Rtpengine::start(dir.path(), &format!("{msr}-rtpengine"), range).await;
-            let xml = agent_xml(msr, max_calls, &engine, &collector.realm(), engine_probe);
+            let xml = agent_xml(msr, max_calls, &engine, &collector.realm(), probe);
             agents.insert(msr, Agent::start_xml(dir.path(), msr, &xml));
             engines.insert(msr, engine);
         }
@@ -815,14 +809,21 @@ async fn wait_no_leg(r: &Relays) {
 /// * `rtpe_3` ends `engine_down` in `msrctl resource list --json`: its
 ///   agent's probe stopped getting answers, and 3 errors within 10 s
 ///   take an MSR out too; the offers it got are the few placed before
-///   either reached the collector.
+///   either reached the collector. The agents count 3 misses
+///   (`engine-probe-misses`), so that their probe, about 5 s after the
+///   hang, is not done before SIPp's first call on a busy host: with 2 it
+///   is done in under 3 s, which a slow SIPp start has missed.
 /// * The held calls, those on the hung relay too (their BYE's
 ///   `rtpengine_delete` fails and the BYE goes on), end with their BYEs:
 ///   no leg is left live, the relays still running hold no session, and
 ///   each relayed exactly the legs the collector placed on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_offer_a_hung_rtpengine_does_not_take_fails_over_to_another() {
-    let r = Relays::start_with(&FAILOVER_PORTS, "ng").await;
+    let r = Relays::start_with(
+        &FAILOVER_PORTS,
+        r#"engine-probe="ng" engine-probe-misses="3""#,
+    )
+    .await;
     let [held_media, after_media, _] = FAILOVER_PORTS.callers;
 
     const HELD: u64 = 12;
@@ -836,11 +837,16 @@ async fn an_offer_a_hung_rtpengine_does_not_take_fails_over_to_another() {
     let shares = r.reports_follow_sessions("held calls").await;
     assert!(shares["rtpe_3"] > 0, "rtpe_3 holds calls: {shares:?}");
 
+    // A relay the probe has set aside under the host's load would take no
+    // offer either: it hangs as a selectable one.
+    wait_health(&r, "rtpe_3", "healthy").await;
     let before = scrape(r.http_port).await;
     r.engines["rtpe_3"].freeze();
+    let hung_at = Instant::now();
     const AFTER: u64 = 45;
     // Every one must succeed (`calls` checks SIPp's count).
     r.calls(AFTER as u32, 15, 1000, after_media).await;
+    let health_then = health_of(&r.collector, "rtpe_3");
 
     let m = scrape(r.http_port).await;
     let offered = new_legs(&m, "rtpe_3") - new_legs(&before, "rtpe_3");
@@ -851,11 +857,13 @@ async fn an_offer_a_hung_rtpengine_does_not_take_fails_over_to_another() {
         .sum();
     eprintln!(
         "the hung rtpengine got {offered} offers after it hung: {errors} errors reported, \
-         {moved} legs moved to another relay"
+         {moved} legs moved to another relay; {:?} later the calls were done, rtpe_3 {health_then:?}",
+        hung_at.elapsed()
     );
     assert!(
         offered >= 1,
-        "the hung relay, the pooled policy's next choice, got no offer:\n{}",
+        "the hung relay, the pooled policy's next choice, got no offer:\n{}\n{}",
+        r.agents["rtpe_3"].log_text(),
         r.kamailio.log_text()
     );
     assert_eq!(errors, offered, "each offer it got was reported an error");
@@ -933,7 +941,7 @@ async fn an_offer_a_hung_rtpengine_does_not_take_fails_over_to_another() {
 ///   live, and every call succeeded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_rtpengine_drained_through_its_agent_keeps_its_calls_and_its_agent_exits_when_empty() {
-    let mut r = Relays::start_with(&DRAIN_PORTS, "ng").await;
+    let mut r = Relays::start_with(&DRAIN_PORTS, r#"engine-probe="ng""#).await;
     let [held_media, more_media, _] = DRAIN_PORTS.callers;
 
     const HELD: u64 = 18;
