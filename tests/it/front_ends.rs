@@ -470,7 +470,7 @@ async fn the_redirect_server_answers_302_to_the_chosen_engine_one_leg_per_call_i
 
 /// Sends `text` to the redirect server from `socket` and returns the next
 /// datagram it answers (at most 10 s).
-async fn exchange(socket: &tokio::net::UdpSocket, to: u16, text: &str) -> String {
+pub(crate) async fn exchange(socket: &tokio::net::UdpSocket, to: u16, text: &str) -> String {
     socket
         .send_to(text.as_bytes(), ("127.0.0.1", to))
         .await

@@ -1,6 +1,7 @@
 //! SPEC §13 reload: `SIGHUP` re-reads the collector's TOML. What can change
 //! live does (here `[defaults] zone`: the contacts without an override
-//! move), what needs a restart is named in a warning (`[sip] listen`), and
+//! move, and the redirect server places an INVITE that names no zone in
+//! the new one), what needs a restart is named in a warning (`[sip] listen`), and
 //! a file that does not validate changes nothing.
 
 use std::time::Duration;
@@ -22,7 +23,16 @@ async fn wait_log(collector: &Collector, needle: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_applies_what_it_can_names_what_needs_a_restart_and_refuses_a_bad_file() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let collector = Collector::start(dir.path(), "core1", &CollectorOpts::default()).await;
+    let collector = Collector::start_with(
+        dir.path(),
+        "core1",
+        &CollectorOpts::default(),
+        "[redirect]\nlisten = \"127.0.0.1:0\"\n",
+    )
+    .await;
+    let redirect_port = collector
+        .redirect_port
+        .expect("the redirect port announced");
     let spec = AgentSpec {
         accounts: vec![AccountSpec::new("msr_1", &collector)],
         ..AgentSpec::default()
@@ -56,6 +66,27 @@ async fn sighup_applies_what_it_can_names_what_needs_a_restart_and_refuses_a_bad
         })
         .await
         .expect("msr_1's contact moved to the new default zone");
+    // The redirect server reads `[defaults]` from the core: an INVITE that
+    // names no zone is placed in `east`, where msr_1 now is.
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = socket.local_addr().expect("addr").port();
+    let invite = format!(
+        "INVITE sip:park@127.0.0.1:{redirect_port} SIP/2.0\r\n\
+         Via: SIP/2.0/UDP 127.0.0.1:{port};branch=z9hG4bK-reload-1\r\n\
+         Max-Forwards: 70\r\n\
+         From: <sip:alice@127.0.0.1>;tag=f1\r\n\
+         To: <sip:park@127.0.0.1>\r\n\
+         Call-ID: reload-1@core\r\n\
+         CSeq: 1 INVITE\r\n\
+         Content-Length: 0\r\n\r\n"
+    );
+    let answer = crate::front_ends::exchange(&socket, redirect_port, &invite).await;
+    assert!(
+        answer.starts_with("SIP/2.0 302 ") && answer.contains("X-MSR: msr_1"),
+        "{answer}"
+    );
 
     // A change that needs a restart: named, and the rest still applies.
     let moved = zoned

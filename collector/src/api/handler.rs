@@ -464,6 +464,19 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
             failure,
             codecs,
         }) => {
+            // An unnamed zone or site is the collector's `[defaults]` as
+            // they are now: every front end (the redirect server too)
+            // follows a reload.
+            let zone = if zone.is_empty() {
+                ctx.defaults.placement.zone.to_string()
+            } else {
+                zone
+            };
+            let site = if site.is_empty() {
+                ctx.defaults.placement.site.to_string()
+            } else {
+                site
+            };
             // The names a selection reads are held to the rules they were
             // stored under (SPEC §6): an empty or malformed `msr` would
             // otherwise read as "the other leg is elsewhere", a malformed

@@ -120,7 +120,10 @@ struct LegParams {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SelectParams {
+    /// Absent: `[defaults]`, decided by the core ([`SelectQuery::zone`]).
+    #[serde(default)]
     zone: String,
+    #[serde(default)]
     site: String,
     msr: Option<String>,
     call_id: Option<String>,

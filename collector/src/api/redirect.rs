@@ -29,7 +29,8 @@
 //! `site`, `msr` — the other leg's MSR —, `leg`, `conference`), then a
 //! header (`X-MSR-Zone`, `X-MSR-Site`, `X-MSR-Other`, `X-MSR-Leg`,
 //! `X-MSR-Conference`), then for zone and site the collector's
-//! `[defaults]`. The leg's needs (SPEC §15) are the codecs of the INVITE's
+//! `[defaults]` as they are at the selection (the core reads them, so a
+//! reload applies here at once). The leg's needs (SPEC §15) are the codecs of the INVITE's
 //! SDP offer ([`sdp::offer`]); an offer no MSR of the zone takes gets `488
 //! Not Acceptable Here` with `Reason: …;text="no_capable_msr"` and `Warning:
 //! 305` naming what was missing, an SDP that does not parse a `400` naming
@@ -58,7 +59,6 @@
 
 use std::net::SocketAddr;
 
-use crate::operator::Placement;
 use msr_shared::admin::{
     ErrorCode, Request as AdminRequest, Response as AdminResponse, ResponseData, SelectQuery,
 };
@@ -75,8 +75,6 @@ pub struct RedirectContext {
     /// Addresses a 302 must never point at: the redirect server's own and
     /// the collector's SIP socket.
     pub own: Vec<SocketAddr>,
-    /// `[defaults]`, for an INVITE that names no zone or site.
-    pub placement: Placement,
     /// `[redirect] allow`: whose datagrams are read at all (each INVITE
     /// places a leg, so a stranger's flood must cost nothing).
     pub allow: Vec<ipnet::IpNet>,
@@ -103,7 +101,7 @@ pub enum Decision {
 }
 
 /// Reads the leg's inputs from `invite` (module docs).
-pub fn decide(invite: &Request, ctx: &RedirectContext) -> Decision {
+pub fn decide(invite: &Request) -> Decision {
     let bad = |text: &str| {
         Decision::Reply(Box::new(refusal(
             invite,
@@ -156,8 +154,10 @@ pub fn decide(invite: &Request, ctx: &RedirectContext) -> Decision {
         Ok(codecs) => codecs,
         Err(error) => return bad(&error.to_string()),
     };
-    let zone = pick("zone", "X-MSR-Zone").unwrap_or_else(|| ctx.placement.zone.to_string());
-    let site = pick("site", "X-MSR-Site").unwrap_or_else(|| ctx.placement.site.to_string());
+    // A zone or site the INVITE does not name is left empty: the core
+    // reads its `[defaults]` then, so a reload changes it here too.
+    let zone = pick("zone", "X-MSR-Zone").unwrap_or_default();
+    let site = pick("site", "X-MSR-Site").unwrap_or_default();
     Decision::Select(AdminRequest::Select(SelectQuery {
         msr: pick("msr", "X-MSR-Other"),
         call_id: Some(call_id.trim().to_owned()),

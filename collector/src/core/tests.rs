@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::operator::cluster::Cluster;
+use crate::operator::names::{SiteName, ZoneName};
 use crate::operator::store::etcd::Member;
 
 const LOCAL: &str = "10.0.0.1:5060";
@@ -459,6 +460,33 @@ fn toward_a_silent_agent_one_keepalive_transaction_at_most() {
     // retransmissions inside its 2 s (at 0.5 and 1.5 s): about 3 a probe.
     assert!((20..=60).contains(&options), "{options} OPTIONS in 60 s");
     assert!(h.now - h.t0 >= Duration::from_secs(60));
+}
+
+/// A select that names no zone or site (the redirect server's, for an
+/// INVITE without them; HTTP's without the parameters) is placed by the
+/// `[defaults]` the core holds at that moment, so a reload applies to
+/// every front end at once.
+#[test]
+fn a_select_without_zone_or_site_follows_the_defaults_a_reload_sets() {
+    let mut h = Harness::new();
+    let message = |h: &mut Harness| {
+        let id = h.admin(Request::Select(msr_shared::admin::SelectQuery::new("", "")));
+        match h.answer_of(id) {
+            Some(Response::Err(body)) => body.message,
+            other => panic!("a refusal: {other:?}"),
+        }
+    };
+    let first = message(&mut h);
+    assert!(first.contains("zone `default`"), "{first}");
+    let mut reloaded = config();
+    reloaded.defaults.zone = ZoneName::new("east").expect("zone");
+    h.core.reconfigure(h.now, &reloaded);
+    let second = message(&mut h);
+    assert!(second.contains("zone `east`"), "{second}");
+    reloaded.defaults.site = SiteName::new("far").expect("site");
+    h.core.reconfigure(h.now, &reloaded);
+    let third = message(&mut h);
+    assert!(third.contains("site `far` is not declared"), "{third}");
 }
 
 #[test]

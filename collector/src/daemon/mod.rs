@@ -315,7 +315,6 @@ pub async fn start(
             };
             let ctx = RedirectContext {
                 own: vec![addr, sip_addr],
-                placement: config.defaults.clone(),
                 allow: redirect.allow.clone(),
             };
             tokio::spawn(crate::api::redirect::serve(

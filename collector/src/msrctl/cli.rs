@@ -294,11 +294,11 @@ pub enum SubscriptionProperty {
 /// `select …`
 #[derive(Debug, Args)]
 pub struct SelectArgs {
-    /// The leg's zone.
-    #[arg(long)]
+    /// The leg's zone [default: the collector's `[defaults] zone`].
+    #[arg(long, default_value = "", hide_default_value = true)]
     pub zone: String,
-    /// The leg's site.
-    #[arg(long)]
+    /// The leg's site [default: the collector's `[defaults] site`].
+    #[arg(long, default_value = "", hide_default_value = true)]
     pub site: String,
     /// The MSR already chosen for the other leg.
     #[arg(long)]

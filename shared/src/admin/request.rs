@@ -192,9 +192,13 @@ impl Request {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SelectQuery {
-    /// The leg's zone.
+    /// The leg's zone; empty or absent on the wire: the collector's
+    /// `[defaults] zone`, as it is at the moment of the selection.
+    #[serde(default)]
     pub zone: String,
-    /// The leg's site.
+    /// The leg's site; empty or absent on the wire: the collector's
+    /// `[defaults] site`.
+    #[serde(default)]
     pub site: String,
     /// The MSR already chosen for the other leg, if any (optional on the
     /// wire).

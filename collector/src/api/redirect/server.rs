@@ -359,7 +359,7 @@ impl Server {
                         self.send(&bytes, dest).await;
                     }
                     OnInvite::Absorb => {}
-                    OnInvite::New => match decide(&req, &self.ctx) {
+                    OnInvite::New => match decide(&req) {
                         Decision::Reply(response) => {
                             let done = Done {
                                 key,

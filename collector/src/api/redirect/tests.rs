@@ -26,7 +26,6 @@ fn invite_text(uri: &str, extra: &str) -> String {
 fn ctx() -> RedirectContext {
     RedirectContext {
         own: vec!["127.0.0.1:5062".parse().expect("addr")],
-        placement: crate::operator::Placement::default(),
         allow: vec!["127.0.0.1/32".parse().expect("net")],
     }
 }
@@ -86,7 +85,7 @@ fn uri_parameters_come_first_then_headers_then_defaults() {
         leg,
         conference,
         ..
-    })) = decide(&req, &ctx())
+    })) = decide(&req)
     else {
         panic!("a select")
     };
@@ -97,11 +96,12 @@ fn uri_parameters_come_first_then_headers_then_defaults() {
     assert_eq!(conference, None);
 
     let Decision::Select(AdminRequest::Select(SelectQuery { zone, site, .. })) =
-        decide(&invite("sip:park@127.0.0.1:5062", ""), &ctx())
+        decide(&invite("sip:park@127.0.0.1:5062", ""))
     else {
         panic!("a select")
     };
-    assert_eq!((zone.as_str(), site.as_str()), ("default", "local"));
+    // Left to the core, which reads its `[defaults]` as they are then.
+    assert_eq!((zone.as_str(), site.as_str()), ("", ""));
 }
 
 #[test]
@@ -110,7 +110,7 @@ fn an_exhausted_max_forwards_gets_483_and_a_bad_one_400() {
         .to_string()
         .replace("Max-Forwards: 70", "Max-Forwards: 0");
     let req = Request::try_from(req.as_str()).expect("valid");
-    let Decision::Reply(response) = decide(&req, &ctx()) else {
+    let Decision::Reply(response) = decide(&req) else {
         panic!("a reply")
     };
     assert_eq!(response.status_code.code(), 483);
@@ -118,7 +118,7 @@ fn an_exhausted_max_forwards_gets_483_and_a_bad_one_400() {
         .to_string()
         .replace("Max-Forwards: 70", "Max-Forwards: many");
     let req = Request::try_from(req.as_str()).expect("valid");
-    let Decision::Reply(response) = decide(&req, &ctx()) else {
+    let Decision::Reply(response) = decide(&req) else {
         panic!("a reply")
     };
     assert_eq!(response.status_code.code(), 400);
@@ -328,7 +328,7 @@ fn an_invite_without_to_from_or_an_invite_cseq_gets_400() {
     ] {
         let text = full.replace(edit, "");
         let req = Request::try_from(text.as_str()).expect("parses");
-        match decide(&req, &ctx()) {
+        match decide(&req) {
             Decision::Reply(r) => {
                 assert_eq!(r.status_code, StatusCode::BadRequest, "without {without}");
                 assert!(
@@ -342,11 +342,9 @@ fn an_invite_without_to_from_or_an_invite_cseq_gets_400() {
     }
     let text = full.replace("CSeq: 1 INVITE", "CSeq: 1 BYE");
     let req = Request::try_from(text.as_str()).expect("parses");
-    assert!(
-        matches!(decide(&req, &ctx()), Decision::Reply(r) if r.status_code == StatusCode::BadRequest)
-    );
+    assert!(matches!(decide(&req), Decision::Reply(r) if r.status_code == StatusCode::BadRequest));
     assert!(matches!(
-        decide(&Request::try_from(full.as_str()).expect("parses"), &ctx()),
+        decide(&Request::try_from(full.as_str()).expect("parses")),
         Decision::Select(_)
     ));
 }
@@ -383,25 +381,22 @@ fn the_offer_in_the_invite_is_the_legs_needs() {
                m=audio 6000 RTP/AVP 18 0 101\r\na=rtpmap:101 telephone-event/8000\r\n\
                m=video 6002 RTP/AVP 96\r\na=rtpmap:96 H264/90000\r\n\
                m=image 6004 udptl t38\r\n";
-    let asked = codecs_asked(decide(
-        &invite_with_body(Some("application/sdp"), sdp),
-        &ctx(),
-    ));
+    let asked = codecs_asked(decide(&invite_with_body(Some("application/sdp"), sdp)));
     assert_eq!(asked, ["pcmu", "g729", "h264", "t38"]);
-    let bare = codecs_asked(decide(
-        &invite_with_body(None, "v=0\r\nm=audio 1 RTP/AVP 8\r\n"),
-        &ctx(),
-    ));
+    let bare = codecs_asked(decide(&invite_with_body(
+        None,
+        "v=0\r\nm=audio 1 RTP/AVP 8\r\n",
+    )));
     assert_eq!(bare, ["pcma"]);
-    assert!(codecs_asked(decide(&invite("sip:park@127.0.0.1:5062", ""), &ctx())).is_empty());
+    assert!(codecs_asked(decide(&invite("sip:park@127.0.0.1:5062", ""))).is_empty());
     let other = invite_with_body(Some("text/plain"), "m=video 1 RTP/AVP 34\r\n");
-    assert!(codecs_asked(decide(&other, &ctx())).is_empty());
+    assert!(codecs_asked(decide(&other)).is_empty());
     // SIP-T: the SDP part of a multipart body (RFC 3204) is the offer.
     let sip_t = invite_with_body(
         Some("multipart/mixed;boundary=b1"),
         "--b1\r\nContent-Type: application/sdp\r\n\r\nv=0\r\nm=audio 1 RTP/AVP 8\r\nm=video 2 RTP/AVP 120\r\na=rtpmap:120 H265/90000\r\n\r\n--b1\r\nContent-Type: application/isup\r\n\r\nx\r\n--b1--\r\n",
     );
-    assert_eq!(codecs_asked(decide(&sip_t, &ctx())), ["pcma", "h265"]);
+    assert_eq!(codecs_asked(decide(&sip_t)), ["pcma", "h265"]);
 }
 
 /// An SDP that does not parse is answered 400 naming what is wrong, never
@@ -411,7 +406,7 @@ fn the_offer_in_the_invite_is_the_legs_needs() {
 #[test]
 fn a_bad_sdp_gets_400_and_an_offer_nobody_takes_488() {
     let bad = invite_with_body(Some("application/sdp"), "v=0\r\nm=audio x RTP/AVP 0\r\n");
-    let Decision::Reply(response) = decide(&bad, &ctx()) else {
+    let Decision::Reply(response) = decide(&bad) else {
         panic!("a bad sdp is answered at once");
     };
     assert_eq!(response.status_code.code(), 400);
@@ -457,7 +452,7 @@ fn a_body_that_is_not_utf8_is_read_with_its_other_bytes_as_question_marks() {
     let cleaned = text_head_then_body(&packet).expect("a text head");
     assert_eq!(cleaned.len(), packet.len());
     let req = Request::try_from(std::str::from_utf8(&cleaned).expect("utf-8")).expect("parses");
-    assert_eq!(codecs_asked(decide(&req, &ctx())), ["pcma"]);
+    assert_eq!(codecs_asked(decide(&req)), ["pcma"]);
     let mut bad_head = packet.clone();
     bad_head[3] = 0xff;
     assert_eq!(text_head_then_body(&bad_head), None);
