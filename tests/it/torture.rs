@@ -144,4 +144,34 @@ async fn every_sip_port_survives_rfc_4475_and_answers_what_rfc_3261_requires() {
         assert_eq!(status("clerr").as_deref(), Some("400"), "{label}:\n{table}");
         assert_eq!(status("ncl").as_deref(), Some("400"), "{label}:\n{table}");
     }
+    let status = |name: &str, label: &str| {
+        answers
+            .get(&(name.to_owned(), label))
+            .cloned()
+            .flatten()
+            .and_then(|l| l.split(' ').nth(1).map(str::to_owned))
+    };
+    // The redirect server, a UAS for INVITE (RFC 3261 §8.2.3): a body it
+    // does not read gets 415 (§3.3.6), an Accept without SDP 406
+    // (§3.3.15); a valid INVITE without the magic cookie (§3.1.1.1) or
+    // very long (§3.1.1.7) is served.
+    for (name, expected) in [
+        ("invut", "415"),
+        ("sdp01", "406"),
+        ("wsinv", "302"),
+        ("longreq", "302"),
+    ] {
+        assert_eq!(
+            status(name, "redirect").as_deref(),
+            Some(expected),
+            "{name}:\n{table}"
+        );
+    }
+    // The registrar: an Authorization of an unknown scheme is no
+    // credential, so the REGISTER is challenged (§3.3.7).
+    assert_eq!(
+        status("regaut01", "collector").as_deref(),
+        Some("401"),
+        "regaut01:\n{table}"
+    );
 }

@@ -69,6 +69,12 @@ use msr_shared::sip::{self, Method, Request, Response, StatusCode};
 /// The methods the redirect server answers (its `Allow`).
 pub const ALLOW: &str = "INVITE, ACK, CANCEL, OPTIONS";
 
+/// The body types an INVITE's offer is read from ([`offer_codecs`]).
+const BODY_TYPES: [&str; 2] = ["application/sdp", "multipart/*"];
+
+/// The `Accept` of a `415` (RFC 3261 §8.2.3): [`BODY_TYPES`] as a header.
+const ACCEPT: &str = "application/sdp, multipart/mixed";
+
 /// What the redirect decision needs besides the INVITE.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedirectContext {
@@ -149,6 +155,26 @@ pub fn decide(invite: &Request) -> Decision {
             .or_else(|| sip::header(&invite.headers, header).map(|v| v.trim().to_owned()))
             .filter(|v| !v.is_empty())
     };
+    // RFC 3261 §8.2.3 (RFC 4475 §3.3.6, §3.3.15): a body this server does
+    // not read, or an Accept that rules out the SDP the MSR will answer.
+    if sip::unsupported_body(invite, &BODY_TYPES) {
+        let mut response = refusal(
+            invite,
+            StatusCode::UnsupportedMediaType,
+            ErrorCode::BadRequest,
+            "the body is neither application/sdp nor multipart, and not optional",
+        );
+        sip::push_header(&mut response.headers, "Accept", ACCEPT);
+        return Decision::Reply(Box::new(response));
+    }
+    if sip::unacceptable(invite, "application/sdp") {
+        return Decision::Reply(Box::new(refusal(
+            invite,
+            StatusCode::NotAcceptable,
+            ErrorCode::BadRequest,
+            "accept rules out application/sdp, which the msr answers with",
+        )));
+    }
     // SPEC §15: the offer's codecs are the leg's needs.
     let codecs = match offer_codecs(invite) {
         Ok(codecs) => codecs,
@@ -178,9 +204,11 @@ pub fn decide(invite: &Request) -> Decision {
 
 /// The codecs of the INVITE's SDP offer (SPEC §15): an `application/sdp`
 /// body, a body without `Content-Type` that starts with `v=`, or the SDP
-/// part of a multipart body (SIP-T: [`sdp::sdp_of`]). Any other body, or
-/// none (a late offer, RFC 3261 §13.2.1), needs nothing: the offer then
-/// comes in the ACK, after the MSR is chosen.
+/// part of a multipart body (SIP-T: [`sdp::sdp_of`]). No body (a late
+/// offer, RFC 3261 §13.2.1), a multipart body without SDP, or one
+/// `Content-Disposition` makes optional, needs nothing: the offer then
+/// comes in the ACK, after the MSR is chosen. Any other body was refused
+/// `415` first ([`decide`]).
 fn offer_codecs(invite: &Request) -> Result<CodecSet, SdpError> {
     if invite.body.is_empty() {
         return Ok(CodecSet::EMPTY);

@@ -179,7 +179,6 @@ fn usage_errors() {
         "select --zone z --site s --random 1e400",
         "subscription set m eltex-call-count expires 0",
         "resource list passive",
-        "select --zone z",
         "frobnicate",
     ] {
         let error = parse(bad).expect_err(bad);

@@ -282,6 +282,12 @@ impl Registrar {
                 return self.bad_request(now, req, source, &to_tag, &why)
             }
         }
+        // RFC 3261 §10.2.3, §10.3 step 6: without a Contact the REGISTER
+        // asks for the bindings, once authenticated like any other (RFC
+        // 4475 §3.3.7: an unknown scheme gets the challenge, not a 400).
+        if sip::header_all(&req.headers, "Contact").is_empty() {
+            return self.ok_response(now, req, &msr, &to_tag);
+        }
         let contacts = match parse_contacts(req, &msr) {
             Ok(c) => c,
             Err(e) => return self.bad_request(now, req, source, &to_tag, &e),

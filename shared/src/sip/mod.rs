@@ -274,6 +274,74 @@ pub fn request_refusal(req: &Request) -> Option<(StatusCode, &'static str)> {
     None
 }
 
+/// A media type or an `Accept` range without its parameters, in lower
+/// case: `Application/SDP; charset=utf-8` → `application/sdp`.
+fn media_type(value: &str) -> String {
+    value
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
+}
+
+/// Whether the media type `media` falls in `range` (`*/*`, `type/*` or a
+/// type; RFC 3261 §20.1, as HTTP's `Accept`).
+fn in_range(range: &str, media: &str) -> bool {
+    match range.strip_suffix("/*") {
+        Some("*") => true,
+        Some(kind) => media
+            .split_once('/')
+            .is_some_and(|(k, _)| k.eq_ignore_ascii_case(kind)),
+        None => range.eq_ignore_ascii_case(media),
+    }
+}
+
+/// RFC 3261 §8.2.3 (RFC 4475 §3.3.6): whether a request's body is of a
+/// type its UAS does not read (`reads`: types or `type/*` ranges) and
+/// may not be ignored. Such a request gets `415 Unsupported Media Type`
+/// with an `Accept` that lists what is read. A body whose
+/// `Content-Disposition` says `handling=optional` (§20.11; RFC 3204 asks
+/// it of an ISUP body) is ignored instead, and a body without a
+/// `Content-Type` is left to the caller, who may recognise it.
+pub fn unsupported_body(req: &Request, reads: &[&str]) -> bool {
+    if req.body.is_empty() {
+        return false;
+    }
+    let Some(content_type) = header(&req.headers, "Content-Type") else {
+        return false;
+    };
+    let media = media_type(content_type);
+    if reads.iter().any(|range| in_range(range, &media)) {
+        return false;
+    }
+    !header(&req.headers, "Content-Disposition")
+        .and_then(|d| param(d, "handling"))
+        .is_some_and(|h| h.eq_ignore_ascii_case("optional"))
+}
+
+/// RFC 3261 §8.2.3, §21.4.7 (RFC 4475 §3.3.15): whether the request's
+/// `Accept` rules out `answers`, the type of body the call's answer will
+/// carry (a range at `q=0` counts as not named). Such a request gets
+/// `406 Not Acceptable`. Without `Accept`, `application/sdp` is assumed
+/// (§20.1); an `Accept` with no range at all is read the same way, since
+/// refusing a call for an empty header would help no one.
+pub fn unacceptable(req: &Request, answers: &str) -> bool {
+    let ranges: Vec<&str> = header_all(&req.headers, "Accept")
+        .into_iter()
+        .flat_map(|value| split_outside_quotes(value, ','))
+        .map(str::trim)
+        .filter(|range| !range.is_empty())
+        .collect();
+    !ranges.is_empty()
+        && !ranges.iter().any(|range| {
+            let refused = param(range, "q")
+                .and_then(|q| q.trim().parse::<f64>().ok())
+                .is_some_and(|q| q <= 0.0);
+            !refused && in_range(&media_type(range), answers)
+        })
+}
+
 /// The `Expires` header in seconds, if present and numeric.
 pub fn expires(headers: &Headers) -> Option<u32> {
     header(headers, "Expires")?.parse().ok()

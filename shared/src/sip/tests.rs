@@ -96,3 +96,84 @@ fn the_address_a_numeric_uri_names() {
     assert_eq!(uri_socket_addr("sip:collector@core.example:5060"), None);
     assert_eq!(uri_socket_addr("not a uri"), None);
 }
+
+/// An INVITE with `extra` headers and `body`.
+fn invite_with(extra: &str, body: &str) -> Request {
+    let text = format!(
+        "INVITE sip:park@127.0.0.1 SIP/2.0\r\n\
+         Via: SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bK1\r\n\
+         From: <sip:a@127.0.0.1>;tag=1\r\nTo: <sip:park@127.0.0.1>\r\n\
+         Call-ID: b1@host\r\nCSeq: 1 INVITE\r\n{extra}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    Request::try_from(text.as_str()).expect("valid invite")
+}
+
+#[test]
+fn a_body_of_a_type_not_read_is_unsupported_unless_optional() {
+    let reads = ["application/sdp", "multipart/*"];
+    let sdp = "v=0\r\n";
+    for (extra, body, refused) in [
+        ("", "", false),
+        ("Content-Type: application/sdp\r\n", sdp, false),
+        (
+            "Content-Type: Application/SDP; charset=utf-8\r\n",
+            sdp,
+            false,
+        ),
+        (
+            "Content-Type: multipart/mixed;boundary=x\r\n",
+            "--x--",
+            false,
+        ),
+        // No Content-Type: the caller recognises the body itself.
+        ("", sdp, false),
+        // RFC 4475 §3.3.6.
+        (
+            "Content-Type: application/unknownformat\r\n",
+            "<audio/>",
+            true,
+        ),
+        (
+            "Content-Type: application/isup\r\nContent-Disposition: signal;handling=optional\r\n",
+            "x",
+            false,
+        ),
+        (
+            "Content-Type: application/isup\r\nContent-Disposition: signal;handling=required\r\n",
+            "x",
+            true,
+        ),
+        // An empty body has no type to read.
+        ("Content-Type: application/unknownformat\r\n", "", false),
+    ] {
+        assert_eq!(
+            unsupported_body(&invite_with(extra, body), &reads),
+            refused,
+            "{extra:?} {body:?}"
+        );
+    }
+}
+
+#[test]
+fn an_accept_that_rules_out_the_answer_s_type_is_unacceptable() {
+    for (extra, refused) in [
+        ("", false),
+        ("Accept: application/sdp\r\n", false),
+        ("Accept: text/plain, Application/SDP;level=1\r\n", false),
+        ("Accept: application/*\r\n", false),
+        ("Accept: */*\r\n", false),
+        ("Accept: text/plain\r\nAccept: application/sdp\r\n", false),
+        ("Accept: \r\n", false),
+        // RFC 4475 §3.3.15.
+        ("Accept: text/nobodyKnowsThis\r\n", true),
+        ("Accept: application/sdp;q=0, text/plain\r\n", true),
+        ("Accept: text/*\r\n", true),
+    ] {
+        assert_eq!(
+            unacceptable(&invite_with(extra, ""), "application/sdp"),
+            refused,
+            "{extra:?}"
+        );
+    }
+}

@@ -374,7 +374,8 @@ fn codecs_asked(decision: Decision) -> Vec<String> {
 
 /// SPEC §15: the redirect server reads the leg's needs from the INVITE's
 /// SDP offer: static payload types by RFC 3551, dynamic ones by rtpmap,
-/// `m=image … t38`; no body, or a body that is not SDP, needs nothing.
+/// `m=image … t38`; no body, or a multipart body without SDP, needs
+/// nothing.
 #[test]
 fn the_offer_in_the_invite_is_the_legs_needs() {
     let sdp = "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n\
@@ -389,7 +390,10 @@ fn the_offer_in_the_invite_is_the_legs_needs() {
     )));
     assert_eq!(bare, ["pcma"]);
     assert!(codecs_asked(decide(&invite("sip:park@127.0.0.1:5062", ""))).is_empty());
-    let other = invite_with_body(Some("text/plain"), "m=video 1 RTP/AVP 34\r\n");
+    let other = invite_with_body(
+        Some("multipart/mixed;boundary=b1"),
+        "--b1\r\nContent-Type: text/plain\r\n\r\nm=video 1 RTP/AVP 34\r\n--b1--\r\n",
+    );
     assert!(codecs_asked(decide(&other)).is_empty());
     // SIP-T: the SDP part of a multipart body (RFC 3204) is the offer.
     let sip_t = invite_with_body(
@@ -456,4 +460,50 @@ fn a_body_that_is_not_utf8_is_read_with_its_other_bytes_as_question_marks() {
     let mut bad_head = packet.clone();
     bad_head[3] = 0xff;
     assert_eq!(text_head_then_body(&bad_head), None);
+}
+
+/// RFC 3261 §8.2.3 with RFC 4475's INVITEs: a body this server does not
+/// read gets `415` with `Accept` (§3.3.6 invut), unless it is optional
+/// (an ISUP body, RFC 3204); an `Accept` without `application/sdp` gets
+/// `406` (§3.3.15 sdp01). Neither places a leg.
+#[test]
+fn an_unknown_body_gets_415_with_accept_and_an_accept_without_sdp_406() {
+    let unknown = invite_with_body(
+        Some("application/unknownformat"),
+        "<audio>\r\n <pcmu port=\"443\"/>\r\n</audio>\r\n",
+    );
+    let Decision::Reply(response) = decide(&unknown) else {
+        panic!("answered at once")
+    };
+    assert_eq!(response.status_code.code(), 415);
+    assert_eq!(
+        header(&response, "Accept"),
+        Some("application/sdp, multipart/mixed")
+    );
+    let optional = invite(
+        "sip:park@127.0.0.1:5062",
+        "Content-Disposition: signal;handling=optional\r\n",
+    )
+    .to_string()
+    .replace(
+        "Content-Length: 0\r\n\r\n",
+        "Content-Type: application/isup\r\nContent-Length: 4\r\n\r\nisup",
+    );
+    let optional = Request::try_from(optional.as_str()).expect("valid");
+    assert_eq!(optional.body, b"isup");
+    assert!(matches!(decide(&optional), Decision::Select(_)));
+    let Decision::Reply(response) = decide(&invite(
+        "sip:park@127.0.0.1:5062",
+        "Accept: text/nobodyKnowsThis\r\n",
+    )) else {
+        panic!("answered at once")
+    };
+    assert_eq!(response.status_code.code(), 406);
+    assert!(matches!(
+        decide(&invite(
+            "sip:park@127.0.0.1:5062",
+            "Accept: application/sdp\r\n"
+        )),
+        Decision::Select(_)
+    ));
 }

@@ -84,9 +84,6 @@ impl Registrar {
                 return Err(Malformed::BadExpires(e.to_owned()));
             }
         }
-        if sip::header_all(&req.headers, "Contact").is_empty() {
-            return Err(Malformed::NoContact);
-        }
         Ok((msr, call_id, cseq))
     }
 }

@@ -332,24 +332,52 @@ fn refresh_is_reported_and_lapse_removes_the_binding() {
     assert_eq!(r.poll_timeout(), None);
 }
 
+/// RFC 3261 §10.2.3: a REGISTER without Contact asks for the bindings.
+/// It is challenged like any other first (RFC 4475 §3.3.7 regaut01: an
+/// `Authorization` of an unknown scheme is no credential), then answered
+/// 200 with the bindings, which it leaves as they are.
+#[test]
+fn a_register_without_contact_is_challenged_then_lists_the_bindings() {
+    let mut r = registrar();
+    let now = Instant::now();
+    register(&mut r, now, Reg::new("msr_1"));
+    events(&mut r);
+    let mut query = Reg::new("msr_1");
+    query.contacts.clear();
+    let mut unknown_scheme = query.build();
+    sip::push_header(
+        &mut unknown_scheme.headers,
+        "Authorization",
+        "NoOneKnowsThisScheme opaque-data=here",
+    );
+    assert_eq!(
+        r.handle_register(now, &unknown_scheme, None).status_code,
+        StatusCode::Unauthorized
+    );
+    let answer = register(&mut r, now, query);
+    assert_eq!(answer.status_code, StatusCode::OK);
+    let contacts = sip::header_all(&answer.headers, "Contact");
+    assert_eq!(contacts.len(), 1, "{contacts:?}");
+    assert!(contacts[0].contains("expires=60"), "{contacts:?}");
+    assert!(events(&mut r).is_empty(), "a query changes nothing");
+    assert!(r.is_registered("msr_1"));
+}
+
 #[test]
 fn malformed_registers_get_400_never_a_panic() {
     let mut r = registrar();
     let now = Instant::now();
-    let mut no_contact = Reg::new("msr_1");
-    no_contact.contacts.clear();
     let mut bad_expires = Reg::new("msr_1");
     bad_expires.expires = Some("soon");
     let mut bad_contact = Reg::new("msr_1");
     bad_contact.contacts = vec!["<mailto:x@y>".into()];
     let mut bad_wildcard = Reg::new("msr_1");
     bad_wildcard.contacts = vec!["*".into()];
-    for reg in [no_contact, bad_expires] {
-        assert_eq!(
-            r.handle_register(now, &reg.build(), None).status_code,
-            StatusCode::BadRequest
-        );
-    }
+    assert_eq!(
+        r.handle_register(now, &bad_expires.build(), None)
+            .status_code,
+        StatusCode::BadRequest
+    );
     for reg in [bad_contact, bad_wildcard] {
         assert_eq!(
             register(&mut r, now, reg).status_code,
