@@ -249,8 +249,17 @@ impl Notifier {
             .values()
             .find(|s| s.source == source && s.msr == msr)
             .map(|s| s.id);
+        // RFC 6665 §4.2.2: the old dialog is told it ended. `deactivated`
+        // (§4.1.3: moved, retry at once) is what happened; a subscriber
+        // that forgot the dialog answers 481, one that did not is already
+        // subscribed anew.
         if let Some(old) = replaced {
-            self.drop_subscription(old, "replaced by a new subscription from the same address");
+            info!(
+                subscription = %old,
+                msr = %msr,
+                "subscription replaced by a new subscription from the same address"
+            );
+            self.terminate(now, old, TerminationReason::Deactivated);
         }
         if !from_registrar {
             let host = source.map(|s| s.ip());

@@ -671,7 +671,8 @@ fn no_other_source_can_lock_the_registrar_out_of_its_slot() {
     }
     assert_eq!(statuses, [200, 200, 200, 200, 503, 503, 503, 503]);
     drain(&mut n);
-    // The same other address again: its new dialog replaces its old one.
+    // The same other address again: its new dialog replaces its old one,
+    // which is told so (RFC 6665 §4.2.2) before the new one's first NOTIFY.
     let again = n
         .handle_request(
             t0,
@@ -681,6 +682,20 @@ fn no_other_source_can_lock_the_registrar_out_of_its_slot() {
         .expect("response");
     assert_eq!(again.status_code, StatusCode::OK);
     assert_eq!(n.subscriptions().len(), 4);
+    let sent: Vec<(String, String)> = drain(&mut n)
+        .iter()
+        .map(|t| {
+            (
+                h(&t.request.headers, "Call-ID").to_owned(),
+                h(&t.request.headers, "Subscription-State").to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert_eq!(sent[0].0, "other0");
+    assert_eq!(sent[0].1, "terminated;reason=deactivated");
+    assert_eq!(sent[1].0, "other0b");
+    assert!(sent[1].1.starts_with("active;expires="), "{sent:?}");
     // The registrar: accepted however full the others' share is, and a
     // restarted one (a new dialog) replaces its dialog instead of taking
     // a second slot.
