@@ -309,7 +309,6 @@ async fn the_http_api_selects_releases_and_counts_as_the_control_socket_does() {
     // Bad input: 400/404/405 with {"code","message"}, never a panic.
     let long = "x".repeat(100 * 1024);
     for (method, path, body, status, code) in [
-        ("GET", "/v1/select?zone=default", "", 400, "bad_request"),
         (
             "GET",
             "/v1/select?zone=default&site=local&colour=red",
@@ -368,6 +367,14 @@ async fn the_http_api_selects_releases_and_counts_as_the_control_socket_does() {
             "{text}"
         );
     }
+    // No zone or site: the collector's `[defaults]` (zone `default`, site
+    // `local`), where the three MSRs are.
+    let (got, text) = http(port, "GET", "/v1/select", "", "").await;
+    assert_eq!(
+        (got, json(&text)["kind"].as_str()),
+        (200, Some("selected")),
+        "{text}"
+    );
     // A HEAD changes nothing: as a GET, this select would place a leg.
     let (got, _) = http(
         port,

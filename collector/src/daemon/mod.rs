@@ -17,8 +17,12 @@
 //!   a blocking thread so the loop goes on while the disk works.
 //!
 //! The runtime has a worker per core, so the readers' parsing, the
-//! writer's sends and the control servers run beside the loop, which owns
-//! every fact.
+//! writer's sends and the control socket and HTTP servers run beside the
+//! loop, which owns every fact. The loop has a thread of its own
+//! (`collector-core`), and the redirect server's UDP loop runs on it: a
+//! 302 costs one selection, and handing each INVITE to another thread
+//! and its answer back cost more CPU than the rest of the redirect
+//! (BENCHMARKS.md, "The redirect on the core's thread").
 //!
 //! Shutdown: `Expires: 0` for every subscription, at most
 //! [`SHUTDOWN_GRACE`] waiting for the answers and for the final NOTIFYs
@@ -239,6 +243,14 @@ pub async fn start(
     info!(path = %control_socket.display(), "control socket on {}", control_socket.display());
     let (admin_tx, admin_rx) = mpsc::channel(1024);
     let admin_stop = CancellationToken::new();
+    // The core's own thread and runtime (`run_on_thread`); the redirect
+    // server runs there too (module docs).
+    let core_runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CollectorError::Task {
+            reason: format!("cannot build the collector's loop runtime: {e}"),
+        })?;
     let metrics = Arc::new(Metrics::new());
     let stats = Arc::new(IngestStats::default());
     // SPEC §11: the HTTP API and the redirect server send their requests
@@ -263,7 +275,7 @@ pub async fn start(
         }
         None => None,
     };
-    let redirect_addr = match &config.redirect {
+    let (redirect_addr, redirect_task) = match &config.redirect {
         Some(redirect) => {
             let error = |source| CollectorError::Redirect {
                 addr: redirect.listen,
@@ -273,7 +285,10 @@ pub async fn start(
                 .await
                 .map_err(|(_, _, e)| error(e))?;
             socket.set_nonblocking(true).map_err(error)?;
-            let socket = tokio::net::UdpSocket::from_std(socket).map_err(error)?;
+            let socket = {
+                let _core = core_runtime.enter();
+                tokio::net::UdpSocket::from_std(socket).map_err(error)?
+            };
             info!(%addr, "redirect server listening on udp {addr}");
             let tls_listener = match (redirect.tls_listen, &tls) {
                 (Some(at), Some((_, _, acceptor))) => {
@@ -317,7 +332,7 @@ pub async fn start(
                 own: vec![addr, sip_addr],
                 allow: redirect.allow.clone(),
             };
-            tokio::spawn(crate::api::redirect::serve(
+            let task = core_runtime.spawn(crate::api::redirect::serve(
                 socket,
                 streams,
                 admin_tx.clone(),
@@ -325,9 +340,9 @@ pub async fn start(
                 Arc::clone(&metrics),
                 shutdown.clone(),
             ));
-            Some(addr)
+            (Some(addr), Some(task))
         }
-        None => None,
+        None => (None, None),
     };
     tokio::spawn(admin::serve(listener, admin_tx, admin_stop.clone()));
 
@@ -466,6 +481,13 @@ pub async fn start(
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     let core_loop = async move {
         shell.run(&shutdown).await;
+        // The redirect server shares this thread's runtime: it stops on
+        // the same token, once its loop has seen it.
+        if let Some(task) = redirect_task {
+            if tokio::time::timeout(REPLY_FLUSH, task).await.is_err() {
+                warn!("redirect server did not stop in time");
+            }
+        }
         io_stop.cancel();
         admin_stop.cancel();
         // The writer ends once the loop's and the reader's senders are
@@ -496,8 +518,10 @@ pub async fn start(
         drop(lock);
         let _ = done_tx.send(());
     };
-    spawn_thread("collector-core", move || core_loop).map_err(|e| CollectorError::Task {
-        reason: format!("cannot start the collector's loop: {e}"),
+    run_on_thread(core_runtime, "collector-core", move || core_loop).map_err(|e| {
+        CollectorError::Task {
+            reason: format!("cannot start the collector's loop: {e}"),
+        }
     })?;
     let join = tokio::spawn(async move {
         done_rx.await.map_err(|_| CollectorError::Task {
@@ -527,6 +551,20 @@ where
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    run_on_thread(runtime, name, make)
+}
+
+/// Runs the future `make` builds on `runtime` (a current-thread one, with
+/// whatever was spawned on it already) on a thread of its own.
+fn run_on_thread<F, Fut>(
+    runtime: tokio::runtime::Runtime,
+    name: &str,
+    make: F,
+) -> std::io::Result<()>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
     std::thread::Builder::new()
         .name(name.to_owned())
         .spawn(move || runtime.block_on(make()))?;
