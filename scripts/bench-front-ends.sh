@@ -2,9 +2,10 @@
 # Benchmark, not a test: the softswitch-facing front ends (SPEC §11) of a
 # release-build collector on loopback.
 #
-#   scripts/bench-front-ends.sh [SECONDS] [INVITES]
+#   [BIN=DIR] scripts/bench-front-ends.sh [SECONDS] [INVITES]
 #       SECONDS  length of each wrk run (default 10)
 #       INVITES  INVITEs per SIPp redirect run (default 30000)
+#       BIN      binaries to run instead of this tree's release build
 #
 # 1. HTTP `GET /v1/select` with 1,000 msr-loadgen MSRs all in one zone and
 #    site (the worst case for the scan), measured with wrk (Debian's `wrk`):
@@ -25,8 +26,14 @@ seconds=${1:-10}
 invites=${2:-30000}
 command -v wrk >/dev/null || { echo "needs wrk (apt-get install wrk)" >&2; exit 1; }
 
-cargo build --release --locked -q -p msr-collector -p msr-tools --bins
-bin=target/release
+# BIN: a directory holding another build's msr-collector, msr-loadgen and
+# msrctl (a before-and-after comparison); by default this tree's release.
+if [ -n "${BIN:-}" ]; then
+  bin=$BIN
+else
+  cargo build --release --locked -q -p msr-collector -p msr-tools --bins
+  bin=target/release
+fi
 . scripts/lib/bench.sh
 dir=$(mktemp -d)
 pids=()

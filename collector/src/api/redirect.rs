@@ -145,8 +145,13 @@ pub fn decide(invite: &Request) -> Decision {
         Some(_) => return bad("the cseq method is not invite"),
         None => return bad("no cseq"),
     }
-    let uri = invite.uri.to_string();
-    let params = uri_params(&uri);
+    // Most INVITEs carry their inputs in headers, or none: the URI is
+    // written out only when it has parameters to read.
+    let params = if invite.uri.params.is_empty() {
+        Vec::new()
+    } else {
+        uri_params(&invite.uri.to_string())
+    };
     let pick = |name: &str, header: &str| -> Option<String> {
         params
             .iter()

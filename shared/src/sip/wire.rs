@@ -308,14 +308,52 @@ pub fn response_target(request: &Request, source: SocketAddr) -> SocketAddr {
 pub fn encode_request(mut request: Request) -> Bytes {
     let len = request.body.len().to_string();
     super::set_header(&mut request.headers, "Content-Length", len);
-    Bytes::from(request.to_bytes())
+    Bytes::from(encode(
+        format_args!("{} {} {}", request.method, request.uri, request.version),
+        &request.headers,
+        &request.body,
+    ))
 }
 
 /// The bytes of `response`, with `Content-Length` set from its body.
 pub fn encode_response(mut response: Response) -> Bytes {
     let len = response.body.len().to_string();
     super::set_header(&mut response.headers, "Content-Length", len);
-    Bytes::from(response.to_bytes())
+    Bytes::from(encode(
+        format_args!(
+            "{} {} {}",
+            response.version,
+            response.status_code.code(),
+            response.status_code.text()
+        ),
+        &response.headers,
+        &response.body,
+    ))
+}
+
+/// A message's bytes as rsip's `to_bytes` writes them (start line, each
+/// header as `name: value`, a blank line, the body verbatim), written
+/// into one buffer: `to_bytes` formats each header into a `String` of
+/// its own and joins them, which cost a tenth of a redirect's CPU.
+fn encode(start: std::fmt::Arguments<'_>, headers: &super::Headers, body: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let size: usize = headers
+        .iter()
+        .map(|h| h.name().len() + h.value().len() + 4)
+        .sum();
+    let mut out = Vec::with_capacity(64 + size + body.len());
+    // Writing to a `Vec` cannot fail.
+    let _ = out.write_fmt(start);
+    out.extend_from_slice(b"\r\n");
+    for header in headers.iter() {
+        out.extend_from_slice(header.name().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(header.value().as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body);
+    out
 }
 
 /// The largest message a stream may carry, head and body.

@@ -55,6 +55,28 @@ pub(super) fn response_destination(headers: &Headers, src: SocketAddr) -> Socket
     SocketAddr::new(src.ip(), port)
 }
 
+/// Whether the top `Via` of a request from `src` needs `received` or
+/// `rport` filled in (RFC 3261 §18.2.1, RFC 3581 §4): unless its sent-by
+/// is `src` exactly and it asks for neither, which is the common case
+/// (a softswitch sending from the address it names) and leaves the Via as
+/// it is without parsing it as a typed header.
+pub(super) fn needs_stamp(headers: &Headers, src: SocketAddr) -> bool {
+    let Some(via) = sip::header(headers, "Via") else {
+        return true;
+    };
+    let top = via.split(',').next().unwrap_or(via);
+    let mut parts = top.split(';');
+    let sent_by = parts
+        .next()
+        .and_then(|p| p.split_whitespace().nth(1))
+        .and_then(|s| s.parse::<SocketAddr>().ok());
+    let asks = parts.any(|p| {
+        let name = p.split('=').next().unwrap_or("").trim();
+        name.eq_ignore_ascii_case("rport") || name.eq_ignore_ascii_case("received")
+    });
+    asks || sent_by != Some(src)
+}
+
 /// A selection finished: the INVITE's key, where to answer, the answer and
 /// the leg the selection bound (to release if the INVITE was cancelled).
 struct Done {
@@ -304,8 +326,15 @@ impl Server {
         }
         let mut dest = src;
         let req = match SipMessage::try_from(packet).and_then(|m| {
-            if let SipMessage::Request(req) = &m {
-                dest = response_destination(&req.headers, src);
+            let stamp = match &m {
+                SipMessage::Request(req) => {
+                    dest = response_destination(&req.headers, src);
+                    needs_stamp(&req.headers, src)
+                }
+                SipMessage::Response(_) => false,
+            };
+            if !stamp {
+                return Ok(m);
             }
             SipConnection::update_msg_received(m, src, rsipstack::sip::Transport::Udp)
                 .map_err(|e| rsipstack::sip::Error::Unexpected(e.to_string()))

@@ -507,3 +507,33 @@ fn an_unknown_body_gets_415_with_accept_and_an_accept_without_sdp_406() {
         Decision::Select(_)
     ));
 }
+
+/// The Via is left unparsed only when stamping it would change nothing.
+#[test]
+fn a_via_is_stamped_unless_it_names_its_source_and_asks_nothing() {
+    let headers = |via: &str| {
+        invite_text("sip:park@127.0.0.1", "").replace(
+            "Via: SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bK-1",
+            &format!("Via: {via}"),
+        )
+    };
+    let src: SocketAddr = "127.0.0.1:5070".parse().expect("addr");
+    for (via, stamp) in [
+        ("SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bK-1", false),
+        ("SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bK-1;rport", true),
+        (
+            "SIP/2.0/UDP 127.0.0.1:5070;received=10.0.0.1;branch=z9hG4bK-1",
+            true,
+        ),
+        ("SIP/2.0/UDP 127.0.0.1:5071;branch=z9hG4bK-1", true),
+        ("SIP/2.0/UDP 127.0.0.1;branch=z9hG4bK-1", true),
+        ("SIP/2.0/UDP host.example;branch=z9hG4bK-1", true),
+    ] {
+        let req = Request::try_from(headers(via).as_str()).expect("valid");
+        assert_eq!(
+            super::server::needs_stamp(&req.headers, src),
+            stamp,
+            "{via}"
+        );
+    }
+}

@@ -498,3 +498,61 @@ fn a_lowercase_extension_method_is_answered() {
     let marks = extension("X-Ext.1!", &FULL.replace("CSeq: 7 FOO", "CSeq: 7 X-Ext.1!"));
     assert!(self::answer(&marks).is_some(), "token marks");
 }
+
+/// The encoder writes what rsip's `to_bytes` writes, byte for byte: every
+/// RFC 4475 message that parses, as a request and as its responses.
+#[test]
+fn the_encoder_writes_what_rsip_writes() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/torture");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).expect("torture dir") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_none_or(|e| e != "dat") {
+            continue;
+        }
+        let bytes = std::fs::read(&path).expect("message");
+        let Ok(message) = SipMessage::try_from(bytes.as_slice()) else {
+            continue;
+        };
+        match message {
+            SipMessage::Request(mut request) => {
+                for status in [200_u16, 302, 400, 503] {
+                    let mut response =
+                        crate::sip::response(&request, StatusCode::from(status), Some("t1"));
+                    crate::sip::push_header(&mut response.headers, "Warning", "399 x \"y\"");
+                    response.body = b"v=0\r\n".to_vec();
+                    let mut expected = response.clone();
+                    let len = expected.body.len().to_string();
+                    crate::sip::set_header(&mut expected.headers, "Content-Length", len);
+                    assert_eq!(
+                        encode_response(response).as_ref(),
+                        expected.to_bytes().as_slice(),
+                        "{}",
+                        path.display()
+                    );
+                }
+                let len = request.body.len().to_string();
+                crate::sip::set_header(&mut request.headers, "Content-Length", len);
+                assert_eq!(
+                    encode_request(request.clone()).as_ref(),
+                    request.to_bytes().as_slice(),
+                    "{}",
+                    path.display()
+                );
+            }
+            SipMessage::Response(response) => {
+                let mut expected = response.clone();
+                let len = expected.body.len().to_string();
+                crate::sip::set_header(&mut expected.headers, "Content-Length", len);
+                assert_eq!(
+                    encode_response(response).as_ref(),
+                    expected.to_bytes().as_slice(),
+                    "{}",
+                    path.display()
+                );
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked > 30, "{checked} messages");
+}
