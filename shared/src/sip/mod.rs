@@ -71,28 +71,48 @@ pub fn set_header(headers: &mut Headers, name: &str, value: impl Into<String>) {
 /// one splitter for header lists (`Contact: a, b`), header parameters
 /// (`;`) and auth parameters (`,`, RFC 7616 §3.3).
 pub fn split_outside_quotes(value: &str, sep: char) -> Vec<&str> {
-    let mut out = Vec::new();
-    let (mut quoted, mut escaped, mut angle, mut start) = (false, false, false, 0);
-    for (i, c) in value.char_indices() {
-        if escaped {
-            escaped = false;
-            continue;
-        }
-        match c {
-            '\\' if quoted => escaped = true,
-            '"' => quoted = !quoted,
-            '<' if !quoted => angle = true,
-            '>' if !quoted => angle = false,
-            c if c == sep && !quoted && !angle => {
-                out.push(value[start..i].trim());
-                start = i + c.len_utf8();
+    parts_outside_quotes(value, sep).collect()
+}
+
+/// [`split_outside_quotes`] as an iterator, for a reader that stops at the
+/// part it looks for and need not collect the rest.
+pub fn parts_outside_quotes(value: &str, sep: char) -> impl Iterator<Item = &str> {
+    let mut rest = Some(value);
+    std::iter::from_fn(move || loop {
+        let current = rest?;
+        let (mut quoted, mut escaped, mut angle) = (false, false, false);
+        let mut end = None;
+        for (i, c) in current.char_indices() {
+            if escaped {
+                escaped = false;
+                continue;
             }
-            _ => {}
+            match c {
+                '\\' if quoted => escaped = true,
+                '"' => quoted = !quoted,
+                '<' if !quoted => angle = true,
+                '>' if !quoted => angle = false,
+                c if c == sep && !quoted && !angle => {
+                    end = Some(i);
+                    break;
+                }
+                _ => {}
+            }
         }
-    }
-    out.push(value[start..].trim());
-    out.retain(|s| !s.is_empty());
-    out
+        let part = match end {
+            Some(i) => {
+                rest = Some(&current[i + sep.len_utf8()..]);
+                current[..i].trim()
+            }
+            None => {
+                rest = None;
+                current.trim()
+            }
+        };
+        if !part.is_empty() {
+            return Some(part);
+        }
+    })
 }
 
 /// The value of a quoted string without its quotes and escapes
@@ -130,25 +150,36 @@ pub fn name_value(part: &str) -> (String, Option<String>) {
 /// the name-addr (outside `<…>` and quotes), as `(name, value)` with names
 /// lowercased and values unquoted.
 pub fn params(value: &str) -> Vec<(String, Option<String>)> {
-    let tail = match value.rfind('>') {
+    parts_outside_quotes(params_tail(value), ';')
+        .map(name_value)
+        .collect()
+}
+
+/// The part of a header value that holds its parameters: after the
+/// name-addr's `>`, else from the first `;`.
+fn params_tail(value: &str) -> &str {
+    match value.rfind('>') {
         Some(i) => &value[i + 1..],
         None => match value.find(';') {
             Some(i) => &value[i..],
             None => "",
         },
-    };
-    split_outside_quotes(tail, ';')
-        .into_iter()
-        .map(name_value)
-        .collect()
+    }
 }
 
-/// The value of header parameter `name` in a header value (see [`params`]).
+/// The value of header parameter `name` in a header value (see [`params`]):
+/// the first parameter of that name, `None` when it has no value. Read in
+/// place (every request's branch and tags pass here): only the value found
+/// is copied.
 pub fn param(value: &str, name: &str) -> Option<String> {
-    params(value)
-        .into_iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case(name))
-        .and_then(|(_, v)| v)
+    parts_outside_quotes(params_tail(value), ';')
+        .find(|part| {
+            part.split_once('=')
+                .map_or(*part, |(k, _)| k)
+                .trim()
+                .eq_ignore_ascii_case(name)
+        })
+        .and_then(|part| part.split_once('=').map(|(_, v)| unquote(v)))
 }
 
 /// The `tag` parameter of a `From`/`To` value (RFC 3261 §19.3).

@@ -177,3 +177,19 @@ fn an_accept_that_rules_out_the_answer_s_type_is_unacceptable() {
         );
     }
 }
+
+proptest::proptest! {
+    /// `param` reads in place what `params` collects: the same value for
+    /// any header value and name, quotes, escapes and brackets included.
+    #[test]
+    fn param_reads_what_params_collects(
+        value in "[a-zA-Z0-9;=<>\" \\\\,@:.]{0,40}",
+        name in "[a-zA-Z]{1,3}",
+    ) {
+        let collected = params(&value)
+            .into_iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(&name))
+            .and_then(|(_, v)| v);
+        proptest::prop_assert_eq!(param(&value, &name), collected);
+    }
+}

@@ -316,14 +316,6 @@ impl Server {
         // Where the answer goes is read from the Via as it came (§18.2.2):
         // the `received`/`rport` the stack adds below would hide a Via
         // without `rport`.
-        // RFC 3261 §18.3, RFC 4475 §3.1.2.2-3: a Content-Length that is no
-        // number or longer than the datagram is a 400, not a selection.
-        if let Some(response) = wire::bad_length(packet) {
-            let dest = response_destination(&response.headers, src);
-            self.send(&wire::encode_response(response), Dest::Udp(dest))
-                .await;
-            return None;
-        }
         let mut dest = src;
         let req = match SipMessage::try_from(packet).and_then(|m| {
             let stamp = match &m {
@@ -343,6 +335,17 @@ impl Server {
             // A response to a server that sends no requests: ignored.
             Ok(SipMessage::Response(_)) => return None,
             Err(e) => {
+                // RFC 3261 §18.3, RFC 4475 §3.1.2.2-3: a Content-Length
+                // that is no number or longer than the datagram is a 400,
+                // not a selection (one the parser takes is refused by
+                // `request_refusal` below), looked for only here, off the
+                // path of every well-formed INVITE.
+                if let Some(response) = wire::bad_length(packet) {
+                    let dest = response_destination(&response.headers, src);
+                    self.send(&wire::encode_response(response), Dest::Udp(dest))
+                        .await;
+                    return None;
+                }
                 match wire::not_implemented(packet, super::ALLOW) {
                     // RFC 3261 §8.2.1: an extension method, which the
                     // parser refuses.
