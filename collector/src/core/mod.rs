@@ -583,9 +583,4 @@ impl Collector {
                 .or_else(|| sip::uri_socket_addr(sip::addr_uri(&b.uri)))
         })
     }
-
-    /// The number of client transactions in flight.
-    pub fn transactions_in_flight(&self) -> usize {
-        self.transactions.len()
-    }
 }
