@@ -7,7 +7,6 @@
 
 use std::collections::VecDeque;
 
-use bytes::Bytes;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
@@ -24,9 +23,51 @@ pub(super) struct BindingSaves {
     /// The generation being written, if a save is in flight.
     pub(super) writing: Option<u64>,
     /// `200`s to REGISTERs, each waiting for this generation.
-    pub(super) held: VecDeque<(u64, Transmit)>,
+    pub(super) held: VecDeque<(u64, HeldAnswer)>,
     /// Bindings read from the disk are being applied: nothing to save.
     pub(super) restoring: bool,
+}
+
+/// A `200` to a REGISTER waiting for its binding's save: kept as a
+/// response, not as bytes, so that a save that fails answers a `500` of
+/// its own instead of an edited `200`.
+#[derive(Debug)]
+pub(super) struct HeldAnswer {
+    /// Where it goes.
+    pub(super) route: super::Route,
+    /// The `200`, with the bindings as `Contact`s.
+    pub(super) response: msr_shared::sip::Response,
+}
+
+impl HeldAnswer {
+    /// The `200` as it was built.
+    fn saved(self) -> Transmit {
+        Transmit {
+            route: self.route,
+            bytes: msr_shared::sip::wire::encode_response(self.response),
+        }
+    }
+
+    /// RFC 3261 §21.5.1: `500 Server Internal Error` with `Retry-After`
+    /// (§20.33), so that the MSR registers again; the `Contact`s of the
+    /// `200` would list bindings that are not on disk, so they go.
+    fn unsaved(self) -> Transmit {
+        let mut response = self.response;
+        response.status_code = msr_shared::sip::StatusCode::ServerInternalError;
+        response
+            .headers
+            .retain(|h| !h.name().eq_ignore_ascii_case("Contact"));
+        msr_shared::sip::push_header(&mut response.headers, "Retry-After", "5");
+        msr_shared::sip::push_header(
+            &mut response.headers,
+            "Warning",
+            "399 msr-collector \"the binding could not be saved\"",
+        );
+        Transmit {
+            route: self.route,
+            bytes: msr_shared::sip::wire::encode_response(response),
+        }
+    }
 }
 
 impl BindingSaves {
@@ -77,14 +118,14 @@ impl Collector {
             if *waits_for > generation {
                 break;
             }
-            let Some((_, transmit)) = self.bindings.held.pop_front() else {
+            let Some((_, held)) = self.bindings.held.pop_front() else {
                 break;
             };
             if self.bindings.saved >= generation {
-                self.transmits.push_back(transmit);
+                self.transmits.push_back(held.saved());
             } else {
                 debug!("register answered 500: its binding was not saved");
-                self.transmits.push_back(unsaved(transmit));
+                self.transmits.push_back(held.unsaved());
             }
         }
         self.request_save(now);
@@ -112,20 +153,5 @@ impl Collector {
     /// ([`known_sources`](Self::known_sources)) may have changed.
     pub fn bindings_generation(&self) -> u64 {
         self.bindings.changed
-    }
-}
-
-/// A held `200` turned into `500 Server Internal Error` with
-/// `Retry-After`, for a binding that could not be saved (the status line
-/// is rewritten; every header stays).
-fn unsaved(transmit: Transmit) -> Transmit {
-    let text = String::from_utf8_lossy(&transmit.bytes);
-    let Some(rest) = text.split_once("\r\n").map(|(_, rest)| rest) else {
-        return transmit;
-    };
-    let rest = rest.replacen("\r\n\r\n", "\r\nRetry-After: 5\r\n\r\n", 1);
-    Transmit {
-        route: transmit.route,
-        bytes: Bytes::from(format!("SIP/2.0 500 Bindings Not Saved\r\n{rest}")),
     }
 }

@@ -302,6 +302,10 @@ fn a_binding_that_cannot_be_saved_is_answered_500_with_retry_after() {
         panic!("response")
     };
     assert_eq!(sip::header(&r.headers, "Retry-After"), Some("5"));
+    // A 500 of its own, not the 200's bytes edited: no binding listed.
+    assert_eq!(sip::header(&r.headers, "Contact"), None);
+    assert!(sip::header(&r.headers, "Warning").is_some_and(|w| w.contains("not be saved")));
+    assert_eq!(r.status_code.text(), "Server Internal Error");
 }
 
 /// The subscription to a new binding, its first NOTIFY and a

@@ -13,6 +13,7 @@ use msr_shared::sip::{self, wire, Method, SipMessage, StatusCode};
 use tokio::time::Instant;
 use tracing::info;
 
+use super::bindings::HeldAnswer;
 use super::{Collector, Inbound, RequestId, Route, Transmit};
 
 impl Collector {
@@ -108,8 +109,10 @@ impl Collector {
                 if let Some(generation) =
                     waits_for.filter(|_| response.status_code == StatusCode::OK)
                 {
-                    let transmit = self.response_to(route, source, req, response);
-                    self.bindings.held.push_back((generation, transmit));
+                    let route = self.route_to(route, source, req);
+                    self.bindings
+                        .held
+                        .push_back((generation, HeldAnswer { route, response }));
                     return;
                 }
                 response
@@ -156,13 +159,18 @@ impl Collector {
         req: &sip::Request,
         response: sip::Response,
     ) -> Transmit {
-        let route = match route {
+        Transmit {
+            route: self.route_to(route, source, req),
+            bytes: wire::encode_response(response),
+        }
+    }
+
+    /// Where a response to `req`, which came on `route` from `source`,
+    /// goes.
+    fn route_to(&self, route: Route, source: SocketAddr, req: &sip::Request) -> Route {
+        match route {
             Route::Udp(_) => Route::Udp(wire::response_target(req, source)),
             stream => stream,
-        };
-        Transmit {
-            route,
-            bytes: wire::encode_response(response),
         }
     }
 
