@@ -274,7 +274,6 @@ pub fn sip_redirect(data: &[u8]) {
     use msr_collector::api::redirect::{self, Decision, RedirectContext};
     let ctx = RedirectContext {
         own: vec![SocketAddr::from(([127, 0, 0, 1], 5080))],
-        placement: msr_collector::operator::Placement::default(),
         allow: Vec::new(),
     };
     let mut rig = AdminRig::new();
@@ -283,7 +282,7 @@ pub fn sip_redirect(data: &[u8]) {
             continue;
         };
         let response = if req.method == Method::Invite {
-            match redirect::decide(&req, &ctx) {
+            match redirect::decide(&req) {
                 Decision::Reply(response) => Some(*response),
                 Decision::Select(select) => {
                     let answer = rig.run(select);
@@ -294,7 +293,7 @@ pub fn sip_redirect(data: &[u8]) {
             redirect::other_method(&req)
         };
         if let Some(response) = response {
-            let _ = response.to_string();
+            let _ = msr_shared::sip::wire::encode_response(response);
         }
     }
 }

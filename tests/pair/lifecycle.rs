@@ -11,7 +11,7 @@ use msr_agent::notifier::FINAL_NOTIFY_GRACE;
 use msr_agent::registration::RegistrationState;
 use msr_agent::SHUTDOWN_GRACE;
 use msr_collector::sip::registrar::{RegistrarEvent, RemovalCause};
-use msr_collector::sip::subscriber::{SubscriberEvent, RETRY_CAP};
+use msr_collector::sip::subscriber::{RetryCause, SubscriberEvent, RETRY_CAP};
 use msr_shared::refresh::refresh_delay;
 use msr_shared::sip::Method;
 use msr_shared::subscription::SubscriptionState;
@@ -193,7 +193,7 @@ fn a_lost_refresh_is_replaced_by_a_new_dialog_before_the_grant_lapses() {
     let (at, SubscriberEvent::Retrying { cause, delay, .. }) = &retrying[0] else {
         unreachable!()
     };
-    assert_eq!((cause.as_str(), *delay), ("408", secs(1)));
+    assert_eq!((cause, *delay), (&RetryCause::TimedOut, secs(1)));
     assert_eq!(*at, refresh_at + TIMER_F);
     let second = subscribes[2];
     assert_ne!(second.call_id(), first, "a new dialog");
@@ -379,7 +379,7 @@ fn a_481_to_a_refresh_starts_a_new_subscription() {
     let SubscriberEvent::Retrying { cause, delay, .. } = &retrying[0].1 else {
         unreachable!()
     };
-    assert_eq!((cause.as_str(), *delay), ("481", secs(1)));
+    assert_eq!((cause, *delay), (&RetryCause::Status(481), secs(1)));
     let next = subscribes
         .iter()
         .find(|s| s.at > refused.at)
@@ -505,7 +505,7 @@ fn a_killed_msr_lapses_with_its_registration_and_comes_back_at_once() {
     // The subscription failed before (its 2 s grant ran out unrefreshed) …
     let expired = events(
         &p,
-        |e| matches!(e, SubscriberEvent::Retrying { cause, .. } if cause == "expired"),
+        |e| matches!(e, SubscriberEvent::Retrying { cause, .. } if *cause == RetryCause::Expired),
     );
     assert!(!expired.is_empty(), "{:?}", p.collector.events);
     assert!(expired[0].0 <= killed + secs(2));

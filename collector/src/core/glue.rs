@@ -19,7 +19,7 @@ use tracing::debug;
 use crate::model::health::{Health, HealthEvent};
 use crate::model::load_table::Change;
 use crate::sip::registrar::RegistrarEvent;
-use crate::sip::subscriber::SubscriberEvent;
+use crate::sip::subscriber::{RetryCause, SubscriberEvent};
 
 use super::{Collector, Event, RequestId};
 
@@ -171,7 +171,8 @@ impl Collector {
             debug!(msr = %t.msr, call_id = %t.call_id, "sending subscribe");
             if let Err(cause) = self.send_request(now, RequestId::Subscribe(t.id), t.request, None)
             {
-                self.subscriber.handle_failure(now, t.id, &cause);
+                self.subscriber
+                    .handle_failure(now, t.id, RetryCause::NotSent(cause.clone()));
                 self.events.push_back(Event::SubscribeNotSent {
                     msr: t.msr,
                     call_id: t.call_id,

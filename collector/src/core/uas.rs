@@ -15,6 +15,7 @@ use tracing::info;
 
 use super::bindings::HeldAnswer;
 use super::{Collector, Inbound, RequestId, Route, Transmit};
+use crate::sip::subscriber::RetryCause;
 
 impl Collector {
     /// A SIP message arrived at `now`.
@@ -182,7 +183,8 @@ impl Collector {
             }
             // RFC 3261 §8.1.3.1: a timeout is a 408.
             (RequestId::Subscribe(id), Outcome::TimedOut) => {
-                self.subscriber.handle_failure(now, id, "408")
+                self.subscriber
+                    .handle_failure(now, id, RetryCause::TimedOut)
             }
             (RequestId::Keepalive(id), Outcome::Response(response)) => {
                 self.health.handle_response(now, id, &response.status_code)

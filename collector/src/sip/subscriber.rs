@@ -175,6 +175,38 @@ pub struct Transmit {
     pub request: Request,
 }
 
+/// Why a subscription is tried again ([`SubscriberEvent::Retrying`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RetryCause {
+    /// The SUBSCRIBE got this final non-2xx status (`481`, `503`, …).
+    Status(u16),
+    /// No final response: the client transaction timed out (RFC 3261
+    /// §8.1.3.1 reads that as a `408`).
+    TimedOut,
+    /// The SUBSCRIBE could not be sent; the transport's reason.
+    NotSent(String),
+    /// The subscription expired without a refresh answered.
+    Expired,
+    /// The notifier granted `Expires: 0` to a SUBSCRIBE that asked for
+    /// more.
+    GrantedZero,
+    /// The dialog's target (a peer's `Contact`) is no SIP URI.
+    BadTarget,
+}
+
+impl std::fmt::Display for RetryCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RetryCause::Status(code) => write!(f, "{code}"),
+            RetryCause::TimedOut => f.write_str("408"),
+            RetryCause::NotSent(reason) => write!(f, "not sent: {reason}"),
+            RetryCause::Expired => f.write_str("expired"),
+            RetryCause::GrantedZero => f.write_str("granted expires 0"),
+            RetryCause::BadTarget => f.write_str("bad target uri"),
+        }
+    }
+}
+
 /// What happened to a subscription, for logs and the load table.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SubscriberEvent {
@@ -225,8 +257,8 @@ pub enum SubscriberEvent {
         msr: MsrName,
         /// The failed dialog's Call-ID.
         call_id: String,
-        /// Why (`408`, `481`, `expired`, …).
-        cause: String,
+        /// Why.
+        cause: RetryCause,
         /// Wait before the new SUBSCRIBE.
         delay: Duration,
     },

@@ -71,7 +71,7 @@ impl Subscriber {
                 // The registrar only keeps parseable contact URIs, so this is
                 // a target learnt from a peer's Contact: treat it as a failure.
                 if kind != Kind::Unsubscribe {
-                    self.fail(now, msr, &dialog.call_id, "bad target uri");
+                    self.fail(now, msr, &dialog.call_id, RetryCause::BadTarget);
                 }
                 None
             }
@@ -110,7 +110,7 @@ impl Subscriber {
             let granted = sip::expires(&response.headers).unwrap_or(p.requested);
             if granted == 0 {
                 let call_id = p.call_id.clone();
-                self.fail(now, &p.msr, &call_id, "granted expires 0");
+                self.fail(now, &p.msr, &call_id, RetryCause::GrantedZero);
                 return;
             }
             if dialog.remote_tag.is_none() {
@@ -162,13 +162,12 @@ impl Subscriber {
                 return;
             }
         }
-        let cause = code.to_string();
-        self.fail(now, &p.msr, &p.call_id, &cause);
+        self.fail(now, &p.msr, &p.call_id, RetryCause::Status(code));
     }
 
-    /// The request sent as `id` ended without a final response (transport
-    /// failure); handled like a `408`.
-    pub fn handle_failure(&mut self, now: Instant, id: RequestId, reason: &str) {
+    /// The request sent as `id` ended without a final response (a timeout,
+    /// or a transport failure): handled like a `408`.
+    pub fn handle_failure(&mut self, now: Instant, id: RequestId, cause: RetryCause) {
         let Some(p) = self.pending.remove(&id) else {
             return;
         };
@@ -183,13 +182,13 @@ impl Subscriber {
             .and_then(|s| s.dialog.as_ref())
             .is_some_and(|d| d.call_id == p.call_id);
         if current {
-            self.fail(now, &p.msr, &p.call_id, reason);
+            self.fail(now, &p.msr, &p.call_id, cause);
             self.touched(&p.msr);
         }
     }
 
     /// Drops the dialog and schedules a new one after the backoff.
-    pub(super) fn fail(&mut self, now: Instant, msr: &MsrName, call_id: &str, cause: &str) {
+    pub(super) fn fail(&mut self, now: Instant, msr: &MsrName, call_id: &str, cause: RetryCause) {
         self.drop_dialog(msr);
         let Some(sub) = self.subs.get_mut(msr) else {
             return;
@@ -202,7 +201,7 @@ impl Subscriber {
         self.events.push_back(SubscriberEvent::Retrying {
             msr: msr.clone(),
             call_id: call_id.to_owned(),
-            cause: cause.to_owned(),
+            cause,
             delay,
         });
     }

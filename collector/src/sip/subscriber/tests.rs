@@ -153,7 +153,7 @@ fn a_refresh_lost_until_timer_f_is_retried_before_expiry() {
         assert_eq!(h(&refresh, "Call-ID"), h(&t, "Call-ID"), "E = {e}");
         // Every copy lost: the transaction layer reports Timer F.
         let gave_up = refresh_at + TIMER_F;
-        s.handle_failure(gave_up, refresh.id, "timeout");
+        s.handle_failure(gave_up, refresh.id, RetryCause::TimedOut);
         let retry_at = s.poll_timeout().expect("retry scheduled");
         s.handle_timeout(retry_at);
         let retry = one(&mut s);
@@ -395,7 +395,7 @@ fn refused_and_481_and_timeouts_back_off_then_reset() {
     }
     // A transport failure counts too.
     let t = one(&mut s);
-    s.handle_failure(now, t.id, "timeout");
+    s.handle_failure(now, t.id, RetryCause::TimedOut);
     let ev = events(&mut s);
     assert!(matches!(&ev[..], [SubscriberEvent::Retrying { delay, .. }] if delay.as_secs() == 8));
     assert_eq!(delays, vec![1, 2, 4]);
@@ -414,7 +414,7 @@ fn refused_and_481_and_timeouts_back_off_then_reset() {
     );
     let ev = events(&mut s);
     assert!(
-        matches!(&ev[..], [SubscriberEvent::Retrying { delay, cause, .. }] if delay.as_secs() == 1 && cause == "481"),
+        matches!(&ev[..], [SubscriberEvent::Retrying { delay, cause, .. }] if delay.as_secs() == 1 && *cause == RetryCause::Status(481)),
         "{ev:?}"
     );
     s.handle_timeout(now + Duration::from_secs(1));
@@ -430,7 +430,7 @@ fn backoff_is_capped_at_sixty_seconds() {
     let mut last = Duration::ZERO;
     for _ in 0..10 {
         let t = one(&mut s);
-        s.handle_failure(now, t.id, "no route");
+        s.handle_failure(now, t.id, RetryCause::NotSent("no route".into()));
         let ev = events(&mut s);
         let [SubscriberEvent::Retrying { delay, .. }] = &ev[..] else {
             panic!("{ev:?}")
@@ -645,7 +645,7 @@ fn a_refused_or_failed_unsubscribe_forgets_the_dialog_at_once() {
                 &answer(&u, StatusCode::CallTransactionDoesNotExist, None),
             );
         } else {
-            s.handle_failure(now, u.id, "timeout");
+            s.handle_failure(now, u.id, RetryCause::TimedOut);
         }
         assert_eq!(s.ended_dialogs(), 0, "refused: {refused}");
         assert_eq!(s.poll_timeout(), None);
@@ -786,7 +786,7 @@ fn shutdown_awaits_and_answers_the_final_notifies() {
         (1, 1)
     );
     // msr_3: no answer at all.
-    s.handle_failure(now, u[2].id, "timeout");
+    s.handle_failure(now, u[2].id, RetryCause::TimedOut);
     assert_eq!(
         (s.awaited_unsubscribes(), s.awaited_final_notifies()),
         (0, 0)
@@ -859,7 +859,7 @@ fn shutdown_awaits_only_the_unsubscribes_it_sent() {
     assert_eq!(s.awaited_unsubscribes(), 1);
     s.handle_response(now, earlier.id, &answer(&earlier, StatusCode::OK, Some(0)));
     assert_eq!(s.awaited_unsubscribes(), 1);
-    s.handle_failure(now, u.id, "timeout");
+    s.handle_failure(now, u.id, RetryCause::TimedOut);
     assert_eq!(s.awaited_unsubscribes(), 0);
 }
 
@@ -923,7 +923,7 @@ fn unanswered_expiry_starts_a_new_dialog() {
     let _refresh_never_answered = one(&mut s);
     s.handle_timeout(now + Duration::from_secs(60));
     assert!(
-        matches!(&events(&mut s)[..], [SubscriberEvent::Retrying { cause, .. }] if cause == "expired")
+        matches!(&events(&mut s)[..], [SubscriberEvent::Retrying { cause, .. }] if *cause == RetryCause::Expired)
     );
 }
 
@@ -1189,7 +1189,7 @@ fn poll_timeout_with_many_subscriptions_returns_the_earliest() {
         s.handle_timeout(at);
         for t in transmits(&mut s) {
             if steps % 3 == 0 {
-                s.handle_failure(at, t.id, "timeout");
+                s.handle_failure(at, t.id, RetryCause::TimedOut);
             } else {
                 s.handle_response(at, t.id, &answer(&t, StatusCode::OK, Some(60)));
             }

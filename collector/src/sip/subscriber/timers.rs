@@ -57,7 +57,7 @@ impl Subscriber {
                 .as_ref()
                 .map(|d| d.call_id.clone())
                 .unwrap_or_default();
-            self.fail(now, msr, &call_id, "expired");
+            self.fail(now, msr, &call_id, RetryCause::Expired);
             return;
         }
         if sub.refresh_at.is_some_and(|t| t <= now) {
