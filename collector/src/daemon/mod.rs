@@ -17,12 +17,13 @@
 //!   a blocking thread so the loop goes on while the disk works.
 //!
 //! The runtime has a worker per core, so the readers' parsing, the
-//! writer's sends and the control socket and HTTP servers run beside the
-//! loop, which owns every fact. The loop has a thread of its own
-//! (`collector-core`), and the redirect server's UDP loop runs on it: a
-//! 302 costs one selection, and handing each INVITE to another thread
-//! and its answer back cost more CPU than the rest of the redirect
-//! (BENCHMARKS.md, "The redirect on the core's thread").
+//! writer's sends and the HTTP server run beside the loop, which owns
+//! every fact. The loop has a thread of its own (`collector-core`), and
+//! the redirect server's UDP loop and the control socket's connections run
+//! on it: each of their requests is one selection, and handing it to
+//! another thread and its answer back cost more CPU, and more time, than
+//! the rest of the request (BENCHMARKS.md, "The redirect on the core's
+//! thread").
 //!
 //! Shutdown: `Expires: 0` for every subscription, at most
 //! [`SHUTDOWN_GRACE`] waiting for the answers and for the final NOTIFYs
@@ -233,24 +234,26 @@ pub async fn start(
         }
         None => None,
     };
-    let control_socket = config.control_socket.clone();
-    let listener = admin::bind_control_socket(&control_socket).map_err(|source| {
-        CollectorError::ControlSocket {
-            path: control_socket.clone(),
-            source,
-        }
-    })?;
-    info!(path = %control_socket.display(), "control socket on {}", control_socket.display());
-    let (admin_tx, admin_rx) = mpsc::channel(1024);
-    let admin_stop = CancellationToken::new();
-    // The core's own thread and runtime (`run_on_thread`); the redirect
-    // server runs there too (module docs).
+    // The core's own thread and runtime (`run_on_thread`); the control
+    // socket and the redirect server run there too (module docs).
     let core_runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| CollectorError::Task {
             reason: format!("cannot build the collector's loop runtime: {e}"),
         })?;
+    let control_socket = config.control_socket.clone();
+    let listener = {
+        let _core = core_runtime.enter();
+        admin::bind_control_socket(&control_socket)
+    }
+    .map_err(|source| CollectorError::ControlSocket {
+        path: control_socket.clone(),
+        source,
+    })?;
+    info!(path = %control_socket.display(), "control socket on {}", control_socket.display());
+    let (admin_tx, admin_rx) = mpsc::channel(1024);
+    let admin_stop = CancellationToken::new();
     let metrics = Arc::new(Metrics::new());
     let stats = Arc::new(IngestStats::default());
     // SPEC §11: the HTTP API and the redirect server send their requests
@@ -344,7 +347,7 @@ pub async fn start(
         }
         None => (None, None),
     };
-    tokio::spawn(admin::serve(listener, admin_tx, admin_stop.clone()));
+    core_runtime.spawn(admin::serve(listener, admin_tx, admin_stop.clone()));
 
     let this = Member {
         node: config.node.clone(),
