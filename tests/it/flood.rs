@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use msr_shared::admin::{HealthState, Request, SelectQuery};
-use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts};
+use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector};
 use system_tests::{bin_path, AdminClient};
 
 fn secs(s: u64) -> Duration {
@@ -55,16 +55,7 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_from_strangers_leaves_the_msrs_healthy_and_memory_bounded() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let collector = Collector::start_with(
-        dir.path(),
-        "core1",
-        &CollectorOpts::default(),
-        "[redirect]\nlisten = \"127.0.0.1:0\"\n",
-    )
-    .await;
-    let redirect = collector
-        .redirect_port
-        .expect("the redirect port announced");
+    let (collector, redirect) = Collector::start_with_redirect(dir.path(), "core1").await;
     let agents: Vec<Agent> = (1..=3)
         .map(|i| {
             let msr = format!("msr_{i}");

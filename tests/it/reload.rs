@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts};
+use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector};
 
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
@@ -23,16 +23,7 @@ async fn wait_log(collector: &Collector, needle: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_applies_what_it_can_names_what_needs_a_restart_and_refuses_a_bad_file() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let collector = Collector::start_with(
-        dir.path(),
-        "core1",
-        &CollectorOpts::default(),
-        "[redirect]\nlisten = \"127.0.0.1:0\"\n",
-    )
-    .await;
-    let redirect_port = collector
-        .redirect_port
-        .expect("the redirect port announced");
+    let (collector, redirect_port) = Collector::start_with_redirect(dir.path(), "core1").await;
     let spec = AgentSpec {
         accounts: vec![AccountSpec::new("msr_1", &collector)],
         ..AgentSpec::default()

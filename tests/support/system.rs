@@ -174,6 +174,22 @@ impl Collector {
         Self::start_with(dir, name, opts, "").await
     }
 
+    /// [`start`](Self::start) with a redirect server on a free UDP port
+    /// (`[redirect] listen = "127.0.0.1:0"`), and that port.
+    pub async fn start_with_redirect(dir: &Path, name: &str) -> (Collector, u16) {
+        let collector = Self::start_with(
+            dir,
+            name,
+            &CollectorOpts::default(),
+            "[redirect]\nlisten = \"127.0.0.1:0\"\n",
+        )
+        .await;
+        let port = collector
+            .redirect_port
+            .expect("the redirect port announced");
+        (collector, port)
+    }
+
     /// [`start`](Self::start) with `extra` appended to the config (e.g.
     /// [`Etcd::store_toml`]).
     pub async fn start_with(
