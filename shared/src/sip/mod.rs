@@ -353,7 +353,8 @@ pub fn unsupported_body(req: &Request, reads: &[&str]) -> bool {
 
 /// RFC 3261 §8.2.3, §21.4.7 (RFC 4475 §3.3.15): whether the request's
 /// `Accept` rules out `answers`, the type of body the call's answer will
-/// carry (a range at `q=0` counts as not named). Such a request gets
+/// carry (the most specific range that covers it decides; at `q=0` it
+/// refuses). Such a request gets
 /// `406 Not Acceptable`. Without `Accept`, `application/sdp` is assumed
 /// (§20.1); an `Accept` with no range at all is read the same way, since
 /// refusing a call for an empty header would help no one.
@@ -364,13 +365,37 @@ pub fn unacceptable(req: &Request, answers: &str) -> bool {
         .map(str::trim)
         .filter(|range| !range.is_empty())
         .collect();
-    !ranges.is_empty()
-        && !ranges.iter().any(|range| {
-            let refused = param(range, "q")
-                .and_then(|q| q.trim().parse::<f64>().ok())
-                .is_some_and(|q| q <= 0.0);
-            !refused && in_range(&media_type(range), answers)
+    if ranges.is_empty() {
+        return false;
+    }
+    // RFC 3261 §20.1 reads `Accept` as HTTP does (RFC 9110 §12.5.1): of
+    // the ranges that cover the type, the most specific decides, so
+    // `application/sdp;q=0, */*` refuses SDP. Ranges as specific as that
+    // one all count: the type is acceptable if any of them allows it.
+    let specificity = |media: &str| match media.strip_suffix("/*") {
+        Some("*") => 0,
+        Some(_) => 1,
+        None => 2,
+    };
+    let covering: Vec<(u8, bool)> = ranges
+        .iter()
+        .filter_map(|range| {
+            let media = media_type(range);
+            in_range(&media, answers).then(|| {
+                let refused = param(range, "q")
+                    .and_then(|q| q.trim().parse::<f64>().ok())
+                    .is_some_and(|q| q <= 0.0);
+                (specificity(&media), refused)
+            })
         })
+        .collect();
+    let Some(most) = covering.iter().map(|(s, _)| *s).max() else {
+        return true;
+    };
+    covering
+        .iter()
+        .filter(|(s, _)| *s == most)
+        .all(|(_, refused)| *refused)
 }
 
 /// The `Expires` header in seconds, if present and numeric.

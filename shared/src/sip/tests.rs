@@ -169,6 +169,17 @@ fn an_accept_that_rules_out_the_answer_s_type_is_unacceptable() {
         ("Accept: text/nobodyKnowsThis\r\n", true),
         ("Accept: application/sdp;q=0, text/plain\r\n", true),
         ("Accept: text/*\r\n", true),
+        // RFC 9110 §12.5.1 (RFC 3261 §20.1): the most specific range that
+        // covers the type decides.
+        ("Accept: application/sdp;q=0, */*\r\n", true),
+        ("Accept: application/sdp;q=0, application/*\r\n", true),
+        ("Accept: */*\r\nAccept: application/sdp;q=0\r\n", true),
+        ("Accept: */*;q=0, application/sdp\r\n", false),
+        (
+            "Accept: application/*;q=0, application/sdp;q=0.1\r\n",
+            false,
+        ),
+        ("Accept: */*;q=0, application/*\r\n", false),
     ] {
         assert_eq!(
             unacceptable(&invite_with(extra, ""), "application/sdp"),
