@@ -24,7 +24,7 @@ pub const MAX_REMEMBERED: usize = 16_384;
 /// §17.2.3): the top `Via`'s branch and sent-by.
 pub fn transaction_key(req: &Request) -> Option<String> {
     let via = sip::header(&req.headers, "Via")?;
-    let top = via.split(',').next().unwrap_or(via);
+    let top = sip::parts_outside_quotes(via, ',').next().unwrap_or(via);
     let branch = sip::param(top, "branch").filter(|b| !b.is_empty())?;
     let sent_by = top
         .split(';')

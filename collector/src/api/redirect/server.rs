@@ -38,7 +38,7 @@ pub(super) fn response_destination(headers: &Headers, src: SocketAddr) -> Socket
     let Some(via) = sip::header(headers, "Via") else {
         return src;
     };
-    let top = via.split(',').next().unwrap_or(via);
+    let top = sip::parts_outside_quotes(via, ',').next().unwrap_or(via);
     if sip::params(top).iter().any(|(k, _)| k == "rport") {
         return src;
     }
@@ -64,7 +64,7 @@ pub(super) fn needs_stamp(headers: &Headers, src: SocketAddr) -> bool {
     let Some(via) = sip::header(headers, "Via") else {
         return true;
     };
-    let top = via.split(',').next().unwrap_or(via);
+    let top = sip::parts_outside_quotes(via, ',').next().unwrap_or(via);
     let mut parts = top.split(';');
     let sent_by = parts
         .next()

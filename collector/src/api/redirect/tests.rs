@@ -300,6 +300,21 @@ fn responses_go_to_the_source_with_rport_else_to_the_via_port() {
         with("SIP/2.0/UDP core.example;branch=z9hG4bK-1"),
         "10.0.0.9:5060".parse().expect("addr")
     );
+    assert_eq!(
+        with("SIP/2.0/UDP 10.0.0.1:5070;x=\"a,b\";rport;branch=z9hG4bK-1"),
+        src
+    );
+    // Its branch is found past the quoted comma too (no 400 "no via
+    // branch").
+    let quoted = invite_text("sip:park@127.0.0.1:5062", "").replace(
+        "SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bK-1",
+        "SIP/2.0/UDP 127.0.0.1:5070;x=\"a,b\";branch=z9hG4bK-q",
+    );
+    let req = Request::try_from(quoted.as_str()).expect("invite");
+    assert_eq!(
+        transaction_key(&req).as_deref(),
+        Some("z9hG4bK-q 127.0.0.1:5070")
+    );
     // The 501 to an extension method (RFC 3261 §8.2.1) goes the same way:
     // it carries the request's Via.
     let foo = invite_text("sip:park@127.0.0.1:5062", "")
@@ -528,6 +543,12 @@ fn a_via_is_stamped_unless_it_names_its_source_and_asks_nothing() {
         ("SIP/2.0/UDP 127.0.0.1:5071;branch=z9hG4bK-1", true),
         ("SIP/2.0/UDP 127.0.0.1;branch=z9hG4bK-1", true),
         ("SIP/2.0/UDP host.example;branch=z9hG4bK-1", true),
+        // A quoted parameter value may hold a comma (RFC 3261 §25.1
+        // gen-value): it does not end the top Via value.
+        (
+            "SIP/2.0/UDP 127.0.0.1:5070;x=\"a,b\";rport;branch=z9hG4bK-1",
+            true,
+        ),
     ] {
         let req = Request::try_from(headers(via).as_str()).expect("valid");
         assert_eq!(
