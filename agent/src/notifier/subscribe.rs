@@ -254,11 +254,22 @@ impl Notifier {
         // that forgot the dialog answers 481, one that did not is already
         // subscribed anew.
         if let Some(old) = replaced {
-            info!(
-                subscription = %old,
-                msr = %msr,
-                "subscription replaced by a new subscription from the same address"
-            );
+            // Any peer on an allowed host can replace its own subscription
+            // at will: its line is rate limited, as "subscription created".
+            if from_registrar {
+                info!(
+                    subscription = %old,
+                    msr = %msr,
+                    "subscription replaced by a new subscription from the same address"
+                );
+            } else {
+                info!(
+                    target: msr_shared::logging::NETWORK,
+                    subscription = %old,
+                    msr = %msr,
+                    "subscription replaced by a new subscription from the same address"
+                );
+            }
             self.terminate(now, old, TerminationReason::Deactivated);
         }
         if !from_registrar {

@@ -1415,3 +1415,56 @@ fn with_method(mut req: Request, method: Method) -> Request {
     req.method = method;
     req
 }
+
+/// A peer on an allowed host may replace its own subscription as often as
+/// it likes: the line that says so goes to the rate-limited `network`
+/// target, as "subscription created" does, and only the registrar's is
+/// logged unlimited.
+#[test]
+fn a_replacement_by_another_source_is_logged_rate_limited() {
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .map_err(|_| std::io::Error::other("poisoned"))?
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let log = Captured::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    tracing::subscriber::with_default(subscriber, || {
+        let t0 = Instant::now();
+        let mut n = Notifier::new(config(), sample(30));
+        for (i, (source, call_id)) in [
+            (from("127.0.0.1:40000"), "other"),
+            (from("127.0.0.1:40000"), "other-b"),
+            (COLLECTOR, "core"),
+            (COLLECTOR, "core-b"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let r = subscribe(call_id, None, 1, Some(60), EVENT);
+            let resp = n.handle_request(t0, source, &r).expect("response");
+            assert_eq!(resp.status_code, StatusCode::OK, "{i}");
+        }
+    });
+    let text = String::from_utf8_lossy(&log.0.lock().expect("lock")).into_owned();
+    let replaced: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("subscription replaced"))
+        .collect();
+    assert_eq!(replaced.len(), 2, "{text}");
+    assert!(replaced[0].contains(" network: "), "{}", replaced[0]);
+    assert!(!replaced[1].contains(" network: "), "{}", replaced[1]);
+}
