@@ -291,15 +291,15 @@ pub fn request_refusal(req: &Request) -> Option<(StatusCode, &'static str)> {
     if let Some(value) =
         header(&req.headers, "Content-Length").or_else(|| header(&req.headers, "l"))
     {
-        match value.trim().parse::<usize>() {
-            Ok(length) if length <= req.body.len() => {}
-            Ok(_) => {
+        match length_value(value) {
+            Some(length) if length <= req.body.len() => {}
+            Some(_) => {
                 return Some((
                     StatusCode::BadRequest,
                     "content-length is longer than the body",
                 ))
             }
-            Err(_) => return Some((StatusCode::BadRequest, "content-length is not a number")),
+            None => return Some((StatusCode::BadRequest, "content-length is not a number")),
         }
     }
     None
@@ -396,6 +396,17 @@ pub fn unacceptable(req: &Request, answers: &str) -> bool {
         .iter()
         .filter(|(s, _)| *s == most)
         .all(|(_, refused)| *refused)
+}
+
+/// A `Content-Length` value (RFC 3261 §20.14: `1*DIGIT`, white space
+/// around it allowed): digits only, so `+5` or `-0` is no length, as Rust's
+/// own number parser would read them.
+pub fn length_value(value: &str) -> Option<usize> {
+    let value = value.trim();
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    value.parse().ok()
 }
 
 /// The `Expires` header in seconds, if present and numeric.

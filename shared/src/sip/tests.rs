@@ -204,3 +204,19 @@ proptest::proptest! {
         proptest::prop_assert_eq!(param(&value, &name), collected);
     }
 }
+
+#[test]
+fn a_content_length_is_digits_only() {
+    for (value, length) in [
+        ("0", Some(0)),
+        (" 42 ", Some(42)),
+        ("0000000000000000000000000000000000000005", Some(5)),
+        ("+5", None),
+        ("-0", None),
+        ("5a", None),
+        ("", None),
+        ("99999999999999999999999999", None),
+    ] {
+        assert_eq!(length_value(value), length, "{value:?}");
+    }
+}

@@ -518,9 +518,8 @@ fn content_length(head: &[u8]) -> Result<usize, FrameError> {
         if name.eq_ignore_ascii_case("content-length") || name.eq_ignore_ascii_case("l") {
             let value = String::from_utf8_lossy(&line[colon + 1..]);
             let value = value.trim();
-            return value
-                .parse::<usize>()
-                .map_err(|_| FrameError::BadLength(value.chars().take(32).collect()));
+            return super::length_value(value)
+                .ok_or_else(|| FrameError::BadLength(value.chars().take(32).collect()));
         }
     }
     Ok(0)
