@@ -84,10 +84,38 @@ pub fn decode(
         Carrier::Tls => Transport::Tls,
     };
     match message {
-        SipMessage::Request(_) => SipConnection::update_msg_received(message, source, transport)
-            .map_err(|_| DecodeError::NoVia),
+        SipMessage::Request(_) => {
+            stamp_received(message, source, transport).map_err(|_| DecodeError::NoVia)
+        }
         SipMessage::Response(_) => Ok(message),
     }
+}
+
+/// A request's top `Via` with `received`/`rport` for its `source` (RFC
+/// 3261 §18.2.1, RFC 3581 §4), by rsip's rule (module docs). rsip writes
+/// an IPv6 `received` in double brackets (`[[::1]]`), which neither RFC
+/// 3261's grammar (`received = IPv4address / IPv6address`) nor its own
+/// reader of the Via accepts: the answer would go to the sent-by instead.
+/// The value is written bare here (`received=::1`).
+///
+/// # Errors
+/// The request has no `Via` rsip can read.
+pub fn stamp_received(
+    message: SipMessage,
+    source: SocketAddr,
+    transport: Transport,
+) -> Result<SipMessage, rsipstack::Error> {
+    let mut message = SipConnection::update_msg_received(message, source, transport)?;
+    if let (SipMessage::Request(request), std::net::IpAddr::V6(ip)) = (&mut message, source.ip()) {
+        if let Ok(via) = request.via_header_mut() {
+            let doubled = format!("received=[[{ip}]]");
+            if via.value().contains(&doubled) {
+                let fixed = via.value().replacen(&doubled, &format!("received={ip}"), 1);
+                *via = fixed.into();
+            }
+        }
+    }
+    Ok(message)
 }
 
 /// RFC 3261 §18.3: a message whose body ends before its `Content-Length`

@@ -14,7 +14,6 @@ use msr_shared::admin::{
 };
 use msr_shared::sip::wire;
 use msr_shared::sip::{self, Headers, Method, Request, Response, SipMessage, StatusCode};
-use rsipstack::transport::SipConnection;
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -328,7 +327,7 @@ impl Server {
             if !stamp {
                 return Ok(m);
             }
-            SipConnection::update_msg_received(m, src, rsipstack::sip::Transport::Udp)
+            wire::stamp_received(m, src, rsipstack::sip::Transport::Udp)
                 .map_err(|e| rsipstack::sip::Error::Unexpected(e.to_string()))
         }) {
             Ok(SipMessage::Request(req)) => req,

@@ -555,3 +555,19 @@ fn the_encoder_writes_what_rsip_writes() {
     }
     assert!(checked > 30, "{checked} messages");
 }
+
+/// RFC 3261 §18.2.1 over IPv6: `received` is the bare address, which the
+/// answer's routing reads back (rsip alone writes `[[::1]]`, which it
+/// cannot read, and the answer would go to the Via's sent-by).
+#[test]
+fn an_ipv6_source_is_stamped_bare_and_answered_there() {
+    let text = options("SIP/2.0/UDP [2001:db8::9]:5060;branch=z9hG4bK6;rport");
+    let source = addr("[2001:db8::7]:40000");
+    let Ok(SipMessage::Request(request)) = decode(text.as_bytes(), source, Carrier::Udp) else {
+        panic!("a request")
+    };
+    let via = crate::sip::header(&request.headers, "Via").expect("via");
+    assert!(via.contains("received=2001:db8::7"), "{via}");
+    assert!(!via.contains('['.to_string().repeat(2).as_str()), "{via}");
+    assert_eq!(response_target(&request, source), source);
+}
