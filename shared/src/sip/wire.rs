@@ -84,9 +84,7 @@ pub fn decode(
         Carrier::Tls => Transport::Tls,
     };
     match message {
-        SipMessage::Request(_) => {
-            stamp_received(message, source, transport).map_err(|_| DecodeError::NoVia)
-        }
+        SipMessage::Request(_) => stamp_received(message, source, transport),
         SipMessage::Response(_) => Ok(message),
     }
 }
@@ -99,13 +97,14 @@ pub fn decode(
 /// The value is written bare here (`received=::1`).
 ///
 /// # Errors
-/// The request has no `Via` rsip can read.
+/// [`DecodeError::NoVia`]: the request has no `Via` rsip can read.
 pub fn stamp_received(
     message: SipMessage,
     source: SocketAddr,
     transport: Transport,
-) -> Result<SipMessage, rsipstack::Error> {
-    let mut message = SipConnection::update_msg_received(message, source, transport)?;
+) -> Result<SipMessage, DecodeError> {
+    let mut message = SipConnection::update_msg_received(message, source, transport)
+        .map_err(|_| DecodeError::NoVia)?;
     if let (SipMessage::Request(request), std::net::IpAddr::V6(ip)) = (&mut message, source.ip()) {
         if let Ok(via) = request.via_header_mut() {
             let doubled = format!("received=[[{ip}]]");
