@@ -147,11 +147,12 @@ fn check_body_length(bytes: &[u8]) -> Result<(), DecodeError> {
 /// is ([`sip::stateless_tag`](super::stateless_tag), §8.2.7); encode it with
 /// [`encode_response`] (`Content-Length: 0`).
 ///
-/// `None` when `bytes` is anything else, or lacks a header a response
-/// needs (§8.1.1: the request is malformed and is dropped as such), or has
-/// a `CSeq` whose method is not the request's (§8.1.1.5), or a body
-/// shorter than its `Content-Length` (§18.3). Only the head is read, and
-/// only when the request line qualifies.
+/// A `CSeq` whose method is not the request's makes the answer `400 Bad
+/// Request` instead (§8.1.1.5; RFC 4475 §3.1.2.18 mismatch02). `None`
+/// when `bytes` is anything else, or lacks a header a response needs
+/// (§8.1.1: the request is malformed and is dropped as such), or has a
+/// body shorter than its `Content-Length` (§18.3). Only the head is read,
+/// and only when the request line qualifies.
 pub fn not_implemented(bytes: &[u8], allow: &str) -> Option<Response> {
     let (rest, line_end, method) = request_line(bytes)?;
     if method.parse::<super::Method>().is_ok() {
@@ -159,7 +160,9 @@ pub fn not_implemented(bytes: &[u8], allow: &str) -> Option<Response> {
     }
     check_body_length(bytes).ok()?;
     let mut response = raw_answer(rest, line_end, method, super::StatusCode::NotImplemented)?;
-    super::push_header(&mut response.headers, "Allow", allow);
+    if response.status_code == super::StatusCode::NotImplemented {
+        super::push_header(&mut response.headers, "Allow", allow);
+    }
     Some(response)
 }
 
@@ -211,7 +214,7 @@ fn raw_answer(
     // Where a folded line (§7.3.1) goes: the copied header above it.
     let mut last: Option<&mut String> = None;
     for line in lines {
-        if line.chars().any(|c| c.is_control() && c != '\t') {
+        if bare_control(line) {
             return None;
         }
         if line.starts_with([' ', '\t']) {
@@ -253,9 +256,17 @@ fn raw_answer(
         .next()
         .and_then(|n| n.parse::<u32>().ok())
         .is_some_and(|n| n < 1 << 31);
-    if !number_ok || cseq_parts.next() != Some(method) || cseq_parts.next().is_some() {
+    let cseq_method = cseq_parts.next();
+    if !number_ok || cseq_method.is_none() || cseq_parts.next().is_some() {
         return None;
     }
+    // §8.1.1.5: a CSeq that names another method is a 400, whatever the
+    // caller would have answered.
+    let status = if cseq_method == Some(method) {
+        status
+    } else {
+        super::StatusCode::BadRequest
+    };
     let mut headers = super::Headers::default();
     for via in vias {
         super::push_header(&mut headers, "Via", via);
@@ -265,6 +276,30 @@ fn raw_answer(
     }
     let tag = super::stateless_tag(&headers);
     Some(super::response_to_headers(&headers, status, Some(&tag)))
+}
+
+/// Whether `line` has a control character other than HTAB outside a
+/// quoted-pair of a quoted string (RFC 3261 §25.1: `quoted-pair = "\"
+/// (%x00-09 / %x0B-0C / %x0E-7F)`, the one place a header may carry one,
+/// RFC 4475 §3.1.1.2 intmeth): such a line is no header to copy.
+fn bare_control(line: &str) -> bool {
+    let (mut quoted, mut escaped) = (false, false);
+    for c in line.chars() {
+        if escaped {
+            escaped = false;
+            if matches!(c, '\r' | '\n') {
+                return true;
+            }
+            continue;
+        }
+        match c {
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            c if c.is_control() && c != '\t' => return true,
+            _ => {}
+        }
+    }
+    false
 }
 
 /// The single headers [`not_implemented`] copies besides `Via`, in order.

@@ -440,9 +440,12 @@ fn a_request_missing_a_header_a_response_needs_is_not_answered() {
     assert_eq!(answer(&extension("FOO", &empty_call_id)), None);
     let twice = format!("{FULL}Call-ID: other@test\r\n");
     assert_eq!(answer(&extension("FOO", &twice)), None, "two Call-IDs");
-    // §8.1.1.5: the CSeq names the request's method.
+    // §8.1.1.5 (RFC 4475 §3.1.2.18 mismatch02): a CSeq that names another
+    // method is answered 400, without `Allow`.
     let other = FULL.replace("CSeq: 7 FOO", "CSeq: 7 OPTIONS");
-    assert_eq!(answer(&extension("FOO", &other)), None);
+    let refused = answer(&extension("FOO", &other)).expect("a 400");
+    assert!(refused.starts_with("SIP/2.0 400 "), "{refused}");
+    assert!(!refused.contains("Allow:"), "{refused}");
     let no_number = FULL.replace("CSeq: 7 FOO", "CSeq: x FOO");
     assert_eq!(answer(&extension("FOO", &no_number)), None);
     // §18.3: a body shorter than its Content-Length.
@@ -570,4 +573,19 @@ fn an_ipv6_source_is_stamped_bare_and_answered_there() {
     assert!(via.contains("received=2001:db8::7"), "{via}");
     assert!(!via.contains('['.to_string().repeat(2).as_str()), "{via}");
     assert_eq!(response_target(&request, source), source);
+}
+
+/// RFC 4475 §3.1.1.2 (intmeth): control characters escaped as quoted-pairs
+/// in a quoted display name are valid, and the request is answered; a bare
+/// one is not.
+#[test]
+fn a_quoted_pair_control_character_is_copied_a_bare_one_is_not() {
+    let escaped = FULL.replace(
+        "To: <sip:x@127.0.0.1>",
+        "To: \"BEL:\\\u{7} NUL:\\\u{0} DEL:\\\u{7f}\" <sip:x@127.0.0.1>",
+    );
+    let answered = answer(&extension("FOO", &escaped)).expect("a 501");
+    assert!(answered.starts_with("SIP/2.0 501 "), "{answered}");
+    let bare = FULL.replace("To: <sip:x@127.0.0.1>", "To: \u{7}<sip:x@127.0.0.1>");
+    assert_eq!(answer(&extension("FOO", &bare)), None);
 }
