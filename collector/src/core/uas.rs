@@ -123,7 +123,23 @@ impl Collector {
                 let sender = self.flows.sender(route, source);
                 let response = self.subscriber.handle_notify(now, unix, Some(sender), req);
                 self.metrics.notify(response.status_code == StatusCode::OK);
-                if response.status_code != StatusCode::OK {
+                // The final NOTIFY of a dialog this collector forgot (an
+                // agent ends the subscription a restarted collector
+                // replaced, RFC 6665 §4.2.2) is answered 481 as the RFC
+                // says, and is no refusal worth a line: one per MSR at
+                // every restart.
+                let forgotten_final = response.status_code
+                    == StatusCode::CallTransactionDoesNotExist
+                    && sip::header(&req.headers, "Subscription-State")
+                        .and_then(sip::SubscriptionStateHeader::parse)
+                        .is_some_and(|s| s.state == sip::SubState::Terminated);
+                if forgotten_final {
+                    tracing::debug!(
+                        call_id = sip::call_id(&req.headers).map(tracing::field::display),
+                        %source,
+                        "final notify of a dialog this collector does not know answered 481"
+                    );
+                } else if response.status_code != StatusCode::OK {
                     // Anyone can send NOTIFYs: rate limited
                     // (msr_shared::logging::FloodLimit).
                     info!(
