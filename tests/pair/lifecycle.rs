@@ -821,7 +821,9 @@ fn a_lost_subscribe_or_its_lost_answer_is_repaired_by_a_retransmission() {
 /// SPEC §3: the bindings are saved before their 200, so a collector killed
 /// and restarted resumes the subscription from them within 2 s, without
 /// waiting for the MSR's next REGISTER; the old dialog's NOTIFYs get 481,
-/// and the agent's subscription is the new one.
+/// and the agent's subscription is the new one. The agent ends the old
+/// dialog it replaced with a final NOTIFY (RFC 6665 §4.2.2), which the
+/// restarted collector does not know and answers 481.
 #[test]
 fn a_restarted_collector_resumes_from_its_saved_bindings_within_two_seconds() {
     let mut p = live(PairConfig::default(), 10);
@@ -844,6 +846,26 @@ fn a_restarted_collector_resumes_from_its_saved_bindings_within_two_seconds() {
     );
     assert_eq!(p.subscription_status(), Some(SubscriptionState::Active));
     assert!(p.is_registered());
+    let finals: Vec<String> = p
+        .requests(Party::Agent, Method::Notify)
+        .into_iter()
+        .filter(|n| n.at >= restarted)
+        .filter(|n| {
+            n.header("Subscription-State")
+                .is_some_and(|s| s.starts_with("terminated;reason=deactivated"))
+        })
+        .map(|n| n.call_id().to_owned())
+        .collect();
+    assert_eq!(finals.len(), 1, "one final notify:\n{}", p.dump());
+    assert!(
+        p.sent(|pk| pk.from == Party::Collector
+            && pk.status() == Some(481)
+            && pk.call_id() == finals[0])
+            .first()
+            .is_some(),
+        "the final notify answered 481:\n{}",
+        p.dump()
+    );
     p.run_for(secs(120));
     assert_eq!(
         p.agent.as_ref().map(|a| a.notifier.subscriptions().len()),
