@@ -41,6 +41,8 @@ mod error;
 pub mod notifier;
 pub mod registration;
 mod shell;
+#[cfg(test)]
+mod test_log;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

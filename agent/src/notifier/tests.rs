@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::load::Sample;
+use crate::test_log::Captured;
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
 
@@ -1422,27 +1423,8 @@ fn with_method(mut req: Request, method: Method) -> Request {
 /// logged unlimited.
 #[test]
 fn a_replacement_by_another_source_is_logged_rate_limited() {
-    #[derive(Clone, Default)]
-    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-    impl std::io::Write for Captured {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .map_err(|_| std::io::Error::other("poisoned"))?
-                .extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
     let log = Captured::default();
-    let writer = log.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    tracing::subscriber::with_default(subscriber, || {
+    log.during(|| {
         let t0 = Instant::now();
         let mut n = Notifier::new(config(), sample(30));
         for (i, (source, call_id)) in [
@@ -1459,7 +1441,7 @@ fn a_replacement_by_another_source_is_logged_rate_limited() {
             assert_eq!(resp.status_code, StatusCode::OK, "{i}");
         }
     });
-    let text = String::from_utf8_lossy(&log.0.lock().expect("lock")).into_owned();
+    let text = log.text();
     let replaced: Vec<&str> = text
         .lines()
         .filter(|l| l.contains("subscription replaced"))

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::config::{Account, Realm};
+use crate::test_log::Captured;
 
 fn config() -> RegistrationConfig {
     RegistrationConfig {
@@ -348,49 +349,18 @@ fn challenge_parsing() {
     assert!(digest::Challenge::parse(r#"Digest nonce="n""#).is_none());
 }
 
-/// A `MakeWriter` collecting formatted log lines.
-#[derive(Clone, Default)]
-struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .map_err(|_| std::io::Error::other("poisoned"))?
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    /// Runs `f` with this thread's logs (every level) going here.
-    fn during(&self, f: impl FnOnce()) {
-        let writer = self.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::with_default(subscriber, f);
-    }
-
-    /// The level of every `registration confirmed` line so far, in order.
-    fn confirmations(&self) -> Vec<&'static str> {
-        let text = String::from_utf8_lossy(&self.0.lock().expect("lock")).into_owned();
-        text.lines()
-            .filter(|l| l.contains("registration confirmed"))
-            .map(|l| {
-                ["TRACE", "DEBUG", "INFO", "WARN", "ERROR"]
-                    .into_iter()
-                    .find(|level| l.split_whitespace().any(|w| w == *level))
-                    .unwrap_or("?")
-            })
-            .collect()
-    }
+/// The level of every `registration confirmed` line in `log`, in order.
+fn confirmations(log: &Captured) -> Vec<&'static str> {
+    log.text()
+        .lines()
+        .filter(|l| l.contains("registration confirmed"))
+        .map(|l| {
+            ["TRACE", "DEBUG", "INFO", "WARN", "ERROR"]
+                .into_iter()
+                .find(|level| l.split_whitespace().any(|w| w == *level))
+                .unwrap_or("?")
+        })
+        .collect()
 }
 
 /// `registration confirmed` is an info line when the account becomes
@@ -420,7 +390,7 @@ fn only_the_first_confirmation_and_the_first_after_a_failure_are_info() {
         refresh(&mut reg, 200);
     });
     assert_eq!(
-        log.confirmations(),
+        confirmations(&log),
         ["INFO", "DEBUG", "DEBUG", "INFO", "DEBUG"],
         "first, two refreshes, first after the failure, a refresh"
     );
@@ -444,7 +414,7 @@ fn a_challenged_refresh_is_still_a_routine_confirmation() {
         assert_eq!(reg.state(), RegistrationState::Registered);
         reg.handle_response(t1, &reply(&retry, 200, &[("Expires", "60")]));
     });
-    assert_eq!(log.confirmations(), ["INFO", "DEBUG"]);
+    assert_eq!(confirmations(&log), ["INFO", "DEBUG"]);
 }
 
 /// A registrar answering every REGISTER with 401 and a fresh nonce (with or
@@ -555,7 +525,7 @@ fn a_refusal_is_logged_with_its_status_once() {
     let (mut reg, now, req) = start();
     let log = Captured::default();
     log.during(|| reg.handle_response(now, &reply(&req, 403, &[])));
-    let text = String::from_utf8_lossy(&log.0.lock().expect("lock")).into_owned();
+    let text = log.text();
     assert!(
         text.contains("reason=403 Forbidden ") && !text.contains("403 403"),
         "{text}"
