@@ -55,6 +55,22 @@ pub fn header_all<'a>(headers: &'a Headers, name: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// The top `Via` value: the first value of the first `Via` header (values
+/// are separated by commas outside quotes, RFC 3261 §7.3.1).
+pub fn top_via(headers: &Headers) -> Option<&str> {
+    let via = header(headers, "Via")?;
+    Some(parts_outside_quotes(via, ',').next().unwrap_or(via))
+}
+
+/// The sent-by of a `Via` value (`SIP/2.0/UDP host:port;branch=…` →
+/// `host:port`, RFC 3261 §20.42); empty when it has none.
+pub fn via_sent_by(via: &str) -> &str {
+    via.split(';')
+        .next()
+        .and_then(|p| p.split_whitespace().nth(1))
+        .unwrap_or("")
+}
+
 /// Appends `name: value` to `headers`.
 pub fn push_header(headers: &mut Headers, name: &str, value: impl Into<String>) {
     headers.push(rsipstack::sip::headers::make_header(name, value.into()));

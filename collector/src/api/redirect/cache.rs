@@ -23,15 +23,9 @@ pub const MAX_REMEMBERED: usize = 16_384;
 /// An INVITE's identity for retransmissions and CANCEL (RFC 3261
 /// §17.2.3): the top `Via`'s branch and sent-by.
 pub fn transaction_key(req: &Request) -> Option<String> {
-    let via = sip::header(&req.headers, "Via")?;
-    let top = sip::parts_outside_quotes(via, ',').next().unwrap_or(via);
+    let top = sip::top_via(&req.headers)?;
     let branch = sip::param(top, "branch").filter(|b| !b.is_empty())?;
-    let sent_by = top
-        .split(';')
-        .next()
-        .and_then(|p| p.split_whitespace().nth(1))
-        .unwrap_or("");
-    Some(format!("{branch} {sent_by}"))
+    Some(format!("{branch} {}", sip::via_sent_by(top)))
 }
 
 /// Where an INVITE is in this server's short memory.

@@ -34,19 +34,13 @@ use crate::core::{Inbound, Route, StreamId};
 /// and the `Via`'s sent-by port (5060 when it has none). A response's
 /// headers do as well: it carries the request's `Via`s.
 pub(super) fn response_destination(headers: &Headers, src: SocketAddr) -> SocketAddr {
-    let Some(via) = sip::header(headers, "Via") else {
+    let Some(top) = sip::top_via(headers) else {
         return src;
     };
-    let top = sip::parts_outside_quotes(via, ',').next().unwrap_or(via);
     if sip::params(top).iter().any(|(k, _)| k == "rport") {
         return src;
     }
-    let sent_by = top
-        .split(';')
-        .next()
-        .and_then(|p| p.split_whitespace().nth(1))
-        .unwrap_or("");
-    let port = sent_by
+    let port = sip::via_sent_by(top)
         .rsplit_once(':')
         .filter(|(host, _)| !host.ends_with(':') && (!host.contains(':') || host.ends_with(']')))
         .and_then(|(_, port)| port.parse().ok())
@@ -60,16 +54,11 @@ pub(super) fn response_destination(headers: &Headers, src: SocketAddr) -> Socket
 /// (a softswitch sending from the address it names) and leaves the Via as
 /// it is without parsing it as a typed header.
 pub(super) fn needs_stamp(headers: &Headers, src: SocketAddr) -> bool {
-    let Some(via) = sip::header(headers, "Via") else {
+    let Some(top) = sip::top_via(headers) else {
         return true;
     };
-    let top = sip::parts_outside_quotes(via, ',').next().unwrap_or(via);
-    let mut parts = top.split(';');
-    let sent_by = parts
-        .next()
-        .and_then(|p| p.split_whitespace().nth(1))
-        .and_then(|s| s.parse::<SocketAddr>().ok());
-    let asks = parts.any(|p| {
+    let sent_by = sip::via_sent_by(top).parse::<SocketAddr>().ok();
+    let asks = top.split(';').skip(1).any(|p| {
         let name = p.split('=').next().unwrap_or("").trim();
         name.eq_ignore_ascii_case("rport") || name.eq_ignore_ascii_case("received")
     });
