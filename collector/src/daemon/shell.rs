@@ -114,7 +114,8 @@ impl Shell {
         // new contact where no leg can reach it.
         if !self.core.site_declared(&config.defaults.site) {
             error!(
-                site = %config.defaults.site,
+                refused_site = %config.defaults.site,
+                running_site = %self.running.defaults.site,
                 "config reload refused: [defaults] site is not declared (msrctl site declare it first); the running configuration stays"
             );
             return;
