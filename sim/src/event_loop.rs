@@ -323,6 +323,14 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
     let mut batch_blocked = vec![0_u64; batches as usize];
     let mut batch_offered = vec![0_u64; batches as usize];
     let (mut refused, mut lost_full, mut misplaced) = (0_u64, 0_u64, 0_u64);
+    // Selections that named an MSR (a failover's included), and those of
+    // them that found it full.
+    let (mut selections_sent, mut selections_full) = (0_u64, 0_u64);
+    // Only the product's policies take `failed` (SPEC §14).
+    let attempts = match scenario.policy {
+        Policy::Pooled | Policy::Ecss => scenario.failover_attempts.max(1) as usize,
+        _ => 1,
+    };
     let mut classes: [ClassCount; 2] = std::array::from_fn(|_| ClassCount {
         batch_blocked: vec![0; batches as usize],
         batch_offered: vec![0; batches as usize],
@@ -406,16 +414,6 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                     }
                     None => (AUDIO, CodecSet::EMPTY),
                 };
-                let chosen = choose(
-                    scenario,
-                    &selection,
-                    &mut hosts[h],
-                    &operator,
-                    &busy,
-                    needs,
-                    now,
-                    &mut rng,
-                );
                 let measured = arrivals > warmup;
                 let batch =
                     ((arrivals.saturating_sub(warmup + 1)) / batch_size).min(batches - 1) as usize;
@@ -430,6 +428,38 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                     media
                         .as_ref()
                         .is_none_or(|media| media.takes[m].lacks(needs).is_none())
+                };
+                // The core's failover (SPEC §14): an MSR that refuses the
+                // leg (full, or lacking a codec) is named in `failed` and the
+                // same host asks again, up to `failover_attempts` MSRs in
+                // all. The leg the product bound to the refusing MSR moves
+                // away at the same instant, so that MSR's estimate gains and
+                // loses it at once: nothing to note.
+                let mut failed: Vec<usize> = Vec::new();
+                let chosen = loop {
+                    let chosen = choose(
+                        scenario,
+                        &selection,
+                        &mut hosts[h],
+                        &operator,
+                        &busy,
+                        needs,
+                        &failed,
+                        now,
+                        &mut rng,
+                    );
+                    let Ok(m) = chosen else { break chosen };
+                    let fits = busy[m] < scenario.capacities[m] && takes(m);
+                    if measured {
+                        selections_sent += 1;
+                        if !fits && takes(m) {
+                            selections_full += 1;
+                        }
+                    }
+                    if fits || failed.len() + 1 >= attempts {
+                        break chosen;
+                    }
+                    failed.push(m);
                 };
                 match chosen {
                     Ok(m) if busy[m] < scenario.capacities[m] && takes(m) => {
@@ -667,14 +697,10 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
             as f64
             / elapsed,
         simulated_secs: elapsed,
-        full_share: {
-            let offered: u64 = batch_offered.iter().sum();
-            let sent = offered.saturating_sub(refused);
-            if sent > 0 {
-                lost_full as f64 / sent as f64
-            } else {
-                0.0
-            }
+        full_share: if selections_sent > 0 {
+            selections_full as f64 / selections_sent as f64
+        } else {
+            0.0
         },
         classes: media.map(|media| {
             let (limits, video_capacity) = class_limits(scenario, media.capabilities);

@@ -18,7 +18,9 @@
 //!   [`BinaryHeap`](std::collections::BinaryHeap) of events); seeded, so every run is reproducible.
 //!
 //! A leg placed on an MSR that is in fact full is lost there (the MSR
-//! refuses the INVITE); a refusal by selection is lost too. Blocking is
+//! refuses the INVITE), unless the core fails over (SPEC §14,
+//! [`Scenario::failover_attempts`]): then it is selected again without
+//! that MSR, up to the attempts. A refusal by selection is lost too. Blocking is
 //! measured with batch means after a warm-up, and compared with the pooled
 //! Erlang-B limit (one server group of the summed capacity).
 //!
@@ -250,6 +252,11 @@ pub struct Scenario {
     pub seed: u64,
     /// Capability classes (SPEC §15); `None`: every MSR takes every call.
     pub capabilities: Option<Capabilities>,
+    /// The MSRs one call may be given in all (SPEC §14, `[selection]
+    /// failover_attempts`): a call an MSR refuses is selected again with
+    /// that MSR named failed. 1: no failover, the call is lost at the
+    /// first MSR that refuses it. Only the product's policies fail over.
+    pub failover_attempts: u32,
 }
 
 impl Scenario {
@@ -294,6 +301,7 @@ impl Scenario {
             batches: 20,
             seed: 1,
             capabilities: None,
+            failover_attempts: 1,
         }
     }
 

@@ -130,6 +130,14 @@ enum Command {
         /// The core never releases legs.
         #[arg(long)]
         no_releases: bool,
+        /// The MSRs one call may be given in all (SPEC §14, the
+        /// collector's `[selection] failover_attempts`, 3 by default): a
+        /// call an MSR refuses (full) is selected again with that MSR
+        /// named failed, as the shipped Kamailio configuration does. 1: no
+        /// failover, a call sent to a full MSR is lost. Policies pooled
+        /// and ecss only.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10))]
+        failover_attempts: u32,
         #[arg(long, default_value_t = 1)]
         seed: u64,
         /// Capability classes (SPEC §15), with --video-share: the first N
@@ -263,6 +271,7 @@ fn main() -> Result<ExitCode> {
             sample_interval_ms,
             no_sample_age,
             no_releases,
+            failover_attempts,
             seed,
             video_msrs,
             video_share,
@@ -286,6 +295,7 @@ fn main() -> Result<ExitCode> {
             s.sample_interval = Duration::from_millis(sample_interval_ms);
             s.sample_age = !no_sample_age;
             s.releases = !no_releases;
+            s.failover_attempts = failover_attempts;
             s.seed = seed;
             // clap requires both or neither.
             if let (Some(video_msrs), Some(share)) = (video_msrs, video_share) {

@@ -30,7 +30,8 @@ pub(crate) enum Refused {
 }
 
 /// The MSR core host `host` chooses for a new call whose offer is `needs`
-/// (empty: no need named), or why it got none.
+/// (empty: no need named), not one of `failed` (the MSRs that refused the
+/// call, SPEC §14), or why it got none.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn choose(
     scenario: &Scenario,
@@ -39,6 +40,7 @@ pub(crate) fn choose(
     operator: &OperatorConfig,
     busy: &[u32],
     needs: CodecSet,
+    failed: &[usize],
     now: Instant,
     rng: &mut StdRng,
 ) -> Result<usize, Refused> {
@@ -58,7 +60,7 @@ pub(crate) fn choose(
                 msr: None,
                 admission: Admission::Plain,
                 policy,
-                failed: Vec::new(),
+                failed: failed.iter().map(|m| format!("msr_{m}")).collect(),
                 // SPEC §15: the call's offer, so step 1 keeps only the MSRs
                 // that take it, exactly as for a leg that names its codecs.
                 needs,
@@ -77,6 +79,8 @@ pub(crate) fn choose(
                 .and_then(|i| i.parse::<usize>().ok())
                 .ok_or(Refused::Other)
         }
+        // The comparison policies know no failover: they are what a
+        // dispatcher without SPEC §14 would do.
         _ => comparison(scenario, host, busy, now, rng).ok_or(Refused::MsrOverloaded),
     }
 }

@@ -71,6 +71,9 @@ pub fn variant(s: &Scenario) -> String {
     if !s.releases {
         parts.push("no releases".to_owned());
     }
+    if s.failover_attempts > 1 {
+        parts.push(format!("failover {} attempts", s.failover_attempts));
+    }
     if let Some(c) = s.capabilities {
         parts.push(format!(
             "video: {} MSRs, {} % of calls",

@@ -312,3 +312,30 @@ fn the_default_rows_are_those_before_capability_classes() -> Result<(), SimError
     assert_eq!(report::classes_markdown(&rows), "");
     Ok(())
 }
+
+#[test]
+fn failover_moves_a_call_an_msr_refused_to_the_next_choice() -> Result<(), SimError> {
+    // G = 10 near the top: the other hosts' placements since a report send
+    // calls to MSRs that are in fact full (BALANCING.md, "Failover").
+    let mut s = Scenario::uniform(5, 20, 0.95);
+    s.core_hosts = 10;
+    s.holding = Holding::Exponential(Duration::from_secs(30));
+    s.calls = 100_000;
+    let lost_there = run(&s)?;
+    // One attempt is no failover: the default, the same run.
+    s.failover_attempts = 1;
+    assert_eq!(run(&s)?, lost_there);
+    s.failover_attempts = 3;
+    let moved = run(&s)?;
+    assert!(lost_there.full_share > 0.0, "{lost_there:?}");
+    assert!(
+        moved.blocking < lost_there.blocking,
+        "failover {} against {}",
+        moved.blocking,
+        lost_there.blocking
+    );
+    // What is still blocked is mostly refused by selection: a call is lost
+    // at a full MSR only after three of them.
+    assert!(moved.refused_share > lost_there.refused_share, "{moved:?}");
+    Ok(())
+}
