@@ -6,6 +6,7 @@
 #   scripts/bench-balancing-hosts.sh
 #   CALLS=40000000 (rows with failover)  STRICT_CALLS=10000000 (without)
 #   LIGHT_CALLS=10000000 (A 80 %, B 85 %)  OVERLOAD_CALLS=1000000 (120 %)
+#   HOSTS_LIST="1 3 10" (the values of G)
 #   BIN=target/release (set it to use built binaries)
 #
 # Prints one Markdown table per part; asserts nothing. msr-sim runs in
@@ -16,18 +17,20 @@ calls=${CALLS:-40000000}
 strict_calls=${STRICT_CALLS:-10000000}
 light_calls=${LIGHT_CALLS:-10000000}
 overload_calls=${OVERLOAD_CALLS:-1000000}
+hosts_list=${HOSTS_LIST:-1 3 10}
 bin=${BIN:-target/release}
 if [ -z "${BIN:-}" ]; then
   cargo build --release --locked -q -p msr-sim
 fi
-sim() { "$bin/msr-sim" run "$@" | tail -n 1; }
+# The row, then the health line a failover run prints under it.
+sim() { "$bin/msr-sim" run "$@" | sed -n '3p;5p'; }
 header() {
-  "$bin/msr-sim" run --calls 1000 | head -n 2
+  "$bin/msr-sim" run --calls 1000 | sed -n '1,2p'
 }
 
 echo "## A 90 %, the core failing over (3 attempts), $calls calls a row"
 header
-for hosts in 1 3 10; do
+for hosts in $hosts_list; do
   for holding in 120 30; do
     for seed in 1 2; do
       sim --scenario a --offered 90 --hosts "$hosts" --holding "$holding" --seed "$seed" \
@@ -39,7 +42,7 @@ done
 echo
 echo "## A 90 %, no failover (a call sent to a full MSR is lost), $strict_calls calls a row"
 header
-for hosts in 1 3 10; do
+for hosts in $hosts_list; do
   for holding in 120 30; do
     for seed in 1 2; do
       sim --scenario a --offered 90 --hosts "$hosts" --holding "$holding" --seed "$seed" \
@@ -64,7 +67,7 @@ echo
 echo "## Overload, A 120 %, $overload_calls calls a row"
 header
 for policy in pooled ecss; do
-  for hosts in 1 3 10; do
+  for hosts in $hosts_list; do
     for attempts in 1 3; do
       sim --scenario a --offered 120 --hosts "$hosts" --seed 2 --policy "$policy" \
         --calls "$overload_calls" --failover-attempts "$attempts"

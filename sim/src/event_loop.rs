@@ -9,14 +9,16 @@ use std::collections::BinaryHeap;
 use std::time::Duration;
 
 use msr_agent::notifier::{NotifyGate, NotifyRule, Reported, Verdict};
-use msr_collector::config::{SelectionConfig, SelectionPolicy};
+use msr_collector::config::{HealthConfig, SelectionConfig, SelectionPolicy};
+use msr_collector::model::health::{Cause, FailureCause, HealthEvent, HealthMonitor};
 use msr_collector::model::legs::{LegKey, LegTable, DEFAULT_MAX_DURATION};
 use msr_collector::model::load_table::{Change, LoadTable, Placement};
 use msr_collector::operator::names::{ContactName, MsrName, NameError};
 use msr_collector::operator::OperatorConfig;
 use msr_collector::sip::registrar::Binding;
-use msr_shared::event_package::LoadReport;
+use msr_shared::event_package::{EngineState, LoadReport, Service};
 use msr_shared::media::{CodecList, CodecSet};
+use msr_shared::subscription::SubscriptionState;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
@@ -185,6 +187,60 @@ pub(crate) struct Host {
     pub(crate) legs: LegTable,
     pub(crate) next_rr: usize,
     pub(crate) seen: Seen,
+    /// The collector's health monitor: the core's failures (SPEC §14)
+    /// trip an MSR out of selection, as in the collector.
+    pub(crate) health: HealthMonitor,
+}
+
+/// What the hosts' health monitors did over the measured calls.
+#[derive(Debug, Default)]
+struct HealthCount {
+    /// MSRs the core's failures took out of selection.
+    trips: u64,
+    /// Health changes of another cause (a gap in the model: expected 0).
+    other: u64,
+}
+
+impl Host {
+    /// Drives the host's health monitor to `now` as the collector's core
+    /// does (`core::glue`): what is due runs, every keepalive is answered
+    /// 200 at once (the simulated agents never stop answering), and each
+    /// change of a contact's health reaches the load table.
+    fn drive_health(
+        &mut self,
+        operator: &OperatorConfig,
+        now: Instant,
+        count: Option<&mut HealthCount>,
+    ) {
+        if self.health.poll_timeout().is_some_and(|at| at <= now) {
+            self.health.handle_timeout(now);
+        }
+        while let Some(probe) = self.health.poll_transmit() {
+            self.health
+                .handle_response(now, probe.id, &msr_shared::sip::StatusCode::OK);
+        }
+        while self.health.poll_abandoned().is_some() {}
+        let mut count = count;
+        while let Some(event) = self.health.poll_event() {
+            if let HealthEvent::Changed(change) = &event {
+                if let Some(count) = count.as_deref_mut() {
+                    match change.cause {
+                        Cause::CoreErrors | Cause::CoreTimeouts => count.trips += 1,
+                        Cause::Registered | Cause::Recovered => {}
+                        _ => count.other += 1,
+                    }
+                }
+                self.table.apply(
+                    operator,
+                    Change::HealthChanged {
+                        contact: &change.contact,
+                        health: change.to,
+                        since: (change.at, 0),
+                    },
+                );
+            }
+        }
+    }
 }
 
 /// What a comparison policy knows on one core host, per MSR (the
@@ -261,6 +317,20 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                 };
                 table.apply(&operator, Change::BindingChanged(&binding));
             }
+            let mut health =
+                HealthMonitor::new(HealthConfig::default(), format!("sip:core{h}@127.0.0.1"));
+            for (m, name) in names.iter().enumerate() {
+                health.contact_registered(base, &contacts[m], name, "sip:127.0.0.1:5040");
+                // The simulated agents send no refresh NOTIFYs: a report
+                // never ages out of the run (SPEC §5's staleness is not
+                // modelled).
+                health.subscription_changed(
+                    base,
+                    name.as_str(),
+                    &SubscriptionState::Active,
+                    u32::MAX,
+                );
+            }
             Host {
                 table,
                 // Legs live for the run: a core that releases nothing must
@@ -268,6 +338,7 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                 legs: LegTable::new(
                     DEFAULT_MAX_DURATION.max(Duration::from_secs(100 * 365 * 86_400)),
                 ),
+                health,
                 next_rr: 0,
                 seen: Seen {
                     reported: vec![None; n],
@@ -326,6 +397,7 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
     // Selections that named an MSR (a failover's included), and those of
     // them that found it full.
     let (mut selections_sent, mut selections_full) = (0_u64, 0_u64);
+    let mut health_count = HealthCount::default();
     // Only the product's policies take `failed` (SPEC §14).
     let attempts = match scenario.policy {
         Policy::Pooled | Policy::Ecss => scenario.failover_attempts.max(1) as usize,
@@ -435,6 +507,7 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                 // all. The leg the product bound to the refusing MSR moves
                 // away at the same instant, so that MSR's estimate gains and
                 // loses it at once: nothing to note.
+                hosts[h].drive_health(&operator, now, measured.then_some(&mut health_count));
                 let mut failed: Vec<usize> = Vec::new();
                 let chosen = loop {
                     let chosen = choose(
@@ -455,6 +528,14 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                         if !fits && takes(m) {
                             selections_full += 1;
                         }
+                    }
+                    if !fits && attempts > 1 {
+                        // The core reports the failure with its failover
+                        // (SPEC §14): a full MSR answers at its load limit.
+                        let host = &mut hosts[h];
+                        host.health
+                            .core_failure(now, names[m].as_str(), FailureCause::LoadLimit);
+                        host.drive_health(&operator, now, measured.then_some(&mut health_count));
                     }
                     if fits || failed.len() + 1 >= attempts {
                         break chosen;
@@ -607,6 +688,16 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                     at: now,
                 };
                 host.table.apply(&operator, change);
+                // A report is a good signal (SPEC §5): after a trip's hold
+                // it brings the MSR back.
+                host.health.report_received(
+                    now,
+                    names[m].as_str(),
+                    EngineState::Unchecked,
+                    Service::Active,
+                );
+                let measured = measure_from.is_some();
+                host.drive_health(&operator, now, measured.then_some(&mut health_count));
                 host.seen.reported[m] = Some(calls);
                 host.seen.placed_since[m] = 0;
             }
@@ -697,6 +788,8 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
             as f64
             / elapsed,
         simulated_secs: elapsed,
+        core_failure_trips: health_count.trips,
+        other_health_changes: health_count.other,
         full_share: if selections_sent > 0 {
             selections_full as f64 / selections_sent as f64
         } else {

@@ -341,6 +341,14 @@ pub struct Outcome {
     pub full_share: f64,
     /// Each capability class's figures, when the scenario has classes.
     pub classes: Option<Classes>,
+    /// Times the failures the core reported with its failovers (SPEC §14)
+    /// took an MSR out of selection on a core host (the collector's own
+    /// `HealthMonitor`, its default limits).
+    pub core_failure_trips: u64,
+    /// Health changes of any other cause than registration, recovery and
+    /// those trips: a part of the collector the simulation does not feed
+    /// (expected 0).
+    pub other_health_changes: u64,
 }
 
 /// The figures of each class of calls (SPEC §15), measured over the same

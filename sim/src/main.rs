@@ -308,6 +308,13 @@ fn main() -> Result<ExitCode> {
             let row = Row::new(name, report::variant(&s), &s, outcome);
             let rows = [row];
             println!("{}", report::markdown(&rows));
+            let o = &rows[0].outcome;
+            if s.failover_attempts > 1 || o.other_health_changes > 0 {
+                println!(
+                    "\nhealth: {} trips by the core's failures (SPEC §14), {} other changes",
+                    o.core_failure_trips, o.other_health_changes
+                );
+            }
             let classes = report::classes_markdown(&rows);
             if !classes.is_empty() {
                 println!("\n{classes}");

@@ -71,6 +71,9 @@ pub fn variant(s: &Scenario) -> String {
     if !s.releases {
         parts.push("no releases".to_owned());
     }
+    if s.seed != 1 {
+        parts.push(format!("seed {}", s.seed));
+    }
     if s.failover_attempts > 1 {
         parts.push(format!("failover {} attempts", s.failover_attempts));
     }
@@ -258,6 +261,8 @@ pub fn parse_csv(text: &str) -> Result<Vec<Row>, SimError> {
                 full_share: if f.len() > 13 { num(13)? } else { 0.0 },
                 // The CSV holds the overall figures only.
                 classes: None,
+                core_failure_trips: 0,
+                other_health_changes: 0,
             },
         });
     }

@@ -317,7 +317,7 @@ fn the_default_rows_are_those_before_capability_classes() -> Result<(), SimError
 fn failover_moves_a_call_an_msr_refused_to_the_next_choice() -> Result<(), SimError> {
     // G = 10 near the top: the other hosts' placements since a report send
     // calls to MSRs that are in fact full (BALANCING.md, "Failover").
-    let mut s = Scenario::uniform(5, 20, 0.95);
+    let mut s = Scenario::uniform(10, 50, 0.95);
     s.core_hosts = 10;
     s.holding = Holding::Exponential(Duration::from_secs(30));
     s.calls = 100_000;
@@ -337,5 +337,10 @@ fn failover_moves_a_call_an_msr_refused_to_the_next_choice() -> Result<(), SimEr
     // What is still blocked is mostly refused by selection: a call is lost
     // at a full MSR only after three of them.
     assert!(moved.refused_share > lost_there.refused_share, "{moved:?}");
+    // The failures the core reported tripped MSRs (3 errors within 10 s,
+    // the collector's defaults); nothing else changed any health.
+    assert!(moved.core_failure_trips > 0, "{moved:?}");
+    assert_eq!(moved.other_health_changes, 0);
+    assert_eq!(lost_there.core_failure_trips, 0);
     Ok(())
 }
