@@ -100,6 +100,7 @@ pub async fn start_with(
         bind,
         config.transport.transport.tcp(),
         &registration::user_agent(),
+        notifier::ALLOW,
         // Not a child of `shutdown`: the final NOTIFYs and unregisters go
         // out after it is cancelled; the shell stops the endpoint itself.
         CancellationToken::new(),

@@ -109,6 +109,10 @@ pub use rule::{NotifyGate, NotifyRule, Reported, Verdict, DEFAULT_HIGH_WATER};
 /// not counted here.
 pub const MAX_SUBSCRIPTIONS: usize = 256;
 
+/// The methods the agent's port serves (RFC 3261 §20.5), in the `Allow` of
+/// its `405` and `501` answers.
+pub const ALLOW: &str = "SUBSCRIBE, OPTIONS";
+
 /// Subscriptions one host that is not a registrar's address may hold, per
 /// account: room for a few collectors behind one address, no more.
 pub const SUBSCRIPTIONS_PER_HOST_PER_ACCOUNT: usize = 4;

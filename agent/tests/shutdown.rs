@@ -74,6 +74,7 @@ impl Collector {
             "127.0.0.1:0".parse().expect("addr"),
             false,
             "test-collector",
+            "NOTIFY",
             cancel.clone(),
         )
         .await

@@ -124,6 +124,7 @@ impl Subscriber {
             "127.0.0.1:0".parse().expect("addr"),
             false,
             "test-subscriber",
+            "NOTIFY",
             cancel.clone(),
         )
         .await

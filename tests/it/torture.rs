@@ -167,12 +167,11 @@ async fn every_sip_port_survives_rfc_4475_and_answers_what_rfc_3261_requires() {
             "{name}:\n{table}"
         );
     }
-    // The collector's two ports answer from the raw head what the parser
-    // refuses: an extension method with quoted-pair control characters
-    // in its To is valid (§3.1.1.2, 501), an unknown method whose CSeq
-    // names another is a 400 (§3.1.2.18). The agent's port (rsipstack's
-    // endpoint) drops both still.
-    for label in ["collector", "redirect"] {
+    // Every port answers from the raw head what the parser refuses: an
+    // extension method with quoted-pair control characters in its To is
+    // valid (§3.1.1.2, 501), an unknown method whose CSeq names another is
+    // a 400 (§3.1.2.18).
+    for label in ["collector", "redirect", "agent"] {
         for (name, expected) in [("intmeth", "501"), ("mismatch02", "400")] {
             assert_eq!(
                 status(name, label).as_deref(),

@@ -78,7 +78,7 @@ impl Notifier {
             }),
             Method::Options => {
                 let mut r = sip::response(request, StatusCode::OK, Some(&sip::random_token()));
-                sip::push_header(&mut r.headers, "Allow", "SUBSCRIBE, OPTIONS");
+                sip::push_header(&mut r.headers, "Allow", super::ALLOW);
                 sip::push_header(&mut r.headers, "Allow-Events", EVENT);
                 sip::push_header(&mut r.headers, "Accept", CONTENT_TYPE);
                 Some(finish(r))
@@ -99,7 +99,7 @@ impl Notifier {
                 };
                 let mut r = sip::response(request, status.clone(), Some(&sip::random_token()));
                 if status == StatusCode::MethodNotAllowed {
-                    sip::push_header(&mut r.headers, "Allow", "SUBSCRIBE, OPTIONS");
+                    sip::push_header(&mut r.headers, "Allow", super::ALLOW);
                 }
                 Some(finish(r))
             }

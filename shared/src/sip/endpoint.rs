@@ -16,8 +16,12 @@
 //! (RFC 3261 §26) checked with the [`TlsClient`] set on the endpoint, and
 //! requests the peer sends back over that connection are served like any
 //! other.
-//! Malformed datagrams are dropped by rsipstack's parser before they reach
-//! this adapter.
+//! A request the parser refuses for its method (an extension method, or a
+//! `CSeq` naming another method, RFC 4475 §3.1.1.2 and §3.1.2.18) is
+//! answered from its raw head on the socket, `501` with the endpoint's
+//! `Allow` or `400` ([`wire::not_implemented`], as the collector's ports
+//! answer it, SPEC §16); any other datagram the parser refuses is dropped
+//! by rsipstack before it reaches this adapter.
 //!
 //! Each incoming request carries the address it came from
 //! ([`ServerTransaction::source`]): the datagram's source for UDP, the
@@ -54,6 +58,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
+
+use super::wire;
 
 /// Default bound on incoming requests waiting for the loop (see the module
 /// docs): about 0.4 s of traffic at 5000 requests/s.
@@ -240,6 +246,8 @@ struct SizedUdpSocket {
     buf: tokio::sync::Mutex<Vec<u8>>,
     oversized: Arc<AtomicU64>,
     log: std::sync::Mutex<OversizedLog>,
+    /// The methods the endpoint's user serves, for the `Allow` of a `501`.
+    allow: &'static str,
 }
 
 #[derive(Default)]
@@ -274,6 +282,17 @@ impl SizedUdpSocket {
     }
 }
 
+/// The answer to a datagram the parser refuses for its method
+/// ([`wire::not_implemented`]); `None` for anything the parser reads, and
+/// for every other refusal (rsipstack drops those). The parse is the one
+/// rsipstack makes next; the agent's port sees a few requests a second.
+fn refused_method_answer(datagram: &[u8], allow: &str) -> Option<Response> {
+    if SipMessage::try_from(datagram).is_ok() {
+        return None;
+    }
+    wire::not_implemented(datagram, allow)
+}
+
 #[async_trait::async_trait]
 impl rsipstack::platform::net::UdpSocket for SizedUdpSocket {
     async fn recv_from(&self, out: &mut [u8]) -> rsipstack::Result<(usize, SocketAddr)> {
@@ -282,6 +301,19 @@ impl rsipstack::platform::net::UdpSocket for SizedUdpSocket {
             let (len, from) = self.socket.recv_from(&mut buf).await?;
             if len > out.len() {
                 self.note_oversized(len, from);
+                continue;
+            }
+            if let Some(answer) = refused_method_answer(&buf[..len], self.allow) {
+                // Sent to the source, as every answer of this socket (RFC
+                // 3581 §4); a lost answer is the sender's retransmission.
+                debug!(src = %from, status = %answer.status_code, "sip request the parser refused answered");
+                if let Err(e) = self
+                    .socket
+                    .send_to(&wire::encode_response(answer), from)
+                    .await
+                {
+                    debug!(dst = %from, error = %e, "cannot answer a refused request");
+                }
                 continue;
             }
             out[..len].copy_from_slice(&buf[..len]);
@@ -486,6 +518,8 @@ impl SipEndpoint {
 
     /// Binds UDP on `addr` (port 0 picks one; see [`local_addr`](Self::local_addr))
     /// and, when `tcp` is set, a TCP listener on the same address and port,
+    /// answering a request of a method the parser does not know `501` with
+    /// `Allow: allow` (module docs),
     /// and starts rsipstack's transport and timer tasks. They stop when
     /// `cancel` is cancelled or the endpoint is dropped.
     ///
@@ -495,6 +529,7 @@ impl SipEndpoint {
         addr: SocketAddr,
         tcp: bool,
         user_agent: &str,
+        allow: &'static str,
         cancel: CancellationToken,
     ) -> Result<Self, EndpointError> {
         let cancel = cancel.child_token();
@@ -511,6 +546,7 @@ impl SipEndpoint {
             buf: tokio::sync::Mutex::new(vec![0; UDP_MAX_PAYLOAD]),
             oversized: Arc::clone(&oversized),
             log: std::sync::Mutex::new(OversizedLog::default()),
+            allow,
         };
         let udp = UdpConnection::from_socket(Arc::new(socket), None, Some(cancel.child_token()))
             .await

@@ -47,7 +47,7 @@ async fn endpoint_and_peer() -> (
 ) {
     let cancel = CancellationToken::new();
     let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
-    let endpoint = SipEndpoint::bind(addr, false, "test", cancel.clone())
+    let endpoint = SipEndpoint::bind(addr, false, "test", "OPTIONS", cancel.clone())
         .await
         .expect("bind");
     let peer = tokio::net::UdpSocket::bind("127.0.0.1:0")
@@ -206,4 +206,36 @@ fn a_refused_certificate_reads_with_utc_dates() {
     let refused =
         rsipstack::Error::IoError(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
     assert_eq!(connect_failure(&refused), refused.to_string());
+}
+
+#[tokio::test]
+async fn a_method_the_parser_refuses_is_answered_from_the_raw_head() {
+    let (cancel, endpoint, peer, from) = endpoint_and_peer().await;
+    let mut buf = vec![0u8; 4096];
+    for (method, cseq, status) in [
+        // RFC 4475 §3.1.1.2: an extension method is valid; §3.1.2.18: a
+        // CSeq that names another method is not.
+        ("NEWMETHOD", "NEWMETHOD", "SIP/2.0 501"),
+        ("NEWMETHOD", "INVITE", "SIP/2.0 400"),
+    ] {
+        let request = format!(
+            "{method} sip:agent@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP {from};branch=z9hG4bKraw\r\n\
+             From: <sip:core@{from}>;tag=c1\r\nTo: <sip:agent@127.0.0.1>\r\nCall-ID: raw@test\r\n\
+             CSeq: 8 {cseq}\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n"
+        );
+        peer.send_to(request.as_bytes(), endpoint.local_addr())
+            .await
+            .expect("send");
+        let (n, _) = tokio::time::timeout(Duration::from_secs(5), peer.recv_from(&mut buf))
+            .await
+            .expect("an answer in time")
+            .expect("recv");
+        let text = String::from_utf8_lossy(&buf[..n]).to_string();
+        assert!(text.starts_with(status), "{text}");
+        assert!(text.contains("Call-ID: raw@test"), "{text}");
+        if status.ends_with("501") {
+            assert!(text.contains("Allow: OPTIONS"), "{text}");
+        }
+    }
+    cancel.cancel();
 }
