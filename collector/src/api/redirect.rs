@@ -161,7 +161,8 @@ pub fn decide(invite: &Request) -> Decision {
             .filter(|v| !v.is_empty())
     };
     // RFC 3261 §8.2.3 (RFC 4475 §3.3.6, §3.3.15): a body this server does
-    // not read, or an Accept that rules out the SDP the MSR will answer.
+    // not read or cannot decode, or an Accept that rules out the SDP the
+    // MSR will answer.
     if sip::unsupported_body(invite, &BODY_TYPES) {
         let mut response = refusal(
             invite,
@@ -170,6 +171,16 @@ pub fn decide(invite: &Request) -> Decision {
             "the body is neither application/sdp nor multipart, and not optional",
         );
         sip::push_header(&mut response.headers, "Accept", ACCEPT);
+        return Decision::Reply(Box::new(response));
+    }
+    if sip::unsupported_encoding(invite) {
+        let mut response = refusal(
+            invite,
+            StatusCode::UnsupportedMediaType,
+            ErrorCode::BadRequest,
+            "the body is content-encoded, and this server decodes no encoding",
+        );
+        sip::push_header(&mut response.headers, "Accept-Encoding", "identity");
         return Decision::Reply(Box::new(response));
     }
     if sip::unacceptable(invite, "application/sdp") {

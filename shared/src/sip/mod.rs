@@ -367,6 +367,26 @@ pub fn unsupported_body(req: &Request, reads: &[&str]) -> bool {
         .is_some_and(|h| h.eq_ignore_ascii_case("optional"))
 }
 
+/// RFC 3261 §8.2.3 and §20.12: whether a request's body comes in a
+/// `Content-Encoding` other than `identity`, which a UAS that decodes none
+/// (as this project's) does not understand. Such a request gets `415
+/// Unsupported Media Type` with `Accept-Encoding: identity`. The header's
+/// compact form `e` counts (§7.3.3); without a body there is nothing
+/// encoded.
+pub fn unsupported_encoding(req: &Request) -> bool {
+    if req.body.is_empty() {
+        return false;
+    }
+    req.headers
+        .iter()
+        .filter(|h| {
+            h.name().eq_ignore_ascii_case("Content-Encoding") || h.name().eq_ignore_ascii_case("e")
+        })
+        .flat_map(|h| split_outside_quotes(h.value(), ','))
+        .map(str::trim)
+        .any(|coding| !coding.is_empty() && !coding.eq_ignore_ascii_case("identity"))
+}
+
 /// RFC 3261 §8.2.3, §21.4.7 (RFC 4475 §3.3.15): whether the request's
 /// `Accept` rules out `answers`, the type of body the call's answer will
 /// carry (the most specific range that covers it decides; at `q=0` it

@@ -156,6 +156,26 @@ fn a_body_of_a_type_not_read_is_unsupported_unless_optional() {
 }
 
 #[test]
+fn a_body_in_an_encoding_other_than_identity_is_unsupported() {
+    let sdp = "v=0\r\n";
+    for (extra, body, refused) in [
+        ("", sdp, false),
+        ("Content-Encoding: identity\r\n", sdp, false),
+        ("Content-Encoding: gzip\r\n", sdp, true),
+        ("e: gzip\r\n", sdp, true),
+        ("Content-Encoding: identity, GZIP\r\n", sdp, true),
+        // Nothing is encoded without a body.
+        ("Content-Encoding: gzip\r\n", "", false),
+    ] {
+        assert_eq!(
+            unsupported_encoding(&invite_with(extra, body)),
+            refused,
+            "{extra:?} {body:?}"
+        );
+    }
+}
+
+#[test]
 fn an_accept_that_rules_out_the_answer_s_type_is_unacceptable() {
     for (extra, refused) in [
         ("", false),

@@ -523,6 +523,24 @@ fn an_unknown_body_gets_415_with_accept_and_an_accept_without_sdp_406() {
     ));
 }
 
+/// RFC 3261 §8.2.3: an SDP body in an encoding this server does not
+/// decode gets `415` with `Accept-Encoding`, and places no leg.
+#[test]
+fn an_encoded_body_gets_415_with_accept_encoding() {
+    let gzip = invite("sip:park@127.0.0.1:5062", "Content-Encoding: gzip\r\n")
+        .to_string()
+        .replace(
+            "Content-Length: 0\r\n\r\n",
+            "Content-Type: application/sdp\r\nContent-Length: 4\r\n\r\n\x1f\x08ab",
+        );
+    let gzip = Request::try_from(gzip.as_str()).expect("valid");
+    let Decision::Reply(response) = decide(&gzip) else {
+        panic!("answered at once")
+    };
+    assert_eq!(response.status_code.code(), 415);
+    assert_eq!(header(&response, "Accept-Encoding"), Some("identity"));
+}
+
 /// The Via is left unparsed only when stamping it would change nothing.
 #[test]
 fn a_via_is_stamped_unless_it_names_its_source_and_asks_nothing() {
