@@ -2,6 +2,13 @@
 //! and released over the control socket while every MSR's `file:` calls
 //! source follows the calls it holds; blocking and occupancy spread as
 //! `msr-sim` defines them.
+//!
+//! With G collectors (`--socket` given G times, one per core host) each
+//! arrival goes to one of them drawn at random, as `msr-sim` spreads its
+//! arrivals over the core hosts, and its release to the same one. One
+//! driver for all G keeps each MSR's true session count, which is what its
+//! calls file must hold; each collector still learns of the others' calls
+//! only from the agents' NOTIFYs.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
@@ -28,8 +35,70 @@ pub(crate) fn parse_msr_file(text: &str) -> Result<(String, PathBuf), String> {
     }
 }
 
-/// A call in progress: when it ends, which MSR holds it, its Call-ID.
-pub(crate) type Live = Reverse<(Instant, u64, usize)>;
+/// A call in progress: when it ends, its Call-ID number, which MSR holds
+/// it, and which collector placed it (its release goes there).
+pub(crate) type Live = Reverse<(Instant, u64, usize, usize)>;
+
+/// Draws the collector of each arrival. Its own generator, so the arrivals
+/// and holding times of a seed are the same whatever G is (with G = 1 it
+/// draws nothing).
+pub(crate) struct CollectorDraw {
+    rng: rand::rngs::StdRng,
+    count: usize,
+}
+
+impl CollectorDraw {
+    pub(crate) fn new(seed: u64, count: usize) -> Self {
+        use rand::SeedableRng;
+        // A fixed offset keeps this stream apart from the arrivals' (seed).
+        Self {
+            rng: rand::rngs::StdRng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15),
+            count: count.max(1),
+        }
+    }
+
+    pub(crate) fn next(&mut self) -> usize {
+        use rand::Rng;
+        if self.count == 1 {
+            0
+        } else {
+            self.rng.gen_range(0..self.count)
+        }
+    }
+}
+
+/// The MSRs' `max-calls` as every collector reports them: the same in
+/// each, or an error naming the first collector that differs.
+pub(crate) fn agreed_capacities(per_collector: &[Vec<u32>]) -> Result<Vec<u32>, String> {
+    let Some((first, rest)) = per_collector.split_first() else {
+        return Err("no collector".to_owned());
+    };
+    match rest.iter().position(|c| c != first) {
+        None => Ok(first.clone()),
+        Some(i) => Err(format!(
+            "collector {} reports max-calls {:?}, collector 1 {first:?}",
+            i + 2,
+            rest[i]
+        )),
+    }
+}
+
+/// NOTIFY/s over all subscriptions and on the busiest one, from each
+/// subscription's NOTIFY count before and after `secs` seconds.
+pub(crate) fn notify_rates(before: &[u64], after: &[u64], secs: f64) -> (f64, f64) {
+    if secs <= 0.0 {
+        return (0.0, 0.0);
+    }
+    let deltas: Vec<u64> = after
+        .iter()
+        .zip(before)
+        .map(|(a, b)| a.saturating_sub(*b))
+        .collect();
+    (
+        deltas.iter().sum::<u64>() as f64 / secs,
+        deltas.iter().copied().max().unwrap_or(0) as f64 / secs,
+    )
+}
 
 /// What `calls` measured (printed, and written as JSON with `--json`).
 #[derive(Debug, Default, serde::Serialize)]
@@ -39,6 +108,8 @@ pub(crate) struct CallsSummary {
     pub(crate) erlangs: f64,
     pub(crate) holding_mean_secs: f64,
     pub(crate) seed: u64,
+    /// G: the collectors (core hosts) the calls were spread over.
+    pub(crate) collectors: usize,
     pub(crate) measured_secs: f64,
     /// Calls arriving in the measured phase.
     pub(crate) offered: u64,
@@ -66,7 +137,8 @@ pub(crate) struct CallsSummary {
     pub(crate) placed: BTreeMap<String, u64>,
     /// Releases that did not end exactly one live leg.
     pub(crate) release_anomalies: u64,
-    /// Live legs `msr list` shows on these MSRs after every release.
+    /// Live legs `msr list` shows on these MSRs after every release, summed
+    /// over the collectors.
     pub(crate) live_legs_after: u64,
     /// How late events (arrivals and call ends) were handled after their
     /// scheduled time, ms: median, 99th percentile, most.
@@ -116,6 +188,19 @@ pub(crate) async fn notify_counts(
                 .sum()
         })
         .collect())
+}
+
+/// NOTIFY counts of every subscription: each collector's, one per MSR,
+/// collector after collector.
+async fn all_notify_counts(
+    admins: &mut [AdminClient],
+    names: &[String],
+) -> anyhow::Result<Vec<u64>> {
+    let mut counts = Vec::with_capacity(admins.len() * names.len());
+    for admin in admins {
+        counts.extend(notify_counts(admin, names).await?);
+    }
+    Ok(counts)
 }
 
 /// The MSRs' `max-calls`, once every one is live and reports 0 calls.
@@ -176,17 +261,29 @@ pub(crate) async fn calls(args: CallsArgs) -> anyhow::Result<()> {
     if args.holding_ms == 0 {
         bail!("--holding-ms must be positive");
     }
-    let mut admin = AdminClient::connect_retry(&args.socket, Duration::from_secs(5))
-        .await
-        .with_context(|| format!("connect to {}", args.socket.display()))?;
-    if args.place.declare_site {
-        declare_site(&mut admin, &args.place.site).await?;
+    if args.sockets.is_empty() {
+        bail!("no --socket");
+    }
+    let mut admins = Vec::with_capacity(args.sockets.len());
+    for socket in &args.sockets {
+        let mut admin = AdminClient::connect_retry(socket, Duration::from_secs(5))
+            .await
+            .with_context(|| format!("connect to {}", socket.display()))?;
+        // Each collector has its own operator store here (no etcd).
+        if args.place.declare_site {
+            declare_site(&mut admin, &args.place.site).await?;
+        }
+        admins.push(admin);
     }
     for file in &files {
         try_write_atomic(file, "0\n")?;
     }
-    let capacities =
-        wait_idle_pool(&mut admin, &names, Duration::from_secs(args.setup_timeout)).await?;
+    let mut per_collector = Vec::with_capacity(admins.len());
+    for admin in &mut admins {
+        per_collector
+            .push(wait_idle_pool(admin, &names, Duration::from_secs(args.setup_timeout)).await?);
+    }
+    let capacities = agreed_capacities(&per_collector).map_err(anyhow::Error::msg)?;
     let total: u32 = capacities.iter().sum();
     let erlangs = args
         .erlangs
@@ -197,8 +294,9 @@ pub(crate) async fn calls(args: CallsArgs) -> anyhow::Result<()> {
         bail!("the offered load must be positive");
     }
     println!(
-        "msr-loadgen calls: {} MSRs, {total} sessions (max-calls {capacities:?}), offered {erlangs:.1} E \
+        "msr-loadgen calls: {} collector(s), {} MSRs, {total} sessions (max-calls {capacities:?}), offered {erlangs:.1} E \
          ({:.0} % of them), holding mean {holding:.2} s, {:.1} calls/s, warm-up {} s, measured {} s{}",
+        admins.len(),
         names.len(),
         100.0 * erlangs / f64::from(total),
         lambda,
@@ -209,6 +307,7 @@ pub(crate) async fn calls(args: CallsArgs) -> anyhow::Result<()> {
             .unwrap_or_default()
     );
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
+    let mut draw = CollectorDraw::new(args.seed, admins.len());
     let select = |call_id: &str| {
         Request::Select(SelectQuery {
             call_id: Some(call_id.to_owned()),
@@ -225,6 +324,7 @@ pub(crate) async fn calls(args: CallsArgs) -> anyhow::Result<()> {
         erlangs,
         holding_mean_secs: holding,
         seed: args.seed,
+        collectors: admins.len(),
         ..CallsSummary::default()
     };
     let mut busy = vec![0_u32; n];
@@ -258,7 +358,7 @@ pub(crate) async fn calls(args: CallsArgs) -> anyhow::Result<()> {
             measured_end = Instant::now().min(arrivals_end);
             break;
         }
-        let departure = live.peek().map(|Reverse((at, _, _))| *at);
+        let departure = live.peek().map(|Reverse((at, _, _, _))| *at);
         let is_arrival = departure.is_none_or(|d| next_arrival <= d);
         let due = if is_arrival {
             next_arrival
@@ -269,16 +369,16 @@ pub(crate) async fn calls(args: CallsArgs) -> anyhow::Result<()> {
         let now = Instant::now();
         lags_us.push(now.duration_since(due).as_micros() as u64);
         if notify_before.is_none() && now >= measure_from {
-            notify_before = Some((now, notify_counts(&mut admin, &names).await?));
+            notify_before = Some((now, all_notify_counts(&mut admins, &names).await?));
         }
         if !is_arrival {
-            let Some(Reverse((_, no, m))) = live.pop() else {
+            let Some(Reverse((_, no, m, h))) = live.pop() else {
                 continue;
             };
             advance(&busy, now, &mut spread_integral);
             busy[m] -= 1;
             try_write_atomic(&files[m], &format!("{}\n", busy[m]))?;
-            match admin.call(&release(call_id(no))).await? {
+            match admins[h].call(&release(call_id(no))).await? {
                 Response::Ok(ResponseData::Released(r)) if r.released == 1 => {}
                 _ => s.release_anomalies += 1,
             }
@@ -296,6 +396,8 @@ pub(crate) async fn calls(args: CallsArgs) -> anyhow::Result<()> {
             batch_offered[batch] += 1;
         }
         let id = call_id(arrivals);
+        let h = draw.next();
+        let admin = &mut admins[h];
         match admin.call(&select(&id)).await? {
             Response::Ok(ResponseData::Selected(sel)) => {
                 let Some(&m) = index.get(sel.msr.as_str()) else {
@@ -320,7 +422,7 @@ pub(crate) async fn calls(args: CallsArgs) -> anyhow::Result<()> {
                     s.accepted += 1;
                 }
                 let hold = Duration::from_secs_f64(exponential_secs(&mut rng, 1.0 / holding));
-                live.push(Reverse((now + hold, arrivals, m)));
+                live.push(Reverse((now + hold, arrivals, m, h)));
             }
             Response::Ok(other) => bail!("select: unexpected answer {other:?}"),
             Response::Err(e) => {
@@ -337,24 +439,26 @@ pub(crate) async fn calls(args: CallsArgs) -> anyhow::Result<()> {
         }
     }
     advance(&busy, measured_end, &mut spread_integral);
-    let notify_after = notify_counts(&mut admin, &names).await?;
+    let notify_after = all_notify_counts(&mut admins, &names).await?;
     // End every call still up at once: the run is bounded.
-    while let Some(Reverse((_, no, m))) = live.pop() {
+    while let Some(Reverse((_, no, m, h))) = live.pop() {
         busy[m] -= 1;
         try_write_atomic(&files[m], &format!("{}\n", busy[m]))?;
-        match admin.call(&release(call_id(no))).await? {
+        match admins[h].call(&release(call_id(no))).await? {
             Response::Ok(ResponseData::Released(r)) if r.released == 1 => {}
             _ => s.release_anomalies += 1,
         }
     }
-    s.live_legs_after = match admin.call(&Request::MsrList {}).await? {
-        Response::Ok(ResponseData::Msrs { msrs }) => msrs
-            .iter()
-            .filter(|m| index.contains_key(m.name.as_str()))
-            .map(|m| u64::from(m.live_legs))
-            .sum(),
-        other => bail!("msr list: unexpected answer {other:?}"),
-    };
+    for admin in &mut admins {
+        s.live_legs_after += match admin.call(&Request::MsrList {}).await? {
+            Response::Ok(ResponseData::Msrs { msrs }) => msrs
+                .iter()
+                .filter(|m| index.contains_key(m.name.as_str()))
+                .map(|m| u64::from(m.live_legs))
+                .sum::<u64>(),
+            other => bail!("msr list: unexpected answer {other:?}"),
+        };
+    }
     let measured_secs = measured_end
         .saturating_duration_since(measure_from)
         .as_secs_f64();
@@ -366,16 +470,8 @@ pub(crate) async fn calls(args: CallsArgs) -> anyhow::Result<()> {
         s.spread_pp = spread_integral / measured_secs;
         if let Some((at, before)) = &notify_before {
             let secs = measured_end.saturating_duration_since(*at).as_secs_f64();
-            let deltas: Vec<u64> = notify_after
-                .iter()
-                .zip(before)
-                .map(|(a, b)| a.saturating_sub(*b))
-                .collect();
-            if secs > 0.0 {
-                s.notify_per_sec = deltas.iter().sum::<u64>() as f64 / secs;
-                s.max_notify_per_sec_per_subscription =
-                    deltas.iter().copied().max().unwrap_or(0) as f64 / secs;
-            }
+            (s.notify_per_sec, s.max_notify_per_sec_per_subscription) =
+                notify_rates(before, &notify_after, secs);
         }
     }
     s.placed = names.iter().cloned().zip(placed).collect();
@@ -397,8 +493,8 @@ pub(crate) fn print_calls_summary(s: &CallsSummary) {
     println!();
     println!("═══ msr-loadgen calls summary ═══");
     println!(
-        "measured        {:.0} s, {} calls offered, {} accepted",
-        s.measured_secs, s.offered, s.accepted
+        "measured        {:.0} s, {} calls offered, {} accepted, over {} collector(s)",
+        s.measured_secs, s.offered, s.accepted, s.collectors
     );
     println!(
         "blocking        {:.2e} ± {:.1e} (99 % CI, 10 batch means): refused by selection {refused} {:?}, \
@@ -430,4 +526,64 @@ pub(crate) fn print_calls_summary(s: &CallsSummary) {
         "driver lag      median {:.1} ms, p99 {:.1} ms, max {:.1} ms (event handled after its time)",
         s.lag_p50_ms, s.lag_p99_ms, s.max_lag_ms
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_msr_is_name_equals_path() {
+        assert_eq!(
+            parse_msr_file("msr_1=/run/msr_1.calls"),
+            Ok(("msr_1".to_owned(), PathBuf::from("/run/msr_1.calls")))
+        );
+        for bad in ["msr_1", "=/run/x", "msr_1=", ""] {
+            assert!(parse_msr_file(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn one_collector_draws_nothing_and_three_share_the_calls() {
+        let mut one = CollectorDraw::new(1, 1);
+        assert!((0..1000).all(|_| one.next() == 0));
+        let mut three = CollectorDraw::new(1, 3);
+        let mut counts = [0_u32; 3];
+        for _ in 0..30_000 {
+            counts[three.next()] += 1;
+        }
+        // Each about 10,000; 5 standard deviations (about 82 each) apart at most.
+        assert!(
+            counts.iter().all(|&c| (9_600..=10_400).contains(&c)),
+            "{counts:?}"
+        );
+        // The same seed draws the same collectors.
+        let (mut a, mut b) = (CollectorDraw::new(7, 3), CollectorDraw::new(7, 3));
+        assert!((0..100).all(|_| a.next() == b.next()));
+    }
+
+    #[test]
+    fn the_collectors_must_agree_on_the_capacities() {
+        assert_eq!(agreed_capacities(&[vec![20, 30]]), Ok(vec![20, 30]));
+        assert_eq!(
+            agreed_capacities(&[vec![20, 30], vec![20, 30], vec![20, 30]]),
+            Ok(vec![20, 30])
+        );
+        assert_eq!(
+            agreed_capacities(&[vec![20, 30], vec![20, 30], vec![20, 31]]),
+            Err("collector 3 reports max-calls [20, 31], collector 1 [20, 30]".to_owned())
+        );
+        assert!(agreed_capacities(&[]).is_err());
+    }
+
+    #[test]
+    fn notify_rates_sum_every_subscription_and_find_the_busiest() {
+        // Two collectors × two MSRs, over 10 s.
+        let before = [10, 20, 5, 0];
+        let after = [20, 25, 14, 3];
+        assert_eq!(notify_rates(&before, &after, 10.0), (2.7, 1.0));
+        // A count that went down (a new subscription) counts as none.
+        assert_eq!(notify_rates(&[9], &[4], 1.0), (0.0, 0.0));
+        assert_eq!(notify_rates(&before, &after, 0.0), (0.0, 0.0));
+    }
 }

@@ -21,7 +21,8 @@
 //!   to the calls it holds, and at call end lowers the count and sends
 //!   `release` (SPEC §9). It measures blocking, the time-average spread of
 //!   occupancy between MSRs and NOTIFY/s as `msr-sim` defines them, so the
-//!   two can be set side by side (BALANCING.md).
+//!   two can be set side by side (BALANCING.md). With `--socket` given G
+//!   times it spreads the calls over G collectors, as `msr-sim --hosts G`.
 //!
 //! Messages are written as text for throughput (this is a test tool);
 //! everything received is parsed with rsipstack.
@@ -299,9 +300,11 @@ struct PlaceArgs {
 
 #[derive(Args, Debug)]
 struct CallsArgs {
-    /// Control socket of the collector.
-    #[arg(long, default_value = "/tmp/msr-collector.sock")]
-    socket: PathBuf,
+    /// Control socket of a collector. Given G times, for G collectors (core
+    /// hosts): each call goes to one of them at random, its release to the
+    /// same one.
+    #[arg(long = "socket", default_value = "/tmp/msr-collector.sock")]
+    sockets: Vec<PathBuf>,
     /// An MSR and the file its agent reads its sessions from
     /// (`calls-source="file:PATH"`), as NAME=PATH; once per MSR.
     #[arg(long = "msr", value_parser = parse_msr_file, required = true)]
@@ -380,4 +383,40 @@ fn pki(args: &PkiArgs) -> anyhow::Result<()> {
         pki.collector_toml(system_tests::pki::ServerCert::Valid, false, false)
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn calls_args(extra: &[&str]) -> CallsArgs {
+        let mut argv = vec!["msr-loadgen", "calls", "--msr", "m=/tmp/m.calls"];
+        argv.extend_from_slice(extra);
+        match Cli::try_parse_from(argv) {
+            Ok(Cli {
+                command: Command::Calls(a),
+            }) => a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn calls_takes_one_socket_by_default_and_one_per_collector_when_repeated() {
+        assert_eq!(
+            calls_args(&[]).sockets,
+            [PathBuf::from("/tmp/msr-collector.sock")]
+        );
+        assert_eq!(
+            calls_args(&[
+                "--socket",
+                "/r/a.sock",
+                "--socket",
+                "/r/b.sock",
+                "--socket",
+                "/r/c.sock"
+            ])
+            .sockets,
+            ["/r/a.sock", "/r/b.sock", "/r/c.sock"].map(PathBuf::from)
+        );
+    }
 }
