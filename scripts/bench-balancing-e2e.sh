@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Benchmark, not a test: the balancing check end to end (SPEC §10). A real
-# msr-collector, one real msr-agent per MSR with a `file:` calls source
-# (`load-sensor="calls"`, `load-delta` 10, the default high-water mark 80,
-# one NOTIFY a second at most, a sample every 100 ms), and `msr-loadgen
-# calls` placing and releasing calls through the control socket. Then the
-# same setup in msr-sim, for the figures BALANCING.md sets side by side.
+# Benchmark, not a test: the balancing check end to end (SPEC §10). G real
+# msr-collectors (one per core host, `[cluster] core_hosts` G), one real
+# msr-agent per MSR with a `file:` calls source (`load-sensor="calls"`,
+# `load-delta` 10, the default high-water mark 80, one NOTIFY a second at
+# most, a sample every 100 ms) and one `<dynamic>` account per collector,
+# and `msr-loadgen calls` placing and releasing calls through the
+# collectors' control sockets, each call at one collector drawn at random.
+# Then the same setup in msr-sim (`--hosts G`), for the figures
+# BALANCING.md sets side by side.
 #
 #   scripts/bench-balancing-e2e.sh [DURATION_S] [POLICY]
 #       (default 600 s measured after a 60 s warm-up; POLICY pooled or ecss)
-#   MSRS=10 SESSIONS=20 OFFERED=90 HOLDING_MS=5000 WARMUP=60 SEED=1 SIM_CALLS=1000000
+#   HOSTS=1 MSRS=10 SESSIONS=20 OFFERED=90 HOLDING_MS=5000 WARMUP=60 SEED=1 SIM_CALLS=1000000
 #   BIN=target/release (set BIN to use built binaries, e.g. target/debug)
 #   JSON=FILE keeps msr-loadgen's summary
 #
@@ -17,6 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-600}
 policy=${2:-pooled}
+hosts=${HOSTS:-1}
 msrs=${MSRS:-10}
 sessions=${SESSIONS:-20}
 offered=${OFFERED:-90}
@@ -24,6 +28,7 @@ holding_ms=${HOLDING_MS:-5000}
 warmup=${WARMUP:-60}
 seed=${SEED:-1}
 bin=${BIN:-target/release}
+case "$hosts" in '' | *[!0-9]* | 0*) echo "HOSTS must be a positive whole number" >&2; exit 2 ;; esac
 # msr-sim takes whole seconds of holding time.
 [ $((holding_ms % 1000)) -eq 0 ] || { echo "HOLDING_MS must be whole seconds" >&2; exit 2; }
 
@@ -40,11 +45,23 @@ cleanup() {
 }
 trap cleanup EXIT
 
-port=$(free_port udp)
-write_collector_config "$dir/collector.toml" "$port" "$dir/control.sock" "$dir/state.json" \
-  "$(printf '[selection]\npolicy = "%s"\n' "$policy")"
-"$bin/msr-collector" --config "$dir/collector.toml" -q >"$dir/collector.log" 2>&1 &
-pids+=($!)
+# Collector h: SIP port ports[h-1], control socket control-h.sock. Each
+# is started before the next port is chosen, and a port already taken by
+# this run is drawn again (free_port sees only bound sockets).
+ports=()
+socket_args=()
+for h in $(seq 1 "$hosts"); do
+  while :; do
+    port=$(free_port udp)
+    case " ${ports[*]} " in *" $port "*) ;; *) break ;; esac
+  done
+  ports+=("$port")
+  write_collector_config "$dir/collector-$h.toml" "$port" "$dir/control-$h.sock" "$dir/state-$h.json" \
+    "$(printf '[selection]\npolicy = "%s"\n[cluster]\ncore_hosts = %s\n' "$policy" "$hosts")"
+  "$bin/msr-collector" --config "$dir/collector-$h.toml" -q >"$dir/collector-$h.log" 2>&1 &
+  pids+=($!)
+  socket_args+=(--socket "$dir/control-$h.sock")
+done
 
 msr_args=()
 for i in $(seq 1 "$msrs"); do
@@ -58,7 +75,9 @@ for i in $(seq 1 "$msrs"); do
     <media port-start="30000" port-range="1000"/>
     <codec pcma="1" pcmu="2"/>
     <accounts>
-        <dynamic msr_name="$name" realm="sip:127.0.0.1:$port" auth_name="msr" auth_password="msr-secret" dtmf_mode="rfc"/>
+$(for port in "${ports[@]}"; do
+    echo "        <dynamic msr_name=\"$name\" realm=\"sip:127.0.0.1:$port\" auth_name=\"msr\" auth_password=\"msr-secret\" dtmf_mode=\"rfc\"/>"
+  done)
     </accounts>
     <pbyte>
         <mcc bind-addr="127.0.0.1" port="$((20001 + 2 * i))"/>
@@ -71,8 +90,8 @@ XML
   msr_args+=(--msr "$name=$dir/$name.calls")
 done
 
-echo "e2e: $msrs MSRs × $sessions sessions, offered $offered %, holding mean $holding_ms ms, policy $policy"
-"$bin/msr-loadgen" calls --socket "$dir/control.sock" "${msr_args[@]}" --declare-site \
+echo "e2e: G = $hosts, $msrs MSRs × $sessions sessions, offered $offered %, holding mean $holding_ms ms, policy $policy"
+"$bin/msr-loadgen" calls "${socket_args[@]}" "${msr_args[@]}" --declare-site \
   --offered "$offered" --holding-ms "$holding_ms" --warmup "$warmup" --duration "$duration" \
   --seed "$seed" --json "${JSON:-$dir/summary.json}"
 
@@ -85,4 +104,4 @@ holding_s=$((holding_ms / 1000))
 echo
 echo "msr-sim: the same setup, $calls calls"
 "$bin/msr-sim" run --msrs "$msrs" --sessions "$sessions" --offered "$offered" --policy "$policy" \
-  --holding "$holding_s" --delay-ms 50 --calls "$calls" --seed "$seed"
+  --hosts "$hosts" --holding "$holding_s" --delay-ms 50 --calls "$calls" --seed "$seed"
