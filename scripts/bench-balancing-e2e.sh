@@ -11,7 +11,8 @@
 #
 #   scripts/bench-balancing-e2e.sh [DURATION_S] [POLICY]
 #       (default 600 s measured after a 60 s warm-up; POLICY pooled or ecss)
-#   HOSTS=1 MSRS=10 SESSIONS=20 OFFERED=90 HOLDING_MS=5000 WARMUP=60 SEED=1 SIM_CALLS=1000000
+#   HOSTS=1 MSRS=10 SESSIONS=20 OFFERED=90 HOLDING_MS=5000 WARMUP=60 SEED=1
+#   SIM_CALLS=1000000 SIM_DELAY_MS=5
 #   BIN=target/release (set BIN to use built binaries, e.g. target/debug)
 #   JSON=FILE keeps msr-loadgen's summary
 #
@@ -95,13 +96,17 @@ echo "e2e: G = $hosts, $msrs MSRs × $sessions sessions, offered $offered %, hol
   --offered "$offered" --holding-ms "$holding_ms" --warmup "$warmup" --duration "$duration" \
   --seed "$seed" --json "${JSON:-$dir/summary.json}"
 
-# The same setup simulated: the agent's sample interval (100 ms) delays a
-# report by 50 ms on average, the flight on loopback adds next to nothing.
-# Calls: 1,000,000 (SIM_CALLS), far more than a run of minutes offers,
-# so the simulator's interval is the narrow one of the two.
+# The same setup simulated: msr-sim samples each agent every 100 ms as the
+# agents here do (its default is the agent's, 1 s); the report delay
+# (SIM_DELAY_MS, 5 ms) is the flight over loopback and the two processes'
+# turns on a busy host. Calls: 1,000,000 (SIM_CALLS), far more than a run
+# of minutes offers, so the simulator's interval is the narrow one of the
+# two.
 calls=${SIM_CALLS:-1000000}
+sim_delay_ms=${SIM_DELAY_MS:-5}
 holding_s=$((holding_ms / 1000))
 echo
 echo "msr-sim: the same setup, $calls calls"
 "$bin/msr-sim" run --msrs "$msrs" --sessions "$sessions" --offered "$offered" --policy "$policy" \
-  --hosts "$hosts" --holding "$holding_s" --delay-ms 50 --calls "$calls" --seed "$seed"
+  --hosts "$hosts" --holding "$holding_s" --sample-interval-ms 100 --delay-ms "$sim_delay_ms" \
+  --calls "$calls" --seed "$seed"
