@@ -13,6 +13,8 @@
 #       (default 600 s measured after a 60 s warm-up; POLICY pooled or ecss)
 #   HOSTS=1 MSRS=10 SESSIONS=20 OFFERED=90 HOLDING_MS=5000 WARMUP=60 SEED=1
 #   SIM_CALLS=1000000 SIM_DELAY_MS=5
+#   FAILOVER=1 (the MSRs a call may be given in all: 3 fails over as a
+#   core does, SPEC §14, in the driver and in msr-sim)
 #   BIN=target/release (set BIN to use built binaries, e.g. target/debug)
 #   JSON=FILE keeps msr-loadgen's summary
 #
@@ -28,6 +30,7 @@ offered=${OFFERED:-90}
 holding_ms=${HOLDING_MS:-5000}
 warmup=${WARMUP:-60}
 seed=${SEED:-1}
+failover=${FAILOVER:-1}
 bin=${BIN:-target/release}
 case "$hosts" in '' | *[!0-9]* | 0*) echo "HOSTS must be a positive whole number" >&2; exit 2 ;; esac
 # msr-sim takes whole seconds of holding time.
@@ -94,7 +97,7 @@ done
 echo "e2e: G = $hosts, $msrs MSRs × $sessions sessions, offered $offered %, holding mean $holding_ms ms, policy $policy"
 "$bin/msr-loadgen" calls "${socket_args[@]}" "${msr_args[@]}" --declare-site \
   --offered "$offered" --holding-ms "$holding_ms" --warmup "$warmup" --duration "$duration" \
-  --seed "$seed" --json "${JSON:-$dir/summary.json}"
+  --seed "$seed" --failover-attempts "$failover" --json "${JSON:-$dir/summary.json}"
 
 # The same setup simulated: msr-sim samples each agent every 100 ms as the
 # agents here do (its default is the agent's, 1 s); the report delay
@@ -109,4 +112,4 @@ echo
 echo "msr-sim: the same setup, $calls calls"
 "$bin/msr-sim" run --msrs "$msrs" --sessions "$sessions" --offered "$offered" --policy "$policy" \
   --hosts "$hosts" --holding "$holding_s" --sample-interval-ms 100 --delay-ms "$sim_delay_ms" \
-  --calls "$calls" --seed "$seed"
+  --calls "$calls" --seed "$seed" --failover-attempts "$failover"

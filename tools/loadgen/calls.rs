@@ -121,8 +121,13 @@ pub(crate) struct CallsSummary {
     pub(crate) refused_when_full: u64,
     /// Refusals (warm-up included) while some MSR had a free session.
     pub(crate) refused_with_room: u64,
-    /// Sent to an MSR that was in fact full (its INVITE would fail).
+    /// Selections (a failover's included) that named an MSR that was in
+    /// fact full (its INVITE would fail).
     pub(crate) sent_to_full: u64,
+    /// Calls lost at a full MSR: the last MSR they could try was full.
+    pub(crate) lost_at_full: u64,
+    /// The MSRs one call may be given in all (--failover-attempts).
+    pub(crate) failover_attempts: u32,
     /// Selections naming an MSR not given with --msr.
     pub(crate) unknown_msr: u64,
     pub(crate) blocking: f64,
@@ -308,12 +313,17 @@ pub(crate) async fn calls(args: CallsArgs) -> anyhow::Result<()> {
     );
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
     let mut draw = CollectorDraw::new(args.seed, admins.len());
-    let select = |call_id: &str| {
+    // A failover names the MSRs that refused the call so far; a full MSR
+    // answers at its load limit (SPEC §14).
+    let select = |call_id: &str, failed: &[String]| {
         Request::Select(SelectQuery {
             call_id: Some(call_id.to_owned()),
+            failed: failed.to_vec(),
+            failure: (!failed.is_empty()).then(|| "load-limit".to_owned()),
             ..SelectQuery::new(args.place.zone.clone(), args.place.site.clone())
         })
     };
+    let attempts = args.failover_attempts.max(1) as usize;
     let release = |call_id: String| Request::Release { call_id, leg: None };
     let call_id = |n: u64| format!("e2e-{}-{n}@loadgen", args.seed);
 
@@ -325,6 +335,7 @@ pub(crate) async fn calls(args: CallsArgs) -> anyhow::Result<()> {
         holding_mean_secs: holding,
         seed: args.seed,
         collectors: admins.len(),
+        failover_attempts: args.failover_attempts,
         ..CallsSummary::default()
     };
     let mut busy = vec![0_u32; n];
@@ -398,7 +409,28 @@ pub(crate) async fn calls(args: CallsArgs) -> anyhow::Result<()> {
         let id = call_id(arrivals);
         let h = draw.next();
         let admin = &mut admins[h];
-        match admin.call(&select(&id)).await? {
+        let mut failed: Vec<String> = Vec::new();
+        let mut answer = admin.call(&select(&id, &failed)).await?;
+        // A call an MSR refuses because it is full is asked for again with
+        // that MSR failed, up to --failover-attempts MSRs in all; the
+        // collector moves the leg (SPEC §14).
+        while let Response::Ok(ResponseData::Selected(sel)) = &answer {
+            let full = index
+                .get(sel.msr.as_str())
+                .is_some_and(|&m| busy[m] >= capacities[m]);
+            if !full {
+                break;
+            }
+            if measured {
+                s.sent_to_full += 1;
+            }
+            failed.push(sel.msr.clone());
+            if failed.len() >= attempts {
+                break;
+            }
+            answer = admin.call(&select(&id, &failed)).await?;
+        }
+        match answer {
             Response::Ok(ResponseData::Selected(sel)) => {
                 let Some(&m) = index.get(sel.msr.as_str()) else {
                     s.unknown_msr += 1;
@@ -406,9 +438,10 @@ pub(crate) async fn calls(args: CallsArgs) -> anyhow::Result<()> {
                     continue;
                 };
                 if busy[m] >= capacities[m] {
-                    // The MSR refuses the INVITE; the core releases the leg.
+                    // The last MSR it may try refuses the INVITE too; the
+                    // core releases the leg.
                     if measured {
-                        s.sent_to_full += 1;
+                        s.lost_at_full += 1;
                         batch_blocked[batch] += 1;
                     }
                     admin.call(&release(id)).await?;
@@ -498,8 +531,12 @@ pub(crate) fn print_calls_summary(s: &CallsSummary) {
     );
     println!(
         "blocking        {:.2e} ± {:.1e} (99 % CI, 10 batch means): refused by selection {refused} {:?}, \
-         sent to a full MSR {}",
-        s.blocking, s.blocking_half_width, s.refused, s.sent_to_full
+         lost at a full MSR {}",
+        s.blocking, s.blocking_half_width, s.refused, s.lost_at_full
+    );
+    println!(
+        "sent to full    {} selections named an MSR that was full (failover: {} MSRs a call at most)",
+        s.sent_to_full, s.failover_attempts
     );
     println!(
         "pooled limit    Erlang-B({:.1}, {}) = {:.2e}, × pooled {:.2}",

@@ -330,6 +330,13 @@ struct CallsArgs {
     /// Seed of the arrivals and holding times.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// The MSRs one call may be given in all, as a core that fails over
+    /// does (SPEC §14; at most the collectors' `[selection]
+    /// failover_attempts`): a call sent to a full MSR is selected again
+    /// with that MSR failed (`load-limit`). 1: a call sent to a full MSR
+    /// is lost.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10))]
+    failover_attempts: u32,
     #[command(flatten)]
     place: PlaceArgs,
     /// Longest wait for every MSR to be live at 0 calls, seconds.

@@ -308,7 +308,7 @@ impl Metrics {
         let core_failures = Family::<MsrCauseLabels, Counter>::default();
         registry.register(
             "msr_collector_core_failures",
-            "Failures cores reported for legs placed on this MSR (failover, SPEC §14), by cause: timeout, 5xx, engine_error, load_limit, not_the_msr",
+            "Failures cores reported for legs placed on this MSR (failover, SPEC §14), by cause: timeout, 5xx, engine_error, load_limit, full_near_top, not_the_msr",
             core_failures.clone(),
         );
         // SPEC §13: the series of the refusal alert and the panels exist

@@ -153,7 +153,18 @@ pub enum FailureCause {
     /// Another final answer (a 486, a 603, a 404…): about the caller or
     /// the callee, not the MSR; it moves the leg but counts nothing.
     NotTheMsr(u16),
+    /// A `load-limit` or a `503` from an MSR whose last report put it near
+    /// the top ([`FailureCause::near_top`]): the MSR full, as it said. It
+    /// moves the leg and counts nothing (the code: 503, or 0 for
+    /// `load-limit`).
+    FullNearTop(u16),
 }
+
+/// The reported share of its `max-calls` (percent) at or above which an
+/// MSR's `load-limit` or `503` is taken as the MSR full, not failing: the
+/// agent's default high-water mark (SPEC §4), above which it reports every
+/// change of `calls`.
+pub const NEAR_TOP_PERCENT: u32 = 80;
 
 /// The two counts a failure may go to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,14 +189,35 @@ impl FailureCause {
     }
 
     /// The `cause` label of `/metrics` and the log: `timeout`, `5xx`,
-    /// `engine_error`, `load_limit` or `not_the_msr`.
+    /// `engine_error`, `load_limit`, `full_near_top` or `not_the_msr`.
     pub fn label(self) -> &'static str {
         match self {
             Self::Timeout => "timeout",
             Self::ServerError(_) => "5xx",
             Self::EngineError => "engine_error",
             Self::LoadLimit => "load_limit",
+            Self::FullNearTop(_) => "full_near_top",
             Self::NotTheMsr(_) => "not_the_msr",
+        }
+    }
+
+    /// This failure of an MSR whose last report said `calls` of
+    /// `max_calls`: a `load-limit` or a `503` at or above
+    /// [`NEAR_TOP_PERCENT`] is [`FailureCause::FullNearTop`]. With several
+    /// core hosts (SPEC §10) one host learns the others' calls only from
+    /// the reports, so near the top a leg now and then reaches an MSR that
+    /// just filled; counted as errors, those races took full MSRs out of
+    /// selection for whole holds and the pool lost their room as their
+    /// calls ended (BALANCING.md, "Failover"). An MSR that says it is full
+    /// far below the top still counts: its engine's limit is not the one
+    /// it reports.
+    pub fn near_top(self, calls: u32, max_calls: u32) -> Self {
+        let near = max_calls > 0
+            && u64::from(calls) * 100 >= u64::from(NEAR_TOP_PERCENT) * u64::from(max_calls);
+        match self {
+            Self::LoadLimit if near => Self::FullNearTop(0),
+            Self::ServerError(503) if near => Self::FullNearTop(503),
+            other => other,
         }
     }
 
@@ -193,7 +225,7 @@ impl FailureCause {
         match self {
             Self::Timeout => Some(FailureClass::Timeout),
             Self::ServerError(_) | Self::EngineError | Self::LoadLimit => Some(FailureClass::Error),
-            Self::NotTheMsr(_) => None,
+            Self::NotTheMsr(_) | Self::FullNearTop(_) => None,
         }
     }
 }
@@ -201,7 +233,10 @@ impl FailureCause {
 impl fmt::Display for FailureCause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::ServerError(code) | Self::NotTheMsr(code) => write!(f, "{code}"),
+            Self::ServerError(code) | Self::NotTheMsr(code) | Self::FullNearTop(code @ 1..) => {
+                write!(f, "{code}")
+            }
+            Self::FullNearTop(_) => f.write_str("load-limit"),
             Self::Timeout => f.write_str("timeout"),
             Self::EngineError => f.write_str("error"),
             Self::LoadLimit => f.write_str("load-limit"),

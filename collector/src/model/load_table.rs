@@ -64,7 +64,7 @@ use msr_shared::media::{CodecSet, Lack};
 use tokio::time::Instant;
 
 use crate::model::estimate::{Estimate, SinceReport, DEFAULT_NOTIFY_FLIGHT_TIME};
-use crate::model::health::Health;
+use crate::model::health::{FailureCause, Health};
 use crate::operator::names::{ContactName, MsrName, SiteName, ZoneName};
 use crate::operator::topology::SiteDistances;
 use crate::operator::{MsrSettings, OperatorConfig};
@@ -492,6 +492,16 @@ impl LoadTable {
         if let Some(entry) = self.msrs.get_mut(msr) {
             entry.since_report.ended(at);
             self.refresh_msr(msr);
+        }
+    }
+
+    /// A core's failure `cause` of `msr` (SPEC §14) as its last load
+    /// report explains it: near the top a `load-limit` or `503` is the MSR
+    /// full ([`FailureCause::near_top`]). Unchanged without a report.
+    pub fn failure_given_report(&self, msr: &str, cause: FailureCause) -> FailureCause {
+        match self.msrs.get(msr).and_then(|m| m.load.as_ref()) {
+            Some((report, _)) => cause.near_top(report.calls, report.max_calls),
+            None => cause,
         }
     }
 

@@ -225,8 +225,10 @@ pub struct SelectQuery {
     pub failed: Vec<String>,
     /// Why the last of `failed` failed: `timeout`, a SIP status (`503`),
     /// `error` or `load-limit` (rtpengine's answers). A timeout, a 5xx
-    /// and rtpengine's answers count against the MSR's health; another
-    /// status (486, 603) counts nothing. Optional (default `error`).
+    /// and rtpengine's answers count against the MSR's health (a
+    /// `load-limit` or `503` of an MSR that reported itself near the top
+    /// does not: it is full); another status (486, 603) counts nothing.
+    /// Optional (default `error`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
     /// The codecs the leg's offer carries (SPEC §15), by name

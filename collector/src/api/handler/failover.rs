@@ -4,7 +4,10 @@
 //!
 //! * The failure of the MSR the leg is bound to counts against that MSR's
 //!   health ([`HealthMonitor::core_failure`]) once: a repeated request
-//!   finds the leg already moved, and is answered where it is now.
+//!   finds the leg already moved, and is answered where it is now. A
+//!   `load-limit` or `503` from an MSR whose last report put it near the
+//!   top is the MSR full and counts nothing
+//!   ([`FailureCause::near_top`](crate::model::health::FailureCause::near_top)).
 //! * The leg moves to the next choice of the same policy among the MSRs
 //!   that did not fail it (re-anchored: the failed MSR's estimate loses
 //!   it, the new one's gains it).
@@ -102,7 +105,10 @@ pub(super) fn apply(
         .as_deref()
         .filter(|m| failover.failed.iter().any(|f| f == m))
     {
-        health.core_failure(now, msr, failover.cause);
+        // A full MSR near the top says so and is not failing (SPEC §14,
+        // FailureCause::near_top).
+        let cause = table.failure_given_report(msr, failover.cause);
+        health.core_failure(now, msr, cause);
     }
     let used = u32::try_from(failover.failed.len()).unwrap_or(u32::MAX);
     if used < attempts {

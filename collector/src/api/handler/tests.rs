@@ -1659,6 +1659,46 @@ fn failover_moves_the_leg_counts_the_failure_once_and_refuses_when_attempts_are_
     assert!(live_legs(&mut h, now).iter().all(|(_, n)| *n == 0));
 }
 
+/// SPEC §14 with several core hosts (SPEC §10): a `load-limit` or `503`
+/// from an MSR whose last report put it near the top is the MSR full, as
+/// it said, and trips nothing however often it comes; far below the top
+/// the same answers count, and three of them trip it.
+#[test]
+fn a_full_msr_near_the_top_that_says_so_is_not_failing() {
+    let now = Instant::now();
+    for (calls, failure, trips) in [
+        (8, "load-limit", false),
+        (9, "503", false),
+        (8, "500", true),
+        (1, "load-limit", true),
+        (7, "503", true),
+    ] {
+        let mut h = Harness::new();
+        h.ok(declare("local"), now);
+        h.register("lo@msr_1", "msr_1", now);
+        h.load(
+            LoadReport {
+                calls,
+                load: u8::try_from(calls * 10).unwrap_or(100),
+                ..half_loaded("msr_1")
+            },
+            now,
+        );
+        for i in 0..3 {
+            let call_id = format!("c{i}");
+            let first = selected(h.ok(leg_select(&call_id, None, None), now));
+            assert_eq!(first.msr, "msr_1");
+            // No MSR is left: the leg is released, the failure counted.
+            let _ = h.run(failover_select(&call_id, &["msr_1"], Some(failure)), now);
+        }
+        assert_eq!(
+            h.health.tripped_until("msr_1").is_some(),
+            trips,
+            "{calls} of 10 calls, {failure}"
+        );
+    }
+}
+
 #[test]
 fn failover_with_no_msr_left_releases_the_leg_and_lists_the_failures() {
     let now = Instant::now();

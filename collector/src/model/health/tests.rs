@@ -674,3 +674,46 @@ fn failure_causes_are_read_from_their_wire_spellings() {
         assert_eq!(FailureCause::parse(bad), None, "{bad}");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_load_limit_or_503_near_the_top_is_the_msr_full() {
+    for (cause, calls, max, expected) in [
+        (
+            FailureCause::LoadLimit,
+            80,
+            100,
+            FailureCause::FullNearTop(0),
+        ),
+        (FailureCause::LoadLimit, 79, 100, FailureCause::LoadLimit),
+        (
+            FailureCause::ServerError(503),
+            20,
+            20,
+            FailureCause::FullNearTop(503),
+        ),
+        (
+            FailureCause::ServerError(500),
+            20,
+            20,
+            FailureCause::ServerError(500),
+        ),
+        (FailureCause::Timeout, 20, 20, FailureCause::Timeout),
+        (FailureCause::EngineError, 20, 20, FailureCause::EngineError),
+        // No capacity reported: nothing is near the top.
+        (FailureCause::LoadLimit, 0, 0, FailureCause::LoadLimit),
+    ] {
+        assert_eq!(
+            cause.near_top(calls, max),
+            expected,
+            "{cause} at {calls}/{max}"
+        );
+    }
+    assert_eq!(FailureCause::FullNearTop(0).to_string(), "load-limit");
+    assert_eq!(FailureCause::FullNearTop(503).to_string(), "503");
+    assert_eq!(FailureCause::FullNearTop(0).label(), "full_near_top");
+    let mut h = healthy();
+    for _ in 0..5 {
+        assert!(!h.failure("msr_1", FailureCause::FullNearTop(0)));
+    }
+    assert_eq!(h.health("lo@msr_1"), Some(Health::Healthy));
+}
