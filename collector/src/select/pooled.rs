@@ -30,8 +30,8 @@ pub(super) fn estimated_occupancy(view: &ZoneView<'_>, position: usize, core_hos
 const SPARE_KIND_TIER: f64 = 1e6;
 
 /// The index into `kept` of the lowest estimated occupancy; ties at
-/// random (reservoir sampling: the k-th equal one replaces the choice with
-/// probability 1/k), or the first of them with a fixed draw.
+/// random (uniformly: one draw among the tied, in `kept`'s order, however
+/// many tie), or the first of them with a fixed draw.
 ///
 /// A leg with an offer (SPEC §15) goes first to the admitted MSRs that
 /// spend the fewest kinds of media it does not use
@@ -48,9 +48,7 @@ pub(super) fn pooled_pick<R: Rng + ?Sized>(
     needs: CodecSet,
     draw: &mut Draw<'_, R>,
 ) -> Option<usize> {
-    let mut best: Option<(usize, f64)> = None;
-    let mut ties = 0_u32;
-    for (i, &position) in kept.iter().enumerate() {
+    let rank = |position: usize| {
         let mut occupancy = estimated_occupancy(view, position, core_hosts);
         if !needs.is_empty() {
             // A tier per kind of media spent (an occupancy below a load
@@ -60,21 +58,34 @@ pub(super) fn pooled_pick<R: Rng + ?Sized>(
                 .map_or(0, |takes| takes.spare_kinds(needs));
             occupancy += f64::from(spare) * SPARE_KIND_TIER;
         }
-        match best {
-            Some((_, b)) if occupancy > b => {}
-            Some((_, b)) if occupancy == b => {
-                ties += 1;
-                if let Draw::Random(rng) = draw {
-                    if rng.gen_range(0..ties) == 0 {
-                        best = Some((i, occupancy));
-                    }
-                }
-            }
+        occupancy
+    };
+    // The least and the first index that has it.
+    let mut least: Option<(usize, f64)> = None;
+    let mut ties = 0_u32;
+    for (i, &position) in kept.iter().enumerate() {
+        let occupancy = rank(position);
+        match least {
+            Some((_, l)) if occupancy > l => {}
+            Some((_, l)) if occupancy == l => ties += 1,
             _ => {
-                best = Some((i, occupancy));
+                least = Some((i, occupancy));
                 ties = 1;
             }
         }
     }
-    best.map(|(i, _)| i)
+    let (first, least) = least?;
+    let mut r = match draw {
+        Draw::Random(rng) if ties > 1 => rng.gen_range(0..ties),
+        _ => 0,
+    };
+    for (i, &position) in kept.iter().enumerate() {
+        if rank(position) == least {
+            if r == 0 {
+                return Some(i);
+            }
+            r -= 1;
+        }
+    }
+    Some(first)
 }
