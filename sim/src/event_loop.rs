@@ -301,6 +301,8 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
             let defaults = Placement::default();
             let mut table = LoadTable::new(format!("core{h}"), defaults);
             table.set_notify_flight_time(scenario.report_delay);
+            // As the collector's core tells its table G (SPEC §12).
+            table.set_core_hosts(scenario.core_hosts);
             for (m, name) in names.iter().enumerate() {
                 let binding = Binding {
                     msr: name.clone(),

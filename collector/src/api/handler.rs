@@ -754,6 +754,9 @@ fn run_select(
     // The hot path (a random draw, no explanation) records nothing; the
     // explanation is built only when asked for or for a fixed draw.
     let (outcome, explain) = if random.is_none() && !want_explain {
+        // The selection index keeps its `pooled` keys for the G queries
+        // use (SPEC §10, §12); a change of G re-keys it once, here.
+        ctx.table.set_core_hosts(ctx.core_hosts);
         let outcome = select::select(ctx.table, ctx.operator.topology(), &query, &mut *ctx.rng);
         (outcome, None)
     } else {

@@ -54,7 +54,13 @@
 //! default site and every site the operator declared since the start, a
 //! number the topology caps); it never lacks one that a member refers to.
 //!
-//! `check_index` (tests only) checks the invariant member by member.
+//! Beside it the table keeps the selection index (`index.rs`): per zone
+//! and contact site, the MSRs a plain leg can take there in trees by the
+//! `ecss` weight and the `pooled` occupancy, re-keyed by the same changes
+//! (one MSR per report, placement or end) and derived from `by_zone` alone.
+//!
+//! `check_index` (tests only) checks the invariant member by member, and
+//! the selection index against one rebuilt from `by_zone`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -455,6 +461,9 @@ pub struct LoadTable {
     msrs: BTreeMap<MsrName, MsrEntry>,
     /// How long a NOTIFY is assumed to fly (SPEC §10's compensation).
     notify_flight_time: Duration,
+    /// Per zone and site, the MSRs a plain leg can take, by both
+    /// policies' keys; derived from `by_zone` (`index.rs`).
+    index: SelectionIndex,
 }
 
 impl LoadTable {
@@ -469,7 +478,21 @@ impl LoadTable {
             sites: SiteNames::default(),
             msrs: BTreeMap::new(),
             notify_flight_time: DEFAULT_NOTIFY_FLIGHT_TIME,
+            index: SelectionIndex::default(),
         }
+    }
+
+    /// Sets G, the number of core hosts the `pooled` keys of the selection
+    /// index are estimated with (SPEC §10, §12); a change re-keys every
+    /// MSR. A `pooled` query with another G is answered by the scan.
+    pub fn set_core_hosts(&mut self, core_hosts: u32) {
+        self.index.set_core_hosts(core_hosts, &self.by_zone);
+    }
+
+    /// Recomputes `msr`'s units in the selection index of `zone`.
+    fn sync_index(&mut self, zone: &ZoneName, msr: &MsrName) {
+        let members = self.by_zone.get(zone).map_or(&[][..], Vec::as_slice);
+        self.index.sync(zone, members, msr);
     }
 
     /// Sets the NOTIFY flight time a report is compensated for (SPEC §10,
@@ -550,7 +573,7 @@ impl LoadTable {
     /// Copies the MSR-level values of `msr` into the index entries of its
     /// contacts. Call after any change to the MSR's [`MsrEntry`].
     fn refresh_msr(&mut self, msr: &str) {
-        let Some(entry) = self.msrs.get(msr) else {
+        let Some((name, entry)) = self.msrs.get_key_value(msr) else {
             return;
         };
         let selection = entry.selection();
@@ -563,6 +586,18 @@ impl LoadTable {
             };
             if let Ok(at) = member_position(members, msr, contact) {
                 members[at].msr_selection = selection;
+            }
+        }
+        // Then its units, once every member carries the new values.
+        let mut last: Option<&ZoneName> = None;
+        for contact in &entry.contacts {
+            let Some(zone) = self.contacts.get(contact).map(|c| &c.zone) else {
+                continue;
+            };
+            if last != Some(zone) {
+                let members = self.by_zone.get(zone).map_or(&[][..], Vec::as_slice);
+                self.index.sync(zone, members, name);
+                last = Some(zone);
             }
         }
     }
@@ -598,6 +633,7 @@ impl LoadTable {
             .clone();
         // A refresh keeps the health the monitor set.
         let (mut health, mut health_since) = (Health::Healthy, None);
+        let mut moved = None;
         if let Some(old) = self.contacts.get(&binding.contact) {
             (health, health_since) = (old.health, old.health_since);
             let (old_zone, old_msr) = (old.zone.clone(), old.msr.clone());
@@ -611,6 +647,7 @@ impl LoadTable {
                     entry.contacts.remove(&binding.contact);
                 }
             }
+            moved = (old_zone != zone || old_msr != binding.msr).then_some((old_zone, old_msr));
         }
         let site_id = self.sites.intern(&site);
         let entry = self.msrs.entry(binding.msr.clone()).or_default();
@@ -630,6 +667,9 @@ impl LoadTable {
                 health_since,
             },
         );
+        if let Some((old_zone, old_msr)) = moved {
+            self.sync_index(&old_zone, &old_msr);
+        }
         // The settings may have changed: the MSR's other contacts follow.
         self.refresh_msr(&binding.msr);
     }
@@ -643,16 +683,22 @@ impl LoadTable {
             if let Some(entry) = self.msrs.get_mut(&old.msr) {
                 entry.contacts.remove(contact);
             }
+            self.sync_index(&old.zone, &old.msr);
         }
     }
 
     /// Removes an MSR: every contact, its load and its subscription state.
     fn remove_msr(&mut self, msr: &str) {
         if let Some(entry) = self.msrs.remove(msr) {
+            let mut zones = Vec::new();
             for contact in &entry.contacts {
                 if let Some(old) = self.contacts.remove(contact) {
                     self.unindex(contact, &old.msr, &old.zone);
+                    zones.push((old.zone, old.msr));
                 }
+            }
+            for (zone, msr) in zones {
+                self.sync_index(&zone, &msr);
             }
         }
     }
@@ -699,6 +745,8 @@ impl LoadTable {
                 members[at].health = health;
             }
         }
+        let (zone, msr) = (entry.zone.clone(), entry.msr.clone());
+        self.sync_index(&zone, &msr);
     }
 
     /// The MSR's entry, created empty if absent.
@@ -762,6 +810,9 @@ impl LoadTable {
         for msr in changed {
             self.refresh_msr(&msr);
         }
+        // Zones and sites may have moved under any MSR: rebuilt whole
+        // (an operator change is rare; a NOTIFY or a leg re-keys one MSR).
+        self.index.rebuild(&self.by_zone);
     }
 
     /// Panics unless the zone index keeps its invariant (module docs):
@@ -798,10 +849,14 @@ impl LoadTable {
             self.contacts.len(),
             "a contact filed twice or not at all"
         );
+        self.index.check(&self.by_zone);
     }
 }
 
+mod index;
 mod view;
+use index::SelectionIndex;
+pub use index::{admission_load, draw_weight, IndexedZone, NearestTiers};
 pub use view::*;
 
 #[cfg(test)]

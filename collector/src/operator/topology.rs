@@ -303,15 +303,16 @@ impl SiteDistances<'_> {
     /// Every site at a finite distance, each once, with that distance; every
     /// other site (declared or not) is at infinity.
     pub fn finite(&self) -> impl Iterator<Item = (&str, f64)> + '_ {
+        // The row's own values: every selection reads them, and a second
+        // lookup per site would compare its name again.
         let others = self
             .row
             .into_iter()
-            .flat_map(|row| row.keys())
-            .map(SiteName::as_str)
-            .filter(move |site| *site != self.site);
-        std::iter::once(self.site)
+            .flat_map(|row| row.iter())
+            .map(|(site, distance)| (site.as_str(), *distance))
+            .filter(move |(site, _)| *site != self.site);
+        std::iter::once((self.site, self.to(self.site)))
             .chain(others)
-            .map(move |site| (site, self.to(site)))
             .filter(|(_, distance)| distance.is_finite())
     }
 }

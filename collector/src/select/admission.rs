@@ -35,20 +35,13 @@ pub(super) fn admit(view: &ZoneView<'_>, query: &Query, kept: Vec<usize>) -> Adm
                 let Some(c) = view.candidate(p, query.now) else {
                     return false;
                 };
-                let load = match query.policy {
-                    // §10: the estimate, not only the last report, admits:
-                    // legs released since a report of 100 % leave room, and
-                    // an MSR full by the estimate is not sent a leg.
-                    Policy::Pooled { core_hosts } => {
-                        let occupancy = estimated_occupancy(view, p, core_hosts);
-                        if occupancy.is_finite() {
-                            occupancy * 100.0
-                        } else {
-                            f64::from(c.load.unwrap_or(0).min(100))
-                        }
-                    }
-                    Policy::Ecss => f64::from(c.load.unwrap_or(0).min(100)),
+                // §10: under `pooled` the estimate, not only the last
+                // report, admits (`admission_load`).
+                let occupancy = match query.policy {
+                    Policy::Pooled { core_hosts } => Some(estimated_occupancy(view, p, core_hosts)),
+                    Policy::Ecss => None,
                 };
+                let load = admission_load(occupancy, c.load);
                 if load < f64::from(c.load_limit) {
                     return true;
                 }

@@ -92,6 +92,16 @@
 //! admitted on its reported load as in §7 (0) and ranks last.
 //! Conference legs keep their §9 rules under either policy.
 //!
+//! # The index
+//!
+//! [`select`] answers a plain leg with nothing failed and no offer through
+//! the load table's selection index (`indexed.rs`,
+//! [`LoadTable::indexed_zone`]) in O(log n) of the zone's MSRs: the same
+//! contacts kept and admitted, the draw over the same weights (laid out in
+//! the index's order, not by MSR name) and the least occupied with ties
+//! drawn uniformly in one draw, so the same distribution as the scan.
+//! Every other selection, and [`explain`], scans the zone (`steps.rs`).
+//!
 //! Which policy a query uses is the caller's decision (the collector falls
 //! back to [`Policy::Ecss`] when the core does not release legs,
 //! `admin::effective_policy`).
@@ -107,7 +117,7 @@ use msr_shared::present::format_number;
 use rand::Rng;
 use tokio::time::Instant;
 
-use crate::model::load_table::{Candidate, LoadTable, ZoneView};
+use crate::model::load_table::{admission_load, draw_weight, Candidate, LoadTable, ZoneView};
 use crate::operator::names::{ContactName, MsrName};
 use crate::operator::topology::Topology;
 
@@ -356,6 +366,9 @@ pub fn select<R: Rng + ?Sized>(
     query: &Query,
     rng: &mut R,
 ) -> Result<Choice, Refusal> {
+    if let Some(outcome) = select_indexed(table, topology, query, rng) {
+        return outcome;
+    }
     match run(table, topology, query, Draw::Random(rng), Detail::Choice) {
         Ok(explanation) => explanation.outcome,
         // A random draw is always in range; this arm is never taken.
@@ -380,11 +393,13 @@ pub fn explain<R: Rng + ?Sized>(
 
 mod admission;
 mod explain;
+mod indexed;
 mod pooled;
 mod steps;
 use admission::*;
 use explain::*;
 pub use explain::{CandidateOutcome, ExplainedCandidate, Explanation, IntervalRow};
+use indexed::*;
 use pooled::*;
 use steps::*;
 

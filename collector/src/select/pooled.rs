@@ -10,19 +10,8 @@ use msr_shared::media::CodecSet;
 /// MSR ranks last.
 #[inline]
 pub(super) fn estimated_occupancy(view: &ZoneView<'_>, position: usize, core_hosts: u32) -> f64 {
-    let Some(inputs) = view.estimate_inputs(position) else {
-        return f64::INFINITY;
-    };
-    if inputs.calls.is_none() {
-        return f64::INFINITY;
-    }
-    // The capacity is the MSR's own `max-calls`: the coefficient is not
-    // multiplied in again (module docs, "Capacity").
-    let capacity = f64::from(inputs.max_calls);
-    if capacity <= 0.0 {
-        return f64::INFINITY;
-    }
-    inputs.estimate.sessions(core_hosts) / capacity
+    view.estimate_inputs(position)
+        .map_or(f64::INFINITY, |inputs| inputs.occupancy(core_hosts))
 }
 
 /// How far one kind of media a leg does not use moves an MSR down the
@@ -31,7 +20,9 @@ const SPARE_KIND_TIER: f64 = 1e6;
 
 /// The index into `kept` of the lowest estimated occupancy; ties at
 /// random (uniformly: one draw among the tied, in `kept`'s order, however
-/// many tie), or the first of them with a fixed draw.
+/// many tie: the draw the selection index makes, so the two send a leg to
+/// the same MSR whenever they list the tied ones alike), or the first of
+/// them with a fixed draw.
 ///
 /// A leg with an offer (SPEC §15) goes first to the admitted MSRs that
 /// spend the fewest kinds of media it does not use

@@ -72,8 +72,7 @@ impl Nearest {
 /// `(100 − load) × coefficient`, a missing report counting as load 0.
 /// Returns the load used (percent) and the weight.
 pub(super) fn weight((load, performance_coefficient): (Option<u8>, f64)) -> (u8, f64) {
-    let load = load.unwrap_or(0).min(100);
-    (load, f64::from(100 - load) * performance_coefficient)
+    draw_weight(load, performance_coefficient)
 }
 
 /// Steps 1–4 of one selection.

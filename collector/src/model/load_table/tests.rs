@@ -355,3 +355,113 @@ proptest::proptest! {
         }
     }
 }
+
+/// One change to the table for the selection index's property test: the
+/// ops above and what moves an MSR's keys or units.
+#[derive(Debug, Clone)]
+enum IndexOp {
+    Table(Op),
+    /// Contact `if{i}@msr_{m}`'s health: healthy, unreachable, draining.
+    Health(u8, u8, u8),
+    /// A report of `calls` of `max-calls` for `msr_{m}`.
+    Calls(u8, u8, u8),
+    Placed(u8),
+    Ended(u8),
+    /// The operator sets `msr_{n}` active or not.
+    Active(u8, bool),
+    /// The operator sets `msr_{n}`'s load limit.
+    LoadLimit(u8, u8),
+    CoreHosts(u8),
+}
+
+fn index_op() -> impl proptest::strategy::Strategy<Value = IndexOp> {
+    use proptest::prelude::*;
+    prop_oneof![
+        6 => op().prop_map(IndexOp::Table),
+        2 => (0u8..4, 0u8..3, 0u8..3).prop_map(|(m, i, h)| IndexOp::Health(m, i, h)),
+        2 => (0u8..4, 0u8..12, 0u8..12).prop_map(|(m, c, x)| IndexOp::Calls(m, c, x)),
+        2 => (0u8..4).prop_map(IndexOp::Placed),
+        1 => (0u8..4).prop_map(IndexOp::Ended),
+        1 => (0u8..4, any::<bool>()).prop_map(|(n, a)| IndexOp::Active(n, a)),
+        1 => (0u8..4, 1u8..=100).prop_map(|(n, l)| IndexOp::LoadLimit(n, l)),
+        1 => (1u8..4).prop_map(IndexOp::CoreHosts),
+    ]
+}
+
+proptest::proptest! {
+    /// The selection index (`index.rs`) after any sequence of changes is
+    /// what a rebuild from the zone index gives (`check_index`).
+    #[test]
+    fn the_selection_index_survives_any_change_sequence(
+        ops in proptest::collection::vec(index_op(), 0..50),
+    ) {
+        let now = Instant::now();
+        let mut operator = OperatorConfig::new();
+        for site in ["s0", "s1", "s2"] {
+            operator.declare_site(site).expect("declare");
+        }
+        let mut table = LoadTable::new("n".into(), place("z0", "s0"));
+        for (k, op) in ops.into_iter().enumerate() {
+            let at = now + Duration::from_millis(k as u64 * 100);
+            match op {
+                IndexOp::Table(Op::Upsert(m, i, n, z)) => {
+                    let contact = format!("if{i}@msr_{m}");
+                    operator.set_contact_zone(&contact, &format!("z{z}")).expect("zone");
+                    // Expiries differ, so the zones' earliest one moves.
+                    let b = binding(&contact, &format!("msr_{n}"), at + Duration::from_secs(600));
+                    table.apply(&operator, Change::BindingChanged(&b));
+                }
+                IndexOp::Table(Op::Remove(m, i)) => {
+                    let b = binding(&format!("if{i}@msr_{m}"), "msr_0", at);
+                    table.apply(&operator, Change::BindingRemoved(&b));
+                }
+                IndexOp::Table(Op::RemoveMsr(m)) => {
+                    table.apply(&operator, Change::MsrUnregistered(&MsrName::test(&format!("msr_{m}"))));
+                }
+                IndexOp::Table(Op::Load(m, load)) => {
+                    let msr = format!("msr_{m}");
+                    let change = Change::LoadReported { msr: &MsrName::test(&msr), report: report(&msr, load), at };
+                    table.apply(&operator, change);
+                }
+                IndexOp::Table(Op::Rezone(m, i, z)) => {
+                    operator.set_contact_zone(&format!("if{i}@msr_{m}"), &format!("z{z}")).expect("zone");
+                    table.apply(&operator, Change::OperatorChanged);
+                }
+                IndexOp::Table(Op::Resite(m, i, site)) => {
+                    operator.set_contact_site(&format!("if{i}@msr_{m}"), &format!("s{site}")).expect("site");
+                    table.apply(&operator, Change::OperatorChanged);
+                }
+                IndexOp::Table(Op::Coefficient(n, c)) => {
+                    operator.set_performance_coefficient(&format!("msr_{n}"), f64::from(c) / 4.0).expect("coefficient");
+                    table.apply(&operator, Change::OperatorChanged);
+                }
+                IndexOp::Health(m, i, h) => {
+                    let health = [Health::Healthy, Health::Unreachable, Health::Draining][usize::from(h)];
+                    let contact = ContactName::test(&format!("if{i}@msr_{m}"));
+                    table.apply(&operator, Change::HealthChanged { contact: &contact, health, since: (at, 0) });
+                }
+                IndexOp::Calls(m, calls, max_calls) => {
+                    let msr = format!("msr_{m}");
+                    let report = LoadReport {
+                        calls: u32::from(calls),
+                        max_calls: u32::from(max_calls),
+                        ..report(&msr, calls.saturating_mul(8).min(100))
+                    };
+                    table.apply(&operator, Change::LoadReported { msr: &MsrName::test(&msr), report, at });
+                }
+                IndexOp::Placed(m) => table.note_placed(&format!("msr_{m}"), at),
+                IndexOp::Ended(m) => table.note_ended(&format!("msr_{m}"), at),
+                IndexOp::Active(n, active) => {
+                    operator.set_active(&format!("msr_{n}"), active).expect("active");
+                    table.apply(&operator, Change::OperatorChanged);
+                }
+                IndexOp::LoadLimit(n, limit) => {
+                    operator.set_load_limit(&format!("msr_{n}"), u32::from(limit)).expect("limit");
+                    table.apply(&operator, Change::OperatorChanged);
+                }
+                IndexOp::CoreHosts(g) => table.set_core_hosts(u32::from(g)),
+            }
+            table.check_index();
+        }
+    }
+}

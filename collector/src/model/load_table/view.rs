@@ -249,7 +249,7 @@ impl LoadTable {
     }
 
     /// The index entry of `zone` (empty if no contact is in it).
-    fn zone_members(&self, zone: &str) -> &[ZoneMember] {
+    pub(super) fn zone_members(&self, zone: &str) -> &[ZoneMember] {
         self.by_zone.get(zone).map_or(&[], Vec::as_slice)
     }
 }
@@ -268,6 +268,36 @@ pub struct EstimateInputs {
     pub performance_coefficient: f64,
 }
 
+impl EstimateInputs {
+    /// Of an MSR's selection values.
+    pub(super) fn of(s: &MsrSelection) -> Self {
+        EstimateInputs {
+            calls: s.calls,
+            max_calls: s.max_calls,
+            estimate: s.estimate,
+            performance_coefficient: s.performance_coefficient,
+        }
+    }
+
+    /// The estimated occupancy with `core_hosts` core hosts (SPEC §10):
+    /// the estimated sessions ([`crate::model::estimate`]) over the MSR's
+    /// `max-calls`; infinite without a report or with no capacity, so such
+    /// an MSR ranks last. The one definition, for the scan and the index.
+    #[inline]
+    pub fn occupancy(&self, core_hosts: u32) -> f64 {
+        if self.calls.is_none() {
+            return f64::INFINITY;
+        }
+        // The capacity is the MSR's own `max-calls`: the coefficient is not
+        // multiplied in again (`select` module docs, "Capacity").
+        let capacity = f64::from(self.max_calls);
+        if capacity <= 0.0 {
+            return f64::INFINITY;
+        }
+        self.estimate.sessions(core_hosts) / capacity
+    }
+}
+
 /// Selection's read access to one zone of a [`LoadTable`] (SPEC §7 steps
 /// 1–4), from [`LoadTable::zone`].
 ///
@@ -280,9 +310,9 @@ pub struct EstimateInputs {
 #[derive(Debug, Clone, Copy)]
 pub struct ZoneView<'a> {
     /// The zone's members, sorted by (MSR name, contact name).
-    members: &'a [ZoneMember],
+    pub(super) members: &'a [ZoneMember],
     /// The table's site numbers.
-    sites: &'a SiteNames,
+    pub(super) sites: &'a SiteNames,
 }
 
 /// One step-1 candidate found by [`ZoneView::scan`].
@@ -439,15 +469,9 @@ impl<'a> ZoneView<'a> {
     /// What the `pooled` policy's estimate reads of the member's MSR
     /// (SPEC §10); `None` for a position out of range.
     pub fn estimate_inputs(&self, position: usize) -> Option<EstimateInputs> {
-        self.members.get(position).map(|m| {
-            let s = &m.msr_selection;
-            EstimateInputs {
-                calls: s.calls,
-                max_calls: s.max_calls,
-                estimate: s.estimate,
-                performance_coefficient: s.performance_coefficient,
-            }
-        })
+        self.members
+            .get(position)
+            .map(|m| EstimateInputs::of(&m.msr_selection))
     }
 
     /// The load (capped at 100; `None` before the first report) and the
