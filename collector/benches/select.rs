@@ -1,7 +1,9 @@
 //! One selection (SPEC §7) over 1,000 MSRs × 4 contacts spread over 20 zones
-//! and 50 sites; and the worst case for steps 1–4: 1,000 MSRs × 1 contact,
-//! all in one zone and one site (every contact is a candidate at the minimum
-//! distance). Every MSR reports codecs as the seed's does (SPEC §15: PCMA,
+//! and 50 sites; and the worst case for steps 1–4: 1,000 and 10,000 MSRs ×
+//! 1 contact, all in one zone and one site (every contact is a candidate at
+//! the minimum distance). Both policies, with and without a leg's Call-ID
+//! (bound and released on a table of 100,000 live legs). Each table is
+//! told G = 3, the `pooled` queries' (SPEC §12). Every MSR reports codecs as the seed's does (SPEC §15: PCMA,
 //! PCMU, G.722; every third also H.264 and T.38), and each case runs with
 //! and without a leg's offer (`needs`), which step 1 checks per candidate.
 
@@ -62,7 +64,57 @@ fn world() -> (OperatorConfig, LoadTable, Instant) {
         report_random_load(&mut table, &operator, &msr, &mut rng, now);
     }
     table.apply(&operator, Change::OperatorChanged);
+    table.set_core_hosts(3);
     (operator, table, now)
+}
+
+/// A leg table of 100,000 live legs over 1,000 MSRs, bound at `now`.
+fn live_legs(now: Instant) -> LegTable {
+    let mut legs = LegTable::new(DEFAULT_MAX_DURATION);
+    for i in 0..100_000u32 {
+        let call_id = format!("{i:08x}-background@core1");
+        let key = LegKey {
+            call_id: &call_id,
+            leg: None,
+        };
+        let msr = MsrName::new(&format!("msr_{}", i % 1000)).expect("a bench's msr name");
+        let contact = ContactName::of("eth0", &msr).expect("a bench's contact name");
+        legs.bind(now, key, &msr, &contact, None);
+    }
+    legs
+}
+
+/// SPEC §9: a leg's select (bound to its choice) and its release, on a
+/// table that already holds 100,000 live legs; each iteration a new
+/// Call-ID, as a core's calls are.
+fn bench_with_call_id(
+    c: &mut Criterion,
+    name: &str,
+    (operator, table, now): (&OperatorConfig, &LoadTable, Instant),
+    query: &Query,
+) {
+    let mut legs = live_legs(now);
+    let call_ids: Vec<String> = (0..4096u32)
+        .map(|i| format!("{i:08x}-bench@core1"))
+        .collect();
+    let mut next = 0usize;
+    let mut rng = StdRng::seed_from_u64(1);
+    c.bench_function(name, |b| {
+        b.iter(|| {
+            let call_id = &call_ids[next % call_ids.len()];
+            next += 1;
+            let key = LegKey { call_id, leg: None };
+            if let Ok(choice) = select(
+                black_box(table),
+                operator.topology(),
+                black_box(query),
+                &mut rng,
+            ) {
+                legs.bind(now, key, &choice.msr, &choice.contact, None);
+            }
+            black_box(legs.release(call_id, None))
+        })
+    });
 }
 
 fn bench_select(c: &mut Criterion) {
@@ -92,47 +144,22 @@ fn bench_select(c: &mut Criterion) {
             )
         })
     });
-    // SPEC §9: a leg's select (bound to its choice) and its release, on a
-    // table that already holds 100,000 live legs; each iteration a new
-    // Call-ID, as a core's calls are.
-    let mut legs = LegTable::new(DEFAULT_MAX_DURATION);
-    for i in 0..100_000u32 {
-        let call_id = format!("{i:08x}-background@core1");
-        let key = LegKey {
-            call_id: &call_id,
-            leg: None,
-        };
-        let msr = MsrName::new(&format!("msr_{}", i % 1000)).expect("a bench's msr name");
-        let contact = ContactName::of("eth0", &msr).expect("a bench's contact name");
-        legs.bind(now, key, &msr, &contact, None);
-    }
-    let call_ids: Vec<String> = (0..4096u32)
-        .map(|i| format!("{i:08x}-bench@core1"))
-        .collect();
-    let mut next = 0usize;
-    c.bench_function(
+    bench_with_call_id(
+        c,
         "select with call_id + release, 1000 msr x 4, 100k live legs",
-        |b| {
-            b.iter(|| {
-                let call_id = &call_ids[next % call_ids.len()];
-                next += 1;
-                let key = LegKey { call_id, leg: None };
-                if let Ok(choice) = select(
-                    black_box(&table),
-                    operator.topology(),
-                    black_box(&no_preference),
-                    &mut rng,
-                ) {
-                    legs.bind(now, key, &choice.msr, &choice.contact, None);
-                }
-                black_box(legs.release(call_id, None))
-            })
-        },
+        (&operator, &table, now),
+        &no_preference,
     );
     let pooled = Query {
         policy: Policy::Pooled { core_hosts: 3 },
         ..no_preference.clone()
     };
+    bench_with_call_id(
+        c,
+        "select pooled with call_id + release, 1000 msr x 4, 100k live legs",
+        (&operator, &table, now),
+        &pooled,
+    );
     c.bench_function(
         "select pooled 1000 msr x 4 contacts, 20 zones, 50 sites",
         |b| {
@@ -249,20 +276,21 @@ fn report_random_load(
     table.apply(operator, change);
 }
 
-/// 1,000 MSRs × 1 contact, all in zone "default" and site "local".
-fn one_zone_world() -> (OperatorConfig, LoadTable, Instant) {
+/// `msrs` MSRs × 1 contact, all in zone "default" and site "local".
+fn one_zone_world(msrs: usize) -> (OperatorConfig, LoadTable, Instant) {
     let mut rng = StdRng::seed_from_u64(42);
     let mut operator = OperatorConfig::new();
     operator.declare_site("local").expect("declare");
     let now = Instant::now();
     let mut table = LoadTable::new("bench".into(), place("default", "local"));
-    for m in 0..MSRS {
+    for m in 0..msrs {
         let msr = format!("msr_{m}");
         let binding = binding(format!("eth0@{msr}"), &msr, now);
         table.apply(&operator, Change::BindingChanged(&binding));
         report_random_load(&mut table, &operator, &msr, &mut rng, now);
     }
     table.apply(&operator, Change::OperatorChanged);
+    table.set_core_hosts(3);
     (operator, table, now)
 }
 
@@ -314,7 +342,7 @@ fn memory_per_leg(_c: &mut Criterion) {
 }
 
 fn bench_select_one_zone(c: &mut Criterion) {
-    let (operator, table, now) = one_zone_world();
+    let (operator, table, now) = one_zone_world(MSRS);
     let query = Query {
         zone: "default".into(),
         site: "local".into(),
@@ -357,7 +385,7 @@ fn bench_select_one_zone(c: &mut Criterion) {
     // SPEC §10: the `pooled` estimate over the same 1,000 candidates.
     let pooled = Query {
         policy: Policy::Pooled { core_hosts: 3 },
-        ..query
+        ..query.clone()
     };
     c.bench_function("select pooled 1000 msr x 1 contact, 1 zone, 1 site", |b| {
         b.iter(|| {
@@ -369,6 +397,40 @@ fn bench_select_one_zone(c: &mut Criterion) {
             )
         })
     });
+    bench_with_call_id(
+        c,
+        "select with call_id + release, 1000 msr x 1 contact, 1 zone, 1 site",
+        (&operator, &table, now),
+        &query,
+    );
+    bench_with_call_id(
+        c,
+        "select pooled with call_id + release, 1000 msr x 1 contact, 1 zone, 1 site",
+        (&operator, &table, now),
+        &pooled,
+    );
+    // 10,000 equally near MSRs.
+    let (operator, table, now) = one_zone_world(10 * MSRS);
+    let query = Query { now, ..query };
+    let pooled = Query { now, ..pooled };
+    for (name, query) in [
+        ("select 10000 msr x 1 contact, 1 zone, 1 site", &query),
+        (
+            "select pooled 10000 msr x 1 contact, 1 zone, 1 site",
+            &pooled,
+        ),
+    ] {
+        c.bench_function(name, |b| {
+            b.iter(|| {
+                select(
+                    black_box(&table),
+                    operator.topology(),
+                    black_box(query),
+                    &mut rng,
+                )
+            })
+        });
+    }
 }
 
 criterion_group!(benches, bench_select, bench_select_one_zone, memory_per_leg);
