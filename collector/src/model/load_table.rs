@@ -506,7 +506,7 @@ impl LoadTable {
     pub fn note_placed(&mut self, msr: &str, at: Instant) {
         if let Some(entry) = self.msrs.get_mut(msr) {
             entry.since_report.placed(at);
-            self.refresh_msr(msr);
+            self.rekey_msr(msr);
         }
     }
 
@@ -514,7 +514,7 @@ impl LoadTable {
     pub fn note_ended(&mut self, msr: &str, at: Instant) {
         if let Some(entry) = self.msrs.get_mut(msr) {
             entry.since_report.ended(at);
-            self.refresh_msr(msr);
+            self.rekey_msr(msr);
         }
     }
 
@@ -534,7 +534,7 @@ impl LoadTable {
     pub fn note_expired(&mut self, msr: &str) {
         if let Some(entry) = self.msrs.get_mut(msr) {
             entry.since_report.expired();
-            self.refresh_msr(msr);
+            self.rekey_msr(msr);
         }
     }
 
@@ -571,12 +571,44 @@ impl LoadTable {
     }
 
     /// Copies the MSR-level values of `msr` into the index entries of its
-    /// contacts. Call after any change to the MSR's [`MsrEntry`].
+    /// contacts and recomputes its units in the selection index. Call
+    /// after any change to the MSR's [`MsrEntry`] that may move its units
+    /// (its settings: active), else [`LoadTable::rekey_msr`].
     fn refresh_msr(&mut self, msr: &str) {
+        self.copy_selection(msr, false);
         let Some((name, entry)) = self.msrs.get_key_value(msr) else {
             return;
         };
+        // Then its units, once every member carries the new values.
+        let mut last: Option<&ZoneName> = None;
+        for contact in &entry.contacts {
+            let Some(zone) = self.contacts.get(contact).map(|c| &c.zone) else {
+                continue;
+            };
+            if last != Some(zone) {
+                let members = self.by_zone.get(zone).map_or(&[][..], Vec::as_slice);
+                self.index.sync(zone, members, name);
+                last = Some(zone);
+            }
+        }
+    }
+
+    /// Like [`LoadTable::refresh_msr`] after a change that leaves the MSR's
+    /// units where they are (a report, a placement, an end, the
+    /// subscription's expiry): they are only re-keyed, which every NOTIFY
+    /// and every leg pays.
+    fn rekey_msr(&mut self, msr: &str) {
+        self.copy_selection(msr, true);
+    }
+
+    /// Copies the MSR-level values of `msr` into the index entries of its
+    /// contacts; with `rekey`, also into its units' keys.
+    fn copy_selection(&mut self, msr: &str, rekey: bool) {
+        let Some(entry) = self.msrs.get(msr) else {
+            return;
+        };
         let selection = entry.selection();
+        let mut last: Option<&ZoneName> = None;
         for contact in &entry.contacts {
             let Some(zone) = self.contacts.get(contact).map(|c| &c.zone) else {
                 continue;
@@ -587,16 +619,8 @@ impl LoadTable {
             if let Ok(at) = member_position(members, msr, contact) {
                 members[at].msr_selection = selection;
             }
-        }
-        // Then its units, once every member carries the new values.
-        let mut last: Option<&ZoneName> = None;
-        for contact in &entry.contacts {
-            let Some(zone) = self.contacts.get(contact).map(|c| &c.zone) else {
-                continue;
-            };
-            if last != Some(zone) {
-                let members = self.by_zone.get(zone).map_or(&[][..], Vec::as_slice);
-                self.index.sync(zone, members, name);
+            if rekey && last != Some(zone) {
+                self.index.rekey(zone, msr, &selection);
                 last = Some(zone);
             }
         }
@@ -714,7 +738,7 @@ impl LoadTable {
         let entry = self.msr_entry(msr);
         entry.since_report.report(at, flight, report.calls);
         entry.load = Some((report, at));
-        self.refresh_msr(msr);
+        self.rekey_msr(msr);
     }
 
     /// Records the granted expiry of the subscription to an MSR. It matters
@@ -727,7 +751,7 @@ impl LoadTable {
             let before = entry.selection();
             entry.expires_secs = Some(expires_secs);
             if entry.selection() != before {
-                self.refresh_msr(msr);
+                self.rekey_msr(msr);
             }
         }
     }

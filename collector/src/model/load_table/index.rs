@@ -421,6 +421,23 @@ impl SelectionIndex {
         }
     }
 
+    /// Re-keys `msr`'s units in `zone` for its new selection values `s`
+    /// (a change that leaves its units where they are).
+    pub(super) fn rekey(&mut self, zone: &str, msr: &str, s: &MsrSelection) {
+        let Some(ZoneIndex { tiers, msrs, .. }) = self.zones.get_mut(zone) else {
+            return;
+        };
+        let Some(units) = msrs.get(msr) else {
+            return;
+        };
+        let leaf = Node::leaf(s, self.core_hosts);
+        for &(site, slot) in &units.units {
+            if let Some(tier) = tiers.get_mut(site) {
+                tier.tree.set(slot, leaf);
+            }
+        }
+    }
+
     /// The index of every zone rebuilt from `by_zone`.
     pub(super) fn rebuild(&mut self, by_zone: &HashMap<ZoneName, Vec<ZoneMember>>) {
         self.zones.clear();
