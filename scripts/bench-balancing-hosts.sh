@@ -4,7 +4,7 @@
 # configuration does (SPEC §14, `failover_attempts` 3) and without failover.
 #
 #   scripts/bench-balancing-hosts.sh
-#   CALLS=40000000 (rows with failover)  STRICT_CALLS=10000000 (without)
+#   CALLS=20000000 (rows with failover)  STRICT_CALLS=10000000 (without)
 #   LIGHT_CALLS=10000000 (A 80 %, B 85 %)  OVERLOAD_CALLS=1000000 (120 %)
 #   HOSTS_LIST="1 3 10" (the values of G)
 #   BIN=target/release (set it to use built binaries)
@@ -13,7 +13,7 @@
 # virtual time, so the figures do not depend on what else runs on the host.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-calls=${CALLS:-40000000}
+calls=${CALLS:-20000000}
 strict_calls=${STRICT_CALLS:-10000000}
 light_calls=${LIGHT_CALLS:-10000000}
 overload_calls=${OVERLOAD_CALLS:-1000000}
