@@ -277,6 +277,12 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
         .collect::<Result<_, _>>()
         .map_err(name_error)?;
     let media = Media::new(scenario)?;
+    if scenario.failover_attempts > 1 && !matches!(scenario.policy, Policy::Pooled | Policy::Ecss) {
+        return Err(SimError::Scenario(format!(
+            "failover needs the product's selection (pooled, ecss): {} knows no failed MSRs",
+            scenario.policy.name()
+        )));
+    }
     let base = Instant::now();
     // Event times are integer nanoseconds since `base`, exactly as the
     // product's `Instant`s differ: a time that went through f64 seconds
@@ -400,11 +406,7 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
     // them that found it full.
     let (mut selections_sent, mut selections_full) = (0_u64, 0_u64);
     let mut health_count = HealthCount::default();
-    // Only the product's policies take `failed` (SPEC §14).
-    let attempts = match scenario.policy {
-        Policy::Pooled | Policy::Ecss => scenario.failover_attempts.max(1) as usize,
-        _ => 1,
-    };
+    let attempts = scenario.failover_attempts.max(1) as usize;
     let mut classes: [ClassCount; 2] = std::array::from_fn(|_| ClassCount {
         batch_blocked: vec![0; batches as usize],
         batch_offered: vec![0; batches as usize],

@@ -338,6 +338,10 @@ fn failover_moves_a_call_an_msr_refused_to_the_next_choice() -> Result<(), SimEr
         moved.blocking,
         lost_there.blocking
     );
+    // A comparison policy knows no failed MSRs: refused, not ignored.
+    let mut rr = s.clone();
+    rr.policy = Policy::RoundRobin;
+    assert!(run(&rr).is_err());
     // What is still blocked is mostly refused by selection: a call is lost
     // at a full MSR only after three of them.
     assert!(moved.refused_share > lost_there.refused_share, "{moved:?}");

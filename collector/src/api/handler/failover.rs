@@ -2,8 +2,9 @@
 //! leg on the MSR it was given asks again for the same leg with `failed`
 //! (the MSRs that failed it) and `failure` (why the last one did).
 //!
-//! * The failure of the MSR the leg is bound to counts against that MSR's
-//!   health ([`HealthMonitor::core_failure`]) once: a repeated request
+//! * The failure of the MSR the leg is bound to, when it is the last of
+//!   `failed`, counts against that MSR's health
+//!   ([`HealthMonitor::core_failure`]) once: a repeated request
 //!   finds the leg already moved, and is answered where it is now. A
 //!   `load-limit` or `503` from an MSR whose last report put it near the
 //!   top is the MSR full and counts nothing
@@ -88,9 +89,11 @@ pub(super) fn check(
     }))
 }
 
-/// Counts the failure against the MSR `key` is bound to, when it is one of
-/// the failed ones; then, when the leg used its `attempts`, releases it
-/// and returns the refusal.
+/// Counts the failure against the MSR `key` is bound to, when it is the
+/// last of the failed ones (`failure` says why that one failed; an
+/// earlier one failed for a reason not given, and a leg bound elsewhere
+/// moved on another collector); then, when the leg used its `attempts`,
+/// releases it and returns the refusal.
 pub(super) fn apply(
     failover: &Failover,
     key: LegKey<'_>,
@@ -103,7 +106,7 @@ pub(super) fn apply(
     let bound = legs.get(now, key).map(|l| l.msr.to_owned());
     if let Some(msr) = bound
         .as_deref()
-        .filter(|m| failover.failed.iter().any(|f| f == m))
+        .filter(|m| failover.failed.last().is_some_and(|f| f == m))
     {
         // A full MSR near the top says so and is not failing (SPEC §14,
         // FailureCause::near_top).
@@ -122,9 +125,14 @@ pub(super) fn apply(
     ))
 }
 
-/// Ends `key` where it is: no MSR is left for it.
+/// Ends `key` where it is: no MSR is left for it. The release is
+/// remembered as the core's would be, so a late copy of an earlier
+/// failover of the same leg places nothing (`leg_released`) instead of a
+/// leg no one will release.
 pub(super) fn release(legs: &mut LegTable, table: &mut LoadTable, key: LegKey<'_>, now: Instant) {
-    legs.release_at(now, key.call_id, key.leg, |msr| table.note_ended(msr, now));
+    if legs.release_at(now, key.call_id, key.leg, |msr| table.note_ended(msr, now)) > 0 {
+        legs.note_core_release(now, key.call_id, key.leg);
+    }
 }
 
 /// The `msr_unavailable` answer for `key`, `why` no MSR is left.

@@ -1728,6 +1728,63 @@ fn failover_with_no_msr_left_releases_the_leg_and_lists_the_failures() {
     assert_eq!(h.health.tripped_until(&first.msr), None);
 }
 
+/// `failure` says why the last of `failed` failed: a leg bound to an
+/// earlier one (it moved on another collector, or the core lists an
+/// older failure first) does not charge its MSR with that cause.
+#[test]
+fn a_failure_counts_only_against_the_last_of_failed() {
+    let now = Instant::now();
+    let mut h = three_msrs(now);
+    let first = selected(h.ok(leg_select("c5", None, None), now));
+    let other = ["msr_1", "msr_2", "msr_3"]
+        .into_iter()
+        .find(|m| *m != first.msr)
+        .unwrap_or("msr_1");
+    h.ok(
+        failover_select("c5", &[first.msr.as_str(), other], Some("timeout")),
+        now,
+    );
+    // The first timeout trips the MSR it is charged to: not this one.
+    assert_eq!(h.health.tripped_until(&first.msr), None);
+}
+
+/// A failover that used the leg's attempts releases it; a late copy of an
+/// earlier failover of that leg then places nothing (`leg_released`)
+/// rather than a leg no one would release (SPEC §9, §14).
+#[test]
+fn a_late_failover_after_the_last_attempt_places_nothing() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.ok(declare("local"), now);
+    for msr in ["msr_1", "msr_2", "msr_3", "msr_4"] {
+        h.register(&format!("lo@{msr}"), msr, now);
+        h.load(half_loaded(msr), now);
+    }
+    let a = selected(h.ok(leg_select("c6", None, None), now)).msr;
+    let b = selected(h.ok(failover_select("c6", &[a.as_str()], Some("486")), now)).msr;
+    let c = selected(h.ok(
+        failover_select("c6", &[a.as_str(), b.as_str()], Some("486")),
+        now,
+    ))
+    .msr;
+    let last = h.run(
+        failover_select("c6", &[a.as_str(), b.as_str(), c.as_str()], Some("486")),
+        now,
+    );
+    assert!(
+        matches!(&last, Response::Err(e) if e.code == ErrorCode::MsrUnavailable),
+        "{last:?}"
+    );
+    assert_eq!(
+        h.err(
+            failover_select("c6", &[a.as_str(), b.as_str()], Some("486")),
+            now
+        ),
+        ErrorCode::LegReleased
+    );
+    assert!(live_legs(&mut h, now).iter().all(|(_, n)| *n == 0));
+}
+
 #[test]
 fn failover_requests_that_make_no_sense_get_clear_errors() {
     let now = Instant::now();
