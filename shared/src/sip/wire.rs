@@ -251,6 +251,23 @@ fn raw_answer(
     if vias.is_empty() || [&from, &to, &call_id].iter().any(|v| v.is_empty()) {
         return None;
     }
+    // The answer goes back along these Vias (§8.2.6.2): each value must
+    // read as one, and more than a request can have gathered is no
+    // request's.
+    if vias.iter().any(|v| v.trim().is_empty()) {
+        return None;
+    }
+    let values = vias
+        .iter()
+        .flat_map(|v| super::parts_outside_quotes(v, ','))
+        .map(str::trim);
+    let mut count = 0_usize;
+    for value in values {
+        count += 1;
+        if count > MAX_RAW_VIAS || !via_shape(value) {
+            return None;
+        }
+    }
     let mut cseq_parts = cseq.split_whitespace();
     let number_ok = cseq_parts
         .next()
@@ -275,7 +292,49 @@ fn raw_answer(
         super::push_header(&mut headers, name, value);
     }
     let tag = super::stateless_tag(&headers);
-    Some(super::response_to_headers(&headers, status, Some(&tag)))
+    let response = super::response_to_headers(&headers, status, Some(&tag));
+    // A stateless answer to a datagram whose source may be forged grows it
+    // by no more than its own lines (status, tag, Allow, length): compact
+    // names expanded and folded lines joined would otherwise let a sender
+    // multiply its traffic toward a victim.
+    if encode_response(response.clone()).len() > rest.len() + MAX_RAW_GROWTH {
+        return None;
+    }
+    Some(response)
+}
+
+/// How many bytes a raw-head answer may add to the request it answers:
+/// its status line, To tag, `Allow` and `Content-Length`, with room.
+const MAX_RAW_GROWTH: usize = 256;
+
+/// The most `Via` values a raw-head answer copies: a request that crossed
+/// more proxies than a `Max-Forwards` of 70 allows is none a UAS serves.
+const MAX_RAW_VIAS: usize = 70;
+
+/// Whether `value` has the shape of one `via-parm` (RFC 3261 §20.42,
+/// §25.1): `SIP/2.0/transport`, whitespace, then a sent-by that is not a
+/// parameter. The parser refused the request, so its Vias are read only
+/// this far: enough that the answer carries none that is not a Via.
+fn via_shape(value: &str) -> bool {
+    let Some((protocol, rest)) = value.split_once([' ', '\t']) else {
+        return false;
+    };
+    let mut parts = protocol.split('/');
+    let shape = [parts.next(), parts.next(), parts.next(), parts.next()];
+    let [Some(name), Some(version), Some(transport), None] = shape else {
+        return false;
+    };
+    let token = |t: &str| {
+        !t.is_empty()
+            && t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-.!%*_+`'~".contains(&b))
+    };
+    let sent_by = rest.trim_start();
+    name.eq_ignore_ascii_case("SIP")
+        && version == "2.0"
+        && token(transport)
+        && !sent_by.is_empty()
+        && !sent_by.starts_with([';', ','])
 }
 
 /// Whether `line` has a control character other than HTAB outside a

@@ -589,3 +589,41 @@ fn a_quoted_pair_control_character_is_copied_a_bare_one_is_not() {
     let bare = FULL.replace("To: <sip:x@127.0.0.1>", "To: \u{7}<sip:x@127.0.0.1>");
     assert_eq!(answer(&extension("FOO", &bare)), None);
 }
+
+/// The answer goes back along the request's Vias: a request whose Via is
+/// no Via (garbage, empty, a parameter where the sent-by goes) or that
+/// carries more than 70 is not answered, nor is one whose answer would
+/// grow it by more than its own lines (compact names expanded toward a
+/// forged source).
+#[test]
+fn a_raw_answer_copies_only_vias_and_is_never_larger_than_the_request() {
+    for via in [
+        "Via: garbage\r\n",
+        "Via:\r\n",
+        "Via: SIP/2.0/UDP\r\n",
+        "Via: SIP/2.0/UDP ;branch=z9hG4bK-1\r\n",
+        "Via: SIP/2.0 10.0.0.2\r\n",
+        "Via: SIP/2.0/UDP 10.0.0.2, junk\r\n",
+    ] {
+        let text = extension(
+            "FOO",
+            &FULL.replace("Via: SIP/2.0/UDP 10.0.0.3:5060;branch=z9hG4bK-0\r\n", via),
+        );
+        assert_eq!(answer(&text), None, "{via:?}");
+    }
+    let many = "Via: SIP/2.0/UDP 10.0.0.9:5060;branch=z9hG4bK-m\r\n".repeat(70);
+    assert!(answer(&extension("FOO", &format!("{many}{FULL}"))).is_none());
+    let compact = format!(
+        "FOO sip:a@b SIP/2.0\r\n{}f:<sip:x@y>;tag=1\r\nt:<sip:a@b>\r\ni:c\r\nCSeq:1 FOO\r\nl:0\r\n\r\n",
+        "v:SIP/2.0/UDP h\r\n".repeat(69)
+    );
+    assert_eq!(
+        answer(&compact),
+        None,
+        "an answer 207 bytes and more longer"
+    );
+    // The same Vias in full names are answered.
+    let full = compact.replace("v:", "Via: ");
+    let answered = answer(&full).expect("a 501");
+    assert!(answered.len() <= full.len() + 256, "{answered}");
+}
