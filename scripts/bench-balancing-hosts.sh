@@ -28,28 +28,25 @@ header() {
   "$bin/msr-sim" run --calls 1000 | sed -n '1,2p'
 }
 
-echo "## A 90 %, the core failing over (3 attempts), $calls calls a row"
-header
-for hosts in $hosts_list; do
-  for holding in 120 30; do
-    for seed in 1 2; do
-      sim --scenario a --offered 90 --hosts "$hosts" --holding "$holding" --seed "$seed" \
-        --calls "$calls" --failover-attempts 3
+# A 90 % for every G, both holding times and both seeds, with ARGS.
+a90() {
+  for hosts in $hosts_list; do
+    for holding in 120 30; do
+      for seed in 1 2; do
+        sim --scenario a --offered 90 --hosts "$hosts" --holding "$holding" --seed "$seed" "$@"
+      done
     done
   done
-done
+}
+
+echo "## A 90 %, the core failing over (3 attempts), $calls calls a row"
+header
+a90 --calls "$calls" --failover-attempts 3
 
 echo
 echo "## A 90 %, no failover (a call sent to a full MSR is lost), $strict_calls calls a row"
 header
-for hosts in $hosts_list; do
-  for holding in 120 30; do
-    for seed in 1 2; do
-      sim --scenario a --offered 90 --hosts "$hosts" --holding "$holding" --seed "$seed" \
-        --calls "$strict_calls"
-    done
-  done
-done
+a90 --calls "$strict_calls"
 
 echo
 echo "## A 80 % and B 85 %, failing over, $light_calls calls a row"
