@@ -537,12 +537,12 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                         // The core reports the failure with its failover
                         // (SPEC §14): a full MSR answers at its load limit.
                         let host = &mut hosts[h];
-                        // As the collector classes it (`api::handler`'s
-                        // failover): near the top, the MSR full.
-                        let cause = host
-                            .table
-                            .failure_given_report(names[m].as_str(), FailureCause::LoadLimit);
-                        host.health.core_failure(now, names[m].as_str(), cause);
+                        host.health.core_failure_given_report(
+                            now,
+                            names[m].as_str(),
+                            FailureCause::LoadLimit,
+                            &host.table,
+                        );
                         host.drive_health(&operator, now, measured.then_some(&mut health_count));
                     }
                     if fits || failed.len() + 1 >= attempts {

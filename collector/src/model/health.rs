@@ -666,6 +666,20 @@ impl HealthMonitor {
         }
     }
 
+    /// [`HealthMonitor::core_failure`] with `cause` as `msr`'s last load
+    /// report in `table` explains it: a full MSR near the top says so and
+    /// is not failing ([`FailureCause::near_top`]). What the collector's
+    /// failover and msr-sim both call. Returns whether it tripped the MSR.
+    pub fn core_failure_given_report(
+        &mut self,
+        now: Instant,
+        msr: &str,
+        cause: FailureCause,
+        table: &crate::model::load_table::LoadTable,
+    ) -> bool {
+        self.core_failure(now, msr, table.failure_given_report(msr, cause))
+    }
+
     /// A core could not place a leg on `msr` for `cause` (SPEC §14).
     /// Returns whether this failure tripped the MSR. A failure that is not
     /// the MSR's, or of an MSR not registered, counts nothing; one while

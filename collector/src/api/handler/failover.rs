@@ -108,10 +108,7 @@ pub(super) fn apply(
         .as_deref()
         .filter(|m| failover.failed.last().is_some_and(|f| f == m))
     {
-        // A full MSR near the top says so and is not failing (SPEC §14,
-        // FailureCause::near_top).
-        let cause = table.failure_given_report(msr, failover.cause);
-        health.core_failure(now, msr, cause);
+        health.core_failure_given_report(now, msr, failover.cause, table);
     }
     let used = u32::try_from(failover.failed.len()).unwrap_or(u32::MAX);
     if used < attempts {
