@@ -75,6 +75,7 @@ pub fn decode(
         return Err(DecodeError::Keepalive);
     }
     check_body_length(bytes)?;
+    check_method_case(bytes)?;
     let message = SipMessage::try_from(bytes).map_err(|e| DecodeError::Malformed {
         reason: e.to_string(),
     })?;
@@ -137,6 +138,47 @@ fn check_body_length(bytes: &[u8]) -> Result<(), DecodeError> {
     Ok(())
 }
 
+/// RFC 3261 §7.1: method names are case-sensitive, so `invite` is an
+/// extension method, not `INVITE`; the parser reads a method in any case,
+/// so a request line whose method is another case of a known one is
+/// refused here (and answered by [`not_implemented`]). Only the first
+/// token is read: a response's `SIP/2.0` and every known method are
+/// upper case.
+///
+/// # Errors
+/// [`DecodeError::Malformed`] for such a request.
+pub fn check_method_case(bytes: &[u8]) -> Result<(), DecodeError> {
+    let start = bytes
+        .iter()
+        .position(|b| !matches!(b, b'\r' | b'\n'))
+        .unwrap_or(bytes.len());
+    let token = bytes
+        .get(start..)
+        .unwrap_or_default()
+        .split(|b| *b == b' ')
+        .next()
+        .unwrap_or_default();
+    if !token.iter().any(u8::is_ascii_lowercase) {
+        return Ok(());
+    }
+    match std::str::from_utf8(token).map(str::parse::<super::Method>) {
+        Ok(Ok(known)) => Err(DecodeError::Malformed {
+            reason: format!("method {known} written in another case (methods are case-sensitive)"),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// A method this layer knows, as RFC 3261 writes it: the parser's
+/// reading of `token` when it is in that case (all known methods are
+/// upper case, [`check_method_case`]).
+fn known_method(token: &str) -> Option<super::Method> {
+    if token.bytes().any(|b| b.is_ascii_lowercase()) {
+        return None;
+    }
+    token.parse().ok()
+}
+
 /// The answer to a request the parser refuses for its method: the
 /// request line is `Method SP Request-URI SP SIP/2.0` (RFC 3261 §7.1) with
 /// a `token` method (§25.1) the parser does not know, so a UAS that does
@@ -155,7 +197,7 @@ fn check_body_length(bytes: &[u8]) -> Result<(), DecodeError> {
 /// and only when the request line qualifies.
 pub fn not_implemented(bytes: &[u8], allow: &str) -> Option<Response> {
     let (rest, line_end, method) = request_line(bytes)?;
-    if method.parse::<super::Method>().is_ok() {
+    if known_method(method).is_some() {
         return None;
     }
     check_body_length(bytes).ok()?;
@@ -173,7 +215,7 @@ pub fn not_implemented(bytes: &[u8], allow: &str) -> Option<Response> {
 /// response needs, built as [`not_implemented`]'s; `None` otherwise.
 pub fn bad_length(bytes: &[u8]) -> Option<Response> {
     let (rest, line_end, method) = request_line(bytes)?;
-    if method.parse::<super::Method>().is_err() || check_body_length(bytes).is_ok() {
+    if known_method(method).is_none() || check_body_length(bytes).is_ok() {
         return None;
     }
     raw_answer(rest, line_end, method, super::StatusCode::BadRequest)

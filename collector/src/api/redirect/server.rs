@@ -305,7 +305,10 @@ impl Server {
         // the `received`/`rport` the stack adds below would hide a Via
         // without `rport`.
         let mut dest = src;
-        let req = match SipMessage::try_from(packet).and_then(|m| {
+        let parsed = wire::check_method_case(packet)
+            .map_err(|e| rsipstack::sip::Error::Unexpected(e.to_string()))
+            .and_then(|()| SipMessage::try_from(packet));
+        let req = match parsed.and_then(|m| {
             let stamp = match &m {
                 SipMessage::Request(req) => {
                     dest = response_destination(&req.headers, src);

@@ -476,7 +476,6 @@ fn only_a_request_line_with_an_unknown_token_method_is_answered() {
         "SIP/2.0 200 OK",
         "SIP/2.0 501 Not Implemented",
         "OPTIONS sip:x@127.0.0.1 SIP/2.0",
-        "options sip:x@127.0.0.1 SIP/2.0",
         "",
     ] {
         let text = format!("{first}\r\n{FULL}Content-Length: 0\r\n\r\n");
@@ -626,4 +625,37 @@ fn a_raw_answer_copies_only_vias_and_is_never_larger_than_the_request() {
     let full = compact.replace("v:", "Via: ");
     let answered = answer(&full).expect("a 501");
     assert!(answered.len() <= full.len() + 256, "{answered}");
+}
+
+/// RFC 3261 §7.1: method names are case-sensitive. `invite` is no INVITE
+/// but an extension method: refused by `decode` (the parser would read it
+/// as INVITE) and answered `501` like any other; a response's status
+/// line and the upper-case methods pass.
+#[test]
+fn a_known_method_in_another_case_is_an_extension_method() {
+    let lower = extension("invite", &FULL.replace("CSeq: 7 FOO", "CSeq: 7 invite"));
+    assert!(
+        matches!(
+            decode(lower.as_bytes(), addr("10.0.0.2:5070"), Carrier::Udp),
+            Err(DecodeError::Malformed { .. })
+        ),
+        "invite is refused"
+    );
+    let ours = answer(&lower).expect("a 501");
+    assert!(
+        ours.starts_with("SIP/2.0 501 Not Implemented\r\n"),
+        "{ours}"
+    );
+    assert!(ours.contains("\r\nCSeq: 7 invite\r\n"), "{ours}");
+    let mixed = extension("Register", &FULL.replace("CSeq: 7 FOO", "CSeq: 7 Register"));
+    assert!(self::answer(&mixed).is_some_and(|a| a.starts_with("SIP/2.0 501 ")));
+    let upper = extension("OPTIONS", &FULL.replace("CSeq: 7 FOO", "CSeq: 7 OPTIONS"));
+    assert!(decode(upper.as_bytes(), addr("10.0.0.2:5070"), Carrier::Udp).is_ok());
+    assert_eq!(answer(&upper), None, "a known method is the caller's");
+    assert_eq!(check_method_case(b"SIP/2.0 200 OK\r\n\r\n"), Ok(()));
+    assert_eq!(
+        check_method_case(b"\r\nfoo sip:x SIP/2.0\r\n\r\n"),
+        Ok(()),
+        "unknown in any case is the parser's"
+    );
 }
