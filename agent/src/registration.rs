@@ -293,15 +293,38 @@ impl Registration {
 
     /// When [`handle_timeout`](Self::handle_timeout) must be called next.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        if self.finished || self.in_flight.is_some() {
+        if self.finished {
             return None;
+        }
+        if self.in_flight.is_some() {
+            // RFC 3261 §10.2: no new REGISTER while one is in flight; the
+            // binding may still lapse at the registrar meanwhile.
+            return self
+                .expires_at
+                .filter(|_| self.state == RegistrationState::Registered);
         }
         self.next_attempt
     }
 
-    /// Sends the due refresh or retry.
+    /// Sends the due refresh or retry; a binding whose refresh is still
+    /// unanswered when it expires is no longer registered (RFC 3261
+    /// §10.2.4: the registrar has dropped it), which is logged at warn.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if self.finished || self.in_flight.is_some() {
+        if self.finished {
+            return;
+        }
+        if self.in_flight.is_some() {
+            if self.state == RegistrationState::Registered
+                && self.expires_at.is_some_and(|e| now >= e)
+            {
+                self.expires_at = None;
+                warn!(
+                    msr = %self.config.account.msr_name,
+                    realm = %self.config.account.realm,
+                    "registration lapsed: the registrar has not answered its refresh (retransmitted until RFC 3261 Timer F, 32 s)"
+                );
+                self.set_state(RegistrationState::Registering);
+            }
             return;
         }
         if let Some(at) = self.next_attempt {

@@ -531,3 +531,50 @@ fn a_refusal_is_logged_with_its_status_once() {
         "{text}"
     );
 }
+
+/// A refresh still unanswered when the binding expires (a short expiry
+/// beside Timer F, a registrar that went quiet): the account is no longer
+/// registered (RFC 3261 §10.2.4), which is logged at warn, and no second
+/// REGISTER goes while the first is in flight (§10.2). Its late 200 makes
+/// the account registered again, confirmed at info.
+#[test]
+fn a_binding_that_expires_while_its_refresh_is_unanswered_is_no_longer_registered() {
+    let log = Captured::default();
+    log.during(|| {
+        let (mut reg, t0, req) = start();
+        reg.handle_response(t0, &reply(&req, 200, &[("Expires", "6")]));
+        let refresh_at = reg.poll_timeout().expect("refresh scheduled");
+        assert_eq!(refresh_at, t0 + Duration::from_millis(1_500));
+        reg.handle_timeout(refresh_at);
+        let refresh = reg.poll_transmit().expect("refresh");
+        assert_eq!(
+            reg.state(),
+            RegistrationState::Registered,
+            "a routine refresh"
+        );
+        let expiry = t0 + Duration::from_secs(6);
+        assert_eq!(reg.poll_timeout(), Some(expiry), "woken at the expiry");
+        reg.handle_timeout(expiry - Duration::from_millis(1));
+        assert_eq!(reg.state(), RegistrationState::Registered);
+        reg.handle_timeout(expiry);
+        assert_eq!(reg.state(), RegistrationState::Registering);
+        assert_eq!(reg.poll_timeout(), None, "nothing until the answer");
+        assert!(
+            reg.poll_transmit().is_none(),
+            "no second REGISTER in flight"
+        );
+        reg.handle_response(
+            expiry + Duration::from_secs(1),
+            &reply(&refresh, 200, &[("Expires", "6")]),
+        );
+        assert_eq!(reg.state(), RegistrationState::Registered);
+    });
+    assert!(
+        log.text()
+            .lines()
+            .any(|l| l.contains("WARN") && l.contains("registration lapsed")),
+        "{}",
+        log.text()
+    );
+    assert_eq!(confirmations(&log), ["INFO", "INFO"], "{}", log.text());
+}
