@@ -15,8 +15,8 @@
 //!   `Via` (branch and sent-by, RFC 3261 §17.2.3), so a retransmission gets
 //!   the same bytes again without a new selection, and a CANCEL finds its
 //!   INVITE;
-//! * [`serve`] owns the redirect server's UDP socket and sends each
-//!   `select` to the shell's one handler over the control socket's channel.
+//! * [`RedirectServer`] owns the redirect server's UDP socket; the
+//!   collector's loop serves it and asks the core each `select` directly.
 //!
 //! The server is stateless in RFC 3261 §8.3's sense: it keeps no
 //! transaction (no Timer G retransmissions of the 302, no timers at all).

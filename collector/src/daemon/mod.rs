@@ -7,8 +7,8 @@
 //! * the SIP readers (`ingest::read_udp`, and `ingest::accept_streams`
 //!   with TCP or TLS), which admit, parse and queue messages for the loop;
 //! * the SIP writer (`ingest::write`), which sends what the core emits;
-//! * the control socket, HTTP and redirect servers, which send control
-//!   requests to the loop;
+//! * the control socket and HTTP servers, which send control requests to
+//!   the loop;
 //! * with etcd, its task ([`crate::operator::store::etcd`]);
 //! * the loop (`Shell::run`, in `shell.rs`): it feeds the core each input with the
 //!   time, sleeps until the core's next deadline, and carries out the
@@ -19,11 +19,13 @@
 //! The runtime has a worker per core, so the readers' parsing, the
 //! writer's sends and the HTTP server run beside the loop, which owns
 //! every fact. The loop has a thread of its own (`collector-core`), and
-//! the redirect server's UDP loop and the control socket's connections run
-//! on it: each of their requests is one selection, and handing it to
-//! another thread and its answer back cost more CPU, and more time, than
-//! the rest of the request (BENCHMARKS.md, "The redirect on the core's
-//! thread"). The price: a control answer is encoded on that thread too (a
+//! the control socket's connections run on it: each of their requests is
+//! one selection, and handing it to another thread and its answer back
+//! cost more CPU, and more time, than the rest of the request
+//! (BENCHMARKS.md, "The redirect on the core's thread"). The loop itself
+//! serves the redirect server's socket (`RedirectServer`): an INVITE's
+//! selection is a call into the core, its 302 sent before the loop sleeps
+//! again. The price: a control answer is encoded on that thread too (a
 //! `resource list` of 10,000 MSRs, a few milliseconds, about what the core
 //! spends building its rows). HTTP stays off it: `/metrics` encodes far
 //! more, and the HTTP port's peers are not the local operator's.
@@ -56,7 +58,7 @@ use tracing::{debug, info, warn};
 
 use crate::api::handler as admin;
 use crate::api::metrics::Metrics;
-use crate::api::redirect::RedirectContext;
+use crate::api::redirect::{RedirectContext, RedirectServer};
 use crate::config::{CollectorConfig, StoreBackend};
 use crate::core::{Backend, Collector, Start};
 use crate::error::CollectorError;
@@ -259,8 +261,9 @@ pub async fn start(
     let admin_stop = CancellationToken::new();
     let metrics = Arc::new(Metrics::new());
     let stats = Arc::new(IngestStats::default());
-    // SPEC §11: the HTTP API and the redirect server send their requests
-    // over the control socket's channel, to the one handler.
+    // SPEC §11: the HTTP API sends its requests over the control socket's
+    // channel, to the one handler; the redirect server is served by the
+    // loop itself.
     let http_addr = match &config.http {
         Some(http) => {
             let error = |source| CollectorError::Http {
@@ -281,7 +284,7 @@ pub async fn start(
         }
         None => None,
     };
-    let (redirect_addr, redirect_task) = match &config.redirect {
+    let (redirect_addr, redirect) = match &config.redirect {
         Some(redirect) => {
             let error = |source| CollectorError::Redirect {
                 addr: redirect.listen,
@@ -291,6 +294,7 @@ pub async fn start(
                 .await
                 .map_err(|(_, _, e)| error(e))?;
             socket.set_nonblocking(true).map_err(error)?;
+            let sender = socket.try_clone().map_err(error)?;
             let socket = {
                 let _core = core_runtime.enter();
                 tokio::net::UdpSocket::from_std(socket).map_err(error)?
@@ -338,15 +342,12 @@ pub async fn start(
                 own: vec![addr, sip_addr],
                 allow: redirect.allow.clone(),
             };
-            let task = core_runtime.spawn(crate::api::redirect::serve(
-                socket,
-                streams,
-                admin_tx.clone(),
-                ctx,
-                Arc::clone(&metrics),
-                shutdown.clone(),
-            ));
-            (Some(addr), Some(task))
+            let (messages, reply) = match streams {
+                Some(side) => (Some(side.messages), Some(side.reply)),
+                None => (None, None),
+            };
+            let server = RedirectServer::new(socket, sender, reply, ctx, Arc::clone(&metrics));
+            (Some(addr), Some((server, messages)))
         }
         None => (None, None),
     };
@@ -463,6 +464,10 @@ pub async fn start(
     let writer = tokio::spawn(ingest::write(udp, streams, from_loop));
     let (saved_tx, saved_rx) = mpsc::unbounded_channel();
     let (reload, reload_rx) = mpsc::unbounded_channel();
+    let (redirect, redirect_streams) = match redirect {
+        Some((server, messages)) => (Some(server), messages),
+        None => (None, None),
+    };
     let mut shell = Shell {
         started: config.clone(),
         running: config.clone(),
@@ -482,18 +487,14 @@ pub async fn start(
         metrics,
         closed_rx,
         tls_acceptor,
+        redirect,
+        redirect_streams,
+        asks: Vec::new(),
     };
     let socket_path = control_socket.clone();
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     let core_loop = async move {
         shell.run(&shutdown).await;
-        // The redirect server shares this thread's runtime: it stops on
-        // the same token, once its loop has seen it.
-        if let Some(task) = redirect_task {
-            if tokio::time::timeout(REPLY_FLUSH, task).await.is_err() {
-                warn!("redirect server did not stop in time");
-            }
-        }
         io_stop.cancel();
         admin_stop.cancel();
         // The writer ends once the loop's and the reader's senders are

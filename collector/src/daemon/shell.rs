@@ -17,8 +17,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::{ingest, tls, SHUTDOWN_GRACE};
-use crate::api::handler::AdminCommand;
+use crate::api::handler::{AdminCommand, Origin};
 use crate::api::metrics::Metrics;
+use crate::api::redirect::{Ask, RedirectServer, Release};
 use crate::config::CollectorConfig;
 use crate::core::{AdminId, Collector, CommitFailure, Effect, Transmit};
 use crate::operator::store::etcd::{CommitError, EtcdCommand, EtcdEvent, EtcdLink};
@@ -26,6 +27,29 @@ use crate::operator::store::Store;
 
 /// The most inputs of one kind served in one wake-up of the loop.
 const LOOP_BATCH: usize = 64;
+
+/// When the redirect server's socket is readable; never, without one.
+async fn redirect_readable(redirect: Option<&RedirectServer>) {
+    match redirect {
+        Some(server) => {
+            if let Err(e) = server.readable().await {
+                debug!(cause = %e, "redirect socket not readable");
+            }
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// The next batch from the redirect server's stream connections; never,
+/// without them.
+async fn redirect_batch(
+    messages: &mut Option<mpsc::Receiver<Vec<crate::core::Inbound>>>,
+) -> Option<Vec<crate::core::Inbound>> {
+    match messages {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
 
 /// The next event of the etcd task; never, with the file store.
 async fn etcd_event(link: &mut Option<EtcdLink>) -> Option<EtcdEvent> {
@@ -63,6 +87,14 @@ pub(super) struct Shell {
     /// The TLS listener's acceptor, replaced when a reload reads new
     /// certificate files.
     pub(super) tls_acceptor: Option<Arc<std::sync::RwLock<tokio_rustls::TlsAcceptor>>>,
+    /// The SIP redirect server (`[redirect]`), served on this loop: each
+    /// INVITE's selection is asked of the core directly.
+    pub(super) redirect: Option<RedirectServer>,
+    /// Messages from the redirect server's stream connections.
+    pub(super) redirect_streams: Option<mpsc::Receiver<Vec<crate::core::Inbound>>>,
+    /// The redirect server's new selections of one wake-up (kept for its
+    /// capacity).
+    pub(super) asks: Vec<Ask>,
 }
 
 impl Shell {
@@ -89,6 +121,8 @@ impl Shell {
                 Some(batch) = self.queues.known.recv() => self.on_batch(batch, true),
                 Some(batch) = self.queues.other.recv() => self.on_batch(batch, false),
                 Some(command) = self.admin_rx.recv() => self.on_admin(command),
+                () = redirect_readable(self.redirect.as_ref()) => self.on_redirect(None),
+                Some(batch) = redirect_batch(&mut self.redirect_streams) => self.on_redirect(Some(batch)),
                 Some(event) = etcd_event(&mut self.etcd) => {
                     let now = self.now();
                     self.core.handle_etcd(now, event);
@@ -228,6 +262,43 @@ impl Shell {
         }
     }
 
+    /// The redirect server's datagrams (`batch` is `None`) or a batch of
+    /// its stream messages: each new INVITE's `select` is asked of the
+    /// core here, and its answer, an [`Effect::Answer`], sends the final
+    /// response as [`drive`](Self::drive) carries it out.
+    fn on_redirect(&mut self, batch: Option<Vec<crate::core::Inbound>>) {
+        let Some(server) = self.redirect.as_mut() else {
+            return;
+        };
+        let now = Instant::now();
+        let mut asks = std::mem::take(&mut self.asks);
+        match batch {
+            None => server.on_readable(now, &mut asks),
+            Some(batch) => server.on_streams(now, batch, &mut asks),
+        }
+        if asks.is_empty() {
+            self.asks = asks;
+            return;
+        }
+        let now = self.now();
+        for ask in asks.drain(..) {
+            self.next_admin += 1;
+            let id = AdminId(self.next_admin);
+            let Some(request) = self.redirect.as_mut().and_then(|r| r.admit(id, ask)) else {
+                continue;
+            };
+            let started = Instant::now();
+            self.core
+                .handle_admin_from(now, id, request, Origin::Redirect);
+            self.metrics
+                .selection_duration(started.elapsed().as_secs_f64());
+        }
+        self.asks = asks;
+        // Selections change no stored setting: their answers, and the
+        // final responses they send, go out together.
+        self.drive();
+    }
+
     /// Carries out what the core produced: messages to the writer, known
     /// sources to the readers, effects.
     fn drive(&mut self) {
@@ -259,7 +330,22 @@ impl Shell {
     fn on_effect(&mut self, effect: Effect) {
         match effect {
             Effect::Answer { id, response } => {
-                if let Some(reply) = self.replies.remove(&id) {
+                if let Some(server) = self.redirect.as_mut().filter(|r| r.is_pending(id)) {
+                    if let Some(Release { call_id, leg }) = server.answered(id, &response) {
+                        // Nobody has the leg's Contact: released as the
+                        // control protocol's `release` does, its answer
+                        // wanted by no one.
+                        self.next_admin += 1;
+                        let id = AdminId(self.next_admin);
+                        let now = self.now();
+                        self.core.handle_admin_from(
+                            now,
+                            id,
+                            Request::Release { call_id, leg },
+                            Origin::Redirect,
+                        );
+                    }
+                } else if let Some(reply) = self.replies.remove(&id) {
                     if reply.send(*response).is_err() {
                         debug!("control client went away before the answer");
                     }

@@ -1,32 +1,29 @@
-//! The redirect server's shell: its UDP socket and stream connections, the
-//! pending selections it asks the shell's one handler over the control
-//! socket's channel, and where each response goes (RFC 3261 §18.2.2, RFC
-//! 3581 §4). The decisions it sends are the parent module's, the memory of
-//! answered INVITEs [`InviteCache`]'s.
+//! The redirect server's shell: its UDP socket and stream connections,
+//! the selections it asks the core, and where each response goes (RFC
+//! 3261 §18.2.2, RFC 3581 §4). The decisions it sends are the parent
+//! module's, the memory of answered INVITEs [`InviteCache`]'s.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures_util::stream::{FuturesUnordered, StreamExt};
 use msr_shared::admin::{
     ErrorCode, Request as AdminRequest, Response as AdminResponse, ResponseData, SelectQuery,
 };
 use msr_shared::sip::wire;
 use msr_shared::sip::{self, Headers, Method, Request, Response, SipMessage, StatusCode};
 use tokio::net::UdpSocket;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::{
     answer, decide, other_method, refusal, tag_of, transaction_key, Decision, InviteCache,
     OnCancel, OnInvite, RedirectContext,
 };
-use crate::api::handler::AdminCommand;
 use crate::api::metrics::Metrics;
-use crate::core::{Inbound, Route, StreamId};
+use crate::core::{AdminId, Inbound, Route, StreamId};
 
 /// Where the response to a request from `src` with these headers goes
 /// (RFC 3261 §18.2.2 for UDP, RFC 3581 §4): the source address when the
@@ -114,136 +111,158 @@ struct Pending {
     leg: Option<(String, Option<String>)>,
 }
 
+/// A new INVITE's `select`, to ask the core ([`RedirectServer::admit`]).
+pub struct Ask {
+    /// The control protocol's `select` for the leg.
+    pub request: AdminRequest,
+    pending: Pending,
+}
+
+/// A leg the redirect server bound and nobody will release: its INVITE
+/// was cancelled (487), or its 302 could not be sent or names this server
+/// (482). The loop releases it as the control protocol's `release` does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Release {
+    /// The leg's `call_id`.
+    pub call_id: String,
+    /// The leg's `leg`.
+    pub leg: Option<String>,
+}
+
 /// The most INVITEs whose selection is pending at once; past it a new
 /// INVITE gets `503` at once (a flood must not queue without bound, nor
 /// delay the answers to those already asked).
 pub const MAX_SELECTING: usize = 1024;
 
-/// The most datagrams read in one go before the loop looks at finished
-/// selections again: under load one wake-up serves many datagrams (the
-/// cost of a wake-up is of the order of a datagram's), yet answers never
-/// wait behind an unbounded burst.
+/// The most datagrams read in one go before the loop looks at its other
+/// inputs: under load one wake-up serves many datagrams (the cost of a
+/// wake-up is of the order of a datagram's), yet nothing else waits
+/// behind an unbounded burst.
 const BATCH: usize = 64;
 
-/// Runs the redirect server on `socket` until `shutdown`. The loop alone
-/// owns the [`InviteCache`] and sends every response; each INVITE's
-/// `select` goes to the shell over `tx` and is awaited among the loop's
-/// pending selections, so one slow answer never holds up the next INVITE.
-pub async fn serve(
-    socket: UdpSocket,
-    streams: Option<StreamSide>,
-    tx: mpsc::Sender<AdminCommand>,
-    ctx: RedirectContext,
-    metrics: Arc<Metrics>,
-    shutdown: CancellationToken,
-) {
-    let (mut stream_messages, reply) = match streams {
-        Some(side) => (Some(side.messages), Some(side.reply)),
-        None => (None, None),
-    };
-    let mut server = Server {
-        socket,
-        reply,
-        tx,
-        ctx,
-        metrics,
-        cache: InviteCache::default(),
-        unparsed: 0,
-        strangers: 0,
-    };
-    let mut selecting = FuturesUnordered::new();
-    let mut buf = vec![0u8; 65_536];
-    loop {
-        tokio::select! {
-            // Answers first: they free their places among the pending.
-            biased;
-            () = shutdown.cancelled() => break,
-            Some((pending, selection)) = selecting.next(), if !selecting.is_empty() => {
-                server.finish_selection(pending, selection).await;
-            }
-            Some(batch) = next_batch(&mut stream_messages) => {
-                for inbound in batch {
-                    let Route::Stream(id, _) = inbound.route else {
-                        continue;
-                    };
-                    if !server.ctx.allows(inbound.source) {
-                        server.stranger(inbound.source);
-                        continue;
-                    }
-                    let SipMessage::Request(req) = inbound.message else {
-                        continue;
-                    };
-                    if let Some((pending, request)) = server.on_request(req, Dest::Stream(id)).await {
-                        if selecting.len() < MAX_SELECTING {
-                            selecting.push(select(server.tx.clone(), pending, request));
-                        } else {
-                            server.shed(pending).await;
-                        }
+/// The redirect server, owned by the collector's loop (`daemon::shell`)
+/// on the core's thread: the loop reads the socket when it is readable
+/// ([`RedirectServer::on_readable`]), asks the core each new INVITE's
+/// `select` directly ([`RedirectServer::admit`]) and hands its answer back
+/// ([`RedirectServer::answered`]), which sends the final response at once:
+/// no channel, no task, no wake-up between an INVITE and its 302. The
+/// server alone owns the [`InviteCache`] and sends every response.
+pub struct RedirectServer {
+    server: Server,
+    /// The selections asked and not yet answered, by their control id.
+    pending: HashMap<AdminId, Pending>,
+    buf: Vec<u8>,
+}
+
+impl RedirectServer {
+    /// The server on `socket` (registered with the core thread's runtime);
+    /// `sender` is the same socket (a `try_clone`, non-blocking), which
+    /// answers are written to directly: a datagram that finds the send
+    /// buffer full is lost like any other, and the client's retransmitted
+    /// INVITE gets the cached answer (RFC 3261 §17.1.1.2 Timer A).
+    pub fn new(
+        socket: UdpSocket,
+        sender: std::net::UdpSocket,
+        reply: Option<StreamReply>,
+        ctx: RedirectContext,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            server: Server {
+                socket,
+                sender,
+                reply,
+                ctx,
+                metrics,
+                cache: InviteCache::default(),
+                unparsed: 0,
+                strangers: 0,
+            },
+            pending: HashMap::new(),
+            buf: vec![0u8; 65_536],
+        }
+    }
+
+    /// Waits until the socket has a datagram to read.
+    ///
+    /// # Errors
+    /// The socket's, which the loop logs and waits again.
+    pub async fn readable(&self) -> std::io::Result<()> {
+        self.server.socket.readable().await
+    }
+
+    /// Reads and serves up to [`BATCH`] datagrams; each new INVITE that
+    /// needs a selection goes to `asks`.
+    pub fn on_readable(&mut self, now: Instant, asks: &mut Vec<Ask>) {
+        let mut buf = std::mem::take(&mut self.buf);
+        for _ in 0..BATCH {
+            match self.server.socket.try_recv_from(&mut buf) {
+                Ok((_, src)) if !self.server.ctx.allows(src) => self.server.stranger(src),
+                Ok((len, src)) => {
+                    let packet = buf.get(..len).unwrap_or_default();
+                    if let Some(ask) = self.server.on_datagram(now, packet, src) {
+                        asks.push(ask);
                     }
                 }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                // ICMP port unreachable from an earlier send shows up here
+                // on Linux; nothing to do but go on.
+                Err(e) => debug!(cause = %e, "redirect socket receive error"),
             }
-            received = server.socket.recv_from(&mut buf) => {
-                let mut received = received;
-                for _ in 0..BATCH {
-                    match received {
-                        Ok((_, src)) if !server.ctx.allows(src) => server.stranger(src),
-                        Ok((len, src)) => {
-                            if let Some((pending, request)) = server.on_datagram(buf.get(..len).unwrap_or_default(), src).await {
-                                if selecting.len() < MAX_SELECTING {
-                                    selecting.push(select(server.tx.clone(), pending, request));
-                                } else {
-                                    server.shed(pending).await;
-                                }
-                            }
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                        // ICMP port unreachable from an earlier send shows
-                        // up here on Linux; nothing to do but go on.
-                        Err(e) => debug!(cause = %e, "redirect socket receive error"),
-                    }
-                    received = server.socket.try_recv_from(&mut buf);
-                }
+        }
+        self.buf = buf;
+    }
+
+    /// Serves a batch of messages from the stream connections; each new
+    /// INVITE that needs a selection goes to `asks`.
+    pub fn on_streams(&mut self, now: Instant, batch: Vec<Inbound>, asks: &mut Vec<Ask>) {
+        for inbound in batch {
+            let Route::Stream(id, _) = inbound.route else {
+                continue;
+            };
+            if !self.server.ctx.allows(inbound.source) {
+                self.server.stranger(inbound.source);
+                continue;
+            }
+            let SipMessage::Request(req) = inbound.message else {
+                continue;
+            };
+            if let Some(ask) = self.server.on_request(now, req, Dest::Stream(id)) {
+                asks.push(ask);
             }
         }
     }
-    info!("redirect server stopped");
-}
 
-/// The next batch from the stream connections; never, without them.
-async fn next_batch(messages: &mut Option<mpsc::Receiver<Vec<Inbound>>>) -> Option<Vec<Inbound>> {
-    match messages {
-        Some(rx) => rx.recv().await,
-        None => std::future::pending().await,
+    /// Takes `ask` as control request `id` and returns the `select` to
+    /// give the core; `None` when [`MAX_SELECTING`] are pending already,
+    /// in which case the INVITE was answered `503`.
+    pub fn admit(&mut self, id: AdminId, ask: Ask) -> Option<AdminRequest> {
+        if self.pending.len() >= MAX_SELECTING {
+            self.server.shed(ask.pending);
+            return None;
+        }
+        self.pending.insert(id, ask.pending);
+        Some(ask.request)
+    }
+
+    /// Whether control request `id` is one of this server's selections.
+    pub fn is_pending(&self, id: AdminId) -> bool {
+        self.pending.contains_key(&id)
+    }
+
+    /// The core answered selection `id`: its INVITE's final response goes
+    /// out now. The leg to release, if the INVITE got no usable 302.
+    pub fn answered(&mut self, id: AdminId, selection: &AdminResponse) -> Option<Release> {
+        let pending = self.pending.remove(&id)?;
+        self.server.finish_selection(pending, selection)
     }
 }
 
-/// Asks the shell the pending INVITE's `select` and builds its answer.
-async fn select(
-    tx: mpsc::Sender<AdminCommand>,
-    pending: Pending,
-    request: AdminRequest,
-) -> (Pending, AdminResponse) {
-    let (reply, wait) = oneshot::channel();
-    let command = AdminCommand {
-        request,
-        reply,
-        origin: crate::api::handler::Origin::Redirect,
-    };
-    let selection = if tx.send(command).await.is_err() {
-        AdminResponse::error(ErrorCode::Unavailable, "collector is shutting down")
-    } else {
-        wait.await.unwrap_or_else(|_| {
-            AdminResponse::error(ErrorCode::Unavailable, "collector dropped the request")
-        })
-    };
-    (pending, selection)
-}
-
-/// The redirect server's state, owned by [`serve`]'s loop.
+/// The redirect server's state (module docs of [`RedirectServer`]).
 struct Server {
     socket: UdpSocket,
+    sender: std::net::UdpSocket,
     reply: Option<StreamReply>,
-    tx: mpsc::Sender<AdminCommand>,
     ctx: RedirectContext,
     metrics: Arc<Metrics>,
     cache: InviteCache,
@@ -267,11 +286,7 @@ impl Server {
 
     /// Serves one datagram from `src`; a new INVITE that needs a selection
     /// is returned with the `select` to ask.
-    async fn on_datagram(
-        &mut self,
-        packet: &[u8],
-        src: SocketAddr,
-    ) -> Option<(Pending, AdminRequest)> {
+    fn on_datagram(&mut self, now: Instant, packet: &[u8], src: SocketAddr) -> Option<Ask> {
         // Keep-alives (RFC 5626 §3.5.1 CRLF) and empty datagrams.
         if packet.iter().all(u8::is_ascii_whitespace) {
             return None;
@@ -333,8 +348,7 @@ impl Server {
                 // path of every well-formed INVITE.
                 if let Some(response) = wire::bad_length(packet) {
                     let dest = response_destination(&response.headers, src);
-                    self.send(&wire::encode_response(response), Dest::Udp(dest))
-                        .await;
+                    self.send(&wire::encode_response(response), Dest::Udp(dest));
                     return None;
                 }
                 match wire::not_implemented(packet, super::ALLOW) {
@@ -342,29 +356,27 @@ impl Server {
                     // parser refuses.
                     Some(response) => {
                         let dest = response_destination(&response.headers, src);
-                        self.send(&wire::encode_response(response), Dest::Udp(dest))
-                            .await;
+                        self.send(&wire::encode_response(response), Dest::Udp(dest));
                     }
                     None => self.not_sip(src, &e.to_string()),
                 }
                 return None;
             }
         };
-        self.on_request(req, Dest::Udp(dest)).await
+        self.on_request(now, req, Dest::Udp(dest))
     }
 
     /// Serves one request whose answers go to `dest`; a new INVITE that
     /// needs a selection is returned with the `select` to ask.
-    async fn on_request(&mut self, req: Request, dest: Dest) -> Option<(Pending, AdminRequest)> {
+    fn on_request(&mut self, now: Instant, req: Request, dest: Dest) -> Option<Ask> {
         // SPEC §16: a request no server may act on (RFC 4475).
         if let Some((status, why)) = msr_shared::sip::request_refusal(&req) {
             if req.method != Method::Ack {
                 let response = refusal(&req, status, ErrorCode::BadRequest, why);
-                self.send(&wire::encode_response(response), dest).await;
+                self.send(&wire::encode_response(response), dest);
             }
             return None;
         }
-        let now = Instant::now();
         match req.method {
             Method::Invite => {
                 let Some(key) = transaction_key(&req) else {
@@ -374,12 +386,12 @@ impl Server {
                         ErrorCode::BadRequest,
                         "no via branch",
                     );
-                    self.send(&wire::encode_response(response), dest).await;
+                    self.send(&wire::encode_response(response), dest);
                     return None;
                 };
                 match self.cache.on_invite(now, &key) {
                     OnInvite::Resend(bytes) => {
-                        self.send(&bytes, dest).await;
+                        self.send(&bytes, dest);
                     }
                     OnInvite::Absorb => {}
                     OnInvite::New => match decide(&req) {
@@ -391,7 +403,9 @@ impl Server {
                                 response: *response,
                                 leg: None,
                             };
-                            self.finish(done).await;
+                            // A reply decided without a selection binds no
+                            // leg: nothing to release.
+                            let _ = self.finish(done);
                         }
                         Decision::Select(request) => {
                             let leg = match &request {
@@ -408,7 +422,7 @@ impl Server {
                                 invite: Box::new(req),
                                 leg,
                             };
-                            return Some((pending, request));
+                            return Some(Ask { request, pending });
                         }
                     },
                 }
@@ -422,11 +436,11 @@ impl Server {
                     OnCancel::NoMatch => StatusCode::CallTransactionDoesNotExist,
                 };
                 let response = sip::response(&req, status, Some(&tag_of(&req)));
-                self.send(&wire::encode_response(response), dest).await;
+                self.send(&wire::encode_response(response), dest);
             }
             _ => {
                 if let Some(response) = other_method(&req) {
-                    self.send(&wire::encode_response(response), dest).await;
+                    self.send(&wire::encode_response(response), dest);
                 }
             }
         }
@@ -434,7 +448,7 @@ impl Server {
     }
 
     /// A pending INVITE's selection came back: answer it.
-    async fn finish_selection(&mut self, pending: Pending, selection: AdminResponse) {
+    fn finish_selection(&mut self, pending: Pending, selection: &AdminResponse) -> Option<Release> {
         let Pending {
             key,
             dest,
@@ -442,7 +456,7 @@ impl Server {
             leg,
         } = pending;
         let leg = leg.filter(|_| matches!(selection, AdminResponse::Ok(ResponseData::Selected(_))));
-        let response = answer(&invite, &selection, &self.ctx);
+        let response = answer(&invite, selection, &self.ctx);
         self.finish(Done {
             key,
             dest,
@@ -450,12 +464,11 @@ impl Server {
             response,
             leg,
         })
-        .await;
     }
 
     /// Sends an INVITE's final response and remembers it; a cancelled one
-    /// gets `487` instead and its leg is released (RFC 3261 §9.2).
-    async fn finish(&mut self, done: Done) {
+    /// gets `487` instead and its leg is to be released (RFC 3261 §9.2).
+    fn finish(&mut self, done: Done) -> Option<Release> {
         let Done {
             key,
             dest,
@@ -480,21 +493,20 @@ impl Server {
             call_id = sip::call_id(&invite.headers).unwrap_or(""),
             status, "redirect answered"
         );
-        let sent = self.send(&bytes, dest).await;
+        let sent = self.send(&bytes, dest);
         // The leg stays bound only when its 302 went out: after a 487
         // (cancelled, RFC 3261 §9.2), a 482 (the chosen engine is this
         // server) or a send that failed, the caller has no Contact to use
         // and nobody would release it.
         if status != StatusCode::MovedTemporarily.code() || !sent {
-            if let Some((call_id, leg)) = leg {
-                self.release(call_id, leg);
-            }
+            return leg.map(|(call_id, leg)| Release { call_id, leg });
         }
+        None
     }
 
     /// An INVITE past [`MAX_SELECTING`]: `503` now, remembered for its
     /// retransmissions.
-    async fn shed(&mut self, pending: Pending) {
+    fn shed(&mut self, pending: Pending) {
         let Pending {
             key, dest, invite, ..
         } = pending;
@@ -505,29 +517,13 @@ impl Server {
             "too many selections pending",
         );
         sip::push_header(&mut response.headers, "Retry-After", "1");
-        self.finish(Done {
+        // No selection ran: no leg to release.
+        let _ = self.finish(Done {
             key,
             dest,
             invite,
             response,
             leg: None,
-        })
-        .await;
-    }
-
-    /// Releases a leg a selection bound, as the control protocol's
-    /// `release` does (from a task: the shell's queue may be full).
-    fn release(&self, call_id: String, leg: Option<String>) {
-        let tx = self.tx.clone();
-        tokio::spawn(async move {
-            let (reply, _) = oneshot::channel();
-            let _ = tx
-                .send(AdminCommand {
-                    request: AdminRequest::Release { call_id, leg },
-                    reply,
-                    origin: crate::api::handler::Origin::Redirect,
-                })
-                .await;
         });
     }
 
@@ -545,9 +541,9 @@ impl Server {
 
     /// Whether `bytes` went out. A failure is logged with the network
     /// target, so a flood of them is rate limited.
-    async fn send(&self, bytes: &[u8], dest: Dest) -> bool {
+    fn send(&self, bytes: &[u8], dest: Dest) -> bool {
         let sent = match dest {
-            Dest::Udp(addr) => self.socket.send_to(bytes, addr).await.map(|_| ()),
+            Dest::Udp(addr) => self.sender.send_to(bytes, addr).map(|_| ()),
             Dest::Stream(id) => match &self.reply {
                 Some(reply) if reply(id, Bytes::copy_from_slice(bytes)) => Ok(()),
                 _ => Err(std::io::Error::new(
