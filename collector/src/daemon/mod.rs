@@ -241,12 +241,14 @@ pub async fn start(
     };
     // The core's own thread and runtime (`run_on_thread`); the control
     // socket and the redirect server run there too (module docs).
-    let core_runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CollectorError::Task {
-            reason: format!("cannot build the collector's loop runtime: {e}"),
-        })?;
+    let core_runtime = CoreRuntime(Some(
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| CollectorError::Task {
+                reason: format!("cannot build the collector's loop runtime: {e}"),
+            })?,
+    ));
     let control_socket = config.control_socket.clone();
     let listener = {
         let _core = core_runtime.enter();
@@ -525,10 +527,11 @@ pub async fn start(
         drop(lock);
         let _ = done_tx.send(());
     };
-    run_on_thread(core_runtime, "collector-core", move || core_loop).map_err(|e| {
-        CollectorError::Task {
-            reason: format!("cannot start the collector's loop: {e}"),
-        }
+    run_on_thread(core_runtime.into_inner(), "collector-core", move || {
+        core_loop
+    })
+    .map_err(|e| CollectorError::Task {
+        reason: format!("cannot start the collector's loop: {e}"),
     })?;
     let join = tokio::spawn(async move {
         done_rx.await.map_err(|_| CollectorError::Task {
@@ -563,6 +566,39 @@ where
 
 /// Runs the future `make` builds on `runtime` (a current-thread one, with
 /// whatever was spawned on it already) on a thread of its own.
+/// The core thread's runtime until [`run_on_thread`] takes it. An error
+/// of [`start`] before then (a port already taken) drops it in an async
+/// context, where dropping a runtime would block, which tokio refuses with
+/// a panic: it is shut down in the background instead, so the error
+/// reaches the operator.
+struct CoreRuntime(Option<tokio::runtime::Runtime>);
+
+impl CoreRuntime {
+    fn into_inner(mut self) -> tokio::runtime::Runtime {
+        self.0
+            .take()
+            .expect("the runtime is taken only here, which consumes the guard")
+    }
+}
+
+impl std::ops::Deref for CoreRuntime {
+    type Target = tokio::runtime::Runtime;
+
+    fn deref(&self) -> &tokio::runtime::Runtime {
+        self.0
+            .as_ref()
+            .expect("the runtime is taken only by into_inner, which consumes the guard")
+    }
+}
+
+impl Drop for CoreRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
 fn run_on_thread<F, Fut>(
     runtime: tokio::runtime::Runtime,
     name: &str,

@@ -105,6 +105,49 @@ async fn start_refuses_a_store_in_a_missing_directory_before_binding() {
     assert!(!socket.exists());
 }
 
+/// An HTTP or redirect address another process holds is an error that
+/// names it, not a panic (the loop's runtime is dropped on that path),
+/// and the control socket bound before it is removed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_http_or_redirect_port_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("c.sock");
+    let state = dir.path().join("state.json");
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("bind tcp");
+    let held = tcp.local_addr().expect("addr");
+    let mut c = config(&socket, &state);
+    c.http = Some(crate::config::HttpConfig {
+        listen: held,
+        token: None,
+    });
+    let err = start(c, CancellationToken::new())
+        .await
+        .expect_err("the http port is taken");
+    assert!(
+        matches!(&err, CollectorError::Http { addr, .. } if *addr == held),
+        "{err:?}"
+    );
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind udp");
+    let held = udp.local_addr().expect("addr");
+    let text = format!(
+        "node = \"core1@test\"\n[sip]\nlisten = \"127.0.0.1:0\"\nrealm = \"msr.local\"\n\
+         [[accounts]]\nauth_name = \"msr\"\npassword = \"msr-secret\"\n\
+         [control]\nsocket = \"{}\"\n[state]\npath = \"{}\"\n\
+         [http]\nlisten = \"off\"\n[redirect]\nlisten = \"{held}\"\n",
+        socket.display(),
+        state.display()
+    );
+    let c = crate::config::parse(&text, "test").expect("config");
+    let err = start(c, CancellationToken::new())
+        .await
+        .expect_err("the redirect port is taken");
+    assert!(
+        matches!(&err, CollectorError::Redirect { addr, .. } if *addr == held),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains(&held.to_string()), "{err}");
+}
+
 /// A regular file or a directory at `[control] socket` fails the check,
 /// not the start's bind. A socket left by a previous run is fine: the
 /// start replaces it.
