@@ -31,8 +31,9 @@ Options:
                      there, the SIPp callee and caller 4 per call each after
                      them (default 23000: outside the kernel's ephemeral
                      ports and the ranges the system tests bind)
-  --release          run target/release's binaries (default target/debug;
-                     $CARGO_TARGET_DIR is honoured)
+  --release          run target/release's binaries (default target/debug,
+                     or target/release when only it is built, as after
+                     scripts/quickstart.sh; $CARGO_TARGET_DIR is honoured)
   --build            cargo build --workspace --bins (with --release) first
   --keep             keep the run folder (configs, logs) after a success;
                      after a failure it is always kept
@@ -50,7 +51,7 @@ die() {
 }
 
 calls=30 rate=10 hold=5000 max_calls=100,100,100 rtp_base=23000
-profile=debug build="" keep=""
+profile="" build="" keep=""
 while [ $# -gt 0 ]; do
   case $1 in
     --calls) calls=${2:?--calls needs a number}; shift ;;
@@ -84,6 +85,14 @@ fi
 cd "$(dirname "$0")/.."
 root=$PWD
 target_dir=${target_dir:-$root/target}
+built() { for b in msr-collector msr-agent msrctl; do [ -x "$target_dir/$1/$b" ] || return 1; done; }
+if [ -z "$profile" ]; then
+  profile=debug
+  if [ -z "$build" ] && ! built debug && built release; then
+    profile=release
+    echo "==> no debug build: running target/release's binaries"
+  fi
+fi
 if [ -n "$build" ]; then
   flag=()
   [ "$profile" = release ] && flag=(--release)

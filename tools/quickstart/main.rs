@@ -30,6 +30,7 @@ use msr_shared::admin::{
 };
 use msr_shared::subscription::SubscriptionState;
 use system_tests::{bin_path, example, workspace_root, AdminClient, ChildGuard};
+use tokio_util::sync::CancellationToken;
 
 /// Run a local collector with three agents on 127.0.0.1 and show selection at work.
 #[derive(Parser, Debug)]
@@ -185,17 +186,56 @@ fn agent_config(
 #[tokio::main]
 async fn main() {
     let cli = Cli::parse();
-    if let Err(e) = run(cli).await {
+    let stop = CancellationToken::new();
+    let result = match stop_on_signals(stop.clone()) {
+        Ok(()) => tokio::select! {
+            result = run(cli, stop.clone()) => result,
+            // A signal before the watch: the run goes on to it and stops
+            // its daemons in order there; one that never gets there is
+            // dropped, which kills them (the guards).
+            () = async {
+                stop.cancelled().await;
+                tokio::time::sleep(SETUP_STOP_LIMIT).await;
+            } => Err(anyhow::anyhow!("stopped by a signal during the set-up; the daemons were killed")),
+        },
+        Err(e) => Err(e),
+    };
+    if let Err(e) = result {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
+}
+
+/// How long a run stopped by a signal before its watch has to reach it.
+const SETUP_STOP_LIMIT: Duration = Duration::from_secs(20);
+
+/// Cancels `stop` at the first SIGINT (Ctrl-C), SIGTERM (`timeout`, a
+/// service manager) or SIGHUP (the terminal closed): each stops the
+/// daemons this run started, as Ctrl-C does, rather than ending the
+/// quickstart and leaving them running (their own process groups keep
+/// the terminal's signals from them).
+fn stop_on_signals(stop: CancellationToken) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let handler = |kind| signal(kind).context("cannot install a signal handler");
+    let mut interrupt = handler(SignalKind::interrupt())?;
+    let mut terminate = handler(SignalKind::terminate())?;
+    let mut hangup = handler(SignalKind::hangup())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+            _ = hangup.recv() => {}
+        }
+        stop.cancel();
+    });
+    Ok(())
 }
 
 fn step(text: impl AsRef<str>) {
     println!("==> {}", text.as_ref());
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
+async fn run(cli: Cli, stop: CancellationToken) -> anyhow::Result<()> {
     if cli.calls.len() != MSRS.len() {
         bail!(
             "--calls needs {} numbers, got {}",
@@ -458,7 +498,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => break,
+                () = stop.cancelled() => break,
                 _ = tick.tick() => {
                     // A daemon that died is reported at once, with its log,
                     // rather than as a stale table or a socket error.
