@@ -106,7 +106,7 @@ pub async fn start_with(
         CancellationToken::new(),
     )
     .await?;
-    for warning in &config.codec_warnings {
+    for warning in &config.warnings {
         warn!("{warning}");
     }
     if let Some(tls) = &config.agent.tls {

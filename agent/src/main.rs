@@ -265,7 +265,7 @@ fn check_config(cli: &Cli) -> u8 {
     if let Some(Err(e)) = log_file.as_ref().map(LogFile::check) {
         report.reason(e.to_string());
     }
-    for warning in &config.codec_warnings {
+    for warning in &config.warnings {
         report.warning(warning.clone());
     }
     if let Some(tls) = &config.agent.tls {

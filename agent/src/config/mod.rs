@@ -91,11 +91,11 @@ pub struct AgentConfig {
     /// ([`codec_list`]), reported in every NOTIFY as `codecs:` (SPEC §4,
     /// §15); `None` without the element: not known, no `codecs:` line.
     pub codecs: Option<CodecList>,
-    /// What `<codec>` holds that is likely a mistake though it loads: a
-    /// codec name in another case (names are matched exactly, as the
-    /// engine reads them), or every codec off. Said by `--check-config`,
-    /// logged at start and at a reload.
-    pub codec_warnings: Vec<String>,
+    /// What loads but is likely a mistake: no `<dynamic>` account (the
+    /// agent registers nowhere), a codec name in another case (names are
+    /// matched exactly, as the engine reads them), or every codec off.
+    /// Said by `--check-config`, logged at start and at a reload.
+    pub warnings: Vec<String>,
 }
 
 impl AgentConfig {

@@ -1266,30 +1266,63 @@ fn engine_probe_settings() -> TestResult {
 #[test]
 fn codec_names_in_another_case_and_every_codec_off_are_warned() -> TestResult {
     let config = parse(
-        &doc(GOOD_GENERAL, r#"<codec PCMA="1" pcmu="2"/>"#),
+        &doc(
+            GOOD_GENERAL,
+            &format!(r#"<codec PCMA="1" pcmu="2"/>{ACCOUNT}"#),
+        ),
         origin(),
     )?;
     assert_eq!(
         config.codecs.map(|c| c.to_string()).as_deref(),
         Some("pcmu")
     );
-    assert_eq!(
-        config.codec_warnings.len(),
-        1,
-        "{:?}",
-        config.codec_warnings
-    );
-    assert!(config.codec_warnings[0]
+    assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
+    assert!(config.warnings[0]
         .contains(r#"<codec PCMA="1">: not read, codec names are lower case (pcma)"#));
     let off = parse(&doc(GOOD_GENERAL, r#"<codec pcma="0"/>"#), origin())?;
     assert!(off
-        .codec_warnings
+        .warnings
         .iter()
         .any(|w| w.contains("every codec is off")));
     let fine = parse(
-        &doc(GOOD_GENERAL, r#"<codec pcma="1" tel-event-pt="0"/>"#),
+        &doc(
+            GOOD_GENERAL,
+            &format!(r#"<codec pcma="1" tel-event-pt="0"/>{ACCOUNT}"#),
+        ),
         origin(),
     )?;
-    assert!(fine.codec_warnings.is_empty());
+    assert!(fine.warnings.is_empty(), "{:?}", fine.warnings);
+    Ok(())
+}
+
+const ACCOUNT: &str = r#"<accounts><dynamic msr_name="msr_1" realm="sip:127.0.0.1:5060" auth_name="a" auth_password="p"/></accounts>"#;
+
+/// An agent without a `<dynamic>` account loads (the engine's config may
+/// hold only its own accounts) but registers nowhere: said, with the hint
+/// that a misspelt element is skipped as the engine's.
+#[test]
+fn no_dynamic_account_is_warned() -> TestResult {
+    for accounts in [
+        "",
+        "<accounts/>",
+        r#"<accounts><dinamic msr_name="msr_1" realm="sip:127.0.0.1:5060" auth_name="a" auth_password="p"/></accounts>"#,
+    ] {
+        let config = parse(&doc(GOOD_GENERAL, accounts), origin())?;
+        assert!(config.accounts.is_empty());
+        assert_eq!(
+            config.warnings.len(),
+            1,
+            "{accounts}: {:?}",
+            config.warnings
+        );
+        assert!(
+            config.warnings[0].starts_with("<accounts>: no <dynamic> account"),
+            "{:?}",
+            config.warnings
+        );
+    }
+    let one = parse(&doc(GOOD_GENERAL, ACCOUNT), origin())?;
+    assert_eq!(one.accounts.len(), 1);
+    assert!(one.warnings.is_empty(), "{:?}", one.warnings);
     Ok(())
 }

@@ -134,11 +134,21 @@ pub(super) fn validate(
         .as_deref()
         .map(|attributes| codecs(&cx, attributes))
         .transpose()?;
-    let codec_warnings = scan
-        .codec
-        .as_deref()
-        .map(|attributes| codec_warnings(attributes, codecs.as_ref()))
-        .unwrap_or_default();
+    let mut warnings = Vec::new();
+    if accounts.is_empty() {
+        // A misspelt element (`<Dynamic>`, `<dinamic>`) is the engine's to
+        // the reader, skipped like its other elements.
+        warnings.push(
+            "<accounts>: no <dynamic> account (element names are case-sensitive): this agent registers with no collector, so no core host learns of this MSR"
+                .to_owned(),
+        );
+    }
+    warnings.extend(
+        scan.codec
+            .as_deref()
+            .map(|attributes| codec_warnings(attributes, codecs.as_ref()))
+            .unwrap_or_default(),
+    );
     for (name, at) in &scan.agent_attributes {
         if !AgentSettings::ACCEPTED_ATTRIBUTES.contains(&name.as_str()) {
             return Err(ConfigError::UnknownAttribute {
@@ -212,7 +222,7 @@ pub(super) fn validate(
         accounts,
         agent,
         codecs,
-        codec_warnings,
+        warnings,
     };
     check_sip_port(&config, origin, PortSetting::Config)?;
     Ok(config)
@@ -398,7 +408,7 @@ fn media(cx: &Ctx<'_>, raw: &RawMedia) -> Result<MediaConfig, ConfigError> {
 }
 
 /// What in `<codec>` loads but is likely a mistake (see
-/// [`AgentConfig::codec_warnings`]): an operator's `PCMA="1"` would
+/// [`AgentConfig::warnings`]): an operator's `PCMA="1"` would
 /// otherwise turn the MSR away from every leg that names an offer,
 /// without a word.
 fn codec_warnings(attributes: &[(String, String)], list: Option<&CodecList>) -> Vec<String> {

@@ -94,8 +94,8 @@ impl Shell {
         if config.agent.tls != self.config.agent.tls {
             self.reload_tls(&config);
         }
-        if config.codec_warnings != self.config.codec_warnings {
-            for warning in &config.codec_warnings {
+        if config.warnings != self.config.warnings {
+            for warning in &config.warnings {
                 warn!("{warning}");
             }
         }
