@@ -430,6 +430,14 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
         Request::MsrForget { msr } => {
             if ctx.absences.forget(&msr) {
                 msr_list(ctx, now)
+            } else if !ctx.registrar.is_registered(&msr) {
+                Response::error(
+                    ErrorCode::MsrNotFound,
+                    format!(
+                        "no msr `{}` is known: nothing to forget (see msrctl msr list)",
+                        msr_shared::logging::printable(&msr, 64)
+                    ),
+                )
             } else {
                 Response::error(
                     ErrorCode::InvalidValue,

@@ -1955,3 +1955,22 @@ fn a_change_to_an_msr_says_whether_it_is_registered() {
     let nosuch = msrs.iter().find(|m| m.name == "nosuch").expect("kept");
     assert!(!nosuch.registered && !nosuch.active);
 }
+
+/// `msr forget` of an MSR nobody knows says so (`msr_not_found`); of a
+/// registered one, that it is not gone (`invalid_value`).
+#[test]
+fn forget_tells_an_unknown_msr_from_a_registered_one() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.register("lo@msr_1", "msr_1", now);
+    let forget = |msr: &str| Request::MsrForget { msr: msr.into() };
+    assert_eq!(h.err(forget("msr_9"), now), ErrorCode::MsrNotFound);
+    assert_eq!(h.err(forget("msr_1"), now), ErrorCode::InvalidValue);
+    let Response::Err(unknown) = h.run(forget("msr_9"), now) else {
+        panic!("refused")
+    };
+    assert!(
+        unknown.message.starts_with("no msr `msr_9` is known"),
+        "{unknown:?}"
+    );
+}
