@@ -21,6 +21,14 @@ pub(super) fn run(socket: &Path, msr: &str, wait: bool, timeout: Option<Duration
     // An MSR the collector never heard of would be "drained" at once: a
     // typo must not read as success.
     match info(socket, msr) {
+        Ok(Some(m)) if super::render::settings_only(&m) => {
+            eprintln!(
+                "error: msr `{msr}` is not registered (only settings are kept for the name): \
+                 nothing to drain; `msrctl msr set {msr} active false` keeps it out of \
+                 selection when it registers"
+            );
+            return EXIT_REFUSED;
+        }
         Ok(Some(_)) => {}
         Ok(None) => {
             eprintln!("error: no msr `{msr}` is known to this collector (see msrctl msr list)");

@@ -225,14 +225,14 @@ pub fn zones(zones: &[ZoneInfo]) -> String {
 /// Whether `m` is only the operator's settings for a name: never
 /// registered with this collector (or not since it started), not gone,
 /// nothing placed on it. `msr set` keeps such settings for when the MSR
-/// registers; `msr list` shows them apart, not as a media server.
-fn settings_only(m: &MsrInfo) -> bool {
+/// registers; `msr list` shows them apart, not as a media server, a kept
+/// `active false` (its drain state) included.
+pub(super) fn settings_only(m: &MsrInfo) -> bool {
     !m.registered
         && m.health.is_none()
         && m.gone_since_unix.is_none()
         && m.live_legs == 0
         && m.engine_calls.is_none()
-        && m.drain.is_none()
 }
 
 /// `msr list`: the media servers, then the settings kept for MSR names

@@ -593,4 +593,14 @@ fn a_setting_for_an_unregistered_msr_is_said_and_listed_apart() {
     );
     // Without such settings, no such section.
     assert!(!msrs(&[row("msr_1", true)]).contains("Settings kept"));
+    // A kept `active false` has a drain state; it is still only a setting.
+    let drained = MsrInfo {
+        drain: Some(DrainState::Drained),
+        ..row("nosuch", false)
+    };
+    let out = msrs(&[row("msr_1", true), drained]);
+    let (servers, _) = out
+        .split_once(" Settings kept for msrs that are not registered")
+        .expect("a section of their own");
+    assert!(!servers.contains("nosuch"), "{out}");
 }
