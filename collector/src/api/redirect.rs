@@ -145,12 +145,18 @@ pub fn decide(invite: &Request) -> Decision {
         Some(_) => return bad("the cseq method is not invite"),
         None => return bad("no cseq"),
     }
-    // Most INVITEs carry their inputs in headers, or none: the URI is
-    // written out only when it has parameters to read.
+    // Most INVITEs carry their inputs in headers, or none: only the URI's
+    // parameters are written out (`;zone=a;site=b`), and only when it has
+    // some.
     let params = if invite.uri.params.is_empty() {
         Vec::new()
     } else {
-        uri_params(&invite.uri.to_string())
+        let mut text = String::new();
+        for param in &invite.uri.params {
+            // Writing to a String does not fail.
+            let _ = std::fmt::Write::write_fmt(&mut text, format_args!("{param}"));
+        }
+        uri_params(&text)
     };
     let pick = |name: &str, header: &str| -> Option<String> {
         params
@@ -353,8 +359,9 @@ fn tag_of(invite: &Request) -> String {
     sip::stateless_tag(&invite.headers)
 }
 
-/// The parameters of a SIP URI (`sip:user@host;a=b;c?headers`), lowercase
-/// names, values %-decoded (RFC 3261 §19.1.1).
+/// The parameters of a SIP URI (`sip:user@host;a=b;c?headers`, or its
+/// parameters alone, `;a=b;c`), lowercase names, values %-decoded (RFC
+/// 3261 §19.1.1).
 fn uri_params(uri: &str) -> Vec<(String, String)> {
     let without_headers = uri.split('?').next().unwrap_or(uri);
     without_headers

@@ -4,6 +4,7 @@
 //! Sans-IO, so the stateless server keeps no transaction and no timer.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -25,7 +26,12 @@ pub const MAX_REMEMBERED: usize = 16_384;
 pub fn transaction_key(req: &Request) -> Option<String> {
     let top = sip::top_via(&req.headers)?;
     let branch = sip::param(top, "branch").filter(|b| !b.is_empty())?;
-    Some(format!("{branch} {}", sip::via_sent_by(top)))
+    let sent_by = sip::via_sent_by(top);
+    let mut key = String::with_capacity(branch.len() + 1 + sent_by.len());
+    key.push_str(&branch);
+    key.push(' ');
+    key.push_str(sent_by);
+    Some(key)
 }
 
 /// Where an INVITE is in this server's short memory.
@@ -60,12 +66,14 @@ pub enum OnCancel {
 }
 
 /// The INVITEs answered lately (module docs). Sans-IO: the caller passes
-/// the time.
+/// the time. A key is stored once, shared by the map and the expiry
+/// order; the map's hasher is seeded per process (foldhash), as keys are
+/// the peers' Via values.
 #[derive(Debug, Default)]
 pub struct InviteCache {
-    entries: HashMap<String, Entry>,
+    entries: HashMap<Arc<str>, Entry, foldhash::fast::RandomState>,
     /// Keys by the time they were first seen, for expiry and the bound.
-    order: VecDeque<(Instant, String)>,
+    order: VecDeque<(Instant, Arc<str>)>,
 }
 
 impl InviteCache {
@@ -79,9 +87,10 @@ impl InviteCache {
                 while self.order.len() >= MAX_REMEMBERED {
                     self.forget_oldest();
                 }
+                let key: Arc<str> = Arc::from(key);
                 self.entries
-                    .insert(key.to_owned(), Entry::Pending { cancelled: false });
-                self.order.push_back((now, key.to_owned()));
+                    .insert(Arc::clone(&key), Entry::Pending { cancelled: false });
+                self.order.push_back((now, key));
                 OnInvite::New
             }
         }
