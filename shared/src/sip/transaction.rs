@@ -41,6 +41,8 @@ use tokio::time::Instant;
 
 use super::{Request, Response};
 
+pub mod server;
+
 /// RFC 3261 T1, the round-trip estimate: the first retransmission interval.
 pub const T1: Duration = Duration::from_millis(500);
 /// RFC 3261 T2: the longest retransmission interval of a non-INVITE request.
