@@ -1,65 +1,74 @@
 //! [`SipEndpoint`]: the async adapter between a daemon's event loop and
-//! rsipstack's transaction layer (RFC 3261 §17).
+//! the network, over the project's own transaction layer (RFC 3261 §17).
 //!
 //! The daemons' protocol cores are sans-IO: they turn events into requests
 //! and responses. This adapter is where those messages meet the network:
 //!
-//! * [`SipEndpoint::send_request`] runs a client transaction (retransmission
-//!   and Timer F are rsipstack's) and reports its final response, or its
-//!   failure, as one [`SipEvent`] carrying the caller's request id;
+//! * [`SipEndpoint::send_request`] runs a client transaction
+//!   ([`ClientTransactions`]: Timer E retransmissions over UDP, Timer F)
+//!   and reports its final response, or its failure, as one [`SipEvent`]
+//!   carrying the caller's request id;
 //! * incoming requests arrive as [`SipEvent::Request`] holding the server
-//!   transaction, which the loop answers with [`ServerTransaction::respond`].
+//!   transaction ([`ServerTransactions`]), which the loop answers with
+//!   [`ServerTransaction::respond`]; a retransmitted request is answered
+//!   from the table, never shown twice.
+//!
+//! One task owns the sockets and both tables; the handles talk to it over
+//! channels.
 //!
 //! Every request and response leaves from the one UDP socket bound to the
 //! configured address (SPEC §4: one address for peers behind symmetric NAT),
-//! except a request to a `sips:` URI: it goes over a TLS connection
-//! (RFC 3261 §26) checked with the [`TlsClient`] set on the endpoint, and
-//! requests the peer sends back over that connection are served like any
-//! other.
+//! except a request to a `sips:` (or `transport=tls`/`tcp`) URI: it goes
+//! over a stream connection to the URI's host (RFC 3261 §18.1.1), TLS
+//! checked with the [`TlsClient`] set on the endpoint (§26), opened once
+//! per remote and kept; requests the peer sends back over that connection
+//! are served like any other and answered on it (§18.2.2). With `tcp` set
+//! the endpoint also listens on TCP on its UDP port.
 //! A request the parser refuses for its method (an extension method, or a
 //! `CSeq` naming another method, RFC 4475 §3.1.1.2 and §3.1.2.18) is
-//! answered from its raw head on the socket, `501` with the endpoint's
-//! `Allow` or `400` ([`wire::not_implemented`], as the collector's ports
-//! answer it, SPEC §16); any other datagram the parser refuses is dropped
-//! by rsipstack before it reaches this adapter.
+//! answered from its raw head, `501` with the endpoint's `Allow` or `400`
+//! ([`wire::not_implemented`]), and one whose `Content-Length` is no number
+//! or longer than its body `400` ([`wire::bad_length`]), as the
+//! collector's ports answer them (SPEC §16); anything else the parser
+//! refuses is dropped.
 //!
 //! Each incoming request carries the address it came from
 //! ([`ServerTransaction::source`]): the datagram's source for UDP, the
-//! peer of the connection for TCP — never a header the peer wrote. Both
-//! daemons decide on it who may ask what (SPEC §4).
+//! peer of the connection for a stream — never a header the peer wrote.
+//! Both daemons decide on it who may ask what (SPEC §4).
 //!
-//! Oversized datagrams: rsipstack reads UDP into a fixed 8,192-byte buffer
-//! (`MAX_UDP_BUF_SIZE`, not configurable), so a larger datagram would reach
-//! its parser truncated. The socket is wrapped ([`SizedUdpSocket`]): every
-//! datagram is read whole (up to 65,535 bytes, RFC 768), and one that does
-//! not fit rsipstack's buffer is dropped, counted
+//! Oversized datagrams: every datagram is read whole (up to 65,535 bytes,
+//! RFC 768); one over [`MAX_DATAGRAM`] is dropped, counted
 //! ([`SipEndpoint::oversized_total`]) and logged at warn at most once per
 //! [`OVERSIZED_LOG_INTERVAL`] with the count since the last line.
 //!
-//! Overload: rsipstack queues new server transactions without bound. When
-//! more than [`SipEndpoint::max_backlog`] requests are waiting as the loop
-//! asks for the next one, [`SipEndpoint::recv`] answers the oldest waiting
-//! ones itself with `503 Service Unavailable` and `Retry-After: 1` until the backlog is back at the bound, so a
-//! loop that falls behind serves recent requests, not ones their senders
-//! gave up on long ago, and the queue cannot grow for ever. Shedding is
-//! logged at warn, at most once per 5 s.
+//! Overload: new requests wait for the loop in a queue. When more than
+//! [`SipEndpoint::max_backlog`] are waiting as the loop asks for the next
+//! one, [`SipEndpoint::recv`] answers the oldest waiting ones itself with
+//! `503 Service Unavailable` and `Retry-After: 1` until the backlog is
+//! back at the bound, so a loop that falls behind serves recent requests,
+//! not ones their senders gave up on long ago, and the queue cannot grow
+//! for ever. Shedding is logged at warn, at most once per 5 s.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rsipstack::sip::{Header, Method, Request, Response, SipMessage, StatusCode, StatusCodeKind};
-use rsipstack::transaction::key::{TransactionKey, TransactionRole};
-use rsipstack::transaction::{Endpoint, EndpointBuilder, Transaction};
-use rsipstack::transport::udp::UdpConnection;
-use rsipstack::transport::{SipConnection, TcpListenerConnection, TransportLayer};
+use bytes::Bytes;
+use rsipstack::sip::{Host, Method, Request, Response, SipMessage, StatusCode};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::wire;
+use super::transaction::server::{Received, ServerKey, ServerTransactions};
+use super::transaction::{ClientTransactions, Link, Outcome, StreamTransport, TIMER_F};
+use super::wire::{self, Carrier, DecodeError, Frame, StreamFramer};
 
 /// Default bound on incoming requests waiting for the loop (see the module
 /// docs): about 0.4 s of traffic at 5000 requests/s.
@@ -71,9 +80,11 @@ pub(crate) const SHED_RETRY_AFTER_SECS: u32 = 1;
 /// At most one warning about shed requests per this interval.
 pub(crate) const SHED_LOG_INTERVAL: Duration = Duration::from_secs(5);
 
-/// The largest datagram rsipstack's UDP reader takes (its fixed buffer,
-/// `rsipstack::transport::connection::MAX_UDP_BUF_SIZE`).
-pub const MAX_DATAGRAM: usize = rsipstack::transport::connection::MAX_UDP_BUF_SIZE;
+/// The largest datagram taken: RFC 3261 §18.1.1 keeps a request over UDP
+/// under the path MTU (1,300 bytes without congestion control), and none
+/// the daemons serve comes near this; a larger one is a mistake or an
+/// attack, not worth parsing.
+pub const MAX_DATAGRAM: usize = 8_192;
 
 /// At most one warning about oversized datagrams per this interval.
 pub const OVERSIZED_LOG_INTERVAL: Duration = Duration::from_secs(5);
@@ -87,6 +98,9 @@ const UDP_MAX_PAYLOAD: usize = 65_535;
 /// cause and the request is tried again as any failed one.
 const CONNECT_DEADLINE: Duration = Duration::from_secs(10);
 
+/// Bytes read from a stream connection at a time.
+const STREAM_READ: usize = 16 * 1024;
+
 /// Failure to set up or use the endpoint.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -98,7 +112,7 @@ pub enum EndpointError {
         transport: &'static str,
         /// The requested address.
         addr: SocketAddr,
-        /// The OS or stack error.
+        /// The OS error.
         reason: String,
     },
     /// The request could not be turned into a transaction.
@@ -118,15 +132,16 @@ pub enum SipEvent {
     /// transaction is large and most events are responses.
     Request(Box<ServerTransaction>),
     /// The final response to the request sent with this id. A transaction
-    /// that times out (Timer F) is reported as a locally generated 408.
+    /// that times out (Timer F) is reported as a locally generated 408
+    /// (RFC 3261 §8.1.3.1).
     Response {
         /// The id given to [`SipEndpoint::send_request`].
         id: u64,
         /// The final response (status ≥ 200).
         response: Response,
     },
-    /// The request with this id ended without any final response
-    /// (transport failure).
+    /// The request with this id ended without any final response: its
+    /// connection could not be opened, or it could not be sent at all.
     Failed {
         /// The id given to [`SipEndpoint::send_request`].
         id: u64,
@@ -142,90 +157,105 @@ pub enum SipEvent {
     },
 }
 
-/// Tells the loop of stream connections that closed.
-struct ClosedWatch {
-    events: mpsc::UnboundedSender<SipEvent>,
+/// A stream connection: its transport and its peer.
+type StreamKey = (StreamTransport, SocketAddr);
+
+/// Where a response goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// A datagram to this address ([`wire::response_target`]).
+    Udp(SocketAddr),
+    /// The connection the request came on (RFC 3261 §18.2.2).
+    Stream(StreamKey),
 }
 
-#[async_trait::async_trait]
-impl rsipstack::transaction::endpoint::TransportEventInspector for ClosedWatch {
-    async fn handle(
-        &self,
-        event: rsipstack::transport::TransportEvent,
-    ) -> Option<rsipstack::transport::TransportEvent> {
-        if let rsipstack::transport::TransportEvent::Closed(connection) = &event {
-            if connection.is_reliable() {
-                let remote = connection
-                    .get_remote_addr()
-                    .and_then(|a| a.get_socketaddr().ok());
-                if let Some(remote) = remote {
-                    let _ = self.events.send(SipEvent::Closed { remote });
-                }
-            }
-        }
-        Some(event)
+impl Route {
+    fn reliable(self) -> bool {
+        matches!(self, Route::Stream(_))
     }
+}
+
+/// What the handles ask of the endpoint's task.
+enum Command {
+    /// Start a client transaction for `request` to `to`, over `stream`
+    /// when set (the TLS server name with it).
+    Send {
+        id: u64,
+        request: Request,
+        to: SocketAddr,
+        stream: Option<(StreamTransport, ServerName<'static>)>,
+    },
+    /// Send `response` in server transaction `key`.
+    Respond {
+        key: ServerKey,
+        route: Route,
+        response: Response,
+    },
+    /// Check TLS connections opened from now on with this.
+    SetTls(Arc<rustls::ClientConfig>),
 }
 
 /// An incoming request and the server transaction that answers it.
 pub struct ServerTransaction {
-    tx: Transaction,
-    source: Option<SocketAddr>,
+    request: Request,
+    source: SocketAddr,
+    key: ServerKey,
+    route: Route,
+    commands: mpsc::UnboundedSender<Command>,
 }
 
 impl std::fmt::Debug for ServerTransaction {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServerTransaction")
-            .field("key", &self.tx.key)
+            .field("key", &self.key)
             .field("source", &self.source)
             .finish()
     }
 }
 
 impl ServerTransaction {
-    fn new(tx: Transaction) -> Self {
-        // rsipstack gives each server transaction the connection the request
-        // came on; for UDP that is a per-datagram copy whose remote is the
-        // datagram's source.
-        let source = tx
-            .connection
-            .as_ref()
-            .and_then(|c| c.get_remote_addr())
-            .and_then(|a| a.get_socketaddr().ok());
-        Self { tx, source }
-    }
-
     /// The address the request came from: the UDP datagram's source or the
-    /// TCP peer, as the socket saw it (not `Via`, which the sender writes).
-    /// `None` only if the transport did not report one.
+    /// stream's peer, as the socket saw it (not `Via`, which the sender
+    /// writes). Always known; an `Option` for the callers that also serve
+    /// requests without one.
     pub fn source(&self) -> Option<SocketAddr> {
-        self.source
+        Some(self.source)
     }
 
     /// The request.
     pub fn request(&self) -> &Request {
-        &self.tx.original
+        &self.request
     }
 
     /// Sends the final response (retransmissions of the request are then
-    /// answered by rsipstack from its cache).
-    pub async fn respond(mut self, response: Response) {
-        let status = response.status_code.clone();
-        if let Err(e) = self.tx.respond(response).await {
-            warn!(key = %self.tx.key, %status, error = %e, "cannot send response");
+    /// answered from the transaction table).
+    pub async fn respond(self, response: Response) {
+        self.send_response(response);
+    }
+
+    /// [`respond`](Self::respond) without a future: the endpoint's task
+    /// sends it.
+    fn send_response(self, response: Response) {
+        let command = Command::Respond {
+            key: self.key,
+            route: self.route,
+            response,
+        };
+        if self.commands.send(command).is_err() {
+            debug!("response not sent: the endpoint has shut down");
         }
     }
 }
 
-/// A SIP endpoint bound to one address: rsipstack's transport and
-/// transaction layers plus a channel of [`SipEvent`]s.
+/// A SIP endpoint bound to one address: a task that owns its sockets and
+/// transactions, and a channel of [`SipEvent`]s.
 pub struct SipEndpoint {
-    endpoint: Endpoint,
-    incoming: rsipstack::transaction::TransactionReceiver,
+    commands: mpsc::UnboundedSender<Command>,
+    /// Requests waiting for the loop (the backlog).
+    incoming: mpsc::UnboundedReceiver<Box<ServerTransaction>>,
     events_tx: mpsc::UnboundedSender<SipEvent>,
     events_rx: mpsc::UnboundedReceiver<SipEvent>,
     local_addr: SocketAddr,
-    user_agent: String,
     cancel: CancellationToken,
     max_backlog: usize,
     /// Requests shed since the last warning.
@@ -233,101 +263,8 @@ pub struct SipEndpoint {
     /// Requests shed in all.
     shed_total: u64,
     last_shed_log: Option<Instant>,
-    /// Datagrams too large for rsipstack's buffer, dropped.
+    /// Datagrams over [`MAX_DATAGRAM`], dropped.
     oversized: Arc<AtomicU64>,
-}
-
-/// A UDP socket that reads every datagram whole and drops, counts and logs
-/// (rate-limited) those larger than the caller's buffer, instead of handing
-/// rsipstack a truncated message (module docs).
-struct SizedUdpSocket {
-    socket: tokio::net::UdpSocket,
-    /// One reader (rsipstack's UDP serve loop) uses it at a time.
-    buf: tokio::sync::Mutex<Vec<u8>>,
-    oversized: Arc<AtomicU64>,
-    log: std::sync::Mutex<OversizedLog>,
-    /// The methods the endpoint's user serves, for the `Allow` of a `501`.
-    allow: &'static str,
-}
-
-#[derive(Default)]
-struct OversizedLog {
-    last: Option<Instant>,
-    unlogged: u64,
-}
-
-impl SizedUdpSocket {
-    fn note_oversized(&self, len: usize, from: SocketAddr) {
-        let total = self.oversized.fetch_add(1, Ordering::Relaxed) + 1;
-        let Ok(mut log) = self.log.lock() else {
-            return;
-        };
-        log.unlogged += 1;
-        let now = Instant::now();
-        if log
-            .last
-            .is_none_or(|t| now.duration_since(t) >= OVERSIZED_LOG_INTERVAL)
-        {
-            warn!(
-                len,
-                src = %from,
-                max = MAX_DATAGRAM,
-                dropped = log.unlogged,
-                dropped_total = total,
-                "udp datagram too large for the sip stack, dropped"
-            );
-            log.unlogged = 0;
-            log.last = Some(now);
-        }
-    }
-}
-
-/// The answer to a datagram the parser refuses for its method
-/// ([`wire::not_implemented`]); `None` for anything the parser reads, and
-/// for every other refusal (rsipstack drops those). The parse is the one
-/// rsipstack makes next; the agent's port sees a few requests a second.
-fn refused_method_answer(datagram: &[u8], allow: &str) -> Option<Response> {
-    if SipMessage::try_from(datagram).is_ok() {
-        return None;
-    }
-    wire::not_implemented(datagram, allow)
-}
-
-#[async_trait::async_trait]
-impl rsipstack::platform::net::UdpSocket for SizedUdpSocket {
-    async fn recv_from(&self, out: &mut [u8]) -> rsipstack::Result<(usize, SocketAddr)> {
-        let mut buf = self.buf.lock().await;
-        loop {
-            let (len, from) = self.socket.recv_from(&mut buf).await?;
-            if len > out.len() {
-                self.note_oversized(len, from);
-                continue;
-            }
-            if let Some(answer) = refused_method_answer(&buf[..len], self.allow) {
-                // Sent to the source, as every answer of this socket (RFC
-                // 3581 §4); a lost answer is the sender's retransmission.
-                debug!(src = %from, status = %answer.status_code, "sip request the parser refused answered");
-                if let Err(e) = self
-                    .socket
-                    .send_to(&wire::encode_response(answer), from)
-                    .await
-                {
-                    debug!(dst = %from, error = %e, "cannot answer a refused request");
-                }
-                continue;
-            }
-            out[..len].copy_from_slice(&buf[..len]);
-            return Ok((len, from));
-        }
-    }
-
-    async fn send_to(&self, buf: &[u8], addr: SocketAddr) -> rsipstack::Result<usize> {
-        Ok(self.socket.send_to(buf, addr).await?)
-    }
-
-    fn local_addr(&self) -> rsipstack::Result<SocketAddr> {
-        Ok(self.socket.local_addr()?)
-    }
 }
 
 /// The receive buffer asked of the kernel for the UDP socket (it grants at
@@ -375,16 +312,14 @@ pub fn std_udp_socket(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> 
 
 /// Why a TCP or TLS connection could not be opened, for the log: a
 /// certificate the handshake refused in [`crate::certificate::refusal`]'s
-/// words (rsipstack passes rustls's error on inside an I/O error);
-/// anything else as rsipstack says it.
-fn connect_failure(error: &rsipstack::Error) -> String {
-    if let rsipstack::Error::IoError(io) = error {
-        let tls = io
-            .get_ref()
-            .and_then(|inner| inner.downcast_ref::<rustls::Error>());
-        if let Some(rustls::Error::InvalidCertificate(certificate)) = tls {
-            return crate::certificate::refusal(certificate);
-        }
+/// words (tokio-rustls passes rustls's error on inside an I/O error);
+/// anything else as the OS or rustls says it.
+fn connect_failure(error: &std::io::Error) -> String {
+    let tls = error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+    if let Some(rustls::Error::InvalidCertificate(certificate)) = tls {
+        return crate::certificate::refusal(certificate);
     }
     error.to_string()
 }
@@ -395,14 +330,15 @@ fn connect_failure(error: &rsipstack::Error) -> String {
 /// contents, checked when read.
 #[derive(Clone)]
 pub struct TlsClient {
-    ca: Vec<u8>,
-    identity: Option<(Vec<u8>, Vec<u8>)>,
+    config: Arc<rustls::ClientConfig>,
+    /// Whether it has a client identity.
+    identity: bool,
 }
 
 impl std::fmt::Debug for TlsClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TlsClient")
-            .field("identity", &self.identity.is_some())
+            .field("identity", &self.identity)
             .finish_non_exhaustive()
     }
 }
@@ -457,9 +393,20 @@ impl TlsClient {
                 });
             }
         }
-        let ca = ca_pem;
-        let identity = match identity {
-            None => None,
+        let has_identity = identity.is_some();
+        let builder = || {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map(|b| b.with_root_certificates(roots.clone()))
+        };
+        let config = match identity {
+            None => builder()
+                .map(|b| b.with_no_client_auth())
+                .map_err(|e| TlsFileError {
+                    path: ca.to_owned(),
+                    reason: e.to_string(),
+                })?,
             Some((cert, key)) => {
                 let chain = certificates(cert)?;
                 let key_pem = read(key)?;
@@ -468,32 +415,29 @@ impl TlsClient {
                         path: key.to_owned(),
                         reason: format!("no pem private key in it ({e})"),
                     })?;
-                // The key must be the certificate's: else every handshake
-                // fails, far from the file's name.
                 let chain_der = CertificateDer::pem_slice_iter(&chain)
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| TlsFileError {
                         path: cert.to_owned(),
                         reason: format!("not a pem certificate file ({e})"),
                     })?;
-                let provider = Arc::new(rustls::crypto::ring::default_provider());
-                rustls::ClientConfig::builder_with_provider(provider)
-                    .with_safe_default_protocol_versions()
-                    .and_then(|b| {
-                        b.with_root_certificates(rustls::RootCertStore::empty())
-                            .with_client_auth_cert(chain_der, key_der)
-                    })
+                // The key must be the certificate's: else every handshake
+                // fails, far from the file's name.
+                builder()
+                    .and_then(|b| b.with_client_auth_cert(chain_der, key_der))
                     .map_err(|e| TlsFileError {
                         path: key.to_owned(),
                         reason: format!(
                             "does not go with the certificate in {} ({e})",
                             cert.display()
                         ),
-                    })?;
-                Some((chain, key_pem))
+                    })?
             }
         };
-        Ok(Self { ca, identity })
+        Ok(Self {
+            config: Arc::new(config),
+            identity: has_identity,
+        })
     }
 }
 
@@ -501,27 +445,14 @@ impl SipEndpoint {
     /// Sets what TLS client connections opened from now on are checked
     /// with.
     pub fn set_tls_client(&self, tls: &TlsClient) {
-        let (client_cert, client_key) = match &tls.identity {
-            Some((cert, key)) => (Some(cert.clone()), Some(key.clone())),
-            None => (None, None),
-        };
-        self.endpoint
-            .inner
-            .transport_layer
-            .set_tls_config(rsipstack::transport::tls::TlsConfig {
-                ca_certs: Some(tls.ca.clone()),
-                client_cert,
-                client_key,
-                ..Default::default()
-            });
+        let _ = self.commands.send(Command::SetTls(Arc::clone(&tls.config)));
     }
 
     /// Binds UDP on `addr` (port 0 picks one; see [`local_addr`](Self::local_addr))
     /// and, when `tcp` is set, a TCP listener on the same address and port,
     /// answering a request of a method the parser does not know `501` with
-    /// `Allow: allow` (module docs),
-    /// and starts rsipstack's transport and timer tasks. They stop when
-    /// `cancel` is cancelled or the endpoint is dropped.
+    /// `Allow: allow` (module docs), and starts the endpoint's task. It
+    /// stops when `cancel` is cancelled or the endpoint is dropped.
     ///
     /// # Errors
     /// [`EndpointError::Bind`] when a socket cannot be bound.
@@ -533,73 +464,52 @@ impl SipEndpoint {
         cancel: CancellationToken,
     ) -> Result<Self, EndpointError> {
         let cancel = cancel.child_token();
-        let transport_layer = TransportLayer::new(cancel.clone());
-        let bind_err = |reason: String| EndpointError::Bind {
-            transport: "udp",
+        let bind_err = |transport, addr, e: std::io::Error| EndpointError::Bind {
+            transport,
             addr,
-            reason,
+            reason: e.to_string(),
         };
-        let socket = udp_socket(addr).map_err(|e| bind_err(e.to_string()))?;
-        let oversized = Arc::new(AtomicU64::new(0));
-        let socket = SizedUdpSocket {
-            socket,
-            buf: tokio::sync::Mutex::new(vec![0; UDP_MAX_PAYLOAD]),
-            oversized: Arc::clone(&oversized),
-            log: std::sync::Mutex::new(OversizedLog::default()),
-            allow,
-        };
-        let udp = UdpConnection::from_socket(Arc::new(socket), None, Some(cancel.child_token()))
-            .await
-            .map_err(|e| bind_err(e.to_string()))?;
-        let local_addr = udp
-            .get_addr()
-            .get_socketaddr()
-            .map_err(|e| EndpointError::Bind {
-                transport: "udp",
-                addr,
-                reason: e.to_string(),
-            })?;
-        transport_layer.add_transport(udp.into());
-        if tcp {
+        let udp = udp_socket(addr).map_err(|e| bind_err("udp", addr, e))?;
+        let local_addr = udp.local_addr().map_err(|e| bind_err("udp", addr, e))?;
+        let listener = if tcp {
             let tcp_addr = SocketAddr::new(addr.ip(), local_addr.port());
-            let listener = TcpListenerConnection::new(tcp_addr, None)
+            let listener = TcpListener::bind(tcp_addr)
                 .await
-                .map_err(|e| EndpointError::Bind {
-                    transport: "tcp",
-                    addr: tcp_addr,
-                    reason: e.to_string(),
-                })?;
-            transport_layer.add_transport(SipConnection::from(listener));
-        }
+                .map_err(|e| bind_err("tcp", tcp_addr, e))?;
+            Some(listener)
+        } else {
+            None
+        };
+        let (commands, commands_rx) = mpsc::unbounded_channel();
         let (events_tx, events_rx) = mpsc::unbounded_channel();
-        let endpoint = EndpointBuilder::new()
-            .with_user_agent(user_agent)
-            .with_transport_layer(transport_layer)
-            .with_cancel_token(cancel.clone())
-            .with_transport_inspector(Box::new(ClosedWatch {
-                events: events_tx.clone(),
-            }))
-            .build();
-        let incoming = endpoint
-            .incoming_transactions()
-            .map_err(|e| EndpointError::Bind {
-                transport: "udp",
-                addr,
-                reason: e.to_string(),
-            })?;
-        let inner = endpoint.inner.clone();
-        tokio::spawn(async move {
-            if let Err(e) = inner.serve().await {
-                warn!(error = %e, "sip endpoint stopped");
-            }
-        });
+        let (incoming_tx, incoming) = mpsc::unbounded_channel();
+        let (streams_tx, streams_rx) = mpsc::unbounded_channel();
+        let oversized = Arc::new(AtomicU64::new(0));
+        let task = Task {
+            udp: Arc::new(udp),
+            local_addr,
+            allow,
+            client: ClientTransactions::new(local_addr, user_agent),
+            server: ServerTransactions::new(),
+            requests: HashMap::new(),
+            streams: HashMap::new(),
+            connecting: HashMap::new(),
+            tls: None,
+            streams_tx,
+            events: events_tx.clone(),
+            incoming: incoming_tx,
+            commands: commands.clone(),
+            oversized: Arc::clone(&oversized),
+            oversized_log: OversizedLog::default(),
+            cancel: cancel.clone(),
+        };
+        tokio::spawn(task.run(commands_rx, streams_rx, listener));
         Ok(Self {
-            endpoint,
+            commands,
             incoming,
             events_tx,
             events_rx,
             local_addr,
-            user_agent: user_agent.to_owned(),
             cancel,
             max_backlog: DEFAULT_MAX_BACKLOG,
             shed_unlogged: 0,
@@ -616,110 +526,85 @@ impl SipEndpoint {
 
     /// Sends `request` in a new client transaction: adds the top `Via`
     /// (this endpoint's address, a fresh branch, `rport`), `Max-Forwards: 70`
-    /// and `User-Agent` when absent. The final response arrives later as
+    /// and `User-Agent` when absent. The request goes to the Request-URI's
+    /// host (RFC 3263 §4.2: its port, else 5060, 5061 for `sips:`; a host
+    /// name is looked up). The final response arrives later as
     /// [`SipEvent::Response`] (or [`SipEvent::Failed`]) with `id`.
     ///
     /// # Errors
     /// [`EndpointError::Request`] when the request lacks what a transaction
     /// key needs (a `CSeq`, a `Call-ID`).
-    pub fn send_request(&self, id: u64, mut request: Request) -> Result<(), EndpointError> {
-        let method = request.method.to_string();
-        let err = |reason: String| EndpointError::Request {
-            method: method.clone(),
-            reason,
+    pub fn send_request(&self, id: u64, request: Request) -> Result<(), EndpointError> {
+        let err = |reason: &str| EndpointError::Request {
+            method: request.method.to_string(),
+            reason: reason.to_owned(),
         };
-        // The Via names the transport the request leaves on (RFC 3261
-        // §18.1.1): TLS for a sips: target, TCP for transport=tcp.
-        let stream = super::stream_transport(&request.uri.to_string());
-        let over = stream.map(|transport| rsipstack::transport::SipAddr {
-            r#type: Some(transport),
-            addr: self.local_addr.into(),
+        if super::cseq(&request.headers).is_none() {
+            return Err(err("no cseq"));
+        }
+        if super::call_id(&request.headers).is_none() {
+            return Err(err("no call-id"));
+        }
+        let uri = request.uri.to_string();
+        // The transport the request leaves on (RFC 3261 §18.1.1): TLS for
+        // a sips: target, TCP for transport=tcp.
+        let stream = super::stream_transport(&uri).map(|t| match t {
+            rsipstack::sip::Transport::Tls => StreamTransport::Tls,
+            _ => StreamTransport::Tcp,
         });
-        let via = self
-            .endpoint
-            .inner
-            .get_via(over.clone(), None)
-            .map_err(|e| err(e.to_string()))?;
-        request.headers.push_front(Header::from(via));
-        if super::header(&request.headers, "Max-Forwards").is_none() {
-            super::push_header(&mut request.headers, "Max-Forwards", "70");
-        }
-        if super::header(&request.headers, "User-Agent").is_none() {
-            super::push_header(&mut request.headers, "User-Agent", self.user_agent.clone());
-        }
-        let key = TransactionKey::from_request(&request, TransactionRole::Client)
-            .map_err(|e| err(e.to_string()))?;
-        // Over TCP and TLS the connection is opened (or an open one found)
-        // here, so that a connect or a handshake that fails (refused; a
-        // certificate not trusted, expired, for another name) ends the
-        // request at once with its cause; rsipstack would retry it
-        // silently until Timer F.
-        let stream_target = match stream {
-            Some(transport) => {
-                // The URI's conversion leaves the transport unset (UDP):
-                // the target is the stream the URI names, never anything else.
-                let mut target = rsipstack::transport::SipAddr::try_from(&request.uri)
-                    .map_err(|e| err(e.to_string()))?;
-                target.r#type = Some(transport);
-                Some(target)
-            }
-            None => None,
+        let host = request.uri.host_with_port.host.clone();
+        let name = match &host {
+            Host::IpAddr(ip) => ServerName::IpAddress((*ip).into()),
+            Host::Domain(domain) => match ServerName::try_from(domain.to_string()) {
+                Ok(name) => name,
+                Err(_) => return Err(err("the request-uri's host is no host name")),
+            },
         };
-        let inner = self.endpoint.inner.clone();
+        let stream = stream.map(|transport| (transport, name.clone()));
+        if let Some(to) = super::uri_socket_addr(&uri) {
+            let _ = self.commands.send(Command::Send {
+                id,
+                request,
+                to,
+                stream,
+            });
+            return Ok(());
+        }
+        // A host name: looked up off the loop (RFC 3263 §4.2 without SRV).
+        let port = request.uri.host_with_port.port.map_or(
+            if uri.to_ascii_lowercase().starts_with("sips:") {
+                5061
+            } else {
+                5060
+            },
+            |p| p.value(),
+        );
+        let commands = self.commands.clone();
         let events = self.events_tx.clone();
         let cancel = self.cancel.clone();
         tokio::spawn(async move {
-            let run = async {
-                let connection = match stream_target {
-                    Some(target) => {
-                        // The target names its transport (`TLS 192.0.2.1:5061`).
-                        let lookup = inner.transport_layer.lookup(&target, Some(&key));
-                        match tokio::time::timeout(CONNECT_DEADLINE, lookup).await {
-                            Ok(Ok((connection, _))) => Some(connection),
-                            Ok(Err(e)) => {
-                                return SipEvent::Failed {
-                                    id,
-                                    reason: format!(
-                                        "connection to {target} failed: {}",
-                                        connect_failure(&e)
-                                    ),
-                                }
-                            }
-                            Err(_) => {
-                                return SipEvent::Failed {
-                                    id,
-                                    reason: format!(
-                                    "connection to {target} failed: not established within {} s",
-                                    CONNECT_DEADLINE.as_secs()
-                                ),
-                                }
-                            }
-                        }
-                    }
-                    None => None,
-                };
-                let mut tx = Transaction::new_client(key, request, inner, connection);
-                if let Err(e) = tx.send().await {
-                    return SipEvent::Failed {
-                        id,
-                        reason: e.to_string(),
-                    };
-                }
-                while let Some(msg) = tx.receive().await {
-                    if let SipMessage::Response(response) = msg {
-                        if response.status_code.kind() != StatusCodeKind::Provisional {
-                            return SipEvent::Response { id, response };
-                        }
-                    }
-                }
-                SipEvent::Failed {
-                    id,
-                    reason: "transaction ended without a final response".into(),
-                }
+            let lookup = tokio::net::lookup_host((host.to_string(), port));
+            let found = tokio::select! {
+                found = lookup => found,
+                () = cancel.cancelled() => return,
             };
-            tokio::select! {
-                event = run => { let _ = events.send(event); }
-                () = cancel.cancelled() => { debug!(id, "client transaction abandoned at shutdown"); }
+            match found.map(|mut addrs| addrs.next()) {
+                Ok(Some(to)) => {
+                    let _ = commands.send(Command::Send {
+                        id,
+                        request,
+                        to,
+                        stream,
+                    });
+                }
+                Ok(None) => {
+                    let reason = format!("{host} has no address");
+                    let _ = events.send(SipEvent::Failed { id, reason });
+                }
+                Err(e) => {
+                    let reason = format!("cannot look up {host}: {e}");
+                    let _ = events.send(SipEvent::Failed { id, reason });
+                }
             }
         });
         Ok(())
@@ -754,30 +639,28 @@ impl SipEndpoint {
         tokio::select! {
             biased;
             ev = self.events_rx.recv() => ev,
-            tx = self.incoming.recv() => tx.map(|tx| SipEvent::Request(Box::new(ServerTransaction::new(tx)))),
+            tx = self.incoming.recv() => tx.map(SipEvent::Request),
         }
     }
 
     /// Answers `503` to the oldest waiting requests while more than
-    /// `max_backlog` wait. Never awaits: the answers are sent from tasks.
+    /// `max_backlog` wait. Never awaits: the endpoint's task sends the
+    /// answers.
     fn shed_backlog(&mut self) {
         let mut shed = 0u64;
         while self.incoming.len() > self.max_backlog {
             let Ok(tx) = self.incoming.try_recv() else {
                 break;
             };
-            if tx.original.method == Method::Ack {
-                continue;
-            }
             let tag = super::random_token();
             let mut response =
-                super::response(&tx.original, StatusCode::ServiceUnavailable, Some(&tag));
+                super::response(&tx.request, StatusCode::ServiceUnavailable, Some(&tag));
             super::push_header(
                 &mut response.headers,
                 "Retry-After",
                 SHED_RETRY_AFTER_SECS.to_string(),
             );
-            tokio::spawn(ServerTransaction::new(tx).respond(response));
+            tx.send_response(response);
             shed += 1;
         }
         if shed == 0 {
@@ -801,7 +684,7 @@ impl SipEndpoint {
         }
     }
 
-    /// Stops the transport and timer tasks.
+    /// Stops the endpoint's task and its connections.
     pub fn shutdown(&self) {
         self.cancel.cancel();
     }
@@ -811,6 +694,494 @@ impl Drop for SipEndpoint {
     fn drop(&mut self) {
         self.cancel.cancel();
     }
+}
+
+/// A byte stream a connection runs over: TCP, or TLS over TCP.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+/// What a connection's task tells the endpoint's task.
+enum StreamEvent {
+    /// The connection to `key` is open; bytes for it go to `writer`.
+    Connected {
+        key: StreamKey,
+        writer: mpsc::UnboundedSender<Bytes>,
+    },
+    /// The connection to `key` could not be opened.
+    ConnectFailed { key: StreamKey, reason: String },
+    /// One whole message arrived on `key`.
+    Message { key: StreamKey, bytes: Bytes },
+    /// The connection to `key` closed.
+    Closed { key: StreamKey },
+}
+
+#[derive(Default)]
+struct OversizedLog {
+    last: Option<Instant>,
+    unlogged: u64,
+}
+
+/// The endpoint's task: the sockets, the connections and both transaction
+/// tables (module docs).
+struct Task {
+    udp: Arc<UdpSocket>,
+    local_addr: SocketAddr,
+    /// The methods the endpoint's user serves, for the `Allow` of a `501`.
+    allow: &'static str,
+    client: ClientTransactions<u64>,
+    server: ServerTransactions,
+    /// The requests in flight, for the `408` of one that times out.
+    requests: HashMap<u64, Request>,
+    /// The open connections: where their bytes go.
+    streams: HashMap<StreamKey, mpsc::UnboundedSender<Bytes>>,
+    /// The requests waiting for a connection being opened.
+    connecting: HashMap<StreamKey, Vec<(u64, Request)>>,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    streams_tx: mpsc::UnboundedSender<StreamEvent>,
+    events: mpsc::UnboundedSender<SipEvent>,
+    incoming: mpsc::UnboundedSender<Box<ServerTransaction>>,
+    /// For the server transactions' answers.
+    commands: mpsc::UnboundedSender<Command>,
+    oversized: Arc<AtomicU64>,
+    oversized_log: OversizedLog,
+    cancel: CancellationToken,
+}
+
+impl Task {
+    async fn run(
+        mut self,
+        mut commands: mpsc::UnboundedReceiver<Command>,
+        mut streams: mpsc::UnboundedReceiver<StreamEvent>,
+        listener: Option<TcpListener>,
+    ) {
+        let udp = Arc::clone(&self.udp);
+        let mut buf = vec![0u8; UDP_MAX_PAYLOAD];
+        let cancel = self.cancel.clone();
+        loop {
+            let deadline = match (self.client.poll_timeout(), self.server.poll_timeout()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let far = Instant::now() + Duration::from_secs(3600);
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                read = udp.recv_from(&mut buf) => match read {
+                    Ok((len, from)) => self.on_datagram(&buf[..len], from).await,
+                    // An ICMP error of an earlier datagram, on some OSes.
+                    Err(e) => debug!(error = %e, "udp receive failed"),
+                },
+                Some(command) = commands.recv() => self.on_command(command).await,
+                Some(event) = streams.recv() => self.on_stream(event).await,
+                accepted = accept(listener.as_ref()) => match accepted {
+                    Ok((stream, peer)) => self.accepted(stream, peer),
+                    Err(e) => debug!(error = %e, "tcp accept failed"),
+                },
+                () = tokio::time::sleep_until(deadline.unwrap_or(far)), if deadline.is_some() => {
+                    let now = Instant::now();
+                    self.client.handle_timeout(now);
+                    self.server.handle_timeout(now);
+                }
+            }
+            self.flush().await;
+        }
+        debug!("sip endpoint stopped");
+    }
+
+    async fn on_datagram(&mut self, datagram: &[u8], from: SocketAddr) {
+        if datagram.len() > MAX_DATAGRAM {
+            self.note_oversized(datagram.len(), from);
+            return;
+        }
+        match wire::decode(datagram, from, Carrier::Udp) {
+            Ok(SipMessage::Request(request)) => {
+                let route = Route::Udp(wire::response_target(&request, from));
+                self.on_request(request, from, route).await;
+            }
+            Ok(SipMessage::Response(response)) => self.on_response(response),
+            Err(e) => self.refused(datagram, from, Route::Udp(from), e).await,
+        }
+    }
+
+    /// A message the decoder refused: a request of a method the parser
+    /// does not know, or with a bad `Content-Length`, answered from its
+    /// raw head (module docs; sent to the source over UDP, RFC 3581 §4);
+    /// anything else dropped.
+    async fn refused(&mut self, bytes: &[u8], from: SocketAddr, route: Route, error: DecodeError) {
+        if error == DecodeError::Keepalive {
+            return;
+        }
+        match wire::not_implemented(bytes, self.allow).or_else(|| wire::bad_length(bytes)) {
+            Some(answer) => {
+                debug!(src = %from, status = %answer.status_code, "sip request the parser refused answered");
+                self.transmit(route, wire::encode_response(answer)).await;
+            }
+            None => debug!(src = %from, %error, "sip message dropped"),
+        }
+    }
+
+    fn note_oversized(&mut self, len: usize, from: SocketAddr) {
+        let total = self.oversized.fetch_add(1, Ordering::Relaxed) + 1;
+        let log = &mut self.oversized_log;
+        log.unlogged += 1;
+        let now = Instant::now();
+        if log
+            .last
+            .is_none_or(|t| now.duration_since(t) >= OVERSIZED_LOG_INTERVAL)
+        {
+            warn!(
+                len,
+                src = %from,
+                max = MAX_DATAGRAM,
+                dropped = log.unlogged,
+                dropped_total = total,
+                "udp datagram too large for the sip stack, dropped"
+            );
+            log.unlogged = 0;
+            log.last = Some(now);
+        }
+    }
+
+    /// A request: a new one goes to the loop, a retransmission is answered
+    /// from its transaction (RFC 3261 §17.2.2). An `ACK` has no
+    /// non-INVITE transaction and this endpoint serves no INVITE: dropped.
+    async fn on_request(&mut self, request: Request, source: SocketAddr, route: Route) {
+        if request.method == Method::Ack {
+            debug!(src = %source, "ack dropped");
+            return;
+        }
+        match self.server.handle_request(Instant::now(), &request) {
+            Some(Received::New(key)) => {
+                let tx = ServerTransaction {
+                    request,
+                    source,
+                    key,
+                    route,
+                    commands: self.commands.clone(),
+                };
+                let _ = self.incoming.send(Box::new(tx));
+            }
+            Some(Received::Answer(bytes)) => self.transmit(route, bytes).await,
+            Some(Received::Absorbed) => {}
+            None => debug!(src = %source, "request without via or cseq dropped"),
+        }
+    }
+
+    fn on_response(&mut self, response: Response) {
+        if let Some((id, response)) = self.client.handle_response(Instant::now(), response) {
+            self.requests.remove(&id);
+            let _ = self.events.send(SipEvent::Response { id, response });
+        }
+    }
+
+    async fn on_command(&mut self, command: Command) {
+        match command {
+            Command::Send {
+                id,
+                request,
+                to,
+                stream,
+            } => match stream {
+                None => self.start(id, request, to, Link::Udp),
+                Some((transport, name)) => {
+                    self.send_over_stream(id, request, (transport, to), name)
+                }
+            },
+            Command::Respond {
+                key,
+                route,
+                response,
+            } => {
+                let final_response = response.status_code.code() >= 200;
+                let bytes = wire::encode_response(response);
+                self.server.handle_response(
+                    Instant::now(),
+                    &key,
+                    bytes.clone(),
+                    final_response,
+                    route.reliable(),
+                );
+                self.transmit(route, bytes).await;
+            }
+            Command::SetTls(config) => self.tls = Some(config),
+        }
+    }
+
+    /// Starts the client transaction `id`; a request that cannot be sent
+    /// fails at once.
+    fn start(&mut self, id: u64, request: Request, to: SocketAddr, link: Link) {
+        let sent = self
+            .client
+            .send_on(Instant::now(), id, to, request.clone(), TIMER_F, link);
+        match sent {
+            Ok(()) => {
+                self.requests.insert(id, request);
+            }
+            Err(e) => {
+                let reason = e.to_string();
+                let _ = self.events.send(SipEvent::Failed { id, reason });
+            }
+        }
+    }
+
+    /// Sends over the open connection to `key`, or opens one first. The
+    /// connect and the handshake are waited for here, so one that fails
+    /// (refused; a certificate not trusted, expired, for another name)
+    /// ends the request at once with its cause.
+    fn send_over_stream(
+        &mut self,
+        id: u64,
+        request: Request,
+        key: StreamKey,
+        name: ServerName<'static>,
+    ) {
+        if self.streams.contains_key(&key) {
+            self.start_on_stream(id, request, key);
+            return;
+        }
+        let waiting = self.connecting.entry(key).or_default();
+        waiting.push((id, request));
+        if waiting.len() > 1 {
+            return;
+        }
+        let tls = match key.0 {
+            StreamTransport::Tcp => None,
+            StreamTransport::Tls => match &self.tls {
+                Some(config) => Some((Arc::clone(config), name)),
+                None => {
+                    self.connect_failed(key, "no tls client configured".to_owned());
+                    return;
+                }
+            },
+        };
+        let events = self.streams_tx.clone();
+        let cancel = self.cancel.clone();
+        tokio::spawn(async move {
+            let opened = tokio::select! {
+                opened = tokio::time::timeout(CONNECT_DEADLINE, connect(key.1, tls)) => opened,
+                () = cancel.cancelled() => return,
+            };
+            let io = match opened {
+                Ok(Ok(io)) => io,
+                Ok(Err(e)) => {
+                    let reason = connect_failure(&e);
+                    let _ = events.send(StreamEvent::ConnectFailed { key, reason });
+                    return;
+                }
+                Err(_) => {
+                    let reason = format!("not established within {} s", CONNECT_DEADLINE.as_secs());
+                    let _ = events.send(StreamEvent::ConnectFailed { key, reason });
+                    return;
+                }
+            };
+            let (writer, writes) = mpsc::unbounded_channel();
+            let _ = events.send(StreamEvent::Connected { key, writer });
+            serve_connection(io, key, writes, events, cancel).await;
+        });
+    }
+
+    fn start_on_stream(&mut self, id: u64, request: Request, key: StreamKey) {
+        let link = Link::Stream {
+            transport: key.0,
+            sent_by: self.local_addr,
+        };
+        self.start(id, request, key.1, link);
+    }
+
+    fn connect_failed(&mut self, key: StreamKey, reason: String) {
+        let (transport, remote) = key;
+        for (id, _) in self.connecting.remove(&key).unwrap_or_default() {
+            let reason = format!("connection to {transport} {remote} failed: {reason}");
+            let _ = self.events.send(SipEvent::Failed { id, reason });
+        }
+    }
+
+    /// A TCP connection a peer opened: served like one opened here.
+    fn accepted(&mut self, stream: TcpStream, peer: SocketAddr) {
+        let key = (StreamTransport::Tcp, peer);
+        let (writer, writes) = mpsc::unbounded_channel();
+        self.streams.insert(key, writer);
+        let events = self.streams_tx.clone();
+        let cancel = self.cancel.clone();
+        tokio::spawn(serve_connection(
+            Box::new(stream),
+            key,
+            writes,
+            events,
+            cancel,
+        ));
+    }
+
+    async fn on_stream(&mut self, event: StreamEvent) {
+        match event {
+            StreamEvent::Connected { key, writer } => {
+                self.streams.insert(key, writer);
+                for (id, request) in self.connecting.remove(&key).unwrap_or_default() {
+                    self.start_on_stream(id, request, key);
+                }
+            }
+            StreamEvent::ConnectFailed { key, reason } => self.connect_failed(key, reason),
+            StreamEvent::Message { key, bytes } => {
+                let carrier = match key.0 {
+                    StreamTransport::Tcp => Carrier::Tcp,
+                    StreamTransport::Tls => Carrier::Tls,
+                };
+                match wire::decode(&bytes, key.1, carrier) {
+                    Ok(SipMessage::Request(request)) => {
+                        self.on_request(request, key.1, Route::Stream(key)).await;
+                    }
+                    Ok(SipMessage::Response(response)) => self.on_response(response),
+                    Err(e) => self.refused(&bytes, key.1, Route::Stream(key), e).await,
+                }
+            }
+            StreamEvent::Closed { key } => {
+                // Requests in flight over it end at Timer F, as over a
+                // connection that stays open but silent.
+                if self.streams.remove(&key).is_some() {
+                    let _ = self.events.send(SipEvent::Closed { remote: key.1 });
+                }
+            }
+        }
+    }
+
+    /// Sends `bytes` on `route`. A lost datagram is the peer's
+    /// retransmission to repair; a response for a connection that closed
+    /// is lost with it (its client's transaction times out).
+    async fn transmit(&mut self, route: Route, bytes: Bytes) {
+        match route {
+            Route::Udp(to) => {
+                if let Err(e) = self.udp.send_to(&bytes, to).await {
+                    debug!(dst = %to, error = %e, "cannot send a sip datagram");
+                }
+            }
+            Route::Stream(key) => {
+                let sent = self
+                    .streams
+                    .get(&key)
+                    .is_some_and(|writer| writer.send(bytes).is_ok());
+                if !sent {
+                    debug!(dst = %key.1, transport = %key.0, "connection closed, sip message not sent");
+                }
+            }
+        }
+    }
+
+    /// Sends what the client transactions queued and reports the ones
+    /// that timed out.
+    async fn flush(&mut self) {
+        while let Some(datagram) = self.client.poll_transmit() {
+            let route = match datagram.link {
+                Link::Udp => Route::Udp(datagram.to),
+                Link::Stream { transport, .. } => Route::Stream((transport, datagram.to)),
+            };
+            self.transmit(route, datagram.bytes).await;
+        }
+        while let Some((id, outcome)) = self.client.poll_outcome() {
+            let request = self.requests.remove(&id);
+            let response = match (outcome, request) {
+                (Outcome::Response(response), _) => response,
+                (Outcome::TimedOut, Some(request)) => {
+                    super::response(&request, StatusCode::RequestTimeout, None)
+                }
+                (Outcome::TimedOut, None) => continue,
+            };
+            let _ = self.events.send(SipEvent::Response { id, response });
+        }
+    }
+}
+
+/// The next connection on `listener`; never, without one.
+async fn accept(listener: Option<&TcpListener>) -> std::io::Result<(TcpStream, SocketAddr)> {
+    match listener {
+        Some(listener) => listener.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Opens a TCP connection to `remote`, with a TLS handshake over it when
+/// `tls` is set (checked with its config for its server name, RFC 5922
+/// §7.2).
+async fn connect(
+    remote: SocketAddr,
+    tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+) -> std::io::Result<Box<dyn Io>> {
+    let tcp = TcpStream::connect(remote).await?;
+    // SIP messages are small and each must leave at once.
+    let _ = tcp.set_nodelay(true);
+    match tls {
+        None => Ok(Box::new(tcp)),
+        Some((config, name)) => {
+            let connector = tokio_rustls::TlsConnector::from(config);
+            Ok(Box::new(connector.connect(name, tcp).await?))
+        }
+    }
+}
+
+/// Reads messages from a connection and writes what the endpoint's task
+/// gives it, until either side closes it (RFC 3261 §18.3 framing,
+/// [`StreamFramer`]); a keepalive is answered with one CRLF (RFC 5626
+/// §3.5.1). Why it closed is logged: a TLS peer that refuses this end's
+/// certificate says so only in an alert read here.
+async fn serve_connection(
+    io: Box<dyn Io>,
+    key: StreamKey,
+    mut writes: mpsc::UnboundedReceiver<Bytes>,
+    events: mpsc::UnboundedSender<StreamEvent>,
+    cancel: CancellationToken,
+) {
+    let (transport, remote) = key;
+    let (mut reader, mut writer) = tokio::io::split(io);
+    let mut framer = StreamFramer::new();
+    let mut buf = vec![0u8; STREAM_READ];
+    let error = loop {
+        let bytes = tokio::select! {
+            () = cancel.cancelled() => break None,
+            read = reader.read(&mut buf) => match read {
+                Ok(0) => break None,
+                Ok(len) => {
+                    framer.push(&buf[..len]);
+                    match frames(&mut framer, key, &events) {
+                        Ok(0) => continue,
+                        Ok(pings) => Bytes::from(b"\r\n".repeat(pings)),
+                        Err(e) => break Some(e.to_string()),
+                    }
+                }
+                Err(e) => break Some(e.to_string()),
+            },
+            bytes = writes.recv() => match bytes {
+                Some(bytes) => bytes,
+                None => break None,
+            },
+        };
+        if let Err(e) = writer.write_all(&bytes).await {
+            break Some(e.to_string());
+        }
+    };
+    match error {
+        Some(error) => warn!(%remote, %transport, %error, "sip connection closed"),
+        None => debug!(%remote, %transport, "sip connection closed"),
+    }
+    let _ = writer.shutdown().await;
+    let _ = events.send(StreamEvent::Closed { key });
+}
+
+/// Hands every whole message in `framer` to the endpoint's task; the
+/// keepalives found, to answer.
+fn frames(
+    framer: &mut StreamFramer,
+    key: StreamKey,
+    events: &mpsc::UnboundedSender<StreamEvent>,
+) -> Result<usize, wire::FrameError> {
+    let mut pings = 0;
+    while let Some(frame) = framer.next_frame()? {
+        match frame {
+            Frame::Message(bytes) => {
+                let _ = events.send(StreamEvent::Message { key, bytes });
+            }
+            Frame::Ping => pings += 1,
+        }
+    }
+    Ok(pings)
 }
 
 #[cfg(test)]

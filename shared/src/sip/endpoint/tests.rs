@@ -67,7 +67,7 @@ async fn a_backlog_beyond_the_bound_is_answered_503_oldest_first() {
             .await
             .expect("send");
     }
-    // Let rsipstack queue all 20 without the loop taking any.
+    // Let the endpoint queue all 20 without the loop taking any.
     let deadline = Instant::now() + Duration::from_secs(5);
     while endpoint.incoming.len() < 20 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -181,10 +181,10 @@ fn a_refused_certificate_reads_with_utc_dates() {
     use rustls::pki_types::UnixTime;
     let at = |secs: u64| UnixTime::since_unix_epoch(Duration::from_secs(secs));
     let handshake = |certificate: rustls::CertificateError| {
-        rsipstack::Error::IoError(std::io::Error::new(
+        std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             rustls::Error::InvalidCertificate(certificate),
-        ))
+        )
     };
     let expired = handshake(rustls::CertificateError::ExpiredContext {
         time: at(1_764_979_200),
@@ -202,9 +202,8 @@ fn a_refused_certificate_reads_with_utc_dates() {
         connect_failure(&early),
         "the peer's certificate is not valid before 2025-12-06T00:00:00Z (checked at 2025-01-01T00:00:00Z)"
     );
-    // Any other error as rsipstack says it.
-    let refused =
-        rsipstack::Error::IoError(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+    // Any other error as the OS says it.
+    let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
     assert_eq!(connect_failure(&refused), refused.to_string());
 }
 
@@ -237,5 +236,230 @@ async fn a_method_the_parser_refuses_is_answered_from_the_raw_head() {
             assert!(text.contains("Allow: OPTIONS"), "{text}");
         }
     }
+    cancel.cancel();
+}
+
+async fn next_event(endpoint: &mut SipEndpoint) -> SipEvent {
+    tokio::time::timeout(Duration::from_secs(5), endpoint.recv())
+        .await
+        .expect("an event in time")
+        .expect("endpoint open")
+}
+
+async fn datagram(peer: &tokio::net::UdpSocket) -> String {
+    let mut buf = vec![0u8; 8192];
+    let (n, _) = tokio::time::timeout(Duration::from_secs(5), peer.recv_from(&mut buf))
+        .await
+        .expect("a datagram in time")
+        .expect("recv");
+    String::from_utf8_lossy(&buf[..n]).to_string()
+}
+
+fn ok_to(request: &str) -> String {
+    let head: Vec<&str> = request
+        .split("\r\n")
+        .filter(|l| {
+            ["Via:", "From:", "To:", "Call-ID:", "CSeq:"]
+                .iter()
+                .any(|h| l.starts_with(h))
+        })
+        .collect();
+    format!(
+        "SIP/2.0 200 OK\r\n{}\r\nContent-Length: 0\r\n\r\n",
+        head.join("\r\n")
+    )
+}
+
+fn options_to(target: &str) -> Request {
+    super::super::request(
+        Method::Options,
+        target,
+        vec![
+            ("From", "<sip:agent@127.0.0.1>;tag=a".to_owned()),
+            ("To", format!("<{target}>")),
+            ("Call-ID", "out@test".to_owned()),
+            ("CSeq", "1 OPTIONS".to_owned()),
+        ],
+        Vec::new(),
+    )
+    .expect("request")
+}
+
+#[tokio::test]
+async fn a_retransmitted_request_gets_the_same_answer_and_is_not_served_twice() {
+    let (cancel, mut endpoint, peer, from) = endpoint_and_peer().await;
+    peer.send_to(options(1, from).as_bytes(), endpoint.local_addr())
+        .await
+        .expect("send");
+    let tx = next_request(&mut endpoint).await;
+    // Before the answer the retransmission is absorbed.
+    peer.send_to(options(1, from).as_bytes(), endpoint.local_addr())
+        .await
+        .expect("send");
+    let response = super::super::response(tx.request(), StatusCode::OK, Some("t1"));
+    tx.respond(response).await;
+    let first = datagram(&peer).await;
+    assert!(first.starts_with("SIP/2.0 200"), "{first}");
+    peer.send_to(options(1, from).as_bytes(), endpoint.local_addr())
+        .await
+        .expect("send");
+    assert_eq!(datagram(&peer).await, first);
+    // Nothing more reached the loop.
+    let more = tokio::time::timeout(Duration::from_millis(200), endpoint.recv()).await;
+    assert!(more.is_err(), "{more:?}");
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn a_request_sent_over_udp_reports_its_final_response() {
+    let (cancel, mut endpoint, peer, from) = endpoint_and_peer().await;
+    endpoint
+        .send_request(7, options_to(&format!("sip:msr@{from}")))
+        .expect("send");
+    let request = datagram(&peer).await;
+    assert!(request.starts_with("OPTIONS sip:msr@"), "{request}");
+    let via = format!("Via: SIP/2.0/UDP {};branch=z9hG4bK", endpoint.local_addr());
+    assert!(request.contains(&via), "{request}");
+    assert!(request.contains("User-Agent: test"), "{request}");
+    peer.send_to(ok_to(&request).as_bytes(), endpoint.local_addr())
+        .await
+        .expect("send");
+    match next_event(&mut endpoint).await {
+        SipEvent::Response { id: 7, response } => assert_eq!(response.status_code, StatusCode::OK),
+        other => panic!("the response expected, got {other:?}"),
+    }
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn a_request_without_cseq_is_refused_at_once() {
+    let (cancel, endpoint, _peer, from) = endpoint_and_peer().await;
+    let mut request = options_to(&format!("sip:msr@{from}"));
+    request
+        .headers
+        .retain(|h| !h.name().eq_ignore_ascii_case("CSeq"));
+    assert!(matches!(
+        endpoint.send_request(1, request),
+        Err(EndpointError::Request { .. })
+    ));
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn over_tcp_requests_go_both_ways_on_one_connection_and_its_close_is_told() {
+    let (cancel, mut endpoint, _peer, _from) = endpoint_and_peer().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("listen");
+    let remote = listener.local_addr().expect("addr");
+    endpoint
+        .send_request(
+            3,
+            options_to(&format!("sip:registrar@{remote};transport=tcp")),
+        )
+        .expect("send");
+    let (mut stream, _) = tokio::time::timeout(Duration::from_secs(5), listener.accept())
+        .await
+        .expect("connect in time")
+        .expect("accept");
+    let mut framer = wire::StreamFramer::new();
+    let mut read = async |stream: &mut tokio::net::TcpStream| loop {
+        if let Some(wire::Frame::Message(bytes)) = framer.next_frame().expect("frame") {
+            return String::from_utf8_lossy(&bytes).to_string();
+        }
+        let mut buf = vec![0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+            .await
+            .expect("read in time")
+            .expect("read");
+        assert!(n > 0, "closed");
+        framer.push(&buf[..n]);
+    };
+    let request = read(&mut stream).await;
+    assert!(request.contains("Via: SIP/2.0/TCP "), "{request}");
+    stream
+        .write_all(ok_to(&request).as_bytes())
+        .await
+        .expect("write");
+    match next_event(&mut endpoint).await {
+        SipEvent::Response { id: 3, response } => assert_eq!(response.status_code, StatusCode::OK),
+        other => panic!("the response expected, got {other:?}"),
+    }
+    // The peer's own request on that connection, answered on it.
+    let back = options(9, remote).replace("SIP/2.0/UDP", "SIP/2.0/TCP");
+    stream.write_all(back.as_bytes()).await.expect("write");
+    let tx = next_request(&mut endpoint).await;
+    assert_eq!(tx.source(), Some(remote));
+    let response = super::super::response(tx.request(), StatusCode::OK, Some("t"));
+    tx.respond(response).await;
+    let answer = read(&mut stream).await;
+    assert!(answer.starts_with("SIP/2.0 200"), "{answer}");
+    assert!(answer.contains("Call-ID: shed-9@test"), "{answer}");
+    drop(stream);
+    match next_event(&mut endpoint).await {
+        SipEvent::Closed { remote: closed } => assert_eq!(closed, remote),
+        other => panic!("closed expected, got {other:?}"),
+    }
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn a_connection_refused_fails_the_request_with_its_cause() {
+    let (cancel, mut endpoint, _peer, _from) = endpoint_and_peer().await;
+    // A port nothing listens on: bound, then closed.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("listen")
+        .local_addr()
+        .expect("addr");
+    endpoint
+        .send_request(4, options_to(&format!("sip:r@{closed};transport=tcp")))
+        .expect("send");
+    match next_event(&mut endpoint).await {
+        SipEvent::Failed { id: 4, reason } => {
+            assert!(
+                reason.starts_with(&format!("connection to tcp {closed} failed: ")),
+                "{reason}"
+            );
+        }
+        other => panic!("a failure expected, got {other:?}"),
+    }
+    // A sips: target without a TLS client set fails as plainly.
+    endpoint
+        .send_request(5, options_to(&format!("sips:r@{closed}")))
+        .expect("send");
+    match next_event(&mut endpoint).await {
+        SipEvent::Failed { id: 5, reason } => {
+            assert!(reason.contains("no tls client configured"), "{reason}");
+        }
+        other => panic!("a failure expected, got {other:?}"),
+    }
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn the_tcp_listener_serves_a_request_on_the_udp_port() {
+    let cancel = CancellationToken::new();
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let mut endpoint = SipEndpoint::bind(addr, true, "test", "OPTIONS", cancel.clone())
+        .await
+        .expect("bind");
+    let mut stream = tokio::net::TcpStream::connect(endpoint.local_addr())
+        .await
+        .expect("connect");
+    let me = stream.local_addr().expect("addr");
+    let request = options(1, me).replace("SIP/2.0/UDP", "SIP/2.0/TCP");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let tx = next_request(&mut endpoint).await;
+    assert_eq!(tx.source(), Some(me));
+    let response = super::super::response(tx.request(), StatusCode::OK, Some("t"));
+    tx.respond(response).await;
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+        .await
+        .expect("read in time")
+        .expect("read");
+    let text = String::from_utf8_lossy(&buf[..n]).to_string();
+    assert!(text.starts_with("SIP/2.0 200"), "{text}");
     cancel.cancel();
 }
