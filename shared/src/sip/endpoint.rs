@@ -191,17 +191,22 @@ enum Command {
         route: Route,
         response: Response,
     },
+    /// Server transaction `key` was dropped unanswered.
+    Abandon(ServerKey),
     /// Check TLS connections opened from now on with this.
     SetTls(Arc<rustls::ClientConfig>),
 }
 
 /// An incoming request and the server transaction that answers it.
+/// Dropped unanswered, the request is ignored: its retransmission comes
+/// to the loop again.
 pub struct ServerTransaction {
     request: Request,
     source: SocketAddr,
     key: ServerKey,
     route: Route,
     commands: mpsc::UnboundedSender<Command>,
+    answered: bool,
 }
 
 impl std::fmt::Debug for ServerTransaction {
@@ -235,14 +240,23 @@ impl ServerTransaction {
 
     /// [`respond`](Self::respond) without a future: the endpoint's task
     /// sends it.
-    fn send_response(self, response: Response) {
+    fn send_response(mut self, response: Response) {
+        self.answered = true;
         let command = Command::Respond {
-            key: self.key,
+            key: self.key.clone(),
             route: self.route,
             response,
         };
         if self.commands.send(command).is_err() {
             debug!("response not sent: the endpoint has shut down");
+        }
+    }
+}
+
+impl Drop for ServerTransaction {
+    fn drop(&mut self) {
+        if !self.answered {
+            let _ = self.commands.send(Command::Abandon(self.key.clone()));
         }
     }
 }
@@ -858,6 +872,7 @@ impl Task {
                     key,
                     route,
                     commands: self.commands.clone(),
+                    answered: false,
                 };
                 let _ = self.incoming.send(Box::new(tx));
             }
@@ -903,6 +918,7 @@ impl Task {
                 );
                 self.transmit(route, bytes).await;
             }
+            Command::Abandon(key) => self.server.abandon(&key),
             Command::SetTls(config) => self.tls = Some(config),
         }
     }

@@ -463,3 +463,16 @@ async fn the_tcp_listener_serves_a_request_on_the_udp_port() {
     assert!(text.starts_with("SIP/2.0 200"), "{text}");
     cancel.cancel();
 }
+
+#[tokio::test]
+async fn a_request_dropped_unanswered_comes_to_the_loop_again() {
+    let (cancel, mut endpoint, peer, from) = endpoint_and_peer().await;
+    for _ in 0..2 {
+        peer.send_to(options(1, from).as_bytes(), endpoint.local_addr())
+            .await
+            .expect("send");
+        let tx = next_request(&mut endpoint).await;
+        drop(tx);
+    }
+    cancel.cancel();
+}

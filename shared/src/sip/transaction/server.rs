@@ -16,8 +16,10 @@
 //! instead (§17.2.3's fallback). Over a stream nothing is retransmitted, so
 //! Timer J is 0: the transaction is forgotten when answered.
 //!
-//! A transaction its user never answers is forgotten at [`TIMER_F`], when
-//! its client has given up (§17.1.2.2), so the table cannot grow for ever.
+//! A transaction its user drops unanswered is forgotten
+//! ([`ServerTransactions::abandon`]); one it neither answers nor drops is
+//! forgotten at [`TIMER_F`], when its client has given up (§17.1.2.2), so
+//! the table cannot grow for ever.
 //!
 //! Architecture invariant: no I/O, no clock, no task; `now` is always given.
 
@@ -150,6 +152,16 @@ impl ServerTransactions {
         };
         self.remove(key);
         self.file(key.clone(), Some(bytes), expires);
+    }
+
+    /// The user drops transaction `key` without answering it: forgotten
+    /// while unanswered, so a retransmission of its request is new again
+    /// and the user decides anew (a request it chose to ignore, as a
+    /// stranger's beyond a rate, is not absorbed for [`TIMER_F`]).
+    pub fn abandon(&mut self, key: &ServerKey) {
+        if self.entries.get(key).is_some_and(|e| e.response.is_none()) {
+            self.remove(key);
+        }
     }
 
     fn file(&mut self, key: ServerKey, response: Option<Bytes>, expires: Instant) {

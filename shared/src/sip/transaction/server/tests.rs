@@ -159,3 +159,16 @@ fn a_request_without_via_or_cseq_has_no_transaction() {
     assert_eq!(table.handle_request(t0, &no_via), None);
     assert!(table.is_empty());
 }
+
+#[test]
+fn an_abandoned_request_is_new_again_but_an_answered_one_is_kept() {
+    let t0 = Instant::now();
+    let mut table = ServerTransactions::new();
+    let key = new_key(&mut table, t0, &options("z9hG4bK1"));
+    table.abandon(&key);
+    assert!(table.is_empty());
+    let key = new_key(&mut table, t0, &options("z9hG4bK1"));
+    table.handle_response(t0, &key, Bytes::from_static(b"x"), true, false);
+    table.abandon(&key);
+    assert_eq!(table.len(), 1);
+}
