@@ -2,19 +2,20 @@
 //! flags), the escaping of every value, and the rate limit of the lines
 //! anyone on the network can cause.
 //!
-//! rsipstack logs every datagram it sends or receives at `info`, raw message
-//! included, and so does the collector's own transport with target [`WIRE`];
-//! at our `info` that would drown the lines an operator reads, so both are
-//! held one level below ours until `-vv`.
+//! Both daemons log every datagram they send or receive at `info`, raw
+//! message included, with target [`WIRE`] ([`log_datagram`]); at our
+//! `info` that would drown the lines an operator reads, so those lines,
+//! and the SIP library's own (target `rsipstack`), are held one level
+//! below ours until `-vv`.
 //!
 //! Values in a log line may come from the network (a Call-ID, a Contact, a
 //! parse error quoting a datagram): [`EscapingFields`] formats every field
-//! of every line, ours and rsipstack's, with control characters escaped
+//! of every line, ours and any library's, with control characters escaped
 //! ([`printable`]), so no value can move the cursor, colour a terminal or
 //! forge a line.
 //!
 //! Lines that a stranger can cause by sending a datagram or opening a
-//! connection — rsipstack's warnings about a datagram it could not use, and
+//! connection — the SIP library's warnings, should it give any, and
 //! ours logged with target [`NETWORK`] (a refused NOTIFY, a refused control
 //! connection…) — pass through [`FloodLimit`]: one line
 //! per call site per 60 s, 100 lines per 60 s in all, and a
@@ -22,6 +23,7 @@
 //! ([`crate::log_limit`], the mechanism the registrar's refusals use).
 
 use std::fmt;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -37,13 +39,34 @@ use crate::log_limit::{LimitPolicy, Limited, LimitedLine, LineLimiter};
 
 /// The target of our lines that anyone can cause, as often as they like
 /// (a datagram, a connection): rate limited by [`FloodLimit`] like
-/// rsipstack's warnings.
+/// the SIP library's warnings.
 pub const NETWORK: &str = "network";
 
 /// The target of the lines that show every SIP datagram sent and
 /// received, raw message included (`udp received`, `udp send`): off at
 /// the default level, on with `-vv` or `RUST_LOG=…,sip_wire=info`.
 pub const WIRE: &str = "sip_wire";
+
+/// One datagram at target [`WIRE`]: its peer, length, `CSeq` and text.
+/// Callers check `tracing::enabled!(target: WIRE, Level::INFO)` first:
+/// the text is copied.
+pub fn log_datagram(what: &'static str, peer: SocketAddr, bytes: &[u8]) {
+    let text = String::from_utf8_lossy(bytes);
+    let cseq = text
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.trim()
+                .eq_ignore_ascii_case("cseq")
+                .then(|| value.trim())
+        })
+        .unwrap_or_default();
+    if what == "udp send" {
+        tracing::info!(target: WIRE, len = bytes.len(), dst = %peer, cseq = %cseq, raw_message = ?text, "{what}");
+    } else {
+        tracing::info!(target: WIRE, len = bytes.len(), src = %peer, cseq = %cseq, raw_message = ?text, "{what}");
+    }
+}
 
 /// How often [`FloodLimit::flush_periodically`] looks for windows that
 /// ended (a fraction of the 60 s window, so a count is at most this late).
@@ -183,8 +206,9 @@ impl FloodLimit {
         }
     }
 
-    /// Whether lines of this target and level are limited: rsipstack's
-    /// warnings and errors (it logs per datagram), and all of [`NETWORK`].
+    /// Whether lines of this target and level are limited: the SIP
+    /// library's warnings and errors (any would be per message), and all
+    /// of [`NETWORK`].
     fn limits(target: &str, level: &Level) -> bool {
         target == NETWORK || (target.starts_with("rsipstack") && *level <= Level::WARN)
     }

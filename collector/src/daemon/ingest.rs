@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use msr_shared::logging::WIRE;
+use msr_shared::logging::{log_datagram, WIRE};
 use msr_shared::sip::wire::{self, Carrier, DecodeError, Frame, StreamFramer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
@@ -509,26 +509,6 @@ pub(super) async fn write(
                 }
             }
         }
-    }
-}
-
-/// One datagram at target [`WIRE`] (`msr_shared::logging`): its peer,
-/// length, `CSeq` and text.
-fn log_datagram(what: &'static str, peer: SocketAddr, bytes: &[u8]) {
-    let text = String::from_utf8_lossy(bytes);
-    let cseq = text
-        .lines()
-        .find_map(|l| {
-            let (name, value) = l.split_once(':')?;
-            name.trim()
-                .eq_ignore_ascii_case("cseq")
-                .then(|| value.trim())
-        })
-        .unwrap_or_default();
-    if what == "udp send" {
-        info!(target: WIRE, len = bytes.len(), dst = %peer, cseq = %cseq, raw_message = ?text, "{what}");
-    } else {
-        info!(target: WIRE, len = bytes.len(), src = %peer, cseq = %cseq, raw_message = ?text, "{what}");
     }
 }
 

@@ -66,6 +66,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use crate::logging::{log_datagram, WIRE};
+
 use super::transaction::server::{Received, ServerKey, ServerTransactions};
 use super::transaction::{ClientTransactions, Link, Outcome, StreamTransport, TIMER_F};
 use super::wire::{self, Carrier, DecodeError, Frame, StreamFramer};
@@ -340,8 +342,9 @@ fn connect_failure(error: &std::io::Error) -> String {
 
 /// What TLS client connections are checked with (RFC 3261 §26.3.1): the
 /// CAs a server's certificate must chain to — its name must be the
-/// URI's host — and, for a server that asks, a client identity. PEM
-/// contents, checked when read.
+/// URI's host — and, for a server that asks, a client identity: the
+/// rustls client configuration built from the PEM files, checked when
+/// read.
 #[derive(Clone)]
 pub struct TlsClient {
     config: Arc<rustls::ClientConfig>,
@@ -807,6 +810,9 @@ impl Task {
             self.note_oversized(datagram.len(), from);
             return;
         }
+        if tracing::enabled!(target: WIRE, tracing::Level::INFO) {
+            log_datagram("udp received", from, datagram);
+        }
         match wire::decode(datagram, from, Carrier::Udp) {
             Ok(SipMessage::Request(request)) => {
                 let route = Route::Udp(wire::response_target(&request, from));
@@ -1066,6 +1072,9 @@ impl Task {
     async fn transmit(&mut self, route: Route, bytes: Bytes) {
         match route {
             Route::Udp(to) => {
+                if tracing::enabled!(target: WIRE, tracing::Level::INFO) {
+                    log_datagram("udp send", to, &bytes);
+                }
                 if let Err(e) = self.udp.send_to(&bytes, to).await {
                     debug!(dst = %to, error = %e, "cannot send a sip datagram");
                 }
