@@ -4,9 +4,9 @@
 //!   NOTIFY body codec (SPEC §4).
 //! * [`sip`] — helpers over rsipstack's message model (the one SIP message
 //!   model in the codebase): header access, RFC 6665 `Subscription-State`,
-//!   response construction, and [`sip::SipEndpoint`], the thin async adapter
-//!   that the daemons' shells use to move messages through rsipstack's
-//!   transaction layer.
+//!   response construction, the sans-IO transactions, and
+//!   [`sip::SipEndpoint`], the async adapter that moves the agent's
+//!   messages through them and its sockets.
 //! * [`engine`] — the media engine's addresses and their encoding in the
 //!   REGISTER's Contact URI (SPEC §3).
 //! * [`subscription`] — [`subscription::SubscriptionState`], where an
@@ -27,8 +27,8 @@
 //! * [`time`] — Unix times of a `SystemTime` (pure conversions).
 //!
 //! Architecture invariant: nothing in this crate performs I/O, reads a
-//! clock or spawns a task, except [`sip::SipEndpoint`] (the adapter over
-//! rsipstack: sockets, its tasks, receive times), [`signals`] (the signal
+//! clock or spawns a task, except [`sip::SipEndpoint`] (the adapter:
+//! sockets, connections, its tasks, the transactions' clock), [`signals`] (the signal
 //! handlers), [`fs::cannot_create_in`] (the `--check-config` permission
 //! check) and [`logging::FloodLimit`] (it reads the clock to rate-limit
 //! log lines).

@@ -39,9 +39,8 @@ fn request(method: &str, from: SocketAddr, to: SocketAddr, call_id: &str, n: u32
     .into_bytes()
 }
 
-/// Sends the burst to `to`: 1,000 requests the SIP library
-/// refuses before they reach the daemon (no From tag: rsipstack's
-/// `on_received_message error` warning), 1,000 datagrams of garbage, and
+/// Sends the burst to `to`: 1,000 requests without a From tag
+/// (RFC 3261 §8.1.1.3 makes it mandatory), 1,000 datagrams of garbage, and
 /// 1,000 `method` requests from a stranger, each with its own Call-ID.
 /// Returns once the daemon answered one more `method` sent after them all
 /// (so it has read the burst).

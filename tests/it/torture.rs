@@ -121,7 +121,7 @@ async fn every_sip_port_survives_rfc_4475_and_answers_what_rfc_3261_requires() {
     // SPEC §16: 505 to an unsupported version; 400 to a CSeq method that
     // contradicts the start line, to two Content-Lengths and to one that is
     // no number or longer than the datagram — on every port, the agent's
-    // (rsipstack's endpoint) included.
+    // `SipEndpoint` included.
     for (label, _) in &ports {
         let status = |name: &str| {
             answers

@@ -7,8 +7,10 @@
 //!   ([`header`], [`param`], [`tag`], [`cseq`], [`expires`]);
 //! * the RFC 6665 §8.2.3 `Subscription-State` header ([`SubscriptionStateHeader`]);
 //! * message construction for the sans-IO cores ([`request`], [`response`]);
+//! * [`transaction`], the non-INVITE client and server transactions,
+//!   sans-IO;
 //! * [`SipEndpoint`], the async adapter between a daemon's event loop and
-//!   rsipstack's transaction layer (the only I/O in this crate).
+//!   the network over those transactions (the only I/O in this crate).
 
 pub mod digest;
 mod endpoint;
