@@ -8,7 +8,7 @@
 //! answered (at most `FINAL_NOTIFY_GRACE`), and only then unregister.
 //!
 //! These tests run over loopback UDP in real time: the agent's shell and
-//! rsipstack's transactions are what is under test.
+//! `SipEndpoint`'s transactions are what is under test.
 
 use std::net::SocketAddr;
 use std::path::Path;
