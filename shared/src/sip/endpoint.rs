@@ -100,6 +100,9 @@ const UDP_MAX_PAYLOAD: usize = 65_535;
 /// cause and the request is tried again as any failed one.
 const CONNECT_DEADLINE: Duration = Duration::from_secs(10);
 
+/// How long a closing connection may take to say so to its peer.
+const CLOSE_DEADLINE: Duration = Duration::from_secs(1);
+
 /// Bytes read from a stream connection at a time.
 const STREAM_READ: usize = 16 * 1024;
 
@@ -1186,7 +1189,8 @@ async fn serve_connection(
         Some(error) => warn!(%remote, %transport, %error, "sip connection closed"),
         None => debug!(%remote, %transport, "sip connection closed"),
     }
-    let _ = writer.shutdown().await;
+    // A close_notify (TLS) and a FIN, unless the peer reads nothing more.
+    let _ = tokio::time::timeout(CLOSE_DEADLINE, writer.shutdown()).await;
     let _ = events.send(StreamEvent::Closed { key });
 }
 

@@ -139,9 +139,9 @@ async fn a_request_carries_the_datagram_source_not_its_via() {
 }
 
 #[tokio::test]
-async fn a_datagram_over_the_stack_buffer_is_dropped_and_counted() {
+async fn a_datagram_over_max_datagram_is_dropped_and_counted() {
     let (cancel, mut endpoint, peer, from) = endpoint_and_peer().await;
-    // A valid OPTIONS padded past 8,192 bytes with a long header.
+    // A valid OPTIONS padded past MAX_DATAGRAM with a long header.
     let big = options(1, from).replacen(
         "Max-Forwards: 70\r\n",
         &format!("Max-Forwards: 70\r\nX-Pad: {}\r\n", "a".repeat(9_000)),
@@ -151,7 +151,7 @@ async fn a_datagram_over_the_stack_buffer_is_dropped_and_counted() {
     peer.send_to(big.as_bytes(), endpoint.local_addr())
         .await
         .expect("send");
-    // A datagram of exactly the buffer's size still goes through.
+    // A datagram of exactly MAX_DATAGRAM still goes through.
     let small = options(2, from);
     let fit = small.replacen(
         "Max-Forwards: 70\r\n",
@@ -255,6 +255,15 @@ async fn datagram(peer: &tokio::net::UdpSocket) -> String {
     String::from_utf8_lossy(&buf[..n]).to_string()
 }
 
+/// A TCP listener on an ephemeral loopback port, and its address.
+async fn tcp_listener() -> (tokio::net::TcpListener, SocketAddr) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("listen");
+    let addr = listener.local_addr().expect("addr");
+    (listener, addr)
+}
+
 fn ok_to(request: &str) -> String {
     let head: Vec<&str> = request
         .split("\r\n")
@@ -348,10 +357,7 @@ async fn a_request_without_cseq_is_refused_at_once() {
 #[tokio::test]
 async fn over_tcp_requests_go_both_ways_on_one_connection_and_its_close_is_told() {
     let (cancel, mut endpoint, _peer, _from) = endpoint_and_peer().await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("listen");
-    let remote = listener.local_addr().expect("addr");
+    let (listener, remote) = tcp_listener().await;
     endpoint
         .send_request(
             3,
@@ -407,11 +413,7 @@ async fn over_tcp_requests_go_both_ways_on_one_connection_and_its_close_is_told(
 async fn a_connection_refused_fails_the_request_with_its_cause() {
     let (cancel, mut endpoint, _peer, _from) = endpoint_and_peer().await;
     // A port nothing listens on: bound, then closed.
-    let closed = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("listen")
-        .local_addr()
-        .expect("addr");
+    let (_, closed) = tcp_listener().await;
     endpoint
         .send_request(4, options_to(&format!("sip:r@{closed};transport=tcp")))
         .expect("send");
