@@ -573,14 +573,18 @@ impl SipEndpoint {
             _ => StreamTransport::Tcp,
         });
         let host = request.uri.host_with_port.host.clone();
-        let name = match &host {
-            Host::IpAddr(ip) => ServerName::IpAddress((*ip).into()),
-            Host::Domain(domain) => match ServerName::try_from(domain.to_string()) {
-                Ok(name) => name,
-                Err(_) => return Err(err("the request-uri's host is no host name")),
-            },
+        // The name a TLS server's certificate must hold (RFC 5922 §7.2).
+        let stream = match stream {
+            None => None,
+            Some(transport) => {
+                let name = match &host {
+                    Host::IpAddr(ip) => ServerName::IpAddress((*ip).into()),
+                    Host::Domain(domain) => ServerName::try_from(domain.to_string())
+                        .map_err(|_| err("the request-uri's host is no host name"))?,
+                };
+                Some((transport, name))
+            }
         };
-        let stream = stream.map(|transport| (transport, name.clone()));
         if let Some(to) = super::uri_socket_addr(&uri) {
             let _ = self.commands.send(Command::Send {
                 id,
