@@ -25,6 +25,9 @@ fn write_config_on(dir: &Path, engine_port: u16, agent: &str) -> PathBuf {
     <general max-calls="100" load-sensor="calls" load-delta="5" log-path="{}" log-name="msr.log" log-rotate="yes"/>
     <transport bind-addr="127.0.0.1" port="{engine_port}" transport="udp"/>
     <media port-start="20000" port-range="1000"/>
+    <accounts>
+        <dynamic msr_name="msr_1" realm="sip:127.0.0.1:5060" auth_name="msr" auth_password="msr-secret"/>
+    </accounts>
     <agent {agent}/>
 </config>
 "#,

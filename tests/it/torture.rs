@@ -185,7 +185,7 @@ async fn every_sip_port_survives_rfc_4475_and_answers_what_rfc_3261_requires() {
     let lower = "options sip:x@127.0.0.1 SIP/2.0\r\nMax-Forwards: 70\r\n\
         From: <sip:probe@127.0.0.1>;tag=c1\r\nTo: <sip:x@127.0.0.1>\r\n\
         Call-ID: caseless@torture\r\nCSeq: 1 options\r\nContent-Length: 0\r\n\r\n";
-    for (label, port) in [("collector", collector.port), ("redirect", redirect_port)] {
+    for (label, port) in ports {
         let answer = ask(port, "caseless", lower.as_bytes(), Duration::from_secs(2)).await;
         assert_eq!(
             answer.as_deref(),
