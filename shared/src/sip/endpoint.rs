@@ -782,12 +782,18 @@ impl Task {
         let udp = Arc::clone(&self.udp);
         let mut buf = vec![0u8; UDP_MAX_PAYLOAD];
         let cancel = self.cancel.clone();
+        let mut accept_paused_until: Option<Instant> = None;
         loop {
             let deadline = match (self.client.poll_timeout(), self.server.poll_timeout()) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
             let far = Instant::now() + Duration::from_secs(3600);
+            let accepting = accept_paused_until.is_none_or(|until| Instant::now() >= until);
+            let deadline = match (deadline, accept_paused_until.filter(|_| !accepting)) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             tokio::select! {
                 () = cancel.cancelled() => break,
                 read = udp.recv_from(&mut buf) => match read {
@@ -797,9 +803,18 @@ impl Task {
                 },
                 Some(command) = commands.recv() => self.on_command(command).await,
                 Some(event) = streams.recv() => self.on_stream(event).await,
-                accepted = accept(listener.as_ref()) => match accepted {
-                    Ok((stream, peer)) => self.accepted(stream, peer),
-                    Err(e) => debug!(error = %e, "tcp accept failed"),
+                accepted = accept(listener.as_ref()), if accepting => match accepted {
+                    Ok((stream, peer)) => {
+                        accept_paused_until = None;
+                        self.accepted(stream, peer);
+                    }
+                    // Out of descriptors (EMFILE) and the like: the
+                    // listener stays ready, so accepting again at once
+                    // would spin; the rest of the loop goes on meanwhile.
+                    Err(e) => {
+                        warn!(error = %e, pause_ms = ACCEPT_PAUSE.as_millis(), "tcp accept failed; accepting again after a pause");
+                        accept_paused_until = Some(Instant::now() + ACCEPT_PAUSE);
+                    }
                 },
                 () = tokio::time::sleep_until(deadline.unwrap_or(far)), if deadline.is_some() => {
                     let now = Instant::now();
@@ -1027,6 +1042,13 @@ impl Task {
 
     /// A TCP connection a peer opened: served like one opened here.
     fn accepted(&mut self, stream: TcpStream, peer: SocketAddr) {
+        // The agent's peers are its few collectors: a host that opens more
+        // connections than they could is refused (the stream dropped,
+        // closing it) rather than given a task and a buffer each.
+        if self.streams.len() >= MAX_STREAMS {
+            warn!(target: crate::logging::NETWORK, %peer, max = MAX_STREAMS, "tcp connection refused: too many connections open");
+            return;
+        }
         let key = (StreamTransport::Tcp, peer);
         let (writer, writes) = mpsc::unbounded_channel();
         self.streams.insert(key, writer);
@@ -1121,6 +1143,12 @@ impl Task {
         }
     }
 }
+
+/// How long accepting pauses after an accept error.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+
+/// The most stream connections open at once, accepted and opened.
+const MAX_STREAMS: usize = 256;
 
 /// The next connection on `listener`; never, without one.
 async fn accept(listener: Option<&TcpListener>) -> std::io::Result<(TcpStream, SocketAddr)> {

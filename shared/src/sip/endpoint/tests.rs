@@ -478,3 +478,40 @@ async fn a_request_dropped_unanswered_comes_to_the_loop_again() {
     }
     cancel.cancel();
 }
+
+/// A host that opens more connections than the agent's collectors could
+/// is refused past `MAX_STREAMS`: the extra connection is closed at once,
+/// the open ones stay.
+#[tokio::test]
+async fn connections_past_the_bound_are_closed() {
+    let cancel = CancellationToken::new();
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let endpoint = SipEndpoint::bind(addr, true, "test", "OPTIONS", cancel.clone())
+        .await
+        .expect("bind");
+    let mut open = Vec::new();
+    for _ in 0..super::MAX_STREAMS {
+        open.push(
+            tokio::net::TcpStream::connect(endpoint.local_addr())
+                .await
+                .expect("connect"),
+        );
+    }
+    let mut extra = tokio::net::TcpStream::connect(endpoint.local_addr())
+        .await
+        .expect("connect");
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(Duration::from_secs(5), extra.read(&mut buf))
+        .await
+        .expect("closed in time")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "the connection past the bound is closed");
+    let first = open.first_mut().expect("one");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), first.read(&mut buf))
+            .await
+            .is_err(),
+        "the first connection stays open"
+    );
+    cancel.cancel();
+}
