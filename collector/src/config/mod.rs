@@ -33,7 +33,7 @@ mod positions;
 mod raw;
 mod validate;
 
-use positions::{line_col, locate, out_of_type, with_position, OutOfType};
+use positions::{line_col, locate, out_of_type, with_position, wrong_type, OutOfType};
 use raw::*;
 pub use raw::{
     DEFAULT_ETCD_PREFIX, DEFAULT_LEASE_TTL_SECS, DEFAULT_REQUEST_TIMEOUT_MS,
@@ -723,6 +723,27 @@ pub fn parse(text: &str, origin: &str) -> Result<CollectorConfig, ConfigError> {
                     position: Some((line, column)),
                     key: outside.key,
                     value: outside.value,
+                    expected,
+                };
+            }
+            if let Some(wrong) = wrong_type(text, span.clone(), message) {
+                // A number key says its own range, as above.
+                let expected = wrong
+                    .max
+                    .and_then(|max| {
+                        let outside = OutOfType {
+                            key: wrong.key.clone(),
+                            value: wrong.value.clone(),
+                            max,
+                        };
+                        key_range(text, span, &outside)
+                    })
+                    .map_or(wrong.expected, |range| format!("a whole number, {range}"));
+                return ConfigError::Invalid {
+                    origin: origin.to_owned(),
+                    position: Some((line, column)),
+                    key: wrong.key,
+                    value: wrong.value,
                     expected,
                 };
             }

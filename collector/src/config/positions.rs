@@ -51,6 +51,68 @@ pub(super) fn out_of_type(text: &str, offset: usize, message: &str) -> Option<Ou
         "u64" => i64::MAX.unsigned_abs(),
         _ => return None,
     };
+    Some(OutOfType {
+        key: key_at(text, offset)?,
+        value: value.to_owned(),
+        max,
+    })
+}
+
+/// A value of the wrong type (module docs of [`wrong_type`]).
+#[derive(Debug, PartialEq)]
+pub(super) struct WrongType {
+    /// The dotted key, e.g. `health.keepalive_misses`.
+    pub(super) key: String,
+    /// The value as written, e.g. `"3"`.
+    pub(super) value: String,
+    /// What the key's type takes, in an operator's words.
+    pub(super) expected: String,
+    /// For a whole-number key, the type's largest value (what its own
+    /// range check is run on, as for [`OutOfType`]).
+    pub(super) max: Option<u64>,
+}
+
+/// A value of the wrong type, as the TOML parser reports it (`invalid
+/// type: string "90", expected u32`): the dotted key, the value as
+/// written and what the key takes, in an operator's words rather than
+/// Rust's type names. `None` for any other message.
+pub(super) fn wrong_type(
+    text: &str,
+    span: std::ops::Range<usize>,
+    message: &str,
+) -> Option<WrongType> {
+    let rest = message.strip_prefix("invalid type: ")?;
+    let (_, expected) = rest.rsplit_once(", expected ")?;
+    let max = match expected {
+        "u8" => Some(u64::from(u8::MAX)),
+        "u16" => Some(u64::from(u16::MAX)),
+        "u32" => Some(u64::from(u32::MAX)),
+        "u64" => Some(i64::MAX.unsigned_abs()),
+        _ => None,
+    };
+    let expected = match (expected, max) {
+        (_, Some(max)) => format!("a whole number, 0 to {max}"),
+        ("i64" | "i32", None) => "a whole number".to_owned(),
+        ("f64" | "f32", None) => "a number".to_owned(),
+        ("a boolean", None) => "true or false".to_owned(),
+        ("a string", None) => "a string, in double quotes".to_owned(),
+        ("a sequence", None) => "an array, [ … ]".to_owned(),
+        (other, None) => other.to_owned(),
+    };
+    let value = text.get(span.clone())?.trim();
+    // A value over several lines (an array) is named by its first.
+    let value = value.lines().next().unwrap_or(value);
+    Some(WrongType {
+        key: key_at(text, span.start)?,
+        value: value.to_owned(),
+        expected,
+        max,
+    })
+}
+
+/// The dotted key whose value is written at `offset` (`health.expires`):
+/// the key of that line under the innermost table header above it.
+fn key_at(text: &str, offset: usize) -> Option<String> {
     let start = text.get(..offset)?.rfind('\n').map_or(0, |i| i + 1);
     let line = text.get(start..)?.lines().next()?;
     let key = line.split_once('=')?.0.trim();
@@ -64,14 +126,9 @@ pub(super) fn out_of_type(text: &str, offset: usize, message: &str) -> Option<Ou
         // `[health]`, `[[accounts]]`, `[sip.tls] # a comment`.
         .and_then(|header| header.trim_start_matches('[').split(']').next())
         .map(str::trim);
-    let key = match table {
+    Some(match table {
         Some(table) => format!("{table}.{key}"),
         None => key.to_owned(),
-    };
-    Some(OutOfType {
-        key,
-        value: value.to_owned(),
-        max,
     })
 }
 

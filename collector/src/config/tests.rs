@@ -223,11 +223,20 @@ fn a_spurious_key_in_any_table_is_rejected() {
 
 #[test]
 fn syntax_errors_carry_line_and_column() {
-    let err = parse("node = \"a\"\n[sip]\nmin_expires = \"ten\"\n", "f.toml").expect_err("type");
+    let err = parse("node = \"a\"\n[sip]\nmin_expires = = 1\n", "f.toml").expect_err("syntax");
     match err {
         ConfigError::Syntax { line, origin, .. } => {
             assert_eq!(line, 3);
             assert_eq!(origin, "f.toml");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    // A wrong type is a value error, at the value.
+    let err = parse("node = \"a\"\n[sip]\nmin_expires = \"ten\"\n", "f.toml").expect_err("type");
+    match err {
+        ConfigError::Invalid { position, key, .. } => {
+            assert_eq!(position, Some((3, 15)));
+            assert_eq!(key, "sip.min_expires");
         }
         other => panic!("unexpected {other:?}"),
     }
@@ -277,6 +286,31 @@ fn a_number_outside_its_type_names_the_key_and_its_own_range() {
     // A top-level key has no table to name.
     let err = parse("max_rows = -1\n", "f.toml").expect_err("unknown or negative");
     assert!(err.to_string().starts_with("f.toml:1:"), "{err}");
+}
+
+/// A value of the wrong type names its key, as written, and what the
+/// key takes in an operator's words (its own range for a number), not a
+/// Rust type.
+#[test]
+fn a_value_of_the_wrong_type_names_the_key_and_what_it_takes() {
+    let err = parse("[health]\nkeepalive_misses = \"3\"  # three\n", "f.toml").expect_err("string");
+    assert_eq!(
+        err.to_string(),
+        "f.toml:2:20: `health.keepalive_misses` = \"3\": expected a whole number, 1 to 100"
+    );
+    let err = parse("node = 5\n", "f.toml").expect_err("integer");
+    assert_eq!(
+        err.to_string(),
+        "f.toml:1:8: `node` = 5: expected a string, in double quotes"
+    );
+    let err = parse("[selection]\nfailover_attempts = true\n", "f.toml").expect_err("bool");
+    assert!(
+        err.to_string().starts_with(
+            "f.toml:2:21: `selection.failover_attempts` = true: expected a whole number, "
+        ),
+        "{err}"
+    );
+    assert!(!err.to_string().contains("u32"), "{err}");
 }
 
 #[test]
