@@ -28,6 +28,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use msr_shared::logging::{log_datagram, WIRE};
 use msr_shared::sip::wire::{self, Carrier, DecodeError, Frame, StreamFramer};
+use msr_shared::sip::wire::{queue_on, STREAM_WRITE_QUEUE};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::{mpsc, Notify};
@@ -80,14 +81,6 @@ const EVICT_AFTER: Duration = Duration::from_secs(30);
 /// After the peer's half-close (EOF), the connection is kept for writing
 /// this long, so the answers to its last requests still reach it.
 const STREAM_LINGER: Duration = Duration::from_secs(2);
-
-/// Messages queued for one connection's writer at most. A peer that stops
-/// reading (its receive window full) while it keeps sending requests or
-/// CRLF pings would otherwise grow the queue without bound: when it is
-/// full the connection is closed (the peer is not reading what it is
-/// answered; RFC 5626 §4.4.1 has it reconnect). The collector's messages
-/// are under 2 KiB, so each connection holds at most about 128 KiB.
-const STREAM_WRITE_QUEUE: usize = 64;
 
 /// The registered contacts' addresses, as the loop last published them.
 #[derive(Debug, Clone, Default)]

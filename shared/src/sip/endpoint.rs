@@ -725,13 +725,26 @@ trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
+/// The way to a connection's task: its writer's queue (at most
+/// [`wire::STREAM_WRITE_QUEUE`] messages, [`wire::queue_on`]) and the
+/// token that closes it.
+struct Writer {
+    tx: mpsc::Sender<Bytes>,
+    close: CancellationToken,
+}
+
+impl Writer {
+    fn new() -> (Self, mpsc::Receiver<Bytes>) {
+        let (tx, rx) = mpsc::channel(wire::STREAM_WRITE_QUEUE);
+        let close = CancellationToken::new();
+        (Self { tx, close }, rx)
+    }
+}
+
 /// What a connection's task tells the endpoint's task.
 enum StreamEvent {
     /// The connection to `key` is open; bytes for it go to `writer`.
-    Connected {
-        key: StreamKey,
-        writer: mpsc::UnboundedSender<Bytes>,
-    },
+    Connected { key: StreamKey, writer: Writer },
     /// The connection to `key` could not be opened.
     ConnectFailed { key: StreamKey, reason: String },
     /// One whole message arrived on `key`.
@@ -758,7 +771,7 @@ struct Task {
     /// The requests in flight, for the `408` of one that times out.
     requests: HashMap<u64, Request>,
     /// The open connections: where their bytes go.
-    streams: HashMap<StreamKey, mpsc::UnboundedSender<Bytes>>,
+    streams: HashMap<StreamKey, Writer>,
     /// The requests waiting for a connection being opened.
     connecting: HashMap<StreamKey, Vec<(u64, Request)>>,
     tls: Option<Arc<rustls::ClientConfig>>,
@@ -1018,9 +1031,10 @@ impl Task {
                     return;
                 }
             };
-            let (writer, writes) = mpsc::unbounded_channel();
+            let (writer, writes) = Writer::new();
+            let close = writer.close.clone();
             let _ = events.send(StreamEvent::Connected { key, writer });
-            serve_connection(io, key, writes, events, cancel).await;
+            serve_connection(io, key, writes, close, events, cancel).await;
         });
     }
 
@@ -1050,7 +1064,8 @@ impl Task {
             return;
         }
         let key = (StreamTransport::Tcp, peer);
-        let (writer, writes) = mpsc::unbounded_channel();
+        let (writer, writes) = Writer::new();
+        let close = writer.close.clone();
         self.streams.insert(key, writer);
         let events = self.streams_tx.clone();
         let cancel = self.cancel.clone();
@@ -1058,6 +1073,7 @@ impl Task {
             Box::new(stream),
             key,
             writes,
+            close,
             events,
             cancel,
         ));
@@ -1112,7 +1128,7 @@ impl Task {
                 let sent = self
                     .streams
                     .get(&key)
-                    .is_some_and(|writer| writer.send(bytes).is_ok());
+                    .is_some_and(|writer| wire::queue_on(&writer.tx, &writer.close, bytes));
                 if !sent {
                     debug!(dst = %key.1, transport = %key.0, "connection closed, sip message not sent");
                 }
@@ -1185,7 +1201,8 @@ async fn connect(
 async fn serve_connection(
     io: Box<dyn Io>,
     key: StreamKey,
-    mut writes: mpsc::UnboundedReceiver<Bytes>,
+    mut writes: mpsc::Receiver<Bytes>,
+    close: CancellationToken,
     events: mpsc::UnboundedSender<StreamEvent>,
     cancel: CancellationToken,
 ) {
@@ -1196,6 +1213,7 @@ async fn serve_connection(
     let error = loop {
         let bytes = tokio::select! {
             () = cancel.cancelled() => break None,
+            () = close.cancelled() => break Some("the peer does not read what it is sent".to_owned()),
             read = reader.read(&mut buf) => match read {
                 Ok(0) => break None,
                 Ok(len) => {
@@ -1213,7 +1231,14 @@ async fn serve_connection(
                 None => break None,
             },
         };
-        if let Err(e) = writer.write_all(&bytes).await {
+        // A peer that reads nothing blocks the write: its queue fills
+        // meanwhile, and the close that follows ends the write too.
+        let written = tokio::select! {
+            written = writer.write_all(&bytes) => written,
+            () = close.cancelled() => break Some("the peer does not read what it is sent".to_owned()),
+            () = cancel.cancelled() => break None,
+        };
+        if let Err(e) = written {
             break Some(e.to_string());
         }
     };

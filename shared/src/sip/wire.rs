@@ -20,6 +20,9 @@ use rsipstack::sip::prelude::HeadersExt;
 use rsipstack::sip::transport::Transport;
 use rsipstack::transport::SipConnection;
 
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
 use super::{Request, Response, SipMessage};
 
 /// Why bytes are not a SIP message.
@@ -690,3 +693,30 @@ fn content_length(head: &[u8]) -> Result<usize, FrameError> {
 
 #[cfg(test)]
 mod tests;
+
+/// Messages queued for one stream connection's writer at most. A peer that
+/// stops reading (its receive window full) while it keeps sending would
+/// otherwise grow the queue without bound: when it is full the connection
+/// is closed (the peer is not reading what it is sent; RFC 5626 §4.4.1 has
+/// it reconnect). The daemons' messages are under 2 KiB, so each
+/// connection holds at most about 128 KiB.
+pub const STREAM_WRITE_QUEUE: usize = 64;
+
+/// Queues `bytes` for a stream connection's writer (a channel of
+/// [`STREAM_WRITE_QUEUE`]), closing the connection (`close`) when its
+/// queue is full; `false` when it is gone or was closed for that.
+pub fn queue_on(tx: &mpsc::Sender<Bytes>, close: &CancellationToken, bytes: Bytes) -> bool {
+    match tx.try_send(bytes) {
+        Ok(()) => true,
+        Err(mpsc::error::TrySendError::Full(_)) => {
+            tracing::debug!(
+                target: crate::logging::NETWORK,
+                queued = STREAM_WRITE_QUEUE,
+                "sip stream connection closed: the peer does not read what it is sent"
+            );
+            close.cancel();
+            false
+        }
+        Err(mpsc::error::TrySendError::Closed(_)) => false,
+    }
+}

@@ -181,24 +181,6 @@ impl Streams {
     }
 }
 
-/// Queues `bytes` for a connection's writer, closing the connection when
-/// its queue is full (a peer that does not read; [`STREAM_WRITE_QUEUE`]).
-pub(super) fn queue_on(tx: &mpsc::Sender<Bytes>, close: &CancellationToken, bytes: Bytes) -> bool {
-    match tx.try_send(bytes) {
-        Ok(()) => true,
-        Err(mpsc::error::TrySendError::Full(_)) => {
-            debug!(
-                target: msr_shared::logging::NETWORK,
-                queued = STREAM_WRITE_QUEUE,
-                "sip stream connection closed: the peer does not read what it is sent"
-            );
-            close.cancel();
-            false
-        }
-        Err(mpsc::error::TrySendError::Closed(_)) => false,
-    }
-}
-
 /// What [`Streams::admit`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Admitted {

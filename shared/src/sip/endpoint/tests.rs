@@ -515,3 +515,55 @@ async fn connections_past_the_bound_are_closed() {
     );
     cancel.cancel();
 }
+
+/// A peer that reads nothing of what it is sent: once its connection's
+/// queue is full (the kernel's buffers full first) the connection is
+/// closed and its close told, rather than the queue growing without bound.
+#[tokio::test]
+async fn a_connection_whose_peer_reads_nothing_is_closed_not_queued_for_ever() {
+    let (cancel, mut endpoint, _peer, _from) = endpoint_and_peer().await;
+    let (listener, remote) = tcp_listener().await;
+    let target = format!("sip:registrar@{remote};transport=tcp");
+    let body = vec![b'x'; 6_000];
+    let mut stream = None;
+    let mut closed = false;
+    for id in 0..4_000u64 {
+        let mut request = options_to(&target);
+        request.body = body.clone();
+        super::super::push_header(&mut request.headers, "Content-Type", "text/plain");
+        endpoint.send_request(id, request).expect("send");
+        if stream.is_none() {
+            // Accepted, and never read.
+            stream = Some(listener.accept().await.expect("accept").0);
+        }
+        if id % 20 == 19 {
+            // Bursts well within the queue: only a peer that stops
+            // reading fills it.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            while let Ok(Some(event)) =
+                tokio::time::timeout(Duration::from_millis(1), endpoint.recv()).await
+            {
+                if matches!(event, SipEvent::Closed { remote: r } if r == remote) {
+                    closed = true;
+                }
+            }
+            if closed {
+                break;
+            }
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !closed && Instant::now() < deadline {
+        if let Ok(Some(SipEvent::Closed { remote: r })) =
+            tokio::time::timeout(Duration::from_millis(100), endpoint.recv()).await
+        {
+            closed = r == remote;
+        }
+    }
+    assert!(
+        closed,
+        "the connection to a peer that reads nothing is closed"
+    );
+    drop(stream);
+    cancel.cancel();
+}
