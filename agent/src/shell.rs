@@ -103,8 +103,10 @@ enum Origin {
     Probe(ProbeId),
 }
 
-/// The name of the interface owning `addr` (`lo` on loopback); `None` when
-/// no interface has it (or `addr` is unspecified).
+/// The name of the interface owning `addr` (`lo` on loopback): the one
+/// that has it, else the one whose network holds it (a loopback alias such
+/// as 127.0.0.62, which Linux serves from `lo`'s 127.0.0.0/8 without an
+/// address of its own); `None` when none does (or `addr` is unspecified).
 pub fn interface_name(addr: IpAddr) -> Option<String> {
     let interfaces = match if_addrs::get_if_addrs() {
         Ok(i) => i,
@@ -113,10 +115,29 @@ pub fn interface_name(addr: IpAddr) -> Option<String> {
             return None;
         }
     };
+    if let Some(exact) = interfaces.iter().find(|i| i.ip() == addr) {
+        return Some(exact.name.clone());
+    }
     interfaces
         .into_iter()
-        .find(|i| i.ip() == addr)
+        .find(|i| network_holds(&i.addr, addr))
         .map(|i| i.name)
+}
+
+/// Whether the network of the interface address `on` (its address and
+/// netmask) holds `addr`.
+fn network_holds(on: &if_addrs::IfAddr, addr: IpAddr) -> bool {
+    match (on, addr) {
+        (if_addrs::IfAddr::V4(v4), IpAddr::V4(a)) => {
+            let mask = u32::from(v4.netmask);
+            mask != 0 && u32::from(v4.ip) & mask == u32::from(a) & mask
+        }
+        (if_addrs::IfAddr::V6(v6), IpAddr::V6(a)) => {
+            let mask = u128::from(v6.netmask);
+            mask != 0 && u128::from(v6.ip) & mask == u128::from(a) & mask
+        }
+        _ => false,
+    }
 }
 
 /// The address put in Contacts: `bind-addr`, or for an unspecified
@@ -881,4 +902,35 @@ fn far_future() -> Instant {
 
 fn is_ng(probe: &EngineProbe) -> bool {
     matches!(probe.config().method, ProbeMethod::NgStatistics { .. })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `lo` owns 127.0.0.1 and, through its 127.0.0.0/8, every loopback
+    /// alias (a contact on 127.0.0.62 is `lo@msr_1`, as the guides name
+    /// it).
+    #[test]
+    fn a_loopback_alias_is_los() {
+        let lo = interface_name(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)).expect("lo");
+        assert_eq!(
+            interface_name("127.0.0.62".parse().expect("ip")).as_deref(),
+            Some(lo.as_str())
+        );
+    }
+
+    #[test]
+    fn a_network_holds_the_addresses_of_its_prefix_only() {
+        let on = if_addrs::IfAddr::V4(if_addrs::Ifv4Addr {
+            ip: "10.1.2.3".parse().expect("ip"),
+            netmask: "255.255.255.0".parse().expect("mask"),
+            prefixlen: 24,
+            broadcast: None,
+        });
+        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
+        assert!(network_holds(&on, ip("10.1.2.200")));
+        assert!(!network_holds(&on, ip("10.1.3.1")));
+        assert!(!network_holds(&on, ip("::1")));
+    }
 }
