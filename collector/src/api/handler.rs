@@ -202,6 +202,17 @@ fn msr_of(request: &Request) -> Option<String> {
     }
 }
 
+/// The contact a change names (`resource set`, `resource unset`), whose
+/// registration its answer states ([`Change::msr_registered`]).
+fn contact_of(request: &Request) -> Option<&str> {
+    match request {
+        Request::ResourceSetZone { contact, .. }
+        | Request::ResourceSetSite { contact, .. }
+        | Request::ResourceUnset { contact, .. } => Some(contact),
+        _ => None,
+    }
+}
+
 fn operator_error(error: &OperatorError) -> Response {
     let code = match error {
         OperatorError::Topology(TopologyError::UnknownSite { .. }) => ErrorCode::UnknownSite,
@@ -237,6 +248,7 @@ pub fn prepare(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Ou
     if request.is_mutation() {
         let mut next = ctx.operator.clone();
         let msr = msr_of(&request);
+        let contact = contact_of(&request).map(str::to_owned);
         let mut response = mutate(request, &mut next, ctx.table, ctx.defaults);
         // A setting for an MSR that is not registered is kept: it applies
         // when the MSR registers (SPEC §6), which may be later or through
@@ -245,6 +257,13 @@ pub fn prepare(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Ou
         // (issue 44).
         if let (Some(msr), Response::Ok(ResponseData::Changed(change))) = (msr, &mut response) {
             change.msr_registered = Some(ctx.table.has_contacts(&msr));
+        }
+        // The same for a contact's zone or site: the contact names the MSR
+        // and the interface, and either may be mistyped.
+        if let (Some(contact), Response::Ok(ResponseData::Changed(change))) =
+            (contact, &mut response)
+        {
+            change.msr_registered = Some(ctx.table.has_contact(&contact));
         }
         if matches!(response, Response::Ok(_)) && next != *ctx.operator {
             return Outcome::Change {

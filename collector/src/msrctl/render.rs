@@ -162,14 +162,21 @@ pub fn change(change: &Change) -> String {
 /// the setting is kept for it, and a typo shows; keyed as the lines
 /// above it, `width` wide.
 fn not_registered(change: &Change, msr: &str, width: usize) -> String {
-    if change.msr_registered == Some(false) {
+    if change.msr_registered != Some(false) {
+        return String::new();
+    }
+    if change.entity == ChangedEntity::Contact {
+        format!(
+            " {:<width$} no contact {msr} is registered: the setting is kept and applies when it \
+             registers (msrctl resource list shows the registered contacts)\n",
+            "note"
+        )
+    } else {
         format!(
             " {:<width$} no msr {msr} is registered: the setting is kept and applies when it \
              registers (msrctl msr list shows the registered msrs)\n",
             "note"
         )
-    } else {
-        String::new()
     }
 }
 

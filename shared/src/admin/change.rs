@@ -20,10 +20,11 @@ pub struct Change {
     /// The new value.
     pub to: ChangeValue,
     /// For a change to an MSR (`msr set`, `subscription set`): whether the
-    /// MSR has a contact in the collector's load table now. `false`: no
-    /// such MSR is registered (a typo, or one not started yet); the
-    /// setting is kept and applies when it registers. Absent for the
-    /// other entities.
+    /// MSR has a contact in the collector's load table now; for a change
+    /// to a contact (`resource set`, `resource unset`): whether that
+    /// contact is there. `false`: none such is registered (a typo, or one
+    /// not started yet); the setting is kept and applies when it
+    /// registers. Absent for the other entities.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub msr_registered: Option<bool>,
 }

@@ -1956,6 +1956,25 @@ fn a_change_to_an_msr_says_whether_it_is_registered() {
     assert!(!nosuch.registered && !nosuch.active);
 }
 
+/// `resource set` for a contact that is not registered (a mistyped
+/// interface or MSR) says so too; for a registered one it says it is.
+#[test]
+fn a_change_to_a_contact_says_whether_it_is_registered() {
+    let now = Instant::now();
+    let mut h = Harness::new();
+    h.register("lo@msr_1", "msr_1", now);
+    let registered = |data: ResponseData| match data {
+        ResponseData::Changed(change) => change.msr_registered,
+        other => panic!("{other:?}"),
+    };
+    let zone = |contact: &str| Request::ResourceSetZone {
+        contact: contact.into(),
+        zone: "rtk".into(),
+    };
+    assert_eq!(registered(h.ok(zone("eth0@msr_1"), now)), Some(false));
+    assert_eq!(registered(h.ok(zone("lo@msr_1"), now)), Some(true));
+}
+
 /// `msr forget` of an MSR nobody knows says so (`msr_not_found`); of a
 /// registered one, that it is not gone (`invalid_value`).
 #[test]

@@ -103,6 +103,12 @@ impl LoadTable {
             .is_some_and(|entry| !entry.contacts.is_empty())
     }
 
+    /// Whether `contact` (`lo@msr_1`) is in the table: registered, its
+    /// binding not ended.
+    pub fn has_contact(&self, contact: &str) -> bool {
+        self.contacts.contains_key(contact)
+    }
+
     /// Whether any contact in the table currently carries `site`.
     pub fn site_in_use(&self, site: &str) -> bool {
         self.contacts.values().any(|c| c.site == site)

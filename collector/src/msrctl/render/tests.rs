@@ -553,6 +553,20 @@ fn a_setting_for_an_unregistered_msr_is_said_and_listed_apart() {
         ..set.clone()
     };
     assert!(!change(&registered).contains("note"));
+    let contact = Change {
+        entity: ChangedEntity::Contact,
+        name: "eth0@msr_1".into(),
+        property: ChangedProperty::Zone,
+        from: ChangeValue::Text("default".into()),
+        to: ChangeValue::Text("rtk".into()),
+        msr_registered: Some(false),
+    };
+    assert!(
+        change(&contact)
+            .contains(" note    no contact eth0@msr_1 is registered: the setting is kept"),
+        "{}",
+        change(&contact)
+    );
     let sub = Change {
         entity: ChangedEntity::Subscription,
         name: "nosuch eltex-call-count".into(),
