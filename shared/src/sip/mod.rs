@@ -290,7 +290,11 @@ pub fn request_refusal(req: &Request) -> Option<(StatusCode, &'static str)> {
     // method is compared as a parsed `Method`, with no allocation.
     let cseq_method = header(&req.headers, "CSeq").and_then(|v| v.split_whitespace().nth(1));
     if let Some(method) = cseq_method {
-        if method.parse::<Method>().ok() != Some(req.method) {
+        // Method names are case-sensitive (RFC 3261 §7.1) and every known
+        // one is upper case: a lower-case letter is another method.
+        if method.parse::<Method>().ok() != Some(req.method)
+            || method.bytes().any(|b| b.is_ascii_lowercase())
+        {
             return Some((
                 StatusCode::BadRequest,
                 "the cseq method is not the request's",

@@ -240,3 +240,24 @@ fn a_content_length_is_digits_only() {
         assert_eq!(length_value(value), length, "{value:?}");
     }
 }
+
+/// RFC 3261 §8.1.1.5, §7.1: a CSeq naming another method, in another
+/// case included, is a 400; the same method in the same case passes.
+#[test]
+fn a_cseq_method_in_another_case_is_another_method() {
+    let with_cseq = |cseq: &str| {
+        parse(&format!(
+            "OPTIONS sip:x@127.0.0.1 SIP/2.0\nVia: SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bK-c\n\
+             From: <sip:a@127.0.0.1>;tag=f\nTo: <sip:x@127.0.0.1>\nCall-ID: c@test\n\
+             CSeq: {cseq}\nContent-Length: 0\n\n"
+        ))
+    };
+    assert_eq!(request_refusal(&with_cseq("1 OPTIONS")), None);
+    for cseq in ["1 options", "1 Options", "1 INVITE"] {
+        assert_eq!(
+            request_refusal(&with_cseq(cseq)).map(|(status, _)| status),
+            Some(StatusCode::BadRequest),
+            "{cseq}"
+        );
+    }
+}
