@@ -6,11 +6,16 @@ use crate::operator::store::StoreError;
 /// A loopback config with the control socket and the store at the
 /// given paths.
 fn config(socket: &Path, state: &Path) -> CollectorConfig {
+    config_with(socket, state, "")
+}
+
+/// [`config`] with `more` (TOML tables) at its end.
+fn config_with(socket: &Path, state: &Path, more: &str) -> CollectorConfig {
     let text = format!(
         "node = \"core1@test\"\n[sip]\nlisten = \"127.0.0.1:0\"\nrealm = \"msr.local\"\n\
          [[accounts]]\nauth_name = \"msr\"\npassword = \"msr-secret\"\n\
          [control]\nsocket = \"{}\"\n[state]\npath = \"{}\"\n\
-         [http]\nlisten = \"off\"\n",
+         [http]\nlisten = \"off\"\n{more}",
         socket.display(),
         state.display()
     );
@@ -129,15 +134,11 @@ async fn a_taken_http_or_redirect_port_is_an_error_naming_it() {
     );
     let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind udp");
     let held = udp.local_addr().expect("addr");
-    let text = format!(
-        "node = \"core1@test\"\n[sip]\nlisten = \"127.0.0.1:0\"\nrealm = \"msr.local\"\n\
-         [[accounts]]\nauth_name = \"msr\"\npassword = \"msr-secret\"\n\
-         [control]\nsocket = \"{}\"\n[state]\npath = \"{}\"\n\
-         [http]\nlisten = \"off\"\n[redirect]\nlisten = \"{held}\"\n",
-        socket.display(),
-        state.display()
+    let c = config_with(
+        &socket,
+        &state,
+        &format!("[redirect]\nlisten = \"{held}\"\n"),
     );
-    let c = crate::config::parse(&text, "test").expect("config");
     let err = start(c, CancellationToken::new())
         .await
         .expect_err("the redirect port is taken");

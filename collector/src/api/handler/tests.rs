@@ -1926,7 +1926,8 @@ fn zone_list_names_every_zone_with_its_contacts() {
 
 /// Issue 44: `msr set` for a name no MSR registered with is kept (it
 /// applies when the MSR registers), and the answer says it is not
-/// registered; for a registered MSR it says it is.
+/// registered; for a registered MSR it says it is. The same for a
+/// contact's `resource set`.
 #[test]
 fn a_change_to_an_msr_says_whether_it_is_registered() {
     let now = Instant::now();
@@ -1954,19 +1955,8 @@ fn a_change_to_an_msr_says_whether_it_is_registered() {
     };
     let nosuch = msrs.iter().find(|m| m.name == "nosuch").expect("kept");
     assert!(!nosuch.registered && !nosuch.active);
-}
-
-/// `resource set` for a contact that is not registered (a mistyped
-/// interface or MSR) says so too; for a registered one it says it is.
-#[test]
-fn a_change_to_a_contact_says_whether_it_is_registered() {
-    let now = Instant::now();
-    let mut h = Harness::new();
-    h.register("lo@msr_1", "msr_1", now);
-    let registered = |data: ResponseData| match data {
-        ResponseData::Changed(change) => change.msr_registered,
-        other => panic!("{other:?}"),
-    };
+    // `resource set` for a contact that is not registered (a mistyped
+    // interface or MSR) says so too; for a registered one it says it is.
     let zone = |contact: &str| Request::ResourceSetZone {
         contact: contact.into(),
         zone: "rtk".into(),
