@@ -32,7 +32,8 @@ pub async fn shutdown_signal(
                 match on_hup() {
                     Ok(done) if done.is_empty() => {}
                     Ok(done) => info!("SIGHUP: {done}"),
-                    Err(failed) => warn!("SIGHUP: {failed}"),
+                    // A reload that failed: at error, as the agent logs its own.
+                    Err(failed) => tracing::error!("SIGHUP: {failed}"),
                 }
             }
         }
