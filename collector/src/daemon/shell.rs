@@ -121,8 +121,19 @@ impl Shell {
                 Some(batch) = self.queues.known.recv() => self.on_batch(batch, true),
                 Some(batch) = self.queues.other.recv() => self.on_batch(batch, false),
                 Some(command) = self.admin_rx.recv() => self.on_admin(command),
-                () = redirect_readable(self.redirect.as_ref()) => self.on_redirect(None),
-                Some(batch) = redirect_batch(&mut self.redirect_streams) => self.on_redirect(Some(batch)),
+                () = redirect_readable(self.redirect.as_ref()) => {
+                    if self.on_redirect(None) {
+                        // The control socket's connections run on this
+                        // thread too: a socket that stays readable (the
+                        // redirect's, under a flood; its readiness spends
+                        // none of tokio's budget) must not keep the loop
+                        // from yielding to them and to the I/O driver.
+                        tokio::task::yield_now().await;
+                    }
+                }
+                Some(batch) = redirect_batch(&mut self.redirect_streams) => {
+                    self.on_redirect(Some(batch));
+                }
                 Some(event) = etcd_event(&mut self.etcd) => {
                     let now = self.now();
                     self.core.handle_etcd(now, event);
@@ -266,19 +277,24 @@ impl Shell {
     /// its stream messages: each new INVITE's `select` is asked of the
     /// core here, and its answer, an [`Effect::Answer`], sends the final
     /// response as [`drive`](Self::drive) carries it out.
-    fn on_redirect(&mut self, batch: Option<Vec<crate::core::Inbound>>) {
+    ///
+    /// Whether the socket had more to read than one batch (a flood).
+    fn on_redirect(&mut self, batch: Option<Vec<crate::core::Inbound>>) -> bool {
         let Some(server) = self.redirect.as_mut() else {
-            return;
+            return false;
         };
         let now = Instant::now();
         let mut asks = std::mem::take(&mut self.asks);
-        match batch {
+        let full = match batch {
             None => server.on_readable(now, &mut asks),
-            Some(batch) => server.on_streams(now, batch, &mut asks),
-        }
+            Some(batch) => {
+                server.on_streams(now, batch, &mut asks);
+                false
+            }
+        };
         if asks.is_empty() {
             self.asks = asks;
-            return;
+            return full;
         }
         let now = self.now();
         for ask in asks.drain(..) {
@@ -297,6 +313,7 @@ impl Shell {
         // Selections change no stored setting: their answers, and the
         // final responses they send, go out together.
         self.drive();
+        full
     }
 
     /// Carries out what the core produced: messages to the writer, known

@@ -192,9 +192,12 @@ impl RedirectServer {
     }
 
     /// Reads and serves up to [`BATCH`] datagrams; each new INVITE that
-    /// needs a selection goes to `asks`.
-    pub fn on_readable(&mut self, now: Instant, asks: &mut Vec<Ask>) {
+    /// needs a selection goes to `asks`. Whether the batch was full: the
+    /// socket may have more (a flood), so the caller yields before the
+    /// next.
+    pub fn on_readable(&mut self, now: Instant, asks: &mut Vec<Ask>) -> bool {
         let mut buf = std::mem::take(&mut self.buf);
+        let mut full = true;
         for _ in 0..BATCH {
             match self.server.socket.try_recv_from(&mut buf) {
                 Ok((_, src)) if !self.server.ctx.allows(src) => self.server.stranger(src),
@@ -204,13 +207,17 @@ impl RedirectServer {
                         asks.push(ask);
                     }
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    full = false;
+                    break;
+                }
                 // ICMP port unreachable from an earlier send shows up here
                 // on Linux; nothing to do but go on.
                 Err(e) => debug!(cause = %e, "redirect socket receive error"),
             }
         }
         self.buf = buf;
+        full
     }
 
     /// Serves a batch of messages from the stream connections; each new
