@@ -83,6 +83,13 @@ impl Notifier {
                 sip::push_header(&mut r.headers, "Accept", CONTENT_TYPE);
                 Some(finish(r))
             }
+            // RFC 3261 §9.2: a CANCEL matching no transaction is a 481;
+            // this UAS runs no INVITE, so none matches.
+            Method::Cancel => Some(finish(sip::response(
+                request,
+                StatusCode::CallTransactionDoesNotExist,
+                Some(&sip::random_token()),
+            ))),
             _ => {
                 let to_tag = sip::header(&request.headers, "To").and_then(sip::tag);
                 let status = match to_tag {

@@ -652,6 +652,13 @@ fn other_requests() {
         n.handle_request(t0, COLLECTOR, &msg).map(|r| r.status_code),
         Some(StatusCode::MethodNotAllowed)
     );
+    // RFC 3261 §9.2: no INVITE runs here, so no CANCEL matches.
+    let cancel = with_method(subscribe("o", None, 4, None, EVENT), Method::Cancel);
+    assert_eq!(
+        n.handle_request(t0, COLLECTOR, &cancel)
+            .map(|r| r.status_code),
+        Some(StatusCode::CallTransactionDoesNotExist)
+    );
 }
 
 /// Slots (SPEC §4, module docs): other processes on the registrar's host

@@ -48,7 +48,21 @@
 //! `503 Service Unavailable` and `Retry-After: 1` until the backlog is
 //! back at the bound, so a loop that falls behind serves recent requests,
 //! not ones their senders gave up on long ago, and the queue cannot grow
-//! for ever. Shedding is logged at warn, at most once per 5 s.
+//! for ever; and a request that finds [`MAX_WAITING`] waiting (a loop
+//! that does not ask for a while) is dropped at once. Shedding is logged
+//! at warn, at most once per 5 s. The answers
+//! sent before anyone looked at who asked (the `503`s, and the raw `501`
+//! and `400`) are at most [`RAW_ANSWERS_PER_SEC`] each; past it the request
+//! is dropped, so a flood from forged sources gets no flood back.
+//!
+//! Streams: at most [`MAX_STREAMS`] connections; one more is closed at
+//! once. A connection's messages wait for the task in one queue of
+//! [`STREAM_EVENTS`] shared by all connections; when it is full a
+//! connection's reader waits, reading no further, and the waiting readers
+//! take their turns in order: a peer that sends faster than the endpoint
+//! serves slows itself, not the registrar's connection. What is written
+//! to a connection waits in a queue of [`wire::STREAM_WRITE_QUEUE`]; a
+//! peer that reads nothing fills it and is closed ([`wire::queue_on`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -67,6 +81,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::logging::{log_datagram, WIRE};
+use crate::token_bucket::TokenBucket;
 
 use super::transaction::server::{Received, ServerKey, ServerTransactions};
 use super::transaction::{ClientTransactions, Link, Outcome, StreamTransport, TIMER_F};
@@ -75,6 +90,12 @@ use super::wire::{self, Carrier, DecodeError, Frame, StreamFramer};
 /// Default bound on incoming requests waiting for the loop (see the module
 /// docs): about 0.4 s of traffic at 5000 requests/s.
 pub(crate) const DEFAULT_MAX_BACKLOG: usize = 2048;
+
+/// The most requests waiting for the loop at all: past
+/// [`DEFAULT_MAX_BACKLOG`] the oldest are shed when the loop asks, and
+/// past this one a new request is dropped at once, so a loop that does not
+/// ask for a while holds a bounded queue whatever arrives.
+pub(crate) const MAX_WAITING: usize = 4 * DEFAULT_MAX_BACKLOG;
 
 /// `Retry-After` of a `503` sent when shedding, seconds.
 pub(crate) const SHED_RETRY_AFTER_SECS: u32 = 1;
@@ -271,12 +292,14 @@ impl Drop for ServerTransaction {
 pub struct SipEndpoint {
     commands: mpsc::UnboundedSender<Command>,
     /// Requests waiting for the loop (the backlog).
-    incoming: mpsc::UnboundedReceiver<Box<ServerTransaction>>,
+    incoming: mpsc::Receiver<Box<ServerTransaction>>,
     events_tx: mpsc::UnboundedSender<SipEvent>,
     events_rx: mpsc::UnboundedReceiver<SipEvent>,
     local_addr: SocketAddr,
     cancel: CancellationToken,
     max_backlog: usize,
+    /// The `503`s of the shed requests ([`RAW_ANSWERS_PER_SEC`]).
+    shed_answers: TokenBucket,
     /// Requests shed since the last warning.
     shed_unlogged: u64,
     /// Requests shed in all.
@@ -284,6 +307,8 @@ pub struct SipEndpoint {
     last_shed_log: Option<Instant>,
     /// Datagrams over [`MAX_DATAGRAM`], dropped.
     oversized: Arc<AtomicU64>,
+    /// Requests dropped because [`MAX_WAITING`] were waiting.
+    dropped: Arc<AtomicU64>,
 }
 
 /// The receive buffer asked of the kernel for the UDP socket (it grants at
@@ -502,9 +527,10 @@ impl SipEndpoint {
         };
         let (commands, commands_rx) = mpsc::unbounded_channel();
         let (events_tx, events_rx) = mpsc::unbounded_channel();
-        let (incoming_tx, incoming) = mpsc::unbounded_channel();
-        let (streams_tx, streams_rx) = mpsc::unbounded_channel();
+        let (incoming_tx, incoming) = mpsc::channel(MAX_WAITING);
+        let (streams_tx, streams_rx) = mpsc::channel(STREAM_EVENTS);
         let oversized = Arc::new(AtomicU64::new(0));
+        let dropped = Arc::new(AtomicU64::new(0));
         let task = Task {
             udp: Arc::new(udp),
             local_addr,
@@ -520,7 +546,9 @@ impl SipEndpoint {
             incoming: incoming_tx,
             commands: commands.clone(),
             oversized: Arc::clone(&oversized),
+            dropped: Arc::clone(&dropped),
             oversized_log: OversizedLog::default(),
+            raw_answers: TokenBucket::full(RAW_ANSWERS_PER_SEC),
             cancel: cancel.clone(),
         };
         tokio::spawn(task.run(commands_rx, streams_rx, listener));
@@ -532,10 +560,12 @@ impl SipEndpoint {
             local_addr,
             cancel,
             max_backlog: DEFAULT_MAX_BACKLOG,
+            shed_answers: TokenBucket::full(RAW_ANSWERS_PER_SEC),
             shed_unlogged: 0,
             shed_total: 0,
             last_shed_log: None,
             oversized,
+            dropped,
         })
     }
 
@@ -650,9 +680,11 @@ impl SipEndpoint {
         self.oversized.load(Ordering::Relaxed)
     }
 
-    /// Incoming requests answered `503` because of the backlog bound.
+    /// Incoming requests shed because of the backlog bound: answered
+    /// `503` (within a rate) or dropped, the ones that found the queue
+    /// full included (module docs, "Overload").
     pub fn shed_total(&self) -> u64 {
-        self.shed_total
+        self.shed_total + self.dropped.load(Ordering::Relaxed)
     }
 
     /// The next event. Cancel-safe (use it in `tokio::select!`). `None`
@@ -672,10 +704,20 @@ impl SipEndpoint {
     /// answers.
     fn shed_backlog(&mut self) {
         let mut shed = 0u64;
+        let now = Instant::now();
         while self.incoming.len() > self.max_backlog {
             let Ok(tx) = self.incoming.try_recv() else {
                 break;
             };
+            shed += 1;
+            // Dropped unanswered past the rate (RAW_ANSWERS_PER_SEC): a
+            // flood gets no flood of 503s back.
+            if !self
+                .shed_answers
+                .take(now, RAW_ANSWERS_PER_SEC, RAW_ANSWERS_PER_SEC)
+            {
+                continue;
+            }
             let tag = super::random_token();
             let mut response =
                 super::response(&tx.request, StatusCode::ServiceUnavailable, Some(&tag));
@@ -685,14 +727,12 @@ impl SipEndpoint {
                 SHED_RETRY_AFTER_SECS.to_string(),
             );
             tx.send_response(response);
-            shed += 1;
         }
         if shed == 0 {
             return;
         }
         self.shed_total += shed;
         self.shed_unlogged += shed;
-        let now = Instant::now();
         if self
             .last_shed_log
             .is_none_or(|t| now.duration_since(t) >= SHED_LOG_INTERVAL)
@@ -775,13 +815,17 @@ struct Task {
     /// The requests waiting for a connection being opened.
     connecting: HashMap<StreamKey, Vec<(u64, Request)>>,
     tls: Option<Arc<rustls::ClientConfig>>,
-    streams_tx: mpsc::UnboundedSender<StreamEvent>,
+    streams_tx: mpsc::Sender<StreamEvent>,
     events: mpsc::UnboundedSender<SipEvent>,
-    incoming: mpsc::UnboundedSender<Box<ServerTransaction>>,
+    incoming: mpsc::Sender<Box<ServerTransaction>>,
     /// For the server transactions' answers.
     commands: mpsc::UnboundedSender<Command>,
     oversized: Arc<AtomicU64>,
+    /// Requests dropped because [`MAX_WAITING`] were waiting.
+    dropped: Arc<AtomicU64>,
     oversized_log: OversizedLog,
+    /// The answers to requests the parser refused ([`RAW_ANSWERS_PER_SEC`]).
+    raw_answers: TokenBucket,
     cancel: CancellationToken,
 }
 
@@ -789,7 +833,7 @@ impl Task {
     async fn run(
         mut self,
         mut commands: mpsc::UnboundedReceiver<Command>,
-        mut streams: mpsc::UnboundedReceiver<StreamEvent>,
+        mut streams: mpsc::Receiver<StreamEvent>,
         listener: Option<TcpListener>,
     ) {
         let udp = Arc::clone(&self.udp);
@@ -867,6 +911,17 @@ impl Task {
             return;
         }
         match wire::not_implemented(bytes, self.allow).or_else(|| wire::bad_length(bytes)) {
+            // Whoever sends them, at most RAW_ANSWERS_PER_SEC: an answer
+            // to a forged source is a reflection.
+            Some(_)
+                if !self.raw_answers.take(
+                    Instant::now(),
+                    RAW_ANSWERS_PER_SEC,
+                    RAW_ANSWERS_PER_SEC,
+                ) =>
+            {
+                debug!(target: crate::logging::NETWORK, src = %from, "sip request the parser refused dropped: over the answers' rate");
+            }
             Some(answer) => {
                 debug!(src = %from, status = %answer.status_code, "sip request the parser refused answered");
                 self.transmit(route, wire::encode_response(answer)).await;
@@ -915,7 +970,13 @@ impl Task {
                     commands: self.commands.clone(),
                     answered: false,
                 };
-                let _ = self.incoming.send(Box::new(tx));
+                // A loop far behind: the queue stays bounded, the
+                // request is dropped (its transaction forgotten, so a
+                // retransmission is a new chance).
+                if self.incoming.try_send(Box::new(tx)).is_err() {
+                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                    debug!(target: crate::logging::NETWORK, src = %source, "request dropped: the loop has {MAX_WAITING} waiting");
+                }
             }
             Some(Received::Answer(bytes)) => self.transmit(route, bytes).await,
             Some(Received::Absorbed) => {}
@@ -1022,18 +1083,22 @@ impl Task {
                 Ok(Ok(io)) => io,
                 Ok(Err(e)) => {
                     let reason = connect_failure(&e);
-                    let _ = events.send(StreamEvent::ConnectFailed { key, reason });
+                    let _ = events
+                        .send(StreamEvent::ConnectFailed { key, reason })
+                        .await;
                     return;
                 }
                 Err(_) => {
                     let reason = format!("not established within {} s", CONNECT_DEADLINE.as_secs());
-                    let _ = events.send(StreamEvent::ConnectFailed { key, reason });
+                    let _ = events
+                        .send(StreamEvent::ConnectFailed { key, reason })
+                        .await;
                     return;
                 }
             };
             let (writer, writes) = Writer::new();
             let close = writer.close.clone();
-            let _ = events.send(StreamEvent::Connected { key, writer });
+            let _ = events.send(StreamEvent::Connected { key, writer }).await;
             serve_connection(io, key, writes, close, events, cancel).await;
         });
     }
@@ -1160,6 +1225,19 @@ impl Task {
     }
 }
 
+/// Connection events (messages above all) waiting for the endpoint's task
+/// at most: past it a connection's reader waits for room, so a peer that
+/// sends faster than the endpoint serves is read no further meanwhile,
+/// and the other connections take their turns (tokio's channel serves
+/// waiting senders in order) instead of queueing behind its backlog.
+const STREAM_EVENTS: usize = 256;
+
+/// The most answers a second to requests the parser refused (501, 400),
+/// and to requests shed from the backlog (503): these are sent before
+/// anyone has looked at who asked, so a flood from forged sources must
+/// not make the agent a reflector. A real peer never needs them.
+const RAW_ANSWERS_PER_SEC: f64 = 20.0;
+
 /// How long accepting pauses after an accept error.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 
@@ -1203,7 +1281,7 @@ async fn serve_connection(
     key: StreamKey,
     mut writes: mpsc::Receiver<Bytes>,
     close: CancellationToken,
-    events: mpsc::UnboundedSender<StreamEvent>,
+    events: mpsc::Sender<StreamEvent>,
     cancel: CancellationToken,
 ) {
     let (transport, remote) = key;
@@ -1218,7 +1296,7 @@ async fn serve_connection(
                 Ok(0) => break None,
                 Ok(len) => {
                     framer.push(&buf[..len]);
-                    match frames(&mut framer, key, &events) {
+                    match frames(&mut framer, key, &events).await {
                         Ok(0) => continue,
                         Ok(pings) => Bytes::from(b"\r\n".repeat(pings)),
                         Err(e) => break Some(e.to_string()),
@@ -1243,26 +1321,29 @@ async fn serve_connection(
         }
     };
     match error {
-        Some(error) => warn!(%remote, %transport, %error, "sip connection closed"),
+        Some(error) => {
+            warn!(target: crate::logging::NETWORK, %remote, %transport, %error, "sip connection closed")
+        }
         None => debug!(%remote, %transport, "sip connection closed"),
     }
     // A close_notify (TLS) and a FIN, unless the peer reads nothing more.
     let _ = tokio::time::timeout(CLOSE_DEADLINE, writer.shutdown()).await;
-    let _ = events.send(StreamEvent::Closed { key });
+    let _ = events.send(StreamEvent::Closed { key }).await;
 }
 
 /// Hands every whole message in `framer` to the endpoint's task; the
 /// keepalives found, to answer.
-fn frames(
+async fn frames(
     framer: &mut StreamFramer,
     key: StreamKey,
-    events: &mpsc::UnboundedSender<StreamEvent>,
+    events: &mpsc::Sender<StreamEvent>,
 ) -> Result<usize, wire::FrameError> {
     let mut pings = 0;
     while let Some(frame) = framer.next_frame()? {
         match frame {
+            // Waits for room (module docs, "Streams").
             Frame::Message(bytes) => {
-                let _ = events.send(StreamEvent::Message { key, bytes });
+                let _ = events.send(StreamEvent::Message { key, bytes }).await;
             }
             Frame::Ping => pings += 1,
         }

@@ -567,3 +567,53 @@ async fn a_connection_whose_peer_reads_nothing_is_closed_not_queued_for_ever() {
     drop(stream);
     cancel.cancel();
 }
+
+/// A connection that sends faster than the loop serves holds a bounded
+/// queue: while the loop does not ask, at most `MAX_WAITING` requests wait
+/// (the rest is dropped, or not read), and another connection's request is
+/// still served once the loop asks again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flooding_connection_holds_a_bounded_queue_and_starves_no_other() {
+    let cancel = CancellationToken::new();
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let mut endpoint = SipEndpoint::bind(addr, true, "test", "OPTIONS", cancel.clone())
+        .await
+        .expect("bind");
+    let mut flood = tokio::net::TcpStream::connect(endpoint.local_addr())
+        .await
+        .expect("connect");
+    let flooder = flood.local_addr().expect("addr");
+    let burst: String = (0..20_000)
+        .map(|i| options(i, flooder).replace("SIP/2.0/UDP", "SIP/2.0/TCP"))
+        .collect();
+    let writer = tokio::spawn(async move {
+        let _ = flood.write_all(burst.as_bytes()).await;
+        flood
+    });
+    // The loop is busy elsewhere for a while.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        endpoint.incoming.len() <= super::MAX_WAITING,
+        "{} waiting",
+        endpoint.incoming.len()
+    );
+    let mut good = tokio::net::TcpStream::connect(endpoint.local_addr())
+        .await
+        .expect("connect");
+    let me = good.local_addr().expect("addr");
+    let request = options(99_999, me).replace("SIP/2.0/UDP", "SIP/2.0/TCP");
+    good.write_all(request.as_bytes()).await.expect("write");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "the other connection's request served"
+        );
+        let tx = next_request(&mut endpoint).await;
+        if tx.source() == Some(me) {
+            break;
+        }
+    }
+    cancel.cancel();
+    drop(writer);
+}
