@@ -56,7 +56,8 @@
 //! is dropped, so a flood from forged sources gets no flood back.
 //!
 //! Streams: at most [`MAX_STREAMS`] connections; one more is closed at
-//! once. A connection's messages wait for the task in one queue of
+//! once, and one a peer opened is closed after [`ACCEPTED_IDLE`] without a
+//! byte from it. A connection's messages wait for the task in one queue of
 //! [`STREAM_EVENTS`] shared by all connections; when it is full a
 //! connection's reader waits, reading no further, and the waiting readers
 //! take their turns in order: a peer that sends faster than the endpoint
@@ -1099,7 +1100,7 @@ impl Task {
             let (writer, writes) = Writer::new();
             let close = writer.close.clone();
             let _ = events.send(StreamEvent::Connected { key, writer }).await;
-            serve_connection(io, key, writes, close, events, cancel).await;
+            serve_connection(io, key, writes, close, events, cancel, None).await;
         });
     }
 
@@ -1141,6 +1142,7 @@ impl Task {
             close,
             events,
             cancel,
+            Some(ACCEPTED_IDLE),
         ));
     }
 
@@ -1238,6 +1240,13 @@ const STREAM_EVENTS: usize = 256;
 /// not make the agent a reflector. A real peer never needs them.
 const RAW_ANSWERS_PER_SEC: f64 = 20.0;
 
+/// How long a connection a peer opened may stay silent: a collector on
+/// it refreshes its subscription and sends its keepalives well within
+/// this, while idle connections from anyone else would hold the
+/// [`MAX_STREAMS`] places for ever. The agent's own connections (to its
+/// registrars) are not timed out: it keeps them for their requests.
+const ACCEPTED_IDLE: Duration = Duration::from_secs(120);
+
 /// How long accepting pauses after an accept error.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 
@@ -1283,18 +1292,25 @@ async fn serve_connection(
     close: CancellationToken,
     events: mpsc::Sender<StreamEvent>,
     cancel: CancellationToken,
+    idle: Option<Duration>,
 ) {
     let (transport, remote) = key;
     let (mut reader, mut writer) = tokio::io::split(io);
     let mut framer = StreamFramer::new();
     let mut buf = vec![0u8; STREAM_READ];
+    let far = Duration::from_secs(3600);
+    let mut quiet_until = Instant::now() + idle.unwrap_or(far);
     let error = loop {
         let bytes = tokio::select! {
             () = cancel.cancelled() => break None,
             () = close.cancelled() => break Some("the peer does not read what it is sent".to_owned()),
+            () = tokio::time::sleep_until(quiet_until), if idle.is_some() => {
+                break Some(format!("nothing received for {} s", idle.unwrap_or(far).as_secs()));
+            }
             read = reader.read(&mut buf) => match read {
                 Ok(0) => break None,
                 Ok(len) => {
+                    quiet_until = Instant::now() + idle.unwrap_or(far);
                     framer.push(&buf[..len]);
                     match frames(&mut framer, key, &events).await {
                         Ok(0) => continue,

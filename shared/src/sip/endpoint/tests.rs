@@ -617,3 +617,23 @@ async fn a_flooding_connection_holds_a_bounded_queue_and_starves_no_other() {
     cancel.cancel();
     drop(writer);
 }
+
+/// A connection a peer opened and keeps silent is closed after
+/// `ACCEPTED_IDLE`, so idle connections cannot hold every place.
+#[tokio::test(start_paused = true)]
+async fn a_silent_accepted_connection_is_closed() {
+    let cancel = CancellationToken::new();
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let endpoint = SipEndpoint::bind(addr, true, "test", "OPTIONS", cancel.clone())
+        .await
+        .expect("bind");
+    let mut silent = tokio::net::TcpStream::connect(endpoint.local_addr())
+        .await
+        .expect("connect");
+    let started = Instant::now();
+    let mut buf = [0u8; 16];
+    let n = silent.read(&mut buf).await.unwrap_or(0);
+    assert_eq!(n, 0, "closed");
+    assert!(started.elapsed() >= super::ACCEPTED_IDLE, "{:?}", started.elapsed());
+    cancel.cancel();
+}
