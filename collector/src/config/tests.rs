@@ -518,3 +518,41 @@ fn a_negative_number_under_a_commented_header_names_its_key() {
         "f.toml:2:20: `health.keepalive_misses` = -3: expected 1 to 100"
     );
 }
+
+/// Two listeners of one protocol on one port of overlapping addresses
+/// cannot both bind: the file is refused, naming both keys; different
+/// protocols, different addresses or port 0 are fine.
+#[test]
+fn listeners_that_would_share_a_port_are_refused() {
+    let base = "[sip]\nlisten = \"127.0.0.1:5060\"\nrealm = \"r\"\n[[accounts]]\nauth_name = \"a\"\npassword = \"p\"\n";
+    let err = parse(
+        &format!("{base}[http]\nlisten = \"127.0.0.1:5062\"\n[redirect]\nlisten = \"127.0.0.1:5062\"\ntransports = [\"udp\", \"tcp\"]\n"),
+        "f.toml",
+    )
+    .expect_err("http and the redirect's tcp on one port");
+    assert!(
+        err.to_string().contains("`redirect.listen` = \"127.0.0.1:5062\": expected a tcp port no other listener of this file takes (http.listen = \"127.0.0.1:5062\" has it)"),
+        "{err}"
+    );
+    // An unspecified address takes the port on every address.
+    let err = parse(
+        &format!("{base}[http]\nlisten = \"0.0.0.0:5062\"\ntoken = \"0123456789abcdefXYZ\"\n[redirect]\nlisten = \"127.0.0.1:5062\"\ntransports = [\"udp\", \"tcp\"]\n"),
+        "f.toml",
+    )
+    .expect_err("a wildcard and a specific address on one port");
+    assert!(err.to_string().contains("no other listener"), "{err}");
+    // The redirect on udp beside http on tcp, the same port: fine.
+    assert!(parse(
+        &format!(
+            "{base}[http]\nlisten = \"127.0.0.1:5062\"\n[redirect]\nlisten = \"127.0.0.1:5062\"\n"
+        ),
+        "f.toml",
+    )
+    .is_ok());
+    // Port 0 is the system's to pick.
+    assert!(parse(
+        &format!("{base}[http]\nlisten = \"127.0.0.1:0\"\n[redirect]\nlisten = \"127.0.0.1:0\"\ntransports = [\"udp\", \"tcp\"]\n"),
+        "f.toml",
+    )
+    .is_ok());
+}

@@ -106,6 +106,7 @@ pub(super) fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, 
     let legs = validate_legs(&raw.legs, &invalid)?;
     let http = validate_http(raw.http, origin)?;
     let redirect = validate_redirect(raw.redirect, &sip, &invalid)?;
+    check_listeners(&sip, http.as_ref(), redirect.as_ref(), &invalid)?;
     let selection = validate_selection(&raw.selection, &invalid)?;
     Ok(CollectorConfig {
         http,
@@ -128,6 +129,55 @@ pub(super) fn validate(raw: RawConfig, origin: &str) -> Result<CollectorConfig, 
         legs,
         selection,
     })
+}
+
+/// Two listeners of one protocol on one port of overlapping addresses (the
+/// same, or one of them unspecified) cannot both bind: the start would
+/// fail at the second. Said here, so `--check-config` names both keys;
+/// port 0 (the system picks) never clashes.
+fn check_listeners(
+    sip: &SipConfig,
+    http: Option<&HttpConfig>,
+    redirect: Option<&RedirectConfig>,
+    invalid: Invalid<'_>,
+) -> Result<(), ConfigError> {
+    let mut listeners: Vec<(&str, &str, SocketAddr)> = vec![("sip.listen", "udp", sip.listen)];
+    if sip.tcp() {
+        listeners.push(("sip.listen", "tcp", sip.listen));
+    }
+    if let Some(tls) = &sip.tls {
+        listeners.push(("sip.tls.listen", "tcp", tls.listen));
+    }
+    if let Some(http) = http {
+        listeners.push(("http.listen", "tcp", http.listen));
+    }
+    if let Some(redirect) = redirect {
+        listeners.push(("redirect.listen", "udp", redirect.listen));
+        if redirect.tcp {
+            listeners.push(("redirect.listen", "tcp", redirect.listen));
+        }
+        if let Some(at) = redirect.tls_listen {
+            listeners.push(("redirect.tls_listen", "tcp", at));
+        }
+    }
+    for (i, (key, proto, addr)) in listeners.iter().enumerate() {
+        let clash = listeners[..i].iter().find(|(_, other_proto, other)| {
+            other_proto == proto
+                && addr.port() != 0
+                && other.port() == addr.port()
+                && (other.ip() == addr.ip()
+                    || other.ip().is_unspecified()
+                    || addr.ip().is_unspecified())
+        });
+        if let Some((other_key, _, other)) = clash {
+            return Err(invalid(
+                key,
+                quoted(&addr.to_string()),
+                &format!("a {proto} port no other listener of this file takes ({other_key} = \"{other}\" has it)"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `[selection]`: the policy's name, the NOTIFY flight time and the

@@ -634,6 +634,10 @@ async fn a_silent_accepted_connection_is_closed() {
     let mut buf = [0u8; 16];
     let n = silent.read(&mut buf).await.unwrap_or(0);
     assert_eq!(n, 0, "closed");
-    assert!(started.elapsed() >= super::ACCEPTED_IDLE, "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= super::ACCEPTED_IDLE,
+        "{:?}",
+        started.elapsed()
+    );
     cancel.cancel();
 }
