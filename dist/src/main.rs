@@ -104,13 +104,21 @@ fn main() -> anyhow::Result<()> {
     let man_dir = cli.out_dir.join("man");
     std::fs::create_dir_all(&man_dir)
         .with_context(|| format!("cannot create {}", man_dir.display()))?;
+    let mut names = Vec::new();
     for binary in binaries() {
         let name = binary.command.get_name().to_owned();
         write_pages(&binary, &man_dir)?;
         for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
             write_completion(binary.command.clone(), &name, shell, &cli.out_dir)?;
         }
+        names.push(name);
     }
+    // A packaging step that says what it made, as cargo-deb's does.
+    println!(
+        "msr-dist: man pages and bash, zsh and fish completions of {} written under {}",
+        names.join(", "),
+        cli.out_dir.display()
+    );
     Ok(())
 }
 
