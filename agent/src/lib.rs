@@ -21,17 +21,22 @@
 //!   §14): SIP OPTIONS, or the ng exchange of the `rtpengine` source;
 //! * [`drain`] — sans-IO MSR-side drain (SPEC §14): `service: draining`,
 //!   and when the engine has been empty long enough;
-//! * `shell` — the one async loop owning the SIP endpoint and driving the
-//!   cores;
+//! * [`core`] — [`core::Agent`]: the cores above and their glue in one
+//!   sans-IO state machine (which core a response goes to, the 481 rule,
+//!   the engine's state told to every subscription, the drain, the
+//!   shutdown's phases, the reload);
+//! * `shell` — the one async loop owning the SIP endpoint, the sockets,
+//!   the timers, the files and the tasks, driving [`core::Agent`];
 //! * [`run`] / [`start`] — the entry points used by `main.rs` and tests.
 //!
-//! Architecture Invariant: [`registration`], [`notifier`],
+//! Architecture Invariant: [`core`], [`registration`], [`notifier`],
 //! [`engine_probe`], [`drain`] and [`load::rtpengine::NgClient`] read no clock and own no socket; they get
-//! `now` from the shell.
+//! `now` from the shell, which reads it once per step.
 
 pub mod cli;
 pub mod config;
 pub mod control;
+pub mod core;
 pub mod drain;
 pub mod engine_probe;
 pub mod load;
@@ -53,8 +58,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 pub use crate::config::AgentConfig;
+pub use crate::core::SHUTDOWN_GRACE;
 pub use crate::error::AgentError;
-pub use crate::shell::{interface_name, SHUTDOWN_GRACE};
+pub use crate::shell::interface_name;
 
 /// A running agent (see [`start`]).
 #[derive(Debug)]

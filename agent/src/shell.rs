@@ -1,16 +1,18 @@
-//! The agent's async shell: the one task that owns the
-//! [`SipEndpoint`] and drives the sans-IO cores.
+//! The agent's async shell: the one task that owns the [`SipEndpoint`],
+//! the sockets, the timers, the files and the tasks, and drives the
+//! sans-IO [`Agent`] (which holds the cores and their glue).
 //!
-//! One `tokio::select!` loop over a closed set of events:
+//! One `tokio::select!` loop over a closed set of events ([`Step`]):
 //!
-//! * a SIP event (incoming request → [`Notifier::handle_request`]; final
-//!   response or failure of a request we sent → the core that sent it, found
-//!   through the request id);
-//! * the earliest core deadline (`sleep_until(min(poll_timeout))`);
+//! * a SIP event (incoming request, final response or failure of a
+//!   request sent, a closed connection) → the agent;
+//! * the earliest deadline (`sleep_until(min(poll_timeout))`) of the
+//!   agent and of the ng client;
 //! * the sampling tick (the [`LoadSampler`] runs in `spawn_blocking`, it reads
 //!   `/proc`); with the `rtpengine` calls source the tick first asks
 //!   rtpengine over its ng port ([`NgClient`](crate::load::rtpengine::NgClient)) and the sample is taken
-//!   when the exchange ends, with its answer;
+//!   when the exchange ends, with its answer (the exchange's outcome is the
+//!   ng engine probe's, SPEC §14);
 //! * a datagram from rtpengine's ng port (a connected UDP socket of the
 //!   agent's own, so only that address is heard);
 //! * a config reload from [`crate::config::watch()`];
@@ -18,29 +20,12 @@
 //! * the end of a resolution of the registrars' host names (below);
 //! * shutdown (the `CancellationToken`).
 //!
-//! After every event each core's transmit queue is flushed into the endpoint.
-//!
-//! The engine probe ([`EngineProbe`], SPEC §14) sends its OPTIONS through
-//! the same endpoint (a request id whose [`Origin`] is the probe), or, with
-//! the `rtpengine` source, counts each ng exchange of the sampling tick.
-//! Each change of the engine's state is logged once and handed to the
-//! notifier, which tells every subscription at once. The drain
-//! ([`Drain`]) is fed every sample's `calls`; once drained with
-//! `exit-when-empty`, the loop ends as on SIGTERM (the shutdown below) and
-//! the agent exits 0.
-//!
-//! Shutdown, in two steps so that a registrar never sees an unregister
-//! before the final NOTIFY of a subscription it holds (it would end the
-//! subscription and answer that NOTIFY 481):
-//!
-//! 1. the final `deactivated` NOTIFYs, then until each is answered (any
-//!    final response, a transaction timeout or a transport failure), at most
-//!    [`FINAL_NOTIFY_GRACE`](crate::notifier::FINAL_NOTIFY_GRACE);
-//! 2. the `Expires: 0` REGISTERs for every account, then until each is
-//!    answered, at most [`SHUTDOWN_GRACE`].
-//!
-//! The whole shutdown thus takes at most `FINAL_NOTIFY_GRACE +
-//! SHUTDOWN_GRACE` (4 s), within `main.rs`'s exit deadline.
+//! The clock is read once per step, after the event and before the agent
+//! is given it; after every step the agent's requests are handed to the
+//! endpoint and its events acted on: [`Event::ExitWhenDrained`] ends the
+//! loop as SIGTERM does (then the agent exits 0), and the shutdown runs
+//! until [`Event::Stopped`] (its two phases are the agent's, see
+//! [`crate::core`]).
 //!
 //! Who may SUBSCRIBE (SPEC §4): the realm hosts written as IP addresses and
 //! `<agent allow-subscribers>` are known at once; realm hosts written as
@@ -50,58 +35,34 @@
 //! keeps the addresses it had (logged at warn).
 //!
 //! Architecture Invariant: only this module (and `lib.rs`) touches the
-//! clock, sockets and tasks; the cores receive `now` as an argument.
+//! clock, sockets and tasks; `Instant::now()` is read once per step, and
+//! the agent receives `now` as an argument.
 
 mod control;
 mod ng;
 mod reload;
-mod subscribers;
+mod resolve;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use msr_shared::engine::{EngineAddresses, EngineTransport};
-use msr_shared::event_package::EngineState;
 use msr_shared::sip::{SipEndpoint, SipEvent};
-use tokio::task::JoinHandle;
+use tokio::task::{JoinError, JoinHandle};
 use tokio::time::{sleep_until, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use crate::config::{self, Account, AgentConfig, ConfigError, EngineProbeMode, Transports};
-use crate::control::{ControlAnswer, ControlRequest};
-use crate::drain::{Drain, WhenDrained};
-use crate::engine_probe::{EngineProbe, ProbeConfig, ProbeId, ProbeMethod, ProbeTransport};
+use crate::config::{self, AgentConfig, ConfigError};
+use crate::core::{Agent, Event, Identity, Resolution};
 use crate::error::AgentError;
 use crate::load::rtpengine::{Answer, AskOutcome};
 use crate::load::{EngineSessions, LoadSampler, Sample};
-use crate::notifier::{Notifier, SubscriptionId};
-use crate::registration::{Registration, RegistrationConfig, RegistrationState};
+use control::ControlCommand;
 use ng::{NgLink, NG_MAX_DATAGRAM};
-use subscribers::{notifier_config, registrar_addrs};
-
-/// How long shutdown waits for the unregisters to be answered (after up to
-/// [`FINAL_NOTIFY_GRACE`](crate::notifier::FINAL_NOTIFY_GRACE) for the
-/// final NOTIFYs).
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// The longest a registrar's host name may take to resolve.
 pub(crate) const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// An account's identity across reloads: `(msr_name, realm URI)`.
-type AccountKey = (String, String);
-
-/// Who sent the request with a given id.
-#[derive(Debug, Clone)]
-enum Origin {
-    Register(AccountKey),
-    /// A NOTIFY: its subscription and CSeq number.
-    Notify(SubscriptionId, u32),
-    /// An OPTIONS of the engine probe (SPEC §14).
-    Probe(ProbeId),
-}
 
 /// The name of the interface owning `addr` (`lo` on loopback): the one
 /// that has it, else the one whose network holds it (a loopback alias such
@@ -158,72 +119,23 @@ fn contact_addr(bind: IpAddr) -> IpAddr {
     })
 }
 
-/// The media engine's addresses as the core can reach them (SPEC §3): an
-/// unspecified `bind-addr` is reported as the contact address. `None` for
-/// `<transport port="0">`: no engine port to report.
-fn engine_addresses(config: &AgentConfig, contact_addr: IpAddr) -> Option<EngineAddresses> {
-    if config.transport.port == 0 {
-        return None;
-    }
-    let reachable = |ip: IpAddr| {
-        if ip.is_unspecified() {
-            contact_addr
-        } else {
-            ip
-        }
-    };
-    Some(EngineAddresses {
-        sip: SocketAddr::new(reachable(config.transport.bind_addr), config.transport.port),
-        transport: match config.transport.transport {
-            Transports::Udp => EngineTransport::Udp,
-            Transports::Tcp => EngineTransport::Tcp,
-            Transports::UdpTcp => EngineTransport::UdpTcp,
-        },
-        mcc: config
-            .mcc
-            .map(|m| SocketAddr::new(reachable(m.ip()), m.port())),
-    })
-}
-
-/// The engine probe for `config` (SPEC §14, `<agent engine-probe>`);
-/// `None` when it is off (or, for `sip`, no engine port is known).
-fn probe_config(config: &AgentConfig, contact_addr: IpAddr, sip_port: u16) -> Option<ProbeConfig> {
-    let method = match config.engine_probe() {
-        EngineProbeMode::Off | EngineProbeMode::Auto => return None,
-        EngineProbeMode::Ng => ProbeMethod::NgStatistics {
-            target: config.ng_address()?,
-        },
-        EngineProbeMode::Sip => ProbeMethod::SipOptions {
-            target: engine_addresses(config, contact_addr)?.sip,
-            transport: match config.transport.transport {
-                Transports::Tcp => ProbeTransport::Tcp,
-                Transports::Udp | Transports::UdpTcp => ProbeTransport::Udp,
-            },
-            local_uri: format!("sip:msr-agent@{}", host_port(contact_addr, sip_port)),
-        },
-    };
-    Some(ProbeConfig {
-        method,
-        interval: Duration::from_millis(config.agent.engine_probe_interval_ms),
-        timeout: Duration::from_millis(config.agent.engine_probe_timeout_ms),
-        misses: config.agent.engine_probe_misses,
-    })
-}
-
-fn host_port(addr: IpAddr, port: u16) -> String {
-    SocketAddr::new(addr, port).to_string()
+/// What woke the loop: the closed set of the module docs.
+enum Step {
+    Shutdown,
+    Sip(Option<SipEvent>),
+    Timeout,
+    Tick,
+    Ng(std::io::Result<usize>),
+    Sampled(Result<(LoadSampler, Sample), JoinError>),
+    Resolved(Result<Resolution, JoinError>),
+    Reload(Option<Result<AgentConfig, ConfigError>>),
+    Control(Option<ControlCommand>),
 }
 
 /// The shell's state.
 pub(crate) struct Shell {
     endpoint: SipEndpoint,
-    config: AgentConfig,
-    contact_addr: IpAddr,
-    iface: String,
-    registrations: HashMap<AccountKey, Registration>,
-    /// Removed accounts whose unregister is still in flight.
-    retiring: Vec<Registration>,
-    notifier: Notifier,
+    agent: Agent,
     sampler: Option<LoadSampler>,
     /// The `rtpengine` calls source's link, `None` for the other sources.
     ng: Option<NgLink>,
@@ -231,18 +143,6 @@ pub(crate) struct Shell {
     /// an ng exchange started by a tick ends, or at a tick inside the
     /// exchange's backoff.
     engine_ready: Option<EngineSessions>,
-    requests: HashMap<u64, Origin>,
-    next_request_id: u64,
-    /// The registrars' host names and their last resolved addresses.
-    resolved: BTreeMap<String, BTreeSet<IpAddr>>,
-    /// The media engine's liveness probe, `None` when it is off.
-    probe: Option<EngineProbe>,
-    /// The MSR-side drain (SPEC §14); it outlives config reloads.
-    drain: Drain,
-}
-
-fn account_key(a: &Account) -> AccountKey {
-    (a.msr_name.clone(), a.realm.uri.clone())
 }
 
 impl Shell {
@@ -255,21 +155,12 @@ impl Shell {
         });
         let mut sampler = LoadSampler::new(&config.media, &config.general, &config.agent);
         let mut ng = NgLink::for_config(&config);
-        let now = Instant::now();
-        let mut probe = probe_config(&config, contact_addr, endpoint.local_addr().port())
-            .map(|c| EngineProbe::new(c, now));
+        let mut first_answer = None;
         if let Some(link) = ng.as_mut() {
             // The first report carries rtpengine's answer too, not "full"
             // for want of one.
             let answer = link.exchange().await;
-            if let Some(probe) = probe.as_mut().filter(|p| is_ng(p)) {
-                match answer {
-                    EngineSessions::Known(_) => probe.handle_answer(Instant::now()),
-                    EngineSessions::Unavailable => {
-                        probe.handle_miss(Instant::now(), "no answer to the ng statistics")
-                    }
-                }
-            }
+            first_answer = Some(answer);
             sampler.set_engine_sessions(answer);
         }
         let (sampler, initial) = match tokio::task::spawn_blocking(move || {
@@ -293,49 +184,27 @@ impl Shell {
                 )
             }
         };
-        let contact = host_port(contact_addr, endpoint.local_addr().port());
-        let resolved = BTreeMap::new();
-        let notifier = Notifier::new(notifier_config(&config, &contact, &resolved), initial);
-        let drain = Drain::new(Instant::now(), initial.calls);
-        if probe.is_none() {
-            info!(
-                engine_probe = %config.agent.engine_probe,
-                "the media engine is not probed: notifies say engine: unchecked"
-            );
+        let identity = Identity {
+            contact_addr,
+            contact_port: endpoint.local_addr().port(),
+            iface,
+        };
+        let now = Instant::now();
+        let mut agent = Agent::new(now, config, identity, initial);
+        match first_answer {
+            Some(EngineSessions::Known(_)) => agent.handle_ng_answer(now),
+            Some(EngineSessions::Unavailable) => {
+                agent.handle_ng_miss(now, "no answer to the ng statistics")
+            }
+            None => {}
         }
         Self {
             endpoint,
-            config,
-            contact_addr,
-            iface,
-            registrations: HashMap::new(),
-            retiring: Vec::new(),
-            notifier,
+            agent,
             sampler,
             ng,
             engine_ready: None,
-            requests: HashMap::new(),
-            next_request_id: 1,
-            resolved,
-            probe,
-            drain,
         }
-    }
-
-    fn registration_config(&self, account: &Account) -> RegistrationConfig {
-        RegistrationConfig {
-            account: account.clone(),
-            contact_addr: self.contact_addr,
-            contact_port: self.endpoint.local_addr().port(),
-            iface: self.iface.clone(),
-            engine: engine_addresses(&self.config, self.contact_addr),
-            expires: self.config.agent.register_expires,
-        }
-    }
-
-    fn add_account(&mut self, now: Instant, account: &Account) {
-        let reg = Registration::new(self.registration_config(account), now);
-        self.registrations.insert(account_key(account), reg);
     }
 
     /// Runs until `shutdown` is cancelled (then the graceful shutdown) or
@@ -346,11 +215,6 @@ impl Shell {
         control_socket: Option<PathBuf>,
         shutdown: CancellationToken,
     ) -> Result<(), AgentError> {
-        let now = Instant::now();
-        let accounts = self.config.accounts.clone();
-        for account in &accounts {
-            self.add_account(now, account);
-        }
         let (mut reloads, _watch_guard) = match config_path {
             Some(path) => {
                 let (rx, guard) = config::watch(path);
@@ -358,8 +222,9 @@ impl Shell {
             }
             None => (None, None),
         };
-        let mut ticker_period = self.sample_interval();
-        let mut ticker = new_ticker(ticker_period);
+        let mut now = Instant::now();
+        let mut ticker_period = self.agent.sample_interval();
+        let mut ticker = new_ticker(now, ticker_period);
         let mut sampling: Option<JoinHandle<(LoadSampler, Sample)>> = None;
         let mut resolving = self.start_resolving();
         let mut ng_buf = vec![0_u8; NG_MAX_DATAGRAM];
@@ -370,23 +235,17 @@ impl Shell {
             };
 
         let result = loop {
-            self.flush();
+            self.flush(now);
+            if self.exit_asked() {
+                break Ok(());
+            }
             // Near the top the agent samples as often as it may notify
             // (SPEC §4, `notify-top-interval-ms`); a reload may change
             // either interval.
-            let period = self.sample_interval();
+            let period = self.agent.sample_interval();
             if period != ticker_period {
                 ticker_period = period;
-                ticker = new_ticker(period);
-            }
-            // Another event may wake the loop after the drain's deadline
-            // but before its timer fires: the `drained` line is logged
-            // here too, so it always comes before the exit it causes.
-            let now = Instant::now();
-            self.check_drained(now);
-            if self.drain.should_exit(now) {
-                info!("drained with exit-when-empty: the engine has no session, stopping");
-                break Ok(());
+                ticker = new_ticker(now, period);
             }
             if sampling.is_none() {
                 if let Some(engine) = self.engine_ready.take() {
@@ -394,96 +253,105 @@ impl Shell {
                 }
             }
             let deadline = self.poll_timeout();
-            tokio::select! {
-                () = shutdown.cancelled() => break Ok(()),
-                event = self.endpoint.recv() => match event {
-                    Some(event) => self.on_sip_event(event).await,
-                    None => break Err(AgentError::EndpointClosed { addr: self.endpoint.local_addr() }),
+            let step = tokio::select! {
+                () = shutdown.cancelled() => Step::Shutdown,
+                event = self.endpoint.recv() => Step::Sip(event),
+                () = sleep_until(deadline.unwrap_or(now + FAR)), if deadline.is_some() => Step::Timeout,
+                _ = ticker.tick(), if sampling.is_none() && self.engine_ready.is_none() => Step::Tick,
+                received = async { match self.ng.as_ref() { Some(link) => link.socket.recv(&mut ng_buf).await, None => std::future::pending().await } }, if self.ng.is_some() => Step::Ng(received),
+                joined = async { match sampling.as_mut() { Some(h) => h.await, None => std::future::pending().await } }, if sampling.is_some() => Step::Sampled(joined),
+                found = async { match resolving.as_mut() { Some(h) => h.await, None => std::future::pending().await } }, if resolving.is_some() => Step::Resolved(found),
+                reload = async { match reloads.as_mut() { Some(rx) => rx.recv().await, None => std::future::pending().await } }, if reloads.is_some() => Step::Reload(reload),
+                command = async { match commands.as_mut() { Some(rx) => rx.recv().await, None => std::future::pending().await } }, if commands.is_some() => Step::Control(command),
+            };
+            now = Instant::now();
+            match step {
+                Step::Shutdown => break Ok(()),
+                Step::Sip(Some(event)) => self.on_sip_event(now, event).await,
+                Step::Sip(None) => {
+                    break Err(AgentError::EndpointClosed {
+                        addr: self.endpoint.local_addr(),
+                    })
+                }
+                Step::Timeout => self.handle_timeout(now),
+                Step::Tick => match self.ng.as_mut() {
+                    None => sampling = self.spawn_sample(None),
+                    // The previous exchange is still going (its
+                    // retransmissions outlast a short interval): this
+                    // tick is skipped, its answer will be the sample.
+                    Some(link) if link.client.in_flight() => {}
+                    Some(link) => match link.client.ask(now) {
+                        AskOutcome::Asking => {}
+                        AskOutcome::Backoff => {
+                            self.engine_ready = Some(EngineSessions::Unavailable);
+                            // Not asked (backing off after failures):
+                            // still no answer, for the probe too.
+                            self.agent
+                                .handle_ng_miss(now, "rtpengine did not answer (backing off)");
+                        }
+                    },
                 },
-                () = sleep_until(deadline.unwrap_or_else(far_future)), if deadline.is_some() => {
-                    self.handle_timeout(Instant::now());
-                }
-                _ = ticker.tick(), if sampling.is_none() && self.engine_ready.is_none() => {
-                    match self.ng.as_mut() {
-                        None => sampling = self.spawn_sample(None),
-                        // The previous exchange is still going (its
-                        // retransmissions outlast a short interval): this
-                        // tick is skipped, its answer will be the sample.
-                        Some(link) if link.client.in_flight() => {}
-                        Some(link) => match link.client.ask(Instant::now()) {
-                            AskOutcome::Asking => {}
-                            AskOutcome::Backoff => {
-                                self.engine_ready = Some(EngineSessions::Unavailable);
-                                // Not asked (backing off after failures):
-                                // still no answer, for the probe too.
-                                if let Some(probe) = self.probe.as_mut().filter(|p| is_ng(p)) {
-                                    probe.handle_miss(Instant::now(), "rtpengine did not answer (backing off)");
-                                }
-                            }
-                        },
-                    }
-                }
-                received = async { match self.ng.as_ref() { Some(link) => link.socket.recv(&mut ng_buf).await, None => std::future::pending().await } }, if self.ng.is_some() => {
-                    let now = Instant::now();
+                Step::Ng(received) => {
                     if let Some(link) = self.ng.as_mut() {
                         let answer = match received {
-                            Ok(n) => link.client.handle_datagram(now, ng_buf.get(..n).unwrap_or_default()),
+                            Ok(n) => link
+                                .client
+                                .handle_datagram(now, ng_buf.get(..n).unwrap_or_default()),
                             // ICMP port unreachable, reported on the
                             // connected socket: nothing listens there.
                             Err(e) => link.client.handle_send_error(now, &e.to_string()),
                         };
-                        self.ng_answered(answer);
+                        self.ng_answered(now, answer);
                     }
                 }
-                joined = async { match sampling.as_mut() { Some(h) => h.await, None => std::future::pending().await } }, if sampling.is_some() => {
+                Step::Sampled(joined) => {
                     sampling = None;
                     match joined {
                         Ok((sampler, sample)) => {
                             self.sampler = Some(sampler);
-                            debug!(load = sample.load, cpu = sample.cpu, calls = sample.calls, "load sample");
-                            let now = Instant::now();
-                            self.notifier.on_sample(now, sample);
-                            self.drain.on_calls(now, sample.calls);
-                            self.check_drained(now);
+                            debug!(
+                                load = sample.load,
+                                cpu = sample.cpu,
+                                calls = sample.calls,
+                                "load sample"
+                            );
+                            self.agent.handle_sample(now, sample);
                         }
                         Err(e) => {
                             error!(error = %e, "load sampler failed, restarting it");
-                            self.sampler = Some(LoadSampler::new(&self.config.media, &self.config.general, &self.config.agent));
+                            let config = self.agent.config();
+                            self.sampler = Some(LoadSampler::new(
+                                &config.media,
+                                &config.general,
+                                &config.agent,
+                            ));
                         }
                     }
                 }
-                found = async { match resolving.as_mut() { Some(h) => h.await, None => std::future::pending().await } }, if resolving.is_some() => {
+                Step::Resolved(found) => {
                     resolving = None;
                     match found {
-                        Ok(found) => self.resolved(found),
+                        Ok(found) => self.agent.handle_resolved(found),
                         Err(e) => warn!(error = %e, "registrar host resolution failed"),
                     }
                 }
-                reload = async { match reloads.as_mut() { Some(rx) => rx.recv().await, None => std::future::pending().await } }, if reloads.is_some() => {
-                    match reload {
-                        Some(Ok(config)) => {
-                            self.reload(Instant::now(), config);
-                            if self.ng.is_none() {
-                                self.engine_ready = None;
-                            }
-                            if let Some(old) = resolving.take() {
-                                old.abort();
-                            }
-                            resolving = self.start_resolving();
-                        }
-                        Some(Err(e)) => report_bad_config(&e),
-                        None => reloads = None,
+                Step::Reload(Some(Ok(config))) => {
+                    self.reload(now, config);
+                    if self.ng.is_none() {
+                        self.engine_ready = None;
                     }
-                }
-                command = async { match commands.as_mut() { Some(rx) => rx.recv().await, None => std::future::pending().await } }, if commands.is_some() => {
-                    match command {
-                        Some(command) => {
-                            let answer = self.on_control(Instant::now(), command.request);
-                            let _ = command.reply.send(answer.to_string());
-                        }
-                        None => commands = None,
+                    if let Some(old) = resolving.take() {
+                        old.abort();
                     }
+                    resolving = self.start_resolving();
                 }
+                Step::Reload(Some(Err(e))) => report_bad_config(&e),
+                Step::Reload(None) => reloads = None,
+                Step::Control(Some(command)) => {
+                    let answer = self.agent.handle_control(now, command.request);
+                    let _ = command.reply.send(answer.to_string());
+                }
+                Step::Control(None) => commands = None,
             }
         };
         // Requests during the shutdown are answered `error shutting down`;
@@ -498,128 +366,40 @@ impl Shell {
         result
     }
 
-    /// A request on the control socket (SPEC §14's MSR-side drain).
-    fn on_control(&mut self, now: Instant, request: ControlRequest) -> ControlAnswer {
-        match request {
-            ControlRequest::Drain(when) => {
-                if self.drain.service() != msr_shared::event_package::Service::Draining {
-                    info!(
-                        exit_when_empty = when == WhenDrained::Exit,
-                        calls = self.drain.status(now).calls,
-                        "drain: no new legs from now on, the live ones stay"
-                    );
-                }
-                self.drain.drain(when);
-            }
-            ControlRequest::Undrain => {
-                if self.drain.service() == msr_shared::event_package::Service::Draining {
-                    info!("undrain: new legs welcome again");
-                }
-                self.drain.undrain();
-            }
-            ControlRequest::Status => {}
+    /// Whether the agent asked to stop (drained with `exit-when-empty`).
+    fn exit_asked(&mut self) -> bool {
+        let mut exit = false;
+        while let Some(event) = self.agent.poll_event() {
+            exit |= event == Event::ExitWhenDrained;
         }
-        self.notifier.set_service(now, self.drain.service());
-        self.check_drained(now);
-        let status = self.drain.status(now);
-        ControlAnswer {
-            service: status.service,
-            engine: self
-                .probe
-                .as_ref()
-                .map_or(EngineState::Unchecked, EngineProbe::state),
-            calls: status.calls,
-            drained: status.drained,
-            when_drained: status.when_drained,
-        }
-    }
-
-    /// Logs the drain's end once.
-    fn check_drained(&mut self, now: Instant) {
-        if self.drain.take_newly_drained(now) {
-            info!(
-                empty_for_ms = crate::drain::EMPTY_FOR.as_millis(),
-                "drained: the media engine has had no session for {} s",
-                crate::drain::EMPTY_FOR.as_secs()
-            );
-        }
-    }
-
-    /// Hands the engine probe's changes to the notifier, logged once each
-    /// (SPEC §14).
-    fn apply_probe_changes(&mut self, now: Instant) {
-        let Some(probe) = self.probe.as_mut() else {
-            return;
-        };
-        let method = probe.config().method.clone();
-        let target = method.target();
-        while let Some(change) = probe.poll_change() {
-            match change.to {
-                EngineState::Down => warn!(
-                    engine = %target,
-                    misses = change.misses,
-                    reason = change.reason.as_deref().unwrap_or(""),
-                    "media engine at {target} stopped answering its probe ({method}, {} misses)",
-                    change.misses
-                ),
-                EngineState::Up if change.from == EngineState::Down => info!(
-                    engine = %target,
-                    "media engine at {target} answers its probe again ({method})"
-                ),
-                EngineState::Up => info!(
-                    engine = %target,
-                    "media engine at {target} answers its probe ({method})"
-                ),
-                EngineState::Unchecked => info!(
-                    engine = %target,
-                    "media engine at {target}: its probe starts over ({method})"
-                ),
-            }
-            self.notifier.set_engine(now, change.to);
-        }
+        exit
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        self.registrations
-            .values()
-            .filter_map(Registration::poll_timeout)
-            .chain(self.notifier.poll_timeout())
+        self.agent
+            .poll_timeout()
+            .into_iter()
             .chain(self.ng.as_ref().and_then(|l| l.client.poll_timeout()))
-            .chain(self.probe.as_ref().and_then(EngineProbe::poll_timeout))
-            .chain(self.drain.poll_timeout())
             .min()
     }
 
     fn handle_timeout(&mut self, now: Instant) {
-        for reg in self.registrations.values_mut() {
-            reg.handle_timeout(now);
-        }
-        self.notifier.handle_timeout(now);
+        self.agent.handle_timeout(now);
         let answer = self.ng.as_mut().and_then(|l| l.client.handle_timeout(now));
-        self.ng_answered(answer);
-        if let Some(probe) = self.probe.as_mut() {
-            probe.handle_timeout(now);
-        }
-        self.check_drained(now);
+        self.ng_answered(now, answer);
     }
 
     /// The ng exchange of a tick ended: its answer is the next sample's.
     /// With the ng probe, the exchange's outcome is the probe's (SPEC §14).
-    fn ng_answered(&mut self, answer: Option<Answer>) {
-        let now = Instant::now();
-        let probe = self.probe.as_mut().filter(|p| is_ng(p));
+    fn ng_answered(&mut self, now: Instant, answer: Option<Answer>) {
         match answer {
             Some(Answer::Sessions(n)) => {
                 self.engine_ready = Some(EngineSessions::Known(n));
-                if let Some(probe) = probe {
-                    probe.handle_answer(now);
-                }
+                self.agent.handle_ng_answer(now);
             }
             Some(Answer::Failed(reason)) => {
                 self.engine_ready = Some(EngineSessions::Unavailable);
-                if let Some(probe) = probe {
-                    probe.handle_miss(now, &reason.to_string());
-                }
+                self.agent.handle_ng_miss(now, &reason.to_string());
             }
             None => {}
         }
@@ -642,130 +422,24 @@ impl Shell {
         }))
     }
 
-    /// SPEC §3: a registrar that answered a NOTIFY `481` may have lost the
-    /// binding: that account REGISTERs again at once.
-    fn reregister_forgotten(&mut self, now: Instant) {
-        while let Some((msr, registrar)) = self.notifier.poll_forgotten() {
-            let resolved = &self.resolved;
-            for reg in self.registrations.values_mut() {
-                let account = &reg.config().account;
-                if account.msr_name == msr
-                    && registrar_addrs(account, resolved).contains(&registrar)
-                {
-                    info!(%msr, %registrar, "the registrar forgot a subscription: registering again");
-                    reg.register_now(now);
-                }
-            }
-        }
-    }
-
-    /// A connection to `remote` closed: a registrar reached over it (a
-    /// `sips:` realm, or `;transport=tcp`) can't reach this agent back — its SUBSCRIBEs and
-    /// keepalives go over the connection the REGISTER came on — so those
-    /// accounts REGISTER again at once, over a new connection (RFC 5626
-    /// §4.4: a restarted collector gets every MSR back without waiting
-    /// for the refresh).
-    ///
-    /// A REGISTER in flight over it fails at once rather than at Timer F
-    /// (32 s): a TLS 1.3 server that refuses the client certificate (a
-    /// collector with mutual TLS, none or the wrong one presented) does so
-    /// after the client's handshake is over, by closing the connection.
-    fn reregister_over(&mut self, now: Instant, remote: SocketAddr) {
-        let resolved = &self.resolved;
-        for reg in self.registrations.values_mut() {
-            let account = &reg.config().account;
-            if !account.realm.is_stream() || !registrar_addrs(account, resolved).contains(&remote) {
-                continue;
-            }
-            if reg.in_flight() {
-                let reason = if account.realm.is_sips() {
-                    "the registrar closed the tls connection before answering \
-                     (a registrar with mutual TLS does so when it takes no client \
-                     certificate of this agent: see tls-cert and tls-key)"
-                } else {
-                    "the registrar closed the connection before answering"
-                };
-                reg.handle_failure(now, reason);
-            } else if reg.state() == RegistrationState::Registered {
-                info!(
-                    msr = %account.msr_name,
-                    registrar = %remote,
-                    "the connection to the registrar closed: registering again"
-                );
-                reg.register_now(now);
-            }
-        }
-    }
-
-    async fn on_sip_event(&mut self, event: SipEvent) {
-        let now = Instant::now();
+    async fn on_sip_event(&mut self, now: Instant, event: SipEvent) {
         match event {
             SipEvent::Request(tx) => {
-                let response = self.notifier.handle_request(now, tx.source(), tx.request());
+                let response = self.agent.handle_request(now, tx.source(), tx.request());
                 if let Some(response) = response {
                     tx.respond(response).await;
                 }
             }
-            SipEvent::Response { id, response } => match self.requests.remove(&id) {
-                Some(Origin::Register(key)) => {
-                    if let Some(reg) = self.find_registration(&key) {
-                        reg.handle_response(now, &response);
-                    }
-                }
-                Some(Origin::Notify(sub, _)) => {
-                    self.notifier.handle_notify_response(now, sub, &response)
-                }
-                Some(Origin::Probe(probe_id)) => {
-                    if let Some(probe) = self.probe.as_mut() {
-                        probe.handle_response(now, probe_id);
-                    }
-                }
-                None => debug!(id, "response to an unknown request"),
-            },
-            SipEvent::Failed { id, reason } => match self.requests.remove(&id) {
-                Some(Origin::Register(key)) => {
-                    if let Some(reg) = self.find_registration(&key) {
-                        reg.handle_failure(now, &reason);
-                    }
-                }
-                Some(Origin::Notify(sub, cseq)) => {
-                    self.notifier.handle_notify_failure(now, sub, cseq, &reason)
-                }
-                Some(Origin::Probe(probe_id)) => {
-                    if let Some(probe) = self.probe.as_mut() {
-                        probe.handle_failure(now, probe_id, &reason);
-                    }
-                }
-                None => debug!(id, "failure of an unknown request"),
-            },
-            SipEvent::Closed { remote } => self.reregister_over(now, remote),
+            SipEvent::Response { id, response } => self.agent.handle_response(now, id, &response),
+            SipEvent::Failed { id, reason } => self.agent.handle_failure(now, id, &reason),
+            SipEvent::Closed { remote } => self.agent.handle_closed(now, remote),
         }
-        self.retiring.retain(|r| !r.is_finished());
-    }
-
-    fn find_registration(&mut self, key: &AccountKey) -> Option<&mut Registration> {
-        if self.registrations.contains_key(key) {
-            return self.registrations.get_mut(key);
-        }
-        self.retiring.iter_mut().find(|r| {
-            let a = &r.config().account;
-            a.msr_name == key.0 && a.realm.uri == key.1
-        })
-    }
-
-    /// The wait for the next load sample (SPEC §2, §4).
-    fn sample_interval(&self) -> Duration {
-        self.notifier
-            .sample_interval(Duration::from_millis(self.config.agent.sample_interval_ms))
     }
 
     /// Hands every queued request to the endpoint, and the ng client's
     /// datagram to its socket.
-    fn flush(&mut self) {
-        self.reregister_forgotten(Instant::now());
-        self.apply_probe_changes(Instant::now());
+    fn flush(&mut self, now: Instant) {
         if let Some(link) = self.ng.as_mut() {
-            let now = Instant::now();
             let mut answer = None;
             while let Some(datagram) = link.client.poll_transmit() {
                 // A datagram of tens of bytes on an idle socket: the send
@@ -774,110 +448,42 @@ impl Shell {
                     answer = link.client.handle_send_error(now, &e.to_string());
                 }
             }
-            self.ng_answered(answer);
+            self.ng_answered(now, answer);
         }
-        let mut out = Vec::new();
-        for (key, reg) in &mut self.registrations {
-            while let Some(request) = reg.poll_transmit() {
-                out.push((Origin::Register(key.clone()), request));
-            }
-        }
-        for reg in &mut self.retiring {
-            let key = account_key(&reg.config().account);
-            while let Some(request) = reg.poll_transmit() {
-                out.push((Origin::Register(key.clone()), request));
-            }
-        }
-        while let Some(t) = self.notifier.poll_transmit() {
-            out.push((Origin::Notify(t.subscription, t.cseq), t.request));
-        }
-        if let Some(probe) = self.probe.as_mut() {
-            while let Some(t) = probe.poll_transmit() {
-                out.push((Origin::Probe(t.id), t.request));
-            }
-        }
-        let now = Instant::now();
-        for (origin, request) in out {
-            let id = self.next_request_id;
-            self.next_request_id += 1;
-            match self.endpoint.send_request(id, request) {
-                Ok(()) => {
-                    self.requests.insert(id, origin);
-                }
-                Err(e) => {
-                    warn!(error = %e, "cannot send request");
-                    match origin {
-                        Origin::Register(key) => {
-                            if let Some(reg) = self.find_registration(&key) {
-                                reg.handle_failure(now, &e.to_string());
-                            }
-                        }
-                        Origin::Notify(sub, cseq) => {
-                            self.notifier
-                                .handle_notify_failure(now, sub, cseq, &e.to_string())
-                        }
-                        Origin::Probe(probe_id) => {
-                            if let Some(probe) = self.probe.as_mut() {
-                                probe.handle_failure(now, probe_id, &e.to_string());
-                            }
-                        }
-                    }
-                }
+        while let Some(transmit) = self.agent.poll_transmit() {
+            if let Err(e) = self.endpoint.send_request(transmit.id, transmit.request) {
+                warn!(error = %e, "cannot send request");
+                self.agent.handle_failure(now, transmit.id, &e.to_string());
             }
         }
     }
 
-    /// The two-step shutdown of the module docs.
+    /// The shutdown of [`crate::core`]: the agent says when each phase is
+    /// over; the endpoint stops after it, or when it stops on its own.
     async fn graceful_shutdown(&mut self) {
-        info!("shutting down");
-        self.notifier.shutdown(Instant::now());
-        // Step 1: the final NOTIFYs, answered before any unregister leaves.
-        // The notifier bounds the wait (its deadline is `poll_timeout`).
+        let mut now = Instant::now();
+        self.agent.shutdown(now);
         loop {
-            self.flush();
-            if self.notifier.finals_in_flight() == 0 {
+            self.flush(now);
+            let mut stopped = false;
+            while let Some(event) = self.agent.poll_event() {
+                stopped |= event == Event::Stopped;
+            }
+            if stopped {
                 break;
             }
-            let Some(deadline) = self.notifier.poll_timeout() else {
-                break;
-            };
-            tokio::select! {
-                () = sleep_until(deadline) => self.notifier.handle_timeout(Instant::now()),
+            let deadline = self.agent.poll_timeout();
+            let step = tokio::select! {
+                () = sleep_until(deadline.unwrap_or(now + FAR)), if deadline.is_some() => None,
                 event = self.endpoint.recv() => match event {
-                    Some(event) => self.on_sip_event(event).await,
-                    None => {
-                        self.endpoint.shutdown();
-                        info!("stopped");
-                        return;
-                    }
-                },
-            }
-        }
-        // Step 2: the unregisters.
-        let now = Instant::now();
-        for reg in self.registrations.values_mut() {
-            reg.unregister(now);
-        }
-        let deadline = now + SHUTDOWN_GRACE;
-        loop {
-            self.flush();
-            let pending = self
-                .registrations
-                .values()
-                .chain(self.retiring.iter())
-                .any(|r| !r.is_finished());
-            if !pending {
-                break;
-            }
-            tokio::select! {
-                () = sleep_until(deadline) => {
-                    warn!("shutdown grace period over, some unregisters unanswered");
-                    break;
-                }
-                event = self.endpoint.recv() => match event {
-                    Some(event) => self.on_sip_event(event).await,
+                    Some(event) => Some(event),
                     None => break,
                 },
+            };
+            now = Instant::now();
+            match step {
+                None => self.agent.handle_timeout(now),
+                Some(event) => self.on_sip_event(now, event).await,
             }
         }
         self.endpoint.shutdown();
@@ -885,23 +491,18 @@ impl Shell {
     }
 }
 
+/// A deadline beyond any of the loop's, for a disabled sleep.
+const FAR: Duration = Duration::from_secs(86_400);
+
 fn report_bad_config(e: &ConfigError) {
     error!(error = %e, "config reload failed, keeping the last good config");
 }
 
-fn new_ticker(period: Duration) -> tokio::time::Interval {
+fn new_ticker(now: Instant, period: Duration) -> tokio::time::Interval {
     let period = period.max(Duration::from_millis(1));
-    let mut t = tokio::time::interval_at(Instant::now() + period, period);
+    let mut t = tokio::time::interval_at(now + period, period);
     t.set_missed_tick_behavior(MissedTickBehavior::Delay);
     t
-}
-
-fn far_future() -> Instant {
-    Instant::now() + Duration::from_secs(86_400)
-}
-
-fn is_ng(probe: &EngineProbe) -> bool {
-    matches!(probe.config().method, ProbeMethod::NgStatistics { .. })
 }
 
 #[cfg(test)]

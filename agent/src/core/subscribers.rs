@@ -1,23 +1,22 @@
 //! Who may SUBSCRIBE (SPEC §4), as the notifier is told it: the realm
 //! hosts written as IP addresses and `<agent allow-subscribers>` at once,
-//! the realm hosts written as names once a resolution (in a task, at most
-//! [`RESOLVE_TIMEOUT`] per name) has found them; a name that fails to
-//! resolve keeps the addresses it had.
+//! the realm hosts written as names once the shell's resolution has found
+//! them ([`Agent::handle_resolved`]); a name that fails to resolve keeps
+//! the addresses it had.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::Duration;
 
-use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::{host_port, Shell, RESOLVE_TIMEOUT};
+use super::{host_port, Agent};
 use crate::config::{Account, AgentConfig};
 use crate::notifier::NotifierConfig;
 
 /// What one resolution of the registrars' host names found: per name, its
 /// addresses or why there are none.
-pub(super) type Resolution = Vec<(String, Result<BTreeSet<IpAddr>, String>)>;
+pub type Resolution = Vec<(String, Result<BTreeSet<IpAddr>, String>)>;
 
 pub(super) fn notifier_config(
     config: &AgentConfig,
@@ -48,7 +47,7 @@ pub(super) fn notifier_config(
 
 /// The subscriber hosts of `config`: its addresses, and the addresses
 /// `resolved` holds for its names.
-pub(super) fn subscribers(
+fn subscribers(
     config: &AgentConfig,
     resolved: &BTreeMap<String, BTreeSet<IpAddr>>,
 ) -> BTreeSet<IpAddr> {
@@ -88,31 +87,15 @@ pub(super) fn registrar_addrs(
         .collect()
 }
 
-/// Resolves `names`, each within [`RESOLVE_TIMEOUT`].
-pub(super) async fn resolve(names: BTreeSet<String>) -> Resolution {
-    let mut out = Vec::new();
-    for name in names {
-        let lookup = tokio::net::lookup_host((name.as_str(), 5060));
-        let found = match tokio::time::timeout(RESOLVE_TIMEOUT, lookup).await {
-            Ok(Ok(addrs)) => Ok(addrs.map(|a| a.ip().to_canonical()).collect()),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("no answer in {} s", RESOLVE_TIMEOUT.as_secs())),
-        };
-        out.push((name, found));
-    }
-    out
-}
-
-impl Shell {
-    /// Starts resolving the registrars' host names; `None` when the config
-    /// names none.
-    pub(super) fn start_resolving(&self) -> Option<JoinHandle<Resolution>> {
-        let names = self.config.subscriber_hosts().names;
-        (!names.is_empty()).then(|| tokio::spawn(resolve(names)))
+impl Agent {
+    /// The registrars' host names to resolve (the shell resolves them at
+    /// start and after each reload).
+    pub fn names_to_resolve(&self) -> BTreeSet<String> {
+        self.config.subscriber_hosts().names
     }
 
     /// Takes in what a resolution found and tells the notifier.
-    pub(super) fn resolved(&mut self, found: Resolution) {
+    pub fn handle_resolved(&mut self, found: Resolution) {
         for (name, addrs) in found {
             match addrs {
                 Ok(addrs) => {
@@ -125,9 +108,13 @@ impl Shell {
                 }
             }
         }
-        let contact = host_port(self.contact_addr, self.endpoint.local_addr().port());
-        let config = notifier_config(&self.config, &contact, &self.resolved);
+        let config = notifier_config(&self.config, &self.contact(), &self.resolved);
         self.notifier.set_subscribers(config.subscribers);
         self.notifier.set_registrars(config.registrars);
+    }
+
+    /// The agent's `host:port` in Contacts.
+    pub(super) fn contact(&self) -> String {
+        host_port(self.identity.contact_addr, self.identity.contact_port)
     }
 }
