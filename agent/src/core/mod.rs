@@ -54,6 +54,8 @@
 mod glue;
 mod reload;
 mod subscribers;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
