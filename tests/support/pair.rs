@@ -43,7 +43,8 @@
 //! * **Sources**: the agent takes a SUBSCRIBE's source from the socket
 //!   ([`COLLECTOR_ADDR`]); the collector a REGISTER's and a NOTIFY's
 //!   ([`AGENT_ADDR`], which the agent's `Via` names as well).
-//! * **The agent's shell** (`agent/src/shell.rs`): the load sampler, every
+//! * **The agent's shell and glue** (`agent/src/shell.rs`, `Agent` in
+//!   `agent/src/core/`, re-implemented here over the two cores): the load sampler, every
 //!   [`PairConfig::sample_interval`], feeds [`Pair::set_calls`]'s value to
 //!   `Notifier::on_sample`; SIGTERM ([`Pair::stop_agent`]) is its two-step
 //!   shutdown: the `deactivated` NOTIFYs, waited for until answered (at
