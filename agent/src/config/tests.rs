@@ -1295,6 +1295,28 @@ fn codec_names_in_another_case_and_every_codec_off_are_warned() -> TestResult {
     Ok(())
 }
 
+/// A codec name one letter off, or with two letters swapped, is said
+/// with the name it resembles; the engine's own attributes and codecs
+/// this code does not know at all are not.
+#[test]
+fn a_codec_typo_is_warned_with_the_name_it_resembles() -> TestResult {
+    let config = parse(
+        &doc(
+            GOOD_GENERAL,
+            &format!(r#"<codec opsu="2" pcma="1" tel-event-pt="101" siren="3"/>{ACCOUNT}"#),
+        ),
+        origin(),
+    )?;
+    assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
+    assert!(
+        config.warnings[0]
+            .starts_with(r#"<codec opsu="2">: not a codec this agent knows (did you mean opus?)"#),
+        "{:?}",
+        config.warnings
+    );
+    Ok(())
+}
+
 const ACCOUNT: &str = r#"<accounts><dynamic msr_name="msr_1" realm="sip:127.0.0.1:5060" auth_name="a" auth_password="p"/></accounts>"#;
 
 /// An agent without a `<dynamic>` account loads (the engine's config may

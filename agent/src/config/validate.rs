@@ -407,6 +407,9 @@ fn media(cx: &Ctx<'_>, raw: &RawMedia) -> Result<MediaConfig, ConfigError> {
     })
 }
 
+/// `<codec>` attributes of the engine's own that are no codec.
+const ENGINE_CODEC_ATTRIBUTES: [&str; 1] = ["tel-event-pt"];
+
 /// What in `<codec>` loads but is likely a mistake (see
 /// [`AgentConfig::warnings`]): an operator's `PCMA="1"` would
 /// otherwise turn the MSR away from every leg that names an offer,
@@ -424,6 +427,27 @@ fn codec_warnings(attributes: &[(String, String)], list: Option<&CodecList>) -> 
             ))
         })
         .collect();
+    // A typo of a known codec (`opsu`, `pmca`: one letter off or two
+    // swapped) is, to the reader, an attribute of the engine's, skipped
+    // without a word; a codec this code does not know at all is the
+    // engine's to read and is left alone.
+    for (name, value) in attributes {
+        if Codec::from_name(name).is_some() || ENGINE_CODEC_ATTRIBUTES.contains(&name.as_str()) {
+            continue;
+        }
+        let lower = name.to_ascii_lowercase();
+        let near = msr_shared::media::CODECS
+            .iter()
+            .map(|c| c.name)
+            .find(|known| known.len() > 2 && strsim::damerau_levenshtein(&lower, known) == 1);
+        if let Some(known) = near {
+            warnings.push(format!(
+                "<codec {}=\"{}\">: not a codec this agent knows (did you mean {known}?): the MSR does not report it",
+                msr_shared::logging::printable(name, 40),
+                msr_shared::logging::printable(value, 40),
+            ));
+        }
+    }
     if list.is_some_and(CodecList::is_empty) {
         warnings.push(
             "<codec>: every codec is off (codecs: none): no leg that names an offer is placed on this MSR"
