@@ -33,7 +33,7 @@ mod positions;
 mod raw;
 mod validate;
 
-use positions::{line_col, locate, out_of_type, with_position, wrong_type, OutOfType};
+use positions::{line_col, locate, out_of_type, with_position, wrong_type};
 use raw::*;
 pub use raw::{
     DEFAULT_ETCD_PREFIX, DEFAULT_LEASE_TTL_SECS, DEFAULT_REQUEST_TIMEOUT_MS,
@@ -716,8 +716,8 @@ pub fn parse(text: &str, origin: &str) -> Result<CollectorConfig, ConfigError> {
         let message = e.message().trim();
         if let Some(span) = e.span() {
             if let Some(outside) = out_of_type(text, span.start, message) {
-                let expected =
-                    key_range(text, span, &outside).unwrap_or_else(|| outside.type_range());
+                let expected = key_range(text, span, &outside.key, outside.max)
+                    .unwrap_or_else(|| outside.type_range());
                 return ConfigError::Invalid {
                     origin: origin.to_owned(),
                     position: Some((line, column)),
@@ -730,14 +730,7 @@ pub fn parse(text: &str, origin: &str) -> Result<CollectorConfig, ConfigError> {
                 // A number key says its own range, as above.
                 let expected = wrong
                     .max
-                    .and_then(|max| {
-                        let outside = OutOfType {
-                            key: wrong.key.clone(),
-                            value: wrong.value.clone(),
-                            max,
-                        };
-                        key_range(text, span, &outside)
-                    })
+                    .and_then(|max| key_range(text, span, &wrong.key, max))
                     .map_or(wrong.expected, |range| format!("a whole number, {range}"));
                 return ConfigError::Invalid {
                     origin: origin.to_owned(),
@@ -773,23 +766,27 @@ pub fn parse(text: &str, origin: &str) -> Result<CollectorConfig, ConfigError> {
     })
 }
 
-/// The range of the key of `outside` (a negative number, or one too large
-/// for its field's type, at `span`), as its own check states it: the file
-/// is validated again with the type's largest value in its place, and the
+/// The range of the dotted `key` whose value at `span` is outside its
+/// type, or of the wrong type, as its own check states it: the file is
+/// validated again with `max`, the type's largest value, in its place, and the
 /// key's range check, where there is one, refuses that and says what the
 /// key accepts. `None` when nothing but the type bounds the key, or
 /// another error comes first. The ranges stay in one place, the checks
 /// of `validate`.
-fn key_range(text: &str, span: std::ops::Range<usize>, outside: &OutOfType) -> Option<String> {
+fn key_range(text: &str, span: std::ops::Range<usize>, key: &str, max: u64) -> Option<String> {
     let patched = format!(
         "{}{}{}",
         text.get(..span.start)?,
-        outside.max,
+        max,
         text.get(span.end..)?
     );
     let raw: RawConfig = toml::from_str(&patched).ok()?;
     match validate(raw, "") {
-        Err(ConfigError::Invalid { key, expected, .. }) if key == outside.key => Some(expected),
+        Err(ConfigError::Invalid {
+            key: refused,
+            expected,
+            ..
+        }) if refused == key => Some(expected),
         _ => None,
     }
 }

@@ -280,10 +280,11 @@ impl Shell {
     ///
     /// Whether the socket had more to read than one batch (a flood).
     fn on_redirect(&mut self, batch: Option<Vec<crate::core::Inbound>>) -> bool {
+        // One clock read for the batch: the cache's and the core's time.
+        let now = self.now();
         let Some(server) = self.redirect.as_mut() else {
             return false;
         };
-        let now = Instant::now();
         let mut asks = std::mem::take(&mut self.asks);
         let full = match batch {
             None => server.on_readable(now, &mut asks),
@@ -296,7 +297,6 @@ impl Shell {
             self.asks = asks;
             return full;
         }
-        let now = self.now();
         for ask in asks.drain(..) {
             self.next_admin += 1;
             let id = AdminId(self.next_admin);

@@ -1298,19 +1298,20 @@ async fn serve_connection(
     let (mut reader, mut writer) = tokio::io::split(io);
     let mut framer = StreamFramer::new();
     let mut buf = vec![0u8; STREAM_READ];
-    let far = Duration::from_secs(3600);
-    let mut quiet_until = Instant::now() + idle.unwrap_or(far);
+    // Without a limit the timer is never polled: its deadline is moot.
+    let limit = idle.unwrap_or(Duration::from_secs(3600));
+    let mut quiet_until = Instant::now() + limit;
     let error = loop {
         let bytes = tokio::select! {
             () = cancel.cancelled() => break None,
             () = close.cancelled() => break Some("the peer does not read what it is sent".to_owned()),
             () = tokio::time::sleep_until(quiet_until), if idle.is_some() => {
-                break Some(format!("nothing received for {} s", idle.unwrap_or(far).as_secs()));
+                break Some(format!("nothing received for {} s", limit.as_secs()));
             }
             read = reader.read(&mut buf) => match read {
                 Ok(0) => break None,
                 Ok(len) => {
-                    quiet_until = Instant::now() + idle.unwrap_or(far);
+                    quiet_until = Instant::now() + limit;
                     framer.push(&buf[..len]);
                     match frames(&mut framer, key, &events).await {
                         Ok(0) => continue,

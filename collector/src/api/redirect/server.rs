@@ -191,7 +191,7 @@ impl RedirectServer {
         self.server.socket.readable().await
     }
 
-    /// Reads and serves up to [`BATCH`] datagrams; each new INVITE that
+    /// Reads and serves up to `BATCH` (64) datagrams; each new INVITE that
     /// needs a selection goes to `asks`. Whether the batch was full: the
     /// socket may have more (a flood), so the caller yields before the
     /// next.
