@@ -55,7 +55,7 @@ mod auth;
 mod refusals;
 mod request;
 pub mod saved;
-use auth::{AuthOutcome, NonceUse};
+use auth::{challenge_key, AuthOutcome, NonceUse};
 use refusals::RefusalLimiter;
 pub use refusals::{
     Refusal, RefusalLog, RefusalReason, MAX_FIELD_CHARS, MAX_KEYS as MAX_REFUSAL_KEYS,
@@ -174,6 +174,9 @@ pub struct Registrar {
     /// The nonces in issue order (issue times never decrease).
     nonce_order: VecDeque<(Instant, String)>,
     nonce_counter: u64,
+    /// The nonce each challenged REGISTER got, by its Call-ID, CSeq and
+    /// top `Via` branch: its retransmission gets the same (`auth.rs`).
+    challenged: HashMap<String, String>,
     /// msr → contact name → binding.
     aors: BTreeMap<MsrName, BTreeMap<ContactName, Binding>>,
     /// `(expires_at, msr, contact)` of every binding in `aors`.
@@ -214,6 +217,7 @@ impl Registrar {
             nonces: HashMap::new(),
             nonce_order: VecDeque::new(),
             nonce_counter: 0,
+            challenged: HashMap::new(),
             aors: BTreeMap::new(),
             expiries: BTreeSet::new(),
             events: VecDeque::new(),
@@ -261,7 +265,10 @@ impl Registrar {
         }
         match self.authenticate(now, req, &msr) {
             AuthOutcome::Ok => {}
-            AuthOutcome::Challenge { stale } => return self.challenge(now, req, &to_tag, stale),
+            AuthOutcome::Challenge { stale } => {
+                let key = challenge_key(&call_id, cseq, branch.as_deref());
+                return self.challenge(now, req, &to_tag, key, stale);
+            }
             AuthOutcome::Forbidden(reason) => {
                 let mut resp = sip::response(req, StatusCode::Forbidden, Some(&to_tag));
                 // The agent logs this Warning (RFC 3261 §20.43; SPEC §13:

@@ -6,6 +6,7 @@
 //! only whether a REGISTER may change them.
 
 use msr_shared::sip::digest::{self, Credentials};
+use msr_shared::sip::transaction::server::TIMER_J;
 use msr_shared::sip::{self, Request, Response, StatusCode, Uri};
 use tokio::time::Instant;
 
@@ -15,12 +16,21 @@ use super::{RefusalReason, Registrar};
 pub(super) const MAX_NONCES: usize = 10_000;
 
 /// What the registrar remembers of a nonce it issued.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct NonceUse {
     issued: Instant,
     /// The highest nonce count accepted with it; `u32::MAX` once it was
     /// used without `qop` (such a use cannot be told from a replay).
     last_nc: Option<u32>,
+    /// The challenged REGISTER's [`challenge_key`], forgotten with the
+    /// nonce.
+    request: String,
+}
+
+/// A challenged REGISTER's identity: its Call-ID, CSeq number and top `Via`
+/// branch, the same in each of its retransmissions.
+pub(super) fn challenge_key(call_id: &str, cseq: u32, branch: Option<&str>) -> String {
+    format!("{call_id}\n{cseq}\n{}", branch.unwrap_or(""))
 }
 
 impl Registrar {
@@ -83,31 +93,28 @@ impl Registrar {
         AuthOutcome::Ok
     }
 
+    /// The `401` to `req`. A retransmission of a REGISTER challenged within
+    /// its transaction's lifetime (Timer J, RFC 3261 §17.2.2) gets the
+    /// nonce the first got: a stateless answer to the same request is the
+    /// same answer (§8.2.7), so a client that takes the second 401 after
+    /// answering the first does not hold a nonce the registrar replaced.
     pub(super) fn challenge(
         &mut self,
         now: Instant,
         req: &Request,
         to_tag: &str,
+        key: String,
         stale: bool,
     ) -> Response {
-        self.nonce_counter += 1;
-        let nonce = format!("{}{:08x}", sip::random_token(), self.nonce_counter);
-        while self.nonces.len() >= MAX_NONCES {
-            match self.nonce_order.pop_front() {
-                Some((_, oldest)) => {
-                    self.nonces.remove(&oldest);
-                }
-                None => break,
-            }
-        }
-        self.nonces.insert(
-            nonce.clone(),
-            NonceUse {
-                issued: now,
-                last_nc: None,
-            },
-        );
-        self.nonce_order.push_back((now, nonce.clone()));
+        let earlier = self.challenged.get(&key).filter(|n| {
+            self.nonces
+                .get(n.as_str())
+                .is_some_and(|u| now < u.issued + TIMER_J)
+        });
+        let nonce = match earlier {
+            Some(nonce) => nonce.clone(),
+            None => self.issue_nonce(now, key),
+        };
         let mut resp = sip::response(req, StatusCode::Unauthorized, Some(to_tag));
         for alg in &self.algorithms {
             let mut value = format!(
@@ -123,6 +130,45 @@ impl Registrar {
         resp
     }
 
+    /// A fresh nonce for the REGISTER `key`, the oldest forgotten past
+    /// [`MAX_NONCES`].
+    fn issue_nonce(&mut self, now: Instant, key: String) -> String {
+        self.nonce_counter += 1;
+        let nonce = format!("{}{:08x}", sip::random_token(), self.nonce_counter);
+        while self.nonces.len() >= MAX_NONCES {
+            match self.nonce_order.pop_front() {
+                Some((_, oldest)) => self.forget_nonce(&oldest),
+                None => break,
+            }
+        }
+        // The same REGISTER challenged again after Timer J gets a new
+        // nonce; the old one stays good until its TTL.
+        self.challenged.insert(key.clone(), nonce.clone());
+        self.nonces.insert(
+            nonce.clone(),
+            NonceUse {
+                issued: now,
+                last_nc: None,
+                request: key,
+            },
+        );
+        self.nonce_order.push_back((now, nonce.clone()));
+        nonce
+    }
+
+    /// Forgets `nonce` and which REGISTER it challenged.
+    fn forget_nonce(&mut self, nonce: &str) {
+        if let Some(used) = self.nonces.remove(nonce) {
+            if self
+                .challenged
+                .get(&used.request)
+                .is_some_and(|n| n == nonce)
+            {
+                self.challenged.remove(&used.request);
+            }
+        }
+    }
+
     /// Forgets nonces one TTL past their expiry (until then a late use is
     /// answered `stale=true` rather than as unknown; both get `stale=true`).
     pub(super) fn purge_nonces(&mut self, now: Instant) {
@@ -132,7 +178,7 @@ impl Registrar {
                 break;
             }
             if let Some((_, nonce)) = self.nonce_order.pop_front() {
-                self.nonces.remove(&nonce);
+                self.forget_nonce(&nonce);
             }
         }
     }

@@ -1,6 +1,7 @@
 use super::auth::MAX_NONCES;
 use super::*;
 use msr_shared::sip::digest;
+use msr_shared::sip::transaction::server::TIMER_J;
 use rsipstack::dialog::authenticate::compute_digest;
 use rsipstack::sip::headers::auth::{Algorithm, AuthQop};
 use rsipstack::sip::Method;
@@ -1273,4 +1274,45 @@ fn warning_of(resp: &Response) -> Option<String> {
     let start = value.find('"')? + 1;
     let end = value.rfind('"')?;
     Some(format!("Bad Request ({})", value.get(start..end)?))
+}
+
+/// RFC 3261 §8.2.7: a retransmitted unauthenticated REGISTER (same Call-ID,
+/// CSeq and branch) gets the 401 the first got, nonce included, while its
+/// transaction lives (Timer J); another REGISTER, or the same one after
+/// Timer J, gets a fresh nonce, and the first stays good.
+#[test]
+fn a_retransmitted_register_gets_the_same_challenge() {
+    let t0 = Instant::now();
+    let mut r = registrar();
+    let mut reg = Reg::new("msr_1");
+    reg.branch = Some("z9hG4bKchallenged".into());
+    let first = r.handle_register(t0, &reg.build(), None);
+    assert_eq!(first.status_code, StatusCode::Unauthorized);
+    let again = r.handle_register(t0 + Duration::from_secs(1), &reg.build(), None);
+    assert_eq!(challenges(&again), challenges(&first));
+    assert_eq!(
+        sip::header(&again.headers, "To"),
+        sip::header(&first.headers, "To")
+    );
+    let nonce = nonce_of(&challenges(&first)[0]);
+
+    let mut other = Reg::new("msr_1");
+    other.branch = Some("z9hG4bKanother".into());
+    let fresh = r.handle_register(t0, &other.build(), None);
+    assert_ne!(nonce_of(&challenges(&fresh)[0]), nonce);
+
+    let late = r.handle_register(t0 + TIMER_J, &reg.build(), None);
+    assert_ne!(nonce_of(&challenges(&late)[0]), nonce);
+
+    // The first nonce still authenticates.
+    reg.cseq += 1;
+    reg.auth = Some(authorization(
+        "msr",
+        "msr-secret",
+        &nonce,
+        Algorithm::Md5,
+        "MD5",
+    ));
+    let ok = r.handle_register(t0 + TIMER_J, &reg.build(), None);
+    assert_eq!(ok.status_code, StatusCode::OK);
 }
