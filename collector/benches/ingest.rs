@@ -85,7 +85,10 @@ fn subscribed() -> (Collector, Instant, Vec<(String, String)>) {
         dialogs[i] = (call_id, tag);
         let mut ok = sip::response(&r, StatusCode::OK, Some("agent"));
         sip::push_header(&mut ok.headers, "Expires", "3600");
-        answers.push((i, wire::encode_response(ok)));
+        answers.push((
+            i,
+            wire::encode_response(ok, msr_collector::core::USER_AGENT),
+        ));
     }
     for (i, bytes) in answers {
         let message = wire::decode(&bytes, agent(i), Carrier::Udp).expect("decode");

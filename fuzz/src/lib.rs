@@ -293,7 +293,7 @@ pub fn sip_redirect(data: &[u8]) {
             redirect::other_method(&req)
         };
         if let Some(response) = response {
-            let _ = msr_shared::sip::wire::encode_response(response);
+            let _ = msr_shared::sip::wire::encode_response(response, "msr-fuzz");
         }
     }
 }
@@ -368,7 +368,7 @@ pub fn sip_collector(data: &[u8]) {
         // The agent's 200 establishes the dialog (RFC 6665 §4.1.2.1).
         let mut ok = sip::response(&subscribe, sip::StatusCode::OK, Some("msrtag"));
         sip::push_header(&mut ok.headers, "Expires", "60");
-        if let Ok(message) = wire::decode(&wire::encode_response(ok), peer(), Carrier::Udp) {
+        if let Ok(message) = wire::decode(&wire::encode_response(ok, "msr-fuzz"), peer(), Carrier::Udp) {
             core.handle_message(
                 now,
                 Inbound {

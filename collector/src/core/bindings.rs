@@ -44,7 +44,7 @@ impl HeldAnswer {
     fn saved(self) -> Transmit {
         Transmit {
             route: self.route,
-            bytes: msr_shared::sip::wire::encode_response(self.response),
+            bytes: msr_shared::sip::wire::encode_response(self.response, super::USER_AGENT),
         }
     }
 
@@ -65,7 +65,7 @@ impl HeldAnswer {
         );
         Transmit {
             route: self.route,
-            bytes: msr_shared::sip::wire::encode_response(response),
+            bytes: msr_shared::sip::wire::encode_response(response, super::USER_AGENT),
         }
     }
 }

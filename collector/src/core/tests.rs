@@ -329,7 +329,7 @@ fn a_notify_in_the_dialog_reports_the_load_and_its_retransmission_is_absorbed() 
     let mut ok = sip::response(&subscribe, StatusCode::OK, Some("agenttag"));
     sip::push_header(&mut ok.headers, "Expires", "60");
     sip::push_header(&mut ok.headers, "Contact", "<sip:msr_1@10.0.0.2:5071>");
-    let ok = String::from_utf8_lossy(&wire::encode_response(ok)).to_string();
+    let ok = String::from_utf8_lossy(&wire::encode_response(ok, USER_AGENT)).to_string();
     h.deliver(&ok, AGENT);
     let call_id = sip::call_id(&subscribe.headers)
         .expect("call-id")

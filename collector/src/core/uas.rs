@@ -178,7 +178,7 @@ impl Collector {
     ) -> Transmit {
         Transmit {
             route: self.route_to(route, source, req),
-            bytes: wire::encode_response(response),
+            bytes: wire::encode_response(response, super::USER_AGENT),
         }
     }
 

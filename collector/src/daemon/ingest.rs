@@ -450,7 +450,7 @@ pub(super) async fn read_udp(
                         debug!(src = %from, status = %response.status_code, "sip request the parser refused answered");
                         answers.push(Transmit {
                             route: Route::Udp(from),
-                            bytes: wire::encode_response(response),
+                            bytes: wire::encode_response(response, crate::core::USER_AGENT),
                         });
                     }
                     None => {

@@ -537,6 +537,7 @@ impl SipEndpoint {
             local_addr,
             allow,
             client: ClientTransactions::new(local_addr, user_agent),
+            server_header: user_agent.to_owned(),
             server: ServerTransactions::new(),
             requests: HashMap::new(),
             streams: HashMap::new(),
@@ -808,6 +809,8 @@ struct Task {
     /// The methods the endpoint's user serves, for the `Allow` of a `501`.
     allow: &'static str,
     client: ClientTransactions<u64>,
+    /// Every response's `Server` (the requests' `User-Agent`).
+    server_header: String,
     server: ServerTransactions,
     /// The requests in flight, for the `408` of one that times out.
     requests: HashMap<u64, Request>,
@@ -925,7 +928,8 @@ impl Task {
             }
             Some(answer) => {
                 debug!(src = %from, status = %answer.status_code, "sip request the parser refused answered");
-                self.transmit(route, wire::encode_response(answer)).await;
+                self.transmit(route, wire::encode_response(answer, &self.server_header))
+                    .await;
             }
             None => debug!(src = %from, %error, "sip message dropped"),
         }
@@ -1011,7 +1015,7 @@ impl Task {
                 response,
             } => {
                 let final_response = response.status_code.code() >= 200;
-                let bytes = wire::encode_response(response);
+                let bytes = wire::encode_response(response, &self.server_header);
                 self.server.handle_response(
                     Instant::now(),
                     &key,

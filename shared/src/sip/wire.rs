@@ -342,14 +342,15 @@ fn raw_answer(
     // by no more than its own lines (status, tag, Allow, length): compact
     // names expanded and folded lines joined would otherwise let a sender
     // multiply its traffic toward a victim.
-    if encode_response(response.clone()).len() > rest.len() + MAX_RAW_GROWTH {
+    if encode_response(response.clone(), "").len() > rest.len() + MAX_RAW_GROWTH {
         return None;
     }
     Some(response)
 }
 
 /// How many bytes a raw-head answer may add to the request it answers:
-/// its status line, To tag, `Allow` and `Content-Length`, with room.
+/// its status line, To tag, `Allow`, `Content-Length` and the daemon's
+/// `Server`, with room.
 const MAX_RAW_GROWTH: usize = 256;
 
 /// The most `Via` values a raw-head answer copies: a request that crossed
@@ -477,14 +478,22 @@ pub fn encode_request(mut request: Request) -> Bytes {
     Bytes::from(encode(
         format_args!("{} {} {}", request.method, request.uri, request.version),
         &request.headers,
+        None,
         &request.body,
     ))
 }
 
-/// The bytes of `response`, with `Content-Length` set from its body.
-pub fn encode_response(mut response: Response) -> Bytes {
+/// The bytes of `response`, with `Content-Length` set from its body and
+/// `Server: {server}` (RFC 3261 §20.35) unless it names one: every
+/// response a daemon sends says which software and version answered, as
+/// its requests' `User-Agent` does — what an operator reads in a capture.
+pub fn encode_response(mut response: Response, server: &str) -> Bytes {
     let len = response.body.len().to_string();
     super::set_header(&mut response.headers, "Content-Length", len);
+    let named = response
+        .headers
+        .iter()
+        .any(|h| matches!(h, super::Header::Server(_)));
     Bytes::from(encode(
         format_args!(
             "{} {} {}",
@@ -493,6 +502,7 @@ pub fn encode_response(mut response: Response) -> Bytes {
             response.status_code.text()
         ),
         &response.headers,
+        (!named && !server.is_empty()).then_some(("Server", server)),
         &response.body,
     ))
 }
@@ -501,11 +511,17 @@ pub fn encode_response(mut response: Response) -> Bytes {
 /// header as `name: value`, a blank line, the body verbatim), written
 /// into one buffer: `to_bytes` formats each header into a `String` of
 /// its own and joins them, which cost a tenth of a redirect's CPU.
-fn encode(start: std::fmt::Arguments<'_>, headers: &super::Headers, body: &[u8]) -> Vec<u8> {
+fn encode(
+    start: std::fmt::Arguments<'_>,
+    headers: &super::Headers,
+    extra: Option<(&str, &str)>,
+    body: &[u8],
+) -> Vec<u8> {
     use std::io::Write;
     let size: usize = headers
         .iter()
         .map(|h| h.name().len() + h.value().len() + 4)
+        .chain(extra.map(|(name, value)| name.len() + value.len() + 4))
         .sum();
     let mut out = Vec::with_capacity(64 + size + body.len());
     // Writing to a `Vec` cannot fail.
@@ -515,6 +531,12 @@ fn encode(start: std::fmt::Arguments<'_>, headers: &super::Headers, body: &[u8])
         out.extend_from_slice(header.name().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(header.value().as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if let Some((name, value)) = extra {
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"\r\n");

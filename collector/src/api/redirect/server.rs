@@ -355,7 +355,10 @@ impl Server {
                 // path of every well-formed INVITE.
                 if let Some(response) = wire::bad_length(packet) {
                     let dest = response_destination(&response.headers, src);
-                    self.send(&wire::encode_response(response), Dest::Udp(dest));
+                    self.send(
+                        &wire::encode_response(response, crate::core::USER_AGENT),
+                        Dest::Udp(dest),
+                    );
                     return None;
                 }
                 match wire::not_implemented(packet, super::ALLOW) {
@@ -363,7 +366,10 @@ impl Server {
                     // parser refuses.
                     Some(response) => {
                         let dest = response_destination(&response.headers, src);
-                        self.send(&wire::encode_response(response), Dest::Udp(dest));
+                        self.send(
+                            &wire::encode_response(response, crate::core::USER_AGENT),
+                            Dest::Udp(dest),
+                        );
                     }
                     None => self.not_sip(src, &e.to_string()),
                 }
@@ -380,7 +386,10 @@ impl Server {
         if let Some((status, why)) = msr_shared::sip::request_refusal(&req) {
             if req.method != Method::Ack {
                 let response = refusal(&req, status, ErrorCode::BadRequest, why);
-                self.send(&wire::encode_response(response), dest);
+                self.send(
+                    &wire::encode_response(response, crate::core::USER_AGENT),
+                    dest,
+                );
             }
             return None;
         }
@@ -393,7 +402,10 @@ impl Server {
                         ErrorCode::BadRequest,
                         "no via branch",
                     );
-                    self.send(&wire::encode_response(response), dest);
+                    self.send(
+                        &wire::encode_response(response, crate::core::USER_AGENT),
+                        dest,
+                    );
                     return None;
                 };
                 match self.cache.on_invite(now, &key) {
@@ -443,11 +455,17 @@ impl Server {
                     OnCancel::NoMatch => StatusCode::CallTransactionDoesNotExist,
                 };
                 let response = sip::response(&req, status, Some(&tag_of(&req)));
-                self.send(&wire::encode_response(response), dest);
+                self.send(
+                    &wire::encode_response(response, crate::core::USER_AGENT),
+                    dest,
+                );
             }
             _ => {
                 if let Some(response) = other_method(&req) {
-                    self.send(&wire::encode_response(response), dest);
+                    self.send(
+                        &wire::encode_response(response, crate::core::USER_AGENT),
+                        dest,
+                    );
                 }
             }
         }
@@ -484,7 +502,7 @@ impl Server {
             leg,
         } = done;
         let mut status = response.status_code.code();
-        let mut bytes = wire::encode_response(response);
+        let mut bytes = wire::encode_response(response, crate::core::USER_AGENT);
         if !self.cache.answered(&key, bytes.clone()) {
             let terminated = sip::response(
                 &invite,
@@ -492,7 +510,7 @@ impl Server {
                 Some(&tag_of(&invite)),
             );
             status = terminated.status_code.code();
-            bytes = wire::encode_response(terminated);
+            bytes = wire::encode_response(terminated, crate::core::USER_AGENT);
             self.cache.answered(&key, bytes.clone());
         }
         self.metrics.redirect(status);

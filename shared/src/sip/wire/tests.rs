@@ -55,8 +55,28 @@ fn a_response_goes_back_as_the_via_and_the_source_say() {
     );
     // A response built from the request carries the stamped Via.
     let response = sip::response(&with_rport, StatusCode::OK, Some("t"));
-    let text = String::from_utf8_lossy(&encode_response(response)).to_string();
+    let text = String::from_utf8_lossy(&encode_response(response, "")).to_string();
     assert!(text.contains("received=192.0.2.9"), "{text}");
+}
+
+/// RFC 3261 §20.35: every response names the software that answered,
+/// once, and the body stays last.
+#[test]
+fn every_encoded_response_names_its_server_once() {
+    let req = request(
+        &options("SIP/2.0/UDP 10.0.0.2:5070;branch=z9hG4bKa"),
+        "10.0.0.2:5070",
+    );
+    let mut response = sip::response(&req, StatusCode::OK, None);
+    response.body = b"hello".to_vec();
+    let text =
+        String::from_utf8_lossy(&encode_response(response.clone(), "msr-test/1.0")).into_owned();
+    assert!(text.contains("\r\nServer: msr-test/1.0\r\n"), "{text}");
+    assert!(text.ends_with("\r\n\r\nhello"), "{text}");
+    sip::push_header(&mut response.headers, "Server", "other/2");
+    let text = String::from_utf8_lossy(&encode_response(response, "msr-test/1.0")).into_owned();
+    assert_eq!(text.matches("Server:").count(), 1, "{text}");
+    assert!(text.contains("Server: other/2\r\n"), "{text}");
 }
 
 #[test]
@@ -67,7 +87,7 @@ fn every_encoded_message_carries_its_content_length() {
     );
     let mut response = sip::response(&req, StatusCode::OK, None);
     response.body = b"hello".to_vec();
-    let text = String::from_utf8_lossy(&encode_response(response)).to_string();
+    let text = String::from_utf8_lossy(&encode_response(response, "")).to_string();
     assert!(text.contains("Content-Length: 5\r\n"), "{text}");
     assert!(text.ends_with("\r\n\r\nhello"), "{text}");
     assert_eq!(text.matches("Content-Length").count(), 1, "{text}");
@@ -344,7 +364,7 @@ const ALLOW: &str = "REGISTER, NOTIFY, OPTIONS";
 
 fn answer(text: &str) -> Option<String> {
     not_implemented(text.as_bytes(), ALLOW)
-        .map(|r| String::from_utf8_lossy(&encode_response(r)).into_owned())
+        .map(|r| String::from_utf8_lossy(&encode_response(r, "")).into_owned())
 }
 
 /// RFC 3261 §8.2.1: an extension method the parser refuses is answered
@@ -547,7 +567,7 @@ fn the_encoder_writes_what_rsip_writes() {
         for response in responses {
             let expected = rsip_bytes(&response);
             assert_eq!(
-                encode_response(response).as_ref(),
+                encode_response(response, "").as_ref(),
                 expected.as_slice(),
                 "{}",
                 path.display()
