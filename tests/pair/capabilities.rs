@@ -1,11 +1,10 @@
-//! SPEC §15 in virtual time, the agent's notifier and the collector's core
+//! SPEC §15 in virtual time, the agent's core and the collector's core
 //! together: what the MSR takes travels in its NOTIFYs, a changed `<codec>`
 //! reaches the core at once, and the core's selection follows it.
 
 use std::time::Duration;
 
 use msr_shared::admin::{ErrorCode, Request, Response, ResponseData, SelectQuery};
-use msr_shared::media::CodecList;
 use system_tests::pair::{Pair, PairConfig};
 
 /// The answer to a select for a leg offering `codecs`: the chosen MSR, or
@@ -33,7 +32,7 @@ fn a_codec_change_reaches_the_core_at_once_and_selection_follows_it() {
     // `<codec pcma="1" pcmu="2"/>` reloaded: one NOTIFY carries it at
     // once (the rate limit does not hold it), and the core refuses video.
     let before = p.loads().len();
-    p.reconfigure_agent(|c| c.codecs = Some(CodecList::parse_lenient("pcma,pcmu")));
+    p.reconfigure_agent(|c| c.codecs = Some(r#"pcma="1" pcmu="2""#.into()));
     let seen = p.run_until(Duration::from_millis(100), |p| {
         p.loads()
             .get(before..)

@@ -5,6 +5,7 @@
 //! time in milliseconds; "nothing was sent" means nothing up to that
 //! virtual instant, with every deadline before it run.
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use msr_agent::notifier::FINAL_NOTIFY_GRACE;
@@ -16,7 +17,7 @@ use msr_shared::refresh::refresh_delay;
 use msr_shared::sip::Method;
 use msr_shared::subscription::SubscriptionState;
 use system_tests::pair::{
-    notify_state, Fate, Packet, Pair, PairConfig, Party, COLLECTOR_ADDR, TIMER_F,
+    notify_state, Fate, Packet, Pair, PairConfig, Party, COLLECTOR_ADDR, T1, TIMER_F,
 };
 
 fn secs(s: u64) -> Duration {
@@ -31,6 +32,9 @@ fn ms(m: u64) -> Duration {
 /// load-delta reaches the collector within 2 s (a 200 ms sampler, at most
 /// one NOTIFY a second).
 const LOAD_CHANGE_LIMIT: Duration = Duration::from_secs(2);
+
+/// A realm host that is not the collector's sending address.
+const REALM_ELSEWHERE: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9));
 
 /// A pair with the agent registered, subscribed and its first report in.
 fn live(config: PairConfig, calls: u32) -> Pair {
@@ -213,10 +217,7 @@ fn a_lost_refresh_is_replaced_by_a_new_dialog_before_the_grant_lapses() {
         .collect();
     assert!(late.is_empty(), "{late:?}\n{}", p.dump());
     assert_eq!(p.subscription_status(), Some(SubscriptionState::Active));
-    assert_eq!(
-        p.agent.as_ref().map(|a| a.notifier.subscriptions().len()),
-        Some(1)
-    );
+    assert_eq!(p.agent_subscriptions().map(|s| s.len()), Some(1));
 }
 
 /// SPEC §4: changes inside one second are coalesced into one NOTIFY that
@@ -346,11 +347,21 @@ fn a_481_to_a_refresh_starts_a_new_subscription() {
     let mut p = live(PairConfig::default(), 10);
     p.run_for(secs(2));
     let lost_from = p.elapsed();
+    // The first change's NOTIFY, and each of its retransmissions (Timer
+    // E: they leave after the first second too).
+    let mut lost: Option<String> = None;
     p.set_link(move |pk| {
         let first_change = pk.is(Party::Agent, Method::Notify)
+            && !pk.retransmission
             && pk.at >= lost_from
             && pk.at < lost_from + secs(1);
-        if first_change {
+        if first_change && lost.is_none() {
+            lost = pk.header("CSeq").map(str::to_owned);
+        }
+        if pk.is(Party::Agent, Method::Notify)
+            && lost.is_some()
+            && pk.header("CSeq") == lost.as_deref()
+        {
             Fate::Drop
         } else {
             Fate::Deliver
@@ -396,8 +407,13 @@ fn a_481_to_a_refresh_starts_a_new_subscription() {
 /// allowed, the next retry succeeds and the backoff starts over.
 #[test]
 fn refused_subscriptions_back_off_exponentially_up_to_a_minute() {
-    let mut p = Pair::new(PairConfig::default(), 10);
-    p.reconfigure_agent(|c| c.subscribers.clear());
+    // The agent registers at an address the collector does not send
+    // from, so the collector is not one of its subscriber hosts (SPEC §4).
+    let config = PairConfig {
+        realm_host: REALM_ELSEWHERE,
+        ..PairConfig::default()
+    };
+    let mut p = Pair::new(config, 10);
     p.run_for(secs(250));
     let subscribes = p.requests(Party::Collector, Method::Subscribe);
     assert!(subscribes
@@ -408,9 +424,7 @@ fn refused_subscriptions_back_off_exponentially_up_to_a_minute() {
     assert!(waits.len() >= 8, "{waits:?}");
     assert_eq!(p.subscription_status(), Some(SubscriptionState::Failed));
 
-    p.reconfigure_agent(|c| {
-        c.subscribers.insert(COLLECTOR_ADDR.ip());
-    });
+    p.reconfigure_agent(|c| c.allow_subscribers.push(COLLECTOR_ADDR.ip()));
     let live = p.run_until(RETRY_CAP + secs(1), |p| p.last_load());
     assert_eq!(live, Some(10), "{}", p.dump());
     assert_eq!(p.subscription_status(), Some(SubscriptionState::Active));
@@ -443,7 +457,8 @@ fn refused_registrations_back_off_exponentially_up_to_a_minute() {
 }
 
 /// A registrar that never answers: Timer F's 408 fails the attempt, the
-/// next follows the backoff; once the link is back the agent registers.
+/// next follows the backoff; once the link is back the attempt in flight
+/// gets through with its next retransmission (Timer E).
 #[test]
 fn an_unreachable_registrar_is_retried_after_timer_f() {
     let mut p = Pair::new(PairConfig::default(), 10);
@@ -454,17 +469,22 @@ fn an_unreachable_registrar_is_retried_after_timer_f() {
             Fate::Deliver
         }
     });
-    p.run_for(TIMER_F + secs(2));
+    // Two attempts timed out, the third just sent.
+    p.run_for(TIMER_F * 2 + secs(3));
     let registers = p.requests(Party::Agent, Method::Register);
-    assert_eq!(registers.len(), 2, "{}", p.dump());
+    assert_eq!(registers.len(), 3, "{}", p.dump());
     assert_eq!(registers[1].at - registers[0].at, TIMER_F + secs(1));
-    // The attempt in flight is lost too; the one after its Timer F and a
-    // 2 s backoff gets through.
+    assert_eq!(registers[2].at - registers[1].at, TIMER_F + secs(2));
+    assert_eq!(registers[2].at, p.elapsed());
+    // Its first retransmission, T1 later, is challenged; the credentialed
+    // REGISTER follows the 401.
     p.set_link(|_| Fate::Deliver);
-    let live = p.run_until(TIMER_F + secs(2), |p| p.last_load());
+    let live = p.run_until(secs(1), |p| p.last_load());
     assert_eq!(live, Some(10), "{}", p.dump());
     let registers = p.requests(Party::Agent, Method::Register);
-    assert_eq!(registers[2].at - registers[1].at, TIMER_F + secs(2));
+    assert_eq!(registers.len(), 4, "{}", p.dump());
+    assert!(registers[3].header("Authorization").is_some());
+    assert_eq!(registers[3].at - registers[2].at, T1 + ms(2));
 }
 
 /// Lifecycle test 2's timing: an MSR killed with `kill -9` lapses exactly
@@ -709,8 +729,8 @@ fn a_notify_overtaking_the_200_is_taken() {
 }
 
 /// A lossy, reordering link for five minutes (seeded, so every run is the
-/// same): a fifth of the messages lost with their retransmissions, the
-/// rest delayed up to 2 s. Once the link is clean again the pair settles
+/// same): a fifth of the datagrams lost (each retransmission judged anew),
+/// the rest delayed up to 2 s. Once the link is clean again the pair settles
 /// within one backoff cap plus Timer F and a registration period: the MSR
 /// registered, one live subscription at each end, the current load shown.
 #[test]
@@ -739,7 +759,7 @@ fn after_a_lossy_link_heals_the_pair_settles() {
         let limit = RETRY_CAP + TIMER_F + secs(30) + secs(60);
         let healed = p.elapsed();
         let settled = p.run_until(limit, |p| {
-            let notifier = p.agent.as_ref().map(|a| a.notifier.subscriptions().len());
+            let notifier = p.agent_subscriptions().map(|s| s.len());
             (p.is_registered()
                 && p.subscription_status() == Some(SubscriptionState::Active)
                 && p.last_load() == Some(42)
@@ -753,7 +773,7 @@ fn after_a_lossy_link_heals_the_pair_settles() {
             p.is_registered(),
             p.subscription_status(),
             p.last_load(),
-            p.agent.as_ref().map(|a| a.notifier.subscriptions()),
+            p.agent_subscriptions(),
             p.dump()
         );
     }
@@ -867,7 +887,7 @@ fn a_restarted_collector_resumes_from_its_saved_bindings_within_two_seconds() {
     );
     p.run_for(secs(120));
     assert_eq!(
-        p.agent.as_ref().map(|a| a.notifier.subscriptions().len()),
+        p.agent_subscriptions().map(|s| s.len()),
         Some(1),
         "the old subscription is gone at the agent:\n{}",
         p.dump()

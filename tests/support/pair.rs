@@ -1,81 +1,87 @@
 //! An in-memory two-party harness in virtual time (quinn-proto's test
-//! `Pair`): one MSR agent's sans-IO cores — its [`Notifier`] and the
-//! [`Registration`] of its one account — and one real collector core, the
-//! product's [`Collector`] with its registrar, subscriber, health monitor,
-//! load table, legs and operator configuration, joined by a simulated UDP
-//! link, with a clock that jumps from one deadline to the next.
+//! `Pair`, which holds two real endpoints): the product's agent core, an
+//! [`Agent`] built from the agent's XML config ([`agent_xml`], read by its
+//! own parser), and the product's collector core, a [`Collector`] with its
+//! registrar, subscriber, health monitor, load table, legs and operator
+//! configuration, joined by a simulated UDP link, with a clock that jumps
+//! from one deadline to the next.
 //!
-//! Every message is the SIP message the cores build. The agent's are sent
-//! as its endpoint sends them (a top `Via` with a fresh branch and
-//! `rport`, `Max-Forwards: 70`); the collector's are the bytes its core
-//! emits, retransmissions included. Each is printed to text and parsed back
-//! at the receiving side (with `received`/`rport` stamped on the `Via`, as
-//! the real transports do). Nothing touches a socket or the wall clock:
-//! the harness holds `now` and hands it to every core.
+//! The glue of each side is its core's: on the agent's, which core a
+//! response goes to, the 481 rule (SPEC §3), the engine's state and the
+//! drain (SPEC §14) and the shutdown's two phases are `Agent`'s
+//! (`agent/src/core/`); on the collector's, `Collector`'s. Every message is
+//! the bytes a side's transaction layer emits, parsed back at the other
+//! side by [`wire::decode`] (which stamps a request's `Via` with
+//! `received`/`rport`, as both daemons' transports do). Nothing touches a
+//! socket or the wall clock: the harness holds `now` and hands it to every
+//! core.
 //!
 //! Driving ([`Pair::advance`]): at each step the clock jumps to the
-//! earliest of every party's `poll_timeout()`, the agent's next load
-//! sample and the next message or transaction timer due, then everything
-//! due at that instant runs until the parties are idle (every queue
-//! drained, nothing due). [`Pair::run_for`] and [`Pair::run_until`] bound
-//! a run in virtual time, so a test that asserts that nothing happened
-//! asserts it about every event up to that instant — not about how long a
-//! process happened to sleep.
+//! earliest of every deadline (both cores' `poll_timeout()`, the agent's
+//! transactions', its next load sample, the next message due), then
+//! everything due at that instant runs until the parties are idle (every
+//! queue drained, nothing due). [`Pair::run_for`] and [`Pair::run_until`]
+//! bound a run in virtual time, so a test that asserts that nothing
+//! happened asserts it about every event up to that instant — not about
+//! how long a process happened to sleep.
 //!
-//! What the shells and the transport add, modelled here explicitly:
+//! What the shells and the transport add, modelled here:
 //!
 //! * **Link** ([`Pair::set_link`]): each datagram meets a [`Fate`] chosen
 //!   by a test-supplied function: delivered after [`PairConfig::latency`]
-//!   (the default), delayed further, or dropped. The collector's core
-//!   retransmits its own requests (RFC 3261 Timer E), and the link judges
-//!   each retransmission as it judges any datagram
-//!   ([`Packet::retransmission`]), so a predicate that drops a request
-//!   drops its retransmissions too.
-//! * **The agent's client transactions** (rsipstack's in the agent, RFC
-//!   3261 §17.1.2): an agent request dropped by the link stands for its
-//!   loss with every retransmission; one that gets no final response within
-//!   [`TIMER_F`] (64 × T1) ends with a locally generated `408`, handed to
-//!   the sender; [`Fate::Fail`] is its endpoint's transport failure at
-//!   once. A response that arrives after its transaction ended is ignored.
-//! * **The agent's server transactions**: a retransmitted request of the
-//!   collector is answered with the response the agent gave the first time
-//!   (rsipstack's cache), not handed to the notifier again.
+//!   (the default), delayed further, or dropped. Both sides retransmit
+//!   their requests (RFC 3261 Timer E), and the link judges each
+//!   retransmission as it judges any datagram ([`Packet::retransmission`]):
+//!   a predicate that drops a request by what it says drops its
+//!   retransmissions too; one that drops by time may let a later one
+//!   through, as a real link would.
+//! * **The agent's endpoint** (`SipEndpoint`, `shared/src/sip/endpoint.rs`)
+//!   is an async task that owns sockets, which no virtual clock can drive;
+//!   its part is re-driven here over the same sans-IO tables it holds —
+//!   [`ClientTransactions`] for the agent's requests (the top `Via`,
+//!   `User-Agent`, Timer E, Timer F ending one unanswered with a local
+//!   `408`, responses matched by branch, late ones dropped) and
+//!   [`ServerTransactions`] for the collector's (a retransmission answered
+//!   with the first response, never shown to the core twice). Still the
+//!   harness's own: UDP only (no stream connections, so no
+//!   `Agent::handle_closed`), every datagram to the one peer whatever
+//!   address the request names (no lookup), no overload shedding, and
+//!   [`Fate::Fail`], the endpoint's report of a request that failed at
+//!   the transport.
 //! * **Sources**: the agent takes a SUBSCRIBE's source from the socket
 //!   ([`COLLECTOR_ADDR`]); the collector a REGISTER's and a NOTIFY's
 //!   ([`AGENT_ADDR`], which the agent's `Via` names as well).
-//! * **The agent's shell and glue** (`agent/src/shell.rs`, `Agent` in
-//!   `agent/src/core/`, re-implemented here over the two cores): the load sampler, every
-//!   [`PairConfig::sample_interval`], feeds [`Pair::set_calls`]'s value to
-//!   `Notifier::on_sample`; SIGTERM ([`Pair::stop_agent`]) is its two-step
-//!   shutdown: the `deactivated` NOTIFYs, waited for until answered (at
-//!   most `FINAL_NOTIFY_GRACE`), then `Expires: 0`, waited for at most
-//!   [`SHUTDOWN_GRACE`]; a NOTIFY its registrar answers `481` REGISTERs
-//!   again at once (`Notifier::poll_forgotten`); `kill -9` ([`Pair::kill_agent`]) drops the cores
-//!   with nothing sent; a restart ([`Pair::start_agent`]) builds new cores
-//!   (a new Call-ID, no dialogs).
+//! * **The agent's shell** (`agent/src/shell.rs`): the load sampler, every
+//!   `Agent::sample_interval`, feeds [`Pair::set_calls`]'s value to
+//!   `Agent::handle_sample` until a shutdown begins; SIGTERM
+//!   ([`Pair::stop_agent`]) is `Agent::shutdown`, as is the core's
+//!   `ExitWhenDrained`, and the agent is gone at its `Stopped` event; a config reload ([`Pair::reconfigure_agent`]) is
+//!   the XML written again, parsed and handed to `Agent::reconfigure`;
+//!   `kill -9` ([`Pair::kill_agent`]) drops the core and its transactions
+//!   with nothing sent; a restart ([`Pair::start_agent`]) builds a new
+//!   `Agent` (a new Call-ID, no dialogs) with empty transaction tables.
 //! * **The collector's shell** (`collector/src/daemon/`): a disk that
 //!   writes at once — every bindings save and every commit the core asks
 //!   for succeeds at the instant it is asked — and control requests
 //!   ([`Pair::ask`]) answered through the core's effects;
 //!   [`Pair::restart_collector`] is its `kill -9` and restart, with the
-//!   bindings last saved or none. Everything else, the glue between the
-//!   collector's cores included, is the product's.
+//!   bindings last saved or none.
 //!
 //! Addresses are fixed: the collector is [`COLLECTOR_ADDR`], the agent
 //! [`AGENT_ADDR`], on different hosts so that the agent's subscriber-host
 //! check and the collector's NOTIFY-source check both see real values.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 
-use msr_agent::config::LoadSensor;
+use msr_agent::config::{AgentConfig, LoadSensor};
+use msr_agent::core::{Agent, Event as AgentEvent, Identity, Transmit};
 use msr_agent::load::{compute_load, Sample};
-use msr_agent::notifier::{Notifier, NotifierConfig, SubscriptionId};
-use msr_agent::registration::{Registration, RegistrationConfig, RegistrationState};
-use msr_agent::SHUTDOWN_GRACE;
+use msr_agent::notifier::SubscriptionInfo;
+use msr_agent::registration::{self, RegistrationState};
 use msr_collector::core::{AdminId, Backend, Collector, Effect, Event, Inbound, Route, Start};
 use msr_collector::model::health::HealthEvent;
 use msr_collector::operator::cluster::Cluster;
@@ -85,21 +91,22 @@ use msr_collector::sip::registrar::RegistrarEvent;
 use msr_collector::sip::subscriber::SubscriberEvent;
 use msr_shared::admin::{Request as AdminRequest, Response as AdminResponse, ResponseData};
 use msr_shared::event_package::LoadReport;
+use msr_shared::sip::transaction::server::{Received, ServerTransactions};
+use msr_shared::sip::transaction::{ClientTransactions, Outcome};
 use msr_shared::sip::wire::{self, Carrier};
-use msr_shared::sip::{self, Method, Request, Response, SipMessage, StatusCode};
+use msr_shared::sip::{self, Method, Request, SipMessage, StatusCode};
 use msr_shared::subscription::SubscriptionState;
 use tokio::time::Instant;
 
 use crate::system::{self, AccountSpec, AgentSpec};
+
+pub use msr_shared::sip::transaction::{T1, TIMER_F};
 
 /// The collector's SIP address (its `[sip] listen`).
 pub const COLLECTOR_ADDR: SocketAddr =
     SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 5060);
 /// The agent's SIP address (`bind-addr`, `sip-port`).
 pub const AGENT_ADDR: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)), 5070);
-/// Timer F (RFC 3261 §17.1.2.2): 64 × T1 with T1 = 500 ms; a client
-/// transaction without a final response by then ends with a local 408.
-pub const TIMER_F: Duration = Duration::from_secs(32);
 /// The unix time at the harness's start (the collector shows it as the
 /// time of the last NOTIFY).
 const UNIX_START: i64 = 1_700_000_000;
@@ -116,15 +123,6 @@ pub enum Party {
     Collector,
 }
 
-impl Party {
-    fn addr(self) -> SocketAddr {
-        match self {
-            Party::Agent => AGENT_ADDR,
-            Party::Collector => COLLECTOR_ADDR,
-        }
-    }
-}
-
 /// What the link does with one message (module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fate {
@@ -132,12 +130,11 @@ pub enum Fate {
     Deliver,
     /// Delivered after the latency plus this.
     Delay(Duration),
-    /// Lost. For an agent's request, with every retransmission: the agent
-    /// sees Timer F.
+    /// Lost (this copy only: a retransmission is judged anew).
     Drop,
-    /// The agent's endpoint reports a transport failure at once (an agent
-    /// request only; anything else is a drop: the collector's UDP sends
-    /// report nothing).
+    /// The agent's endpoint reports the request's transaction failed at
+    /// once, as it does when a stream connection fails (an agent request
+    /// only; anything else is a drop: a UDP send reports nothing).
     Fail,
 }
 
@@ -152,8 +149,8 @@ pub struct Packet {
     pub message: SipMessage,
     /// What the link did with it.
     pub fate: Fate,
-    /// A retransmission by the collector's transaction layer of a request
-    /// it sent before (same branch).
+    /// A retransmission by the sender's transaction layer of a request it
+    /// sent before (same branch).
     pub retransmission: bool,
 }
 
@@ -235,6 +232,17 @@ impl fmt::Display for Packet {
 pub struct PairConfig {
     /// The agent's one account (`msr_name`).
     pub msr: String,
+    /// The host of the account's `realm`: the collector's address by
+    /// default; another stands for a collector the agent reaches at an
+    /// address it does not send from (a NAT, a virtual address), whose
+    /// SUBSCRIBEs the agent refuses unless `allow_subscribers` lists it
+    /// (SPEC §4). Every datagram reaches the collector all the same.
+    pub realm_host: IpAddr,
+    /// `<agent allow-subscribers>`.
+    pub allow_subscribers: Vec<IpAddr>,
+    /// The `<codec …/>` attributes (SPEC §15), e.g. `pcma="1" pcmu="2"`;
+    /// `None` writes no `<codec>`: no `codecs:` line in the NOTIFYs.
+    pub codecs: Option<String>,
     /// `<agent register-expires>`.
     pub register_expires: u32,
     /// `<general load-delta>`.
@@ -263,6 +271,9 @@ impl Default for PairConfig {
     fn default() -> Self {
         Self {
             msr: "msr_1".into(),
+            realm_host: COLLECTOR_ADDR.ip(),
+            allow_subscribers: Vec::new(),
+            codecs: None,
             register_expires: 60,
             load_delta: 5,
             high_water: msr_agent::notifier::DEFAULT_HIGH_WATER,
@@ -278,85 +289,32 @@ impl Default for PairConfig {
     }
 }
 
-/// The agent's shell state around its cores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum AgentPhase {
-    Running,
-    /// SIGTERM step 1: waiting for the final NOTIFYs.
-    Finals,
-    /// SIGTERM step 2: waiting for the unregister, at most until then.
-    Unregistering(Instant),
-}
-
-/// The agent's cores and what its shell keeps.
+/// The running agent: its core, and what its shell and endpoint keep
+/// (module docs).
 #[derive(Debug)]
 pub struct AgentSide {
-    /// The notifier core.
-    pub notifier: Notifier,
-    /// The registration client of the account.
-    pub registration: Registration,
-    /// The notifier's config as last applied ([`Pair::reconfigure_agent`]).
-    pub notifier_config: NotifierConfig,
-    /// Which run of the agent this is (a restart counts up); requests of
-    /// an earlier run get no answer.
-    incarnation: u64,
-    phase: AgentPhase,
-    next_sample: Instant,
+    /// The product's agent core.
+    pub core: Agent,
+    /// The endpoint's client transactions, by the core's request id.
+    client: ClientTransactions<u64>,
+    /// The requests in flight, for the local `408` at Timer F (as the
+    /// endpoint keeps them).
+    requests: HashMap<u64, Request>,
+    /// The endpoint's server transactions.
+    server: ServerTransactions,
+    /// The sampler's next tick; `None` once a shutdown began.
+    next_sample: Option<Instant>,
+    /// The sampler's period as last set.
+    period: Duration,
 }
 
-/// The collector's core and what happened to it.
-#[derive(Debug)]
-pub struct CollectorSide {
-    /// The product's collector core.
-    pub core: Collector,
-    /// Every registrar event, with its time since the start.
-    pub registrar_events: Vec<(Duration, RegistrarEvent)>,
-    /// Every subscriber event, with its time since the start.
-    pub events: Vec<(Duration, SubscriberEvent)>,
-    /// Every health event, with its time since the start.
-    pub health_events: Vec<(Duration, HealthEvent)>,
-    answers: HashMap<AdminId, AdminResponse>,
-    next_admin: u64,
-    /// The bindings as last written to the (simulated) disk.
-    saved_bindings: Option<String>,
-    /// Which run of the collector this is (a restart counts up).
-    pub incarnation: u64,
-}
-
-/// Who sent an agent request and what to tell when its transaction ends.
-#[derive(Debug, Clone)]
-enum Origin {
-    /// A REGISTER of the agent run `incarnation`.
-    Register { incarnation: u64 },
-    /// A NOTIFY of the agent run `incarnation`.
-    Notify {
-        incarnation: u64,
-        subscription: SubscriptionId,
-        cseq: u32,
-    },
-}
-
-#[derive(Debug)]
-struct ClientTransaction {
-    origin: Origin,
-    /// The request as sent (for the local 408).
-    request: Request,
-}
-
+/// A datagram on its way.
 #[derive(Debug)]
 enum Due {
-    /// An agent request's text arrives at the collector.
-    Request { txn: u64, text: String },
-    /// The collector's response to an agent request arrives at the agent.
-    Response { txn: u64, text: String },
-    /// Timer F of an agent transaction.
-    TimerF(u64),
-    /// The agent's endpoint reports the request failed.
-    Failed(u64),
-    /// A collector request's text arrives at the agent.
-    ToAgent { text: String },
-    /// The agent's answer to a collector request arrives at the collector.
-    ToCollector { text: String },
+    /// From the agent to the collector.
+    ToCollector(Vec<u8>),
+    /// From the collector to the agent.
+    ToAgent(Vec<u8>),
 }
 
 /// The link's policy: a [`Fate`] for each message.
@@ -364,7 +322,8 @@ type Link = Box<dyn FnMut(&Packet) -> Fate>;
 
 /// Two parties, a link and a clock (module docs).
 pub struct Pair {
-    /// The configuration the pair was built with.
+    /// The configuration the pair was built with (and the agent's part as
+    /// last reloaded).
     pub config: PairConfig,
     start: Instant,
     now: Instant,
@@ -374,19 +333,12 @@ pub struct Pair {
     pub collector: CollectorSide,
     /// What the agent's load sampler reads.
     calls: u32,
-    incarnations: u64,
     link: Link,
     /// Every message sent, in order.
     pub trace: Vec<Packet>,
-    txns: HashMap<u64, ClientTransaction>,
-    /// The agent transaction of each branch the agent sent.
-    txn_of_branch: HashMap<String, u64>,
-    next_txn: u64,
-    /// The agent's server transactions: its answer to each collector
-    /// request's branch, for the retransmissions.
-    agent_answers: HashMap<String, Option<String>>,
-    /// Branches of collector requests already sent once.
-    collector_branches: BTreeSet<String>,
+    /// The branches of the requests sent so far, either side's: a branch
+    /// seen again is a retransmission.
+    branches: HashSet<String>,
     queue: BTreeMap<(Instant, u64), Due>,
     next_seq: u64,
 }
@@ -414,14 +366,9 @@ impl Pair {
             agent: None,
             collector,
             calls,
-            incarnations: 0,
             link: Box::new(|_| Fate::Deliver),
             trace: Vec::new(),
-            txns: HashMap::new(),
-            txn_of_branch: HashMap::new(),
-            next_txn: 1,
-            agent_answers: HashMap::new(),
-            collector_branches: BTreeSet::new(),
+            branches: HashSet::new(),
             queue: BTreeMap::new(),
             next_seq: 0,
         };
@@ -456,55 +403,33 @@ impl Pair {
     }
 
     /// Starts the agent (again, after [`kill_agent`](Self::kill_agent) or
-    /// [`stop_agent`](Self::stop_agent) finished): new cores, a new
-    /// Call-ID, no dialogs; its first REGISTER is due now.
+    /// [`stop_agent`](Self::stop_agent) finished): a new core from the
+    /// config, a new Call-ID, no dialogs, no transactions; its first
+    /// REGISTER is due now.
     pub fn start_agent(&mut self) {
         assert!(self.agent.is_none(), "the agent is running");
-        self.incarnations += 1;
-        let xml = agent_xml(&self.config);
-        let parsed = msr_agent::config::parse(&xml, Path::new("pair.xml"))
-            .unwrap_or_else(|e| panic!("the harness's agent config: {e}\n{xml}"));
-        let account = parsed
-            .accounts
-            .first()
-            .cloned()
-            .unwrap_or_else(|| panic!("the harness's agent config has an account"));
-        let registration = Registration::new(
-            RegistrationConfig {
-                account,
-                contact_addr: AGENT_ADDR.ip(),
-                contact_port: AGENT_ADDR.port(),
-                iface: "lo".into(),
-                engine: None,
-                expires: parsed.agent.register_expires,
-            },
-            self.now,
-        );
-        let notifier_config = NotifierConfig {
-            load_delta: parsed.general.load_delta,
-            high_water: parsed.agent.notify_high_water,
-            notify_min_interval: Duration::from_millis(parsed.agent.notify_min_interval_ms),
-            notify_top_interval: Duration::from_millis(parsed.agent.notify_top_interval_ms),
-            max_expires: parsed.agent.max_subscription_expires,
-            contact_host_port: AGENT_ADDR.to_string(),
-            accounts: parsed.accounts.iter().map(|a| a.msr_name.clone()).collect(),
-            subscribers: BTreeSet::from([COLLECTOR_ADDR.ip()]),
-            registrars: BTreeSet::from([COLLECTOR_ADDR]),
-            // No `codecs:` line, as before SPEC §15, whatever the
-            // generated config's `<codec>` says: the pair tests see the
-            // NOTIFYs they always saw; one that needs codecs sets them
-            // with `reconfigure_agent`.
-            codecs: None,
+        let identity = Identity {
+            contact_addr: AGENT_ADDR.ip(),
+            contact_port: AGENT_ADDR.port(),
+            iface: "lo".into(),
         };
-        let notifier = Notifier::new(notifier_config.clone(), self.sample());
+        let core = Agent::new(self.now, self.agent_config(), identity, self.sample());
+        let period = core.sample_interval();
         self.agent = Some(AgentSide {
-            notifier,
-            registration,
-            notifier_config,
-            incarnation: self.incarnations,
-            phase: AgentPhase::Running,
-            next_sample: self.now + self.config.sample_interval,
+            core,
+            client: ClientTransactions::new(AGENT_ADDR, &registration::user_agent()),
+            requests: HashMap::new(),
+            server: ServerTransactions::new(),
+            next_sample: Some(self.now + period),
+            period,
         });
+    }
+
+    /// The agent's config as its parser reads [`agent_xml`].
+    fn agent_config(&self) -> AgentConfig {
+        let xml = agent_xml(&self.config);
+        msr_agent::config::parse(&xml, Path::new("pair.xml"))
+            .unwrap_or_else(|e| panic!("the harness's agent config: {e}\n{xml}"))
     }
 
     /// `kill -9` of the collector and its restart at once: a new core
@@ -529,24 +454,23 @@ impl Pair {
         }
         // The old process's datagrams die with it.
         self.queue
-            .retain(|_, due| !matches!(due, Due::Request { .. } | Due::ToCollector { .. }));
-        self.txn_of_branch.clear();
+            .retain(|_, due| !matches!(due, Due::ToCollector(_)));
         self.settle();
     }
 
-    /// `kill -9`: the agent's cores are gone, nothing more is sent or
-    /// answered until [`start_agent`](Self::start_agent).
+    /// `kill -9`: the agent's core and transactions are gone, nothing more
+    /// is sent or answered until [`start_agent`](Self::start_agent).
     pub fn kill_agent(&mut self) {
         self.agent = None;
     }
 
-    /// SIGTERM: the agent's graceful shutdown (module docs) begins now;
-    /// the agent is gone ([`agent_running`](Self::agent_running) false)
-    /// once it is over.
+    /// SIGTERM: the agent's graceful shutdown (`Agent::shutdown`) begins
+    /// now; the agent is gone ([`agent_running`](Self::agent_running)
+    /// false) once it is over.
     pub fn stop_agent(&mut self) {
         if let Some(agent) = self.agent.as_mut() {
-            agent.notifier.shutdown(self.now);
-            agent.phase = AgentPhase::Finals;
+            agent.core.shutdown(self.now);
+            agent.next_sample = None;
         }
         self.settle();
     }
@@ -556,21 +480,30 @@ impl Pair {
         self.agent.is_some()
     }
 
-    /// Applies `change` to the agent's notifier config, as a config reload
-    /// does (`Notifier::reconfigure`).
-    pub fn reconfigure_agent(&mut self, change: impl FnOnce(&mut NotifierConfig)) {
+    /// A config reload of the agent: `change` applied to the agent's part
+    /// of the config, the XML written again, parsed and handed to
+    /// `Agent::reconfigure` (the collector's part is not reloaded). A
+    /// later [`start_agent`](Self::start_agent) reads the changed config.
+    pub fn reconfigure_agent(&mut self, change: impl FnOnce(&mut PairConfig)) {
+        change(&mut self.config);
+        let config = self.agent_config();
         if let Some(agent) = self.agent.as_mut() {
-            change(&mut agent.notifier_config);
-            agent
-                .notifier
-                .reconfigure(self.now, agent.notifier_config.clone());
+            agent.core.reconfigure(self.now, config);
         }
         self.settle();
     }
 
     /// The agent's registration state, if it runs.
     pub fn registration_state(&self) -> Option<RegistrationState> {
-        self.agent.as_ref().map(|a| a.registration.state())
+        let agent = self.agent.as_ref()?;
+        agent.core.registrations().next().map(|r| r.state())
+    }
+
+    /// The agent's subscriptions, if it runs.
+    pub fn agent_subscriptions(&self) -> Option<Vec<SubscriptionInfo>> {
+        self.agent
+            .as_ref()
+            .map(|a| a.core.notifier().subscriptions())
     }
 
     /// Whether the collector holds a binding of the MSR (as its last
@@ -637,7 +570,7 @@ impl Pair {
     }
 
     /// The requests with `method` sent by `from`, each once: the
-    /// collector's retransmissions left out ([`sent`](Self::sent) has all).
+    /// retransmissions left out ([`sent`](Self::sent) has all).
     pub fn requests(&self, from: Party, method: Method) -> Vec<&Packet> {
         self.sent(|p| p.is(from, method) && !p.retransmission)
     }
@@ -652,9 +585,8 @@ impl Pair {
         out
     }
 
-    /// The earliest instant anything is due: a message or transaction
-    /// timer, a core's `poll_timeout`, the agent's next sample or the end
-    /// of its shutdown wait.
+    /// The earliest instant anything is due: a message, a core's or the
+    /// agent's transactions' `poll_timeout`, the agent's next sample.
     pub fn next_deadline(&self) -> Option<Instant> {
         let queued = self.queue.keys().next().map(|(at, _)| *at);
         let agent = self.agent.as_ref().and_then(AgentSide::poll_timeout);
@@ -737,21 +669,28 @@ impl Pair {
         );
     }
 
-    /// One thing due at `now`: a queued message or timer, else the cores'
-    /// timers; `false` when nothing is due.
+    /// One thing due at `now`: a datagram arriving, else the timers of
+    /// both sides; `false` when nothing is due.
     fn step(&mut self) -> bool {
         let now = self.now;
         if let Some(entry) = self.queue.first_entry() {
             if entry.key().0 <= now {
-                let item = entry.remove();
-                self.handle_due(item);
+                match entry.remove() {
+                    Due::ToCollector(bytes) => self.collector.receive(now, &bytes),
+                    Due::ToAgent(bytes) => {
+                        let answer = self.agent.as_mut().and_then(|a| a.receive(now, &bytes));
+                        if let Some(answer) = answer {
+                            self.send(Party::Agent, answer);
+                        }
+                    }
+                }
                 return true;
             }
         }
         let sample = self.sample();
         let mut busy = false;
         if let Some(agent) = self.agent.as_mut() {
-            busy |= agent.handle_timeout(now, sample, self.config.sample_interval);
+            busy |= agent.handle_timeout(now, sample);
         }
         if due(self.collector.core.poll_timeout(), now) {
             self.collector.core.handle_timeout(now);
@@ -760,165 +699,14 @@ impl Pair {
         busy
     }
 
-    fn handle_due(&mut self, due: Due) {
-        let now = self.now;
-        match due {
-            Due::Request { txn, text } => {
-                let message = wire::decode(text.as_bytes(), AGENT_ADDR, Carrier::Udp)
-                    .unwrap_or_else(|e| {
-                        panic!("the collector cannot read the agent's ({e}):\n{text}")
-                    });
-                if let Some(branch) = top_branch(&message) {
-                    self.txn_of_branch.insert(branch, txn);
-                }
-                self.collector.core.handle_message(
-                    now,
-                    Inbound {
-                        route: Route::Udp(AGENT_ADDR),
-                        source: AGENT_ADDR,
-                        message,
-                        peer_certificate: None,
-                    },
-                );
-            }
-            Due::Response { txn, text } => {
-                if let Some(t) = self.txns.remove(&txn) {
-                    let response = parse_response(&text);
-                    self.complete(t.origin, Ok(&response));
-                }
-            }
-            Due::TimerF(txn) => {
-                if let Some(t) = self.txns.remove(&txn) {
-                    let timeout = sip::response(&t.request, StatusCode::RequestTimeout, None);
-                    self.complete(t.origin, Ok(&timeout));
-                }
-            }
-            Due::Failed(txn) => {
-                if let Some(t) = self.txns.remove(&txn) {
-                    self.complete(t.origin, Err("transport failure"));
-                }
-            }
-            Due::ToAgent { text } => {
-                let request = parse_request(&text, COLLECTOR_ADDR);
-                let branch = top_branch(&SipMessage::Request(request.clone()));
-                // A retransmission: the agent's transaction layer answers
-                // it from its cache; the notifier never sees it.
-                if let Some(cached) = branch.as_ref().and_then(|b| self.agent_answers.get(b)) {
-                    if let Some(text) = cached.clone() {
-                        self.send_to_collector(text);
-                    }
-                    return;
-                }
-                let response = self.agent.as_mut().and_then(|a| {
-                    a.notifier
-                        .handle_request(now, Some(COLLECTOR_ADDR), &request)
-                });
-                let text = response.map(|r| r.to_string());
-                if let Some(branch) = branch {
-                    self.agent_answers.insert(branch, text.clone());
-                }
-                if let Some(text) = text {
-                    self.send_to_collector(text);
-                }
-            }
-            Due::ToCollector { text } => {
-                let message = wire::decode(text.as_bytes(), AGENT_ADDR, Carrier::Udp)
-                    .unwrap_or_else(|e| {
-                        panic!("the collector cannot read the agent's ({e}):\n{text}")
-                    });
-                self.collector.core.handle_message(
-                    now,
-                    Inbound {
-                        route: Route::Udp(AGENT_ADDR),
-                        source: AGENT_ADDR,
-                        message,
-                        peer_certificate: None,
-                    },
-                );
-            }
-        }
-    }
-
-    /// The agent's answer to a collector request, through the link.
-    fn send_to_collector(&mut self, text: String) {
-        let message = SipMessage::Response(parse_response(&text));
-        let at = match self.judge(Party::Agent, message, false) {
-            Fate::Deliver => self.now + self.config.latency,
-            Fate::Delay(d) => self.now + self.config.latency + d,
-            Fate::Drop | Fate::Fail => return,
-        };
-        self.schedule(at, Due::ToCollector { text });
-    }
-
-    /// Hands the end of an agent client transaction to the core that sent
-    /// it: a final response (a local 408 included) or a transport failure.
-    fn complete(&mut self, origin: Origin, outcome: Result<&Response, &str>) {
-        let now = self.now;
-        match origin {
-            Origin::Register { incarnation } => {
-                if let Some(a) = self.agent_run(incarnation) {
-                    match outcome {
-                        Ok(r) => a.registration.handle_response(now, r),
-                        Err(why) => a.registration.handle_failure(now, why),
-                    }
-                }
-            }
-            Origin::Notify {
-                incarnation,
-                subscription,
-                cseq,
-            } => {
-                if let Some(a) = self.agent_run(incarnation) {
-                    match outcome {
-                        Ok(r) => a.notifier.handle_notify_response(now, subscription, r),
-                        Err(why) => a
-                            .notifier
-                            .handle_notify_failure(now, subscription, cseq, why),
-                    }
-                }
-            }
-        }
-    }
-
-    /// The agent, if it is the run `incarnation`.
-    fn agent_run(&mut self, incarnation: u64) -> Option<&mut AgentSide> {
-        self.agent.as_mut().filter(|a| a.incarnation == incarnation)
-    }
-
-    /// Takes what the cores queued — requests to send, the shells'
+    /// Takes what both sides queued — datagrams to send, the shells'
     /// reactions to events — until nothing is left.
     fn settle(&mut self) {
         loop {
-            let mut out: Vec<(Party, Origin, Request)> = Vec::new();
-            if self
-                .agent
-                .as_mut()
-                .is_some_and(|a| a.shutdown_over(self.now))
-            {
-                self.agent = None;
-            }
+            let mut out = Vec::new();
             if let Some(agent) = self.agent.as_mut() {
-                let incarnation = agent.incarnation;
-                // The agent shell's glue (SPEC §3): its registrar answered
-                // a NOTIFY 481, so the account REGISTERs again at once.
-                while let Some((_, registrar)) = agent.notifier.poll_forgotten() {
-                    if registrar == COLLECTOR_ADDR {
-                        agent.registration.register_now(self.now);
-                    }
-                }
-                if due(agent.registration.poll_timeout(), self.now) {
-                    agent.registration.handle_timeout(self.now);
-                }
-                while let Some(r) = agent.registration.poll_transmit() {
-                    out.push((Party::Agent, Origin::Register { incarnation }, r));
-                }
-                while let Some(t) = agent.notifier.poll_transmit() {
-                    let origin = Origin::Notify {
-                        incarnation,
-                        subscription: t.subscription,
-                        cseq: t.cseq,
-                    };
-                    out.push((Party::Agent, origin, t.request));
+                if agent.flush(self.now, &mut out) == Flushed::Stopped {
+                    self.agent = None;
                 }
             }
             let elapsed = self.elapsed();
@@ -926,77 +714,28 @@ impl Pair {
             if out.is_empty() && sent.is_empty() {
                 return;
             }
-            for (from, origin, request) in out {
-                self.send_request(from, origin, request);
+            for bytes in out {
+                self.send(Party::Agent, bytes);
             }
-            for message in sent {
-                self.send_from_collector(message);
+            for bytes in sent {
+                self.send(Party::Collector, bytes);
             }
         }
     }
 
-    /// A message the collector's core emitted, through the link: a request
-    /// of its own (to the agent's server side) or its answer to one of the
-    /// agent's requests (to that transaction).
-    fn send_from_collector(&mut self, message: SipMessage) {
-        let text = message.to_string();
-        let request = matches!(message, SipMessage::Request(_));
-        let branch = top_branch(&message).unwrap_or_default();
-        let (retransmission, txn) = if request {
-            (!self.collector_branches.insert(branch), None)
-        } else {
-            let txn = self.txn_of_branch.get(&branch).copied();
-            (
-                false,
-                Some(txn.unwrap_or_else(|| {
-                    panic!("the collector answered a request the agent never sent:\n{text}")
-                })),
+    /// A datagram `from` a side, through the link.
+    fn send(&mut self, from: Party, bytes: Vec<u8>) {
+        let message = SipMessage::try_from(bytes.as_slice()).unwrap_or_else(|e| {
+            panic!(
+                "the {from:?} sent what it cannot parse ({e}):\n{}",
+                String::from_utf8_lossy(&bytes)
             )
-        };
-        let at = match self.judge(Party::Collector, message, retransmission) {
-            Fate::Deliver => self.now + self.config.latency,
-            Fate::Delay(d) => self.now + self.config.latency + d,
-            Fate::Drop | Fate::Fail => return,
-        };
-        match txn {
-            None => self.schedule(at, Due::ToAgent { text }),
-            Some(txn) => self.schedule(at, Due::Response { txn, text }),
-        }
-    }
-
-    /// Sends an agent request as its endpoint does (module docs) through
-    /// the link.
-    fn send_request(&mut self, from: Party, origin: Origin, mut request: Request) {
-        let via = format!(
-            "SIP/2.0/UDP {};branch=z9hG4bK{};rport",
-            from.addr(),
-            sip::random_token()
-        );
-        request.headers.push_front(sip::Header::Via(via.into()));
-        if sip::header(&request.headers, "Max-Forwards").is_none() {
-            sip::push_header(&mut request.headers, "Max-Forwards", "70");
-        }
-        let txn = self.next_txn;
-        self.next_txn += 1;
-        let text = request.to_string();
-        let fate = self.judge(from, SipMessage::Request(request.clone()), false);
-        self.txns.insert(txn, ClientTransaction { origin, request });
-        self.schedule(self.now + TIMER_F, Due::TimerF(txn));
-        match fate {
-            Fate::Deliver => {
-                self.schedule(self.now + self.config.latency, Due::Request { txn, text })
-            }
-            Fate::Delay(d) => self.schedule(
-                self.now + self.config.latency + d,
-                Due::Request { txn, text },
-            ),
-            Fate::Drop => {}
-            Fate::Fail => self.schedule(self.now, Due::Failed(txn)),
-        }
-    }
-
-    /// The link's verdict on a message, recorded in the trace.
-    fn judge(&mut self, from: Party, message: SipMessage, retransmission: bool) -> Fate {
+        });
+        let request = matches!(message, SipMessage::Request(_));
+        let retransmission = request
+            && !self
+                .branches
+                .insert(top_branch(&message).unwrap_or_default());
         let mut packet = Packet {
             at: self.elapsed(),
             from,
@@ -1006,84 +745,211 @@ impl Pair {
         };
         packet.fate = (self.link)(&packet);
         let fate = packet.fate;
+        let key = (
+            packet.call_id().to_owned(),
+            packet.header("CSeq").map(str::to_owned),
+        );
         self.trace.push(packet);
-        fate
-    }
-
-    fn schedule(&mut self, at: Instant, due: Due) {
+        let at = match fate {
+            Fate::Deliver => self.now + self.config.latency,
+            Fate::Delay(d) => self.now + self.config.latency + d,
+            Fate::Drop => return,
+            Fate::Fail => {
+                if let (Party::Agent, true, Some(agent)) = (from, request, self.agent.as_mut()) {
+                    agent.fail(self.now, &key.0, key.1.as_deref());
+                }
+                return;
+            }
+        };
+        let due = match from {
+            Party::Agent => Due::ToCollector(bytes),
+            Party::Collector => Due::ToAgent(bytes),
+        };
         self.next_seq += 1;
         self.queue.insert((at, self.next_seq), due);
     }
 }
 
+/// Whether the agent is still running after a flush.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flushed {
+    Running,
+    /// Its shutdown is over (`Stopped`): the shell stops the endpoint.
+    Stopped,
+}
+
 impl AgentSide {
-    /// The earliest deadline of the agent's shell and cores in its phase:
-    /// while running, the registration's, the notifier's and the next
-    /// sample; in shutdown step 1 the notifier's only; in step 2 the end of
-    /// the wait.
+    /// The earliest deadline of the core, its transactions and the
+    /// sampler.
     fn poll_timeout(&self) -> Option<Instant> {
-        match self.phase {
-            AgentPhase::Running => [
-                self.registration.poll_timeout(),
-                self.notifier.poll_timeout(),
-                Some(self.next_sample),
-            ]
-            .into_iter()
-            .flatten()
-            .min(),
-            AgentPhase::Finals => self.notifier.poll_timeout(),
-            AgentPhase::Unregistering(deadline) => Some(deadline),
-        }
+        [
+            self.core.poll_timeout(),
+            self.client.poll_timeout(),
+            self.server.poll_timeout(),
+            self.next_sample,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
-    /// Runs what is due at `now`; whether anything was.
-    fn handle_timeout(&mut self, now: Instant, sample: Sample, interval: Duration) -> bool {
+    /// Runs what is due at `now` (`sample` is what the sampler would
+    /// read); whether anything was.
+    fn handle_timeout(&mut self, now: Instant, sample: Sample) -> bool {
         let mut busy = false;
-        match self.phase {
-            AgentPhase::Running => {
-                if due(self.registration.poll_timeout(), now) {
-                    self.registration.handle_timeout(now);
-                    busy = true;
-                }
-                if due(self.notifier.poll_timeout(), now) {
-                    self.notifier.handle_timeout(now);
-                    busy = true;
-                }
-                if self.next_sample <= now {
-                    self.notifier.on_sample(now, sample);
-                    self.next_sample = now + interval;
-                    busy = true;
-                }
-            }
-            AgentPhase::Finals => {
-                if due(self.notifier.poll_timeout(), now) {
-                    self.notifier.handle_timeout(now);
-                    busy = true;
-                }
-            }
-            // `shutdown_over` ends the wait.
-            AgentPhase::Unregistering(_) => {}
+        if due(self.core.poll_timeout(), now) {
+            self.core.handle_timeout(now);
+            busy = true;
+        }
+        if due(self.client.poll_timeout(), now) {
+            self.client.handle_timeout(now);
+            busy = true;
+        }
+        if due(self.server.poll_timeout(), now) {
+            self.server.handle_timeout(now);
+            busy = true;
+        }
+        if due(self.next_sample, now) {
+            self.core.handle_sample(now, sample);
+            self.next_sample = Some(now + self.period);
+            busy = true;
         }
         busy
     }
 
-    /// Moves the shutdown along (module docs); `true` once the agent has
-    /// stopped.
-    fn shutdown_over(&mut self, now: Instant) -> bool {
-        match self.phase {
-            AgentPhase::Running => false,
-            AgentPhase::Finals => {
-                if self.notifier.finals_in_flight() == 0 {
-                    self.registration.unregister(now);
-                    self.phase = AgentPhase::Unregistering(now + SHUTDOWN_GRACE);
+    /// A datagram from the collector, as the endpoint takes it: a response
+    /// to its client transaction (a final one to the core), a request to
+    /// its server transactions (a new one to the core). The answer to
+    /// send back, if any.
+    fn receive(&mut self, now: Instant, bytes: &[u8]) -> Option<Vec<u8>> {
+        let message = wire::decode(bytes, COLLECTOR_ADDR, Carrier::Udp).unwrap_or_else(|e| {
+            panic!(
+                "the agent cannot read the collector's ({e}):\n{}",
+                String::from_utf8_lossy(bytes)
+            )
+        });
+        let request = match message {
+            SipMessage::Response(response) => {
+                if let Some((id, response)) = self.client.handle_response(now, response) {
+                    self.requests.remove(&id);
+                    self.core.handle_response(now, id, &response);
                 }
-                false
+                return None;
             }
-            AgentPhase::Unregistering(deadline) => {
-                self.registration.is_finished() || now >= deadline
+            SipMessage::Request(request) => request,
+        };
+        let key = match self.server.handle_request(now, &request)? {
+            Received::New(key) => key,
+            Received::Answer(bytes) => return Some(bytes.to_vec()),
+            Received::Absorbed => return None,
+        };
+        let Some(response) = self
+            .core
+            .handle_request(now, Some(COLLECTOR_ADDR), &request)
+        else {
+            self.server.abandon(&key);
+            return None;
+        };
+        let final_response = response.status_code.code() >= 200;
+        let bytes = wire::encode_response(response);
+        self.server
+            .handle_response(now, &key, bytes.clone(), final_response, false);
+        Some(bytes.to_vec())
+    }
+
+    /// The shell's flush and the endpoint's: the core's requests into
+    /// client transactions, their datagrams into `out`, the transactions
+    /// that timed out back to the core as a local `408` (RFC 3261
+    /// §8.1.3.1), the core's events acted on; until nothing is left.
+    fn flush(&mut self, now: Instant, out: &mut Vec<Vec<u8>>) -> Flushed {
+        loop {
+            let mut busy = false;
+            while let Some(transmit) = self.core.poll_transmit() {
+                busy = true;
+                self.start(now, transmit);
+            }
+            while let Some(datagram) = self.client.poll_transmit() {
+                busy = true;
+                out.push(datagram.bytes.to_vec());
+            }
+            while let Some((id, outcome)) = self.client.poll_outcome() {
+                busy = true;
+                let response = match (outcome, self.requests.remove(&id)) {
+                    (Outcome::Response(response), _) => response,
+                    (Outcome::TimedOut, Some(request)) => {
+                        sip::response(&request, StatusCode::RequestTimeout, None)
+                    }
+                    (Outcome::TimedOut, None) => continue,
+                };
+                self.core.handle_response(now, id, &response);
+            }
+            while let Some(event) = self.core.poll_event() {
+                busy = true;
+                match event {
+                    AgentEvent::Stopped => return Flushed::Stopped,
+                    // The shell stops as on SIGTERM.
+                    AgentEvent::ExitWhenDrained => {
+                        self.core.shutdown(now);
+                        self.next_sample = None;
+                    }
+                }
+            }
+            // The shell's ticker follows the core's interval (SPEC §4,
+            // near the top), restarted from now when it changes.
+            let period = self.core.sample_interval();
+            if self.next_sample.is_some() && period != self.period {
+                self.period = period;
+                self.next_sample = Some(now + period);
+            }
+            if !busy {
+                return Flushed::Running;
             }
         }
     }
+
+    /// Starts the client transaction of a request of the core; one that
+    /// cannot start fails at once (as `SipEndpoint::send_request` does).
+    fn start(&mut self, now: Instant, transmit: Transmit) {
+        let Transmit { id, request } = transmit;
+        match self.client.send(now, id, COLLECTOR_ADDR, request.clone()) {
+            Ok(()) => {
+                self.requests.insert(id, request);
+            }
+            Err(e) => self.core.handle_failure(now, id, &e.to_string()),
+        }
+    }
+
+    /// [`Fate::Fail`]: the transaction of the request with this `Call-ID`
+    /// and `CSeq` fails at the transport.
+    fn fail(&mut self, now: Instant, call_id: &str, cseq: Option<&str>) {
+        let found = self.requests.iter().find(|(_, r)| {
+            sip::call_id(&r.headers) == Some(call_id) && sip::header(&r.headers, "CSeq") == cseq
+        });
+        if let Some(id) = found.map(|(id, _)| *id) {
+            self.requests.remove(&id);
+            self.client.cancel(&id);
+            self.core.handle_failure(now, id, "transport failure");
+        }
+    }
+}
+
+/// The collector's core and what happened to it.
+#[derive(Debug)]
+pub struct CollectorSide {
+    /// The product's collector core.
+    pub core: Collector,
+    /// Every registrar event, with its time since the start.
+    pub registrar_events: Vec<(Duration, RegistrarEvent)>,
+    /// Every subscriber event, with its time since the start.
+    pub events: Vec<(Duration, SubscriberEvent)>,
+    /// Every health event, with its time since the start.
+    pub health_events: Vec<(Duration, HealthEvent)>,
+    answers: HashMap<AdminId, AdminResponse>,
+    next_admin: u64,
+    /// The bindings as last written to the (simulated) disk.
+    saved_bindings: Option<String>,
+    /// Which run of the collector this is (a restart counts up).
+    pub incarnation: u64,
 }
 
 impl CollectorSide {
@@ -1150,21 +1016,34 @@ listen = "off"
         AdminId(self.next_admin)
     }
 
-    /// The shell's part (module docs): the core's messages (returned, to
+    /// A datagram from the agent, as the collector's UDP reader takes it.
+    fn receive(&mut self, now: Instant, bytes: &[u8]) {
+        let message = wire::decode(bytes, AGENT_ADDR, Carrier::Udp).unwrap_or_else(|e| {
+            panic!(
+                "the collector cannot read the agent's ({e}):\n{}",
+                String::from_utf8_lossy(bytes)
+            )
+        });
+        self.core.handle_message(
+            now,
+            Inbound {
+                route: Route::Udp(AGENT_ADDR),
+                source: AGENT_ADDR,
+                message,
+                peer_certificate: None,
+            },
+        );
+    }
+
+    /// The shell's part (module docs): the core's datagrams (returned, to
     /// send), its effects carried out at once, its events recorded.
-    fn settle(&mut self, now: Instant, elapsed: Duration) -> Vec<SipMessage> {
+    fn settle(&mut self, now: Instant, elapsed: Duration) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         loop {
             let mut busy = false;
             while let Some(t) = self.core.poll_transmit() {
                 busy = true;
-                let message = SipMessage::try_from(t.bytes.as_ref()).unwrap_or_else(|e| {
-                    panic!(
-                        "the collector sent what it cannot parse ({e}):\n{}",
-                        String::from_utf8_lossy(&t.bytes)
-                    )
-                });
-                out.push(message);
+                out.push(t.bytes.to_vec());
             }
             while let Some(effect) = self.core.poll_effect() {
                 busy = true;
@@ -1197,14 +1076,18 @@ listen = "off"
 }
 
 /// The agent's XML config for the pair, written as every system test's
-/// ([`system::agent_xml`]) and read by the agent's own parser. Its
-/// addresses are not used: the pair's are [`AGENT_ADDR`] and
-/// [`COLLECTOR_ADDR`].
+/// ([`system::agent_xml`]) and read by the agent's own parser; its
+/// `<agent sip-port>` is [`AGENT_ADDR`]'s and its realm
+/// [`PairConfig::realm_host`]. The engine's ports are reported in the
+/// REGISTER's Contact; nothing is there, and its probe is off.
 fn agent_xml(c: &PairConfig) -> String {
     let spec = AgentSpec {
         accounts: vec![AccountSpec {
             msr: c.msr.clone(),
-            realm: format!("sip:{COLLECTOR_ADDR}"),
+            realm: format!(
+                "sip:{}",
+                SocketAddr::new(c.realm_host, COLLECTOR_ADDR.port())
+            ),
         }],
         load_delta: c.load_delta,
         max_calls: c.max_calls,
@@ -1216,31 +1099,21 @@ fn agent_xml(c: &PairConfig) -> String {
         sip_port: AGENT_ADDR.port(),
         notify_high_water: c.high_water,
         auth_password: c.password.clone(),
+        agent_attributes: if c.allow_subscribers.is_empty() {
+            String::new()
+        } else {
+            let list: Vec<String> = c.allow_subscribers.iter().map(IpAddr::to_string).collect();
+            format!(r#"allow-subscribers="{}""#, list.join(" "))
+        },
+        codecs: c.codecs.clone(),
         ..AgentSpec::default()
     };
     system::agent_xml(&spec, Path::new("/nonexistent/pair.calls"))
 }
 
-/// Whether a core's deadline is due at `now`.
+/// Whether a deadline is due at `now`.
 fn due(deadline: Option<Instant>, now: Instant) -> bool {
     deadline.is_some_and(|t| t <= now)
-}
-
-/// Parses a request as the receiving transport does, with the source
-/// stamped on its `Via`.
-fn parse_request(text: &str, source: SocketAddr) -> Request {
-    let message = SipMessage::try_from(text)
-        .unwrap_or_else(|e| panic!("a core sent a request rsipstack cannot parse ({e}):\n{text}"));
-    let stamped = rsipstack::transport::SipConnection::update_msg_received(
-        message,
-        source,
-        rsipstack::sip::Transport::Udp,
-    )
-    .unwrap_or_else(|e| panic!("cannot stamp the via ({e}):\n{text}"));
-    match stamped {
-        SipMessage::Request(r) => r,
-        SipMessage::Response(_) => panic!("a request parsed as a response:\n{text}"),
-    }
 }
 
 /// The top `Via` branch of a message.
@@ -1250,14 +1123,6 @@ fn top_branch(message: &SipMessage) -> Option<String> {
         SipMessage::Response(r) => &r.headers,
     };
     sip::header(headers, "Via").and_then(|v| sip::param(v, "branch"))
-}
-
-fn parse_response(text: &str) -> Response {
-    match SipMessage::try_from(text) {
-        Ok(SipMessage::Response(r)) => r,
-        Ok(SipMessage::Request(_)) => panic!("a response parsed as a request:\n{text}"),
-        Err(e) => panic!("a core sent a response rsipstack cannot parse ({e}):\n{text}"),
-    }
 }
 
 /// Whether a NOTIFY's `Subscription-State` begins with `state`.

@@ -226,6 +226,13 @@ impl Agent {
         &self.notifier
     }
 
+    /// The accounts' registration clients, in no order (for tests that
+    /// look at a registration's state; the removed accounts' still
+    /// unregistering are not among them).
+    pub fn registrations(&self) -> impl Iterator<Item = &Registration> {
+        self.registrations.values()
+    }
+
     /// The wait for the next load sample (SPEC §2, §4): near the top the
     /// agent samples as often as it may notify.
     pub fn sample_interval(&self) -> Duration {
