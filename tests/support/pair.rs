@@ -851,7 +851,7 @@ impl AgentSide {
             return None;
         };
         let final_response = response.status_code.code() >= 200;
-        let bytes = wire::encode_response(response);
+        let bytes = wire::encode_response(response, &msr_agent::registration::user_agent());
         self.server
             .handle_response(now, &key, bytes.clone(), final_response, false);
         Some(bytes.to_vec())
