@@ -14,7 +14,7 @@ use msr_collector::core::{Backend, Collector, Inbound, Route, Start};
 use msr_collector::operator::cluster::Cluster;
 use msr_collector::operator::store::etcd::Member;
 use msr_collector::operator::OperatorConfig;
-use msr_shared::sip::wire::{self, Carrier};
+use msr_shared::sip::wire;
 use msr_shared::sip::{self, SipMessage, StatusCode};
 use tokio::time::Instant;
 
@@ -91,7 +91,7 @@ fn subscribed() -> (Collector, Instant, Vec<(String, String)>) {
         ));
     }
     for (i, bytes) in answers {
-        let message = wire::decode(&bytes, agent(i), Carrier::Udp).expect("decode");
+        let message = wire::decode(&bytes, agent(i)).expect("decode");
         core.handle_message(
             now,
             Inbound {
@@ -134,7 +134,7 @@ fn bench_ingest(c: &mut Criterion) {
             let cseq = u32::try_from(n / MSRS + 2).unwrap_or(u32::MAX);
             let bytes = notify(i, cseq, &dialogs[i], u32::try_from(n % 90).unwrap_or(0));
             n += 1;
-            let message = wire::decode(&bytes, agent(i), Carrier::Udp).expect("decode");
+            let message = wire::decode(&bytes, agent(i)).expect("decode");
             core.handle_message(
                 now,
                 Inbound {

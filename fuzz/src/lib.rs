@@ -23,7 +23,6 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use msr_shared::sip::{self, Method, Request, SipMessage};
-use rsipstack::transport::SipConnection;
 use tokio::time::Instant;
 
 /// The most SIP messages one input is split into.
@@ -83,14 +82,17 @@ fn substitute(msg: &[u8], pairs: &[(&str, &str)]) -> Vec<u8> {
     out
 }
 
-/// What rsipstack's UDP transport does with a datagram before the daemon
-/// sees it: parse, then stamp `received`/`rport` on the top Via.
+/// What a daemon's socket does with a datagram before its core sees it:
+/// `wire::decode` (parse, check, stamp `received`/`rport` on the top Via),
+/// and for what it refuses the raw answer (`wire::refused`).
 fn parse(datagram: &[u8]) -> Option<SipMessage> {
-    if datagram.iter().all(u8::is_ascii_whitespace) {
-        return None;
+    match sip::wire::decode(datagram, peer()) {
+        Ok(message) => Some(message),
+        Err(_) => {
+            let _ = sip::wire::refused(datagram, "OPTIONS");
+            None
+        }
     }
-    let msg = SipMessage::try_from(datagram).ok()?;
-    SipConnection::update_msg_received(msg, peer(), rsipstack::sip::transport::Transport::Udp).ok()
 }
 
 /// The NOTIFY body (SPEC §4): decode, and what decodes encodes back to the
@@ -308,7 +310,7 @@ pub fn sip_collector(data: &[u8]) {
     use msr_collector::core::{Backend, Collector, Inbound, Route, Start};
     use msr_collector::operator::cluster::Cluster;
     use msr_collector::operator::store::etcd::Member;
-    use msr_shared::sip::wire::{self, Carrier};
+    use msr_shared::sip::wire;
 
     let config = collector_example();
     let mut now = Instant::now();
@@ -368,7 +370,7 @@ pub fn sip_collector(data: &[u8]) {
         // The agent's 200 establishes the dialog (RFC 6665 §4.1.2.1).
         let mut ok = sip::response(&subscribe, sip::StatusCode::OK, Some("msrtag"));
         sip::push_header(&mut ok.headers, "Expires", "60");
-        if let Ok(message) = wire::decode(&wire::encode_response(ok, "msr-fuzz"), peer(), Carrier::Udp) {
+        if let Ok(message) = wire::decode(&wire::encode_response(ok, "msr-fuzz"), peer()) {
             core.handle_message(
                 now,
                 Inbound {
@@ -386,7 +388,7 @@ pub fn sip_collector(data: &[u8]) {
     ];
     for (i, raw) in messages(data).enumerate() {
         let source = source(i).unwrap_or_else(peer);
-        if let Ok(message) = wire::decode(&substitute(raw, &pairs), source, Carrier::Udp) {
+        if let Ok(message) = wire::decode(&substitute(raw, &pairs), source) {
             core.handle_message(
                 now,
                 Inbound {

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use msr_shared::sip::digest::{self, Challenge};
-use msr_shared::sip::wire::{self, Carrier, Frame, StreamFramer};
+use msr_shared::sip::wire::{self, Frame, StreamFramer};
 use msr_shared::sip::{SipMessage, StatusCode};
 use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -161,7 +161,7 @@ fn response_of(bytes: &[u8]) -> (StatusCode, String, Vec<(String, String)>) {
         "Content-Length on a stream (RFC 3261 §20.14):\n{text}"
     );
     let peer = SocketAddr::from(([127, 0, 0, 1], 0));
-    let Ok(SipMessage::Response(response)) = wire::decode(bytes, peer, Carrier::Tcp) else {
+    let Ok(SipMessage::Response(response)) = wire::decode(bytes, peer) else {
         panic!("not a response:\n{text}");
     };
     let cseq = headers

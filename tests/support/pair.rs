@@ -93,7 +93,7 @@ use msr_shared::admin::{Request as AdminRequest, Response as AdminResponse, Resp
 use msr_shared::event_package::LoadReport;
 use msr_shared::sip::transaction::server::{Received, ServerTransactions};
 use msr_shared::sip::transaction::{ClientTransactions, Outcome};
-use msr_shared::sip::wire::{self, Carrier};
+use msr_shared::sip::wire;
 use msr_shared::sip::{self, Method, Request, SipMessage, StatusCode};
 use msr_shared::subscription::SubscriptionState;
 use tokio::time::Instant;
@@ -822,7 +822,7 @@ impl AgentSide {
     /// its server transactions (a new one to the core). The answer to
     /// send back, if any.
     fn receive(&mut self, now: Instant, bytes: &[u8]) -> Option<Vec<u8>> {
-        let message = wire::decode(bytes, COLLECTOR_ADDR, Carrier::Udp).unwrap_or_else(|e| {
+        let message = wire::decode(bytes, COLLECTOR_ADDR).unwrap_or_else(|e| {
             panic!(
                 "the agent cannot read the collector's ({e}):\n{}",
                 String::from_utf8_lossy(bytes)
@@ -1018,7 +1018,7 @@ listen = "off"
 
     /// A datagram from the agent, as the collector's UDP reader takes it.
     fn receive(&mut self, now: Instant, bytes: &[u8]) {
-        let message = wire::decode(bytes, AGENT_ADDR, Carrier::Udp).unwrap_or_else(|e| {
+        let message = wire::decode(bytes, AGENT_ADDR).unwrap_or_else(|e| {
             panic!(
                 "the collector cannot read the agent's ({e}):\n{}",
                 String::from_utf8_lossy(bytes)

@@ -41,22 +41,18 @@ impl Notifier {
         }
         // SPEC §16: a request no daemon may act on (RFC 3261 §8.2, the
         // cases RFC 4475 tests), answered as the collector's ports answer.
-        if let Some((status, why)) = sip::request_refusal(request) {
+        if let Some(refusal) = sip::request_refusal(request) {
             if request.method == Method::Ack {
                 return None;
             }
             debug!(
                 target: msr_shared::logging::NETWORK,
                 source = %source.map_or_else(|| "unknown".to_owned(), |s| s.to_string()),
-                %status,
-                why,
+                status = %refusal.status,
+                why = refusal.why,
                 "request refused"
             );
-            return Some(finish(sip::response(
-                request,
-                status,
-                Some(&sip::random_token()),
-            )));
+            return Some(finish(refusal.response(request)));
         }
         match request.method {
             Method::Ack => None,

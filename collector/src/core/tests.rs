@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use msr_shared::admin::{ErrorCode, Request, Response, ResponseData};
-use msr_shared::sip::wire::{self, Carrier};
+use msr_shared::sip::wire;
 use msr_shared::sip::{self, SipMessage, StatusCode};
 use rsipstack::dialog::authenticate::compute_digest;
 use rsipstack::sip::headers::auth::{Algorithm, AuthQop};
@@ -98,7 +98,7 @@ impl Harness {
 
     fn deliver(&mut self, text: &str, from: &str) {
         let source = addr(from);
-        let message = wire::decode(text.as_bytes(), source, Carrier::Udp).expect("decode");
+        let message = wire::decode(text.as_bytes(), source).expect("decode");
         self.core.handle_message(
             self.now,
             Inbound {

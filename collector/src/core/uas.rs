@@ -44,10 +44,10 @@ impl Collector {
         req: &sip::Request,
     ) {
         // SPEC §16: a request the daemons must not act on (RFC 4475).
-        if let Some((status, why)) = sip::request_refusal(req) {
+        if let Some(refusal) = sip::request_refusal(req) {
             if req.method != Method::Ack {
-                info!(target: msr_shared::logging::NETWORK, %source, %status, why, "request refused");
-                let response = sip::response(req, status, Some(&sip::stateless_tag(&req.headers)));
+                info!(target: msr_shared::logging::NETWORK, %source, status = %refusal.status, why = refusal.why, "request refused");
+                let response = refusal.response(req);
                 let transmit = self.response_to(route, source, req, response);
                 self.transmits.push_back(transmit);
             }
@@ -186,7 +186,7 @@ impl Collector {
     /// goes.
     fn route_to(&self, route: Route, source: SocketAddr, req: &sip::Request) -> Route {
         match route {
-            Route::Udp(_) => Route::Udp(wire::response_target(req, source)),
+            Route::Udp(_) => Route::Udp(wire::response_target(&req.headers, source)),
             stream => stream,
         }
     }

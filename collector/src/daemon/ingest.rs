@@ -9,7 +9,7 @@
 //! unparsed), parses what it admits and hands the loop whole batches on
 //! two bounded queues, the known contacts' and the others' (a request with
 //! an extension method, which the parser refuses, it answers `501` itself:
-//! RFC 3261 §8.2.1, [`wire::not_implemented`]). A full queue
+//! RFC 3261 §8.2.1, [`wire::refused`]). A full queue
 //! means the loop is behind: the batch is dropped there, counted and
 //! logged (rate-limited), so that the loop always works on recent
 //! requests at its full rate and memory stays bounded; the senders
@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use msr_shared::logging::{log_datagram, WIRE};
-use msr_shared::sip::wire::{self, Carrier, DecodeError, Frame, StreamFramer};
+use msr_shared::sip::wire::{self, DecodeError, Frame, StreamFramer};
 use msr_shared::sip::wire::{queue_on, STREAM_WRITE_QUEUE};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
@@ -356,7 +356,7 @@ impl DropLog {
 /// Reads the UDP socket until `cancel` (module docs). A request the
 /// parser refuses for its extension method is answered `501` here,
 /// through `egress` (the writer's queue), since the core holds no such
-/// request ([`wire::not_implemented`], RFC 3261 §8.2.1); it was admitted
+/// request ([`wire::refused`], RFC 3261 §8.2.1); it was admitted
 /// like any other datagram, so a stranger's flood gets no more answers
 /// than its admission allows any request.
 pub(super) async fn read_udp(
@@ -426,7 +426,7 @@ pub(super) async fn read_udp(
             if tracing::enabled!(target: WIRE, tracing::Level::INFO) {
                 log_datagram("udp received", from, datagram);
             }
-            match wire::decode(datagram, from, Carrier::Udp) {
+            match wire::decode(datagram, from) {
                 Ok(message) => {
                     let inbound = Inbound {
                         route: Route::Udp(from),
@@ -441,15 +441,11 @@ pub(super) async fn read_udp(
                     }
                 }
                 Err(DecodeError::Keepalive) => {}
-                Err(e) => match wire::not_implemented(datagram, crate::core::ALLOW)
-                    .or_else(|| wire::bad_length(datagram))
-                {
-                    // Sent to the source: where every answer over UDP goes
-                    // once `decode` has stamped the Via (RFC 3581 §4).
+                Err(e) => match wire::refused(datagram, crate::core::ALLOW) {
                     Some(response) => {
                         debug!(src = %from, status = %response.status_code, "sip request the parser refused answered");
                         answers.push(Transmit {
-                            route: Route::Udp(from),
+                            route: Route::Udp(wire::response_target(&response.headers, from)),
                             bytes: wire::encode_response(response, crate::core::USER_AGENT),
                         });
                     }

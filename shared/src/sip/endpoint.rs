@@ -86,7 +86,7 @@ use crate::token_bucket::TokenBucket;
 
 use super::transaction::server::{Received, ServerKey, ServerTransactions};
 use super::transaction::{ClientTransactions, Link, Outcome, StreamTransport, TIMER_F};
-use super::wire::{self, Carrier, DecodeError, Frame, StreamFramer};
+use super::wire::{self, DecodeError, Frame, StreamFramer};
 
 /// Default bound on incoming requests waiting for the loop (see the module
 /// docs): about 0.4 s of traffic at 5000 requests/s.
@@ -896,9 +896,9 @@ impl Task {
         if tracing::enabled!(target: WIRE, tracing::Level::INFO) {
             log_datagram("udp received", from, datagram);
         }
-        match wire::decode(datagram, from, Carrier::Udp) {
+        match wire::decode(datagram, from) {
             Ok(SipMessage::Request(request)) => {
-                let route = Route::Udp(wire::response_target(&request, from));
+                let route = Route::Udp(wire::response_target(&request.headers, from));
                 self.on_request(request, from, route).await;
             }
             Ok(SipMessage::Response(response)) => self.on_response(response),
@@ -914,7 +914,7 @@ impl Task {
         if error == DecodeError::Keepalive {
             return;
         }
-        match wire::not_implemented(bytes, self.allow).or_else(|| wire::bad_length(bytes)) {
+        match wire::refused(bytes, self.allow) {
             // Whoever sends them, at most RAW_ANSWERS_PER_SEC: an answer
             // to a forged source is a reflection.
             Some(_)
@@ -985,7 +985,17 @@ impl Task {
             }
             Some(Received::Answer(bytes)) => self.transmit(route, bytes).await,
             Some(Received::Absorbed) => {}
-            None => debug!(src = %source, "request without via or cseq dropped"),
+            // No transaction can hold it (its CSeq is past what §8.1.1.5
+            // allows, RFC 4475 §3.1.2.4): answered statelessly when a
+            // response can be built, as the collector's ports answer it.
+            None => match super::request_refusal(&request) {
+                Some(refusal) => {
+                    let response = refusal.response(&request);
+                    let bytes = wire::encode_response(response, &self.server_header);
+                    self.transmit(route, bytes).await;
+                }
+                None => debug!(src = %source, "request without via or cseq dropped"),
+            },
         }
     }
 
@@ -1159,19 +1169,13 @@ impl Task {
                 }
             }
             StreamEvent::ConnectFailed { key, reason } => self.connect_failed(key, reason),
-            StreamEvent::Message { key, bytes } => {
-                let carrier = match key.0 {
-                    StreamTransport::Tcp => Carrier::Tcp,
-                    StreamTransport::Tls => Carrier::Tls,
-                };
-                match wire::decode(&bytes, key.1, carrier) {
-                    Ok(SipMessage::Request(request)) => {
-                        self.on_request(request, key.1, Route::Stream(key)).await;
-                    }
-                    Ok(SipMessage::Response(response)) => self.on_response(response),
-                    Err(e) => self.refused(&bytes, key.1, Route::Stream(key), e).await,
+            StreamEvent::Message { key, bytes } => match wire::decode(&bytes, key.1) {
+                Ok(SipMessage::Request(request)) => {
+                    self.on_request(request, key.1, Route::Stream(key)).await;
                 }
-            }
+                Ok(SipMessage::Response(response)) => self.on_response(response),
+                Err(e) => self.refused(&bytes, key.1, Route::Stream(key), e).await,
+            },
             StreamEvent::Closed { key } => {
                 // Requests in flight over it end at Timer F, as over a
                 // connection that stays open but silent.

@@ -65,12 +65,47 @@ pub fn top_via(headers: &Headers) -> Option<&str> {
 }
 
 /// The sent-by of a `Via` value (`SIP/2.0/UDP host:port;branch=…` →
-/// `host:port`, RFC 3261 §20.42); empty when it has none.
+/// `host:port`, RFC 3261 §20.42); empty when it has none. The grammar lets
+/// LWS surround the protocol's slashes (`SLASH = SWS "/" SWS`, §25.1:
+/// `SIP / 2.0 / UDP`, RFC 4475 §3.1.1.1), so the sent-by is what follows
+/// the transport after the last slash.
 pub fn via_sent_by(via: &str) -> &str {
-    via.split(';')
-        .next()
-        .and_then(|p| p.split_whitespace().nth(1))
-        .unwrap_or("")
+    let head = via.split(';').next().unwrap_or("");
+    let Some((_, after)) = head.rsplit_once('/') else {
+        return "";
+    };
+    after
+        .trim_start()
+        .split_once(char::is_whitespace)
+        .map_or("", |(_, sent_by)| sent_by.trim())
+}
+
+/// The IP of a sent-by or `host[:port]` (an IPv6 reference in brackets),
+/// `None` when the host is a name.
+pub fn host_ip(host_port: &str) -> Option<std::net::IpAddr> {
+    if let Some(rest) = host_port.strip_prefix('[') {
+        let (ip, _) = rest.split_once(']')?;
+        return ip
+            .parse()
+            .ok()
+            .map(|ip: std::net::IpAddr| ip.to_canonical());
+    }
+    let host = host_port
+        .rsplit_once(':')
+        .map_or(host_port, |(host, _)| host);
+    host.trim()
+        .parse()
+        .ok()
+        .map(|ip: std::net::IpAddr| ip.to_canonical())
+}
+
+/// The port of a sent-by or `host[:port]`, `None` when it names none.
+pub fn host_port(host_port: &str) -> Option<u16> {
+    let tail = match host_port.strip_prefix('[') {
+        Some(rest) => rest.split_once(']')?.1,
+        None => host_port,
+    };
+    tail.rsplit_once(':')?.1.trim().parse().ok()
 }
 
 /// Appends `name: value` to `headers`.
@@ -275,36 +310,141 @@ pub fn cseq(headers: &Headers) -> Option<(u32, String)> {
     Some((n, m))
 }
 
-/// Why a request that parsed must still not be acted upon, as the status
-/// to answer (RFC 3261 §8.2 and the cases RFC 4475 tests): `505` for a
-/// SIP version other than 2.0 (§8.2.2 ... §21.5.7, RFC 4475 §3.1.2.16),
-/// `400` for a `CSeq` whose method is not the request line's (§8.1.1.5,
-/// RFC 4475 §3.1.2.17), for more than one `Content-Length` (§7.3.1,
-/// RFC 4475 §3.3.9) or one that is no number or longer than the body
-/// (§18.3, RFC 4475 §3.1.2.2-3). `None` for a request to serve.
-pub fn request_refusal(req: &Request) -> Option<(StatusCode, &'static str)> {
-    if req.version != rsipstack::sip::Version::V2 {
-        return Some((StatusCode::from(505), "sip version not supported"));
+/// Why a request that parsed must still not be acted upon
+/// ([`request_refusal`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestRefusal {
+    /// The status to answer.
+    pub status: StatusCode,
+    /// For the log and the answer's reason text.
+    pub why: &'static str,
+    /// The `Require` option-tags this UAS does not support, for a `420`'s
+    /// `Unsupported` (RFC 3261 §8.2.2.3).
+    pub unsupported: Option<String>,
+}
+
+impl RequestRefusal {
+    fn new(status: u16, why: &'static str) -> Self {
+        Self {
+            status: StatusCode::from(status),
+            why,
+            unsupported: None,
+        }
     }
-    // Every request passes here (60,000 NOTIFYs a second): the CSeq's
-    // method is compared as a parsed `Method`, with no allocation.
-    let cseq_method = header(&req.headers, "CSeq").and_then(|v| v.split_whitespace().nth(1));
-    if let Some(method) = cseq_method {
+
+    /// Adds what the status asks beside it to a response built for it:
+    /// a `420`'s `Unsupported` (RFC 3261 §8.2.2.3, §20.40).
+    pub fn complete(&self, response: &mut Response) {
+        if let Some(tags) = &self.unsupported {
+            push_header(&mut response.headers, "Unsupported", tags.clone());
+        }
+    }
+
+    /// The stateless answer to `req`: [`response`] with this status and
+    /// [`stateless_tag`], [`completed`](Self::complete).
+    pub fn response(&self, req: &Request) -> Response {
+        let mut response = response(req, self.status.clone(), Some(&stateless_tag(&req.headers)));
+        self.complete(&mut response);
+        response
+    }
+}
+
+/// Why a request that parsed must still not be acted upon, as RFC 3261 §8.2
+/// orders a UAS's checks and RFC 4475 tests them; `None` for a request to
+/// serve. In order:
+///
+/// * `505` for a SIP version other than 2.0 (§8.2.2 ... §21.5.7, RFC 4475
+///   §3.1.2.16);
+/// * `400` for a request a response cannot be matched to: no `Via`,
+///   `From`, `To`, `Call-ID` or `CSeq` (§8.1.1, RFC 4475 §3.3.1), one of
+///   those (or `Max-Forwards`, `Content-Type`) more than once (§7.3.1,
+///   RFC 4475 §3.3.8), a `Via` value that is no `via-parm` (§20.42, RFC
+///   4475 §3.1.2.1), an unterminated quoted display name (§25.1, RFC 4475
+///   §3.1.2.6), a `CSeq` whose method is not the request line's (§8.1.1.5,
+///   RFC 4475 §3.1.2.17) or whose number is not below 2^31 (§8.1.1.5, RFC
+///   4475 §3.1.2.4), a Request-URI with headers (§19.1.5, RFC 4475
+///   §3.1.2.11), more than one `Content-Length` (RFC 4475 §3.3.9) or one
+///   that is no number or longer than the body (§18.3, RFC 4475
+///   §3.1.2.2-3);
+/// * `416` for a Request-URI scheme other than `sip`, `sips` and `tel`
+///   (§8.2.2.1, RFC 4475 §3.3.2-3);
+/// * `420` with the option-tags for a `Require` (§8.2.2.3, RFC 4475
+///   §3.3.5): these servers support no extension a request may require;
+///   `Proxy-Require` is a proxy's and is ignored.
+pub fn request_refusal(req: &Request) -> Option<RequestRefusal> {
+    if req.version != rsipstack::sip::Version::V2 {
+        return Some(RequestRefusal::new(505, "sip version not supported"));
+    }
+    // Every request passes here (60,000 NOTIFYs a second): one pass over
+    // the headers, counting, with no allocation.
+    let mut counts = [0_u8; 7];
+    let mut require: Option<&str> = None;
+    for h in req.headers.iter() {
+        let name = h.name();
+        let single = SINGLE.iter().position(|(long, compact)| {
+            name.eq_ignore_ascii_case(long)
+                || (!compact.is_empty() && name.eq_ignore_ascii_case(compact))
+        });
+        if let Some(i) = single {
+            counts[i] = counts[i].saturating_add(1);
+            if i < 2 && !balanced_quotes(h.value()) {
+                return Some(RequestRefusal::new(400, "an unterminated quoted string"));
+            }
+        } else if name.eq_ignore_ascii_case("Via") || name.eq_ignore_ascii_case("v") {
+            if !parts_outside_quotes(h.value(), ',').all(|v| wire::via_shape(v.trim())) {
+                return Some(RequestRefusal::new(400, "a via that is no via-parm"));
+            }
+            counts[6] = counts[6].saturating_add(1);
+        } else if name.eq_ignore_ascii_case("Require") && !h.value().trim().is_empty() {
+            require = Some(h.value().trim());
+        }
+    }
+    if counts[..4].iter().chain([&counts[6]]).any(|c| *c == 0) {
+        return Some(RequestRefusal::new(
+            400,
+            "a via, from, to, call-id or cseq is missing",
+        ));
+    }
+    if counts[..6].iter().any(|c| *c > 1) {
+        return Some(RequestRefusal::new(
+            400,
+            "a header that appears once appears more than once",
+        ));
+    }
+    // The CSeq's number is below 2^31 (§8.1.1.5, RFC 4475 §3.1.2.4
+    // scalar02); its method is compared as a parsed `Method`.
+    let mut cseq = header(&req.headers, "CSeq")
+        .unwrap_or("")
+        .split_whitespace();
+    let in_range = cseq
+        .next()
+        .and_then(|n| n.parse::<u32>().ok())
+        .is_some_and(|n| n < 1 << 31);
+    if !in_range {
+        return Some(RequestRefusal::new(
+            400,
+            "a cseq number that is not below 2^31",
+        ));
+    }
+    if let Some(method) = cseq.next() {
         // Method names are case-sensitive (RFC 3261 §7.1) and every known
         // one is upper case: a lower-case letter is another method.
         if method.parse::<Method>().ok() != Some(req.method)
             || method.bytes().any(|b| b.is_ascii_lowercase())
         {
-            return Some((
-                StatusCode::BadRequest,
+            return Some(RequestRefusal::new(
+                400,
                 "the cseq method is not the request's",
             ));
         }
     }
+    if !req.uri.headers.is_empty() {
+        return Some(RequestRefusal::new(400, "a request-uri with headers"));
+    }
     let lengths =
         header_all(&req.headers, "Content-Length").len() + header_all(&req.headers, "l").len();
     if lengths > 1 {
-        return Some((StatusCode::BadRequest, "more than one content-length"));
+        return Some(RequestRefusal::new(400, "more than one content-length"));
     }
     // RFC 3261 §18.3, RFC 4475 §3.1.2.2-3: a Content-Length that is no
     // number, or longer than the body that came, is a 400. The collector's
@@ -316,15 +456,58 @@ pub fn request_refusal(req: &Request) -> Option<(StatusCode, &'static str)> {
         match length_value(value) {
             Some(length) if length <= req.body.len() => {}
             Some(_) => {
-                return Some((
-                    StatusCode::BadRequest,
+                return Some(RequestRefusal::new(
+                    400,
                     "content-length is longer than the body",
                 ))
             }
-            None => return Some((StatusCode::BadRequest, "content-length is not a number")),
+            None => return Some(RequestRefusal::new(400, "content-length is not a number")),
         }
     }
+    let supported = match &req.uri.scheme {
+        Some(rsipstack::sip::Scheme::Sip | rsipstack::sip::Scheme::Sips) => true,
+        Some(rsipstack::sip::Scheme::Other(other)) => other.eq_ignore_ascii_case("tel"),
+        None => false,
+    };
+    if !supported {
+        return Some(RequestRefusal::new(416, "unsupported uri scheme"));
+    }
+    if let Some(tags) = require.filter(|_| !matches!(req.method, Method::Ack | Method::Cancel)) {
+        return Some(RequestRefusal {
+            unsupported: Some(tags.to_owned()),
+            ..RequestRefusal::new(420, "a required extension is not supported")
+        });
+    }
     None
+}
+
+/// The headers a request carries once (RFC 3261 §7.3.1, §20), by long and
+/// compact name, as [`request_refusal`] counts them: `From` and `To` first
+/// (their display names are checked), then `Call-ID`, `CSeq`,
+/// `Max-Forwards`, `Content-Type`.
+const SINGLE: [(&str, &str); 6] = [
+    ("From", "f"),
+    ("To", "t"),
+    ("Call-ID", "i"),
+    ("CSeq", ""),
+    ("Max-Forwards", ""),
+    ("Content-Type", "c"),
+];
+
+/// Whether every quoted string in `value` ends (`quoted-string`, RFC 3261
+/// §25.1, with its quoted-pairs).
+fn balanced_quotes(value: &str) -> bool {
+    let mut quoted = false;
+    let mut escaped = false;
+    for c in value.chars() {
+        match (quoted, escaped, c) {
+            (true, true, _) => escaped = false,
+            (true, false, '\\') => escaped = true,
+            (_, false, '"') => quoted = !quoted,
+            _ => {}
+        }
+    }
+    !quoted
 }
 
 /// A media type or an `Accept` range without its parameters, in lower

@@ -255,9 +255,121 @@ fn a_cseq_method_in_another_case_is_another_method() {
     assert_eq!(request_refusal(&with_cseq("1 OPTIONS")), None);
     for cseq in ["1 options", "1 Options", "1 INVITE"] {
         assert_eq!(
-            request_refusal(&with_cseq(cseq)).map(|(status, _)| status),
+            request_refusal(&with_cseq(cseq)).map(|r| r.status),
             Some(StatusCode::BadRequest),
             "{cseq}"
         );
     }
+}
+
+/// RFC 3261 §8.2 in the order a UAS checks, with RFC 4475's cases: what
+/// a response cannot be matched to (400), an unknown Request-URI scheme
+/// (416), a required extension (420 with `Unsupported`).
+#[test]
+fn a_request_is_refused_as_rfc_3261_orders_the_checks() {
+    const OPTIONS: &str =
+        "OPTIONS sip:x@127.0.0.1 SIP/2.0\nVia: SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bK-c\n\
+        From: <sip:a@127.0.0.1>;tag=f\nTo: <sip:x@127.0.0.1>\nCall-ID: c@test\n\
+        CSeq: 1 OPTIONS\nMax-Forwards: 70\n";
+    let with =
+        |edit: &dyn Fn(&str) -> String| parse(&format!("{}Content-Length: 0\n\n", edit(OPTIONS)));
+    assert_eq!(request_refusal(&with(&|t| t.to_owned())), None);
+    let status =
+        |edit: &dyn Fn(&str) -> String| request_refusal(&with(edit)).map(|r| r.status.code());
+    // §8.1.1 (RFC 4475 §3.3.1 insuf): a header every request needs.
+    for name in ["Call-ID", "From", "To"] {
+        let without = move |t: &str| {
+            t.lines()
+                .filter(|l| !l.starts_with(&format!("{name}:")))
+                .map(|l| format!("{l}\n"))
+                .collect::<String>()
+        };
+        assert_eq!(status(&without), Some(400), "without {name}");
+    }
+    // §7.3.1 (RFC 4475 §3.3.8 multi01): one that appears once, twice.
+    for twice in [
+        "Call-ID: d@test\n",
+        "To: <sip:y@127.0.0.1>\n",
+        "CSeq: 2 OPTIONS\n",
+        "Max-Forwards: 5\n",
+        "f: <sip:b@127.0.0.1>;tag=g\n",
+    ] {
+        assert_eq!(status(&|t| format!("{t}{twice}")), Some(400), "{twice}");
+    }
+    // RFC 4475 §3.1.2.4 scalar02.
+    assert_eq!(
+        status(&|t| t.replace("CSeq: 1 OPTIONS", "CSeq: 36893488147419103232 OPTIONS")),
+        Some(400)
+    );
+    assert_eq!(
+        status(&|t| t.replace("CSeq: 1 OPTIONS", "CSeq: 2147483648 OPTIONS")),
+        Some(400)
+    );
+    // RFC 4475 §3.1.2.1 badinv01, §3.1.2.6 quotbal.
+    assert_eq!(
+        status(&|t| format!("{t}Via: SIP/2.0/UDP 192.0.2.15;;,;,,\n")),
+        Some(400)
+    );
+    assert_eq!(
+        status(&|t| t.replace(
+            "To: <sip:x@127.0.0.1>",
+            "To: \"Mr. J. User <sip:x@127.0.0.1>"
+        )),
+        Some(400)
+    );
+    assert_eq!(
+        status(&|t| t.replace(
+            "To: <sip:x@127.0.0.1>",
+            "To: \"Mr. \\\"J\\\" User\" <sip:x@127.0.0.1>"
+        )),
+        None,
+        "a quoted-pair quote is no end"
+    );
+    // LWS around the Via's slashes is valid (RFC 4475 §3.1.1.1 wsinv).
+    assert_eq!(
+        status(&|t| t.replace(
+            "SIP/2.0/UDP 127.0.0.1:5070",
+            "SIP  /  2.0 / UDP 127.0.0.1:5070"
+        )),
+        None
+    );
+    // §19.1.5 (RFC 4475 §3.1.2.11 escruri).
+    assert_eq!(
+        status(&|t| t.replace(
+            "OPTIONS sip:x@127.0.0.1 ",
+            "OPTIONS sip:x@127.0.0.1?Route=%3Csip:e%3E "
+        )),
+        Some(400)
+    );
+    // §8.2.2.1 (RFC 4475 §3.3.2 unkscm, §3.3.3 novelsc); tel is taken.
+    for uri in [
+        "nobodyKnowsThisScheme:totallyopaquecontent",
+        "soap.beep://192.0.2.103:3002",
+    ] {
+        assert_eq!(
+            status(&|t| t.replace("OPTIONS sip:x@127.0.0.1 ", &format!("OPTIONS {uri} "))),
+            Some(416),
+            "{uri}"
+        );
+    }
+    assert_eq!(
+        status(&|t| t.replace("OPTIONS sip:x@127.0.0.1 ", "OPTIONS tel:+15551234567 ")),
+        None
+    );
+    // §8.2.2.3 (RFC 4475 §3.3.5 bext01): Require is refused with what it
+    // named; Proxy-Require is a proxy's.
+    let refusal = request_refusal(&with(&|t| {
+        format!("{t}Require: nothingSupportsThis, nothingSupportsThisEither\nProxy-Require: noProxiesSupportThis\n")
+    }))
+    .expect("a 420");
+    assert_eq!(refusal.status.code(), 420);
+    let response = refusal.response(&with(&|t| t.to_owned()));
+    assert_eq!(
+        header(&response.headers, "Unsupported"),
+        Some("nothingSupportsThis, nothingSupportsThisEither")
+    );
+    assert_eq!(
+        status(&|t| format!("{t}Proxy-Require: noProxiesSupportThis\n")),
+        None
+    );
 }

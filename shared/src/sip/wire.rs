@@ -16,9 +16,6 @@
 use std::net::SocketAddr;
 
 use bytes::{Buf, Bytes};
-use rsipstack::sip::prelude::HeadersExt;
-use rsipstack::sip::transport::Transport;
-use rsipstack::transport::SipConnection;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -53,72 +50,120 @@ pub enum DecodeError {
     },
 }
 
-/// The transport a message came over, for the `Via` stamping.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Carrier {
-    /// A datagram.
-    Udp,
-    /// A TCP connection.
-    Tcp,
-    /// A TLS connection (RFC 3261 §26).
-    Tls,
-}
-
-/// Parses one message that arrived from `source` over `carrier`; a
-/// request's top `Via` gets `received`/`rport` (module docs).
+/// Parses one message that arrived from `source`; a request's top `Via`
+/// gets `received`/`rport` ([`stamp_received`]), over a datagram or a
+/// stream alike (RFC 3261 §18.2.1, RFC 3581 §4).
 ///
 /// # Errors
 /// [`DecodeError`].
-pub fn decode(
-    bytes: &[u8],
-    source: SocketAddr,
-    carrier: Carrier,
-) -> Result<SipMessage, DecodeError> {
+pub fn decode(bytes: &[u8], source: SocketAddr) -> Result<SipMessage, DecodeError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(DecodeError::Keepalive);
     }
     check_body_length(bytes)?;
     check_method_case(bytes)?;
-    let message = SipMessage::try_from(bytes).map_err(|e| DecodeError::Malformed {
+    let mut message = SipMessage::try_from(bytes).map_err(|e| DecodeError::Malformed {
         reason: e.to_string(),
     })?;
-    let transport = match carrier {
-        Carrier::Udp => Transport::Udp,
-        Carrier::Tcp => Transport::Tcp,
-        Carrier::Tls => Transport::Tls,
-    };
-    match message {
-        SipMessage::Request(_) => stamp_received(message, source, transport),
-        SipMessage::Response(_) => Ok(message),
-    }
-}
-
-/// A request's top `Via` with `received`/`rport` for its `source` (RFC
-/// 3261 §18.2.1, RFC 3581 §4), by rsip's rule (module docs). rsip writes
-/// an IPv6 `received` in double brackets (`[[::1]]`), which neither RFC
-/// 3261's grammar (`received = IPv4address / IPv6address`) nor its own
-/// reader of the Via accepts: the answer would go to the sent-by instead.
-/// The value is written bare here (`received=::1`).
-///
-/// # Errors
-/// [`DecodeError::NoVia`]: the request has no `Via` rsip can read.
-pub fn stamp_received(
-    message: SipMessage,
-    source: SocketAddr,
-    transport: Transport,
-) -> Result<SipMessage, DecodeError> {
-    let mut message = SipConnection::update_msg_received(message, source, transport)
-        .map_err(|_| DecodeError::NoVia)?;
-    if let (SipMessage::Request(request), std::net::IpAddr::V6(ip)) = (&mut message, source.ip()) {
-        if let Ok(via) = request.via_header_mut() {
-            let doubled = format!("received=[[{ip}]]");
-            if via.value().contains(&doubled) {
-                let fixed = via.value().replacen(&doubled, &format!("received={ip}"), 1);
-                *via = fixed.into();
-            }
-        }
+    if let SipMessage::Request(request) = &mut message {
+        stamp_received(&mut request.headers, source)?;
     }
     Ok(message)
+}
+
+/// Records where a request came from in its top `Via` (RFC 3261
+/// §18.2.1, RFC 3581 §4): `received=IP` when the sent-by is not the
+/// source's IP or when `rport` was asked, and `rport=PORT` when asked.
+/// Nothing is rewritten when neither applies — the common case, a peer
+/// sending from the address it names. A `received` or filled `rport` the
+/// sender wrote itself is replaced by what the socket saw. An IPv6
+/// `received` is written bare (`received = IPv6address`, §25.1).
+///
+/// # Errors
+/// [`DecodeError::NoVia`]: the request has no `Via` with a sent-by.
+pub fn stamp_received(headers: &mut super::Headers, source: SocketAddr) -> Result<(), DecodeError> {
+    let Some(index) = headers
+        .iter()
+        .position(|h| matches!(h, super::Header::Via(_)))
+    else {
+        return Err(DecodeError::NoVia);
+    };
+    let Some(super::Header::Via(via)) = headers.iter().nth(index) else {
+        return Err(DecodeError::NoVia);
+    };
+    let value = via.value();
+    let top = super::parts_outside_quotes(value, ',')
+        .next()
+        .unwrap_or(value);
+    let sent_by = super::via_sent_by(top);
+    if sent_by.is_empty() {
+        return Err(DecodeError::NoVia);
+    }
+    let rport = via_has_param(top, "rport");
+    let same_host = super::host_ip(sent_by).is_some_and(|ip| ip == source.ip().to_canonical());
+    if !rport && same_host && !via_has_param(top, "received") {
+        return Ok(());
+    }
+    // The top value without the parameters the socket's view replaces.
+    let base = top.split(';').next().unwrap_or(top).trim_end();
+    let mut stamped = base.to_owned();
+    for part in super::parts_outside_quotes(top, ';').skip(1) {
+        let name = part.split('=').next().unwrap_or("").trim();
+        if name.eq_ignore_ascii_case("received") || name.eq_ignore_ascii_case("rport") {
+            continue;
+        }
+        stamped.push(';');
+        stamped.push_str(part.trim());
+    }
+    let ip = source.ip().to_canonical();
+    if rport || !same_host {
+        stamped.push_str(&format!(";received={ip}"));
+    }
+    if rport {
+        stamped.push_str(&format!(";rport={}", source.port()));
+    }
+    stamped.push_str(&value[top.len()..]);
+    let mut rebuilt = super::Headers::default();
+    for (i, h) in std::mem::take(headers).into_iter().enumerate() {
+        if i == index {
+            super::push_header(&mut rebuilt, "Via", stamped.clone());
+        } else {
+            rebuilt.push(h);
+        }
+    }
+    *headers = rebuilt;
+    Ok(())
+}
+
+/// Whether one `Via` value has the parameter `name` (with a value or
+/// without), read without allocating: every request passes here.
+fn via_has_param(via: &str, name: &str) -> bool {
+    super::parts_outside_quotes(via, ';').skip(1).any(|part| {
+        part.split('=')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .eq_ignore_ascii_case(name)
+    })
+}
+
+/// Where a response to a request from `source` goes over UDP (RFC 3261
+/// §18.2.2, RFC 3581 §4): the source address when the top `Via` asked for
+/// `rport`; else the source's IP (the `received` address, or the sent-by's
+/// when the two agree) at the `Via`'s sent-by port, 5060 when it names
+/// none. `headers` are the request's or its response's (which carries the
+/// request's `Via`s), stamped or not. A `maddr` is not followed: a
+/// stateless answer to a datagram whose source may be forged goes to no
+/// host it did not come from.
+pub fn response_target(headers: &super::Headers, source: SocketAddr) -> SocketAddr {
+    let Some(top) = super::top_via(headers) else {
+        return source;
+    };
+    if via_has_param(top, "rport") {
+        return source;
+    }
+    let port = super::host_port(super::via_sent_by(top)).unwrap_or(5060);
+    SocketAddr::new(source.ip(), port)
 }
 
 /// RFC 3261 §18.3: a message whose body ends before its `Content-Length`
@@ -182,46 +227,52 @@ fn known_method(token: &str) -> Option<super::Method> {
     token.parse().ok()
 }
 
-/// The answer to a request the parser refuses for its method: the
-/// request line is `Method SP Request-URI SP SIP/2.0` (RFC 3261 §7.1) with
-/// a `token` method (§25.1) the parser does not know, so a UAS that does
-/// not support it answers `501 Not Implemented` (§8.2.1) with `Allow:
-/// allow` (§21.5.2). The response copies the request's `Via`s, `From`,
-/// `To`, `Call-ID` and `CSeq` from the raw head, long or compact names in
-/// any case (§7.3.1, §7.3.3), and tags the `To` as every stateless answer
-/// is ([`sip::stateless_tag`](super::stateless_tag), §8.2.7); encode it with
-/// [`encode_response`] (`Content-Length: 0`).
+/// The answer to a request the parser (or [`decode`]'s checks) refused,
+/// built from its raw head (RFC 3261 §8.2; SPEC §16), or `None` when the
+/// bytes are no request a response can be built for (§8.1.1: a request
+/// without `Via`, `From`, `To`, `Call-ID` or `CSeq` is malformed and is
+/// dropped as such). Every port answers these through here:
 ///
-/// A `CSeq` whose method is not the request's makes the answer `400 Bad
-/// Request` instead (§8.1.1.5; RFC 4475 §3.1.2.18 mismatch02). `None`
-/// when `bytes` is anything else, or lacks a header a response needs
-/// (§8.1.1: the request is malformed and is dropped as such), or has a
-/// body shorter than its `Content-Length` (§18.3). Only the head is read,
-/// and only when the request line qualifies.
-pub fn not_implemented(bytes: &[u8], allow: &str) -> Option<Response> {
-    let (rest, line_end, method) = request_line(bytes)?;
-    if known_method(method).is_some() {
-        return None;
+/// * an unknown `token` method on a well-formed request line (RFC 3261
+///   §7.1, §25.1): `501 Not Implemented` (§8.2.1) with `Allow: allow`
+///   (§21.5.2); RFC 4475 §3.1.1.2 intmeth, §3.1.1.5 esc02;
+/// * a known method whose `Content-Length` is no number (RFC 4475
+///   §3.1.2.3, a negative one) or larger than the body that came
+///   (§3.1.2.2; RFC 3261 §18.3): `400 Bad Request`;
+/// * any other request line or head the parser refused — LWS inside the
+///   Request-URI or between the line's elements (RFC 4475 §3.1.2.8-9), a
+///   display name of non-token characters (§3.1.2.15), a `CSeq` past
+///   2^31 (§3.1.2.4, RFC 3261 §8.1.1.5): `400 Bad Request`; a version
+///   other than `SIP/2.0` there: `505` (§8.2.2... §21.5.7).
+///
+/// A `CSeq` whose method is not the request's makes any of them `400`
+/// (§8.1.1.5; RFC 4475 §3.1.2.18 mismatch02). The response copies the
+/// request's `Via`s, `From`, `To`, `Call-ID` and `CSeq` from the raw head,
+/// long or compact names in any case (§7.3.1, §7.3.3), and tags the `To`
+/// as every stateless answer is ([`sip::stateless_tag`](super::stateless_tag),
+/// §8.2.7); encode it with [`encode_response`] (`Content-Length: 0`).
+pub fn refused(bytes: &[u8], allow: &str) -> Option<Response> {
+    if let Some((rest, line_end, method)) = request_line(bytes) {
+        if known_method(method).is_none() {
+            check_body_length(bytes).ok()?;
+            let mut response =
+                raw_answer(rest, line_end, method, super::StatusCode::NotImplemented)?;
+            if response.status_code == super::StatusCode::NotImplemented {
+                super::push_header(&mut response.headers, "Allow", allow);
+            }
+            return Some(response);
+        }
+        if check_body_length(bytes).is_err() {
+            return raw_answer(rest, line_end, method, super::StatusCode::BadRequest);
+        }
     }
-    check_body_length(bytes).ok()?;
-    let mut response = raw_answer(rest, line_end, method, super::StatusCode::NotImplemented)?;
-    if response.status_code == super::StatusCode::NotImplemented {
-        super::push_header(&mut response.headers, "Allow", allow);
-    }
-    Some(response)
-}
-
-/// The answer to a request of a known method that the parser's caller
-/// refused for its length: a `Content-Length` that is no number (RFC 4475
-/// §3.1.2.3, a negative one) or larger than the body that came (§3.1.2.2;
-/// RFC 3261 §18.3) gets `400 Bad Request` when the head has what a
-/// response needs, built as [`not_implemented`]'s; `None` otherwise.
-pub fn bad_length(bytes: &[u8]) -> Option<Response> {
-    let (rest, line_end, method) = request_line(bytes)?;
-    if known_method(method).is_none() || check_body_length(bytes).is_ok() {
-        return None;
-    }
-    raw_answer(rest, line_end, method, super::StatusCode::BadRequest)
+    let (rest, line_end, method, version) = loose_request_line(bytes)?;
+    let status = if version.eq_ignore_ascii_case("SIP/2.0") {
+        super::StatusCode::BadRequest
+    } else {
+        super::StatusCode::from(505)
+    };
+    raw_answer(rest, line_end, method, status)
 }
 
 /// The request line of `bytes` (§7.5: CRLFs before it are skipped): the
@@ -234,6 +285,24 @@ fn request_line(bytes: &[u8]) -> Option<(&[u8], usize, &str)> {
     let first = std::str::from_utf8(rest.get(..line_end)?).ok()?;
     let method = token_method(first.strip_suffix('\r').unwrap_or(first))?;
     Some((rest, line_end, method))
+}
+
+/// A request line the parser may have refused (§7.1 asks single SPs, a
+/// Request-URI without LWS): a `token` method, whitespace, anything, and
+/// a `SIP/` version last. The rest from it, where it ends, the method and
+/// the version.
+fn loose_request_line(bytes: &[u8]) -> Option<(&[u8], usize, &str, &str)> {
+    let start = bytes.iter().position(|b| !matches!(b, b'\r' | b'\n'))?;
+    let rest = bytes.get(start..)?;
+    let line_end = rest.iter().position(|b| *b == b'\n').unwrap_or(rest.len());
+    let line = std::str::from_utf8(rest.get(..line_end)?).ok()?.trim_end();
+    let (method, tail) = line.split_once([' ', '\t'])?;
+    let version = tail.rsplit([' ', '\t']).next()?;
+    let token = !method.is_empty() && method.chars().all(super::is_token_char);
+    let versioned = version
+        .get(..4)
+        .is_some_and(|p| p.eq_ignore_ascii_case("SIP/"));
+    (token && versioned && tail.len() > version.len()).then_some((rest, line_end, method, version))
 }
 
 /// A stateless `status` to the request whose head starts at `rest` (its
@@ -314,17 +383,19 @@ fn raw_answer(
         }
     }
     let mut cseq_parts = cseq.split_whitespace();
-    let number_ok = cseq_parts
-        .next()
-        .and_then(|n| n.parse::<u32>().ok())
-        .is_some_and(|n| n < 1 << 31);
+    let number = cseq_parts.next().unwrap_or("");
     let cseq_method = cseq_parts.next();
-    if !number_ok || cseq_method.is_none() || cseq_parts.next().is_some() {
+    if number.is_empty()
+        || !number.bytes().all(|b| b.is_ascii_digit())
+        || cseq_method.is_none()
+        || cseq_parts.next().is_some()
+    {
         return None;
     }
-    // §8.1.1.5: a CSeq that names another method is a 400, whatever the
-    // caller would have answered.
-    let status = if cseq_method == Some(method) {
+    // §8.1.1.5: a CSeq past 2^31, or one that names another method, is a
+    // 400, whatever the caller would have answered.
+    let in_range = number.parse::<u32>().is_ok_and(|n| n < 1 << 31);
+    let status = if cseq_method == Some(method) && in_range {
         status
     } else {
         super::StatusCode::BadRequest
@@ -358,16 +429,20 @@ const MAX_RAW_GROWTH: usize = 256;
 const MAX_RAW_VIAS: usize = 70;
 
 /// Whether `value` has the shape of one `via-parm` (RFC 3261 §20.42,
-/// §25.1): `SIP/2.0/transport`, whitespace, then a sent-by that is not a
-/// parameter. The parser refused the request, so its Vias are read only
-/// this far: enough that the answer carries none that is not a Via.
-fn via_shape(value: &str) -> bool {
-    let Some((protocol, rest)) = value.split_once([' ', '\t']) else {
+/// §25.1): `SIP/2.0/transport` (LWS around the slashes allowed),
+/// whitespace, then a sent-by before any parameter. Read this far only:
+/// enough that a raw answer carries no Via that is not one, and that a
+/// request with an empty or separator-only value is refused (RFC 4475
+/// §3.1.2.1).
+pub(crate) fn via_shape(value: &str) -> bool {
+    let head = value.split(';').next().unwrap_or("");
+    // `SLASH = SWS "/" SWS` (§25.1): `SIP / 2.0 / UDP` is a protocol too.
+    let mut slashes = head.splitn(3, '/');
+    let (Some(name), Some(version), Some(rest)) = (slashes.next(), slashes.next(), slashes.next())
+    else {
         return false;
     };
-    let mut parts = protocol.split('/');
-    let shape = [parts.next(), parts.next(), parts.next(), parts.next()];
-    let [Some(name), Some(version), Some(transport), None] = shape else {
+    let Some((transport, sent_by)) = rest.trim_start().split_once(char::is_whitespace) else {
         return false;
     };
     let token = |t: &str| {
@@ -375,12 +450,10 @@ fn via_shape(value: &str) -> bool {
             && t.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"-.!%*_+`'~".contains(&b))
     };
-    let sent_by = rest.trim_start();
-    name.eq_ignore_ascii_case("SIP")
-        && version == "2.0"
+    name.trim().eq_ignore_ascii_case("SIP")
+        && version.trim() == "2.0"
         && token(transport)
-        && !sent_by.is_empty()
-        && !sent_by.starts_with([';', ','])
+        && !sent_by.trim().is_empty()
 }
 
 /// Whether `line` has a control character other than HTAB outside a
@@ -453,22 +526,6 @@ fn token_method(line: &str) -> Option<&str> {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
     let rest_ok = !rest.is_empty() && !rest.chars().any(|c| c.is_whitespace() || c.is_control());
     (scheme_ok && rest_ok).then_some(method)
-}
-
-/// Where a response to `request` goes over UDP: where the request came
-/// from. [`decode`] stamps `received` and `rport` whenever the source is
-/// not the `Via`'s sent-by (rsipstack's rule, RFC 3581 §4 symmetric
-/// response routing, also without `rport`: a peer behind NAT can be
-/// reached only there), so this reads them back; `source` when the `Via`
-/// cannot be read.
-pub fn response_target(request: &Request, source: SocketAddr) -> SocketAddr {
-    let Ok(via) = request.via_header() else {
-        return source;
-    };
-    let Ok((_, target)) = SipConnection::parse_target_from_via(via) else {
-        return source;
-    };
-    SocketAddr::try_from(target).unwrap_or(source)
 }
 
 /// The bytes of `request`, with `Content-Length` set from its body.

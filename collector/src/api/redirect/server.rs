@@ -12,7 +12,7 @@ use msr_shared::admin::{
     ErrorCode, Request as AdminRequest, Response as AdminResponse, ResponseData, SelectQuery,
 };
 use msr_shared::sip::wire;
-use msr_shared::sip::{self, Headers, Method, Request, Response, SipMessage, StatusCode};
+use msr_shared::sip::{self, Method, Request, Response, SipMessage, StatusCode};
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -24,43 +24,6 @@ use super::{
 };
 use crate::api::metrics::Metrics;
 use crate::core::{AdminId, Inbound, Route, StreamId};
-
-/// Where the response to a request from `src` with these headers goes
-/// (RFC 3261 §18.2.2 for UDP, RFC 3581 §4): the source address when the
-/// top `Via` asked for `rport`, else the source IP (the `received` address)
-/// and the `Via`'s sent-by port (5060 when it has none). A response's
-/// headers do as well: it carries the request's `Via`s.
-pub(super) fn response_destination(headers: &Headers, src: SocketAddr) -> SocketAddr {
-    let Some(top) = sip::top_via(headers) else {
-        return src;
-    };
-    if sip::params(top).iter().any(|(k, _)| k == "rport") {
-        return src;
-    }
-    let port = sip::via_sent_by(top)
-        .rsplit_once(':')
-        .filter(|(host, _)| !host.ends_with(':') && (!host.contains(':') || host.ends_with(']')))
-        .and_then(|(_, port)| port.parse().ok())
-        .unwrap_or(5060);
-    SocketAddr::new(src.ip(), port)
-}
-
-/// Whether the top `Via` of a request from `src` needs `received` or
-/// `rport` filled in (RFC 3261 §18.2.1, RFC 3581 §4): unless its sent-by
-/// is `src` exactly and it asks for neither, which is the common case
-/// (a softswitch sending from the address it names) and leaves the Via as
-/// it is without parsing it as a typed header.
-pub(super) fn needs_stamp(headers: &Headers, src: SocketAddr) -> bool {
-    let Some(top) = sip::top_via(headers) else {
-        return true;
-    };
-    let sent_by = sip::via_sent_by(top).parse::<SocketAddr>().ok();
-    let asks = top.split(';').skip(1).any(|p| {
-        let name = p.split('=').next().unwrap_or("").trim();
-        name.eq_ignore_ascii_case("rport") || name.eq_ignore_ascii_case("received")
-    });
-    asks || sent_by != Some(src)
-}
 
 /// A selection finished: the INVITE's key, where to answer, the answer and
 /// the leg the selection bound (to release if the INVITE was cancelled).
@@ -323,59 +286,39 @@ impl Server {
                 }
             },
         };
-        // Where the answer goes is read from the Via as it came (§18.2.2):
-        // the `received`/`rport` the stack adds below would hide a Via
-        // without `rport`.
-        let mut dest = src;
         let parsed = wire::check_method_case(packet)
-            .map_err(|e| rsipstack::sip::Error::Unexpected(e.to_string()))
-            .and_then(|()| SipMessage::try_from(packet));
-        let req = match parsed.and_then(|m| {
-            let stamp = match &m {
-                SipMessage::Request(req) => {
-                    dest = response_destination(&req.headers, src);
-                    needs_stamp(&req.headers, src)
-                }
-                SipMessage::Response(_) => false,
-            };
-            if !stamp {
-                return Ok(m);
-            }
-            wire::stamp_received(m, src, rsipstack::sip::Transport::Udp)
-                .map_err(|e| rsipstack::sip::Error::Unexpected(e.to_string()))
-        }) {
+            .map_err(|e| e.to_string())
+            .and_then(|()| SipMessage::try_from(packet).map_err(|e| e.to_string()));
+        let mut req = match parsed {
             Ok(SipMessage::Request(req)) => req,
             // A response to a server that sends no requests: ignored.
             Ok(SipMessage::Response(_)) => return None,
             Err(e) => {
-                // RFC 3261 §18.3, RFC 4475 §3.1.2.2-3: a Content-Length
-                // that is no number or longer than the datagram is a 400,
-                // not a selection (one the parser takes is refused by
-                // `request_refusal` below), looked for only here, off the
-                // path of every well-formed INVITE.
-                if let Some(response) = wire::bad_length(packet) {
-                    let dest = response_destination(&response.headers, src);
-                    self.send(
-                        &wire::encode_response(response, crate::core::USER_AGENT),
-                        Dest::Udp(dest),
-                    );
-                    return None;
-                }
-                match wire::not_implemented(packet, super::ALLOW) {
-                    // RFC 3261 §8.2.1: an extension method, which the
-                    // parser refuses.
+                // RFC 3261 §8.2, RFC 4475: what the parser refuses is
+                // answered from the raw head where a response can be
+                // built (an extension method 501, a Content-Length that
+                // is no number or longer than the datagram 400 — one the
+                // parser takes is refused by `request_refusal` below — a
+                // malformed line or head 400), looked for only here, off
+                // the path of every well-formed INVITE.
+                match wire::refused(packet, super::ALLOW) {
                     Some(response) => {
-                        let dest = response_destination(&response.headers, src);
+                        let dest = wire::response_target(&response.headers, src);
                         self.send(
                             &wire::encode_response(response, crate::core::USER_AGENT),
                             Dest::Udp(dest),
                         );
                     }
-                    None => self.not_sip(src, &e.to_string()),
+                    None => self.not_sip(src, &e),
                 }
                 return None;
             }
         };
+        let dest = wire::response_target(&req.headers, src);
+        if let Err(e) = wire::stamp_received(&mut req.headers, src) {
+            self.not_sip(src, &e.to_string());
+            return None;
+        }
         self.on_request(now, req, Dest::Udp(dest))
     }
 
@@ -383,9 +326,15 @@ impl Server {
     /// needs a selection is returned with the `select` to ask.
     fn on_request(&mut self, now: Instant, req: Request, dest: Dest) -> Option<Ask> {
         // SPEC §16: a request no server may act on (RFC 4475).
-        if let Some((status, why)) = msr_shared::sip::request_refusal(&req) {
+        if let Some(refused) = msr_shared::sip::request_refusal(&req) {
             if req.method != Method::Ack {
-                let response = refusal(&req, status, ErrorCode::BadRequest, why);
+                let mut response = refusal(
+                    &req,
+                    refused.status.clone(),
+                    ErrorCode::BadRequest,
+                    refused.why,
+                );
+                refused.complete(&mut response);
                 self.send(
                     &wire::encode_response(response, crate::core::USER_AGENT),
                     dest,

@@ -421,10 +421,6 @@ pub(super) async fn serve_stream<S>(
         mut rx,
         close,
     } = io;
-    let carrier = match transport {
-        StreamTransport::Tcp => Carrier::Tcp,
-        StreamTransport::Tls => Carrier::Tls,
-    };
     let (mut read, mut write) = tokio::io::split(stream);
     let writer_close = close.clone();
     let writer = tokio::spawn(async move {
@@ -483,7 +479,7 @@ pub(super) async fn serve_stream<S>(
         let mut batch = Vec::new();
         loop {
             match framer.next_frame() {
-                Ok(Some(Frame::Message(bytes))) => match wire::decode(&bytes, peer, carrier) {
+                Ok(Some(Frame::Message(bytes))) => match wire::decode(&bytes, peer) {
                     Ok(message) => batch.push(Inbound {
                         route: Route::Stream(id, transport),
                         source: peer,

@@ -177,7 +177,7 @@ fn inbound(source: SocketAddr, id: u64) -> Inbound {
     Inbound {
         route: Route::Stream(StreamId(id), StreamTransport::Tcp),
         source,
-        message: wire::decode(text.as_bytes(), source, Carrier::Tcp).expect("an OPTIONS"),
+        message: wire::decode(text.as_bytes(), source).expect("an OPTIONS"),
         peer_certificate: None,
     }
 }

@@ -39,6 +39,23 @@ fn options(i: usize, from: SocketAddr) -> String {
 
 /// An endpoint on an ephemeral loopback port and a peer socket to send
 /// to it from, with the peer's address.
+/// An endpoint on an ephemeral UDP port that also listens on TCP on the
+/// same port: another process may hold that TCP port, so a few ports are
+/// tried.
+async fn bind_with_tcp(cancel: &CancellationToken) -> SipEndpoint {
+    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    for _ in 0..20 {
+        match SipEndpoint::bind(addr, true, "test", "OPTIONS", cancel.clone()).await {
+            Ok(endpoint) => return endpoint,
+            Err(EndpointError::Bind {
+                transport: "tcp", ..
+            }) => continue,
+            Err(e) => panic!("bind: {e}"),
+        }
+    }
+    panic!("no port free on both UDP and TCP")
+}
+
 async fn endpoint_and_peer() -> (
     CancellationToken,
     SipEndpoint,
@@ -442,10 +459,7 @@ async fn a_connection_refused_fails_the_request_with_its_cause() {
 #[tokio::test]
 async fn the_tcp_listener_serves_a_request_on_the_udp_port() {
     let cancel = CancellationToken::new();
-    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
-    let mut endpoint = SipEndpoint::bind(addr, true, "test", "OPTIONS", cancel.clone())
-        .await
-        .expect("bind");
+    let mut endpoint = bind_with_tcp(&cancel).await;
     let mut stream = tokio::net::TcpStream::connect(endpoint.local_addr())
         .await
         .expect("connect");
@@ -485,10 +499,7 @@ async fn a_request_dropped_unanswered_comes_to_the_loop_again() {
 #[tokio::test]
 async fn connections_past_the_bound_are_closed() {
     let cancel = CancellationToken::new();
-    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
-    let endpoint = SipEndpoint::bind(addr, true, "test", "OPTIONS", cancel.clone())
-        .await
-        .expect("bind");
+    let endpoint = bind_with_tcp(&cancel).await;
     let mut open = Vec::new();
     for _ in 0..super::MAX_STREAMS {
         open.push(
@@ -575,10 +586,7 @@ async fn a_connection_whose_peer_reads_nothing_is_closed_not_queued_for_ever() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flooding_connection_holds_a_bounded_queue_and_starves_no_other() {
     let cancel = CancellationToken::new();
-    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
-    let mut endpoint = SipEndpoint::bind(addr, true, "test", "OPTIONS", cancel.clone())
-        .await
-        .expect("bind");
+    let mut endpoint = bind_with_tcp(&cancel).await;
     let mut flood = tokio::net::TcpStream::connect(endpoint.local_addr())
         .await
         .expect("connect");
@@ -623,10 +631,7 @@ async fn a_flooding_connection_holds_a_bounded_queue_and_starves_no_other() {
 #[tokio::test(start_paused = true)]
 async fn a_silent_accepted_connection_is_closed() {
     let cancel = CancellationToken::new();
-    let addr: SocketAddr = "127.0.0.1:0".parse().expect("addr");
-    let endpoint = SipEndpoint::bind(addr, true, "test", "OPTIONS", cancel.clone())
-        .await
-        .expect("bind");
+    let endpoint = bind_with_tcp(&cancel).await;
     let mut silent = tokio::net::TcpStream::connect(endpoint.local_addr())
         .await
         .expect("connect");

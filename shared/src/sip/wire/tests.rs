@@ -16,14 +16,16 @@ fn options(via: &str) -> String {
 }
 
 fn request(text: &str, source: &str) -> Request {
-    match decode(text.as_bytes(), addr(source), Carrier::Udp).expect("decode") {
+    match decode(text.as_bytes(), addr(source)).expect("decode") {
         SipMessage::Request(r) => r,
         SipMessage::Response(_) => panic!("request"),
     }
 }
 
-/// A response goes where the request came from (RFC 3581 §4, symmetric
-/// response routing), and to the sent-by address when that is the source.
+/// RFC 3261 §18.2.1-2 and RFC 3581 §4, one rule for every port: `received`
+/// when the sent-by is not the source's IP or `rport` was asked, `rport`
+/// filled when asked; the answer goes to the source when `rport` was asked,
+/// else to the source's IP at the Via's port (5060 when none).
 #[test]
 fn a_response_goes_back_as_the_via_and_the_source_say() {
     let with_rport = request(
@@ -34,24 +36,56 @@ fn a_response_goes_back_as_the_via_and_the_source_say() {
     assert!(via.contains("received=192.0.2.9"), "{via}");
     assert!(via.contains("rport=40000"), "{via}");
     assert_eq!(
-        response_target(&with_rport, addr("192.0.2.9:40000")),
+        response_target(&with_rport.headers, addr("192.0.2.9:40000")),
         addr("192.0.2.9:40000")
     );
+    // Without rport: the source's IP, the Via's port.
     let without = request(
         &options("SIP/2.0/UDP 10.0.0.2:5070;branch=z9hG4bKb"),
         "192.0.2.9:40000",
     );
+    let via = sip::header(&without.headers, "Via").expect("via");
+    assert!(via.contains("received=192.0.2.9"), "{via}");
+    assert!(!via.contains("rport"), "{via}");
     assert_eq!(
-        response_target(&without, addr("192.0.2.9:40000")),
-        addr("192.0.2.9:40000")
+        response_target(&without.headers, addr("192.0.2.9:40000")),
+        addr("192.0.2.9:5070")
     );
+    // The sent-by is the source: nothing is written; no port means 5060.
     let same = request(
         &options("SIP/2.0/UDP 10.0.0.2;branch=z9hG4bKc"),
         "10.0.0.2:5060",
     );
     assert_eq!(
-        response_target(&same, addr("10.0.0.2:5060")),
+        sip::header(&same.headers, "Via"),
+        Some("SIP/2.0/UDP 10.0.0.2;branch=z9hG4bKc")
+    );
+    assert_eq!(
+        response_target(&same.headers, addr("10.0.0.2:6000")),
         addr("10.0.0.2:5060")
+    );
+    // A received the sender wrote itself is replaced; the other Vias stay.
+    let forged = request(
+        &options("SIP/2.0/UDP 10.0.0.2:5070;received=198.51.100.1;branch=z9hG4bKd;rport=1, SIP/2.0/UDP 10.0.0.3"),
+        "192.0.2.9:40000",
+    );
+    let via = sip::header(&forged.headers, "Via").expect("via");
+    assert_eq!(
+        via,
+        "SIP/2.0/UDP 10.0.0.2:5070;branch=z9hG4bKd;received=192.0.2.9;rport=40000, SIP/2.0/UDP 10.0.0.3"
+    );
+    // LWS around the protocol's slashes (RFC 4475 §3.1.1.1 wsinv).
+    let spaced = request(
+        &options("SIP  /   2.0 /  UDP 10.0.0.2:5070;branch=z9hG4bKe"),
+        "10.0.0.2:5070",
+    );
+    assert_eq!(
+        sip::via_sent_by(sip::top_via(&spaced.headers).expect("via")),
+        "10.0.0.2:5070"
+    );
+    assert_eq!(
+        response_target(&spaced.headers, addr("10.0.0.2:5070")),
+        addr("10.0.0.2:5070")
     );
     // A response built from the request carries the stamped Via.
     let response = sip::response(&with_rport, StatusCode::OK, Some("t"));
@@ -100,12 +134,9 @@ fn every_encoded_message_carries_its_content_length() {
 #[test]
 fn whitespace_is_a_keepalive_and_garbage_is_malformed() {
     let from = addr("10.0.0.2:5070");
-    assert_eq!(
-        decode(b"\r\n\r\n", from, Carrier::Udp),
-        Err(DecodeError::Keepalive)
-    );
+    assert_eq!(decode(b"\r\n\r\n", from), Err(DecodeError::Keepalive));
     assert!(matches!(
-        decode(b"\x00\xffnot sip", from, Carrier::Udp),
+        decode(b"\x00\xffnot sip", from),
         Err(DecodeError::Malformed { .. })
     ));
 }
@@ -121,14 +152,14 @@ fn a_body_shorter_than_its_content_length_or_a_length_that_is_no_number_is_refus
         )
     };
     assert_eq!(
-        decode(request("5000", "").as_bytes(), from, Carrier::Udp),
+        decode(request("5000", "").as_bytes(), from),
         Err(DecodeError::Truncated {
             declared: 5000,
             body: 0
         })
     );
     assert_eq!(
-        decode(request("5", "abcd").as_bytes(), from, Carrier::Udp),
+        decode(request("5", "abcd").as_bytes(), from),
         Err(DecodeError::Truncated {
             declared: 5,
             body: 4
@@ -137,7 +168,7 @@ fn a_body_shorter_than_its_content_length_or_a_length_that_is_no_number_is_refus
     for length in ["-1", "1180591620717411303424", "x"] {
         assert!(
             matches!(
-                decode(request(length, "").as_bytes(), from, Carrier::Udp),
+                decode(request(length, "").as_bytes(), from),
                 Err(DecodeError::Malformed { .. })
             ),
             "{length}"
@@ -145,7 +176,7 @@ fn a_body_shorter_than_its_content_length_or_a_length_that_is_no_number_is_refus
     }
     for (length, body) in [("4", "abcd"), ("0", ""), ("2", "abcd")] {
         assert!(
-            decode(request(length, body).as_bytes(), from, Carrier::Udp).is_ok(),
+            decode(request(length, body).as_bytes(), from).is_ok(),
             "{length} {body}"
         );
     }
@@ -155,17 +186,17 @@ proptest::proptest! {
     /// Bytes from the network never make the decoder panic.
     #[test]
     fn decoding_random_bytes_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..600)) {
-        let _ = decode(&bytes, addr("10.0.0.2:5070"), Carrier::Udp);
+        let _ = decode(&bytes, addr("10.0.0.2:5070"));
     }
 
     /// Nor the 501 builder, on random bytes alone or after a request line
     /// that qualifies.
     #[test]
     fn answering_random_bytes_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..600)) {
-        let _ = not_implemented(&bytes, "OPTIONS");
+        let _ = refused(&bytes, "OPTIONS");
         let mut head = b"FOO sip:x SIP/2.0\r\n".to_vec();
         head.extend_from_slice(&bytes);
-        let _ = not_implemented(&head, "OPTIONS");
+        let _ = refused(&head, "OPTIONS");
     }
 }
 
@@ -363,7 +394,7 @@ const FULL: &str = "Via: SIP/2.0/UDP 10.0.0.2:5070;branch=z9hG4bK-1;rport\r\n\
 const ALLOW: &str = "REGISTER, NOTIFY, OPTIONS";
 
 fn answer(text: &str) -> Option<String> {
-    not_implemented(text.as_bytes(), ALLOW)
+    refused(text.as_bytes(), ALLOW)
         .map(|r| String::from_utf8_lossy(&encode_response(r, "")).into_owned())
 }
 
@@ -376,7 +407,7 @@ fn an_extension_method_is_answered_501_with_its_headers_copied() {
     let text = extension("FOO", FULL);
     assert!(
         matches!(
-            decode(text.as_bytes(), addr("10.0.0.2:5070"), Carrier::Udp),
+            decode(text.as_bytes(), addr("10.0.0.2:5070")),
             Err(DecodeError::Malformed { .. })
         ),
         "the parser refuses FOO"
@@ -384,7 +415,7 @@ fn an_extension_method_is_answered_501_with_its_headers_copied() {
     let answer = answer(&text).expect("a 501");
     let lines: Vec<&str> = answer.split("\r\n").collect();
     assert_eq!(lines[0], "SIP/2.0 501 Not Implemented", "{answer}");
-    let response = not_implemented(text.as_bytes(), ALLOW).expect("a 501");
+    let response = refused(text.as_bytes(), ALLOW).expect("a 501");
     let tag = sip::header(&response.headers, "To")
         .and_then(sip::tag)
         .expect("a To tag");
@@ -476,37 +507,39 @@ fn a_request_missing_a_header_a_response_needs_is_not_answered() {
     assert_eq!(answer(&extension("FOO", &cr)), None);
 }
 
-/// Only a well-formed request line with an unknown token method is
-/// answered: a garbage line, a response's status line and a method the
-/// parser knows are not.
+/// What the parser refused is answered by its request line: `501` for a
+/// well-formed line with an unknown token method; `400` for a line that
+/// starts with a token method, ends with `SIP/2.0` and is malformed between
+/// (RFC 4475 §3.1.2.8-9), or a known method the parser refused; `505` for
+/// another version; nothing for a garbage line or a response's status line.
 #[test]
-fn only_a_request_line_with_an_unknown_token_method_is_answered() {
-    for first in [
-        "FO(O sip:x@127.0.0.1 SIP/2.0",
-        "FOO  sip:x@127.0.0.1 SIP/2.0",
-        "FOO sip:x@127.0.0.1 SIP/2.0 more",
-        "FOO sip:x@127.0.0.1",
-        "FOO noscheme SIP/2.0",
-        "FOO 1sip:x SIP/2.0",
-        "FOO sip: SIP/2.0",
-        "FOO sip:x@127.0.0.1 SIP/3.0",
-        "FOO sip:x@127.0.0.1\tSIP/2.0",
-        " FOO sip:x@127.0.0.1 SIP/2.0",
-        "\u{e9}T\u{e9} sip:x@127.0.0.1 SIP/2.0",
-        "SIP/2.0 200 OK",
-        "SIP/2.0 501 Not Implemented",
-        "OPTIONS sip:x@127.0.0.1 SIP/2.0",
-        "",
+fn what_the_parser_refused_is_answered_by_its_request_line() {
+    for (first, expected) in [
+        ("FOO sip:x@127.0.0.1 SIP/2.0", Some(501)),
+        ("FO(O sip:x@127.0.0.1 SIP/2.0", None),
+        ("FOO  sip:x@127.0.0.1 SIP/2.0", Some(400)),
+        ("FOO sip:x@127.0.0.1 SIP/2.0 more", None),
+        ("FOO sip:x@127.0.0.1", None),
+        ("FOO noscheme SIP/2.0", Some(400)),
+        ("FOO 1sip:x SIP/2.0", Some(400)),
+        ("FOO sip: SIP/2.0", Some(400)),
+        ("FOO sip:x@127.0.0.1 SIP/3.0", Some(505)),
+        ("FOO sip:x@127.0.0.1\tSIP/2.0", Some(400)),
+        ("INVITE sip:user@example.com; lr SIP/2.0", Some(400)),
+        (" FOO sip:x@127.0.0.1 SIP/2.0", None),
+        ("\u{e9}T\u{e9} sip:x@127.0.0.1 SIP/2.0", None),
+        ("SIP/2.0 200 OK", None),
+        ("SIP/2.0 501 Not Implemented", None),
+        ("OPTIONS sip:x@127.0.0.1 SIP/2.0", Some(400)),
+        ("", None),
     ] {
         let text = format!("{first}\r\n{FULL}Content-Length: 0\r\n\r\n");
-        assert_eq!(answer(&text), None, "{first:?}");
+        let status = refused(text.as_bytes(), ALLOW).map(|r| r.status_code.code());
+        assert_eq!(status, expected, "{first:?}");
     }
     assert_eq!(answer("garbage"), None);
-    assert_eq!(
-        not_implemented(b"\xff\xfe\r\n\r\n", ALLOW).map(|_| ()),
-        None
-    );
-    assert_eq!(not_implemented(b"", ALLOW).map(|_| ()), None);
+    assert_eq!(refused(b"\xff\xfe\r\n\r\n", ALLOW).map(|_| ()), None);
+    assert_eq!(refused(b"", ALLOW).map(|_| ()), None);
 }
 
 /// Methods are case-sensitive tokens (RFC 3261 §7.1): `foo` is one, and
@@ -578,20 +611,19 @@ fn the_encoder_writes_what_rsip_writes() {
     assert!(checked > 30, "{checked} messages");
 }
 
-/// RFC 3261 §18.2.1 over IPv6: `received` is the bare address, which the
-/// answer's routing reads back (rsip alone writes `[[::1]]`, which it
-/// cannot read, and the answer would go to the Via's sent-by).
+/// RFC 3261 §18.2.1 over IPv6: `received` is the bare address
+/// (`received = IPv6address`, §25.1), and the answer goes to the source.
 #[test]
 fn an_ipv6_source_is_stamped_bare_and_answered_there() {
     let text = options("SIP/2.0/UDP [2001:db8::9]:5060;branch=z9hG4bK6;rport");
     let source = addr("[2001:db8::7]:40000");
-    let Ok(SipMessage::Request(request)) = decode(text.as_bytes(), source, Carrier::Udp) else {
+    let Ok(SipMessage::Request(request)) = decode(text.as_bytes(), source) else {
         panic!("a request")
     };
     let via = crate::sip::header(&request.headers, "Via").expect("via");
     assert!(via.contains("received=2001:db8::7"), "{via}");
     assert!(!via.contains('['.to_string().repeat(2).as_str()), "{via}");
-    assert_eq!(response_target(&request, source), source);
+    assert_eq!(response_target(&request.headers, source), source);
 }
 
 /// RFC 4475 §3.1.1.2 (intmeth): control characters escaped as quoted-pairs
@@ -656,7 +688,7 @@ fn a_known_method_in_another_case_is_an_extension_method() {
     let lower = extension("invite", &FULL.replace("CSeq: 7 FOO", "CSeq: 7 invite"));
     assert!(
         matches!(
-            decode(lower.as_bytes(), addr("10.0.0.2:5070"), Carrier::Udp),
+            decode(lower.as_bytes(), addr("10.0.0.2:5070")),
             Err(DecodeError::Malformed { .. })
         ),
         "invite is refused"
@@ -670,8 +702,11 @@ fn a_known_method_in_another_case_is_an_extension_method() {
     let mixed = extension("Register", &FULL.replace("CSeq: 7 FOO", "CSeq: 7 Register"));
     assert!(self::answer(&mixed).is_some_and(|a| a.starts_with("SIP/2.0 501 ")));
     let upper = extension("OPTIONS", &FULL.replace("CSeq: 7 FOO", "CSeq: 7 OPTIONS"));
-    assert!(decode(upper.as_bytes(), addr("10.0.0.2:5070"), Carrier::Udp).is_ok());
-    assert_eq!(answer(&upper), None, "a known method is the caller's");
+    assert!(decode(upper.as_bytes(), addr("10.0.0.2:5070")).is_ok());
+    assert!(
+        answer(&upper).is_some_and(|a| a.starts_with("SIP/2.0 400 ")),
+        "a known method the parser refused is malformed"
+    );
     assert_eq!(check_method_case(b"SIP/2.0 200 OK\r\n\r\n"), Ok(()));
     assert_eq!(
         check_method_case(b"\r\nfoo sip:x SIP/2.0\r\n\r\n"),
