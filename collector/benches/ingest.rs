@@ -7,7 +7,6 @@
 //! hand-offs between threads (BENCHMARKS.md, NOTIFY ingest).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use msr_collector::core::{Backend, Collector, Inbound, Route, Start};
@@ -46,7 +45,6 @@ fn subscribed() -> (Collector, Instant, Vec<(String, String)>) {
             operator,
             cluster: Cluster::file(this, "bench.json".into(), 1),
             backend: Backend::File,
-            metrics: Arc::new(msr_collector::api::metrics::Metrics::new()),
             seed: 1,
             now,
             unix_ms: 1_700_000_000_000,
@@ -104,6 +102,7 @@ fn subscribed() -> (Collector, Instant, Vec<(String, String)>) {
     }
     while core.poll_transmit().is_some() {}
     while core.poll_event().is_some() {}
+    while core.poll_count().is_some() {}
     while core.poll_effect().is_some() {}
     (core, now, dialogs)
 }
@@ -146,6 +145,7 @@ fn bench_ingest(c: &mut Criterion) {
             );
             let sent = core.poll_transmit().expect("a 200");
             while core.poll_event().is_some() {}
+            while core.poll_count().is_some() {}
             sent
         })
     });

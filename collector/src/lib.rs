@@ -6,8 +6,9 @@
 //! selection and admin requests on a Unix socket (SPEC §7, §8).
 //!
 //! Codemap (ARCHITECTURE.md has the whole map and the invariants):
-//! * [`core`] — [`core::Collector`], every fact's one owner and the glue
-//!   between them, sans-IO.
+//! * [`core`] — [`core::Collector`], every fact's one owner, the glue
+//!   between them and the control requests' logic ([`core::admin`]),
+//!   sans-IO.
 //! * [`daemon`] — the shell: start, sockets, the loop, files, host checks;
 //!   [`daemon::cli`] is the daemon's command line.
 //! * [`config`] — the TOML config file: raw → validated [`config::CollectorConfig`].
@@ -17,7 +18,7 @@
 //! * [`select`] — selection (SPEC §7, §9, §10), pure.
 //! * [`operator`] — the operator configuration, its names and topology, the
 //!   cluster view and the stores (file, etcd).
-//! * [`api`] — the request handler and the front ends: control socket, HTTP
+//! * [`api`] — the front ends: control socket, HTTP
 //!   and `/metrics`, SIP redirect.
 //! * [`msrctl`] — the admin command line.
 //!

@@ -192,7 +192,7 @@ struct AdminRig {
     table: msr_collector::model::load_table::LoadTable,
     registrar: msr_collector::sip::registrar::Registrar,
     subscriber: msr_collector::sip::subscriber::Subscriber,
-    defaults: msr_collector::api::handler::Defaults,
+    defaults: msr_collector::core::admin::Defaults,
     rng: rand::rngs::StdRng,
     legs: msr_collector::model::legs::LegTable,
     health: msr_collector::model::health::HealthMonitor,
@@ -203,7 +203,7 @@ impl AdminRig {
     fn new() -> Self {
         use rand::SeedableRng;
         let config = collector_example();
-        let defaults = msr_collector::api::handler::Defaults::default();
+        let defaults = msr_collector::core::admin::Defaults::default();
         let local = "sip:collector@127.0.0.1:5060".to_owned();
         Self {
             operator: msr_collector::operator::OperatorConfig::new(),
@@ -230,7 +230,7 @@ impl AdminRig {
     /// Carries out `request` as the shell does, a change made current
     /// without storing it.
     fn run(&mut self, request: msr_shared::admin::Request) -> msr_shared::admin::Response {
-        use msr_collector::api::handler::{self as admin, AdminContext, Outcome};
+        use msr_collector::core::admin::{self as admin, AdminContext, Outcome};
         let mut ctx = AdminContext {
             operator: &mut self.operator,
             table: &mut self.table,
@@ -327,7 +327,6 @@ pub fn sip_collector(data: &[u8]) {
             operator: msr_collector::operator::OperatorConfig::new(),
             cluster: Cluster::file(this, "fuzz.json".into(), 1),
             backend: Backend::File,
-            metrics: std::sync::Arc::new(msr_collector::api::metrics::Metrics::new()),
             seed: 1,
             now,
             unix_ms: 1_700_000_000_000,
@@ -357,6 +356,7 @@ pub fn sip_collector(data: &[u8]) {
             }
         }
         while core.poll_event().is_some() {}
+        while core.poll_count().is_some() {}
     };
     let mut first = None;
     drain(&mut core, now, &mut first);

@@ -6,7 +6,7 @@
 //!   [`LegTable`](msr_collector::model::legs::LegTable) and the operator
 //!   configuration — and picks an MSR with
 //!   [`msr_collector::select::select`] under the policy
-//!   [`msr_collector::api::handler::effective_policy`] gives it (so the `pooled`
+//!   [`msr_collector::core::admin::effective_policy`] gives it (so the `pooled`
 //!   fallback to `ecss` is the collector's own); placements and releases
 //!   reach the estimate through the same `note_placed` / `release_at` /
 //!   `note_ended` calls the control protocol makes;

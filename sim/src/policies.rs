@@ -5,8 +5,8 @@
 //! ([`Seen`](crate::event_loop::Seen)) — they are not policies of the product, only what SPEC §10
 //! measures it against.
 
-use msr_collector::api::handler::effective_policy;
 use msr_collector::config::SelectionConfig;
+use msr_collector::core::admin::effective_policy;
 use msr_collector::operator::OperatorConfig;
 use msr_collector::select::{self, Admission, Query, Refusal};
 use msr_shared::media::CodecSet;

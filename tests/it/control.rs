@@ -7,7 +7,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use msr_collector::api::handler::MAX_CONNECTIONS_PER_CLIENT;
+use msr_collector::api::control::MAX_CONNECTIONS_PER_CLIENT;
 use msr_shared::admin::{Request, Response};
 use system_tests::system::{Collector, CollectorOpts};
 use system_tests::{bin_path, AdminClient};

@@ -478,7 +478,7 @@ fn refused_with(response: &Option<Response>) -> (ErrorCode, String) {
 /// compactly (`-0` as `0`, `1e308`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn control_socket_and_msrctl_hold_up_against_bad_clients() {
-    use msr_collector::api::handler::{
+    use msr_collector::api::control::{
         MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT, MAX_LINE_BYTES,
     };
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

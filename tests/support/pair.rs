@@ -993,7 +993,6 @@ listen = "off"
                 operator,
                 cluster: Cluster::file(this, "/nonexistent/pair.json".into(), 1),
                 backend: Backend::File,
-                metrics: std::sync::Arc::new(msr_collector::api::metrics::Metrics::new()),
                 seed: 1,
                 now: start,
                 unix_ms: UNIX_START * 1000,
@@ -1068,6 +1067,8 @@ listen = "off"
                     _ => {}
                 }
             }
+            // `/metrics` is the shell's; the pair reads events.
+            while self.core.poll_count().is_some() {}
             if !busy {
                 return out;
             }

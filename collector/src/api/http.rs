@@ -2,8 +2,9 @@
 //!
 //! Every route turns its request into a [`Request`] of the control
 //! protocol and sends it, as an [`AdminCommand`], over the same channel the
-//! control socket uses, so the shell's one handler answers both and stays
-//! the one owner of the state; nothing here selects, binds or releases.
+//! control socket uses, so the core answers both ([`crate::core::admin`])
+//! and stays the one owner of the state; nothing here selects, binds or
+//! releases.
 //!
 //! | route | control request | 200 body |
 //! |---|---|---|
@@ -47,7 +48,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::handler::AdminCommand;
+use crate::api::control::AdminCommand;
 use crate::api::metrics::{self, IngestCounts, Metrics, ProcessStats, Snapshot};
 use crate::daemon::IngestStats;
 
@@ -259,7 +260,7 @@ fn reply(response: &Response) -> HttpResponse {
 }
 
 impl Api {
-    /// Sends `request` to the shell's one handler and waits for its answer.
+    /// Sends `request` to the shell, for the core, and waits for its answer.
     /// The timeout covers the wait for a place in the loop's queue too:
     /// under a flood of other requests the answer is a prompt 503, not a
     /// late one.
@@ -269,7 +270,7 @@ impl Api {
             let command = AdminCommand {
                 request,
                 reply,
-                origin: crate::api::handler::Origin::Http,
+                origin: crate::core::admin::Origin::Http,
             };
             if self.tx.send(command).await.is_err() {
                 return Response::error(ErrorCode::Unavailable, "collector is shutting down");
@@ -511,7 +512,7 @@ fn legs_request(query: Option<&str>) -> Result<Request, String> {
             params.older_than.as_deref(),
             "seconds, a whole number 0 or more",
         )?,
-        // The range is the `leg_list` op's (checked by the handler).
+        // The range is the `leg_list` op's (checked by the core).
         limit: whole_number(
             "limit",
             params.limit.as_deref(),
@@ -744,7 +745,7 @@ pub async fn serve_with(
                 continue;
             }
         };
-        let Some(permit) = crate::api::handler::admit(&permits).await else {
+        let Some(permit) = crate::api::control::admit(&permits).await else {
             refused_unlogged += 1;
             let now = Instant::now();
             if last_refusal_log.is_none_or(|t| now.duration_since(t) >= REFUSAL_LOG_INTERVAL) {

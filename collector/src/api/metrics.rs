@@ -3,13 +3,14 @@
 //! Two kinds, kept apart so the hot path stays a few atomic increments:
 //!
 //! * **Counters and the latency histogram** live in [`Metrics`], shared
-//!   (`Arc`) between the shell, which increments them as it handles
-//!   selections, NOTIFYs and REGISTERs, and the HTTP task, which encodes
+//!   (`Arc`) between the shell, which adds the core's increments to them
+//!   ([`Metrics::count`]: selections, NOTIFYs, REGISTERs, releases, core
+//!   failures) and times selections, and the HTTP task, which encodes
 //!   them. Nothing is locked on the shell's side beyond the label family's
 //!   read lock.
 //! * **Per-MSR gauges** (load, calls, health, live legs) are not mirrored:
 //!   at each scrape the HTTP task asks the shell for `resource_list` and
-//!   `msr_list` through the control protocol's one handler and
+//!   `msr_list` through the control protocol, which the core answers, and
 //!   [`Metrics::render`] turns those answers into gauges, so the load table
 //!   and the leg table stay the only owners of those facts.
 //!
@@ -47,6 +48,7 @@ use msr_shared::admin::{
 };
 
 pub use crate::api::process::ProcessStats;
+use crate::core::Count;
 
 /// The `Content-Type` of `GET /metrics` in OpenMetrics.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -353,6 +355,18 @@ impl Metrics {
             released_legs,
             redirects,
             core_failures,
+        }
+    }
+
+    /// Adds one of the core's increments ([`Count`]).
+    pub fn count(&self, count: &Count) {
+        match count {
+            Count::Selected { msr, leg } => self.selected(msr, *leg),
+            Count::Refused(code) => self.refused(*code),
+            Count::Released(legs) => self.released(*legs),
+            Count::Register(status) => self.register(*status),
+            Count::Notify { accepted } => self.notify(*accepted),
+            Count::CoreFailure { msr, cause } => self.core_failure(msr, cause.label()),
         }
     }
 

@@ -1,8 +1,9 @@
 //! The ways a softswitch and an operator ask the collector (SPEC §8, §11):
-//! the one request [`handler`], the control socket, HTTP with `/metrics`,
-//! and the SIP redirect server. Each front end translates onto the
-//! handler's [`msr_shared::admin::Request`].
-pub mod handler;
+//! the control socket ([`control`]), HTTP with `/metrics`, and the SIP
+//! redirect server. Each front end translates onto a
+//! [`msr_shared::admin::Request`] that the core answers
+//! ([`crate::core::admin`]); none decides anything itself.
+pub mod control;
 pub mod http;
 pub mod metrics;
 pub mod process;

@@ -2,7 +2,7 @@
 //! §6, §8, §12).
 //!
 //! A query is answered at once. A change is applied to a copy of the
-//! configuration ([`handler::prepare`]), which goes to the store as an
+//! configuration ([`admin::prepare`]), which goes to the store as an
 //! [`Effect::Commit`]; only once the store has it does it become current
 //! ([`Collector::install`]) and is its request answered `ok`, so an
 //! acknowledged change is durable and a refused one changes nothing.
@@ -20,13 +20,14 @@ use msr_shared::admin::{ErrorCode, Request, Response, ResponseData};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::api::handler::{self, AdminContext, Origin, Outcome};
+use super::admin::{self, AdminContext, Origin, Outcome};
 use crate::model::load_table::Change;
 use crate::operator::cluster::StoreStatus;
 use crate::operator::store::etcd::{CommitError, EtcdEvent};
 use crate::operator::store::StoreError;
 use crate::operator::OperatorConfig;
 
+use super::counts::Counted;
 use super::{AdminId, Collector, Effect, Event};
 
 /// Identifies a commit ([`Effect::Commit`]); its outcome comes back with it.
@@ -86,14 +87,6 @@ impl Commits {
     }
 }
 
-/// What a control request counts as in the metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Counted {
-    Selection,
-    Release,
-    Not,
-}
-
 /// The answer to a change etcd did not take.
 fn commit_refusal(error: &CommitError) -> Response {
     let code = match error {
@@ -145,9 +138,9 @@ impl Collector {
             absences: &mut self.absences,
             core_hosts: self.cluster.core_hosts(),
         };
-        match handler::prepare(request, &mut ctx, now) {
+        match admin::prepare(request, &mut ctx, now) {
             Outcome::Answer(response) => {
-                self.count(kind, &response);
+                self.count_answer(kind, &response);
                 if let (Counted::Selection, Response::Err(body)) = (kind, &response) {
                     let line = super::refusals::SelectionRefusal::new(body);
                     self.selection_refusals.record(now, line);
@@ -174,22 +167,6 @@ impl Collector {
             id,
             response: Box::new(response),
         });
-    }
-
-    /// Counts a selection (outcome and MSR) or a release for `/metrics`.
-    /// The selection's latency is the shell's to measure: the core reads
-    /// no clock.
-    fn count(&self, kind: Counted, response: &Response) {
-        match (kind, response) {
-            (Counted::Selection, Response::Ok(ResponseData::Selected(s))) => {
-                self.metrics.selected(&s.msr, s.leg);
-            }
-            (Counted::Selection, Response::Err(e)) => self.metrics.refused(e.code),
-            (Counted::Release, Response::Ok(ResponseData::Released(r))) => {
-                self.metrics.released(r.released)
-            }
-            _ => {}
-        }
     }
 
     /// Hands `next` to the store; it becomes current with the store's
@@ -263,7 +240,7 @@ impl Collector {
         let response = match failure {
             CommitFailure::File(error) => {
                 tracing::error!(cause = %error, "operator change not saved");
-                handler::store_failed(error)
+                admin::store_failed(error)
             }
             CommitFailure::Etcd(error) => {
                 // The collector's own change (the default site) loses a

@@ -21,7 +21,7 @@ use crate::model::load_table::Change;
 use crate::sip::registrar::RegistrarEvent;
 use crate::sip::subscriber::{RetryCause, SubscriberEvent};
 
-use super::{Collector, Event, RequestId};
+use super::{Collector, Count, Event, RequestId};
 
 impl Collector {
     /// Applies what the cores produced until none has anything left.
@@ -204,7 +204,10 @@ impl Collector {
         let unix_now = self.unix_secs(now);
         while let Some(event) = self.health.poll_event() {
             if let HealthEvent::CoreFailure { msr, cause, .. } = &event {
-                self.metrics.core_failure(msr, cause.label());
+                self.counts.push_back(Count::CoreFailure {
+                    msr: msr.clone(),
+                    cause: *cause,
+                });
             }
             if let HealthEvent::Changed(change) = &event {
                 if change.to == Health::Draining || change.from == Some(Health::Draining) {

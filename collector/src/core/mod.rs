@@ -37,8 +37,10 @@
 //! caller gives `now` and the wall clock ([`Collector::set_wall_clock`]),
 //! and the RNG is seeded at construction. It logs through `tracing`.
 
+pub mod admin;
 mod bindings;
 mod commits;
+mod counts;
 mod flows;
 mod glue;
 pub mod log;
@@ -64,8 +66,6 @@ use rand::SeedableRng;
 use tokio::time::Instant;
 use tracing::info;
 
-use crate::api::handler::{self, Origin};
-use crate::api::metrics::Metrics;
 use crate::config::CollectorConfig;
 use crate::model::health::HealthEvent;
 use crate::model::health::{HealthMonitor, ProbeId};
@@ -75,9 +75,11 @@ use crate::operator::cluster::Cluster;
 use crate::operator::OperatorConfig;
 use crate::sip::registrar::{RefusalLog, Registrar, RegistrarEvent};
 use crate::sip::subscriber::{self, Subscriber, SubscriberConfig, SubscriberEvent};
+use admin::Origin;
 
 use bindings::BindingSaves;
 pub use commits::{Backend, CommitFailure, Ticket};
+pub use counts::Count;
 pub use uas::ALLOW;
 
 /// The `User-Agent`/`Server` of the collector.
@@ -250,9 +252,10 @@ pub struct Collector {
     /// Routine subscription refreshes, summed up in the log (SPEC §16).
     refreshes: routine::RefreshCounter,
     cluster: Cluster,
-    defaults: handler::Defaults,
+    defaults: admin::Defaults,
     rng: StdRng,
-    metrics: Arc<Metrics>,
+    /// The increments for `/metrics` the shell has not taken yet.
+    counts: VecDeque<Count>,
     transactions: ClientTransactions<RequestId>,
     flows: flows::Flows,
     /// `[sip.tls] require`: REGISTER and NOTIFY over TLS only.
@@ -293,8 +296,6 @@ pub struct Start {
     pub cluster: Cluster,
     /// Where changes are committed.
     pub backend: Backend,
-    /// The counters `/metrics` shows.
-    pub metrics: Arc<Metrics>,
     /// The seed of the draws' RNG.
     pub seed: u64,
     /// The time of the start and the wall clock then (Unix milliseconds).
@@ -342,7 +343,7 @@ impl Collector {
             selection_refusals: refusals::limiter(),
             refreshes: routine::RefreshCounter::default(),
             cluster: start.cluster,
-            defaults: handler::Defaults {
+            defaults: admin::Defaults {
                 placement: config.defaults.clone(),
                 subscription_expires_secs: config.subscription.expires,
                 existing_conference_threshold: config.legs.existing_conference_threshold,
@@ -350,7 +351,7 @@ impl Collector {
                 selection: config.selection,
             },
             rng: StdRng::seed_from_u64(start.seed),
-            metrics: start.metrics,
+            counts: VecDeque::new(),
             transactions: ClientTransactions::new(start.local, USER_AGENT),
             flows: flows::Flows::default(),
             require_tls: config.sip.tls.as_ref().is_some_and(|t| t.require),
@@ -393,7 +394,7 @@ impl Collector {
         self.legs.set_max_duration(config.legs.max_duration);
         self.cluster
             .set_fallback_core_hosts(config.cluster.core_hosts);
-        self.defaults = handler::Defaults {
+        self.defaults = admin::Defaults {
             placement: config.defaults.clone(),
             subscription_expires_secs: config.subscription.expires,
             existing_conference_threshold: config.legs.existing_conference_threshold,

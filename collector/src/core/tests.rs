@@ -3,7 +3,6 @@
 //! (`tests/support/pair.rs`) drives the same core against the agent's.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use msr_shared::admin::{ErrorCode, Request, Response, ResponseData};
@@ -70,7 +69,6 @@ impl Harness {
                 operator,
                 cluster,
                 backend,
-                metrics: Arc::new(crate::api::metrics::Metrics::new()),
                 seed: 7,
                 now: t0,
                 unix_ms: 1_700_000_000_000,

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tracing::info;
 
 use super::bindings::HeldAnswer;
-use super::{Collector, Inbound, RequestId, Route, Transmit};
+use super::{Collector, Count, Inbound, RequestId, Route, Transmit};
 use crate::sip::subscriber::RetryCause;
 
 impl Collector {
@@ -95,7 +95,8 @@ impl Collector {
             }
             Method::Register => {
                 let response = self.registrar.handle_register(now, req, Some(source));
-                self.metrics.register(response.status_code.code());
+                self.counts
+                    .push_back(Count::Register(response.status_code.code()));
                 if response.status_code == StatusCode::OK {
                     self.flows.registered(route, req);
                 }
@@ -122,7 +123,9 @@ impl Collector {
                 let unix = self.unix_secs(now);
                 let sender = self.flows.sender(route, source);
                 let response = self.subscriber.handle_notify(now, unix, Some(sender), req);
-                self.metrics.notify(response.status_code == StatusCode::OK);
+                self.counts.push_back(Count::Notify {
+                    accepted: response.status_code == StatusCode::OK,
+                });
                 // The final NOTIFY of a dialog this collector forgot (an
                 // agent ends the subscription a restarted collector
                 // replaced, RFC 6665 §4.2.2) is answered 481 as the RFC

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use msr_shared::fs::cannot_create_in;
 
-use crate::api::handler as admin;
+use crate::api::control as admin;
 use crate::config::{CollectorConfig, StoreBackend};
 use crate::error::CollectorError;
 use crate::operator::store::Store;

@@ -56,7 +56,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::api::handler as admin;
+use crate::api::control as admin;
 use crate::api::metrics::Metrics;
 use crate::api::redirect::{RedirectContext, RedirectServer};
 use crate::config::{CollectorConfig, StoreBackend};
@@ -264,7 +264,7 @@ pub async fn start(
     let metrics = Arc::new(Metrics::new());
     let stats = Arc::new(IngestStats::default());
     // SPEC §11: the HTTP API sends its requests over the control socket's
-    // channel, to the one handler; the redirect server is served by the
+    // channel, to the core; the redirect server is served by the
     // loop itself.
     let http_addr = match &config.http {
         Some(http) => {
@@ -392,7 +392,6 @@ pub async fn start(
             operator,
             cluster,
             backend,
-            metrics: Arc::clone(&metrics),
             seed: rand::random(),
             now,
             unix_ms: unix_millis(SystemTime::now()),

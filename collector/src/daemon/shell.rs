@@ -17,10 +17,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::{ingest, tls, SHUTDOWN_GRACE};
-use crate::api::handler::{AdminCommand, Origin};
+use crate::api::control::AdminCommand;
 use crate::api::metrics::Metrics;
 use crate::api::redirect::{Ask, RedirectServer, Release};
 use crate::config::CollectorConfig;
+use crate::core::admin::Origin;
 use crate::core::{AdminId, Collector, CommitFailure, Effect, Transmit};
 use crate::operator::store::etcd::{CommitError, EtcdCommand, EtcdEvent, EtcdLink};
 use crate::operator::store::Store;
@@ -326,6 +327,9 @@ impl Shell {
             }
             if !out.is_empty() && self.egress.send(out).is_err() {
                 debug!("sip writer gone");
+            }
+            while let Some(count) = self.core.poll_count() {
+                self.metrics.count(&count);
             }
             if let Some(event) = self.core.poll_event() {
                 crate::core::log::log(Instant::now(), &event);

@@ -330,7 +330,7 @@ fn the_reply_deadline_covers_the_whole_answer() {
     assert!(elapsed < Duration::from_millis(900), "{elapsed:?}");
     server.join().expect("server");
     assert_eq!(
-        crate::api::handler::describe_duration(REPLY_TIMEOUT),
+        crate::api::control::describe_duration(REPLY_TIMEOUT),
         "10 s",
         "msrctl says `within 10 s`"
     );

@@ -111,7 +111,7 @@ pub fn call_within(
             .unwrap_or_else(|_| {
                 Err(TransportError::NoAnswer {
                     path: socket.to_owned(),
-                    limit: crate::api::handler::describe_duration(limit),
+                    limit: crate::api::control::describe_duration(limit),
                 })
             })
     })
@@ -122,7 +122,7 @@ pub fn call_within(
 fn connect_error(path: &Path, source: std::io::Error) -> TransportError {
     let what = std::fs::metadata(path)
         .ok()
-        .and_then(|meta| crate::api::handler::not_a_socket(meta.file_type()));
+        .and_then(|meta| crate::api::control::not_a_socket(meta.file_type()));
     match what {
         Some(what) => TransportError::NotASocket {
             path: path.to_owned(),

@@ -1,18 +1,15 @@
-//! The collector side of the control protocol ([`msr_shared::admin`], SPEC §8).
+//! The control protocol's requests carried out against the collector's
+//! state ([`msr_shared::admin`], SPEC §8): every front end's request — the
+//! control socket, HTTP, the SIP redirect server — ends here, through
+//! [`Collector::handle_admin_from`](super::Collector::handle_admin_from).
 //!
-//! * [`prepare`] carries out one [`Request`] against the collector's state. A
-//!   request that changes the operator configuration is applied to a copy,
-//!   which the shell saves (the file store or etcd) and only then makes
-//!   current and answers `ok`: an acknowledged change is durable, and a
-//!   failed save changes nothing.
-//! * [`serve`] is the Unix-socket server: one task per connection, one JSON
-//!   request per line, one JSON response per line. It owns no state; each
-//!   request goes to the collector's main loop as an [`AdminCommand`]. At
-//!   most [`MAX_CONNECTIONS`] connections are served at once, at most
-//!   [`MAX_CONNECTIONS_PER_CLIENT`] per user id of the connecting process
-//!   (peer credentials) with [`RESERVED_CONNECTIONS`] kept for root and the
-//!   collector's user ([`quota`]), and one that sends no complete request
-//!   line for [`IDLE_TIMEOUT`] is closed.
+//! [`prepare`] carries out one [`Request`]. A request that changes the
+//! operator configuration is applied to a copy, which the core hands to the
+//! store and only then makes current and answers `ok`
+//! ([`super::commits`]): an acknowledged change is durable, and a failed
+//! save changes nothing. A query — the lists, a leg's selection with its
+//! stickiness, admission and failover (SPEC §7, §9, §14), a release — is
+//! answered at once; its tables are built in `views.rs`.
 //!
 //! Architecture invariant: [`prepare`] reads no clock (the caller passes `now`)
 //! and uses only the RNG in [`AdminContext`].
@@ -28,7 +25,6 @@ use msr_shared::admin::{
 };
 use msr_shared::present::{format_number, normalize_zero};
 use rand::RngCore;
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::config::DEFAULT_SUBSCRIPTION_EXPIRES_SECS;
@@ -45,15 +41,7 @@ use crate::select::{self, CandidateOutcome, Draw, Explanation, Query, Refusal};
 use crate::sip::registrar::Registrar;
 use crate::sip::subscriber::Subscriber;
 
-/// Longest accepted request line, in bytes, not counting its newline: a
-/// line of exactly this many bytes is read; one byte more is refused and
-/// the connection closed.
-pub const MAX_LINE_BYTES: usize = 64 * 1024;
-
-/// Mode of the control socket: owner and group may connect.
-pub const SOCKET_MODE: u32 = 0o660;
-
-/// Collector-wide defaults the admin handler needs.
+/// Collector-wide defaults the control requests need.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Defaults {
     /// Zone and site of a contact without an override (collector config).
@@ -128,17 +116,6 @@ pub struct AdminContext<'a> {
     pub absences: &'a mut crate::model::absent::Absences,
     /// G, the number of core hosts (SPEC §10, [`crate::operator::cluster::Cluster::core_hosts`]).
     pub core_hosts: u32,
-}
-
-/// One request from a control connection, with the channel for its answer.
-#[derive(Debug)]
-pub struct AdminCommand {
-    /// The parsed request.
-    pub request: Request,
-    /// Where the main loop sends the response.
-    pub reply: oneshot::Sender<Response>,
-    /// Who asked: the log names them with each change (SPEC §16).
-    pub origin: Origin,
 }
 
 /// Who made a request, or an operator change (SPEC §16: every change on
@@ -917,10 +894,7 @@ fn sticky(ctx: &AdminContext<'_>, query: &Query, key: LegKey<'_>) -> Option<Resp
 }
 
 mod failover;
-pub mod quota;
-mod server;
 mod views;
-pub use server::*;
 use views::*;
 
 #[cfg(test)]

@@ -1,22 +1,54 @@
-//! The control socket's server ([`serve`]): one task per connection, one
-//! JSON request per line, one JSON response per line, each request handed
-//! to the collector's loop as an [`AdminCommand`]; connection limits per
-//! user ([`super::quota`]), idle and line-length limits.
+//! The control socket (SPEC §8): [`serve`] runs the Unix-socket server —
+//! one task per connection, one JSON request per line, one JSON response
+//! per line. It owns no state; each request goes to the collector's main
+//! loop as an [`AdminCommand`], which the core answers
+//! ([`Collector::handle_admin_from`](crate::core::Collector::handle_admin_from)).
+//! At most [`MAX_CONNECTIONS`] connections are served at once, at most
+//! [`MAX_CONNECTIONS_PER_CLIENT`] per user id of the connecting process
+//! (peer credentials) with [`RESERVED_CONNECTIONS`] kept for root and the
+//! collector's user ([`quota`]), and one that sends no complete request
+//! line for [`IDLE_TIMEOUT`] is closed.
+
+pub mod quota;
+
+#[cfg(test)]
+mod tests;
 
 use std::io;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use msr_shared::admin::{ErrorCode, Request, Response};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{mpsc, Notify, Semaphore};
+use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::quota::{Client, ConnectionQuota, QuotaPolicy};
-use super::*;
+use crate::core::admin::Origin;
+use quota::{Client, ConnectionQuota, QuotaPolicy};
+
+/// Longest accepted request line, in bytes, not counting its newline: a
+/// line of exactly this many bytes is read; one byte more is refused and
+/// the connection closed.
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
+
+/// Mode of the control socket: owner and group may connect.
+pub const SOCKET_MODE: u32 = 0o660;
+
+/// One request from a control connection, with the channel for its answer.
+#[derive(Debug)]
+pub struct AdminCommand {
+    /// The parsed request.
+    pub request: Request,
+    /// Where the main loop sends the response.
+    pub reply: oneshot::Sender<Response>,
+    /// Who asked: the log names them with each change (SPEC §16).
+    pub origin: Origin,
+}
 
 /// Binds the control socket at `path` and sets its mode to 0660. A stale
 /// socket file (nobody listening) is removed first; a live one, or a path
