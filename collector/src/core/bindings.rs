@@ -1,9 +1,9 @@
 //! Durability of the bindings (SPEC §3; the module docs of [`super`]): a
 //! `200` to a REGISTER leaves only once every binding change made so far
 //! is on disk. Changes are counted in generations; one save is in flight at
-//! a time and changes that arrive meanwhile share the next; a save that
-//! fails turns the `200`s that waited for it into `500`s, so that the MSRs
-//! try again.
+//! a time and changes that arrive meanwhile share the next; the REGISTERs
+//! whose `200`s waited for a save that fails are answered `500`, so that
+//! the MSRs try again.
 
 use std::collections::VecDeque;
 
@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::{Collector, Effect, Transmit};
+use crate::operator::store::StoreError;
 use crate::sip::registrar::saved;
 
 /// The bindings' way to the disk (module docs, "Durability").
@@ -28,13 +29,15 @@ pub(super) struct BindingSaves {
     pub(super) restoring: bool,
 }
 
-/// A `200` to a REGISTER waiting for its binding's save: kept as a
-/// response, not as bytes, so that a save that fails answers a `500` of
-/// its own instead of an edited `200`.
+/// A `200` to a REGISTER waiting for its binding's save, with the
+/// REGISTER: a save that fails answers a `500` built from the request
+/// (RFC 3261 §8.2.6), not the `200` edited.
 #[derive(Debug)]
 pub(super) struct HeldAnswer {
     /// Where it goes.
     pub(super) route: super::Route,
+    /// The REGISTER it answers.
+    pub(super) request: msr_shared::sip::Request,
     /// The `200`, with the bindings as `Contact`s.
     pub(super) response: msr_shared::sip::Response,
 }
@@ -49,14 +52,16 @@ impl HeldAnswer {
     }
 
     /// RFC 3261 §21.5.1: `500 Server Internal Error` with `Retry-After`
-    /// (§20.33), so that the MSR registers again; the `Contact`s of the
-    /// `200` would list bindings that are not on disk, so they go.
+    /// (§20.33), so that the MSR registers again. It is built from the
+    /// REGISTER with the To tag the `200` has (§8.2.7), and lists no
+    /// `Contact`: the bindings are not on disk.
     fn unsaved(self) -> Transmit {
-        let mut response = self.response;
-        response.status_code = msr_shared::sip::StatusCode::ServerInternalError;
-        response
-            .headers
-            .retain(|h| !h.name().eq_ignore_ascii_case("Contact"));
+        let tag = msr_shared::sip::stateless_tag(&self.request.headers);
+        let mut response = msr_shared::sip::response(
+            &self.request,
+            msr_shared::sip::StatusCode::ServerInternalError,
+            Some(&tag),
+        );
         msr_shared::sip::push_header(&mut response.headers, "Retry-After", "5");
         msr_shared::sip::push_header(
             &mut response.headers,
@@ -96,14 +101,14 @@ impl Collector {
     }
 
     /// The bindings of save `generation` are on disk (`Ok`), or could not
-    /// be written (`Err`, the reason): the `200`s that waited for them
-    /// leave, or — not saved — become `500`s, so that the MSRs try again
+    /// be written (`Err`): the `200`s that waited for them leave, or — not
+    /// saved — are answered `500` instead, so that the MSRs try again
     /// (their binding stays in memory: subscriptions go on).
     pub fn handle_bindings_saved(
         &mut self,
         now: Instant,
         generation: u64,
-        result: Result<(), String>,
+        result: Result<(), StoreError>,
     ) {
         if self.bindings.writing == Some(generation) {
             self.bindings.writing = None;

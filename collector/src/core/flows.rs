@@ -25,6 +25,7 @@ use msr_shared::sip::transaction::{Link, StreamTransport};
 use msr_shared::sip::{self, Request};
 
 use super::{Route, StreamId};
+use crate::sip::not_sent::NotSent;
 
 /// At most this many flows are remembered; past it the oldest learnt is
 /// forgotten (authenticated registrations only create them).
@@ -111,9 +112,12 @@ impl Flows {
     }
 
     /// How a request to `target` (its URI) at `to` travels, and the
-    /// Contact it carries on that link; `Err` when it must go over a
-    /// connection and there is none.
-    pub(super) fn link(&self, target: &str, to: SocketAddr) -> Result<(Link, String), String> {
+    /// Contact it carries on that link.
+    ///
+    /// # Errors
+    /// [`NotSent::NoTlsConnection`], [`NotSent::NoTcpConnection`]: it must
+    /// go over a connection and there is none.
+    pub(super) fn link(&self, target: &str, to: SocketAddr) -> Result<(Link, String), NotSent> {
         // A `sips:` target goes over TLS or not at all (RFC 3261 §26.2.2):
         // a TCP connection from its address is no way to it; a
         // `transport=tcp` one over TCP (§19.1.1), not over UDP.
@@ -139,12 +143,8 @@ impl Flows {
             }
         }
         match only {
-            Some(StreamTransport::Tls) => Err(format!(
-                "no tls connection from {to} to send over (it registers a sips: contact)"
-            )),
-            Some(StreamTransport::Tcp) => Err(format!(
-                "no tcp connection from {to} to send over (it registers a transport=tcp contact)"
-            )),
+            Some(StreamTransport::Tls) => Err(NotSent::NoTlsConnection { to }),
+            Some(StreamTransport::Tcp) => Err(NotSent::NoTcpConnection { to }),
             None => Ok((Link::Udp, String::new())),
         }
     }
@@ -186,7 +186,7 @@ mod tests {
         let target = "sips:msr_1@127.0.0.2:5071";
         let to = addr("127.0.0.2:5071");
         // Before any registration over TLS: refused, not sent in clear.
-        assert!(flows.link(target, to).is_err());
+        assert_eq!(flows.link(target, to), Err(NotSent::NoTlsConnection { to }));
         // Over UDP, a plain contact stays on UDP.
         assert_eq!(
             flows
@@ -233,7 +233,11 @@ mod tests {
         flows.set_listeners(Some(addr("127.0.0.1:5060")), Some(addr("127.0.0.1:5061")));
         let target = "sip:msr_1@127.0.0.2:5071;transport=tcp;engine=127.0.0.2:5070";
         let to = addr("127.0.0.2:5071");
-        assert!(flows.link(target, to).is_err(), "not over udp");
+        assert_eq!(
+            flows.link(target, to),
+            Err(NotSent::NoTcpConnection { to }),
+            "not over udp"
+        );
         flows.registered(
             Route::Stream(StreamId(3), StreamTransport::Tls),
             &register(target),

@@ -188,7 +188,7 @@ pub enum Event {
         /// The dialog's Call-ID.
         call_id: String,
         /// Why.
-        cause: String,
+        cause: crate::sip::not_sent::NotSent,
     },
     /// Legs reached their maximum duration without a release (SPEC §9),
     /// reported at most once per [`crate::model::legs::EXPIRY_REPORT_INTERVAL`]

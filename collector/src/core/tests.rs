@@ -285,6 +285,14 @@ fn a_retransmitted_register_is_answered_again_and_changes_nothing() {
     assert!(h.take_effects().is_empty());
 }
 
+/// A save that failed, as the store reports it.
+fn disk_full() -> crate::operator::store::StoreError {
+    crate::operator::store::StoreError::Bindings {
+        path: "operator.json.bindings".into(),
+        source: std::io::Error::other("disk full"),
+    }
+}
+
 #[test]
 fn a_binding_that_cannot_be_saved_is_answered_500_with_retry_after() {
     let mut h = Harness::new();
@@ -292,7 +300,7 @@ fn a_binding_that_cannot_be_saved_is_answered_500_with_retry_after() {
     h.take_sent();
     let generation = save_generation(&h.take_effects()).expect("save");
     h.core
-        .handle_bindings_saved(h.now, generation, Err("disk full".into()));
+        .handle_bindings_saved(h.now, generation, Err(disk_full()));
     h.drain();
     let sent = h.take_sent();
     assert_eq!(status_of(&sent), [500]);
@@ -300,8 +308,10 @@ fn a_binding_that_cannot_be_saved_is_answered_500_with_retry_after() {
         panic!("response")
     };
     assert_eq!(sip::header(&r.headers, "Retry-After"), Some("5"));
-    // A 500 of its own, not the 200's bytes edited: no binding listed.
+    // A 500 built from the REGISTER, not the 200 edited: no binding
+    // listed, and the To tag the 200 would have had (RFC 3261 §8.2.7).
     assert_eq!(sip::header(&r.headers, "Contact"), None);
+    assert!(sip::header(&r.headers, "To").is_some_and(|to| to.contains(";tag=")));
     assert!(sip::header(&r.headers, "Warning").is_some_and(|w| w.contains("not be saved")));
     assert_eq!(r.status_code.text(), "Server Internal Error");
 }

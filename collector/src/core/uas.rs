@@ -8,13 +8,14 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use msr_shared::sip::transaction::{Link, Outcome, SendError, StreamTransport};
+use msr_shared::sip::transaction::{Link, Outcome, StreamTransport};
 use msr_shared::sip::{self, wire, Method, SipMessage, StatusCode};
 use tokio::time::Instant;
 use tracing::info;
 
 use super::bindings::HeldAnswer;
 use super::{Collector, Count, Inbound, RequestId, Route, Transmit};
+use crate::sip::not_sent::NotSent;
 use crate::sip::subscriber::RetryCause;
 
 impl Collector {
@@ -112,9 +113,14 @@ impl Collector {
                     waits_for.filter(|_| response.status_code == StatusCode::OK)
                 {
                     let route = self.route_to(route, source, req);
-                    self.bindings
-                        .held
-                        .push_back((generation, HeldAnswer { route, response }));
+                    self.bindings.held.push_back((
+                        generation,
+                        HeldAnswer {
+                            route,
+                            request: req.clone(),
+                            response,
+                        },
+                    ));
                     return;
                 }
                 response
@@ -221,10 +227,11 @@ impl Collector {
         id: RequestId,
         request: sip::Request,
         timeout: Option<Duration>,
-    ) -> Result<(), String> {
+    ) -> Result<(), NotSent> {
         let target = request.uri.to_string();
-        let to = sip::uri_socket_addr(&target)
-            .ok_or_else(|| format!("target {} is not an ip address and port", request.uri))?;
+        let to = sip::uri_socket_addr(&target).ok_or_else(|| NotSent::NotAnAddress {
+            target: request.uri.to_string(),
+        })?;
         let (link, contact) = self.flows.link(&target, to)?;
         let mut request = request;
         if link != Link::Udp && sip::header(&request.headers, "Contact").is_some() {
@@ -235,7 +242,7 @@ impl Collector {
         let timeout = timeout.unwrap_or(msr_shared::sip::transaction::TIMER_F);
         self.transactions
             .send_on(now, id, to, request, timeout, link)
-            .map_err(|e: SendError| e.to_string())
+            .map_err(NotSent::from)
     }
 }
 

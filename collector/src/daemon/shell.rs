@@ -24,7 +24,7 @@ use crate::config::CollectorConfig;
 use crate::core::admin::Origin;
 use crate::core::{AdminId, Collector, CommitFailure, Effect, Transmit};
 use crate::operator::store::etcd::{CommitError, EtcdCommand, EtcdEvent, EtcdLink};
-use crate::operator::store::Store;
+use crate::operator::store::{Store, StoreError};
 
 /// The most inputs of one kind served in one wake-up of the loop.
 const LOOP_BATCH: usize = 64;
@@ -78,8 +78,8 @@ pub(super) struct Shell {
     pub(super) next_admin: u64,
     pub(super) queues: ingest::Queues,
     pub(super) egress: mpsc::UnboundedSender<Vec<Transmit>>,
-    pub(super) saved_tx: mpsc::UnboundedSender<(u64, Result<(), String>)>,
-    pub(super) saved_rx: mpsc::UnboundedReceiver<(u64, Result<(), String>)>,
+    pub(super) saved_tx: mpsc::UnboundedSender<(u64, Result<(), StoreError>)>,
+    pub(super) saved_rx: mpsc::UnboundedReceiver<(u64, Result<(), StoreError>)>,
     pub(super) known: ingest::KnownSources,
     pub(super) known_generation: u64,
     pub(super) metrics: Arc<Metrics>,
@@ -407,7 +407,7 @@ impl Shell {
                 let store = self.store.clone();
                 let done = self.saved_tx.clone();
                 tokio::task::spawn_blocking(move || {
-                    let result = store.save_bindings(&text).map_err(|e| e.to_string());
+                    let result = store.save_bindings(&text);
                     let _ = done.send((generation, result));
                 });
             }

@@ -94,6 +94,7 @@ use tokio::time::Instant;
 use msr_shared::subscription::SubscriptionState;
 
 use crate::operator::names::{ContactName, MsrName};
+use crate::sip::not_sent::NotSent;
 use crate::sip::registrar::Binding;
 
 /// First retry delay after a failed SUBSCRIBE.
@@ -183,8 +184,8 @@ pub enum RetryCause {
     /// No final response: the client transaction timed out (RFC 3261
     /// §8.1.3.1 reads that as a `408`).
     TimedOut,
-    /// The SUBSCRIBE could not be sent; the transport's reason.
-    NotSent(String),
+    /// The SUBSCRIBE could not be sent.
+    NotSent(NotSent),
     /// The subscription expired without a refresh answered.
     Expired,
     /// The notifier granted `Expires: 0` to a SUBSCRIBE that asked for

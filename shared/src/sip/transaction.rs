@@ -107,7 +107,7 @@ pub enum Outcome {
 }
 
 /// Why a request could not be sent.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SendError {
     /// The request has no `CSeq` (the transaction key needs its method).

@@ -430,7 +430,13 @@ fn backoff_is_capped_at_sixty_seconds() {
     let mut last = Duration::ZERO;
     for _ in 0..10 {
         let t = one(&mut s);
-        s.handle_failure(now, t.id, RetryCause::NotSent("no route".into()));
+        s.handle_failure(
+            now,
+            t.id,
+            RetryCause::NotSent(crate::sip::not_sent::NotSent::NoTlsConnection {
+                to: "127.0.0.2:5071".parse().expect("addr"),
+            }),
+        );
         let ev = events(&mut s);
         let [SubscriberEvent::Retrying { delay, .. }] = &ev[..] else {
             panic!("{ev:?}")
