@@ -26,8 +26,9 @@
 //! beyond that share one bucket, so the table's memory is bounded whatever
 //! the flood forges.
 //!
-//! Drops are counted ([`Admission::dropped`]), and [`Admission::take_report`]
-//! gives the count since the last report for a rate-limited log line.
+//! A drop is counted once, by the ingest that drops it
+//! (`IngestStats::refused` in `daemon/ingest.rs`), which `/metrics` shows
+//! and a rate-limited log line reports.
 //!
 //! Architecture invariant: no I/O, no clock; `now` is always given.
 
@@ -87,8 +88,6 @@ pub struct Admission {
     sequence: u64,
     overflow: TokenBucket,
     total: TokenBucket,
-    dropped: u64,
-    unreported: u64,
 }
 
 impl Admission {
@@ -102,8 +101,6 @@ impl Admission {
             sequence: 0,
             overflow: TokenBucket::full(config.per_source_burst),
             total: TokenBucket::full(config.total_burst),
-            dropped: 0,
-            unreported: 0,
         }
     }
 
@@ -129,8 +126,6 @@ impl Admission {
         if admitted {
             Class::Admitted
         } else {
-            self.dropped += 1;
-            self.unreported += 1;
             Class::Dropped
         }
     }
@@ -170,16 +165,6 @@ impl Admission {
     fn idle_after(&self) -> Duration {
         let c = self.config;
         Duration::from_secs_f64((c.per_source_burst / c.per_source_rate.max(1e-9)).min(3600.0))
-    }
-
-    /// Datagrams dropped since the start.
-    pub fn dropped(&self) -> u64 {
-        self.dropped
-    }
-
-    /// Datagrams dropped since the last call (for a log line).
-    pub fn take_report(&mut self) -> u64 {
-        std::mem::take(&mut self.unreported)
     }
 
     /// Sources with a bucket of their own.

@@ -40,7 +40,6 @@ fn a_known_contact_is_never_limited_but_its_unauthenticated_register_is() {
     assert_eq!(count(&mut a, t0, msr, 10_000, Class::Known), 10_000);
     assert_eq!(a.classify(t0, msr, REGISTER_AUTH), Class::Known);
     assert_eq!(a.classify(t0, msr, REGISTER), Class::Admitted);
-    assert_eq!(a.dropped(), 0);
     // Another port of the same host is not the contact.
     assert_eq!(
         a.classify(t0, addr("10.0.0.2:5071"), NOTIFY),
@@ -54,9 +53,6 @@ fn one_source_gets_its_burst_then_its_rate() {
     let mut a = Admission::new(config());
     let flood = addr("192.0.2.1:5060");
     assert_eq!(count(&mut a, t0, flood, 1_000, Class::Admitted), 20);
-    assert_eq!(a.dropped(), 980);
-    assert_eq!(a.take_report(), 980);
-    assert_eq!(a.take_report(), 0);
     // One second later: the rate's worth.
     let t1 = t0 + Duration::from_secs(1);
     assert_eq!(count(&mut a, t1, flood, 1_000, Class::Admitted), 10);
