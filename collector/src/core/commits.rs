@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 
 use msr_shared::admin::{ErrorCode, Request, Response, ResponseData};
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::info;
 
 use super::admin::{self, AdminContext, Origin, Outcome};
 use crate::model::load_table::Change;
@@ -338,9 +338,10 @@ impl Collector {
     }
 
     /// With etcd: declares `[defaults] site` when the shared configuration
-    /// lacks it, once per revision (a conflict brings a newer revision,
-    /// which may have it). With the file store the shell declares it at
-    /// start, before anything is served.
+    /// lacks it ([`OperatorConfig::with_default_site`]), once per revision
+    /// (a conflict brings a newer revision, which may have it). With the
+    /// file store the shell declares it at start, by the same rule, before
+    /// anything is served.
     fn declare_default_site(&mut self) {
         let seen = self.cluster.seen();
         if self.commits.backend != Backend::Etcd
@@ -348,25 +349,15 @@ impl Collector {
             || !self.commits.queued.is_empty()
             || *self.cluster.status() != StoreStatus::Connected
             || self.commits.default_site_tried == Some(seen)
-            || self
-                .operator
-                .topology()
-                .contains(&self.defaults.placement.site)
         {
             return;
         }
         self.commits.default_site_tried = Some(seen);
-        let mut next = self.operator.clone();
-        match next.declare_site(&self.defaults.placement.site) {
-            Ok(()) => {
-                info!(site = %self.defaults.placement.site, "declared the default site");
-                self.commit(next, None, Origin::Collector);
-            }
-            Err(error) => warn!(
-                site = %self.defaults.placement.site,
-                %error,
-                "cannot declare the default site; new contacts' legs get unknown_site until it is"
-            ),
+        if let Some(next) = self
+            .operator
+            .with_default_site(&self.defaults.placement.site)
+        {
+            self.commit(next, None, Origin::Collector);
         }
     }
 }

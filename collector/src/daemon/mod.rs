@@ -180,21 +180,12 @@ pub async fn start(
         // Read from etcd once the SIP address (part of the membership key) is bound.
         StoreBackend::Etcd(_) => OperatorConfig::new(),
     };
-    // The site new contacts get must exist, or every leg at it is refused
-    // with `unknown_site` until an operator declares it (with etcd: once
-    // etcd is reachable, the core declares it).
-    if config.store == StoreBackend::File && !operator.topology().contains(&config.defaults.site) {
-        match operator.declare_site(&config.defaults.site) {
-            Ok(()) => {
-                store.save(&operator)?;
-                info!(site = %config.defaults.site, "declared the default site");
-            }
-            // Only the site cap can refuse it (the config checked the name).
-            Err(error) => warn!(
-                site = %config.defaults.site,
-                %error,
-                "cannot declare the default site; new contacts' legs get unknown_site until it is"
-            ),
+    // The default site, declared before anything is served (with etcd:
+    // once etcd is reachable, the core declares it).
+    if config.store == StoreBackend::File {
+        if let Some(next) = operator.with_default_site(&config.defaults.site) {
+            store.save(&next)?;
+            operator = next;
         }
     }
     let bind_error =

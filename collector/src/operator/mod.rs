@@ -198,6 +198,34 @@ impl OperatorConfig {
         Ok(self.topology.declare(name)?)
     }
 
+    /// This configuration with `site`, the collector's `[defaults] site`,
+    /// declared: the site new contacts get must exist, or every leg at it
+    /// is refused `unknown_site` until an operator declares it (SPEC §6).
+    /// The one rule of both stores: the file store's at start, etcd's
+    /// whenever the shared configuration lacks it (SPEC §12). `None` when
+    /// it is declared already, or cannot be (only the site cap refuses it:
+    /// the config checked the name), which is logged.
+    pub fn with_default_site(&self, site: &SiteName) -> Option<Self> {
+        if self.topology.contains(site) {
+            return None;
+        }
+        let mut next = self.clone();
+        match next.declare_site(site) {
+            Ok(()) => {
+                tracing::info!(%site, "declared the default site");
+                Some(next)
+            }
+            Err(error) => {
+                tracing::warn!(
+                    %site,
+                    %error,
+                    "cannot declare the default site; new contacts' legs get unknown_site until it is"
+                );
+                None
+            }
+        }
+    }
+
     /// Removes a site. Refused while a contact override names it or
     /// `live_referenced(name)` is true (the caller knows which live contacts
     /// use the site, e.g. through the default site).

@@ -344,3 +344,13 @@ fn every_number_survives_a_save_and_a_load() {
     let loaded = OperatorConfig::decode(text).expect("a valid store");
     assert_eq!(OperatorConfig::decode(&loaded.encode()), Ok(loaded));
 }
+
+#[test]
+fn the_default_site_is_declared_once_by_the_one_rule() {
+    let site = SiteName::test("local");
+    let next = OperatorConfig::new()
+        .with_default_site(&site)
+        .expect("declared");
+    assert!(next.topology().contains("local"));
+    assert_eq!(next.with_default_site(&site), None, "declared already");
+}
