@@ -25,6 +25,14 @@
 //! longer waits for (a keepalive counted as missed), so nothing more is
 //! retransmitted toward a peer that does not answer.
 //!
+//! A user that writes its requests' bytes itself hands them over with
+//! [`send_encoded`](ClientTransactions::send_encoded), which gives it the
+//! `Via` to write first. [`handle_response_counted`](ClientTransactions::handle_response_counted)
+//! and [`poll_outcome_counted`](ClientTransactions::poll_outcome_counted)
+//! also tell how many times the request was retransmitted before its
+//! transaction ended: what a user that measures its peer's losses counts
+//! (msr-loadgen's NOTIFYs retransmitted at least once).
+//!
 //! Cost: one hash map entry and one ordered-set entry per transaction in
 //! flight, holding the request's bytes; each retransmission is a copy of
 //! a reference-counted buffer.
@@ -128,6 +136,8 @@ struct Entry<Id> {
     method: String,
     /// The next retransmission interval (Timer E).
     interval: Duration,
+    /// Retransmissions sent so far.
+    retransmissions: u32,
     retransmit_at: Instant,
     give_up_at: Instant,
     /// The deadline it is filed under in `timers`.
@@ -150,7 +160,7 @@ pub struct ClientTransactions<Id> {
     by_id: HashMap<Id, String>,
     timers: BTreeSet<(Instant, String)>,
     transmits: VecDeque<Datagram>,
-    outcomes: VecDeque<(Id, Outcome)>,
+    outcomes: VecDeque<(Id, Outcome, u32)>,
     retransmissions: u64,
 }
 
@@ -224,25 +234,13 @@ impl<Id: Clone + Eq + Hash> ClientTransactions<Id> {
             return Err(SendError::Duplicate);
         }
         let (_, method) = super::cseq(&request.headers).ok_or(SendError::NoCSeq)?;
-        let branch = loop {
-            let branch = format!("z9hG4bK{}", super::random_token());
-            if !self.by_branch.contains_key(&branch) {
-                break branch;
-            }
-        };
-        let via = match link {
-            Link::Udp => format!("SIP/2.0/UDP {};branch={branch};rport", self.sent_by),
-            Link::Stream { transport, sent_by } => {
-                let name = match transport {
-                    StreamTransport::Tcp => "TCP",
-                    StreamTransport::Tls => "TLS",
-                };
-                format!("SIP/2.0/{name} {sent_by};branch={branch};rport")
-            }
-        };
+        let branch = self.new_branch();
         request
             .headers
-            .push_front(rsipstack::sip::headers::make_header("Via", via));
+            .push_front(rsipstack::sip::headers::make_header(
+                "Via",
+                via(link, self.sent_by, &branch),
+            ));
         if super::header(&request.headers, "Max-Forwards").is_none() {
             super::push_header(&mut request.headers, "Max-Forwards", "70");
         }
@@ -250,6 +248,61 @@ impl<Id: Clone + Eq + Hash> ClientTransactions<Id> {
             super::push_header(&mut request.headers, "User-Agent", self.user_agent.clone());
         }
         let bytes = super::wire::encode_request(request);
+        self.start(now, id, to, bytes, method, branch, timeout, link);
+        Ok(())
+    }
+
+    /// Sends over `link` to `to` a request its user encodes, in a new
+    /// transaction `id` that times out at [`TIMER_F`]: `encode` gets the
+    /// top `Via` value (sent-by, a fresh branch, `rport`) and returns the
+    /// whole message with that `Via` first, `Max-Forwards`,
+    /// `Content-Length` and all; `method` is its `CSeq` method. Otherwise
+    /// as [`send_on`](Self::send_on). For a load generator, whose cost per
+    /// request is part of what it measures.
+    ///
+    /// # Errors
+    /// [`SendError::Duplicate`] when `id` is in flight.
+    pub fn send_encoded(
+        &mut self,
+        now: Instant,
+        id: Id,
+        to: SocketAddr,
+        link: Link,
+        method: &str,
+        encode: impl FnOnce(&str) -> Bytes,
+    ) -> Result<(), SendError> {
+        if self.by_id.contains_key(&id) {
+            return Err(SendError::Duplicate);
+        }
+        let branch = self.new_branch();
+        let bytes = encode(&via(link, self.sent_by, &branch));
+        self.start(now, id, to, bytes, method.to_owned(), branch, TIMER_F, link);
+        Ok(())
+    }
+
+    /// A `z9hG4bK` branch no transaction in flight has (RFC 3261 §8.1.1.7).
+    fn new_branch(&self) -> String {
+        loop {
+            let branch = format!("z9hG4bK{}", super::random_token());
+            if !self.by_branch.contains_key(&branch) {
+                return branch;
+            }
+        }
+    }
+
+    /// Queues the first transmission of `bytes` and files the transaction.
+    #[allow(clippy::too_many_arguments)]
+    fn start(
+        &mut self,
+        now: Instant,
+        id: Id,
+        to: SocketAddr,
+        bytes: Bytes,
+        method: String,
+        branch: String,
+        timeout: Duration,
+        link: Link,
+    ) {
         let timeout = timeout.min(TIMER_F);
         // §17.1.2.2: over a reliable transport Timer E does not run.
         let retransmit_at = match link {
@@ -263,6 +316,7 @@ impl<Id: Clone + Eq + Hash> ClientTransactions<Id> {
             link,
             method,
             interval: T1,
+            retransmissions: 0,
             retransmit_at,
             give_up_at: now + timeout,
             armed: now,
@@ -270,7 +324,6 @@ impl<Id: Clone + Eq + Hash> ClientTransactions<Id> {
         self.transmits.push_back(Datagram { to, bytes, link });
         self.by_id.insert(id, branch.clone());
         self.file(branch, entry);
-        Ok(())
     }
 
     /// Files `entry` under its next deadline.
@@ -303,6 +356,18 @@ impl<Id: Clone + Eq + Hash> ClientTransactions<Id> {
     /// response that matches no transaction in flight is dropped
     /// (§17.1.3).
     pub fn handle_response(&mut self, now: Instant, response: Response) -> Option<(Id, Response)> {
+        self.handle_response_counted(now, response)
+            .map(|(id, response, _)| (id, response))
+    }
+
+    /// As [`handle_response`](Self::handle_response), with how many
+    /// times the request was retransmitted (Timer E) before its final
+    /// response.
+    pub fn handle_response_counted(
+        &mut self,
+        now: Instant,
+        response: Response,
+    ) -> Option<(Id, Response, u32)> {
         let via = super::header(&response.headers, "Via")?;
         let branch = super::param(via, "branch")?;
         let (_, method) = super::cseq(&response.headers)?;
@@ -322,7 +387,7 @@ impl<Id: Clone + Eq + Hash> ClientTransactions<Id> {
             return None;
         }
         let entry = self.remove(&branch)?;
-        Some((entry.id, response))
+        Some((entry.id, response, entry.retransmissions))
     }
 
     /// Retransmits what is due and times out what has waited too long.
@@ -339,7 +404,8 @@ impl<Id: Clone + Eq + Hash> ClientTransactions<Id> {
             };
             if entry.give_up_at <= now {
                 self.by_id.remove(&entry.id);
-                self.outcomes.push_back((entry.id, Outcome::TimedOut));
+                self.outcomes
+                    .push_back((entry.id, Outcome::TimedOut, entry.retransmissions));
                 continue;
             }
             self.transmits.push_back(Datagram {
@@ -348,6 +414,7 @@ impl<Id: Clone + Eq + Hash> ClientTransactions<Id> {
                 link: entry.link,
             });
             self.retransmissions += 1;
+            entry.retransmissions += 1;
             entry.interval = (entry.interval * 2).min(T2);
             entry.retransmit_at = now + entry.interval;
             self.file(branch, entry);
@@ -366,6 +433,13 @@ impl<Id: Clone + Eq + Hash> ClientTransactions<Id> {
 
     /// The next transaction that ended without a final response.
     pub fn poll_outcome(&mut self) -> Option<(Id, Outcome)> {
+        self.poll_outcome_counted()
+            .map(|(id, outcome, _)| (id, outcome))
+    }
+
+    /// As [`poll_outcome`](Self::poll_outcome), with how many times the
+    /// request was retransmitted (Timer E) before it timed out.
+    pub fn poll_outcome_counted(&mut self) -> Option<(Id, Outcome, u32)> {
         self.outcomes.pop_front()
     }
 
@@ -387,6 +461,20 @@ impl<Id: Clone + Eq + Hash> ClientTransactions<Id> {
     /// Retransmissions sent since the start.
     pub fn retransmissions(&self) -> u64 {
         self.retransmissions
+    }
+}
+
+/// The top `Via` of a request over `link` (`sent_by` over UDP).
+fn via(link: Link, sent_by: SocketAddr, branch: &str) -> String {
+    match link {
+        Link::Udp => format!("SIP/2.0/UDP {sent_by};branch={branch};rport"),
+        Link::Stream { transport, sent_by } => {
+            let name = match transport {
+                StreamTransport::Tcp => "TCP",
+                StreamTransport::Tls => "TLS",
+            };
+            format!("SIP/2.0/{name} {sent_by};branch={branch};rport")
+        }
     }
 }
 

@@ -85,8 +85,8 @@ fn retransmissions_double_to_t2_and_timer_f_ends_the_transaction() {
             assert_eq!(d, first, "a retransmission is the same bytes");
             at.push(next.duration_since(t0));
         }
-        if let Some((id, outcome)) = l.poll_outcome() {
-            assert_eq!((id, outcome), (7, Outcome::TimedOut));
+        if let Some((id, outcome, retransmissions)) = l.poll_outcome_counted() {
+            assert_eq!((id, outcome, retransmissions), (7, Outcome::TimedOut, 10));
             assert_eq!(next.duration_since(t0), TIMER_F);
             break;
         }
@@ -98,6 +98,64 @@ fn retransmissions_double_to_t2_and_timer_f_ends_the_transaction() {
     );
     assert!(l.is_empty());
     assert_eq!(l.retransmissions(), 10);
+}
+
+#[test]
+fn a_request_its_user_encodes_gets_the_via_and_runs_in_a_transaction() {
+    let t0 = Instant::now();
+    let mut l = layer();
+    l.send_encoded(t0, 5, addr(PEER), Link::Udp, "OPTIONS", |via| {
+        let text = format!(
+            "OPTIONS sip:msr_1@10.0.0.2:5070 SIP/2.0\r\nVia: {via}\r\nMax-Forwards: 70\r\n\
+             From: <sip:collector@10.0.0.1:5060>;tag=a\r\nTo: <sip:msr_1@10.0.0.2:5070>\r\n\
+             Call-ID: e@test\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n"
+        );
+        bytes::Bytes::from(text)
+    })
+    .expect("send");
+    assert_eq!(
+        l.send_encoded(t0, 5, addr(PEER), Link::Udp, "OPTIONS", |_| {
+            bytes::Bytes::new()
+        }),
+        Err(SendError::Duplicate)
+    );
+    let sent = drain(&mut l).remove(0);
+    let via = sip::header(&received(&sent).headers, "Via")
+        .expect("via")
+        .to_owned();
+    assert!(
+        via.starts_with("SIP/2.0/UDP 10.0.0.1:5060;branch=z9hG4bK"),
+        "{via}"
+    );
+    l.handle_timeout(t0 + T1);
+    assert_eq!(
+        drain(&mut l),
+        std::slice::from_ref(&sent),
+        "retransmitted as encoded"
+    );
+    let (id, _, retransmissions) = l
+        .handle_response_counted(t0 + 2 * T1, answer(&sent, StatusCode::OK))
+        .expect("matched by its branch");
+    assert_eq!((id, retransmissions), (5, 1));
+    assert!(l.is_empty());
+}
+
+#[test]
+fn a_final_response_tells_how_often_its_request_was_retransmitted() {
+    let t0 = Instant::now();
+    let mut l = layer();
+    l.send(t0, 4, addr(PEER), options(1)).expect("send");
+    let sent = drain(&mut l).remove(0);
+    l.handle_timeout(t0 + T1);
+    l.handle_timeout(t0 + 3 * T1);
+    assert_eq!(drain(&mut l).len(), 2);
+    let (id, response, retransmissions) = l
+        .handle_response_counted(t0 + 4 * T1, answer(&sent, StatusCode::OK))
+        .expect("matched");
+    assert_eq!(
+        (id, response.status_code.code(), retransmissions),
+        (4, 200, 2)
+    );
 }
 
 #[test]
