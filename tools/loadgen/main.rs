@@ -6,8 +6,9 @@
 //!   REGISTERs (answering the digest challenge), answers the collector's
 //!   SUBSCRIBE with 200 and then sends `eltex-call-count` NOTIFYs in that
 //!   dialog at a target aggregate rate spread evenly over the MSRs. It counts
-//!   what was sent, answered, retransmitted (own UDP timers: T1 = 500 ms,
-//!   doubling to T2 = 4 s, given up at Timer F = 32 s) and lost, samples the
+//!   what was sent, answered, retransmitted (the product's client
+//!   transactions: T1 = 500 ms doubling to T2 = 4 s over UDP, given up at
+//!   Timer F = 32 s) and lost, samples the
 //!   collector's CPU and RSS from `/proc`, and finally checks through the
 //!   control socket that every MSR's row shows the last load it sent.
 //!   The MSRs answer the collector's OPTIONS keepalives (SPEC §5) with 200
@@ -24,12 +25,12 @@
 //!   two can be set side by side (BALANCING.md). With `--socket` given G
 //!   times it spreads the calls over G collectors, as `msr-sim --hosts G`.
 //!
-//! Messages are written as text for throughput (this is a test tool);
-//! everything received is parsed with rsipstack.
+//! `notify`'s MSRs speak through the product's SIP layer: its message
+//! model, digest (`sip::digest`) and transactions (`sip::transaction`);
+//! `flood` writes its datagrams as text.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -46,12 +47,6 @@ use notify::notify;
 use select::select;
 
 const USER_AGENT: &str = concat!("msr-loadgen/", env!("CARGO_PKG_VERSION"));
-/// RFC 3261 T1: first retransmission interval of a non-INVITE request over UDP.
-const T1: Duration = Duration::from_millis(500);
-/// RFC 3261 T2: cap of the retransmission interval.
-const T2: Duration = Duration::from_secs(4);
-/// RFC 3261 Timer F: a non-INVITE client transaction gives up after 64 × T1.
-const TIMER_F: Duration = Duration::from_secs(32);
 
 /// Load generator for msr-collector: NOTIFY throughput and selection latency.
 ///

@@ -1,22 +1,30 @@
-//! The fake MSRs of `notify` and `flood`'s peers: each MSR's REGISTER with
-//! its digest answer, its subscription dialog, its NOTIFYs with their own
-//! UDP timers (RFC 3261 §17.1.2: T1, T2, Timer F) and the counters; and the
-//! links they send on (UDP sockets, or held TCP/TLS connections).
+//! The fake MSRs of `notify`: each MSR's REGISTER with its digest answer
+//! (`sip::digest`), its subscription dialog, its NOTIFYs and the counters;
+//! and the links they send on (UDP sockets, or held TCP/TLS connections).
+//!
+//! Their requests run in the product's client transactions
+//! (`sip::transaction`, RFC 3261 §17.1.2: Timer E over UDP, Timer F), one
+//! `ClientTransactions` per local socket or connection, since it stamps
+//! one `Via` sent-by per instance and a response comes back where its
+//! request left. Retransmitted SUBSCRIBEs are told from new ones by the
+//! product's server transactions (§17.2.2) and answered again.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
 
-use crate::{DigestChoice, Transport, T1, T2, TIMER_F, USER_AGENT};
+use crate::{DigestChoice, Transport, USER_AGENT};
 use anyhow::Context;
+use bytes::Bytes;
 use msr_shared::event_package::{LoadReport, CONTENT_TYPE, EVENT};
+use msr_shared::sip::digest::{self, Algorithm, Challenge};
+use msr_shared::sip::transaction::server::{Received, ServerTransactions};
+use msr_shared::sip::transaction::{ClientTransactions, Link, Outcome, StreamTransport, TIMER_F};
 use msr_shared::sip::{self, Method, SipMessage, StatusCode};
-use rsipstack::dialog::authenticate::compute_digest;
-use rsipstack::sip::headers::auth::{Algorithm, AuthQop};
 use tokio::net::UdpSocket;
+use tokio::time::Instant;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Kind {
     Register,
     Notify,
@@ -29,16 +37,17 @@ pub(crate) enum Phase {
     Drain,
 }
 
-pub(crate) struct Pending {
-    pub(crate) kind: Kind,
-    pub(crate) msr: usize,
-    pub(crate) sock: usize,
-    pub(crate) bytes: Arc<[u8]>,
-    pub(crate) first_sent: Instant,
-    pub(crate) next_retx: Instant,
-    pub(crate) interval: Duration,
-    pub(crate) retx: u32,
-    pub(crate) measured: bool,
+/// A client transaction's id: what its end is counted against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Txn {
+    kind: Kind,
+    msr: usize,
+    /// REGISTER: its CSeq; NOTIFY: the MSR's NOTIFY count, which no later
+    /// dialog of the MSR repeats (a dialog's CSeq starts again).
+    seq: u64,
+    sent_at: Instant,
+    /// Sent in the measured phase.
+    measured: bool,
 }
 
 pub(crate) struct Dialog {
@@ -47,9 +56,9 @@ pub(crate) struct Dialog {
     pub(crate) local_tag: String,
     /// The SUBSCRIBE's `From` value (URI and the collector's tag): our NOTIFY's `To`.
     pub(crate) remote_from: String,
-    /// The SUBSCRIBE's `To` URI: our NOTIFY's `From`.
-    pub(crate) local_uri: String,
-    /// Where NOTIFYs go (the SUBSCRIBE's Contact).
+    /// Our NOTIFY's `From`: the SUBSCRIBE's `To` URI with our tag.
+    pub(crate) from: String,
+    /// Where NOTIFYs go (the SUBSCRIBE's Contact URI).
     pub(crate) remote_target: String,
     pub(crate) cseq: u32,
     pub(crate) expires: u32,
@@ -61,6 +70,9 @@ pub(crate) struct Dialog {
 pub(crate) struct Msr {
     pub(crate) name: String,
     pub(crate) sock: usize,
+    /// `<sip:name@local>`, local being its socket's or connection's
+    /// address: the Contact of its REGISTERs, NOTIFYs and answers.
+    pub(crate) contact: String,
     pub(crate) reg_call_id: String,
     pub(crate) reg_from_tag: String,
     pub(crate) reg_cseq: u32,
@@ -101,9 +113,9 @@ pub(crate) struct NotifyCounters {
     pub(crate) sent: u64,
     pub(crate) ok: u64,
     pub(crate) non_ok: BTreeMap<u16, u64>,
-    /// NOTIFYs retransmitted at least once.
+    /// NOTIFYs retransmitted at least once (counted when they end).
     pub(crate) retransmitted: u64,
-    /// Retransmissions in all.
+    /// Retransmissions in all (counted when their NOTIFY ends).
     pub(crate) retransmissions: u64,
     /// Given up at Timer F, or unanswered when the run ended.
     pub(crate) lost: u64,
@@ -124,29 +136,66 @@ pub(crate) struct State {
     pub(crate) digest: DigestChoice,
     pub(crate) max_sub_expires: u32,
     pub(crate) msrs: Vec<Msr>,
-    pub(crate) pending: HashMap<String, Pending>,
+    /// The client transactions of each local socket or connection (by
+    /// index, as `local_addrs`).
+    transactions: Vec<ClientTransactions<Txn>>,
+    /// The SUBSCRIBEs received, to answer a retransmission again.
+    subscribes: ServerTransactions,
     pub(crate) phase: Phase,
     pub(crate) c: Counters,
     pub(crate) setup: NotifyCounters,
     pub(crate) measured: NotifyCounters,
 }
 
-pub(crate) type Out = Vec<(usize, SocketAddr, Arc<[u8]>)>;
-
-pub(crate) fn key(call_id: &str, cseq: u32) -> String {
-    format!("{cseq} {call_id}")
-}
-
-pub(crate) fn branch() -> String {
-    format!("z9hG4bK{}", sip::random_token())
-}
+/// What to send: from which socket or connection (index), to where.
+pub(crate) type Out = Vec<(usize, SocketAddr, Bytes)>;
 
 /// The load MSR `i` reports in its `seq`-th NOTIFY: varies every time.
 pub(crate) fn load_for(i: usize, seq: u64) -> u8 {
     ((seq.wrapping_mul(37) + (i as u64).wrapping_mul(11)) % 101) as u8
 }
 
+/// The answer to a request in a dialog this MSR does not have (RFC 3261
+/// §12.2.2).
+fn no_dialog(r: &sip::Request) -> sip::Response {
+    sip::response(r, StatusCode::CallTransactionDoesNotExist, None)
+}
+
 impl State {
+    /// No MSR registered yet; they send from `local_addrs`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        collector: SocketAddr,
+        transport: Transport,
+        local_addrs: Vec<SocketAddr>,
+        auth_name: String,
+        password: String,
+        digest: DigestChoice,
+        max_sub_expires: u32,
+        msrs: Vec<Msr>,
+    ) -> Self {
+        let transactions = local_addrs
+            .iter()
+            .map(|local| ClientTransactions::new(*local, USER_AGENT))
+            .collect();
+        Self {
+            collector,
+            transport,
+            local_addrs,
+            auth_name,
+            password,
+            digest,
+            max_sub_expires,
+            msrs,
+            transactions,
+            subscribes: ServerTransactions::new(),
+            phase: Phase::Setup,
+            c: Counters::default(),
+            setup: NotifyCounters::default(),
+            measured: NotifyCounters::default(),
+        }
+    }
+
     pub(crate) fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
         m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -159,81 +208,111 @@ impl State {
         }
     }
 
-    pub(crate) fn register_request(
-        &mut self,
-        i: usize,
-        authorization: Option<String>,
-    ) -> Arc<[u8]> {
-        let collector = self.collector;
-        let local = self.local_addrs[self.msrs[i].sock];
-        let m = &mut self.msrs[i];
-        m.reg_cseq += 1;
-        let ruri = self.transport.uri(None, collector);
-        let contact = self.transport.uri(Some(&m.name), local);
-        let via = self.transport.via();
-        let mut text = format!(
-            "REGISTER {ruri} SIP/2.0\r\n\
-             Via: SIP/2.0/{via} {local};branch={};rport\r\n\
-             Max-Forwards: 70\r\n\
-             From: <sip:{name}@{collector}>;tag={tag}\r\n\
-             To: <sip:{name}@{collector}>\r\n\
-             Call-ID: {cid}\r\n\
-             CSeq: {cseq} REGISTER\r\n\
-             Contact: <{contact}>;iface=lo\r\n\
-             Expires: {exp}\r\n\
-             User-Agent: {USER_AGENT}\r\n",
-            branch(),
-            name = m.name,
-            tag = m.reg_from_tag,
-            cid = m.reg_call_id,
-            cseq = m.reg_cseq,
-            exp = m.reg_expires,
-        );
-        if let Some(a) = authorization {
-            text.push_str(&format!("Authorization: {a}\r\n"));
+    /// How requests leave socket or connection `sock`.
+    fn link(&self, sock: usize) -> Link {
+        let transport = match self.transport {
+            Transport::Udp => return Link::Udp,
+            Transport::Tcp => StreamTransport::Tcp,
+            Transport::Tls => StreamTransport::Tls,
+        };
+        Link::Stream {
+            transport,
+            sent_by: self.local_addrs[sock],
         }
-        text.push_str("Content-Length: 0\r\n\r\n");
-        Arc::from(text.into_bytes())
     }
 
-    /// Queues REGISTER for MSR `i` (first attempt or retry) and records it.
+    /// Starts transaction `txn` with `request` from `sock` to the
+    /// collector; whether it started (its id is new, its request has a
+    /// `CSeq`: both hold by construction).
+    fn start(
+        &mut self,
+        txn: Txn,
+        sock: usize,
+        request: sip::Request,
+        now: Instant,
+        out: &mut Out,
+    ) -> bool {
+        let (to, link) = (self.collector, self.link(sock));
+        let Some(t) = self.transactions.get_mut(sock) else {
+            return false;
+        };
+        if t.send_on(now, txn, to, request, TIMER_F, link).is_err() {
+            return false;
+        }
+        while let Some(d) = t.poll_transmit() {
+            out.push((sock, d.to, d.bytes));
+        }
+        true
+    }
+
+    /// Sends REGISTER for MSR `i` (first attempt, or the retry answering
+    /// `challenge` in `Authorization`, or `Proxy-Authorization` after a
+    /// 407) and records it.
     pub(crate) fn send_register(
         &mut self,
         i: usize,
-        authorization: Option<String>,
+        challenge: Option<(Challenge, &str)>,
         now: Instant,
         out: &mut Out,
     ) {
-        let bytes = self.register_request(i, authorization);
-        let m = &self.msrs[i];
-        let k = key(&m.reg_call_id, m.reg_cseq);
-        let sock = m.sock;
-        self.pending.insert(
-            k,
-            Pending {
-                kind: Kind::Register,
-                msr: i,
-                sock,
-                bytes: bytes.clone(),
-                first_sent: now,
-                next_retx: now + T1,
-                interval: T1,
-                retx: 0,
-                measured: false,
-            },
+        let collector = self.collector;
+        let ruri = self.transport.uri(None, collector);
+        let m = &mut self.msrs[i];
+        m.reg_cseq += 1;
+        let request = sip::request(
+            Method::Register,
+            &ruri,
+            vec![
+                (
+                    "From",
+                    format!("<sip:{}@{collector}>;tag={}", m.name, m.reg_from_tag),
+                ),
+                ("To", format!("<sip:{}@{collector}>", m.name)),
+                ("Call-ID", m.reg_call_id.clone()),
+                ("CSeq", format!("{} REGISTER", m.reg_cseq)),
+                ("Contact", format!("{};iface=lo", m.contact)),
+                ("Expires", m.reg_expires.to_string()),
+            ],
+            Vec::new(),
         );
-        self.c.register_sent += 1;
-        out.push((sock, self.collector, bytes));
+        // The collector's address as a URI always parses.
+        let Ok(mut request) = request else {
+            m.reg_failed = Some(400);
+            return;
+        };
+        if let Some((challenge, header)) = challenge {
+            // The digest's uri is the Request-URI as it is written (RFC
+            // 3261 §22.4).
+            let value = digest::authorization(
+                &challenge,
+                &self.auth_name,
+                &self.password,
+                "REGISTER",
+                &request.uri.to_string(),
+                1,
+                &sip::random_token(),
+            );
+            sip::push_header(&mut request.headers, header, value);
+        }
+        let txn = Txn {
+            kind: Kind::Register,
+            msr: i,
+            seq: u64::from(m.reg_cseq),
+            sent_at: now,
+            measured: false,
+        };
+        let sock = m.sock;
+        if self.start(txn, sock, request, now, out) {
+            self.c.register_sent += 1;
+        }
     }
 
-    /// Builds the next NOTIFY of MSR `i`'s dialog; `None` without a dialog.
+    /// Sends the next NOTIFY of MSR `i`'s dialog; `false` without a dialog.
     pub(crate) fn send_notify(&mut self, i: usize, now: Instant, out: &mut Out) -> bool {
         let measured = self.phase == Phase::Measured;
-        let local = self.local_addrs[self.msrs[i].sock];
-        let collector = self.collector;
-        let via = self.transport.via();
+        let sock = self.msrs[i].sock;
+        let (to, link) = (self.collector, self.link(sock));
         let m = &mut self.msrs[i];
-        let contact = self.transport.uri(Some(&m.name), local);
         let Some(d) = m.dialog.as_mut() else {
             return false;
         };
@@ -251,50 +330,55 @@ impl State {
             ..LoadReport::default()
         }
         .encode();
-        let text = format!(
-            "NOTIFY {target} SIP/2.0\r\n\
-             Via: SIP/2.0/{via} {local};branch={};rport\r\n\
-             Max-Forwards: 70\r\n\
-             From: <{luri}>;tag={ltag}\r\n\
-             To: {rfrom}\r\n\
-             Call-ID: {cid}\r\n\
-             CSeq: {cseq} NOTIFY\r\n\
-             Contact: <{contact}>\r\n\
-             Event: {EVENT}\r\n\
-             Subscription-State: active;expires={remaining}\r\n\
-             User-Agent: {USER_AGENT}\r\n\
-             Content-Type: {CONTENT_TYPE}\r\n\
-             Content-Length: {len}\r\n\r\n{body}",
-            branch(),
-            target = d.remote_target,
-            luri = d.local_uri,
-            ltag = d.local_tag,
-            rfrom = d.remote_from,
-            cid = d.call_id,
-            cseq = d.cseq,
-            len = body.len(),
-        );
-        let bytes: Arc<[u8]> = Arc::from(text.into_bytes());
-        let k = key(&d.call_id, d.cseq);
+        let txn = Txn {
+            kind: Kind::Notify,
+            msr: i,
+            seq: m.notify_seq,
+            sent_at: now,
+            measured,
+        };
+        // Written as text, not built as a message and encoded: this is
+        // the hot path whose rate is measured, and building each NOTIFY as
+        // a message and encoding it costs several µs more.
+        let encode = |via: &str| {
+            Bytes::from(format!(
+                "NOTIFY {target} SIP/2.0\r\n\
+                 Via: {via}\r\n\
+                 Max-Forwards: 70\r\n\
+                 From: {from}\r\n\
+                 To: {to}\r\n\
+                 Call-ID: {call_id}\r\n\
+                 CSeq: {cseq} NOTIFY\r\n\
+                 Contact: {contact}\r\n\
+                 Event: {EVENT}\r\n\
+                 Subscription-State: active;expires={remaining}\r\n\
+                 User-Agent: {USER_AGENT}\r\n\
+                 Content-Type: {CONTENT_TYPE}\r\n\
+                 Content-Length: {len}\r\n\r\n{body}",
+                target = d.remote_target,
+                from = d.from,
+                to = d.remote_from,
+                call_id = d.call_id,
+                cseq = d.cseq,
+                contact = m.contact,
+                len = body.len(),
+            ))
+        };
+        let Some(t) = self.transactions.get_mut(sock) else {
+            return false;
+        };
+        if t.send_encoded(now, txn, to, link, "NOTIFY", encode)
+            .is_err()
+        {
+            return false;
+        }
+        while let Some(d) = t.poll_transmit() {
+            out.push((sock, d.to, d.bytes));
+        }
+        let m = &mut self.msrs[i];
         m.last_load_sent = Some(load);
         m.in_flight += 1;
-        let sock = m.sock;
-        self.pending.insert(
-            k,
-            Pending {
-                kind: Kind::Notify,
-                msr: i,
-                sock,
-                bytes: bytes.clone(),
-                first_sent: now,
-                next_retx: now + T1,
-                interval: T1,
-                retx: 0,
-                measured,
-            },
-        );
         self.counters(measured).sent += 1;
-        out.push((sock, collector, bytes));
         true
     }
 
@@ -307,48 +391,90 @@ impl State {
     ) {
         let now = Instant::now();
         match SipMessage::try_from(data) {
-            Ok(SipMessage::Response(r)) => self.on_response(&r, now, out),
+            Ok(SipMessage::Response(r)) => self.on_response(r, sock, now, out),
             Ok(SipMessage::Request(r)) => self.on_request(&r, from, sock, now, out),
             Err(_) => self.c.parse_errors += 1,
         }
     }
 
-    pub(crate) fn on_response(&mut self, r: &sip::Response, now: Instant, out: &mut Out) {
-        let code = r.status_code.code();
-        if code < 200 {
+    /// A response came on `sock`, where its request left.
+    pub(crate) fn on_response(
+        &mut self,
+        r: sip::Response,
+        sock: usize,
+        now: Instant,
+        out: &mut Out,
+    ) {
+        let provisional = r.status_code.code() < 200;
+        let Some(t) = self.transactions.get_mut(sock) else {
             return;
+        };
+        match t.handle_response_counted(now, r) {
+            Some((txn, r, retransmissions)) => {
+                self.ended(txn, Outcome::Response(r), retransmissions, now, out)
+            }
+            // A provisional response only slows the retransmissions.
+            None if provisional => {}
+            None => {
+                // A retransmitted request answered twice, or answered
+                // after Timer F.
+                self.c.stray_responses += 1;
+                self.setup.late_answers += 1;
+            }
         }
-        let (Some(call_id), Some((cseq, _))) = (sip::call_id(&r.headers), sip::cseq(&r.headers))
-        else {
-            self.c.parse_errors += 1;
-            return;
-        };
-        let Some(p) = self.pending.remove(&key(call_id, cseq)) else {
-            // A retransmitted request answered twice, or answered after Timer F.
-            self.c.stray_responses += 1;
-            self.setup.late_answers += 1;
-            return;
-        };
-        match p.kind {
+    }
+
+    /// Transaction `txn` ended with `outcome` after `retransmissions`.
+    fn ended(
+        &mut self,
+        txn: Txn,
+        outcome: Outcome,
+        retransmissions: u32,
+        now: Instant,
+        out: &mut Out,
+    ) {
+        let retransmissions = u64::from(retransmissions);
+        match txn.kind {
+            Kind::Register => {
+                self.c.register_retx += retransmissions;
+                match outcome {
+                    Outcome::Response(r) => self.on_register_response(txn.msr, &r, now, out),
+                    Outcome::TimedOut => self.msrs[txn.msr].reg_failed = Some(408),
+                }
+            }
             Kind::Notify => {
-                let m = &mut self.msrs[p.msr];
+                let m = &mut self.msrs[txn.msr];
                 m.in_flight = m.in_flight.saturating_sub(1);
-                if code == 200 {
-                    if let Some(d) = m.dialog.as_mut().filter(|d| d.call_id == call_id) {
-                        d.confirmed = true;
+                let code = match &outcome {
+                    Outcome::Response(r) => Some(r.status_code.code()),
+                    Outcome::TimedOut => None,
+                };
+                if code == Some(200) {
+                    if let (Some(d), Outcome::Response(r)) = (m.dialog.as_mut(), &outcome) {
+                        if sip::call_id(&r.headers) == Some(d.call_id.as_str()) {
+                            d.confirmed = true;
+                        }
                     }
                 }
-                let c = self.counters(p.measured);
-                if code == 200 {
-                    c.ok += 1;
-                } else {
-                    *c.non_ok.entry(code).or_default() += 1;
+                let c = self.counters(txn.measured);
+                c.retransmissions += retransmissions;
+                if retransmissions > 0 {
+                    c.retransmitted += 1;
                 }
-                c.latency_us
-                    .push(now.duration_since(p.first_sent).as_micros() as u64);
-                c.last_answer = Some(now);
+                match code {
+                    None => c.lost += 1,
+                    Some(code) => {
+                        if code == 200 {
+                            c.ok += 1;
+                        } else {
+                            *c.non_ok.entry(code).or_default() += 1;
+                        }
+                        c.latency_us
+                            .push(now.duration_since(txn.sent_at).as_micros() as u64);
+                        c.last_answer = Some(now);
+                    }
+                }
             }
-            Kind::Register => self.on_register_response(p.msr, r, code, now, out),
         }
     }
 
@@ -356,10 +482,10 @@ impl State {
         &mut self,
         i: usize,
         r: &sip::Response,
-        code: u16,
         now: Instant,
         out: &mut Out,
     ) {
+        let code = r.status_code.code();
         match code {
             200..=299 => {
                 self.c.register_ok += 1;
@@ -367,14 +493,15 @@ impl State {
             }
             401 | 407 if self.msrs[i].reg_cseq < 6 => {
                 self.c.register_401 += 1;
-                let name = if code == 401 {
-                    "WWW-Authenticate"
+                // RFC 3261 §22.3: a proxy's challenge is answered in
+                // Proxy-Authorization.
+                let (challenges, answer) = if code == 401 {
+                    ("WWW-Authenticate", "Authorization")
                 } else {
-                    "Proxy-Authenticate"
+                    ("Proxy-Authenticate", "Proxy-Authorization")
                 };
-                let challenges = sip::header_all(&r.headers, name);
-                match self.authorization(&challenges) {
-                    Some(auth) => self.send_register(i, Some(auth), now, out),
+                match self.challenge(&sip::header_all(&r.headers, challenges)) {
+                    Some(ch) => self.send_register(i, Some((ch, answer)), now, out),
                     None => self.msrs[i].reg_failed = Some(code),
                 }
             }
@@ -395,58 +522,16 @@ impl State {
         }
     }
 
-    /// The `Authorization` value answering one of `challenges`.
-    pub(crate) fn authorization(&self, challenges: &[&str]) -> Option<String> {
-        let ruri = self.transport.uri(None, self.collector);
-        for ch in challenges {
-            let get = |k: &str| auth_param(ch, k);
-            let token = get("algorithm").unwrap_or_else(|| "MD5".into());
-            let algorithm = match token.to_ascii_uppercase().as_str() {
-                "MD5" => Algorithm::Md5,
-                "SHA-256" | "SHA256" => Algorithm::Sha256,
-                _ => continue,
-            };
-            let wanted = match self.digest {
+    /// The first of `challenges` this run answers (`--digest`).
+    fn challenge(&self, challenges: &[&str]) -> Option<Challenge> {
+        challenges
+            .iter()
+            .filter_map(|value| Challenge::parse(value))
+            .find(|ch| match self.digest {
                 DigestChoice::First => true,
-                DigestChoice::Md5 => algorithm == Algorithm::Md5,
-                DigestChoice::Sha256 => algorithm == Algorithm::Sha256,
-            };
-            if !wanted {
-                continue;
-            }
-            let (Some(realm), Some(nonce)) = (get("realm"), get("nonce")) else {
-                continue;
-            };
-            let qop_auth = get("qop").is_some_and(|q| q.split(',').any(|t| t.trim() == "auth"));
-            let cnonce = sip::random_token();
-            let qop = qop_auth.then(|| AuthQop::Auth {
-                cnonce: cnonce.clone(),
-                nc: 1,
-            });
-            let response = compute_digest(
-                &self.auth_name,
-                &self.password,
-                &realm,
-                &nonce,
-                &Method::Register,
-                &ruri,
-                algorithm,
-                qop.as_ref(),
-            );
-            let mut v = format!(
-                "Digest username=\"{}\", realm=\"{realm}\", nonce=\"{nonce}\", uri=\"{ruri}\", \
-                 response=\"{response}\", algorithm={token}",
-                self.auth_name
-            );
-            if qop_auth {
-                v.push_str(&format!(", qop=auth, nc=00000001, cnonce=\"{cnonce}\""));
-            }
-            if let Some(opaque) = get("opaque") {
-                v.push_str(&format!(", opaque=\"{opaque}\""));
-            }
-            return Some(v);
-        }
-        None
+                DigestChoice::Md5 => ch.algorithm == Algorithm::Md5,
+                DigestChoice::Sha256 => ch.algorithm == Algorithm::Sha256,
+            })
     }
 
     pub(crate) fn on_request(
@@ -457,27 +542,71 @@ impl State {
         now: Instant,
         out: &mut Out,
     ) {
-        let local = self.local_addrs[sock];
-        let tag_for_new = sip::random_token();
-        let respond = |status: StatusCode, to_tag: Option<&str>| sip::response(r, status, to_tag);
-        if r.method != Method::Subscribe {
-            if r.method == Method::Ack {
+        match r.method {
+            // An ACK is never answered (RFC 3261 §17.2.1); none is expected.
+            Method::Ack => {}
+            Method::Subscribe => self.on_subscribe(r, from, sock, now, out),
+            _ => {
+                self.c.other_requests += 1;
+                let status = if r.method == Method::Options {
+                    self.c.options_answered += 1;
+                    StatusCode::OK
+                } else {
+                    StatusCode::MethodNotAllowed
+                };
+                let tag = sip::random_token();
+                let response = sip::response(r, status, Some(&tag));
+                out.push((sock, from, sip::wire::encode_response(response)));
+            }
+        }
+    }
+
+    /// A SUBSCRIBE: a retransmission gets the answer already sent (RFC
+    /// 3261 §17.2.2), a new one its answer (and the dialog's first NOTIFY).
+    fn on_subscribe(
+        &mut self,
+        r: &sip::Request,
+        from: SocketAddr,
+        sock: usize,
+        now: Instant,
+        out: &mut Out,
+    ) {
+        let key = match self.subscribes.handle_request(now, r) {
+            Some(Received::New(key)) => key,
+            Some(Received::Answer(bytes)) => {
+                self.c.subscribe_retransmitted += 1;
+                out.push((sock, from, bytes));
                 return;
             }
-            self.c.other_requests += 1;
-            let status = if r.method == Method::Options {
-                self.c.options_answered += 1;
-                StatusCode::OK
-            } else {
-                StatusCode::MethodNotAllowed
-            };
-            out.push((
-                sock,
-                from,
-                Arc::from(respond(status, Some(&tag_for_new)).to_bytes()),
-            ));
-            return;
+            // Not reached: every SUBSCRIBE is answered as it arrives.
+            Some(Received::Absorbed) => {
+                self.c.subscribe_retransmitted += 1;
+                return;
+            }
+            // No Via or CSeq: no response can be built.
+            None => {
+                self.c.parse_errors += 1;
+                return;
+            }
+        };
+        let (response, first_notify) = self.answer_subscribe(r, now);
+        let bytes = sip::wire::encode_response(response);
+        let reliable = self.transport.is_stream();
+        self.subscribes
+            .handle_response(now, &key, bytes.clone(), true, reliable);
+        out.push((sock, from, bytes));
+        if let Some(i) = first_notify {
+            self.send_notify(i, now, out);
         }
+    }
+
+    /// The answer to a new SUBSCRIBE, and the MSR whose dialog it created
+    /// (its first NOTIFY is due, RFC 6665 §4.2.2).
+    fn answer_subscribe(
+        &mut self,
+        r: &sip::Request,
+        now: Instant,
+    ) -> (sip::Response, Option<usize>) {
         let user = sip::uri_user(&r.uri.to_string())
             .map(str::to_owned)
             .unwrap_or_default();
@@ -485,184 +614,115 @@ impl State {
             .strip_prefix("msr_lg_")
             .and_then(|n| n.parse::<usize>().ok())
             .filter(|i| *i < self.msrs.len());
+        let new_tag = sip::random_token();
         let Some(i) = index else {
             self.c.subscribe_rejected += 1;
-            out.push((
-                sock,
-                from,
-                Arc::from(respond(StatusCode::NotFound, Some(&tag_for_new)).to_bytes()),
-            ));
-            return;
+            return (sip::response(r, StatusCode::NotFound, Some(&new_tag)), None);
         };
         if sip::event_package(&r.headers).as_deref() != Some(EVENT) {
             self.c.subscribe_rejected += 1;
-            let mut resp = respond(StatusCode::BadEvent, Some(&tag_for_new));
-            sip::push_header(&mut resp.headers, "Allow-Events", EVENT);
-            out.push((sock, from, Arc::from(resp.to_bytes())));
-            return;
+            let mut response = sip::response(r, StatusCode::BadEvent, Some(&new_tag));
+            sip::push_header(&mut response.headers, "Allow-Events", EVENT);
+            return (response, None);
         }
         let call_id = sip::call_id(&r.headers).unwrap_or_default().to_owned();
         let to = sip::header(&r.headers, "To").unwrap_or_default().to_owned();
         let requested = sip::expires(&r.headers).unwrap_or(60);
         let granted = requested.min(self.max_sub_expires);
-        let contact = format!("<{}>", self.transport.uri(Some(&self.msrs[i].name), local));
+        let contact = self.msrs[i].contact.clone();
+        let remote_target = sip::header(&r.headers, "Contact")
+            .map(|c| sip::addr_uri(c).to_owned())
+            .unwrap_or_else(|| format!("sip:{}", self.collector));
         let m = &mut self.msrs[i];
-        let to_tag = sip::tag(&to);
         let same_dialog = m.dialog.as_ref().is_some_and(|d| d.call_id == call_id);
-        let mut send_first_notify = false;
-        let our_tag = match (to_tag, same_dialog) {
-            // A retransmitted initial SUBSCRIBE: the same answer again.
-            (None, true) => {
-                self.c.subscribe_retransmitted += 1;
-                m.dialog
-                    .as_ref()
-                    .map(|d| d.local_tag.clone())
-                    .unwrap_or_default()
-            }
-            (None, false) => {
+        let mut first_notify = None;
+        let our_tag = match (sip::tag(&to), same_dialog) {
+            (None, _) => {
                 self.c.subscribe_initial += 1;
                 m.dialogs += 1;
-                let remote_target = sip::header(&r.headers, "Contact")
-                    .map(|c| sip::addr_uri(c).to_owned())
-                    .unwrap_or_else(|| format!("sip:{}", self.collector));
                 m.dialog = Some(Dialog {
-                    call_id: call_id.clone(),
-                    local_tag: tag_for_new.clone(),
+                    call_id,
+                    local_tag: new_tag.clone(),
                     remote_from: sip::header(&r.headers, "From")
                         .unwrap_or_default()
                         .to_owned(),
-                    local_uri: sip::addr_uri(&to).to_owned(),
+                    from: format!("<{}>;tag={new_tag}", sip::addr_uri(&to)),
                     remote_target,
                     cseq: 0,
                     expires: granted,
                     granted_at: now,
                     confirmed: false,
                 });
-                send_first_notify = granted > 0;
-                tag_for_new
+                first_notify = (granted > 0).then_some(i);
+                new_tag
             }
-            (Some(t), true) => {
-                let d = m.dialog.as_mut().filter(|d| d.local_tag == t);
-                match d {
-                    Some(d) if granted == 0 => {
-                        self.c.subscribe_unsubscribe += 1;
-                        let tag = d.local_tag.clone();
-                        m.dialog = None;
-                        tag
-                    }
-                    Some(d) => {
-                        self.c.subscribe_refresh += 1;
-                        d.expires = granted;
-                        d.granted_at = now;
-                        d.local_tag.clone()
-                    }
-                    None => {
-                        self.c.subscribe_rejected += 1;
-                        let resp = respond(StatusCode::CallTransactionDoesNotExist, None);
-                        out.push((sock, from, Arc::from(resp.to_bytes())));
-                        return;
-                    }
+            (Some(t), true) => match m.dialog.as_mut().filter(|d| d.local_tag == t) {
+                Some(d) if granted == 0 => {
+                    self.c.subscribe_unsubscribe += 1;
+                    let tag = d.local_tag.clone();
+                    m.dialog = None;
+                    tag
                 }
-            }
+                Some(d) => {
+                    self.c.subscribe_refresh += 1;
+                    d.expires = granted;
+                    d.granted_at = now;
+                    d.local_tag.clone()
+                }
+                None => {
+                    self.c.subscribe_rejected += 1;
+                    return (no_dialog(r), None);
+                }
+            },
             (Some(_), false) => {
                 self.c.subscribe_rejected += 1;
-                let resp = respond(StatusCode::CallTransactionDoesNotExist, None);
-                out.push((sock, from, Arc::from(resp.to_bytes())));
-                return;
+                return (no_dialog(r), None);
             }
         };
-        let mut resp = respond(StatusCode::OK, Some(&our_tag));
-        sip::push_header(&mut resp.headers, "Expires", granted.to_string());
-        sip::push_header(&mut resp.headers, "Contact", contact);
-        sip::push_header(&mut resp.headers, "Server", USER_AGENT);
-        sip::push_header(&mut resp.headers, "Content-Length", "0");
-        out.push((sock, from, Arc::from(resp.to_bytes())));
-        if send_first_notify {
-            self.send_notify(i, now, out);
-        }
+        let mut response = sip::response(r, StatusCode::OK, Some(&our_tag));
+        sip::push_header(&mut response.headers, "Expires", granted.to_string());
+        sip::push_header(&mut response.headers, "Contact", contact);
+        sip::push_header(&mut response.headers, "Server", USER_AGENT);
+        (response, first_notify)
     }
 
-    /// Retransmits what is due; gives up at Timer F (or at once when `end`).
-    pub(crate) fn retransmit(&mut self, now: Instant, end: bool, out: &mut Out) {
-        let mut lost = Vec::new();
-        for (k, p) in self.pending.iter_mut() {
-            if end || now.duration_since(p.first_sent) >= TIMER_F {
-                lost.push(k.clone());
+    /// Retransmits what is due (Timer E) and gives up what has waited for
+    /// Timer F; forgets the SUBSCRIBEs answered long enough ago (Timer J).
+    pub(crate) fn handle_timeout(&mut self, now: Instant, out: &mut Out) {
+        self.subscribes.handle_timeout(now);
+        for sock in 0..self.transactions.len() {
+            let t = &mut self.transactions[sock];
+            if t.poll_timeout().is_none_or(|at| at > now) {
                 continue;
             }
-            // Over a stream the transport retransmits (RFC 3261 §17.1.2.2:
-            // no Timer E); Timer F still ends the transaction.
-            if p.next_retx <= now && self.transport == Transport::Udp {
-                p.retx += 1;
-                p.interval = (p.interval * 2).min(T2);
-                p.next_retx = now + p.interval;
-                out.push((p.sock, self.collector, p.bytes.clone()));
-                match p.kind {
-                    Kind::Register => self.c.register_retx += 1,
-                    Kind::Notify => {
-                        let c = if p.measured {
-                            &mut self.measured
-                        } else {
-                            &mut self.setup
-                        };
-                        c.retransmissions += 1;
-                        if p.retx == 1 {
-                            c.retransmitted += 1;
-                        }
-                    }
-                }
+            t.handle_timeout(now);
+            while let Some(d) = t.poll_transmit() {
+                out.push((sock, d.to, d.bytes));
             }
-        }
-        for k in lost {
-            if let Some(p) = self.pending.remove(&k) {
-                match p.kind {
-                    Kind::Register => self.msrs[p.msr].reg_failed = Some(408),
-                    Kind::Notify => {
-                        self.msrs[p.msr].in_flight = self.msrs[p.msr].in_flight.saturating_sub(1);
-                        self.counters(p.measured).lost += 1;
-                    }
-                }
+            let ended: Vec<_> = std::iter::from_fn(|| t.poll_outcome_counted()).collect();
+            for (txn, outcome, retransmissions) in ended {
+                self.ended(txn, outcome, retransmissions, now, out);
             }
         }
     }
 
-    pub(crate) fn pending_of(&self, kind: Kind) -> usize {
-        self.pending.values().filter(|p| p.kind == kind).count()
+    /// The run is over: every transaction still in flight is given up, as
+    /// at its Timer F (each ends at most [`TIMER_F`] after it started).
+    pub(crate) fn give_up(&mut self, now: Instant) {
+        self.handle_timeout(now + TIMER_F, &mut Vec::new());
     }
-}
 
-/// A parameter of a `Digest …` challenge (quotes removed).
-pub(crate) fn auth_param(value: &str, name: &str) -> Option<String> {
-    let rest = value.trim();
-    let rest = rest
-        .strip_prefix("Digest")
-        .or_else(|| rest.strip_prefix("digest"))?;
-    let mut parts = Vec::new();
-    let (mut quoted, mut start) = (false, 0);
-    for (i, ch) in rest.char_indices() {
-        match ch {
-            '"' => quoted = !quoted,
-            ',' if !quoted => {
-                parts.push(&rest[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
+    /// NOTIFYs without a final answer.
+    pub(crate) fn notifies_in_flight(&self) -> u64 {
+        self.msrs.iter().map(|m| u64::from(m.in_flight)).sum()
     }
-    parts.push(&rest[start..]);
-    parts.into_iter().find_map(|p| {
-        let (k, v) = p.split_once('=')?;
-        k.trim()
-            .eq_ignore_ascii_case(name)
-            .then(|| v.trim().trim_matches('"').to_owned())
-    })
 }
 
 /// Where the MSRs' messages leave: UDP sockets shared by the MSRs, or one
 /// connection per MSR (its writer task's queue).
 pub(crate) enum Links {
     Udp(Vec<Arc<UdpSocket>>),
-    Stream(Vec<tokio::sync::mpsc::UnboundedSender<Arc<[u8]>>>),
+    Stream(Vec<tokio::sync::mpsc::UnboundedSender<Bytes>>),
 }
 
 impl Links {
@@ -736,7 +796,7 @@ pub(crate) fn spawn_connection(
     idx: usize,
     peer: SocketAddr,
     stream: Box<dyn Connection>,
-    mut queue: tokio::sync::mpsc::UnboundedReceiver<Arc<[u8]>>,
+    mut queue: tokio::sync::mpsc::UnboundedReceiver<Bytes>,
     state: Arc<Mutex<State>>,
     links: Arc<Links>,
     stop: tokio_util::sync::CancellationToken,
@@ -771,7 +831,7 @@ pub(crate) fn spawn_connection(
                         State::lock(&state).on_datagram(&m, peer, idx, &mut out);
                     }
                     Ok(Some(sip::wire::Frame::Ping)) => {
-                        out.push((idx, peer, Arc::from(&b"\r\n"[..])));
+                        out.push((idx, peer, Bytes::from_static(b"\r\n")));
                     }
                     Ok(None) => break,
                     Err(e) => {

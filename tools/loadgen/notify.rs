@@ -5,10 +5,10 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::msrs::{
-    connect_all, spawn_connection, Counters, Kind, Links, Msr, NotifyCounters, Phase, State,
+    connect_all, spawn_connection, Counters, Links, Msr, NotifyCounters, Phase, State,
 };
 
 use crate::process::{find_collector_pid, fmt_us, percentile, sample_process, ProcSamples};
@@ -17,6 +17,7 @@ use anyhow::{bail, Context};
 use msr_shared::admin::{Request, Response, ResponseData};
 use msr_shared::sip::{self};
 use system_tests::AdminClient;
+use tokio::time::Instant;
 
 pub(crate) async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
     if args.msrs == 0 || args.sockets == 0 || args.rate <= 0.0 {
@@ -70,6 +71,11 @@ pub(crate) async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
         .map(|i| Msr {
             name: format!("msr_lg_{i}"),
             sock: i % nsock,
+            contact: format!(
+                "<{}>",
+                args.transport
+                    .uri(Some(&format!("msr_lg_{i}")), local_addrs[i % nsock])
+            ),
             reg_call_id: format!("{}@msr-loadgen", sip::random_token()),
             reg_from_tag: sip::random_token(),
             reg_cseq: 0,
@@ -83,21 +89,16 @@ pub(crate) async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
             in_flight: 0,
         })
         .collect();
-    let state = Arc::new(Mutex::new(State {
-        collector: args.collector,
-        transport: args.transport,
-        local_addrs: local_addrs.clone(),
-        auth_name: args.auth_name.clone(),
-        password: args.password.clone(),
-        digest: args.digest,
-        max_sub_expires: args.max_subscribe_expires,
+    let state = Arc::new(Mutex::new(State::new(
+        args.collector,
+        args.transport,
+        local_addrs.clone(),
+        args.auth_name.clone(),
+        args.password.clone(),
+        args.digest,
+        args.max_subscribe_expires,
         msrs,
-        pending: HashMap::new(),
-        phase: Phase::Setup,
-        c: Counters::default(),
-        setup: NotifyCounters::default(),
-        measured: NotifyCounters::default(),
-    }));
+    )));
     let pid = args
         .collector_pid
         .or_else(|| find_collector_pid(args.collector.port(), args.transport.is_stream()));
@@ -153,7 +154,9 @@ pub(crate) async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
         }
         links
     };
-    // Retransmission timer.
+    // The transactions' timers. Other tasks start transactions, whose
+    // first deadline is T1 (or Timer F) away, so a tick checks the
+    // earliest deadlines and is at most 20 ms late.
     {
         let (state, socks, stop) = (state.clone(), socks.clone(), stop.clone());
         tokio::spawn(async move {
@@ -164,7 +167,7 @@ pub(crate) async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
                     _ = tick.tick() => {}
                 }
                 let mut out = Vec::new();
-                State::lock(&state).retransmit(Instant::now(), false, &mut out);
+                State::lock(&state).handle_timeout(Instant::now(), &mut out);
                 socks.flush(out).await;
             }
         });
@@ -287,7 +290,7 @@ pub(crate) async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
                     m.ok,
                     m.non_ok.values().sum::<u64>(),
                     m.retransmitted,
-                    st.pending_of(Kind::Notify)
+                    st.notifies_in_flight()
                 );
             }
         }
@@ -299,7 +302,7 @@ pub(crate) async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
     // Phase 4: drain.
     let deadline = t3 + Duration::from_secs(args.drain_timeout);
     loop {
-        let pending = State::lock(&state).pending_of(Kind::Notify);
+        let pending = State::lock(&state).notifies_in_flight();
         if pending == 0 || Instant::now() >= deadline {
             break;
         }
@@ -312,10 +315,7 @@ pub(crate) async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
         None => None,
     };
     let self_samples = self_sampler.await?;
-    {
-        let mut out = Vec::new();
-        State::lock(&state).retransmit(t4, true, &mut out);
-    }
+    State::lock(&state).give_up(t4);
     // Late answers may still come; stop listening.
     stop.cancel();
 
