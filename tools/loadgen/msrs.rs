@@ -556,7 +556,7 @@ impl State {
                 };
                 let tag = sip::random_token();
                 let response = sip::response(r, status, Some(&tag));
-                out.push((sock, from, sip::wire::encode_response(response)));
+                out.push((sock, from, sip::wire::encode_response(response, USER_AGENT)));
             }
         }
     }
@@ -590,7 +590,7 @@ impl State {
             }
         };
         let (response, first_notify) = self.answer_subscribe(r, now);
-        let bytes = sip::wire::encode_response(response);
+        let bytes = sip::wire::encode_response(response, USER_AGENT);
         let reliable = self.transport.is_stream();
         self.subscribes
             .handle_response(now, &key, bytes.clone(), true, reliable);
@@ -682,7 +682,6 @@ impl State {
         let mut response = sip::response(r, StatusCode::OK, Some(&our_tag));
         sip::push_header(&mut response.headers, "Expires", granted.to_string());
         sip::push_header(&mut response.headers, "Contact", contact);
-        sip::push_header(&mut response.headers, "Server", USER_AGENT);
         (response, first_notify)
     }
 
