@@ -36,7 +36,7 @@ use crate::model::legs::{
 use crate::model::load_table::LoadTable;
 use crate::operator::names::{self, NameKind};
 use crate::operator::topology::TopologyError;
-use crate::operator::{OperatorConfig, OperatorError, Placement};
+use crate::operator::{OperatorConfig, OperatorError};
 use crate::select::{self, CandidateOutcome, Draw, Explanation, Query, Refusal};
 use crate::sip::registrar::Registrar;
 use crate::sip::subscriber::Subscriber;
@@ -44,8 +44,6 @@ use crate::sip::subscriber::Subscriber;
 /// Collector-wide defaults the control requests need.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Defaults {
-    /// Zone and site of a contact without an override (collector config).
-    pub placement: Placement,
     /// SUBSCRIBE `Expires` without a per-MSR override, seconds (SPEC §4: 60).
     pub subscription_expires_secs: u32,
     /// A conference's host takes its legs below this fraction of its load
@@ -60,7 +58,6 @@ pub struct Defaults {
 impl Default for Defaults {
     fn default() -> Self {
         Self {
-            placement: Placement::default(),
             subscription_expires_secs: DEFAULT_SUBSCRIPTION_EXPIRES_SECS,
             existing_conference_threshold: 0.8,
             new_conference_threshold: 0.5,
@@ -272,7 +269,7 @@ fn mutate(
         Request::SiteRemove { name } => {
             // The default site is referenced by every future contact.
             let live = |site: &str| {
-                if site == defaults.placement.site {
+                if site == table.placement().site {
                     Some("the collector's default site ([defaults] site)".to_owned())
                 } else if table.site_in_use(site) {
                     Some("a registered contact (see msrctl resource list)".to_owned())
@@ -334,7 +331,7 @@ fn mutate(
         },
         Request::ResourceSetZone { contact, zone } => {
             let previous = operator
-                .contact_zone(&contact, &defaults.placement.zone)
+                .contact_zone(&contact, &table.placement().zone)
                 .to_string();
             match operator.set_contact_zone(&contact, &zone) {
                 Ok(()) => changed(
@@ -349,7 +346,7 @@ fn mutate(
         }
         Request::ResourceSetSite { contact, site } => {
             let previous = operator
-                .contact_site(&contact, &defaults.placement.site)
+                .contact_site(&contact, &table.placement().site)
                 .to_string();
             match operator.set_contact_site(&contact, &site) {
                 Ok(()) => changed(
@@ -366,15 +363,15 @@ fn mutate(
             let (previous, default) = match property {
                 ContactProperty::Zone => (
                     operator
-                        .contact_zone(&contact, &defaults.placement.zone)
+                        .contact_zone(&contact, &table.placement().zone)
                         .as_str(),
-                    defaults.placement.zone.as_str(),
+                    table.placement().zone.as_str(),
                 ),
                 ContactProperty::Site => (
                     operator
-                        .contact_site(&contact, &defaults.placement.site)
+                        .contact_site(&contact, &table.placement().site)
                         .as_str(),
-                    defaults.placement.site.as_str(),
+                    table.placement().site.as_str(),
                 ),
             };
             let (previous, default) = (previous.to_owned(), default.to_owned());
@@ -472,12 +469,12 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
             // they are now: every front end (the redirect server too)
             // follows a reload.
             let zone = if zone.is_empty() {
-                ctx.defaults.placement.zone.to_string()
+                ctx.table.placement().zone.to_string()
             } else {
                 zone
             };
             let site = if site.is_empty() {
-                ctx.defaults.placement.site.to_string()
+                ctx.table.placement().site.to_string()
             } else {
                 site
             };

@@ -248,7 +248,7 @@ impl Collector {
                 // first, and the newer configuration is checked again.
                 if pending.answer.is_none() && matches!(error, CommitError::Conflict { .. }) {
                     info!(
-                        site = %self.defaults.placement.site,
+                        site = %self.table.placement().site,
                         "another collector changed the operator configuration first; \
                          the default site is declared in the new one if it still lacks it"
                     );
@@ -355,7 +355,7 @@ impl Collector {
         self.commits.default_site_tried = Some(seen);
         if let Some(next) = self
             .operator
-            .with_default_site(&self.defaults.placement.site)
+            .with_default_site(&self.table.placement().site)
         {
             self.commit(next, None, Origin::Collector);
         }

@@ -344,7 +344,6 @@ impl Collector {
             refreshes: routine::RefreshCounter::default(),
             cluster: start.cluster,
             defaults: admin::Defaults {
-                placement: config.defaults.clone(),
                 subscription_expires_secs: config.subscription.expires,
                 existing_conference_threshold: config.legs.existing_conference_threshold,
                 new_conference_threshold: config.legs.new_conference_threshold,
@@ -395,7 +394,6 @@ impl Collector {
         self.cluster
             .set_fallback_core_hosts(config.cluster.core_hosts);
         self.defaults = admin::Defaults {
-            placement: config.defaults.clone(),
             subscription_expires_secs: config.subscription.expires,
             existing_conference_threshold: config.legs.existing_conference_threshold,
             new_conference_threshold: config.legs.new_conference_threshold,

@@ -778,6 +778,13 @@ impl LoadTable {
         self.msrs.entry(msr.clone()).or_default()
     }
 
+    /// The `[defaults]` zone and site: of a contact without an operator
+    /// override, and of a select that names none. The load table is their
+    /// one holder in the collector's state.
+    pub fn placement(&self) -> &Placement {
+        &self.defaults
+    }
+
     /// New `[defaults]` (a reload): every contact without an operator
     /// override moves to the new zone and site.
     pub fn set_defaults(&mut self, operator: &OperatorConfig, defaults: Placement) {

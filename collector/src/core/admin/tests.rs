@@ -57,7 +57,7 @@ impl Harness {
         let local = "sip:collector@127.0.0.1:5060".to_owned();
         Self {
             operator: OperatorConfig::new(),
-            table: LoadTable::new("core1@test".into(), defaults.placement.clone()),
+            table: LoadTable::new("core1@test".into(), crate::operator::Placement::default()),
             registrar: Registrar::new(&config.sip, &config.accounts),
             subscriber: Subscriber::new(SubscriberConfig {
                 local_uri: local.clone(),

@@ -93,7 +93,7 @@ pub(super) fn site_matrix(operator: &OperatorConfig, names: &[String]) -> Respon
 /// and the zones the operator set on contacts (SPEC §6: zones are labels,
 /// never declared), each with the contacts in it now.
 pub(super) fn zone_list(ctx: &AdminContext<'_>) -> Response {
-    let default = ctx.defaults.placement.zone.as_str();
+    let default = ctx.table.placement().zone.as_str();
     let set = ctx
         .operator
         .configured_contacts()
