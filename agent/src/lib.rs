@@ -117,7 +117,7 @@ pub async fn start_with(
     }
     if let Some(tls) = &config.agent.tls {
         endpoint.set_tls_client(&tls.read()?);
-        for warning in tls.warnings(config.tls_msrs()) {
+        for warning in tls.warnings(config.tls_msrs(), std::time::SystemTime::now()) {
             warn!("{warning}");
         }
     }

@@ -272,7 +272,7 @@ fn check_config(cli: &Cli) -> u8 {
         match tls.read() {
             Err(e) => report.reason(format!("<agent {}> {e}", tls.attribute_of(&e.path))),
             Ok(_) => {
-                for warning in tls.warnings(config.tls_msrs()) {
+                for warning in tls.warnings(config.tls_msrs(), std::time::SystemTime::now()) {
                     report.warning(warning);
                 }
             }

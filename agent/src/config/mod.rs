@@ -604,10 +604,14 @@ impl AgentTls {
     /// ([`msr_shared::certificate::validity_warnings`]), and a client
     /// certificate that does not name an MSR registered over TLS with it —
     /// a collector with mutual TLS refuses that MSR's REGISTER (SPEC §4).
-    /// Said by `--check-config`, logged at start and at a reload.
-    pub fn warnings<'a>(&self, tls_msrs: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    /// Said by `--check-config`, logged at start and at a reload; `now` is
+    /// the wall clock, which the caller reads.
+    pub fn warnings<'a>(
+        &self,
+        tls_msrs: impl IntoIterator<Item = &'a str>,
+        now: std::time::SystemTime,
+    ) -> Vec<String> {
         use msr_shared::certificate::{first_in_file, names, validity_warnings};
-        let now = std::time::SystemTime::now();
         let mut warnings = validity_warnings("<agent tls-ca>", &self.ca, now);
         let Some((cert, _)) = &self.identity else {
             return warnings;

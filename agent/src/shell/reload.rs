@@ -22,7 +22,7 @@ impl Shell {
             Ok(client) => {
                 self.endpoint.set_tls_client(&client);
                 info!("<agent tls-…> files read again: new tls connections use them");
-                for warning in tls.warnings(config.tls_msrs()) {
+                for warning in tls.warnings(config.tls_msrs(), std::time::SystemTime::now()) {
                     warn!("{warning}");
                 }
             }

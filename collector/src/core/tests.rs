@@ -60,7 +60,13 @@ impl Harness {
         };
         let cluster = match backend {
             Backend::File => Cluster::file(this, "state.json".into(), 1),
-            Backend::Etcd => Cluster::etcd(this, "127.0.0.1:2379".into(), "/msr".into(), 1),
+            Backend::Etcd => Cluster::etcd(
+                this,
+                "127.0.0.1:2379".into(),
+                "/msr".into(),
+                1,
+                std::time::SystemTime::now(),
+            ),
         };
         let core = Collector::new(
             &config(),

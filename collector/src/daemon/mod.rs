@@ -368,6 +368,7 @@ pub async fn start(
                 etcd_config.endpoints.join(","),
                 etcd_config.prefix.clone(),
                 config.cluster.core_hosts,
+                std::time::SystemTime::now(),
             );
             let (mut link, join) =
                 etcd::spawn(etcd_config.clone(), this, store.clone(), shutdown.clone());

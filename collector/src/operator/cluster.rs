@@ -79,10 +79,17 @@ impl Cluster {
         Self::new(this, Location::File(path), StoreStatus::Local, core_hosts)
     }
 
-    /// A collector on etcd, before etcd answered.
-    pub fn etcd(this: Member, endpoints: String, prefix: String, core_hosts: u32) -> Self {
+    /// A collector on etcd, before etcd answered: unavailable since `now`
+    /// (the wall clock, which the shell reads).
+    pub fn etcd(
+        this: Member,
+        endpoints: String,
+        prefix: String,
+        core_hosts: u32,
+        now: SystemTime,
+    ) -> Self {
         let status = StoreStatus::Unavailable {
-            since: SystemTime::now(),
+            since: now,
             reason: "not connected yet".into(),
         };
         Self::new(
@@ -235,7 +242,13 @@ mod tests {
 
     #[test]
     fn g_follows_the_member_list_and_falls_back_to_the_config() {
-        let mut cluster = Cluster::etcd(member("a"), "http://e:2379".into(), "/p/".into(), 3);
+        let mut cluster = Cluster::etcd(
+            member("a"),
+            "http://e:2379".into(),
+            "/p/".into(),
+            3,
+            SystemTime::now(),
+        );
         assert_eq!(cluster.core_hosts(), 3, "no list yet: [cluster] core_hosts");
         cluster.set_members(vec![member("a"), member("b")]);
         assert_eq!(cluster.core_hosts(), 2);
@@ -246,7 +259,8 @@ mod tests {
 
     #[test]
     fn older_states_are_ignored_except_over_the_cached_copy() {
-        let mut cluster = Cluster::etcd(member("a"), "e".into(), "/p/".into(), 1);
+        let mut cluster =
+            Cluster::etcd(member("a"), "e".into(), "/p/".into(), 1, SystemTime::now());
         cluster.started_from_cache("/var/lib/x.json".into());
         assert!(cluster
             .view()
