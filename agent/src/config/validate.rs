@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use msr_shared::media::{Codec, CodecList};
-use msr_shared::sip::{is_token_char, MAX_MSR_NAME_LEN};
 
 use super::xml::{
     RawAccounts, RawAgent, RawConfig, RawDynamic, RawGeneral, RawMcc, RawMedia, RawTransport, Scan,
@@ -494,10 +493,7 @@ fn accounts(cx: &Ctx<'_>, raw: &RawAccounts) -> Result<Vec<Account>, ConfigError
 fn account(cx: &Ctx<'_>, raw: &RawDynamic) -> Result<Account, ConfigError> {
     const E: &str = "dynamic";
     let msr_name = cx.required(&raw.msr_name, E, "msr_name")?;
-    if msr_name.is_empty()
-        || msr_name.len() > MAX_MSR_NAME_LEN
-        || !msr_name.chars().all(is_token_char)
-    {
+    if !msr_shared::sip::is_msr_name(msr_name) {
         let problem = if msr_name.is_empty() {
             ValueProblem::Empty
         } else {

@@ -476,6 +476,36 @@ impl fmt::Display for CharName {
 mod tests {
     use super::*;
 
+    /// One MSR-name rule (`sip::is_msr_name`, which the agent's config
+    /// applies): the collector's detailed check refuses exactly what it
+    /// refuses.
+    #[test]
+    fn the_msr_rule_is_the_agents() {
+        let long = "m".repeat(MAX_MSR_NAME_LEN);
+        let longer = "m".repeat(MAX_MSR_NAME_LEN + 1);
+        for name in [
+            "",
+            "msr_1",
+            "m",
+            "msr-2.core",
+            "a b",
+            "a@b",
+            "a:b",
+            "é",
+            "a\u{0}",
+            "!%*_+`'~",
+            "a/b",
+            &long,
+            &longer,
+        ] {
+            assert_eq!(
+                check(NameKind::Msr, name).is_ok(),
+                msr_shared::sip::is_msr_name(name),
+                "{name:?}"
+            );
+        }
+    }
+
     #[test]
     fn existing_names_stay_valid() {
         for msr in ["msr_1", "m", "msr-2.core", &"m".repeat(MAX_MSR_NAME_LEN)] {

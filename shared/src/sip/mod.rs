@@ -39,6 +39,14 @@ pub fn is_token_char(c: char) -> bool {
 /// registrar answers a REGISTER with a longer one 400.
 pub const MAX_MSR_NAME_LEN: usize = 128;
 
+/// Whether `name` is an MSR name (SPEC §2-3): a non-empty RFC 3261 `token`
+/// (§25.1; the user part of the AOR) of at most [`MAX_MSR_NAME_LEN`] bytes.
+/// The agent's config check is this; the collector's `NameKind::Msr`
+/// explains a refusal in detail and is held to this by a test.
+pub fn is_msr_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= MAX_MSR_NAME_LEN && name.chars().all(is_token_char)
+}
+
 /// The value of the first header called `name` (case-insensitive; compact
 /// forms are expanded by the parser), or `None`.
 pub fn header<'a>(headers: &'a Headers, name: &str) -> Option<&'a str> {
