@@ -388,23 +388,34 @@ pub fn request_refusal(req: &Request) -> Option<RequestRefusal> {
     let mut counts = [0_u8; 7];
     let mut require: Option<&str> = None;
     for h in req.headers.iter() {
-        let name = h.name();
-        let single = SINGLE.iter().position(|(long, compact)| {
-            name.eq_ignore_ascii_case(long)
-                || (!compact.is_empty() && name.eq_ignore_ascii_case(compact))
-        });
-        if let Some(i) = single {
-            counts[i] = counts[i].saturating_add(1);
-            if i < 2 && !balanced_quotes(h.value()) {
-                return Some(RequestRefusal::new(400, "an unterminated quoted string"));
+        // The parser has already told long and compact names apart
+        // (§7.3.3): the variant is the header.
+        let single = match h {
+            Header::From(_) => 0,
+            Header::To(_) => 1,
+            Header::CallId(_) => 2,
+            Header::CSeq(_) => 3,
+            Header::MaxForwards(_) => 4,
+            Header::ContentType(_) => 5,
+            Header::Via(via) => {
+                if !parts_outside_quotes(via.value(), ',').all(|v| wire::via_shape(v.trim())) {
+                    return Some(RequestRefusal::new(400, "a via that is no via-parm"));
+                }
+                6
             }
-        } else if name.eq_ignore_ascii_case("Via") || name.eq_ignore_ascii_case("v") {
-            if !parts_outside_quotes(h.value(), ',').all(|v| wire::via_shape(v.trim())) {
-                return Some(RequestRefusal::new(400, "a via that is no via-parm"));
+            Header::Require(tags) => {
+                if !tags.value().trim().is_empty() {
+                    require = Some(tags.value().trim());
+                }
+                continue;
             }
-            counts[6] = counts[6].saturating_add(1);
-        } else if name.eq_ignore_ascii_case("Require") && !h.value().trim().is_empty() {
-            require = Some(h.value().trim());
+            _ => continue,
+        };
+        if single < 2 && !balanced_quotes(h.value()) {
+            return Some(RequestRefusal::new(400, "an unterminated quoted string"));
+        }
+        if let Some(count) = counts.get_mut(single) {
+            *count = count.saturating_add(1);
         }
     }
     if counts[..4].iter().chain([&counts[6]]).any(|c| *c == 0) {
@@ -488,19 +499,6 @@ pub fn request_refusal(req: &Request) -> Option<RequestRefusal> {
     }
     None
 }
-
-/// The headers a request carries once (RFC 3261 §7.3.1, §20), by long and
-/// compact name, as [`request_refusal`] counts them: `From` and `To` first
-/// (their display names are checked), then `Call-ID`, `CSeq`,
-/// `Max-Forwards`, `Content-Type`.
-const SINGLE: [(&str, &str); 6] = [
-    ("From", "f"),
-    ("To", "t"),
-    ("Call-ID", "i"),
-    ("CSeq", ""),
-    ("Max-Forwards", ""),
-    ("Content-Type", "c"),
-];
 
 /// Whether every quoted string in `value` ends (`quoted-string`, RFC 3261
 /// §25.1, with its quoted-pairs).
