@@ -41,7 +41,7 @@ impl Notifier {
         }
         // SPEC §16: a request no daemon may act on (RFC 3261 §8.2, the
         // cases RFC 4475 tests), answered as the collector's ports answer.
-        if let Some(refusal) = sip::request_refusal(request) {
+        if let Some(refusal) = sip::request_refusal(request, super::ALLOW) {
             if request.method == Method::Ack {
                 return None;
             }
@@ -73,10 +73,9 @@ impl Notifier {
                 None => self.handle_subscribe(now, source, request),
             }),
             Method::Options => {
-                let mut r = sip::response(request, StatusCode::OK, Some(&sip::random_token()));
-                sip::push_header(&mut r.headers, "Allow", super::ALLOW);
+                let tag = sip::stateless_tag(&request.headers);
+                let mut r = sip::options_answer(request, &tag, super::ALLOW, CONTENT_TYPE);
                 sip::push_header(&mut r.headers, "Allow-Events", EVENT);
-                sip::push_header(&mut r.headers, "Accept", CONTENT_TYPE);
                 Some(finish(r))
             }
             // RFC 3261 §9.2: a CANCEL matching no transaction is a 481;

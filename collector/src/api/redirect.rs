@@ -418,11 +418,12 @@ pub fn other_method(req: &Request) -> Option<Response> {
     let tag = Some(tag_of(req));
     match req.method {
         Method::Ack => None,
-        Method::Options => {
-            let mut response = sip::response(req, StatusCode::OK, tag.as_deref());
-            sip::push_header(&mut response.headers, "Allow", ALLOW);
-            Some(response)
-        }
+        Method::Options => Some(sip::options_answer(
+            req,
+            &tag_of(req),
+            ALLOW,
+            "application/sdp",
+        )),
         _ => {
             let mut response = sip::response(req, StatusCode::MethodNotAllowed, tag.as_deref());
             sip::push_header(&mut response.headers, "Allow", ALLOW);

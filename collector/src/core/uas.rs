@@ -45,7 +45,7 @@ impl Collector {
         req: &sip::Request,
     ) {
         // SPEC §16: a request the daemons must not act on (RFC 4475).
-        if let Some(refusal) = sip::request_refusal(req) {
+        if let Some(refusal) = sip::request_refusal(req, ALLOW) {
             if req.method != Method::Ack {
                 info!(target: msr_shared::logging::NETWORK, %source, status = %refusal.status, why = refusal.why, "request refused");
                 let response = refusal.response(req);
@@ -161,11 +161,12 @@ impl Collector {
                 }
                 response
             }
-            Method::Options => allow(sip::response(
+            Method::Options => sip::options_answer(
                 req,
-                StatusCode::OK,
-                Some(&sip::stateless_tag(&req.headers)),
-            )),
+                &sip::stateless_tag(&req.headers),
+                ALLOW,
+                msr_shared::event_package::CONTENT_TYPE,
+            ),
             Method::Ack => return,
             _ => allow(sip::response(
                 req,

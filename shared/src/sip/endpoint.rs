@@ -988,7 +988,7 @@ impl Task {
             // No transaction can hold it (its CSeq is past what §8.1.1.5
             // allows, RFC 4475 §3.1.2.4): answered statelessly when a
             // response can be built, as the collector's ports answer it.
-            None => match super::request_refusal(&request) {
+            None => match super::request_refusal(&request, self.allow) {
                 Some(refusal) => {
                     let response = refusal.response(&request);
                     let bytes = wire::encode_response(response, &self.server_header);

@@ -136,24 +136,29 @@ pub fn split_outside_quotes(value: &str, sep: char) -> Vec<&str> {
 }
 
 /// [`split_outside_quotes`] as an iterator, for a reader that stops at the
-/// part it looks for and need not collect the rest.
+/// part it looks for and need not collect the rest. `sep` is ASCII (`,`
+/// or `;`): the scan reads bytes, which no UTF-8 continuation byte can
+/// mistake for it or for a quote or angle bracket (every request's `Via`
+/// passes here).
 pub fn parts_outside_quotes(value: &str, sep: char) -> impl Iterator<Item = &str> {
+    debug_assert!(sep.is_ascii(), "an ASCII separator");
+    let sep = u8::try_from(sep).unwrap_or(b',');
     let mut rest = Some(value);
     std::iter::from_fn(move || loop {
         let current = rest?;
         let (mut quoted, mut escaped, mut angle) = (false, false, false);
         let mut end = None;
-        for (i, c) in current.char_indices() {
+        for (i, &b) in current.as_bytes().iter().enumerate() {
             if escaped {
                 escaped = false;
                 continue;
             }
-            match c {
-                '\\' if quoted => escaped = true,
-                '"' => quoted = !quoted,
-                '<' if !quoted => angle = true,
-                '>' if !quoted => angle = false,
-                c if c == sep && !quoted && !angle => {
+            match b {
+                b'\\' if quoted => escaped = true,
+                b'"' => quoted = !quoted,
+                b'<' if !quoted => angle = true,
+                b'>' if !quoted => angle = false,
+                b if b == sep && !quoted && !angle => {
                     end = Some(i);
                     break;
                 }
@@ -162,8 +167,8 @@ pub fn parts_outside_quotes(value: &str, sep: char) -> impl Iterator<Item = &str
         }
         let part = match end {
             Some(i) => {
-                rest = Some(&current[i + sep.len_utf8()..]);
-                current[..i].trim()
+                rest = current.get(i + 1..);
+                current.get(..i).unwrap_or("").trim()
             }
             None => {
                 rest = None;
@@ -374,12 +379,13 @@ impl RequestRefusal {
 ///   §3.1.2.11), more than one `Content-Length` (RFC 4475 §3.3.9) or one
 ///   that is no number or longer than the body (§18.3, RFC 4475
 ///   §3.1.2.2-3);
-/// * `416` for a Request-URI scheme other than `sip`, `sips` and `tel`
-///   (§8.2.2.1, RFC 4475 §3.3.2-3);
-/// * `420` with the option-tags for a `Require` (§8.2.2.3, RFC 4475
-///   §3.3.5): these servers support no extension a request may require;
+/// * for a method in the port's `allow` only — another gets the port's
+///   `405` or `501` first (§8.2.1) — `416` for a Request-URI scheme other
+///   than `sip`, `sips` and `tel` (§8.2.2.1, RFC 4475 §3.3.2-3), then `420`
+///   with the option-tags for a `Require` (§8.2.2.3, RFC 4475 §3.3.5):
+///   these servers support no extension a request may require;
 ///   `Proxy-Require` is a proxy's and is ignored.
-pub fn request_refusal(req: &Request) -> Option<RequestRefusal> {
+pub fn request_refusal(req: &Request, allow: &str) -> Option<RequestRefusal> {
     if req.version != rsipstack::sip::Version::V2 {
         return Some(RequestRefusal::new(505, "sip version not supported"));
     }
@@ -482,6 +488,12 @@ pub fn request_refusal(req: &Request) -> Option<RequestRefusal> {
             }
             None => return Some(RequestRefusal::new(400, "content-length is not a number")),
         }
+    }
+    let served = allow
+        .split(',')
+        .any(|m| m.trim().parse::<Method>().ok() == Some(req.method));
+    if !served {
+        return None;
     }
     let supported = match &req.uri.scheme {
         Some(rsipstack::sip::Scheme::Sip | rsipstack::sip::Scheme::Sips) => true,
@@ -836,6 +848,25 @@ pub fn request(
         headers: hs,
         body,
     })
+}
+
+/// The `200` to an OPTIONS (RFC 3261 §11.2): what the port takes —
+/// `Allow`, `Accept` (the bodies it reads), `Accept-Encoding: identity`,
+/// `Accept-Language: en` and an empty `Supported` (it supports no
+/// extension) — so a capabilities probe reads the same shape from every
+/// port.
+pub fn options_answer(req: &Request, to_tag: &str, allow: &str, accept: &str) -> Response {
+    let mut r = response(req, StatusCode::OK, Some(to_tag));
+    for (name, value) in [
+        ("Allow", allow),
+        ("Accept", accept),
+        ("Accept-Encoding", "identity"),
+        ("Accept-Language", "en"),
+        ("Supported", ""),
+    ] {
+        push_header(&mut r.headers, name, value);
+    }
+    r
 }
 
 /// Builds a response to `req` (RFC 3261 §8.2.6.2): copies `Via`, `From`,

@@ -252,10 +252,10 @@ fn a_cseq_method_in_another_case_is_another_method() {
              CSeq: {cseq}\nContent-Length: 0\n\n"
         ))
     };
-    assert_eq!(request_refusal(&with_cseq("1 OPTIONS")), None);
+    assert_eq!(request_refusal(&with_cseq("1 OPTIONS"), ALLOW), None);
     for cseq in ["1 options", "1 Options", "1 INVITE"] {
         assert_eq!(
-            request_refusal(&with_cseq(cseq)).map(|r| r.status),
+            request_refusal(&with_cseq(cseq), ALLOW).map(|r| r.status),
             Some(StatusCode::BadRequest),
             "{cseq}"
         );
@@ -273,9 +273,10 @@ fn a_request_is_refused_as_rfc_3261_orders_the_checks() {
         CSeq: 1 OPTIONS\nMax-Forwards: 70\n";
     let with =
         |edit: &dyn Fn(&str) -> String| parse(&format!("{}Content-Length: 0\n\n", edit(OPTIONS)));
-    assert_eq!(request_refusal(&with(&|t| t.to_owned())), None);
-    let status =
-        |edit: &dyn Fn(&str) -> String| request_refusal(&with(edit)).map(|r| r.status.code());
+    assert_eq!(request_refusal(&with(&|t| t.to_owned()), ALLOW), None);
+    let status = |edit: &dyn Fn(&str) -> String| {
+        request_refusal(&with(edit), ALLOW).map(|r| r.status.code())
+    };
     // §8.1.1 (RFC 4475 §3.3.1 insuf): a header every request needs.
     for name in ["Call-ID", "From", "To"] {
         let without = move |t: &str| {
@@ -358,10 +359,10 @@ fn a_request_is_refused_as_rfc_3261_orders_the_checks() {
     );
     // §8.2.2.3 (RFC 4475 §3.3.5 bext01): Require is refused with what it
     // named; Proxy-Require is a proxy's.
-    let refusal = request_refusal(&with(&|t| {
+    let require = |t: &str| {
         format!("{t}Require: nothingSupportsThis, nothingSupportsThisEither\nProxy-Require: noProxiesSupportThis\n")
-    }))
-    .expect("a 420");
+    };
+    let refusal = request_refusal(&with(&require), ALLOW).expect("a 420");
     assert_eq!(refusal.status.code(), 420);
     let response = refusal.response(&with(&|t| t.to_owned()));
     assert_eq!(
@@ -372,4 +373,22 @@ fn a_request_is_refused_as_rfc_3261_orders_the_checks() {
         status(&|t| format!("{t}Proxy-Require: noProxiesSupportThis\n")),
         None
     );
+    // §8.2.1 first: a method the port does not serve is its 405, not a
+    // 420 or 416; what makes a request malformed is a 400 whatever it is.
+    assert_eq!(request_refusal(&with(&require), "INVITE, ACK"), None);
+    let unkscm = |t: &str| {
+        t.replace(
+            "OPTIONS sip:x@127.0.0.1 ",
+            "OPTIONS nobodyKnowsThisScheme:x ",
+        )
+    };
+    assert_eq!(request_refusal(&with(&unkscm), "INVITE, ACK"), None);
+    let twice = |t: &str| format!("{t}Call-ID: d@test\n");
+    assert_eq!(
+        request_refusal(&with(&twice), "INVITE, ACK").map(|r| r.status.code()),
+        Some(400)
+    );
 }
+
+/// A port's `Allow` in the tests: OPTIONS is served.
+const ALLOW: &str = "REGISTER, NOTIFY, OPTIONS";

@@ -584,17 +584,25 @@ fn encode(
     // Writing to a `Vec` cannot fail.
     let _ = out.write_fmt(start);
     out.extend_from_slice(b"\r\n");
-    for header in headers.iter() {
-        out.extend_from_slice(header.name().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(header.value().as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    if let Some((name, value)) = extra {
+    let line = |out: &mut Vec<u8>, name: &str, value: &str| {
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
+    };
+    // The extra header goes before `Content-Length`, which is last by
+    // custom (where sngrep and Kamailio put `Server`).
+    let mut extra = extra;
+    for header in headers.iter() {
+        if matches!(header, super::Header::ContentLength(_)) {
+            if let Some((name, value)) = extra.take() {
+                line(&mut out, name, value);
+            }
+        }
+        line(&mut out, header.name(), header.value());
+    }
+    if let Some((name, value)) = extra {
+        line(&mut out, name, value);
     }
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(body);

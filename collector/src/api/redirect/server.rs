@@ -326,7 +326,7 @@ impl Server {
     /// needs a selection is returned with the `select` to ask.
     fn on_request(&mut self, now: Instant, req: Request, dest: Dest) -> Option<Ask> {
         // SPEC §16: a request no server may act on (RFC 4475).
-        if let Some(refused) = msr_shared::sip::request_refusal(&req) {
+        if let Some(refused) = msr_shared::sip::request_refusal(&req, super::ALLOW) {
             if req.method != Method::Ack {
                 let mut response = refusal(
                     &req,
@@ -335,6 +335,9 @@ impl Server {
                     refused.why,
                 );
                 refused.complete(&mut response);
+                if req.method == Method::Invite {
+                    self.metrics.redirect(refused.status.code());
+                }
                 self.send(
                     &wire::encode_response(response, crate::core::USER_AGENT),
                     dest,
@@ -351,6 +354,7 @@ impl Server {
                         ErrorCode::BadRequest,
                         "no via branch",
                     );
+                    self.metrics.redirect(response.status_code.code());
                     self.send(
                         &wire::encode_response(response, crate::core::USER_AGENT),
                         dest,

@@ -105,7 +105,10 @@ fn every_encoded_response_names_its_server_once() {
     response.body = b"hello".to_vec();
     let text =
         String::from_utf8_lossy(&encode_response(response.clone(), "msr-test/1.0")).into_owned();
-    assert!(text.contains("\r\nServer: msr-test/1.0\r\n"), "{text}");
+    assert!(
+        text.contains("\r\nServer: msr-test/1.0\r\nContent-Length: 5\r\n"),
+        "{text}"
+    );
     assert!(text.ends_with("\r\n\r\nhello"), "{text}");
     sip::push_header(&mut response.headers, "Server", "other/2");
     let text = String::from_utf8_lossy(&encode_response(response, "msr-test/1.0")).into_owned();
