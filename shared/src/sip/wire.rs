@@ -122,7 +122,11 @@ pub fn stamp_received(headers: &mut super::Headers, source: SocketAddr) -> Resul
     if rport {
         stamped.push_str(&format!(";rport={}", source.port()));
     }
-    stamped.push_str(&value[top.len()..]);
+    // What follows the top value: `top` is trimmed and empty values before
+    // it are skipped (`Via: , SIP/2.0/UDP h`), so it need not start the
+    // header's value; it ends where its bytes end within `value`.
+    let top_end = top.as_ptr() as usize - value.as_ptr() as usize + top.len();
+    stamped.push_str(value.get(top_end..).unwrap_or(""));
     let mut rebuilt = super::Headers::default();
     for (i, h) in std::mem::take(headers).into_iter().enumerate() {
         if i == index {

@@ -629,6 +629,35 @@ fn an_ipv6_source_is_stamped_bare_and_answered_there() {
     assert_eq!(response_target(&request.headers, source), source);
 }
 
+/// A top `Via` value after an empty one (`Via: , SIP/2.0/UDP …`) is
+/// stamped in place: the rest of the header is what follows it, not bytes
+/// counted from the header's start (which duplicated its last bytes, or
+/// panicked in a multi-byte character, killing the port's reader).
+#[test]
+fn a_top_via_after_an_empty_value_is_stamped_without_panic() {
+    let source = addr("10.0.0.9:7777");
+    for (via, rest) in [
+        (",SIP/2.0/UDP h\u{e9}", ""),
+        (" , SIP/2.0/UDP somehost:1;branch=z9hG4bKx;rport", ""),
+        (
+            ",SIP/2.0/UDP h;branch=z9hG4bK\u{e9} , SIP/2.0/UDP b\u{e9}",
+            " , SIP/2.0/UDP b\u{e9}",
+        ),
+    ] {
+        let text = options(via);
+        let Ok(SipMessage::Request(request)) = decode(text.as_bytes(), source) else {
+            panic!("a request: {via:?}")
+        };
+        let stamped = crate::sip::header(&request.headers, "Via").expect("via");
+        assert!(stamped.starts_with("SIP/2.0/UDP "), "{stamped}");
+        assert!(
+            stamped.ends_with(&format!("received=10.0.0.9{}", rest))
+                || stamped.ends_with(&format!("rport=7777{}", rest)),
+            "{via:?} -> {stamped}"
+        );
+    }
+}
+
 /// RFC 4475 §3.1.1.2 (intmeth): control characters escaped as quoted-pairs
 /// in a quoted display name are valid, and the request is answered; a bare
 /// one is not.
