@@ -1316,3 +1316,23 @@ fn a_retransmitted_register_gets_the_same_challenge() {
     let ok = r.handle_register(t0 + TIMER_J, &reg.build(), None);
     assert_eq!(ok.status_code, StatusCode::OK);
 }
+
+/// What the registrar keeps of a challenged REGISTER to answer its
+/// retransmissions is of a fixed size, whatever the Call-ID and branch a
+/// stranger writes: MAX_NONCES of them held as written, 60 KB each, were
+/// over a gigabyte. A retransmission still gets the first nonce.
+#[test]
+fn a_challenged_register_is_remembered_in_a_fixed_size() {
+    let t0 = Instant::now();
+    let mut r = registrar();
+    let call_id = "c".repeat(30_000);
+    let mut reg = Reg::new("msr_1");
+    reg.call_id = Some(&call_id);
+    reg.branch = Some(format!("z9hG4bK{}", "b".repeat(30_000)));
+    let first = r.handle_register(t0, &reg.build(), None);
+    assert_eq!(first.status_code, StatusCode::Unauthorized);
+    let again = r.handle_register(t0 + Duration::from_secs(1), &reg.build(), None);
+    assert_eq!(challenges(&again), challenges(&first));
+    assert_eq!(r.challenged.len(), 1);
+    assert!(r.challenged.keys().all(|k| k.len() <= 64));
+}
