@@ -34,6 +34,15 @@ use super::{Request, TIMER_F};
 /// answers retransmissions of its request.
 pub const TIMER_J: std::time::Duration = TIMER_F;
 
+/// The most retransmissions of one request a transaction answers: a
+/// non-INVITE client over UDP sends at most ten within Timer F (Timer E
+/// from T1, doubling to T2, §17.1.2.2), one more for room. A
+/// retransmission is answered without the user seeing it, so without a cap
+/// one answered request let anyone (a forged source included) draw its
+/// response again and again, past every rate the user keeps for strangers:
+/// a reflector that multiplies the bytes sent to its victim.
+pub const MAX_RETRANSMISSION_ANSWERS: u8 = 11;
+
 /// RFC 3261 §17.1.1.3's branch cookie: a branch that starts with it is
 /// unique to its transaction.
 const MAGIC_COOKIE: &str = "z9hG4bK";
@@ -87,7 +96,8 @@ pub enum Received {
     /// Trying).
     Absorbed,
     /// A retransmission of a request already answered: the last response
-    /// goes again (§17.2.2, Proceeding and Completed).
+    /// goes again (§17.2.2, Proceeding and Completed), at most
+    /// [`MAX_RETRANSMISSION_ANSWERS`] times, then absorbed.
     Answer(Bytes),
 }
 
@@ -97,6 +107,8 @@ struct Entry {
     response: Option<Bytes>,
     /// When the entry is forgotten.
     expires: Instant,
+    /// Retransmissions answered ([`MAX_RETRANSMISSION_ANSWERS`]).
+    answered: u8,
 }
 
 /// The non-INVITE server transactions (module docs).
@@ -117,10 +129,13 @@ impl ServerTransactions {
     /// for either.
     pub fn handle_request(&mut self, now: Instant, request: &Request) -> Option<Received> {
         let key = ServerKey::of(request)?;
-        if let Some(entry) = self.entries.get(&key) {
+        if let Some(entry) = self.entries.get_mut(&key) {
             return Some(match &entry.response {
-                Some(bytes) => Received::Answer(bytes.clone()),
-                None => Received::Absorbed,
+                Some(bytes) if entry.answered < MAX_RETRANSMISSION_ANSWERS => {
+                    entry.answered += 1;
+                    Received::Answer(bytes.clone())
+                }
+                _ => Received::Absorbed,
             });
         }
         self.file(key.clone(), None, now + TIMER_F);
@@ -142,6 +157,7 @@ impl ServerTransactions {
         let Some(entry) = self.entries.get(key) else {
             return;
         };
+        let answered = entry.answered;
         let expires = match (final_response, reliable) {
             (true, true) => {
                 self.remove(key);
@@ -152,6 +168,9 @@ impl ServerTransactions {
         };
         self.remove(key);
         self.file(key.clone(), Some(bytes), expires);
+        if let Some(entry) = self.entries.get_mut(key) {
+            entry.answered = answered;
+        }
     }
 
     /// The user drops transaction `key` without answering it: forgotten
@@ -166,7 +185,14 @@ impl ServerTransactions {
 
     fn file(&mut self, key: ServerKey, response: Option<Bytes>, expires: Instant) {
         self.timers.insert((expires, key.clone()));
-        self.entries.insert(key, Entry { response, expires });
+        self.entries.insert(
+            key,
+            Entry {
+                response,
+                expires,
+                answered: 0,
+            },
+        );
     }
 
     fn remove(&mut self, key: &ServerKey) {

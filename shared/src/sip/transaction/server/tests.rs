@@ -172,3 +172,29 @@ fn an_abandoned_request_is_new_again_but_an_answered_one_is_kept() {
     table.abandon(&key);
     assert_eq!(table.len(), 1);
 }
+
+/// A client's retransmissions are answered, but no more of them than a
+/// client sends within Timer F: past that a request drawn again (a forged
+/// source's, a reflection) is absorbed, whatever its source, until Timer J.
+#[test]
+fn retransmissions_are_answered_at_most_as_often_as_a_client_sends_them() {
+    let t0 = Instant::now();
+    let mut table = ServerTransactions::new();
+    let key = new_key(&mut table, t0, &options("z9hG4bKcap"));
+    let answer = Bytes::from_static(b"SIP/2.0 200 OK\r\n\r\n");
+    table.handle_response(t0, &key, answer.clone(), true, false);
+    for _ in 0..MAX_RETRANSMISSION_ANSWERS {
+        assert_eq!(
+            table.handle_request(t0, &options("z9hG4bKcap")),
+            Some(Received::Answer(answer.clone()))
+        );
+    }
+    for _ in 0..1000 {
+        assert_eq!(
+            table.handle_request(t0, &options("z9hG4bKcap")),
+            Some(Received::Absorbed)
+        );
+    }
+    table.handle_timeout(t0 + TIMER_J);
+    new_key(&mut table, t0 + TIMER_J, &options("z9hG4bKcap"));
+}
