@@ -55,6 +55,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
     let flood = msr_shared::logging::FloodLimit::default();
     // Kept to the end: dropping it flushes the log file, counts included.
     let (_guard, reopening) = init_tracing(&cli, log_file, &flood)?;
+    msr_shared::logging::abort_on_panic("msr-agent");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

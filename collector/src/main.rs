@@ -30,6 +30,7 @@ fn main() -> ExitCode {
         .finish()
         .with(flood.clone())
         .init();
+    msr_shared::logging::abort_on_panic("msr-collector");
 
     if cli.check_config && cli.task.is_none() {
         return ExitCode::from(check_config(&cli.config));

@@ -340,3 +340,20 @@ mod filter_tests {
         assert_eq!(super::filter_directive(9), "trace,notify=info");
     }
 }
+
+/// Makes a panic anywhere in the daemon end the process: the default hook
+/// prints the panic, the log gets an error line, and the process aborts.
+/// A panic is a bug, and a thread that died of one (the SIP reader, the
+/// endpoint's task) would leave a daemon that looks alive and serves
+/// nothing; aborting lets its supervisor (systemd's `Restart=`) start it
+/// again, and nothing acknowledged is lost (a REGISTER's `200` leaves only
+/// once its binding is on disk). Called once at start by each daemon's
+/// `main`, after its log is set up.
+pub fn abort_on_panic(daemon: &'static str) {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        previous(info);
+        tracing::error!(daemon, panic = %info, "a thread panicked: aborting the process so its supervisor restarts it");
+        std::process::abort();
+    }));
+}

@@ -404,7 +404,13 @@ pub fn request_refusal(req: &Request, allow: &str) -> Option<RequestRefusal> {
             Header::MaxForwards(_) => 4,
             Header::ContentType(_) => 5,
             Header::Via(via) => {
-                if !parts_outside_quotes(via.value(), ',').all(|v| wire::via_shape(v.trim())) {
+                // An empty value (`Via: , SIP/2.0/UDP h`) is no via-parm
+                // either; the splitter leaves empty parts out.
+                let value = via.value().trim();
+                if value.starts_with(',')
+                    || value.ends_with(',')
+                    || !parts_outside_quotes(value, ',').all(|v| wire::via_shape(v.trim()))
+                {
                     return Some(RequestRefusal::new(400, "a via that is no via-parm"));
                 }
                 6

@@ -306,6 +306,15 @@ fn a_request_is_refused_as_rfc_3261_orders_the_checks() {
         status(&|t| t.replace("CSeq: 1 OPTIONS", "CSeq: 2147483648 OPTIONS")),
         Some(400)
     );
+    // An empty Via value first or last.
+    assert_eq!(
+        status(&|t| t.replace("Via: SIP/2.0/UDP", "Via: , SIP/2.0/UDP")),
+        Some(400)
+    );
+    assert_eq!(
+        status(&|t| t.replace("z9hG4bK-c\n", "z9hG4bK-c,\n")),
+        Some(400)
+    );
     // RFC 4475 §3.1.2.1 badinv01, §3.1.2.6 quotbal.
     assert_eq!(
         status(&|t| format!("{t}Via: SIP/2.0/UDP 192.0.2.15;;,;,,\n")),
