@@ -209,7 +209,7 @@ impl AdminRig {
             operator: msr_collector::operator::OperatorConfig::new(),
             table: msr_collector::model::load_table::LoadTable::new(
                 config.node.clone(),
-                defaults.placement.clone(),
+                config.defaults.clone(),
             ),
             registrar: msr_collector::sip::registrar::Registrar::new(&config.sip, &config.accounts),
             subscriber: msr_collector::sip::subscriber::Subscriber::new(

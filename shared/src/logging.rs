@@ -325,22 +325,6 @@ pub fn filter_directive(verbosity: i8) -> &'static str {
     }
 }
 
-#[cfg(test)]
-mod tests;
-
-#[cfg(test)]
-mod filter_tests {
-    #[test]
-    fn default_keeps_the_stack_quiet() {
-        assert_eq!(
-            super::filter_directive(0),
-            "info,rsipstack=warn,sip_wire=warn"
-        );
-        assert_eq!(super::filter_directive(-5), "error");
-        assert_eq!(super::filter_directive(9), "trace,notify=info");
-    }
-}
-
 /// Makes a panic anywhere in the daemon end the process: the default hook
 /// prints the panic, the log gets an error line, and the process aborts.
 /// A panic is a bug, and a thread that died of one (the SIP reader, the
@@ -356,4 +340,20 @@ pub fn abort_on_panic(daemon: &'static str) {
         tracing::error!(daemon, panic = %info, "a thread panicked: aborting the process so its supervisor restarts it");
         std::process::abort();
     }));
+}
+
+#[cfg(test)]
+mod tests;
+
+#[cfg(test)]
+mod filter_tests {
+    #[test]
+    fn default_keeps_the_stack_quiet() {
+        assert_eq!(
+            super::filter_directive(0),
+            "info,rsipstack=warn,sip_wire=warn"
+        );
+        assert_eq!(super::filter_directive(-5), "error");
+        assert_eq!(super::filter_directive(9), "trace,notify=info");
+    }
 }
