@@ -205,6 +205,23 @@ async fn over_tcp_every_response_is_framed_by_its_length_and_a_register_binds() 
         .and_then(Challenge::parse)
         .expect("a digest challenge");
 
+    // An extension method the parser refuses is answered on the
+    // connection as over UDP: 501 with Allow (RFC 3261 §8.2.1).
+    let foo = options(local, 1)
+        .replace("OPTIONS sip:", "FOO sip:")
+        .replace("1 OPTIONS", "1 FOO");
+    client
+        .stream
+        .write_all(foo.as_bytes())
+        .await
+        .expect("write");
+    let answers = client.read(1).await;
+    assert_eq!(
+        (answers[0].0.clone(), answers[0].1.as_str()),
+        (StatusCode::NotImplemented, "1 FOO")
+    );
+    assert!(header(&answers[0].2, "allow").is_some_and(|a| a.contains("REGISTER")));
+
     // RFC 5626 §3.5.1: a double CRLF is answered with one CRLF, and the
     // connection goes on.
     client.stream.write_all(b"\r\n\r\n").await.expect("ping");

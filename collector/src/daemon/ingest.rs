@@ -275,6 +275,15 @@ pub(super) enum Sink {
 }
 
 impl Sink {
+    /// The methods the server behind this sink serves: the `Allow` of the
+    /// raw answer to what the parser refused on its connections.
+    fn allow(&self) -> &'static str {
+        match self {
+            Sink::Core(..) => crate::core::ALLOW,
+            Sink::Queue(_) => crate::api::redirect::ALLOW,
+        }
+    }
+
     /// Hands `batch` on, waiting for room; `false` when `close` ended the
     /// wait (the connection is being closed).
     async fn deliver(&self, batch: Vec<Inbound>, close: &CancellationToken) -> bool {

@@ -486,7 +486,18 @@ pub(super) async fn serve_stream<S>(
                         message,
                         peer_certificate: peer_certificate.clone(),
                     }),
-                    Err(e) => debug!(%peer, error = %e, "sip tcp message dropped"),
+                    // What the parser refused is answered on the
+                    // connection as over UDP (`wire::refused`).
+                    Err(e) => match wire::refused(&bytes, to_loop.allow()) {
+                        Some(response) => {
+                            let answer = wire::encode_response(response, crate::core::USER_AGENT);
+                            if !queue_on(&tx, &close, answer) {
+                                to_loop.deliver(batch, &close).await;
+                                break 'read;
+                            }
+                        }
+                        None => debug!(%peer, error = %e, "sip tcp message dropped"),
+                    },
                 },
                 // RFC 5626 §3.5.1: a CRLF answers the ping.
                 Ok(Some(Frame::Ping)) => {
