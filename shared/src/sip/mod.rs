@@ -148,7 +148,17 @@ pub fn parts_outside_quotes(value: &str, sep: char) -> impl Iterator<Item = &str
         let current = rest?;
         let (mut quoted, mut escaped, mut angle) = (false, false, false);
         let mut end = None;
-        for (i, &b) in current.as_bytes().iter().enumerate() {
+        // Most values hold no quote or angle bracket (a Via, a CSeq): the
+        // separator is then found by `str::find` (memchr), not a byte at
+        // a time.
+        let plain = !current.bytes().any(|b| b == b'"' || b == b'<');
+        let scan = if plain {
+            end = current.find(char::from(sep));
+            &[][..]
+        } else {
+            current.as_bytes()
+        };
+        for (i, &b) in scan.iter().enumerate() {
             if escaped {
                 escaped = false;
                 continue;
