@@ -403,6 +403,7 @@ pub fn request_refusal(req: &Request, allow: &str) -> Option<RequestRefusal> {
     // the headers, counting, with no allocation.
     let mut counts = [0_u8; 7];
     let mut require: Option<&str> = None;
+    let (mut cseq, mut lengths, mut length) = ("", 0_usize, None);
     for h in req.headers.iter() {
         // The parser has already told long and compact names apart
         // (§7.3.3): the variant is the header.
@@ -410,7 +411,10 @@ pub fn request_refusal(req: &Request, allow: &str) -> Option<RequestRefusal> {
             Header::From(_) => 0,
             Header::To(_) => 1,
             Header::CallId(_) => 2,
-            Header::CSeq(_) => 3,
+            Header::CSeq(value) => {
+                cseq = value.value();
+                3
+            }
             Header::MaxForwards(_) => 4,
             Header::ContentType(_) => 5,
             Header::Via(via) => {
@@ -424,6 +428,11 @@ pub fn request_refusal(req: &Request, allow: &str) -> Option<RequestRefusal> {
                     return Some(RequestRefusal::new(400, "a via that is no via-parm"));
                 }
                 6
+            }
+            Header::ContentLength(value) => {
+                lengths += 1;
+                length = Some(value.value());
+                continue;
             }
             Header::Require(tags) => {
                 if !tags.value().trim().is_empty() {
@@ -454,9 +463,7 @@ pub fn request_refusal(req: &Request, allow: &str) -> Option<RequestRefusal> {
     }
     // The CSeq's number is below 2^31 (§8.1.1.5, RFC 4475 §3.1.2.4
     // scalar02); its method is compared as a parsed `Method`.
-    let mut cseq = header(&req.headers, "CSeq")
-        .unwrap_or("")
-        .split_whitespace();
+    let mut cseq = cseq.split_whitespace();
     let in_range = cseq
         .next()
         .and_then(|n| n.parse::<u32>().ok())
@@ -482,18 +489,14 @@ pub fn request_refusal(req: &Request, allow: &str) -> Option<RequestRefusal> {
     if !req.uri.headers.is_empty() {
         return Some(RequestRefusal::new(400, "a request-uri with headers"));
     }
-    let lengths =
-        header_all(&req.headers, "Content-Length").len() + header_all(&req.headers, "l").len();
     if lengths > 1 {
         return Some(RequestRefusal::new(400, "more than one content-length"));
     }
     // RFC 3261 §18.3, RFC 4475 §3.1.2.2-3: a Content-Length that is no
-    // number, or longer than the body that came, is a 400. The collector's
-    // ports check the raw datagram first (`wire::bad_length`); the agent's
-    // endpoint hands over parsed requests, so the check is here too.
-    if let Some(value) =
-        header(&req.headers, "Content-Length").or_else(|| header(&req.headers, "l"))
-    {
+    // number, or longer than the body that came, is a 400. `wire::decode`
+    // checks the raw bytes first; a request parsed elsewhere is checked
+    // here too.
+    if let Some(value) = length {
         match length_value(value) {
             Some(length) if length <= req.body.len() => {}
             Some(_) => {
