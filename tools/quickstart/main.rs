@@ -62,6 +62,10 @@ struct Cli {
     /// The collector's HTTP port on 127.0.0.1 (default: one free at start).
     #[arg(long)]
     http_port: Option<u16>,
+    /// The collector's SIP redirect port on 127.0.0.1, where an INVITE gets
+    /// a 302 to the chosen MSR (default: one free at start).
+    #[arg(long)]
+    redirect_port: Option<u16>,
     /// The first MSR's RTP range starts here, the others 1000 and 2000
     /// higher (default: the first base from 20000 on, in steps of 3000,
     /// whose session ports are free).
@@ -260,12 +264,19 @@ async fn run(cli: Cli, stop: CancellationToken) -> anyhow::Result<()> {
         Some(port) => port,
         None => free_tcp_port()?,
     };
+    let redirect_port = match cli.redirect_port {
+        Some(port) => port,
+        None => free_udp_pair()?,
+    };
     let collector_config = run_config(
         &example("collector.toml"),
         &socket,
         &run_dir.join("operator.json"),
-        sip_port,
-        http_port,
+        Ports {
+            sip: sip_port,
+            http: http_port,
+            redirect: redirect_port,
+        },
         &run_dir.join("collector.toml"),
     )?;
     for bin in ["msr-collector", "msr-agent", "msrctl"] {
@@ -319,7 +330,9 @@ async fn run(cli: Cli, stop: CancellationToken) -> anyhow::Result<()> {
         },
     };
     step(format!(
-        "collector is up, control socket {}, http api http://127.0.0.1:{http_port}/health (and /metrics, /v1/resources, /v1/select)",
+        "collector is up, control socket {}, http api http://127.0.0.1:{http_port}/health (and /metrics, /v1/resources, /v1/select), \
+         sip redirect 127.0.0.1:{redirect_port} (an INVITE there gets a 302 to the chosen MSR: \
+         sipp -sf tests/sipp/redirect_uac.xml -m 20 127.0.0.1:{redirect_port})",
         socket.display()
     ));
 
@@ -596,15 +609,21 @@ fn msrctl(socket: &Path, args: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The collector's ports on 127.0.0.1 in the quickstart.
+struct Ports {
+    sip: u16,
+    http: u16,
+    redirect: u16,
+}
+
 /// Writes `example` to `out` with `[control] socket`, `[state] path`,
-/// `[sip] listen` (on `127.0.0.1:sip_port`) and `[http] listen` (on
-/// `127.0.0.1:http_port`) replaced, starting from an empty operator store.
+/// `[sip] listen`, `[http] listen` and `[redirect] listen` (on 127.0.0.1,
+/// `ports`) replaced, starting from an empty operator store.
 fn run_config(
     example: &Path,
     socket: &Path,
     state: &Path,
-    sip_port: u16,
-    http_port: u16,
+    ports: Ports,
     out: &Path,
 ) -> anyhow::Result<PathBuf> {
     let text = std::fs::read_to_string(example)
@@ -628,9 +647,18 @@ fn run_config(
     set(
         "http",
         "listen",
-        Path::new(&format!("127.0.0.1:{http_port}")),
+        Path::new(&format!("127.0.0.1:{}", ports.http)),
     );
-    set("sip", "listen", Path::new(&format!("127.0.0.1:{sip_port}")));
+    set(
+        "sip",
+        "listen",
+        Path::new(&format!("127.0.0.1:{}", ports.sip)),
+    );
+    set(
+        "redirect",
+        "listen",
+        Path::new(&format!("127.0.0.1:{}", ports.redirect)),
+    );
     for stale in [state.to_path_buf(), state.with_extension("json.tmp")] {
         match std::fs::remove_file(&stale) {
             Ok(()) => {}
