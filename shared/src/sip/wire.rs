@@ -82,13 +82,10 @@ pub fn decode(bytes: &[u8], source: SocketAddr) -> Result<SipMessage, DecodeErro
 /// # Errors
 /// [`DecodeError::NoVia`]: the request has no `Via` with a sent-by.
 pub fn stamp_received(headers: &mut super::Headers, source: SocketAddr) -> Result<(), DecodeError> {
-    let Some(index) = headers
-        .iter()
-        .position(|h| matches!(h, super::Header::Via(_)))
-    else {
-        return Err(DecodeError::NoVia);
-    };
-    let Some(super::Header::Via(via)) = headers.iter().nth(index) else {
+    let Some(via) = headers.iter_mut().find_map(|h| match h {
+        super::Header::Via(via) => Some(via),
+        _ => None,
+    }) else {
         return Err(DecodeError::NoVia);
     };
     let value = via.value();
@@ -127,15 +124,7 @@ pub fn stamp_received(headers: &mut super::Headers, source: SocketAddr) -> Resul
     // header's value; it ends where its bytes end within `value`.
     let top_end = top.as_ptr() as usize - value.as_ptr() as usize + top.len();
     stamped.push_str(value.get(top_end..).unwrap_or(""));
-    let mut rebuilt = super::Headers::default();
-    for (i, h) in std::mem::take(headers).into_iter().enumerate() {
-        if i == index {
-            super::push_header(&mut rebuilt, "Via", stamped.clone());
-        } else {
-            rebuilt.push(h);
-        }
-    }
-    *headers = rebuilt;
+    *via = stamped.into();
     Ok(())
 }
 
