@@ -2,17 +2,26 @@
 # Benchmark, not a test: the balancing check end to end (SPEC §10). G real
 # msr-collectors (one per core host, `[cluster] core_hosts` G), one real
 # msr-agent per MSR with a `file:` calls source (`load-sensor="calls"`,
-# `load-delta` 10, the default high-water mark 80, one NOTIFY a second at
-# most, a sample every 100 ms) and one `<dynamic>` account per collector,
-# and `msr-loadgen calls` placing and releasing calls through the
-# collectors' control sockets, each call at one collector drawn at random.
-# Then the same setup in msr-sim (`--hosts G`), for the figures
-# BALANCING.md sets side by side.
+# `load-delta` 10, the agent's default intervals: one NOTIFY a second at
+# most, one every 250 ms near the top, a sample a second) and one
+# `<dynamic>` account per collector, and `msr-loadgen calls` placing and
+# releasing calls through the collectors' control sockets, each call at
+# one collector drawn at random. Then the same scenario in msr-sim
+# (`--hosts G`) at its own time scale, for the figures BALANCING.md sets
+# side by side.
+#
+# Time compression: calls are held HOLDING_MS (default 1 s), and every
+# time the balance depends on is divided by TIME_SCALE (default 30) with
+# them: the agents' NOTIFY and sampling intervals (`msr-agent
+# --time-scale`) and the collectors' assumed NOTIFY flight
+# (`notify_flight_time_ms`, 20 ms / TIME_SCALE). So the default run is
+# the scenario with 30 s holding times, 30 times faster, and msr-sim runs
+# that scenario uncompressed (holding HOLDING_MS × TIME_SCALE).
 #
 #   scripts/bench-balancing-e2e.sh [DURATION_S] [POLICY]
 #       (default 600 s measured after a 60 s warm-up; POLICY pooled or ecss)
-#   HOSTS=1 MSRS=10 SESSIONS=20 OFFERED=90 HOLDING_MS=5000 WARMUP=60 SEED=1
-#   SIM_CALLS=1000000 SIM_DELAY_MS=5
+#   HOSTS=1 MSRS=10 SESSIONS=20 OFFERED=90 HOLDING_MS=1000 TIME_SCALE=30
+#   WARMUP=60 SEED=1 SIM_CALLS=1000000 SIM_DELAY_MS=20
 #   FAILOVER=1 (the MSRs a call may be given in all: 3 fails over as a
 #   core does, SPEC §14, in the driver and in msr-sim)
 #   BIN=target/release (set BIN to use built binaries, e.g. target/debug)
@@ -27,14 +36,23 @@ hosts=${HOSTS:-1}
 msrs=${MSRS:-10}
 sessions=${SESSIONS:-20}
 offered=${OFFERED:-90}
-holding_ms=${HOLDING_MS:-5000}
+holding_ms=${HOLDING_MS:-1000}
+scale=${TIME_SCALE:-30}
 warmup=${WARMUP:-60}
 seed=${SEED:-1}
 failover=${FAILOVER:-1}
 bin=${BIN:-target/release}
 case "$hosts" in '' | *[!0-9]* | 0*) echo "HOSTS must be a positive whole number" >&2; exit 2 ;; esac
+case "$scale" in '' | *[!0-9]* | 0*) echo "TIME_SCALE must be a positive whole number" >&2; exit 2 ;; esac
 # msr-sim takes whole seconds of holding time.
-[ $((holding_ms % 1000)) -eq 0 ] || { echo "HOLDING_MS must be whole seconds" >&2; exit 2; }
+[ $((holding_ms * scale % 1000)) -eq 0 ] ||
+  { echo "HOLDING_MS × TIME_SCALE must be whole seconds" >&2; exit 2; }
+# The agent's defaults, which --time-scale divides; msr-sim gets them as
+# they are.
+min_interval_ms=1000
+top_interval_ms=250
+sample_interval_ms=1000
+flight_ms=$(((20 + scale / 2) / scale))
 
 if [ -z "${BIN:-}" ]; then
   cargo build --release --locked -q -p msr-collector -p msr-agent -p msr-tools -p msr-sim --bins
@@ -61,7 +79,8 @@ for h in $(seq 1 "$hosts"); do
   done
   ports+=("$port")
   write_collector_config "$dir/collector-$h.toml" "$port" "$dir/control-$h.sock" "$dir/state-$h.json" \
-    "$(printf '[selection]\npolicy = "%s"\n[cluster]\ncore_hosts = %s\n' "$policy" "$hosts")"
+    "$(printf '[selection]\npolicy = "%s"\nnotify_flight_time_ms = %s\n[cluster]\ncore_hosts = %s\n' \
+      "$policy" "$flight_ms" "$hosts")"
   "$bin/msr-collector" --config "$dir/collector-$h.toml" -q >"$dir/collector-$h.log" 2>&1 &
   pids+=($!)
   socket_args+=(--socket "$dir/control-$h.sock")
@@ -86,30 +105,30 @@ $(for port in "${ports[@]}"; do
     <pbyte>
         <mcc bind-addr="127.0.0.1" port="$((20001 + 2 * i))"/>
     </pbyte>
-    <agent engine-probe="off" sip-port="0" register-expires="600" max-subscription-expires="3600" calls-source="file:$dir/$name.calls" notify-min-interval-ms="1000" sample-interval-ms="100"/>
+    <agent engine-probe="off" sip-port="0" register-expires="600" max-subscription-expires="3600" calls-source="file:$dir/$name.calls" notify-min-interval-ms="$min_interval_ms" notify-top-interval-ms="$top_interval_ms" sample-interval-ms="$sample_interval_ms"/>
 </config>
 XML
-  "$bin/msr-agent" --config "$dir/$name.xml" --log-stderr >"$dir/$name.log" 2>&1 &
+  "$bin/msr-agent" --config "$dir/$name.xml" --log-stderr --time-scale "$scale" >"$dir/$name.log" 2>&1 &
   pids+=($!)
   msr_args+=(--msr "$name=$dir/$name.calls")
 done
 
-echo "e2e: G = $hosts, $msrs MSRs × $sessions sessions, offered $offered %, holding mean $holding_ms ms, policy $policy"
+echo "e2e: G = $hosts, $msrs MSRs × $sessions sessions, offered $offered %, holding mean $holding_ms ms, time scale $scale, policy $policy"
 "$bin/msr-loadgen" calls "${socket_args[@]}" "${msr_args[@]}" --declare-site \
   --offered "$offered" --holding-ms "$holding_ms" --warmup "$warmup" --duration "$duration" \
   --seed "$seed" --failover-attempts "$failover" --json "${JSON:-$dir/summary.json}"
 
-# The same setup simulated: msr-sim samples each agent every 100 ms as the
-# agents here do (its default is the agent's, 1 s); the report delay
-# (SIM_DELAY_MS, 5 ms) is the flight over loopback and the two processes'
-# turns on a busy host. Calls: 1,000,000 (SIM_CALLS), far more than a run
-# of minutes offers, so the simulator's interval is the narrow one of the
-# two.
+# The same scenario simulated at its own time scale: holding times
+# HOLDING_MS × TIME_SCALE, the agent's intervals undivided, the report
+# delay SIM_DELAY_MS (20 ms, the collector's assumed flight). Calls:
+# 1,000,000 (SIM_CALLS), far more than a run of minutes offers, so the
+# simulator's interval is the narrow one of the two.
 calls=${SIM_CALLS:-1000000}
-sim_delay_ms=${SIM_DELAY_MS:-5}
-holding_s=$((holding_ms / 1000))
+sim_delay_ms=${SIM_DELAY_MS:-20}
+holding_s=$((holding_ms * scale / 1000))
 echo
-echo "msr-sim: the same setup, $calls calls"
+echo "msr-sim: the same scenario, holding $holding_s s, $calls calls"
 "$bin/msr-sim" run --msrs "$msrs" --sessions "$sessions" --offered "$offered" --policy "$policy" \
-  --hosts "$hosts" --holding "$holding_s" --sample-interval-ms 100 --delay-ms "$sim_delay_ms" \
-  --calls "$calls" --seed "$seed" --failover-attempts "$failover"
+  --hosts "$hosts" --holding "$holding_s" --min-interval-ms "$min_interval_ms" \
+  --top-interval-ms "$top_interval_ms" --sample-interval-ms "$sample_interval_ms" \
+  --delay-ms "$sim_delay_ms" --calls "$calls" --seed "$seed" --failover-attempts "$failover"

@@ -87,6 +87,16 @@ pub struct Cli {
     #[arg(long, value_name = "PORT")]
     pub sip_port: Option<u16>,
 
+    /// Benchmarks only: divide the NOTIFY and sampling intervals
+    /// (`notify-min-interval-ms`, `notify-top-interval-ms`,
+    /// `sample-interval-ms`) by N, so that a run whose calls are held N
+    /// times shorter is reported on as the real system is
+    /// (scripts/bench-balancing-e2e.sh). Never in production: it multiplies
+    /// the NOTIFYs by N.
+    #[arg(long, value_name = "N", default_value_t = 1, hide = true,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub time_scale: u32,
+
     /// The running agent's control socket: where the daemon listens, and
     /// where drain, undrain and status ask it.
     #[arg(long, global = true, value_name = "PATH", default_value = DEFAULT_CONTROL_SOCKET)]

@@ -44,7 +44,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
     if cli.check_config {
         return Ok(ExitCode::from(check_config(&cli)));
     }
-    let mut config = msr_agent::config::load(&cli.config)?;
+    let mut config = msr_agent::config::load(&cli.config)?.with_time_scale(cli.time_scale);
     if let Some(port) = cli.sip_port {
         config = config.with_sip_port(port, &cli.config)?;
     }

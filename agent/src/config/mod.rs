@@ -25,6 +25,7 @@
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use msr_shared::media::{Codec, CodecList, Kind};
 
@@ -109,6 +110,13 @@ impl AgentConfig {
         self.agent.sip_port = port;
         validate::check_sip_port(&self, origin, PortSetting::Flag)?;
         Ok(self)
+    }
+
+    /// This config with its NOTIFY and sampling intervals divided by
+    /// `scale` (`--time-scale`, [`AgentSettings::time_scale`]).
+    pub fn with_time_scale(mut self, scale: u32) -> Self {
+        self.agent.time_scale = scale.max(1);
+        self
     }
 }
 
@@ -508,6 +516,12 @@ pub struct AgentSettings {
     /// `engine-probe-misses` (1 to 10): probes missed in a row that make
     /// the engine `down`; default 2.
     pub engine_probe_misses: u32,
+    /// `--time-scale` (benchmarks only, 1 to 1000, never from the file):
+    /// the NOTIFY and sampling intervals above are divided by it, so that a
+    /// run whose calls are held N times shorter sees its reports as often,
+    /// per call, as the real system does (BALANCING.md, the end-to-end
+    /// runs). Default 1.
+    pub time_scale: u32,
 }
 
 /// `<agent engine-probe>` (SPEC §14): how the agent checks that the media
@@ -650,7 +664,29 @@ impl Default for AgentSettings {
             engine_probe_interval_ms: DEFAULT_ENGINE_PROBE_INTERVAL_MS,
             engine_probe_timeout_ms: DEFAULT_ENGINE_PROBE_TIMEOUT_MS,
             engine_probe_misses: DEFAULT_ENGINE_PROBE_MISSES,
+            time_scale: 1,
         }
+    }
+}
+
+impl AgentSettings {
+    /// `notify-min-interval-ms` as a duration, divided by the time scale.
+    pub fn notify_min_interval(&self) -> Duration {
+        self.scaled(self.notify_min_interval_ms)
+    }
+
+    /// `notify-top-interval-ms` as a duration, divided by the time scale.
+    pub fn notify_top_interval(&self) -> Duration {
+        self.scaled(self.notify_top_interval_ms)
+    }
+
+    /// `sample-interval-ms` as a duration, divided by the time scale.
+    pub fn sample_interval(&self) -> Duration {
+        self.scaled(self.sample_interval_ms)
+    }
+
+    fn scaled(&self, ms: u64) -> Duration {
+        Duration::from_millis(ms) / self.time_scale.max(1)
     }
 }
 

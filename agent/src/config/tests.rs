@@ -521,6 +521,7 @@ fn agent_element_is_parsed_strictly() -> TestResult {
             engine_probe_interval_ms: DEFAULT_ENGINE_PROBE_INTERVAL_MS,
             engine_probe_timeout_ms: DEFAULT_ENGINE_PROBE_TIMEOUT_MS,
             engine_probe_misses: DEFAULT_ENGINE_PROBE_MISSES,
+            time_scale: 1,
         }
     );
     let m = err(&doc(GOOD_GENERAL, r#"<agent expires="60"/>"#));
@@ -1058,6 +1059,35 @@ fn rate_limits_cannot_be_disabled() {
     );
     let m = err(&doc(GOOD_GENERAL, r#"<agent sample-interval-ms="1"/>"#));
     assert!(m.contains("sample-interval-ms") && m.contains("100"), "{m}");
+}
+
+#[test]
+fn the_time_scale_divides_the_intervals_and_only_them() -> TestResult {
+    // `--time-scale` (benchmarks): the file's floors stay, the durations
+    // the agent runs on are divided.
+    let text = doc(
+        GOOD_GENERAL,
+        r#"<agent notify-min-interval-ms="1000" notify-top-interval-ms="250" sample-interval-ms="1000"/>"#,
+    );
+    let c = parse(&text, origin())?;
+    assert_eq!(c.agent.time_scale, 1);
+    assert_eq!(c.agent.notify_top_interval(), Duration::from_millis(250));
+    let scaled = c.clone().with_time_scale(30);
+    assert_eq!(
+        scaled.agent.notify_min_interval(),
+        Duration::from_nanos(33_333_333)
+    );
+    assert_eq!(
+        scaled.agent.notify_top_interval(),
+        Duration::from_nanos(8_333_333)
+    );
+    assert_eq!(
+        scaled.agent.sample_interval(),
+        Duration::from_nanos(33_333_333)
+    );
+    assert_eq!(scaled.agent.notify_top_interval_ms, 250);
+    assert_eq!(c.with_time_scale(0).agent.time_scale, 1);
+    Ok(())
 }
 
 #[test]

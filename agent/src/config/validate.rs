@@ -781,6 +781,7 @@ fn agent(cx: &Ctx<'_>, raw: &RawAgent) -> Result<AgentSettings, ConfigError> {
         engine_probe_interval_ms,
         engine_probe_timeout_ms,
         engine_probe_misses,
+        time_scale: d.time_scale,
     })
 }
 

@@ -237,7 +237,7 @@ impl Agent {
     /// agent samples as often as it may notify.
     pub fn sample_interval(&self) -> Duration {
         self.notifier
-            .sample_interval(Duration::from_millis(self.config.agent.sample_interval_ms))
+            .sample_interval(self.config.agent.sample_interval())
     }
 
     /// Whether the engine probe counts the ng exchanges (SPEC §14,

@@ -6,7 +6,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
-use std::time::Duration;
 
 use tracing::{info, warn};
 
@@ -32,8 +31,8 @@ pub(super) fn notifier_config(
             .collect(),
         load_delta: config.general.load_delta,
         high_water: config.agent.notify_high_water,
-        notify_min_interval: Duration::from_millis(config.agent.notify_min_interval_ms),
-        notify_top_interval: Duration::from_millis(config.agent.notify_top_interval_ms),
+        notify_min_interval: config.agent.notify_min_interval(),
+        notify_top_interval: config.agent.notify_top_interval(),
         max_expires: config.agent.max_subscription_expires,
         contact_host_port: contact.to_owned(),
         accounts: config

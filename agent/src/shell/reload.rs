@@ -36,6 +36,8 @@ impl Shell {
 
     /// Applies a new, valid config (SPEC §2 hot reload).
     pub(super) fn reload(&mut self, now: Instant, config: AgentConfig) {
+        // `--time-scale` is the command line's, not the file's.
+        let config = config.with_time_scale(self.agent.config().agent.time_scale);
         if config.agent.tls != self.agent.config().agent.tls {
             self.reload_tls(&config);
         }
