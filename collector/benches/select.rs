@@ -151,7 +151,10 @@ fn bench_select(c: &mut Criterion) {
         &no_preference,
     );
     let pooled = Query {
-        policy: Policy::Pooled { core_hosts: 3 },
+        policy: Policy::Pooled {
+            core_hosts: 3,
+            headroom: 0,
+        },
         ..no_preference.clone()
     };
     bench_with_call_id(
@@ -192,7 +195,10 @@ fn bench_select(c: &mut Criterion) {
         },
     );
     let pooled_video = Query {
-        policy: Policy::Pooled { core_hosts: 3 },
+        policy: Policy::Pooled {
+            core_hosts: 3,
+            headroom: 0,
+        },
         ..video
     };
     c.bench_function(
@@ -384,7 +390,10 @@ fn bench_select_one_zone(c: &mut Criterion) {
     );
     // SPEC §10: the `pooled` estimate over the same 1,000 candidates.
     let pooled = Query {
-        policy: Policy::Pooled { core_hosts: 3 },
+        policy: Policy::Pooled {
+            core_hosts: 3,
+            headroom: 0,
+        },
         ..query.clone()
     };
     c.bench_function("select pooled 1000 msr x 1 contact, 1 zone, 1 site", |b| {

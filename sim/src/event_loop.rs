@@ -190,6 +190,9 @@ pub(crate) struct Host {
     /// The collector's health monitor: the core's failures (SPEC §14)
     /// trip an MSR out of selection, as in the collector.
     pub(crate) health: HealthMonitor,
+    /// Whether the zone is in overload, from the host's own selections
+    /// (SPEC §10), as in the collector.
+    pub(crate) overload: msr_collector::model::overload::OverloadWatch,
 }
 
 /// What the hosts' health monitors did over the measured calls.
@@ -347,6 +350,7 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                     DEFAULT_MAX_DURATION.max(Duration::from_secs(100 * 365 * 86_400)),
                 ),
                 health,
+                overload: Default::default(),
                 next_rr: 0,
                 seen: Seen {
                     reported: vec![None; n],
@@ -406,6 +410,7 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
     // them that found it full.
     let (mut selections_sent, mut selections_full) = (0_u64, 0_u64);
     let mut health_count = HealthCount::default();
+    let mut overload_entries = 0_u64;
     let attempts = scenario.failover_attempts.max(1) as usize;
     let mut classes: [ClassCount; 2] = std::array::from_fn(|_| ClassCount {
         batch_blocked: vec![0; batches as usize],
@@ -550,6 +555,13 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                     }
                     failed.push(m);
                 };
+                // What the host's selections said of overload (SPEC §10),
+                // as the collector logs it.
+                for (_, change) in hosts[h].overload.take_changes() {
+                    if measured && change == msr_collector::model::overload::Change::Entered {
+                        overload_entries += 1;
+                    }
+                }
                 match chosen {
                     Ok(m) if busy[m] < scenario.capacities[m] && takes(m) => {
                         busy[m] += 1;
@@ -797,6 +809,7 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
             / elapsed,
         simulated_secs: elapsed,
         core_failure_trips: health_count.trips,
+        overload_entries,
         other_health_changes: health_count.other,
         full_share: if selections_sent > 0 {
             selections_full as f64 / selections_sent as f64

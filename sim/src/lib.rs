@@ -349,6 +349,9 @@ pub struct Outcome {
     /// those trips: a part of the collector the simulation does not feed
     /// (expected 0).
     pub other_health_changes: u64,
+    /// Times a core host's zone entered overload (SPEC §10: `pooled` then
+    /// keeps a headroom; `msr_collector::model::overload`).
+    pub overload_entries: u64,
 }
 
 /// The figures of each class of calls (SPEC §15), measured over the same

@@ -315,6 +315,12 @@ fn main() -> Result<ExitCode> {
                     o.core_failure_trips, o.other_health_changes
                 );
             }
+            if s.core_hosts > 1 {
+                println!(
+                    "overload: entered {} times (a core host's own selections; SPEC §10)",
+                    o.overload_entries
+                );
+            }
             let classes = report::classes_markdown(&rows);
             if !classes.is_empty() {
                 println!("\n{classes}");

@@ -47,13 +47,16 @@ pub(crate) fn choose(
     match scenario.policy {
         Policy::Pooled | Policy::Ecss => {
             // What the collector does for a select with a call_id.
+            // In overload `pooled` keeps a headroom, as the collector's
+            // core does (`admin::prepare`).
             let policy = effective_policy(
                 selection,
                 true,
                 host.legs.last_release(),
                 now,
                 scenario.core_hosts,
-            );
+            )
+            .in_zone("default", &host.overload);
             let query = Query {
                 zone: "default".into(),
                 site: "local".into(),
@@ -66,13 +69,13 @@ pub(crate) fn choose(
                 needs,
                 now,
             };
-            let choice = select::select(&host.table, operator.topology(), &query, rng).map_err(
-                |refusal| match refusal {
-                    Refusal::NoCapableMsr { .. } => Refused::NoCapableMsr,
-                    Refusal::MsrOverloaded => Refused::MsrOverloaded,
-                    _ => Refused::Other,
-                },
-            )?;
+            let outcome = select::select(&host.table, operator.topology(), &query, rng);
+            select::note_outcome(&mut host.overload, &query, &outcome);
+            let choice = outcome.map_err(|refusal| match refusal {
+                Refusal::NoCapableMsr { .. } => Refused::NoCapableMsr,
+                Refusal::MsrOverloaded => Refused::MsrOverloaded,
+                _ => Refused::Other,
+            })?;
             choice
                 .msr
                 .strip_prefix("msr_")

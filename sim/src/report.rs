@@ -263,6 +263,7 @@ pub fn parse_csv(text: &str) -> Result<Vec<Row>, SimError> {
                 classes: None,
                 core_failure_trips: 0,
                 other_health_changes: 0,
+                overload_entries: 0,
             },
         });
     }

@@ -85,6 +85,7 @@ pub fn effective_policy(
     match selection.policy {
         SelectionPolicy::Pooled if names_a_leg && releasing => select::Policy::Pooled {
             core_hosts: core_hosts.max(1),
+            headroom: 0,
         },
         _ => select::Policy::Ecss,
     }
@@ -111,6 +112,9 @@ pub struct AdminContext<'a> {
     pub health: &'a mut HealthMonitor,
     /// The MSRs that are gone (SPEC §14), which `msr list` shows.
     pub absences: &'a mut crate::model::absent::Absences,
+    /// Which zones are in overload (SPEC §10), which `pooled` selections
+    /// read and record.
+    pub overload: &'a mut crate::model::overload::OverloadWatch,
     /// G, the number of core hosts (SPEC §10, [`crate::operator::cluster::Cluster::core_hosts`]).
     pub core_hosts: u32,
 }
@@ -592,7 +596,8 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
                 ctx.legs.last_release(),
                 now,
                 ctx.core_hosts,
-            );
+            )
+            .in_zone(&zone, ctx.overload);
             run_select(
                 ctx,
                 Query {
@@ -772,6 +777,7 @@ fn run_select(
         let explain = want_explain.then(|| to_wire_explain(&query, &explanation));
         (explanation.outcome, explain)
     };
+    select::note_outcome(ctx.overload, &query, &outcome);
     match outcome {
         Ok(choice) => {
             let leg_outcome = key.map(|key| {

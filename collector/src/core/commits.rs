@@ -136,9 +136,19 @@ impl Collector {
             legs: &mut self.legs,
             health: &mut self.health,
             absences: &mut self.absences,
+            overload: &mut self.overload,
             core_hosts: self.cluster.core_hosts(),
         };
-        match admin::prepare(request, &mut ctx, now) {
+        let outcome = admin::prepare(request, &mut ctx, now);
+        for (zone, change) in self.overload.take_changes() {
+            let headroom = crate::model::overload::headroom(self.cluster.core_hosts());
+            self.events.push_back(Event::ZoneOverload {
+                zone,
+                change,
+                headroom,
+            });
+        }
+        match outcome {
             Outcome::Answer(response) => {
                 self.count_answer(kind, &response);
                 if let (Counted::Selection, Response::Err(body)) = (kind, &response) {

@@ -56,6 +56,20 @@ pub fn log(now: Instant, event: &Event) {
             window_secs = super::refusals::WINDOW.as_secs(),
             "selection refusals not logged individually"
         ),
+        Event::ZoneOverload {
+            zone,
+            change: crate::model::overload::Change::Entered,
+            headroom,
+        } => warn!(
+            %zone,
+            headroom,
+            "zone in overload: pooled selection keeps sessions free on every msr for the other core hosts"
+        ),
+        Event::ZoneOverload {
+            zone,
+            change: crate::model::overload::Change::Left,
+            ..
+        } => info!(%zone, "zone out of overload"),
         Event::MsrGone {
             msr,
             cause,

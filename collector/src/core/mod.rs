@@ -208,6 +208,16 @@ pub enum Event {
     /// The routine subscription refreshes of the last
     /// [`routine::SUMMARY_INTERVAL`] (each one is at DEBUG).
     SubscriptionsRefreshed(routine::RefreshSummary),
+    /// A zone entered or left overload (SPEC §10): `pooled` keeps
+    /// `headroom` sessions of each MSR free while it is in.
+    ZoneOverload {
+        /// The zone.
+        zone: Box<str>,
+        /// Entered or left.
+        change: crate::model::overload::Change,
+        /// The sessions kept free on each MSR while in overload.
+        headroom: u32,
+    },
     /// An MSR lost its last binding (SPEC §14: it stays on record).
     MsrGone {
         /// The MSR.
@@ -247,6 +257,8 @@ pub struct Collector {
     drains: crate::model::drain::DrainWatch,
     /// The MSRs that were registered and are gone (SPEC §14).
     absences: crate::model::absent::Absences,
+    /// The zones in overload (SPEC §10).
+    overload: crate::model::overload::OverloadWatch,
     /// The rate limit of refused selections' log lines (SPEC §16).
     selection_refusals: msr_shared::log_limit::LineLimiter<refusals::SelectionRefusal>,
     /// Routine subscription refreshes, summed up in the log (SPEC §16).
@@ -340,6 +352,7 @@ impl Collector {
             legs: LegTable::new(config.legs.max_duration),
             drains,
             absences: crate::model::absent::Absences::default(),
+            overload: crate::model::overload::OverloadWatch::default(),
             selection_refusals: refusals::limiter(),
             refreshes: routine::RefreshCounter::default(),
             cluster: start.cluster,

@@ -7,3 +7,4 @@ pub mod estimate;
 pub mod health;
 pub mod legs;
 pub mod load_table;
+pub mod overload;

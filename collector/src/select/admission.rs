@@ -38,7 +38,10 @@ pub(super) fn admit(view: &ZoneView<'_>, query: &Query, kept: Vec<usize>) -> Adm
                 // §10: under `pooled` the estimate, not only the last
                 // report, admits (`admission_load`).
                 let occupancy = match query.policy {
-                    Policy::Pooled { core_hosts } => Some(estimated_occupancy(view, p, core_hosts)),
+                    Policy::Pooled {
+                        core_hosts,
+                        headroom,
+                    } => Some(admitted_occupancy(view, p, core_hosts, headroom)),
                     Policy::Ecss => None,
                 };
                 let load = admission_load(occupancy, c.load);

@@ -40,7 +40,10 @@ pub(super) fn select_indexed<R: Rng + ?Sized>(
             let value = rng.gen_range(0.0..total);
             (nearest.weighted(value)?, (value, total), Rule::Draw)
         }
-        Policy::Pooled { core_hosts } => {
+        Policy::Pooled {
+            core_hosts,
+            headroom,
+        } => {
             if core_hosts.max(1) != nearest.core_hosts() {
                 return None;
             }
@@ -49,7 +52,18 @@ pub(super) fn select_indexed<R: Rng + ?Sized>(
                 return Some(Err(Refusal::MsrOverloaded));
             }
             let r = if ties > 1 { rng.gen_range(0..ties) } else { 0 };
-            (nearest.tied(r)?, (0.0, 0.0), Rule::Pooled)
+            let position = nearest.tied(r)?;
+            // In overload (a headroom), the least occupied admitted
+            // without it may not be with it: then the scan holds each MSR
+            // to its own limit.
+            if headroom > 0 {
+                let c = nearest.view().candidate(position, query.now)?;
+                let occupancy = admitted_occupancy(nearest.view(), position, core_hosts, headroom);
+                if admission_load(Some(occupancy), c.load) >= f64::from(c.load_limit) {
+                    return None;
+                }
+            }
+            (position, (0.0, 0.0), Rule::Pooled)
         }
     };
     let c = nearest.view().candidate(position, query.now)?;

@@ -92,6 +92,16 @@
 //! admitted on its reported load as in §7 (0) and ranks last.
 //! Conference legs keep their §9 rules under either policy.
 //!
+//! Overload. With G > 1 every collector reads the same report, and in
+//! overload each sends its next leg into the room the report shows: at
+//! 120 % offered one leg in seven went to an MSR in fact full. While a
+//! zone's own recent selections show overload
+//! ([`crate::model::overload`]), `pooled` admits an MSR only while its
+//! estimate plus a headroom of half a session per other host
+//! (`Policy::Pooled`'s `headroom`; at most one session in 40 of the MSR) is
+//! below its load limit; at other times the headroom is 0, so a 90 % load
+//! is admitted as before.
+//!
 //! # The index
 //!
 //! [`select`] answers a plain leg with nothing failed and no offer through
@@ -118,6 +128,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::model::load_table::{admission_load, draw_weight, Candidate, LoadTable, ZoneView};
+use crate::model::overload::OverloadWatch;
 use crate::operator::names::{ContactName, MsrName};
 use crate::operator::topology::Topology;
 
@@ -163,6 +174,10 @@ pub enum Policy {
     Pooled {
         /// G, the number of core hosts placing legs on these MSRs (≥ 1).
         core_hosts: u32,
+        /// Sessions of each MSR kept free for the other hosts: 0, or in
+        /// overload ([`crate::model::overload`]) half a session per other
+        /// host (module docs, "Overload").
+        headroom: u32,
     },
 }
 
@@ -173,6 +188,39 @@ impl Policy {
             Policy::Ecss => "ecss",
             Policy::Pooled { .. } => "pooled",
         }
+    }
+
+    /// This policy for a leg of `zone`: `pooled` with the headroom `watch`
+    /// says the zone needs now (module docs, "Overload").
+    pub fn in_zone(self, zone: &str, watch: &OverloadWatch) -> Policy {
+        match self {
+            Policy::Pooled { core_hosts, .. } => Policy::Pooled {
+                core_hosts,
+                headroom: watch.headroom(zone, core_hosts),
+            },
+            Policy::Ecss => Policy::Ecss,
+        }
+    }
+}
+
+/// Records in `watch` what a plain leg's `pooled` selection came to: placed
+/// or refused `msr_overloaded` (module docs, "Overload"). Other outcomes
+/// and policies say nothing of overload.
+pub fn note_outcome(watch: &mut OverloadWatch, query: &Query, outcome: &Result<Choice, Refusal>) {
+    if !matches!(
+        (query.policy, &query.admission),
+        (Policy::Pooled { .. }, Admission::Plain)
+    ) {
+        return;
+    }
+    match outcome {
+        Ok(_) => {
+            watch.record(&query.zone, false);
+        }
+        Err(Refusal::MsrOverloaded) => {
+            watch.record(&query.zone, true);
+        }
+        Err(_) => {}
     }
 }
 

@@ -14,6 +14,22 @@ pub(super) fn estimated_occupancy(view: &ZoneView<'_>, position: usize, core_hos
         .map_or(f64::INFINITY, |inputs| inputs.occupancy(core_hosts))
 }
 
+/// The occupancy admission holds against the load limit (module docs of
+/// `select`, "Overload"): the estimate with `headroom` sessions added.
+#[inline]
+pub(super) fn admitted_occupancy(
+    view: &ZoneView<'_>,
+    position: usize,
+    core_hosts: u32,
+    headroom: u32,
+) -> f64 {
+    view.estimate_inputs(position)
+        .map_or(f64::INFINITY, |inputs| {
+            let kept = crate::model::overload::headroom_of(headroom, inputs.max_calls);
+            inputs.occupancy(core_hosts) + f64::from(kept) / f64::from(inputs.max_calls.max(1))
+        })
+}
+
 /// How far one kind of media a leg does not use moves an MSR down the
 /// ranking: past any occupancy an admitted MSR can have.
 const SPARE_KIND_TIER: f64 = 1e6;

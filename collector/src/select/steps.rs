@@ -209,7 +209,7 @@ pub(super) fn run<R: Rng + ?Sized>(
     // §10: the `pooled` policy ranks a plain leg's admitted MSRs instead of
     // the draw (module docs).
     let pooled = match (query.policy, rule) {
-        (Policy::Pooled { core_hosts }, Rule::Draw) if !kept.is_empty() => {
+        (Policy::Pooled { core_hosts, .. }, Rule::Draw) if !kept.is_empty() => {
             pooled_pick(&view, &kept, core_hosts, query.needs, &mut draw)
         }
         _ => None,

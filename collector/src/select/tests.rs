@@ -1223,7 +1223,10 @@ impl World {
 
     fn pooled(&self, core_hosts: u32) -> Query {
         Query {
-            policy: Policy::Pooled { core_hosts },
+            policy: Policy::Pooled {
+                core_hosts,
+                headroom: 0,
+            },
             ..self.query("default", "local", None)
         }
     }
@@ -1270,6 +1273,64 @@ fn pooled_counts_placements_since_the_report_times_the_core_hosts() {
             .note_ended("msr_1", t + Duration::from_millis(100 * i));
     }
     assert_eq!(w.pick(&w.pooled(3)).expect("choice").msr, "msr_1");
+}
+
+#[test]
+fn pooled_in_overload_keeps_the_headroom_free_on_every_msr() {
+    // msr_1 at 98 of 100 and msr_2 (200 sessions) at 197: with G = 3 in
+    // overload, one session of each is kept for the other hosts.
+    let mut w = World::new();
+    let t = w.now;
+    w.contact(c("lo@msr_1", "default", "local"))
+        .report("msr_1", 98, 100, t);
+    w.contact(c("lo@msr_2", "default", "local"))
+        .report("msr_2", 197, 200, t);
+    let headroom = |h| Query {
+        policy: Policy::Pooled {
+            core_hosts: 3,
+            headroom: h,
+        },
+        ..w.query("default", "local", None)
+    };
+    let scan = |q: &Query| w.fixed(q, 0.0).outcome;
+    // Without a headroom the least occupied (98 %) takes it.
+    assert_eq!(w.pick(&headroom(0)).expect("choice").msr, "msr_1");
+    // 98 + 1 < 100 and 197 + 1 < 200: both still admitted, msr_1 least.
+    assert_eq!(w.pick(&headroom(1)).expect("choice").msr, "msr_1");
+    // 98 + 2 = 100: msr_1 is full with the headroom, msr_2 (199) is not.
+    // The index finds msr_1 the least occupied, and leaves it to the scan.
+    assert_eq!(w.pick(&headroom(2)).expect("choice").msr, "msr_2");
+    assert_eq!(scan(&headroom(2)).expect("choice").msr, "msr_2");
+    // 197 + 3 = 200: none left.
+    assert_eq!(w.pick(&headroom(3)), Err(Refusal::MsrOverloaded));
+    assert_eq!(scan(&headroom(3)), Err(Refusal::MsrOverloaded));
+}
+
+#[test]
+fn the_overload_watch_sets_the_headroom_and_counts_only_pooled_plain_outcomes() {
+    use crate::model::overload::{OverloadWatch, ENTER};
+    let w = three_reported();
+    let mut watch = OverloadWatch::default();
+    let pooled = w.pooled(3);
+    let refused: Result<Choice, Refusal> = Err(Refusal::MsrOverloaded);
+    // `ecss` outcomes and other refusals say nothing of overload.
+    let ecss = w.query("default", "local", None);
+    for _ in 0..ENTER {
+        note_outcome(&mut watch, &ecss, &refused);
+        note_outcome(&mut watch, &pooled, &Err(Refusal::MsrNotFound));
+    }
+    assert_eq!(pooled.policy.in_zone("default", &watch), pooled.policy);
+    for _ in 0..ENTER {
+        note_outcome(&mut watch, &pooled, &refused);
+    }
+    assert_eq!(
+        pooled.policy.in_zone("default", &watch),
+        Policy::Pooled {
+            core_hosts: 3,
+            headroom: 1
+        }
+    );
+    assert_eq!(Policy::Ecss.in_zone("default", &watch), Policy::Ecss);
 }
 
 #[test]
@@ -1750,7 +1811,13 @@ proptest! {
         let leg_site = SITES.get(site).copied().unwrap_or("nowhere");
         let topology = world.operator.topology();
         let table = &world.table;
-        for policy in [Policy::Ecss, Policy::Pooled { core_hosts }] {
+        for policy in [
+            Policy::Ecss,
+            Policy::Pooled {
+                core_hosts,
+                headroom: 0,
+            },
+        ] {
             let mut query = world.query(ZONES[zone], leg_site, None);
             query.msr = msr.map(|m| format!("msr_{m}"));
             query.policy = policy;
@@ -1803,7 +1870,7 @@ proptest! {
                         units.iter().filter(|u| u.1 > 0.0).map(|u| (u.0, u.1)).collect();
                     prop_assert_eq!(got, want);
                 }
-                Policy::Pooled { core_hosts } => {
+                Policy::Pooled { core_hosts, .. } => {
                     let want: Vec<(usize, f64)> = kept
                         .iter()
                         .map(|&p| (p, estimated_occupancy(&view, p, core_hosts)))

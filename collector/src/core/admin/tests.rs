@@ -41,6 +41,7 @@ struct Harness {
     legs: crate::model::legs::LegTable,
     health: crate::model::health::HealthMonitor,
     absences: crate::model::absent::Absences,
+    overload: crate::model::overload::OverloadWatch,
     _dir: tempfile::TempDir,
 }
 
@@ -66,6 +67,7 @@ impl Harness {
             }),
             health: crate::model::health::HealthMonitor::new(config.health, local),
             absences: crate::model::absent::Absences::default(),
+            overload: crate::model::overload::OverloadWatch::default(),
             store,
             defaults,
             rng: StdRng::seed_from_u64(1),
@@ -85,6 +87,7 @@ impl Harness {
             legs: &mut self.legs,
             health: &mut self.health,
             absences: &mut self.absences,
+            overload: &mut self.overload,
             core_hosts: 1,
         };
         handle(request, &mut ctx, &self.store, now)
@@ -903,7 +906,10 @@ fn pooled_applies_to_named_legs_while_the_core_releases_legs() {
     let t0 = Instant::now();
     let pooled = SelectionConfig::default();
     let at = |secs| t0 + Duration::from_secs(secs);
-    let g3 = select::Policy::Pooled { core_hosts: 3 };
+    let g3 = select::Policy::Pooled {
+        core_hosts: 3,
+        headroom: 0,
+    };
     assert_eq!(effective_policy(&pooled, true, Some(t0), at(10), 3), g3);
     // No release yet (a start), none within the window, no call_id: ecss.
     assert_eq!(
