@@ -236,6 +236,7 @@ pub struct Metrics {
     notifies: Family<OutcomeLabel, Counter>,
     registers: Family<StatusLabel, Counter>,
     released_legs: Counter,
+    zone_overloads: Counter,
     redirects: Family<StatusLabel, Counter>,
     core_failures: Family<MsrCauseLabels, Counter>,
 }
@@ -301,6 +302,12 @@ impl Metrics {
             "Call legs ended by a release",
             released_legs.clone(),
         );
+        let zone_overloads = Counter::default();
+        registry.register(
+            "msr_collector_zone_overloads",
+            "Times a zone entered overload: pooled then keeps a headroom on every MSR for the other core hosts (SPEC 10)",
+            zone_overloads.clone(),
+        );
         let redirects = Family::<StatusLabel, Counter>::default();
         registry.register(
             "msr_collector_redirect_responses",
@@ -353,6 +360,7 @@ impl Metrics {
             notifies,
             registers,
             released_legs,
+            zone_overloads,
             redirects,
             core_failures,
         }
@@ -364,6 +372,9 @@ impl Metrics {
             Count::Selected { msr, leg } => self.selected(msr, *leg),
             Count::Refused(code) => self.refused(*code),
             Count::Released(legs) => self.released(*legs),
+            Count::ZoneOverload => {
+                self.zone_overloads.inc();
+            }
             Count::Register(status) => self.register(*status),
             Count::Notify { accepted } => self.notify(*accepted),
             Count::CoreFailure { msr, cause } => self.core_failure(msr, cause.label()),

@@ -141,6 +141,9 @@ impl Collector {
         };
         let outcome = admin::prepare(request, &mut ctx, now);
         for (zone, change) in self.overload.take_changes() {
+            if change == crate::model::overload::Change::Entered {
+                self.counts.push_back(super::Count::ZoneOverload);
+            }
             let headroom = crate::model::overload::headroom(self.cluster.core_hosts());
             self.events.push_back(Event::ZoneOverload {
                 zone,

@@ -33,6 +33,8 @@ pub enum Count {
         /// Answered 200.
         accepted: bool,
     },
+    /// A zone entered overload (SPEC §10, [`crate::model::overload`]).
+    ZoneOverload,
     /// A core reported that `msr` failed a leg (SPEC §14).
     CoreFailure {
         /// The MSR.
