@@ -203,14 +203,13 @@ impl Policy {
     }
 }
 
-/// Records in `watch` what a plain leg's `pooled` selection came to: placed
-/// or refused `msr_overloaded` (module docs, "Overload"). Other outcomes
-/// and policies say nothing of overload.
+/// Records in `watch` what a plain leg's `pooled` selection with several
+/// core hosts came to: placed or refused `msr_overloaded` (module docs,
+/// "Overload"). Other outcomes and policies, and one core host (whose
+/// estimate is exact: it keeps no headroom), say nothing of overload.
 pub fn note_outcome(watch: &mut OverloadWatch, query: &Query, outcome: &Result<Choice, Refusal>) {
-    if !matches!(
-        (query.policy, &query.admission),
-        (Policy::Pooled { .. }, Admission::Plain)
-    ) {
+    let several = matches!(query.policy, Policy::Pooled { core_hosts, .. } if core_hosts > 1);
+    if !several || !matches!(query.admission, Admission::Plain) {
         return;
     }
     match outcome {

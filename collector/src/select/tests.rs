@@ -1331,6 +1331,12 @@ fn the_overload_watch_sets_the_headroom_and_counts_only_pooled_plain_outcomes() 
         }
     );
     assert_eq!(Policy::Ecss.in_zone("default", &watch), Policy::Ecss);
+    // One core host records nothing: no log line, no count, no headroom.
+    let mut single = OverloadWatch::default();
+    for _ in 0..ENTER {
+        note_outcome(&mut single, &w.pooled(1), &refused);
+    }
+    assert!(single.take_changes().is_empty());
 }
 
 #[test]
