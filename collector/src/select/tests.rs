@@ -1892,3 +1892,99 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+    /// In overload (`pooled` with a headroom) the index answers as the
+    /// scan does: the same refusal, or a choice the scan admits with the
+    /// headroom and that is one of its least occupied.
+    #[test]
+    fn with_a_headroom_the_index_answers_as_the_scan(
+        distances in proptest::collection::vec(proptest::option::of(0u8..4), 10),
+        contacts in proptest::collection::vec(
+            (0usize..5, 0usize..3, 0usize..2, 0usize..4, any::<bool>(), proptest::bool::weighted(0.95)),
+            0..20,
+        ),
+        loads in proptest::collection::vec(prop_oneof![Just(100u8), 0u8..=100], 5),
+        coefficients in proptest::collection::vec(0.1f64..3.0, 5),
+        // Large MSRs too, whose headroom is more than one session.
+        calls in proptest::collection::vec(proptest::option::of(prop_oneof![
+            (0u32..6, 0u32..6),
+            (150u32..=400, 150u32..=400),
+        ]), 5),
+        limits in proptest::collection::vec(prop_oneof![Just(100u32), 80u32..=100], 5),
+        placed in proptest::collection::vec(0usize..5, 0..6),
+        zone in 0usize..2,
+        site in 0usize..5,
+        core_hosts in 2u32..12,
+        seed in any::<u64>(),
+    ) {
+        let mut world = arbitrary_world(&distances, &contacts, &loads, &coefficients);
+        let now = world.now;
+        for (m, c) in calls.iter().enumerate() {
+            let Some((calls, max_calls)) = *c else { continue };
+            let msr = format!("msr_{m}");
+            let report = LoadReport {
+                msr: msr.clone(),
+                load: loads[m],
+                calls,
+                max_calls,
+                ..LoadReport::default()
+            };
+            let change = Change::LoadReported { msr: &MsrName::test(&msr), report, at: now };
+            world.table.apply(&world.operator, change);
+        }
+        for (m, limit) in limits.iter().enumerate() {
+            world.operator.set_load_limit(&format!("msr_{m}"), *limit).expect("limit");
+        }
+        world.table.apply(&world.operator, Change::OperatorChanged);
+        for m in placed {
+            world.table.note_placed(&format!("msr_{m}"), now);
+        }
+        world.table.set_core_hosts(core_hosts);
+        let leg_site = SITES.get(site).copied().unwrap_or("nowhere");
+        let topology = world.operator.topology();
+        let table = &world.table;
+        let headroom = crate::model::overload::headroom(core_hosts);
+        let mut query = world.query(ZONES[zone], leg_site, None);
+        query.policy = Policy::Pooled { core_hosts, headroom };
+        let mut rng = StdRng::seed_from_u64(seed);
+        let Some(indexed) = select_indexed(table, topology, &query, &mut rng) else {
+            return Ok(());
+        };
+        let scan = run::<StdRng>(table, topology, &query, Draw::Fixed(0.0), Detail::Choice)
+            .expect("a draw of 0 is in range");
+        let choice = match (indexed, scan.outcome) {
+            (Err(got), Err(want)) => {
+                prop_assert_eq!(got, want);
+                return Ok(());
+            }
+            (Ok(choice), Ok(want)) => {
+                prop_assert_eq!(choice.media_bridge, want.media_bridge);
+                prop_assert_eq!(choice.distance, want.distance);
+                prop_assert_eq!(choice.rule, want.rule);
+                choice
+            }
+            (got, want) => {
+                prop_assert!(false, "index {:?}, scan {:?}", got, want);
+                return Ok(());
+            }
+        };
+        let view = table.zone(&query.zone);
+        let from = topology.distances_from(leg_site).expect("declared");
+        let column = view.distances(&from);
+        let steps = steps_1_to_4(&view, &column, &query);
+        let kept = admit(&view, &query, steps.kept).kept;
+        let chosen = kept
+            .iter()
+            .copied()
+            .find(|p| view.candidate(*p, now).is_some_and(|c| *c.contact == *choice.contact));
+        prop_assert!(chosen.is_some(), "{} not admitted with the headroom", choice.contact);
+        let least = kept
+            .iter()
+            .map(|&p| estimated_occupancy(&view, p, core_hosts))
+            .fold(f64::INFINITY, f64::min);
+        let key = chosen.map(|p| estimated_occupancy(&view, p, core_hosts));
+        prop_assert!(key == Some(least) || (least.is_infinite() && key.is_some_and(f64::is_infinite)));
+    }
+}
