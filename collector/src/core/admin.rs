@@ -673,10 +673,22 @@ fn refusal_message(refusal: Refusal, query: &Query) -> String {
             query.zone, query.site
         ),
         Refusal::MsrOverloaded => match &query.admission {
-            select::Admission::Plain => format!(
-                "every msr in zone `{}` nearest to site `{}` is at or above its load limit",
-                query.zone, query.site
-            ),
+            select::Admission::Plain => match query.policy {
+                // SPEC §10: in overload the headroom, not the limit, refused.
+                select::Policy::Pooled { headroom, .. } if headroom > 0 => format!(
+                    "every msr in zone `{}` nearest to site `{}` is at or above its load limit \
+                     less the headroom kept for the other core hosts (zone in overload: up to {} \
+                     session{} of each msr)",
+                    query.zone,
+                    query.site,
+                    headroom,
+                    if headroom == 1 { "" } else { "s" }
+                ),
+                _ => format!(
+                    "every msr in zone `{}` nearest to site `{}` is at or above its load limit",
+                    query.zone, query.site
+                ),
+            },
             select::Admission::Conference(c) => format!(
                 "every msr in zone `{}` nearest to site `{}` is at or above the {}conference threshold \
                  ({}% of its load limit) for conference `{}`",

@@ -48,7 +48,18 @@ pub(super) fn admit(view: &ZoneView<'_>, query: &Query, kept: Vec<usize>) -> Adm
                 if load < f64::from(c.load_limit) {
                     return true;
                 }
-                let outcome = if load >= 100.0 {
+                // Full on the estimate alone: a headroom (overload) keeps
+                // free sessions an MSR has, it does not fill it.
+                let full = match query.policy {
+                    Policy::Pooled {
+                        core_hosts,
+                        headroom,
+                    } if headroom > 0 => {
+                        admission_load(Some(estimated_occupancy(view, p, core_hosts)), c.load)
+                    }
+                    _ => load,
+                };
+                let outcome = if full >= 100.0 {
                     CandidateOutcome::Full
                 } else {
                     CandidateOutcome::OverLoadLimit

@@ -1304,6 +1304,12 @@ fn pooled_in_overload_keeps_the_headroom_free_on_every_msr() {
     // 197 + 3 = 200: none left.
     assert_eq!(w.pick(&headroom(3)), Err(Refusal::MsrOverloaded));
     assert_eq!(scan(&headroom(3)), Err(Refusal::MsrOverloaded));
+    // The explanation does not call them full: they have sessions free,
+    // which the headroom keeps for the other hosts.
+    let e = w.fixed(&headroom(3), 0.0);
+    for c in &e.candidates {
+        assert_eq!(c.outcome, CandidateOutcome::OverLoadLimit, "{}", c.msr);
+    }
 }
 
 #[test]

@@ -1516,3 +1516,27 @@ fn forget_tells_an_unknown_msr_from_a_registered_one() {
         "{unknown:?}"
     );
 }
+
+#[test]
+fn a_refusal_in_overload_names_the_headroom() {
+    let query = |headroom| Query {
+        zone: "z".into(),
+        site: "s".into(),
+        msr: None,
+        admission: select::Admission::Plain,
+        policy: select::Policy::Pooled {
+            core_hosts: 3,
+            headroom,
+        },
+        now: Instant::now(),
+        failed: Vec::new(),
+        needs: Default::default(),
+    };
+    let plain = refusal_message(Refusal::MsrOverloaded, &query(0));
+    assert!(!plain.contains("headroom"), "{plain}");
+    let m = refusal_message(Refusal::MsrOverloaded, &query(1));
+    assert!(
+        m.contains("less the headroom") && m.contains("up to 1 session of"),
+        "{m}"
+    );
+}
