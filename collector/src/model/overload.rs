@@ -131,6 +131,17 @@ impl OverloadWatch {
         change
     }
 
+    /// Forgets `zone`'s outcomes (one core host: its estimate is exact,
+    /// nothing is kept free); a zone in overload leaves it.
+    pub fn forget(&mut self, zone: &str) -> Option<Change> {
+        let window = self.zones.remove(zone)?;
+        if !window.overloaded {
+            return None;
+        }
+        self.changes.push((zone.into(), Change::Left));
+        Some(Change::Left)
+    }
+
     /// The changes since the last call, oldest first (for the log).
     pub fn take_changes(&mut self) -> Vec<(Box<str>, Change)> {
         std::mem::take(&mut self.changes)

@@ -203,13 +203,17 @@ impl Policy {
     }
 }
 
-/// Records in `watch` what a plain leg's `pooled` selection with several
-/// core hosts came to: placed or refused `msr_overloaded` (module docs,
-/// "Overload"). Other outcomes and policies, and one core host (whose
-/// estimate is exact: it keeps no headroom), say nothing of overload.
+/// Records in `watch` what a plain leg's `pooled` selection came to: placed
+/// or refused `msr_overloaded` (module docs, "Overload"). Other outcomes
+/// and policies say nothing of overload, nor does one core host's (no
+/// headroom to keep: its zone is neither in overload nor logged so).
 pub fn note_outcome(watch: &mut OverloadWatch, query: &Query, outcome: &Result<Choice, Refusal>) {
-    let several = matches!(query.policy, Policy::Pooled { core_hosts, .. } if core_hosts > 1);
-    if !several || !matches!(query.admission, Admission::Plain) {
+    let core_hosts = match (query.policy, &query.admission) {
+        (Policy::Pooled { core_hosts, .. }, Admission::Plain) => core_hosts,
+        _ => return,
+    };
+    if core_hosts <= 1 {
+        watch.forget(&query.zone);
         return;
     }
     match outcome {

@@ -1346,6 +1346,34 @@ fn the_overload_watch_sets_the_headroom_and_counts_only_pooled_plain_outcomes() 
 }
 
 #[test]
+fn one_core_host_never_puts_a_zone_in_overload() {
+    use crate::model::overload::{Change, OverloadWatch, ENTER};
+    let w = three_reported();
+    let mut watch = OverloadWatch::default();
+    let refused: Result<Choice, Refusal> = Err(Refusal::MsrOverloaded);
+    // G = 1 keeps no headroom: no entry, no `zone in overload` line.
+    for _ in 0..2 * ENTER {
+        note_outcome(&mut watch, &w.pooled(1), &refused);
+    }
+    assert!(!watch.is_overloaded("default"));
+    assert_eq!(watch.take_changes(), vec![]);
+    // In with G = 3; G back to 1: out (and logged so) at once.
+    for _ in 0..ENTER {
+        note_outcome(&mut watch, &w.pooled(3), &refused);
+    }
+    assert!(watch.is_overloaded("default"));
+    note_outcome(&mut watch, &w.pooled(1), &refused);
+    assert!(!watch.is_overloaded("default"));
+    assert_eq!(
+        watch.take_changes(),
+        vec![
+            ("default".into(), Change::Entered),
+            ("default".into(), Change::Left)
+        ]
+    );
+}
+
+#[test]
 fn pooled_forgets_events_a_newer_report_covers_but_not_those_in_flight() {
     let mut w = three_reported();
     let t = w.now;
