@@ -41,7 +41,13 @@ pub(super) fn admit(view: &ZoneView<'_>, query: &Query, kept: Vec<usize>) -> Adm
                     Policy::Pooled {
                         core_hosts,
                         headroom,
-                    } => Some(admitted_occupancy(view, p, core_hosts, headroom)),
+                    } => Some(admitted_occupancy(
+                        view,
+                        p,
+                        core_hosts,
+                        headroom,
+                        c.load_limit,
+                    )),
                     Policy::Ecss => None,
                 };
                 let load = admission_load(occupancy, c.load);

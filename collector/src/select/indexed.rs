@@ -58,7 +58,13 @@ pub(super) fn select_indexed<R: Rng + ?Sized>(
             // to its own limit.
             if headroom > 0 {
                 let c = nearest.view().candidate(position, query.now)?;
-                let occupancy = admitted_occupancy(nearest.view(), position, core_hosts, headroom);
+                let occupancy = admitted_occupancy(
+                    nearest.view(),
+                    position,
+                    core_hosts,
+                    headroom,
+                    c.load_limit,
+                );
                 if admission_load(Some(occupancy), c.load) >= f64::from(c.load_limit) {
                     return None;
                 }

@@ -15,17 +15,25 @@ pub(super) fn estimated_occupancy(view: &ZoneView<'_>, position: usize, core_hos
 }
 
 /// The occupancy admission holds against the load limit (module docs of
-/// `select`, "Overload"): the estimate with `headroom` sessions added.
+/// `select`, "Overload"): the estimate with `headroom` sessions added, but
+/// never all the room below `load_limit` (percent): an idle MSR, however
+/// small, still takes a leg, or its refusals would hold the zone in
+/// overload whatever the load.
 #[inline]
 pub(super) fn admitted_occupancy(
     view: &ZoneView<'_>,
     position: usize,
     core_hosts: u32,
     headroom: u32,
+    load_limit: u8,
 ) -> f64 {
     view.estimate_inputs(position)
         .map_or(f64::INFINITY, |inputs| {
+            let room = (u64::from(inputs.max_calls) * u64::from(load_limit))
+                .div_ceil(100)
+                .saturating_sub(1);
             let kept = crate::model::overload::headroom_of(headroom, inputs.max_calls);
+            let kept = u32::try_from(room).map_or(kept, |room| kept.min(room));
             inputs.occupancy(core_hosts) + f64::from(kept) / f64::from(inputs.max_calls.max(1))
         })
 }

@@ -1313,6 +1313,26 @@ fn pooled_in_overload_keeps_the_headroom_free_on_every_msr() {
 }
 
 #[test]
+fn an_idle_msr_is_admitted_in_overload_whatever_its_size() {
+    // An MSR of one session, idle: a headroom that keeps its only session
+    // refuses every leg, and those refusals hold the zone in overload for
+    // good, whatever the load.
+    let mut w = World::new();
+    let t = w.now;
+    w.contact(c("lo@msr_1", "default", "local"))
+        .report("msr_1", 0, 1, t);
+    let q = Query {
+        policy: Policy::Pooled {
+            core_hosts: 3,
+            headroom: 1,
+        },
+        ..w.query("default", "local", None)
+    };
+    assert_eq!(w.pick(&q).expect("choice").msr, "msr_1");
+    assert_eq!(w.fixed(&q, 0.0).outcome.expect("choice").msr, "msr_1");
+}
+
+#[test]
 fn the_overload_watch_sets_the_headroom_and_counts_only_pooled_plain_outcomes() {
     use crate::model::overload::{OverloadWatch, ENTER};
     let w = three_reported();
