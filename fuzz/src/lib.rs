@@ -197,6 +197,7 @@ struct AdminRig {
     legs: msr_collector::model::legs::LegTable,
     health: msr_collector::model::health::HealthMonitor,
     absences: msr_collector::model::absent::Absences,
+    overload: msr_collector::model::overload::OverloadWatch,
 }
 
 impl AdminRig {
@@ -221,6 +222,7 @@ impl AdminRig {
             ),
             health: msr_collector::model::health::HealthMonitor::new(config.health, local),
             absences: msr_collector::model::absent::Absences::default(),
+            overload: msr_collector::model::overload::OverloadWatch::default(),
             defaults,
             rng: rand::rngs::StdRng::seed_from_u64(1),
             legs: msr_collector::model::legs::LegTable::new(config.legs.max_duration),
@@ -241,6 +243,7 @@ impl AdminRig {
             legs: &mut self.legs,
             health: &mut self.health,
             absences: &mut self.absences,
+            overload: &mut self.overload,
             core_hosts: 1,
         };
         match admin::prepare(request, &mut ctx, Instant::now()) {
