@@ -216,6 +216,11 @@ pub fn note_outcome(watch: &mut OverloadWatch, query: &Query, outcome: &Result<C
         watch.forget(&query.zone);
         return;
     }
+    // A leg that names its other leg's MSR is held to that MSR alone
+    // (step 2): its refusal says that one MSR is full, not the zone.
+    if query.msr.is_some() {
+        return;
+    }
     match outcome {
         Ok(_) => {
             watch.record(&query.zone, false);

@@ -1339,9 +1339,15 @@ fn the_overload_watch_sets_the_headroom_and_counts_only_pooled_plain_outcomes() 
     let mut watch = OverloadWatch::default();
     let pooled = w.pooled(3);
     let refused: Result<Choice, Refusal> = Err(Refusal::MsrOverloaded);
-    // `ecss` outcomes and other refusals say nothing of overload.
+    // `ecss` outcomes, other refusals and the refusals of a leg held to
+    // its other leg's MSR say nothing of overload.
     let ecss = w.query("default", "local", None);
+    let pinned = Query {
+        msr: Some("msr_1".into()),
+        ..pooled.clone()
+    };
     for _ in 0..ENTER {
+        note_outcome(&mut watch, &pinned, &refused);
         note_outcome(&mut watch, &ecss, &refused);
         note_outcome(&mut watch, &pooled, &Err(Refusal::MsrNotFound));
     }
