@@ -1820,6 +1820,51 @@ fn pooled_keeps_the_video_msrs_for_video_calls() {
     );
 }
 
+/// `world` with the MSRs' reports (`calls`: calls and `max-calls` of
+/// `msr_{m}`, at `loads[m]`), load limits, this collector's placements and
+/// G, as the index properties below draw them.
+fn reported_world(
+    mut world: World,
+    loads: &[u8],
+    calls: &[Option<(u32, u32)>],
+    limits: &[u32],
+    placed: &[usize],
+    core_hosts: u32,
+) -> World {
+    let now = world.now;
+    for (m, c) in calls.iter().enumerate() {
+        let Some((calls, max_calls)) = *c else {
+            continue;
+        };
+        let msr = format!("msr_{m}");
+        let report = LoadReport {
+            msr: msr.clone(),
+            load: loads[m],
+            calls,
+            max_calls,
+            ..LoadReport::default()
+        };
+        let change = Change::LoadReported {
+            msr: &MsrName::test(&msr),
+            report,
+            at: now,
+        };
+        world.table.apply(&world.operator, change);
+    }
+    for (m, limit) in limits.iter().enumerate() {
+        world
+            .operator
+            .set_load_limit(&format!("msr_{m}"), *limit)
+            .expect("limit");
+    }
+    world.table.apply(&world.operator, Change::OperatorChanged);
+    for m in placed {
+        world.table.note_placed(&format!("msr_{m}"), now);
+    }
+    world.table.set_core_hosts(core_hosts);
+    world
+}
+
 proptest! {
     // The index declines about 3 queries in 4 of these small worlds (a
     // named MSR with a candidate, several nearest sites, no candidate at
@@ -1851,29 +1896,15 @@ proptest! {
         core_hosts in 1u32..4,
         seed in any::<u64>(),
     ) {
-        let mut world = arbitrary_world(&distances, &contacts, &loads, &coefficients);
+        let world = reported_world(
+            arbitrary_world(&distances, &contacts, &loads, &coefficients),
+            &loads,
+            &calls,
+            &limits,
+            &placed,
+            core_hosts,
+        );
         let now = world.now;
-        for (m, c) in calls.iter().enumerate() {
-            let Some((calls, max_calls)) = *c else { continue };
-            let msr = format!("msr_{m}");
-            let report = LoadReport {
-                msr: msr.clone(),
-                load: loads[m],
-                calls,
-                max_calls,
-                ..LoadReport::default()
-            };
-            let change = Change::LoadReported { msr: &MsrName::test(&msr), report, at: now };
-            world.table.apply(&world.operator, change);
-        }
-        for (m, limit) in limits.iter().enumerate() {
-            world.operator.set_load_limit(&format!("msr_{m}"), *limit).expect("limit");
-        }
-        world.table.apply(&world.operator, Change::OperatorChanged);
-        for m in placed {
-            world.table.note_placed(&format!("msr_{m}"), now);
-        }
-        world.table.set_core_hosts(core_hosts);
         let leg_site = SITES.get(site).copied().unwrap_or("nowhere");
         let topology = world.operator.topology();
         let table = &world.table;
@@ -1979,29 +2010,15 @@ proptest! {
         core_hosts in 2u32..12,
         seed in any::<u64>(),
     ) {
-        let mut world = arbitrary_world(&distances, &contacts, &loads, &coefficients);
+        let world = reported_world(
+            arbitrary_world(&distances, &contacts, &loads, &coefficients),
+            &loads,
+            &calls,
+            &limits,
+            &placed,
+            core_hosts,
+        );
         let now = world.now;
-        for (m, c) in calls.iter().enumerate() {
-            let Some((calls, max_calls)) = *c else { continue };
-            let msr = format!("msr_{m}");
-            let report = LoadReport {
-                msr: msr.clone(),
-                load: loads[m],
-                calls,
-                max_calls,
-                ..LoadReport::default()
-            };
-            let change = Change::LoadReported { msr: &MsrName::test(&msr), report, at: now };
-            world.table.apply(&world.operator, change);
-        }
-        for (m, limit) in limits.iter().enumerate() {
-            world.operator.set_load_limit(&format!("msr_{m}"), *limit).expect("limit");
-        }
-        world.table.apply(&world.operator, Change::OperatorChanged);
-        for m in placed {
-            world.table.note_placed(&format!("msr_{m}"), now);
-        }
-        world.table.set_core_hosts(core_hosts);
         let leg_site = SITES.get(site).copied().unwrap_or("nowhere");
         let topology = world.operator.topology();
         let table = &world.table;
