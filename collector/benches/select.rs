@@ -442,5 +442,26 @@ fn bench_select_one_zone(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench_select, bench_select_one_zone, memory_per_leg);
+/// What a snapshot for the read-only selections costs the core: the load
+/// table and the topology copied, 1,000 and 10,000 MSRs.
+fn bench_snapshot(c: &mut Criterion) {
+    for msrs in [1_000, 10_000] {
+        let (operator, table, _) = one_zone_world(msrs);
+        c.bench_function(&format!("snapshot {msrs} msr x 1 contact"), |b| {
+            b.iter(|| black_box((table.clone(), operator.topology().clone())))
+        });
+    }
+    let (operator, table, _) = world();
+    c.bench_function("snapshot 1000 msr x 4 contacts, 20 zones, 50 sites", |b| {
+        b.iter(|| black_box((table.clone(), operator.topology().clone())))
+    });
+}
+
+criterion_group!(
+    benches,
+    bench_select,
+    bench_select_one_zone,
+    bench_snapshot,
+    memory_per_leg
+);
 criterion_main!(benches);

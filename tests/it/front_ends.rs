@@ -306,6 +306,35 @@ async fn the_http_api_selects_releases_and_counts_as_the_control_socket_does() {
         "{body}"
     );
 
+    // A select that names no leg places nothing and is drawn on the HTTP
+    // thread from the copy the loop publishes (SPEC §11, settled): the
+    // change above is in it, and it is counted as the loop counts.
+    const LEGLESS: u32 = 100;
+    for _ in 0..LEGLESS {
+        let (status, body) = http(port, "GET", "/v1/select?zone=default&site=local", "", "").await;
+        assert_eq!(status, 200, "{body}");
+        let answer = json(&body);
+        assert_ne!(
+            answer["msr"], "msr_3",
+            "an inactive msr is drawn by no one: {body}"
+        );
+        assert!(answer["leg"].is_null(), "{body}");
+    }
+    let metrics = scrape(port).await;
+    assert_eq!(
+        sample(
+            &metrics,
+            "msr_collector_selections_total",
+            &[("outcome", "selected")]
+        ),
+        Some(f64::from(CALLS + 1 + LEGLESS))
+    );
+    assert_eq!(
+        sample(&metrics, "msr_collector_msr_live_legs", &[("msr", "msr_1")]),
+        Some(0.0),
+        "a select without a leg places none"
+    );
+
     // Bad input: 400/404/405 with {"code","message"}, never a panic.
     let long = "x".repeat(100 * 1024);
     for (method, path, body, status, code) in [

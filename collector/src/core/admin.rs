@@ -815,20 +815,11 @@ fn run_select(
                     Bound::Unchanged => LegOutcome::Sticky,
                 }
             });
-            Response::Ok(ResponseData::Selected(Selection {
-                msr: choice.msr.into(),
-                contact: choice.contact.into(),
-                uri: choice.uri,
-                engine_uri: choice.engine.map(|e| e.sip_uri()),
-                mcc: choice.engine.and_then(|e| e.mcc).map(|m| m.to_string()),
-                media_bridge: choice.media_bridge,
-                distance: Distance::from_f64(choice.distance),
-                draw: choice.draw,
-                total: choice.total,
-                rule: wire_rule(choice.rule),
-                leg: leg_outcome,
-                explain: explain.map(Box::new),
-            }))
+            Response::Ok(ResponseData::Selected(selection_of(
+                choice,
+                leg_outcome,
+                explain,
+            )))
         }
         Err(refusal) => match (failover, key) {
             // Failover found no MSR left: the leg has nowhere to be.
@@ -874,6 +865,29 @@ fn run_select(
                 })
             }
         },
+    }
+}
+
+/// The wire answer of a selection that chose `choice` (SPEC §7): what the
+/// core needs to park the leg, and what was done with the leg.
+pub(super) fn selection_of(
+    choice: select::Choice,
+    leg: Option<LegOutcome>,
+    explain: Option<Explain>,
+) -> Selection {
+    Selection {
+        msr: choice.msr.into(),
+        contact: choice.contact.into(),
+        uri: choice.uri,
+        engine_uri: choice.engine.map(|e| e.sip_uri()),
+        mcc: choice.engine.and_then(|e| e.mcc).map(|m| m.to_string()),
+        media_bridge: choice.media_bridge,
+        distance: Distance::from_f64(choice.distance),
+        draw: choice.draw,
+        total: choice.total,
+        rule: wire_rule(choice.rule),
+        leg,
+        explain: explain.map(Box::new),
     }
 }
 

@@ -46,6 +46,7 @@ mod glue;
 pub mod log;
 pub mod refusals;
 pub mod routine;
+pub mod snapshot;
 mod uas;
 
 #[cfg(test)]
@@ -382,6 +383,21 @@ impl Collector {
         }
     }
 
+    /// Whether `site` is declared in the operator configuration in force.
+    pub fn site_declared(&self, site: &str) -> bool {
+        self.operator.topology().contains(site)
+    }
+
+    /// A copy of what a selection without a leg reads, for the front ends
+    /// to answer such selections on their own threads ([`snapshot`]).
+    pub fn snapshot(&self) -> snapshot::Snapshot {
+        snapshot::Snapshot::new(
+            self.table.clone(),
+            self.operator.topology().clone(),
+            self.defaults.selection,
+        )
+    }
+
     /// Takes a reloaded configuration (SPEC §13, `SIGHUP`): what can change
     /// live does — accounts and the registrar's limits, the default
     /// subscription expiry, health, `[defaults]` (contacts without an
@@ -389,11 +405,6 @@ impl Collector {
     /// from now on; bindings, subscriptions, legs and the operator's
     /// settings stay. What needs a restart is the shell's to name
     /// ([`crate::config::restart_needed`]).
-    /// Whether `site` is declared in the operator configuration in force.
-    pub fn site_declared(&self, site: &str) -> bool {
-        self.operator.topology().contains(site)
-    }
-
     pub fn reconfigure(&mut self, now: Instant, config: &CollectorConfig) {
         self.registrar.reconfigure(&config.sip, &config.accounts);
         self.subscriber

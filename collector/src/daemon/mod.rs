@@ -251,6 +251,9 @@ pub async fn start(
     })?;
     info!(path = %control_socket.display(), "control socket on {}", control_socket.display());
     let (admin_tx, admin_rx) = mpsc::channel(1024);
+    // The read-only selections' copy of the core (`core::snapshot`): the
+    // loop writes it, the HTTP API reads it.
+    let published = crate::core::snapshot::Published::default();
     let admin_stop = CancellationToken::new();
     let metrics = Arc::new(Metrics::new());
     let stats = Arc::new(IngestStats::default());
@@ -268,6 +271,7 @@ pub async fn start(
             info!(%addr, "listening on http {addr}");
             let router = crate::api::http::router(
                 admin_tx.clone(),
+                published.clone(),
                 Arc::clone(&metrics),
                 Arc::clone(&stats),
                 http.token.clone(),
@@ -483,6 +487,8 @@ pub async fn start(
         redirect,
         redirect_streams,
         asks: Vec::new(),
+        published,
+        pacer: crate::core::snapshot::Pacer::default(),
     };
     let socket_path = control_socket.clone();
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();

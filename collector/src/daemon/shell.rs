@@ -22,6 +22,7 @@ use crate::api::metrics::Metrics;
 use crate::api::redirect::{Ask, RedirectServer, Release};
 use crate::config::CollectorConfig;
 use crate::core::admin::Origin;
+use crate::core::snapshot::{Pacer, Published};
 use crate::core::{AdminId, Collector, CommitFailure, Effect, Transmit};
 use crate::operator::store::etcd::{CommitError, EtcdCommand, EtcdEvent, EtcdLink};
 use crate::operator::store::{Store, StoreError};
@@ -73,8 +74,10 @@ pub(super) struct Shell {
     pub(super) store: Store,
     pub(super) etcd: Option<EtcdLink>,
     pub(super) admin_rx: mpsc::Receiver<AdminCommand>,
-    /// Where each control request's answer goes.
-    pub(super) replies: HashMap<AdminId, oneshot::Sender<Response>>,
+    /// Where each control request's answer goes, and whether the answer
+    /// shows or changed state (not a `select` or `release`): then the
+    /// read-only selections' copy is brought up to date before it leaves.
+    pub(super) replies: HashMap<AdminId, (oneshot::Sender<Response>, bool)>,
     pub(super) next_admin: u64,
     pub(super) queues: ingest::Queues,
     pub(super) egress: mpsc::UnboundedSender<Vec<Transmit>>,
@@ -96,6 +99,10 @@ pub(super) struct Shell {
     /// The redirect server's new selections of one wake-up (kept for its
     /// capacity).
     pub(super) asks: Vec<Ask>,
+    /// Where the copy the front ends' read-only selections read goes
+    /// ([`crate::core::snapshot`]), and when the next is due.
+    pub(super) published: Published,
+    pub(super) pacer: Pacer,
 }
 
 impl Shell {
@@ -110,9 +117,14 @@ impl Shell {
     pub(super) async fn run(&mut self, shutdown: &CancellationToken) {
         loop {
             self.drive();
+            self.publish(false);
             let deadline = self.core.poll_timeout();
+            let wake = match (deadline, self.pacer.due(Instant::now())) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             let sleep = async move {
-                match deadline {
+                match wake {
                     Some(at) => tokio::time::sleep_until(at).await,
                     None => std::future::pending().await,
                 }
@@ -146,12 +158,30 @@ impl Shell {
                 Some(config) = self.reload_rx.recv() => self.on_reload(&config),
                 Some(id) = self.closed_rx.recv() => self.core.handle_stream_closed(id),
                 () = sleep => {
+                    // The wake may be the copy's alone.
                     let now = self.now();
-                    self.core.handle_timeout(now);
+                    if deadline.is_some_and(|at| at <= now) {
+                        self.core.handle_timeout(now);
+                        self.pacer.touched();
+                    }
+                    continue;
                 }
             }
+            self.pacer.touched();
         }
         self.drain().await;
+    }
+
+    /// Publishes a copy for the read-only selections when one is due, or
+    /// at once with `force` while the last is behind (module docs of
+    /// [`crate::core::snapshot`]).
+    fn publish(&mut self, force: bool) {
+        let started = Instant::now();
+        if !self.pacer.wants(started, force) {
+            return;
+        }
+        self.published.publish(self.core.snapshot());
+        self.pacer.published(started, started.elapsed());
     }
 
     /// A reloaded configuration (SPEC §13).
@@ -258,10 +288,16 @@ impl Shell {
             let now = self.now();
             self.next_admin += 1;
             let id = AdminId(self.next_admin);
-            self.replies.insert(id, command.reply);
             let select = matches!(command.request, Request::Select(_));
+            let shows_state = !select && !matches!(command.request, Request::Release { .. });
+            self.replies.insert(id, (command.reply, shows_state));
             self.core
                 .handle_admin_from(now, id, command.request, command.origin);
+            // A selection or release may have changed what a list
+            // answered later in this batch shows.
+            if !shows_state {
+                self.pacer.touched();
+            }
             if select {
                 self.metrics.selection_duration(now.elapsed().as_secs_f64());
             }
@@ -366,7 +402,10 @@ impl Shell {
                             Origin::Redirect,
                         );
                     }
-                } else if let Some(reply) = self.replies.remove(&id) {
+                } else if let Some((reply, shows_state)) = self.replies.remove(&id) {
+                    if shows_state {
+                        self.publish(true);
+                    }
                     if reply.send(*response).is_err() {
                         debug!("control client went away before the answer");
                     }
@@ -381,6 +420,7 @@ impl Shell {
                     let result = self.store.save(&config).map_err(CommitFailure::File);
                     let now = self.now();
                     self.core.handle_committed(now, ticket, result);
+                    self.pacer.touched();
                 }
                 Some(link) => {
                     let command = EtcdCommand::Commit {

@@ -137,6 +137,7 @@ async fn limited_server(limits: ServeLimits) -> (SocketAddr, CancellationToken) 
     // Held open (never read) by the server task, so the channel stays up.
     let router = router(
         tx,
+        Published::default(),
         Arc::new(Metrics::new()),
         Arc::new(crate::daemon::IngestStats::default()),
         None,
@@ -232,6 +233,7 @@ async fn status_line(token: Option<&str>, request: &[u8]) -> String {
     let (tx, rx) = mpsc::channel(1);
     let router = router(
         tx,
+        Published::default(),
         Arc::new(Metrics::new()),
         Arc::default(),
         token.map(str::to_owned),

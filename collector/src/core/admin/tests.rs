@@ -1540,3 +1540,73 @@ fn a_refusal_in_overload_names_the_headroom() {
         "{m}"
     );
 }
+
+/// The copy the HTTP API draws read-only selections from
+/// (`core::snapshot`) answers a select without a leg exactly as the core
+/// does with the same draws, and leaves to the core what it must answer.
+#[test]
+fn a_snapshot_answers_a_select_without_a_leg_as_the_core_does() {
+    use crate::core::snapshot::Snapshot;
+    let now = Instant::now();
+    let mut h = three_msrs(now);
+    h.load(
+        LoadReport {
+            calls: 9,
+            load: 90,
+            ..half_loaded("msr_2")
+        },
+        now,
+    );
+    let snapshot = Snapshot::new(
+        h.table.clone(),
+        h.operator.topology().clone(),
+        h.defaults.selection,
+    );
+    let plain = SelectQuery::new("default", "local");
+    let unnamed = SelectQuery::new("", "");
+    let other_leg = SelectQuery {
+        msr: Some("msr_3".into()),
+        ..SelectQuery::new("default", "local")
+    };
+    for query in [plain, unnamed, other_leg] {
+        for seed in 0..64 {
+            h.rng = StdRng::seed_from_u64(seed);
+            let core = selected(h.ok(Request::Select(query.clone()), now));
+            let copy = snapshot.select(&query, now, &mut StdRng::seed_from_u64(seed));
+            assert_eq!(copy.as_ref(), Some(&core), "{query:?}, seed {seed}");
+        }
+    }
+    // What changes state, needs the core's wording or refuses: the core's.
+    let to_the_core = [
+        SelectQuery {
+            call_id: Some("c1".into()),
+            ..SelectQuery::new("default", "local")
+        },
+        SelectQuery {
+            explain: true,
+            ..SelectQuery::new("default", "local")
+        },
+        SelectQuery {
+            random: Some(1.0),
+            ..SelectQuery::new("default", "local")
+        },
+        SelectQuery {
+            codecs: vec!["pcma".into()],
+            ..SelectQuery::new("default", "local")
+        },
+        SelectQuery {
+            failed: vec!["msr_1".into()],
+            ..SelectQuery::new("default", "local")
+        },
+        SelectQuery::new("no such zone", "local"),
+        SelectQuery::new("elsewhere", "local"),
+        SelectQuery::new("default", "undeclared"),
+    ];
+    for query in to_the_core {
+        assert_eq!(
+            snapshot.select(&query, now, &mut StdRng::seed_from_u64(1)),
+            None,
+            "{query:?}"
+        );
+    }
+}

@@ -1,0 +1,238 @@
+//! Read-only selections off the core's thread (SPEC §7, §11): a copy of
+//! what a selection without a leg reads — the load table (the selection
+//! index), the topology and the `[selection]` settings — which the loop
+//! publishes, so a front end answers such a `select` on its own thread
+//! without a round trip through the loop.
+//!
+//! A selection answered here changes nothing: it names no leg (no
+//! `call_id`), so it binds none, records no overload, and its policy is the
+//! `ecss` draw ([`super::admin::effective_policy`] without a leg). Anything
+//! else — a leg, a failover, an offer's codecs, `explain`, a fixed draw, a
+//! name the rules refuse — and every refusal is asked of the core, which
+//! stays the one owner of the state and the one place refusals are
+//! counted, logged and worded.
+//!
+//! Freshness ([`Pacer`]): the loop publishes a new copy when it has handled
+//! input, at most every `max(MIN_INTERVAL, COST_FACTOR × the last copy's
+//! cost)`, so copying costs the loop at most one part in `COST_FACTOR` of
+//! its time (a copy of 1,000 MSRs takes about 0.3 ms: one every 6.6 ms);
+//! at once after an operator change, and before the answer to any request
+//! that shows state (the lists): what an operator saw or changed, the next
+//! read-only selection sees. Loads come from reports a second old or more
+//! (SPEC §4), so a copy some milliseconds old draws as the core would.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use msr_shared::admin::{SelectQuery, Selection};
+use rand::Rng;
+use tokio::time::Instant;
+
+use super::admin::{effective_policy, selection_of};
+use crate::config::SelectionConfig;
+use crate::model::load_table::LoadTable;
+use crate::operator::names::{self, NameKind};
+use crate::operator::topology::Topology;
+use crate::select::{self, Admission, Query};
+
+/// The shortest time between two copies.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(2);
+
+/// Copies are spaced by this many times what the last one cost.
+pub const COST_FACTOR: u32 = 20;
+
+/// What a selection without a leg reads, as the core had it when it was
+/// copied (module docs).
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    table: LoadTable,
+    topology: Topology,
+    selection: SelectionConfig,
+}
+
+impl Snapshot {
+    pub(super) fn new(table: LoadTable, topology: Topology, selection: SelectionConfig) -> Self {
+        Self {
+            table,
+            topology,
+            selection,
+        }
+    }
+
+    /// The answer to `request` at `now` when it is read-only and an MSR is
+    /// chosen; `None` when the core must answer it (module docs).
+    pub fn select<R: Rng + ?Sized>(
+        &self,
+        request: &SelectQuery,
+        now: Instant,
+        rng: &mut R,
+    ) -> Option<Selection> {
+        let SelectQuery {
+            zone,
+            site,
+            msr,
+            random,
+            explain,
+            call_id,
+            leg,
+            conference,
+            failed,
+            failure,
+            codecs,
+        } = request;
+        let read_only = call_id.is_none()
+            && leg.is_none()
+            && conference.is_none()
+            && failed.is_empty()
+            && failure.is_none()
+            && codecs.is_empty()
+            && !explain
+            && random.is_none();
+        if !read_only {
+            return None;
+        }
+        // The core's rules for names (`admin::prepare`): one they refuse
+        // gets the core's error.
+        let placement = self.table.placement();
+        let zone = if zone.is_empty() {
+            placement.zone.to_string()
+        } else {
+            zone.clone()
+        };
+        let site = if site.is_empty() {
+            placement.site.to_string()
+        } else {
+            site.clone()
+        };
+        let checked = [
+            (NameKind::Zone, Some(zone.as_str())),
+            (NameKind::Msr, msr.as_deref()),
+        ];
+        if checked
+            .into_iter()
+            .any(|(kind, name)| name.is_some_and(|n| names::check(kind, n).is_err()))
+        {
+            return None;
+        }
+        let query = Query {
+            zone,
+            site,
+            msr: msr.clone(),
+            admission: Admission::Plain,
+            policy: effective_policy(&self.selection, false, None, now, 1),
+            now,
+            failed: Vec::new(),
+            needs: msr_shared::media::CodecSet::EMPTY,
+        };
+        let choice = select::select(&self.table, &self.topology, &query, rng).ok()?;
+        Some(selection_of(choice, None, None))
+    }
+}
+
+/// Where the loop publishes its copies and the front ends read the last.
+#[derive(Debug, Clone, Default)]
+pub struct Published(Arc<RwLock<Option<Arc<Snapshot>>>>);
+
+impl Published {
+    /// The last copy; `None` before the first.
+    pub fn latest(&self) -> Option<Arc<Snapshot>> {
+        self.0.read().ok().and_then(|s| s.clone())
+    }
+
+    /// Makes `snapshot` the one the front ends read.
+    pub fn publish(&self, snapshot: Snapshot) {
+        if let Ok(mut slot) = self.0.write() {
+            *slot = Some(Arc::new(snapshot));
+        }
+    }
+}
+
+/// When the loop publishes the next copy (module docs). Sans-IO: the
+/// caller passes the time and what the last copy cost.
+#[derive(Debug, Clone, Default)]
+pub struct Pacer {
+    /// The core handled input since the last copy.
+    dirty: bool,
+    /// When the last copy was made, and how long it took.
+    last: Option<(Instant, Duration)>,
+}
+
+impl Pacer {
+    /// The core handled input: the copy may be behind it.
+    pub fn touched(&mut self) {
+        self.dirty = true;
+    }
+
+    /// When the next copy is due, seen at `now`; `None` while the last
+    /// one is current.
+    pub fn due(&self, now: Instant) -> Option<Instant> {
+        if !self.dirty {
+            return None;
+        }
+        match self.last {
+            None => Some(now),
+            Some((at, cost)) => Some(at + MIN_INTERVAL.max(cost * COST_FACTOR)),
+        }
+    }
+
+    /// Whether a copy is to be made at `now`: it is due, or `force` (an
+    /// operator change, an answer that shows state) while behind.
+    pub fn wants(&self, now: Instant, force: bool) -> bool {
+        self.dirty && (force || self.due(now).is_some_and(|at| at <= now))
+    }
+
+    /// A copy was made at `at`, taking `cost`.
+    pub fn published(&mut self, at: Instant, cost: Duration) {
+        self.dirty = false;
+        self.last = Some((at, cost));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copy_is_made_only_after_input_and_spaced_by_its_cost() {
+        let start = Instant::now();
+        let mut pacer = Pacer::default();
+        // Nothing handled: nothing to copy, even when forced.
+        assert_eq!(pacer.due(start), None);
+        assert!(!pacer.wants(start, true));
+        pacer.touched();
+        assert_eq!(pacer.due(start), Some(start));
+        assert!(pacer.wants(start, false));
+        // A cheap copy: the next after MIN_INTERVAL.
+        pacer.published(start, Duration::from_micros(5));
+        assert_eq!(pacer.due(start), None);
+        pacer.touched();
+        assert_eq!(pacer.due(start), Some(start + MIN_INTERVAL));
+        assert!(!pacer.wants(start + Duration::from_millis(1), false));
+        assert!(pacer.wants(start + MIN_INTERVAL, false));
+        // Forced (an operator change, a list's answer): at once.
+        assert!(pacer.wants(start + Duration::from_millis(1), true));
+        // A dear copy: spaced by COST_FACTOR times its cost.
+        pacer.published(start, Duration::from_millis(1));
+        pacer.touched();
+        assert_eq!(
+            pacer.due(start),
+            Some(start + Duration::from_millis(u64::from(COST_FACTOR)))
+        );
+    }
+
+    #[test]
+    fn the_front_ends_read_the_last_copy_published() {
+        let published = Published::default();
+        assert!(published.latest().is_none());
+        let table = LoadTable::new("core1".into(), crate::operator::Placement::default());
+        published.publish(Snapshot::new(
+            table,
+            Topology::default(),
+            SelectionConfig::default(),
+        ));
+        let first = published.latest().expect("published");
+        published.publish((*first).clone());
+        let second = published.latest().expect("published");
+        assert!(!Arc::ptr_eq(&first, &second));
+    }
+}
