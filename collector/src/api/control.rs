@@ -2,7 +2,9 @@
 //! one task per connection, one JSON request per line, one JSON response
 //! per line. It owns no state; each request goes to the collector's main
 //! loop as an [`AdminCommand`], which the core answers
-//! ([`Collector::handle_admin_from`](crate::core::Collector::handle_admin_from)).
+//! ([`Collector::handle_admin_from`](crate::core::Collector::handle_admin_from)),
+//! but a `select` that changes nothing, answered from the loop's copy
+//! ([`crate::api::read_only`]) without a trip through the loop.
 //! At most [`MAX_CONNECTIONS`] connections are served at once, at most
 //! [`MAX_CONNECTIONS_PER_CLIENT`] per user id of the connecting process
 //! (peer credentials) with [`RESERVED_CONNECTIONS`] kept for root and the
@@ -28,6 +30,7 @@ use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::api::read_only::ReadOnly;
 use crate::core::admin::Origin;
 use quota::{Client, ConnectionQuota, QuotaPolicy};
 
@@ -142,15 +145,17 @@ impl Default for ServeLimits {
 pub async fn serve(
     listener: UnixListener,
     tx: mpsc::Sender<AdminCommand>,
+    read_only: ReadOnly,
     shutdown: CancellationToken,
 ) {
-    serve_with(listener, tx, shutdown, ServeLimits::default()).await;
+    serve_with(listener, tx, read_only, shutdown, ServeLimits::default()).await;
 }
 
 /// [`serve`] with the given limits.
 pub async fn serve_with(
     listener: UnixListener,
     tx: mpsc::Sender<AdminCommand>,
+    read_only: ReadOnly,
     shutdown: CancellationToken,
     limits: ServeLimits,
 ) {
@@ -176,7 +181,7 @@ pub async fn serve_with(
                     match places.admit(peer.map(|p| p.uid())).await {
                         Ok(place) => {
                             let origin = Origin::Control { uid: peer.map(|p| p.uid()) };
-                            let task = connection(stream, tx.clone(), shutdown.clone(), limits.idle_timeout, origin);
+                            let task = connection(stream, (tx.clone(), read_only.clone()), shutdown.clone(), limits.idle_timeout, origin);
                             connections.spawn(async move {
                                 task.await;
                                 drop(place);
@@ -395,7 +400,7 @@ fn split_line(buf: &[u8]) -> Line<'_> {
 
 async fn connection(
     stream: UnixStream,
-    tx: mpsc::Sender<AdminCommand>,
+    (tx, read_only): (mpsc::Sender<AdminCommand>, ReadOnly),
     shutdown: CancellationToken,
     idle_timeout: Duration,
     origin: Origin,
@@ -460,18 +465,25 @@ async fn connection(
                     Response::error(ErrorCode::BadRequest, format!("invalid request: {error}"))
                 }
                 Ok(request) => {
-                    let (reply, answer) = oneshot::channel();
-                    let command = AdminCommand {
-                        request,
-                        reply,
-                        origin,
-                    };
-                    if tx.send(command).await.is_err() {
-                        Response::error(ErrorCode::Unavailable, "collector is shutting down")
+                    if let Some(response) = read_only.answer(&request) {
+                        response
                     } else {
-                        answer.await.unwrap_or_else(|_| {
-                            Response::error(ErrorCode::Unavailable, "collector dropped the request")
-                        })
+                        let (reply, answer) = oneshot::channel();
+                        let command = AdminCommand {
+                            request,
+                            reply,
+                            origin,
+                        };
+                        if tx.send(command).await.is_err() {
+                            Response::error(ErrorCode::Unavailable, "collector is shutting down")
+                        } else {
+                            answer.await.unwrap_or_else(|_| {
+                                Response::error(
+                                    ErrorCode::Unavailable,
+                                    "collector dropped the request",
+                                )
+                            })
+                        }
                     }
                 }
             },

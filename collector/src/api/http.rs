@@ -6,7 +6,7 @@
 //! and stays the one owner of the state; nothing here binds or releases.
 //! The one exception is a `select` that names no leg and changes nothing:
 //! it is drawn here, on the HTTP thread, from the copy of the core the loop
-//! publishes ([`crate::core::snapshot`]), and only asked of the core when
+//! publishes ([`crate::api::read_only`]), and only asked of the core when
 //! that copy chooses no MSR.
 //!
 //! | route | control request | 200 body |
@@ -53,8 +53,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::control::AdminCommand;
 use crate::api::metrics::{self, IngestCounts, Metrics, ProcessStats, Snapshot};
+use crate::api::read_only::ReadOnly;
 use crate::core::snapshot::Published;
-use crate::core::Count;
 use crate::daemon::IngestStats;
 
 /// The longest request body read (`POST /v1/release`); longer gets 400.
@@ -108,8 +108,8 @@ const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 struct Api {
     tx: mpsc::Sender<AdminCommand>,
-    /// The copy read-only selections are drawn from.
-    published: Published,
+    /// The selections answered here (`read_only`).
+    read_only: ReadOnly,
     metrics: Arc<Metrics>,
     ingest: Arc<IngestStats>,
 }
@@ -267,26 +267,6 @@ fn reply(response: &Response) -> HttpResponse {
 }
 
 impl Api {
-    /// The answer to a `select` that changes nothing, drawn from the last
-    /// copy of the core, counted and timed as the loop counts and times
-    /// the core's; `None` when the core is to answer it
-    /// ([`crate::core::snapshot::Snapshot::select`]).
-    fn read_only_select(&self, request: &Request) -> Option<Response> {
-        let Request::Select(query) = request else {
-            return None;
-        };
-        let started = Instant::now();
-        let snapshot = self.published.latest()?;
-        let selection = snapshot.select(query, started, &mut rand::thread_rng())?;
-        self.metrics.count(&Count::Selected {
-            msr: selection.msr.clone(),
-            leg: None,
-        });
-        self.metrics
-            .selection_duration(started.elapsed().as_secs_f64());
-        Some(Response::Ok(ResponseData::Selected(selection)))
-    }
-
     /// Sends `request` to the shell, for the core, and waits for its answer.
     /// The timeout covers the wait for a place in the loop's queue too:
     /// under a flood of other requests the answer is a prompt 503, not a
@@ -463,7 +443,7 @@ fn select_request(query: Option<&str>) -> Result<Request, String> {
 
 async fn select(State(api): State<Api>, RawQuery(query): RawQuery) -> HttpResponse {
     match select_request(query.as_deref()) {
-        Ok(request) => match api.read_only_select(&request) {
+        Ok(request) => match api.read_only.answer(&request) {
             Some(response) => reply(&response),
             None => reply(&api.ask(request).await),
         },
@@ -718,7 +698,10 @@ pub fn router(
     let token: Option<Arc<str>> = token.map(Arc::from);
     let api = Api {
         tx,
-        published,
+        read_only: ReadOnly {
+            published,
+            metrics: Arc::clone(&metrics),
+        },
         metrics,
         ingest,
     };

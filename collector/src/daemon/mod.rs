@@ -252,7 +252,7 @@ pub async fn start(
     info!(path = %control_socket.display(), "control socket on {}", control_socket.display());
     let (admin_tx, admin_rx) = mpsc::channel(1024);
     // The read-only selections' copy of the core (`core::snapshot`): the
-    // loop writes it, the HTTP API reads it.
+    // loop writes it, the HTTP API and the control socket read it.
     let published = crate::core::snapshot::Published::default();
     let admin_stop = CancellationToken::new();
     let metrics = Arc::new(Metrics::new());
@@ -348,7 +348,16 @@ pub async fn start(
         }
         None => (None, None),
     };
-    core_runtime.spawn(admin::serve(listener, admin_tx, admin_stop.clone()));
+    let read_only = crate::api::read_only::ReadOnly {
+        published: published.clone(),
+        metrics: Arc::clone(&metrics),
+    };
+    core_runtime.spawn(admin::serve(
+        listener,
+        admin_tx,
+        read_only,
+        admin_stop.clone(),
+    ));
 
     let this = Member {
         node: config.node.clone(),

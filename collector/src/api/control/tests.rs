@@ -27,7 +27,7 @@ async fn socket_round_trip_and_bad_lines() {
 
     let (tx, mut rx) = mpsc::channel::<AdminCommand>(8);
     let shutdown = CancellationToken::new();
-    let server = tokio::spawn(serve(listener, tx, shutdown.clone()));
+    let server = tokio::spawn(serve(listener, tx, no_copy(), shutdown.clone()));
     // A stand-in main loop: answers every request with the site list.
     let main_loop = tokio::spawn(async move {
         while let Some(command) = rx.recv().await {
@@ -105,7 +105,7 @@ async fn connections_past_the_limit_get_an_error_line_and_are_closed() {
     let listener = bind_control_socket(&path).expect("bind");
     let (tx, _rx) = mpsc::channel::<AdminCommand>(8);
     let shutdown = CancellationToken::new();
-    let server = tokio::spawn(serve(listener, tx, shutdown.clone()));
+    let server = tokio::spawn(serve(listener, tx, no_copy(), shutdown.clone()));
     let mut idle = Vec::new();
     for _ in 0..MAX_CONNECTIONS {
         idle.push(UnixStream::connect(&path).await.expect("connect"));
@@ -153,8 +153,14 @@ impl Server {
         let (tx, mut rx) = mpsc::channel::<AdminCommand>(8);
         let shutdown = CancellationToken::new();
         let server = match limits {
-            Some(limits) => tokio::spawn(serve_with(listener, tx, shutdown.clone(), limits)),
-            None => tokio::spawn(serve(listener, tx, shutdown.clone())),
+            Some(limits) => tokio::spawn(serve_with(
+                listener,
+                tx,
+                no_copy(),
+                shutdown.clone(),
+                limits,
+            )),
+            None => tokio::spawn(serve(listener, tx, no_copy(), shutdown.clone())),
         };
         tokio::spawn(async move {
             while let Some(command) = rx.recv().await {
@@ -475,4 +481,12 @@ async fn unknown_fields_and_bad_distances_are_explained() {
         assert!(error.message.starts_with(want), "{line}: {}", error.message);
     }
     server.stop().await;
+}
+
+/// No copy published: every request goes to the loop (here, the test).
+fn no_copy() -> ReadOnly {
+    ReadOnly {
+        published: crate::core::snapshot::Published::default(),
+        metrics: std::sync::Arc::new(crate::api::metrics::Metrics::new()),
+    }
 }
