@@ -32,7 +32,7 @@ impl ReadOnly {
             return None;
         };
         let started = Instant::now();
-        let snapshot = self.published.latest()?;
+        let snapshot = self.published.current()?;
         let selection = snapshot.select(query, started, &mut rand::thread_rng())?;
         self.metrics.count(&Count::Selected {
             msr: selection.msr.clone(),

@@ -12,15 +12,18 @@
 //! stays the one owner of the state and the one place refusals are
 //! counted, logged and worded.
 //!
-//! Freshness ([`Pacer`]): the loop publishes a new copy when it has handled
-//! input, at most every `max(MIN_INTERVAL, COST_FACTOR × the last copy's
+//! Freshness ([`Pacer`], [`Published`]): while front ends read copies, the
+//! loop publishes a new one when it has handled input, at most every `max(MIN_INTERVAL, COST_FACTOR × the last copy's
 //! cost)`, so copying costs the loop at most one part in `COST_FACTOR` of
 //! its time (a copy of 1,000 MSRs takes about 0.3 ms: one every 6.6 ms);
 //! at once after an operator change, and before the answer to any request
 //! that shows state (the lists): what an operator saw or changed, the next
 //! read-only selection sees. Loads come from reports a second old or more
 //! (SPEC §4), so a copy some milliseconds old draws as the core would.
+//! While nobody reads, no copy is made and the last is marked behind, so
+//! the next reader asks the core (and so asks for copies again).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -130,20 +133,56 @@ impl Snapshot {
 }
 
 /// Where the loop publishes its copies and the front ends read the last.
+///
+/// Copies are made on demand: the loop copies only while someone reads
+/// (a read since the last copy). When it skips a copy it marks the last
+/// one behind, and a reader that finds it so asks the core instead (and
+/// so asks for a copy): no selection is ever drawn from a copy the loop
+/// knows to be out of date past its pacing, and a collector nobody asks
+/// that way spends nothing on copies.
 #[derive(Debug, Clone, Default)]
-pub struct Published(Arc<RwLock<Option<Arc<Snapshot>>>>);
+pub struct Published(Arc<Shared>);
+
+#[derive(Debug, Default)]
+struct Shared {
+    copy: RwLock<Option<Arc<Snapshot>>>,
+    /// A front end read since the last copy.
+    wanted: AtomicBool,
+    /// The loop's state moved past the copy and no copy was made.
+    behind: AtomicBool,
+}
 
 impl Published {
-    /// The last copy; `None` before the first.
-    pub fn latest(&self) -> Option<Arc<Snapshot>> {
-        self.0.read().ok().and_then(|s| s.clone())
+    /// The copy to draw from; `None` when there is none or the loop marked
+    /// it behind (then the core answers). Asks the loop for copies.
+    pub fn current(&self) -> Option<Arc<Snapshot>> {
+        if !self.0.wanted.load(Ordering::Relaxed) {
+            self.0.wanted.store(true, Ordering::Relaxed);
+        }
+        if self.0.behind.load(Ordering::Acquire) {
+            return None;
+        }
+        self.0.copy.read().ok().and_then(|s| s.clone())
+    }
+
+    /// Whether a front end read since the last copy.
+    pub fn wanted(&self) -> bool {
+        self.0.wanted.load(Ordering::Relaxed)
     }
 
     /// Makes `snapshot` the one the front ends read.
     pub fn publish(&self, snapshot: Snapshot) {
-        if let Ok(mut slot) = self.0.write() {
+        if let Ok(mut slot) = self.0.copy.write() {
             *slot = Some(Arc::new(snapshot));
         }
+        self.0.wanted.store(false, Ordering::Relaxed);
+        self.0.behind.store(false, Ordering::Release);
+    }
+
+    /// The loop's state moved on and no one reads: the copy stays, marked
+    /// behind, until the next is made.
+    pub fn mark_behind(&self) {
+        self.0.behind.store(true, Ordering::Release);
     }
 }
 
@@ -221,18 +260,28 @@ mod tests {
     }
 
     #[test]
-    fn the_front_ends_read_the_last_copy_published() {
+    fn the_front_ends_read_the_last_copy_unless_it_is_behind() {
         let published = Published::default();
-        assert!(published.latest().is_none());
+        assert!(!published.wanted());
+        assert!(published.current().is_none());
+        // The read asked for a copy.
+        assert!(published.wanted());
         let table = LoadTable::new("core1".into(), crate::operator::Placement::default());
         published.publish(Snapshot::new(
             table,
             Topology::default(),
             SelectionConfig::default(),
         ));
-        let first = published.latest().expect("published");
+        assert!(!published.wanted());
+        let first = published.current().expect("published");
+        assert!(published.wanted());
         published.publish((*first).clone());
-        let second = published.latest().expect("published");
+        let second = published.current().expect("published");
         assert!(!Arc::ptr_eq(&first, &second));
+        // Behind: the core answers until the next copy.
+        published.mark_behind();
+        assert!(published.current().is_none());
+        published.publish((*second).clone());
+        assert!(published.current().is_some());
     }
 }

@@ -119,7 +119,13 @@ impl Shell {
             self.drive();
             self.publish(false);
             let deadline = self.core.poll_timeout();
-            let wake = match (deadline, self.pacer.due(Instant::now())) {
+            // A copy is due only while someone reads them.
+            let copy_due = if self.published.wanted() {
+                self.pacer.due(Instant::now())
+            } else {
+                None
+            };
+            let wake = match (deadline, copy_due) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
@@ -178,6 +184,10 @@ impl Shell {
     fn publish(&mut self, force: bool) {
         let started = Instant::now();
         if !self.pacer.wants(started, force) {
+            return;
+        }
+        if !self.published.wanted() {
+            self.published.mark_behind();
             return;
         }
         self.published.publish(self.core.snapshot());
