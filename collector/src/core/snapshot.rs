@@ -186,6 +186,19 @@ impl Published {
     }
 }
 
+/// What the loop does with the copy after handling input ([`Pacer::step`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing now: the copy is current, or a reader waits for the next,
+    /// which is not due yet (the loop wakes for it at [`Pacer::due`]).
+    Wait,
+    /// Make a copy and publish it.
+    Copy,
+    /// Nobody read since the last copy, which the loop's state moved past:
+    /// mark it behind ([`Published::mark_behind`]).
+    Behind,
+}
+
 /// When the loop publishes the next copy (module docs). Sans-IO: the
 /// caller passes the time and what the last copy cost.
 #[derive(Debug, Clone, Default)]
@@ -218,6 +231,28 @@ impl Pacer {
     /// operator change, an answer that shows state) while behind.
     pub fn wants(&self, now: Instant, force: bool) -> bool {
         self.dirty && (force || self.due(now).is_some_and(|at| at <= now))
+    }
+
+    /// What the loop does with the copy at `now`, `wanted` saying whether
+    /// a front end read since the last copy ([`Published::wanted`]).
+    ///
+    /// A copy nobody read is marked behind as soon as the loop moves past
+    /// it, due or not: the loop sleeps until its next input then (no copy
+    /// is due while nobody reads), and a reader wakes nothing, so a copy
+    /// left unmarked until it was due would be read, stale, for as long as
+    /// the loop had no other input.
+    pub fn step(&self, now: Instant, force: bool, wanted: bool) -> Step {
+        if !self.dirty {
+            return Step::Wait;
+        }
+        if !wanted {
+            return Step::Behind;
+        }
+        if self.wants(now, force) {
+            Step::Copy
+        } else {
+            Step::Wait
+        }
     }
 
     /// A copy was made at `at`, taking `cost`.
@@ -257,6 +292,30 @@ mod tests {
             pacer.due(start),
             Some(start + Duration::from_millis(u64::from(COST_FACTOR)))
         );
+    }
+
+    /// A change the loop handles before the next copy is due, with no read
+    /// since the last copy, marks the copy behind at once: the loop does
+    /// not wake for a copy nobody asked for, and a reader that comes later
+    /// does not wake it either, so a copy left unmarked would be read,
+    /// stale, until the loop happens to have other input.
+    #[test]
+    fn a_change_before_the_next_copy_is_due_marks_an_unread_copy_behind() {
+        let start = Instant::now();
+        let mut pacer = Pacer::default();
+        pacer.touched();
+        assert_eq!(pacer.step(start, false, true), Step::Copy);
+        pacer.published(start, Duration::from_micros(5));
+        assert_eq!(pacer.step(start, false, false), Step::Wait);
+        // An MSR's report, a health check, a reload 1 ms after the copy.
+        let soon = start + Duration::from_millis(1);
+        pacer.touched();
+        assert_eq!(pacer.step(soon, false, false), Step::Behind);
+        // Read since the copy: the next copy comes when due.
+        assert_eq!(pacer.step(soon, false, true), Step::Wait);
+        assert_eq!(pacer.step(start + MIN_INTERVAL, false, true), Step::Copy);
+        assert_eq!(pacer.step(soon, true, true), Step::Copy);
+        assert_eq!(pacer.step(soon, true, false), Step::Behind);
     }
 
     #[test]

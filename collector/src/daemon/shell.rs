@@ -22,7 +22,7 @@ use crate::api::metrics::Metrics;
 use crate::api::redirect::{Ask, RedirectServer, Release};
 use crate::config::CollectorConfig;
 use crate::core::admin::Origin;
-use crate::core::snapshot::{Pacer, Published};
+use crate::core::snapshot::{Pacer, Published, Step};
 use crate::core::{AdminId, Collector, CommitFailure, Effect, Transmit};
 use crate::operator::store::etcd::{CommitError, EtcdCommand, EtcdEvent, EtcdLink};
 use crate::operator::store::{Store, StoreError};
@@ -183,15 +183,14 @@ impl Shell {
     /// [`crate::core::snapshot`]).
     fn publish(&mut self, force: bool) {
         let started = Instant::now();
-        if !self.pacer.wants(started, force) {
-            return;
+        match self.pacer.step(started, force, self.published.wanted()) {
+            Step::Wait => {}
+            Step::Behind => self.published.mark_behind(),
+            Step::Copy => {
+                self.published.publish(self.core.snapshot());
+                self.pacer.published(started, started.elapsed());
+            }
         }
-        if !self.published.wanted() {
-            self.published.mark_behind();
-            return;
-        }
-        self.published.publish(self.core.snapshot());
-        self.pacer.published(started, started.elapsed());
     }
 
     /// A reloaded configuration (SPEC §13).
