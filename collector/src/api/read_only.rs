@@ -11,7 +11,7 @@ use msr_shared::admin::{Request, Response, ResponseData};
 use tokio::time::Instant;
 
 use crate::api::metrics::Metrics;
-use crate::core::snapshot::Published;
+use crate::core::snapshot::{read_only, Published};
 use crate::core::Count;
 
 /// What a front end needs to answer read-only selections.
@@ -31,6 +31,10 @@ impl ReadOnly {
         let Request::Select(query) = request else {
             return None;
         };
+        // A select the core answers anyway asks for no copy.
+        if !read_only(query) {
+            return None;
+        }
         let started = Instant::now();
         let snapshot = self.published.current()?;
         let selection = snapshot.select(query, started, &mut rand::thread_rng())?;
@@ -41,5 +45,47 @@ impl ReadOnly {
         self.metrics
             .selection_duration(started.elapsed().as_secs_f64());
         Some(Response::Ok(ResponseData::Selected(selection)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use msr_shared::admin::SelectQuery;
+
+    use super::*;
+
+    /// A select that names a leg (or asks for more than the draw) is the
+    /// core's to answer: it leaves the copy unasked for, so a softswitch
+    /// that only places legs has the loop make no copies (SPEC §11).
+    #[test]
+    fn a_select_the_core_answers_asks_for_no_copy() {
+        let read_only = ReadOnly {
+            published: Published::default(),
+            metrics: Arc::new(Metrics::new()),
+        };
+        for query in [
+            SelectQuery {
+                call_id: Some("c1".into()),
+                ..SelectQuery::new("default", "local")
+            },
+            SelectQuery {
+                explain: true,
+                ..SelectQuery::new("default", "local")
+            },
+            SelectQuery {
+                codecs: vec!["pcma".into()],
+                ..SelectQuery::new("default", "local")
+            },
+        ] {
+            assert!(read_only.answer(&Request::Select(query.clone())).is_none());
+            assert!(!read_only.published.wanted(), "{query:?}");
+        }
+        assert!(read_only.answer(&Request::Hello {}).is_none());
+        assert!(!read_only.published.wanted());
+        // A leg-less select asks for one (and, with none yet, the core
+        // answers it).
+        let plain = Request::Select(SelectQuery::new("default", "local"));
+        assert!(read_only.answer(&plain).is_none());
+        assert!(read_only.published.wanted());
     }
 }

@@ -70,30 +70,12 @@ impl Snapshot {
         now: Instant,
         rng: &mut R,
     ) -> Option<Selection> {
-        let SelectQuery {
-            zone,
-            site,
-            msr,
-            random,
-            explain,
-            call_id,
-            leg,
-            conference,
-            failed,
-            failure,
-            codecs,
-        } = request;
-        let read_only = call_id.is_none()
-            && leg.is_none()
-            && conference.is_none()
-            && failed.is_empty()
-            && failure.is_none()
-            && codecs.is_empty()
-            && !explain
-            && random.is_none();
-        if !read_only {
+        if !read_only(request) {
             return None;
         }
+        let SelectQuery {
+            zone, site, msr, ..
+        } = request;
         // The core's rules for names (`admin::prepare`): one they refuse
         // gets the core's error.
         let placement = self.table.placement();
@@ -130,6 +112,34 @@ impl Snapshot {
         let choice = select::select(&self.table, &self.topology, &query, rng).ok()?;
         Some(selection_of(choice, None, None))
     }
+}
+
+/// Whether `request` is a selection a copy may answer: it names no leg and
+/// asks for nothing but the draw (module docs). Only such a selection asks
+/// the loop for copies ([`Published::current`]): one the core answers
+/// anyway must not have the loop copy for nobody.
+pub fn read_only(request: &SelectQuery) -> bool {
+    let SelectQuery {
+        zone: _,
+        site: _,
+        msr: _,
+        random,
+        explain,
+        call_id,
+        leg,
+        conference,
+        failed,
+        failure,
+        codecs,
+    } = request;
+    call_id.is_none()
+        && leg.is_none()
+        && conference.is_none()
+        && failed.is_empty()
+        && failure.is_none()
+        && codecs.is_empty()
+        && !explain
+        && random.is_none()
 }
 
 /// Where the loop publishes its copies and the front ends read the last.
