@@ -281,7 +281,7 @@ impl Metrics {
         let selection_seconds = Histogram::new(exponential_buckets(1e-6, 2.0, 13));
         registry.register(
             "msr_collector_selection_duration_seconds",
-            "Time the collector's loop spent on one selection",
+            "Time spent on one selection: by the collector's loop, or by the front end that answered it from the loop's copy",
             selection_seconds.clone(),
         );
         let notifies = Family::<OutcomeLabel, Counter>::default();

@@ -3,8 +3,8 @@
 //! again without a new selection, and a CANCEL finds its INVITE (§9.2).
 //! Sans-IO, so the stateless server keeps no transaction and no timer.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -34,15 +34,6 @@ pub fn transaction_key(req: &Request) -> Option<String> {
     Some(key)
 }
 
-/// Where an INVITE is in this server's short memory.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Entry {
-    /// Its selection is running; `cancelled` once a CANCEL came.
-    Pending { cancelled: bool },
-    /// Its final response, as sent.
-    Answered(Bytes),
-}
-
 /// What to do with an INVITE ([`InviteCache::on_invite`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OnInvite {
@@ -65,49 +56,120 @@ pub enum OnCancel {
     NoMatch,
 }
 
+/// One remembered INVITE: its key and state, in a slot of the ring that
+/// is reused (key and answer buffers included) once the ring is full.
+#[derive(Debug)]
+struct Slot {
+    /// Which INVITE this slot holds now (its sequence number).
+    seq: u64,
+    /// The key's hash, by which the index finds the slot.
+    hash: u64,
+    /// When the INVITE was first seen.
+    at: Instant,
+    key: String,
+    state: State,
+    /// The final response, as sent (`State::Answered`).
+    answer: Vec<u8>,
+}
+
+/// Where a remembered INVITE is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Its selection is running; `cancelled` once a CANCEL came.
+    Pending { cancelled: bool },
+    /// Answered: its final response is the slot's `answer`.
+    Answered,
+}
+
 /// The INVITEs answered lately (module docs). Sans-IO: the caller passes
-/// the time. A key is stored once, shared by the map and the expiry
-/// order; the map's hasher is seeded per process (foldhash), as keys are
-/// the peers' Via values.
+/// the time. The INVITEs are kept in the order they came, in a ring of at
+/// most [`MAX_REMEMBERED`] slots whose buffers are reused, and found by
+/// their key's hash (foldhash, seeded per process, as keys are the peers'
+/// Via values); a slot's key is compared before it is taken for the
+/// INVITE's. Forgetting the oldest reads its slot's hash, not its key.
+/// A slot keeps its buffers once used: at most `MAX_REMEMBERED` keys and
+/// answers (about 8 MiB for 16,384 INVITEs).
 #[derive(Debug, Default)]
 pub struct InviteCache {
-    entries: HashMap<Arc<str>, Entry, foldhash::fast::RandomState>,
-    /// Keys by the time they were first seen, for expiry and the bound.
-    order: VecDeque<(Instant, Arc<str>)>,
+    hasher: foldhash::fast::RandomState,
+    /// Slot of sequence number `n`: `ring[n % MAX_REMEMBERED]`.
+    ring: Vec<Slot>,
+    /// Key hash → sequence number of the slot holding it.
+    index: HashMap<u64, u64, foldhash::fast::FixedState>,
+    /// Sequence number of the oldest remembered INVITE.
+    oldest: u64,
+    /// Sequence number the next INVITE gets.
+    next: u64,
+}
+
+/// `n`'s place in the ring.
+fn place(n: u64) -> usize {
+    // MAX_REMEMBERED fits a u64 and the remainder is below it.
+    usize::try_from(n % MAX_REMEMBERED as u64).unwrap_or(0)
 }
 
 impl InviteCache {
     /// An INVITE with `key` arrived at `now`.
     pub fn on_invite(&mut self, now: Instant, key: &str) -> OnInvite {
         self.expire(now);
-        match self.entries.get(key) {
-            Some(Entry::Answered(bytes)) => OnInvite::Resend(bytes.clone()),
-            Some(Entry::Pending { .. }) => OnInvite::Absorb,
-            None => {
-                while self.order.len() >= MAX_REMEMBERED {
-                    self.forget_oldest();
-                }
-                let key: Arc<str> = Arc::from(key);
-                self.entries
-                    .insert(Arc::clone(&key), Entry::Pending { cancelled: false });
-                self.order.push_back((now, key));
-                OnInvite::New
-            }
+        let hash = self.hasher.hash_one(key);
+        if let Some(slot) = self.slot_mut(hash, key) {
+            return match slot.state {
+                State::Answered => OnInvite::Resend(Bytes::copy_from_slice(&slot.answer)),
+                State::Pending { .. } => OnInvite::Absorb,
+            };
         }
+        // Another key of the same hash (one in 2^64 per pair): this one is
+        // answered unremembered; its retransmissions are selected again
+        // and, the Call-ID being a live leg, get the same Contact.
+        if self.index.contains_key(&hash) {
+            return OnInvite::New;
+        }
+        while self.len() >= MAX_REMEMBERED {
+            self.forget_oldest();
+        }
+        let seq = self.next;
+        self.next += 1;
+        let at = place(seq);
+        let state = State::Pending { cancelled: false };
+        match self.ring.get_mut(at) {
+            Some(slot) => {
+                slot.seq = seq;
+                slot.hash = hash;
+                slot.at = now;
+                slot.key.clear();
+                slot.key.push_str(key);
+                slot.state = state;
+                slot.answer.clear();
+            }
+            None => self.ring.push(Slot {
+                seq,
+                hash,
+                at: now,
+                key: key.to_owned(),
+                state,
+                answer: Vec::new(),
+            }),
+        }
+        self.index.insert(hash, seq);
+        OnInvite::New
     }
 
     /// The INVITE with `key` was answered with `bytes`. `false` when a
     /// CANCEL came first: then the caller answers `487` instead (and
     /// records that with `answered` again, which then returns `true`).
-    pub fn answered(&mut self, key: &str, bytes: Bytes) -> bool {
-        match self.entries.get_mut(key) {
-            Some(entry) if *entry == (Entry::Pending { cancelled: true }) => {
+    pub fn answered(&mut self, key: &str, bytes: &[u8]) -> bool {
+        let hash = self.hasher.hash_one(key);
+        match self.slot_mut(hash, key) {
+            Some(slot) if slot.state == (State::Pending { cancelled: true }) => {
                 // The 487 is recorded next; until then retransmissions wait.
-                *entry = Entry::Pending { cancelled: false };
+                slot.state = State::Pending { cancelled: false };
                 false
             }
-            Some(entry) => {
-                *entry = Entry::Answered(bytes);
+            Some(slot) => {
+                slot.state = State::Answered;
+                slot.answer.clear();
+                slot.answer.extend_from_slice(bytes);
                 true
             }
             // Forgotten while selecting (the bound): nothing to remember.
@@ -118,10 +180,14 @@ impl InviteCache {
     /// A CANCEL for the INVITE with `key` arrived at `now`.
     pub fn on_cancel(&mut self, now: Instant, key: &str) -> OnCancel {
         self.expire(now);
-        match self.entries.get_mut(key) {
-            Some(Entry::Answered(_)) => OnCancel::Answered,
-            Some(Entry::Pending { cancelled }) => {
-                *cancelled = true;
+        let hash = self.hasher.hash_one(key);
+        match self.slot_mut(hash, key) {
+            Some(Slot {
+                state: State::Answered,
+                ..
+            }) => OnCancel::Answered,
+            Some(slot) => {
+                slot.state = State::Pending { cancelled: true };
                 OnCancel::Terminate
             }
             None => OnCancel::NoMatch,
@@ -130,26 +196,47 @@ impl InviteCache {
 
     /// INVITEs remembered now.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        usize::try_from(self.next - self.oldest).unwrap_or(usize::MAX)
     }
 
     /// Whether none is remembered.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.next == self.oldest
+    }
+
+    /// The slot remembering `key` (of `hash`).
+    fn slot_mut(&mut self, hash: u64, key: &str) -> Option<&mut Slot> {
+        let seq = *self.index.get(&hash)?;
+        self.ring
+            .get_mut(place(seq))
+            .filter(|slot| slot.seq == seq && slot.key == key)
     }
 
     fn expire(&mut self, now: Instant) {
-        while let Some((at, _)) = self.order.front() {
-            if now.duration_since(*at) < REMEMBER {
+        while let Some(slot) = self.oldest_slot() {
+            if now.duration_since(slot.at) < REMEMBER {
                 break;
             }
             self.forget_oldest();
         }
     }
 
-    fn forget_oldest(&mut self) {
-        if let Some((_, key)) = self.order.pop_front() {
-            self.entries.remove(&key);
+    fn oldest_slot(&self) -> Option<&Slot> {
+        if self.is_empty() {
+            return None;
         }
+        self.ring.get(place(self.oldest))
+    }
+
+    fn forget_oldest(&mut self) {
+        if self.is_empty() {
+            return;
+        }
+        if let Some(slot) = self.ring.get(place(self.oldest)) {
+            if self.index.get(&slot.hash) == Some(&self.oldest) {
+                self.index.remove(&slot.hash);
+            }
+        }
+        self.oldest += 1;
     }
 }

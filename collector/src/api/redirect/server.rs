@@ -456,7 +456,7 @@ impl Server {
         } = done;
         let mut status = response.status_code.code();
         let mut bytes = wire::encode_response(response, crate::core::USER_AGENT);
-        if !self.cache.answered(&key, bytes.clone()) {
+        if !self.cache.answered(&key, &bytes) {
             let terminated = sip::response(
                 &invite,
                 StatusCode::RequestTerminated,
@@ -464,7 +464,7 @@ impl Server {
             );
             status = terminated.status_code.code();
             bytes = wire::encode_response(terminated, crate::core::USER_AGENT);
-            self.cache.answered(&key, bytes.clone());
+            self.cache.answered(&key, &bytes);
         }
         self.metrics.redirect(status);
         debug!(

@@ -242,7 +242,7 @@ fn the_cache_resends_an_answer_absorbs_a_retransmission_in_flight_and_matches_ca
     // Retransmitted while its selection runs: the answer will come.
     assert_eq!(cache.on_invite(t0, "b1 h:1"), OnInvite::Absorb);
     let bytes = Bytes::from_static(b"SIP/2.0 302 Moved Temporarily");
-    assert!(cache.answered("b1 h:1", bytes.clone()));
+    assert!(cache.answered("b1 h:1", &bytes));
     assert_eq!(
         cache.on_invite(t0, "b1 h:1"),
         OnInvite::Resend(bytes.clone())
@@ -255,9 +255,9 @@ fn the_cache_resends_an_answer_absorbs_a_retransmission_in_flight_and_matches_ca
     assert_eq!(cache.on_invite(t0, "b2 h:1"), OnInvite::New);
     assert_eq!(cache.on_cancel(t0, "b2 h:1"), OnCancel::Terminate);
     let ok = Bytes::from_static(b"302");
-    assert!(!cache.answered("b2 h:1", ok));
+    assert!(!cache.answered("b2 h:1", &ok));
     let terminated = Bytes::from_static(b"487");
-    assert!(cache.answered("b2 h:1", terminated.clone()));
+    assert!(cache.answered("b2 h:1", &terminated));
     assert_eq!(cache.on_invite(t0, "b2 h:1"), OnInvite::Resend(terminated));
     // Forgotten after Timer B's 32 s: a CANCEL then matches nothing.
     let later = t0 + REMEMBER;
@@ -275,6 +275,41 @@ fn the_cache_is_bounded_oldest_first() {
     assert_eq!(cache.len(), MAX_REMEMBERED);
     assert_eq!(cache.on_cancel(t0, "b0"), OnCancel::NoMatch);
     assert_eq!(cache.on_cancel(t0, "b1"), OnCancel::Terminate);
+}
+
+/// Past the bound the ring's slots are reused: each remembered INVITE
+/// keeps its own answer, the forgotten ones match nothing, and after Timer
+/// B's 32 s the whole memory is empty and fills again.
+#[test]
+fn the_cache_reuses_its_slots_without_mixing_answers() {
+    let t0 = Instant::now();
+    let mut cache = InviteCache::default();
+    let total = 2 * MAX_REMEMBERED + 5;
+    for i in 0..total {
+        let key = format!("z9hG4bK-{i} 10.0.0.1:5060");
+        assert_eq!(cache.on_invite(t0, &key), OnInvite::New);
+        assert!(cache.answered(&key, format!("302 for {i}").as_bytes()));
+    }
+    assert_eq!(cache.len(), MAX_REMEMBERED);
+    for i in [0, total - MAX_REMEMBERED - 1] {
+        let key = format!("z9hG4bK-{i} 10.0.0.1:5060");
+        assert_eq!(cache.on_cancel(t0, &key), OnCancel::NoMatch, "{key}");
+    }
+    for i in [total - MAX_REMEMBERED, total - 2, total - 1] {
+        let key = format!("z9hG4bK-{i} 10.0.0.1:5060");
+        assert_eq!(
+            cache.on_invite(t0, &key),
+            OnInvite::Resend(Bytes::from(format!("302 for {i}"))),
+            "{key}"
+        );
+    }
+    let later = t0 + REMEMBER;
+    assert_eq!(cache.on_invite(later, "again 10.0.0.1:5060"), OnInvite::New);
+    assert_eq!(cache.len(), 1);
+    assert_eq!(
+        cache.on_invite(later, "again 10.0.0.1:5060"),
+        OnInvite::Absorb
+    );
 }
 
 #[test]
