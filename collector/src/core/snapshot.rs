@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use msr_shared::admin::{SelectQuery, Selection};
+use msr_shared::admin::{Request, SelectQuery, Selection};
 use rand::Rng;
 use tokio::time::Instant;
 
@@ -140,6 +140,20 @@ pub fn read_only(request: &SelectQuery) -> bool {
         && codecs.is_empty()
         && !explain
         && random.is_none()
+}
+
+/// Whether the core's answer to `request` may change what a copy holds:
+/// a selection a copy may not answer (a leg's placement moves the
+/// estimate, a failover the health) or a release. A select a copy could have answered
+/// (it found the copy behind) changes nothing the copy holds — counting it
+/// would keep the copy behind while such selects queue — and an operator
+/// change reaches the state when it is committed, not when asked.
+pub fn changes_the_copy(request: &Request) -> bool {
+    match request {
+        Request::Select(query) => !read_only(query),
+        Request::Release { .. } => true,
+        _ => false,
+    }
 }
 
 /// Where the loop publishes its copies and the front ends read the last.
@@ -309,6 +323,29 @@ mod tests {
     /// not wake for a copy nobody asked for, and a reader that comes later
     /// does not wake it either, so a copy left unmarked would be read,
     /// stale, until the loop happens to have other input.
+    #[test]
+    fn only_placements_failovers_and_releases_change_the_copy() {
+        let plain = SelectQuery::new("default", "local");
+        assert!(!changes_the_copy(&Request::Select(plain.clone())));
+        let leg = SelectQuery {
+            call_id: Some("c1".into()),
+            ..plain.clone()
+        };
+        assert!(changes_the_copy(&Request::Select(leg)));
+        let explain = SelectQuery {
+            explain: true,
+            ..plain
+        };
+        assert!(changes_the_copy(&Request::Select(explain)));
+        assert!(changes_the_copy(&Request::Release {
+            call_id: "c1".into(),
+            leg: None
+        }));
+        assert!(!changes_the_copy(&Request::ResourceList {
+            active_only: false
+        }));
+    }
+
     #[test]
     fn a_change_before_the_next_copy_is_due_marks_an_unread_copy_behind() {
         let start = Instant::now();

@@ -22,7 +22,7 @@ use crate::api::metrics::Metrics;
 use crate::api::redirect::{Ask, RedirectServer, Release};
 use crate::config::CollectorConfig;
 use crate::core::admin::Origin;
-use crate::core::snapshot::{Pacer, Published, Step};
+use crate::core::snapshot::{changes_the_copy, Pacer, Published, Step};
 use crate::core::{AdminId, Collector, CommitFailure, Effect, Transmit};
 use crate::operator::store::etcd::{CommitError, EtcdCommand, EtcdEvent, EtcdLink};
 use crate::operator::store::{Store, StoreError};
@@ -139,7 +139,11 @@ impl Shell {
                 () = shutdown.cancelled() => break,
                 Some(batch) = self.queues.known.recv() => self.on_batch(batch, true),
                 Some(batch) = self.queues.other.recv() => self.on_batch(batch, false),
-                Some(command) = self.admin_rx.recv() => self.on_admin(command),
+                Some(command) = self.admin_rx.recv() => {
+                    // It says itself whether it changed anything.
+                    self.on_admin(command);
+                    continue;
+                }
                 () = redirect_readable(self.redirect.as_ref()) => {
                     if self.on_redirect(None) {
                         // The control socket's connections run on this
@@ -299,12 +303,13 @@ impl Shell {
             let id = AdminId(self.next_admin);
             let select = matches!(command.request, Request::Select(_));
             let shows_state = !select && !matches!(command.request, Request::Release { .. });
+            let changes = changes_the_copy(&command.request);
             self.replies.insert(id, (command.reply, shows_state));
             self.core
                 .handle_admin_from(now, id, command.request, command.origin);
             // A selection or release may have changed what a list
             // answered later in this batch shows.
-            if !shows_state {
+            if changes {
                 self.pacer.touched();
             }
             if select {
