@@ -469,32 +469,10 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
             failure,
             codecs,
         }) => {
-            // An unnamed zone or site is the collector's `[defaults]` as
-            // they are now: every front end (the redirect server too)
-            // follows a reload.
-            let zone = if zone.is_empty() {
-                ctx.table.placement().zone.to_string()
-            } else {
-                zone
+            let (zone, site) = match leg_place(ctx.table, zone, site, msr.as_deref()) {
+                Ok(place) => place,
+                Err(error) => return Response::error(ErrorCode::InvalidValue, error.to_string()),
             };
-            let site = if site.is_empty() {
-                ctx.table.placement().site.to_string()
-            } else {
-                site
-            };
-            // The names a selection reads are held to the rules they were
-            // stored under (SPEC §6): an empty or malformed `msr` would
-            // otherwise read as "the other leg is elsewhere", a malformed
-            // zone as "no MSR in it".
-            let checked = [
-                (NameKind::Zone, Some(zone.as_str())),
-                (NameKind::Msr, msr.as_deref()),
-            ];
-            for (kind, name) in checked {
-                if let Some(Err(error)) = name.map(|n| names::check(kind, n)) {
-                    return Response::error(ErrorCode::InvalidValue, error.to_string());
-                }
-            }
             // The offer's codecs (SPEC §15): an unknown name is refused, so
             // a leg is never placed on an MSR that was not checked for it.
             // Empty items are skipped, as HTTP's `codecs=pcma,,h264` is.
@@ -639,6 +617,37 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
         }
         other => Response::error(ErrorCode::BadRequest, format!("not a query: {other:?}")),
     }
+}
+
+/// A select's zone and site: an unnamed one is the collector's
+/// `[defaults]` as they are now, so every front end (the redirect server
+/// too) follows a reload. The names a selection reads are held to the
+/// rules they were stored under (SPEC §6): an empty or malformed `msr`
+/// would otherwise read as "the other leg is elsewhere", a malformed zone
+/// as "no MSR in it"; such a name is refused (`invalid_value`).
+pub(super) fn leg_place(
+    table: &LoadTable,
+    zone: String,
+    site: String,
+    msr: Option<&str>,
+) -> Result<(String, String), names::NameError> {
+    let zone = if zone.is_empty() {
+        table.placement().zone.to_string()
+    } else {
+        zone
+    };
+    let site = if site.is_empty() {
+        table.placement().site.to_string()
+    } else {
+        site
+    };
+    let checked = [(NameKind::Zone, Some(zone.as_str())), (NameKind::Msr, msr)];
+    for (kind, name) in checked {
+        if let Some(name) = name {
+            names::check(kind, name)?;
+        }
+    }
+    Ok((zone, site))
 }
 
 /// An `invalid_value` answer for a Call-ID, leg label or conference id

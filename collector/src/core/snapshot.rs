@@ -31,10 +31,9 @@ use msr_shared::admin::{Request, SelectQuery, Selection};
 use rand::Rng;
 use tokio::time::Instant;
 
-use super::admin::{effective_policy, selection_of};
+use super::admin::{effective_policy, leg_place, selection_of};
 use crate::config::SelectionConfig;
 use crate::model::load_table::LoadTable;
-use crate::operator::names::{self, NameKind};
 use crate::operator::topology::Topology;
 use crate::select::{self, Admission, Query};
 
@@ -76,29 +75,10 @@ impl Snapshot {
         let SelectQuery {
             zone, site, msr, ..
         } = request;
-        // The core's rules for names (`admin::prepare`): one they refuse
-        // gets the core's error.
-        let placement = self.table.placement();
-        let zone = if zone.is_empty() {
-            placement.zone.to_string()
-        } else {
-            zone.clone()
-        };
-        let site = if site.is_empty() {
-            placement.site.to_string()
-        } else {
-            site.clone()
-        };
-        let checked = [
-            (NameKind::Zone, Some(zone.as_str())),
-            (NameKind::Msr, msr.as_deref()),
-        ];
-        if checked
-            .into_iter()
-            .any(|(kind, name)| name.is_some_and(|n| names::check(kind, n).is_err()))
-        {
-            return None;
-        }
+        // The core's defaults and name rules: a name they refuse gets the
+        // core's error.
+        let (zone, site) =
+            leg_place(&self.table, zone.clone(), site.clone(), msr.as_deref()).ok()?;
         let query = Query {
             zone,
             site,
