@@ -24,6 +24,8 @@
 #   WARMUP=60 SEED=1 SIM_CALLS=1000000 SIM_DELAY_MS=20
 #   FAILOVER=1 (the MSRs a call may be given in all: 3 fails over as a
 #   core does, SPEC §14, in the driver and in msr-sim)
+#   NO_CALL_ID=1 (selects name no call and nothing is released: the
+#   `ecss` fallback of `pooled`, SPEC §10, in the driver and in msr-sim)
 #   BIN=target/release (set BIN to use built binaries, e.g. target/debug)
 #   JSON=FILE keeps msr-loadgen's summary
 #
@@ -41,6 +43,8 @@ scale=${TIME_SCALE:-30}
 warmup=${WARMUP:-60}
 seed=${SEED:-1}
 failover=${FAILOVER:-1}
+no_call_id=()
+[ -n "${NO_CALL_ID:-}" ] && no_call_id=(--no-call-id)
 bin=${BIN:-target/release}
 case "$hosts" in '' | *[!0-9]* | 0*) echo "HOSTS must be a positive whole number" >&2; exit 2 ;; esac
 case "$scale" in '' | *[!0-9]* | 0*) echo "TIME_SCALE must be a positive whole number" >&2; exit 2 ;; esac
@@ -116,7 +120,7 @@ done
 echo "e2e: G = $hosts, $msrs MSRs × $sessions sessions, offered $offered %, holding mean $holding_ms ms, time scale $scale, policy $policy"
 "$bin/msr-loadgen" calls "${socket_args[@]}" "${msr_args[@]}" --declare-site \
   --offered "$offered" --holding-ms "$holding_ms" --warmup "$warmup" --duration "$duration" \
-  --seed "$seed" --failover-attempts "$failover" --json "${JSON:-$dir/summary.json}"
+  --seed "$seed" --failover-attempts "$failover" "${no_call_id[@]}" --json "${JSON:-$dir/summary.json}"
 
 # The same scenario simulated at its own time scale: holding times
 # HOLDING_MS × TIME_SCALE, the agent's intervals undivided, the report
@@ -131,4 +135,4 @@ echo "msr-sim: the same scenario, holding $holding_s s, $calls calls"
 "$bin/msr-sim" run --msrs "$msrs" --sessions "$sessions" --offered "$offered" --policy "$policy" \
   --hosts "$hosts" --holding "$holding_s" --min-interval-ms "$min_interval_ms" \
   --top-interval-ms "$top_interval_ms" --sample-interval-ms "$sample_interval_ms" \
-  --delay-ms "$sim_delay_ms" --calls "$calls" --seed "$seed" --failover-attempts "$failover"
+  --delay-ms "$sim_delay_ms" --calls "$calls" --seed "$seed" --failover-attempts "$failover" "${no_call_id[@]}"

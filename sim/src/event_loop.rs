@@ -286,6 +286,12 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
             scenario.policy.name()
         )));
     }
+    if scenario.failover_attempts > 1 && !scenario.call_ids {
+        return Err(SimError::Scenario(
+            "failover moves a leg (SPEC §14): a select without a call_id names no failed MSRs"
+                .to_owned(),
+        ));
+    }
     let base = Instant::now();
     // Event times are integer nanoseconds since `base`, exactly as the
     // product's `Instant`s differ: a time that went through f64 seconds
@@ -568,17 +574,19 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
                         changed = Some(m);
                         let call_id = id.to_string();
                         let host = &mut hosts[h];
-                        host.legs.bind(
-                            now,
-                            LegKey {
-                                call_id: &call_id,
-                                leg: None,
-                            },
-                            &names[m],
-                            &contacts[m],
-                            None,
-                        );
-                        host.table.note_placed(&names[m], now);
+                        if scenario.call_ids {
+                            host.legs.bind(
+                                now,
+                                LegKey {
+                                    call_id: &call_id,
+                                    leg: None,
+                                },
+                                &names[m],
+                                &contacts[m],
+                                None,
+                            );
+                            host.table.note_placed(&names[m], now);
+                        }
                         // A comparison policy counts the legs that the MSR
                         // took (one it refused is no placement).
                         host.seen.placed_since[m] += 1;

@@ -244,6 +244,10 @@ pub struct Scenario {
     pub policy: Policy,
     /// Whether the core releases legs at call end (SPEC §9).
     pub releases: bool,
+    /// Whether the core names each call (`call_id`, SPEC §9). Without, no
+    /// leg is bound and `pooled` selects by its `ecss` fallback, counting
+    /// its own placements near the top (SPEC §10).
+    pub call_ids: bool,
     /// Calls measured (after the warm-up).
     pub calls: u64,
     /// Batches for the confidence interval.
@@ -297,6 +301,7 @@ impl Scenario {
             sample_age: true,
             policy: Policy::Pooled,
             releases: true,
+            call_ids: true,
             calls: 200_000,
             batches: 20,
             seed: 1,

@@ -130,6 +130,11 @@ enum Command {
         /// The core never releases legs.
         #[arg(long)]
         no_releases: bool,
+        /// The core names no call (no `call_id`): every selection is the
+        /// `ecss` fallback of `pooled`, which counts its own placements
+        /// near the top (SPEC §10), and no leg is bound.
+        #[arg(long)]
+        no_call_id: bool,
         /// The MSRs one call may be given in all (SPEC §14, the
         /// collector's `[selection] failover_attempts`, 3 by default): a
         /// call an MSR refuses (full) is selected again with that MSR
@@ -271,6 +276,7 @@ fn main() -> Result<ExitCode> {
             sample_interval_ms,
             no_sample_age,
             no_releases,
+            no_call_id,
             failover_attempts,
             seed,
             video_msrs,
@@ -295,6 +301,7 @@ fn main() -> Result<ExitCode> {
             s.sample_interval = Duration::from_millis(sample_interval_ms);
             s.sample_age = !no_sample_age;
             s.releases = !no_releases;
+            s.call_ids = !no_call_id;
             s.failover_attempts = failover_attempts;
             s.seed = seed;
             // clap requires both or neither.

@@ -46,12 +46,15 @@ pub(crate) fn choose(
 ) -> Result<usize, Refused> {
     match scenario.policy {
         Policy::Pooled | Policy::Ecss => {
-            // What the collector does for a select with a call_id.
-            // In overload `pooled` keeps a headroom, as the collector's
-            // core does (`admin::prepare`).
+            // What the collector does for a select with a call_id (or
+            // without). In overload `pooled` keeps a headroom, as the
+            // collector's core does (`admin::prepare`).
+            if host.table.poll_timeout().is_some_and(|at| at <= now) {
+                host.table.handle_timeout(now);
+            }
             let policy = effective_policy(
                 selection,
-                true,
+                scenario.call_ids,
                 host.legs.last_release(),
                 now,
                 scenario.core_hosts,
@@ -71,6 +74,7 @@ pub(crate) fn choose(
             };
             let outcome = select::select(&host.table, operator.topology(), &query, rng);
             select::note_outcome(&mut host.overload, &query, &outcome);
+            select::note_unfollowed(&mut host.table, &query, &outcome);
             let choice = outcome.map_err(|refusal| match refusal {
                 Refusal::NoCapableMsr { .. } => Refused::NoCapableMsr,
                 Refusal::MsrOverloaded => Refused::MsrOverloaded,

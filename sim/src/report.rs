@@ -71,6 +71,9 @@ pub fn variant(s: &Scenario) -> String {
     if !s.releases {
         parts.push("no releases".to_owned());
     }
+    if !s.call_ids {
+        parts.push("no call-id".to_owned());
+    }
     if s.seed != 1 {
         parts.push(format!("seed {}", s.seed));
     }

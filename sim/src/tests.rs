@@ -58,6 +58,28 @@ fn pooled_falls_back_to_ecss_when_the_core_never_releases() -> Result<(), SimErr
     Ok(())
 }
 
+/// SPEC §10, a selection without a leg: in overload the fallback counts
+/// its own placements near the top, so with one core host it sends no
+/// leg to an MSR it filled itself; the draw alone sends one in six there.
+/// It cannot fail over (no leg to move, SPEC §14).
+#[test]
+fn the_fallback_without_a_call_id_sends_no_leg_to_an_msr_it_filled() -> Result<(), SimError> {
+    let mut s = Scenario::a(1.2);
+    s.calls = 20_000;
+    s.call_ids = false;
+    let fallback = run(&s)?;
+    s.call_ids = true;
+    s.policy = Policy::Ecss;
+    let ecss = run(&s)?;
+    assert!(ecss.full_share > 0.05, "{ecss:?}");
+    assert!(fallback.full_share < 0.01, "{fallback:?}");
+    s.call_ids = false;
+    s.policy = Policy::Pooled;
+    s.failover_attempts = 3;
+    assert!(matches!(run(&s), Err(SimError::Scenario(_))));
+    Ok(())
+}
+
 #[test]
 fn comparison_policies_run_reproducibly_within_the_notify_bound() -> Result<(), SimError> {
     for policy in [

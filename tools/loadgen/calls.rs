@@ -263,6 +263,12 @@ pub(crate) async fn calls(args: CallsArgs) -> anyhow::Result<()> {
     if index.len() != names.len() {
         bail!("an MSR is named twice in --msr");
     }
+    if args.no_call_id && args.failover_attempts > 1 {
+        bail!(
+            "--no-call-id with --failover-attempts {}: failover moves a leg (SPEC §14), a select without a call_id names no failed MSRs",
+            args.failover_attempts
+        );
+    }
     if args.holding_ms == 0 {
         bail!("--holding-ms must be positive");
     }
@@ -317,7 +323,7 @@ pub(crate) async fn calls(args: CallsArgs) -> anyhow::Result<()> {
     // answers at its load limit (SPEC §14).
     let select = |call_id: &str, failed: &[String]| {
         Request::Select(SelectQuery {
-            call_id: Some(call_id.to_owned()),
+            call_id: (!args.no_call_id).then(|| call_id.to_owned()),
             failed: failed.to_vec(),
             failure: (!failed.is_empty()).then(|| "load-limit".to_owned()),
             ..SelectQuery::new(args.place.zone.clone(), args.place.site.clone())
@@ -389,9 +395,11 @@ pub(crate) async fn calls(args: CallsArgs) -> anyhow::Result<()> {
             advance(&busy, now, &mut spread_integral);
             busy[m] -= 1;
             try_write_atomic(&files[m], &format!("{}\n", busy[m]))?;
-            match admins[h].call(&release(call_id(no))).await? {
-                Response::Ok(ResponseData::Released(r)) if r.released == 1 => {}
-                _ => s.release_anomalies += 1,
+            if !args.no_call_id {
+                match admins[h].call(&release(call_id(no))).await? {
+                    Response::Ok(ResponseData::Released(r)) if r.released == 1 => {}
+                    _ => s.release_anomalies += 1,
+                }
             }
             continue;
         }
@@ -434,7 +442,9 @@ pub(crate) async fn calls(args: CallsArgs) -> anyhow::Result<()> {
             Response::Ok(ResponseData::Selected(sel)) => {
                 let Some(&m) = index.get(sel.msr.as_str()) else {
                     s.unknown_msr += 1;
-                    admin.call(&release(id)).await?;
+                    if !args.no_call_id {
+                        admin.call(&release(id)).await?;
+                    }
                     continue;
                 };
                 if busy[m] >= capacities[m] {
@@ -444,7 +454,9 @@ pub(crate) async fn calls(args: CallsArgs) -> anyhow::Result<()> {
                         s.lost_at_full += 1;
                         batch_blocked[batch] += 1;
                     }
-                    admin.call(&release(id)).await?;
+                    if !args.no_call_id {
+                        admin.call(&release(id)).await?;
+                    }
                     continue;
                 }
                 advance(&busy, now, &mut spread_integral);
@@ -477,6 +489,9 @@ pub(crate) async fn calls(args: CallsArgs) -> anyhow::Result<()> {
     while let Some(Reverse((_, no, m, h))) = live.pop() {
         busy[m] -= 1;
         try_write_atomic(&files[m], &format!("{}\n", busy[m]))?;
+        if args.no_call_id {
+            continue;
+        }
         match admins[h].call(&release(call_id(no))).await? {
             Response::Ok(ResponseData::Released(r)) if r.released == 1 => {}
             _ => s.release_anomalies += 1,

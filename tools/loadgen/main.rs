@@ -332,6 +332,11 @@ struct CallsArgs {
     /// is lost.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10))]
     failover_attempts: u32,
+    /// Select without a `call_id` and release nothing, as a core that
+    /// names no call (the `ecss` fallback of `pooled`, SPEC §10); a call's
+    /// end only changes its MSR's calls file.
+    #[arg(long)]
+    no_call_id: bool,
     #[command(flatten)]
     place: PlaceArgs,
     /// Longest wait for every MSR to be live at 0 calls, seconds.

@@ -72,7 +72,10 @@ impl Default for Defaults {
 /// `ecss` draw. The estimate counts this collector's placements minus its
 /// releases: without releases it could only grow, and a leg without a
 /// Call-ID is never released, so both would make `pooled` worse than the
-/// draw it replaces, which is what SPEC §10 rules out.
+/// draw it replaces, which is what SPEC §10 rules out. A selection without
+/// a leg under `pooled` is the draw held to the estimate of its own
+/// placements since the last report ([`select::Policy::EcssUnfollowed`]:
+/// they count only until a report covers them, so they cannot grow).
 pub fn effective_policy(
     selection: &SelectionConfig,
     names_a_leg: bool,
@@ -84,6 +87,10 @@ pub fn effective_policy(
         .is_some_and(|at| now.saturating_duration_since(at) <= selection.release_window);
     match selection.policy {
         SelectionPolicy::Pooled if names_a_leg && releasing => select::Policy::Pooled {
+            core_hosts: core_hosts.max(1),
+            headroom: 0,
+        },
+        SelectionPolicy::Pooled if !names_a_leg => select::Policy::EcssUnfollowed {
             core_hosts: core_hosts.max(1),
             headroom: 0,
         },
@@ -693,6 +700,21 @@ fn refusal_message(refusal: Refusal, query: &Query) -> String {
                     headroom,
                     if headroom == 1 { "" } else { "s" }
                 ),
+                // SPEC §10: a select without a leg counts what it sent
+                // near the top until the next report.
+                select::Policy::EcssUnfollowed { headroom, .. } => format!(
+                    "every msr in zone `{}` nearest to site `{}` is at or above its load limit                      by its last report and the selections without a call_id sent to it since{}",
+                    query.zone,
+                    query.site,
+                    if headroom > 0 {
+                        format!(
+                            " (zone in overload: up to {headroom} session{} of each msr kept for the other core hosts)",
+                            if headroom == 1 { "" } else { "s" }
+                        )
+                    } else {
+                        String::new()
+                    }
+                ),
                 _ => format!(
                     "every msr in zone `{}` nearest to site `{}` is at or above its load limit",
                     query.zone, query.site
@@ -799,6 +821,11 @@ fn run_select(
         (explanation.outcome, explain)
     };
     select::note_outcome(ctx.overload, &query, &outcome);
+    // A select that names no leg sends a session to its MSR, unless it only
+    // asked why (`explain`) or replayed a draw (`random`).
+    if explain.is_none() && random.is_none() {
+        select::note_unfollowed(ctx.table, &query, &outcome);
+    }
     match outcome {
         Ok(choice) => {
             let leg_outcome = key.map(|key| {

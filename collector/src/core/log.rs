@@ -63,7 +63,7 @@ pub fn log(now: Instant, event: &Event) {
         } => warn!(
             %zone,
             headroom,
-            "zone in overload: pooled selection keeps sessions free on every msr for the other core hosts"
+            "zone in overload: pooled selection (and its fallback for selects without a call_id) keeps sessions free on every msr for the other core hosts"
         ),
         Event::ZoneOverload {
             zone,

@@ -395,6 +395,7 @@ impl Collector {
             self.table.clone(),
             self.operator.topology().clone(),
             self.defaults.selection,
+            (self.cluster.core_hosts(), self.overload.clone()),
         )
     }
 
@@ -459,6 +460,7 @@ impl Collector {
         self.subscriber.handle_timeout(now);
         self.health.handle_timeout(now);
         self.selection_refusals.advance(now);
+        self.table.handle_timeout(now);
         if let Some(summary) = self.refreshes.poll(now) {
             self.events
                 .push_back(Event::SubscriptionsRefreshed(summary));
@@ -487,6 +489,7 @@ impl Collector {
             self.health.poll_timeout(),
             self.selection_refusals.poll_timeout(),
             self.refreshes.poll_timeout(),
+            self.table.poll_timeout(),
         ]
         .into_iter()
         .flatten()

@@ -5,8 +5,16 @@
 //! without a round trip through the loop.
 //!
 //! A selection answered here changes nothing: it names no leg (no
-//! `call_id`), so it binds none, records no overload, and its policy is the
-//! `ecss` draw ([`super::admin::effective_policy`] without a leg). Anything
+//! `call_id`), so it binds none, and its policy is the `ecss` draw
+//! ([`super::admin::effective_policy`] without a leg). Under `pooled`
+//! that draw counts the session it sends to an MSR near its top
+//! ([`select::Policy::EcssUnfollowed`]): such a choice the copy leaves to
+//! the core (which draws again, from the same state but for what the copy
+//! lags). Far from the top nothing is counted and the copy answers; its
+//! placements there go unrecorded in the zone's overload window, which so
+//! sees near-top placements and refusals only: it errs towards overload
+//! while front ends draw leg-less legs below the top, which only ever
+//! keeps the headroom. Anything
 //! else — a leg, a failover, an offer's codecs, `explain`, a fixed draw, a
 //! name the rules refuse — and every refusal is asked of the core, which
 //! stays the one owner of the state and the one place refusals are
@@ -34,6 +42,7 @@ use tokio::time::Instant;
 use super::admin::{effective_policy, leg_place, selection_of};
 use crate::config::SelectionConfig;
 use crate::model::load_table::LoadTable;
+use crate::model::overload::OverloadWatch;
 use crate::operator::topology::Topology;
 use crate::select::{self, Admission, Query};
 
@@ -50,14 +59,24 @@ pub struct Snapshot {
     table: LoadTable,
     topology: Topology,
     selection: SelectionConfig,
+    /// G, and which zones are in overload (SPEC §10).
+    core_hosts: u32,
+    overload: OverloadWatch,
 }
 
 impl Snapshot {
-    pub(super) fn new(table: LoadTable, topology: Topology, selection: SelectionConfig) -> Self {
+    pub(super) fn new(
+        table: LoadTable,
+        topology: Topology,
+        selection: SelectionConfig,
+        (core_hosts, overload): (u32, OverloadWatch),
+    ) -> Self {
         Self {
             table,
             topology,
             selection,
+            core_hosts,
+            overload,
         }
     }
 
@@ -79,17 +98,25 @@ impl Snapshot {
         // core's error.
         let (zone, site) =
             leg_place(&self.table, zone.clone(), site.clone(), msr.as_deref()).ok()?;
+        let policy = effective_policy(&self.selection, false, None, now, self.core_hosts)
+            .in_zone(&zone, &self.overload);
         let query = Query {
             zone,
             site,
             msr: msr.clone(),
             admission: Admission::Plain,
-            policy: effective_policy(&self.selection, false, None, now, 1),
+            policy,
             now,
             failed: Vec::new(),
             needs: msr_shared::media::CodecSet::EMPTY,
         };
         let choice = select::select(&self.table, &self.topology, &query, rng).ok()?;
+        // A choice the core would count is the core's (module docs).
+        if matches!(policy, select::Policy::EcssUnfollowed { .. })
+            && self.table.is_near_top(&choice.msr)
+        {
+            return None;
+        }
         Some(selection_of(choice, None, None))
     }
 }
@@ -357,6 +384,7 @@ mod tests {
             table,
             Topology::default(),
             SelectionConfig::default(),
+            (1, OverloadWatch::default()),
         ));
         assert!(!published.wanted());
         let first = published.current().expect("published");

@@ -33,6 +33,25 @@
 //! report (the MSR's own reports stopped counting the call long ago): it
 //! leaves `own` and records no event ([`SinceReport::expired`]).
 //!
+//! # Placements without a leg
+//!
+//! A selection that names no call (the `ecss` fallback, SPEC §10) binds no
+//! leg, so its end is never known. It is still a session the MSR is about
+//! to take, and near the top that is what sends the next legs of every
+//! host onto an MSR that just filled. Such a placement counts until a
+//! report's sample covers it or [`UNFOLLOWED_HORIZON`] has passed
+//! ([`SinceReport::unfollowed`]), and the other hosts are assumed to have
+//! placed as many meanwhile:
+//!
+//! ```text
+//! estimate(now) = … + G × unfollowed
+//! ```
+//!
+//! The load table notes them only for an MSR whose last report is near
+//! its top, where the agent reports every change of `calls` within its
+//! top interval (SPEC §4), so a report clears them long before the
+//! horizon; the horizon only bounds one that never became a call.
+//!
 //! One owner: the load table keeps one [`SinceReport`] per MSR beside its
 //! report and copies its [`Estimate`] into the selection index; nothing
 //! else counts placements for the estimate.
@@ -49,6 +68,11 @@ use tokio::time::Instant;
 /// timer unused is well under it.
 pub const DEFAULT_NOTIFY_FLIGHT_TIME: Duration = Duration::from_millis(20);
 
+/// How long a placement without a leg counts when no report covers it
+/// (module docs): the agent's minimum NOTIFY gap (SPEC §4), within which
+/// an MSR near its top reports every change of `calls`.
+pub const UNFOLLOWED_HORIZON: Duration = Duration::from_secs(1);
+
 /// The parts of an MSR's estimate that do not depend on G (module docs).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Estimate {
@@ -60,14 +84,19 @@ pub struct Estimate {
     /// `own(now) − own(s)`: this collector's placements minus ends since
     /// that sample.
     pub net: i32,
+    /// Placements without a leg since that sample, within
+    /// [`UNFOLLOWED_HORIZON`] (module docs).
+    pub unfollowed: i32,
 }
 
 impl Estimate {
     /// The estimated sessions with `core_hosts` core hosts (G, at least 1),
     /// never below this collector's own live legs.
     pub fn sessions(&self, core_hosts: u32) -> f64 {
-        let others_since = f64::from(core_hosts.max(1) - 1) * f64::from(self.net);
-        let estimate = f64::from(self.own) + f64::from(self.others) + others_since;
+        let g = core_hosts.max(1);
+        let others_since = f64::from(g - 1) * f64::from(self.net);
+        let unfollowed = f64::from(g) * f64::from(self.unfollowed);
+        let estimate = f64::from(self.own) + f64::from(self.others) + others_since + unfollowed;
         estimate.max(f64::from(self.own)).max(0.0)
     }
 }
@@ -84,6 +113,9 @@ pub struct SinceReport {
     own: i32,
     /// The other hosts' sessions at the last report's sample.
     others: i32,
+    /// When each placement without a leg since that sample was made, in
+    /// time order (module docs).
+    unfollowed: VecDeque<Instant>,
 }
 
 impl SinceReport {
@@ -110,11 +142,28 @@ impl SinceReport {
         self.own = (self.own - 1).max(0);
     }
 
+    /// A selection without a leg sent a session to the MSR at `at`
+    /// (module docs).
+    pub fn unfollowed(&mut self, at: Instant) {
+        let at = self.unfollowed.back().map_or(at, |&last| at.max(last));
+        self.unfollowed.push_back(at);
+    }
+
+    /// Forgets the placements without a leg made at or before `cutoff`;
+    /// whether any were left.
+    pub fn forget_unfollowed(&mut self, cutoff: Instant) -> bool {
+        while self.unfollowed.front().is_some_and(|&at| at <= cutoff) {
+            self.unfollowed.pop_front();
+        }
+        !self.unfollowed.is_empty()
+    }
+
     /// A report of `calls` arrived at `at` after a flight of `flight`: the
     /// events up to and including its sample time `at − flight` (its
     /// trigger among them) are in its `calls`, so they are dropped.
     pub fn report(&mut self, at: Instant, flight: Duration, calls: u32) {
         let sample = at.checked_sub(flight).unwrap_or(at);
+        self.forget_unfollowed(sample);
         while let Some(&(when, delta)) = self.events.front() {
             if when > sample {
                 break;
@@ -138,6 +187,7 @@ impl SinceReport {
             own: self.own,
             others: self.others,
             net: self.net,
+            unfollowed: i32::try_from(self.unfollowed.len()).unwrap_or(i32::MAX),
         }
     }
 
@@ -155,6 +205,28 @@ mod tests {
     use super::*;
 
     const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    /// A placement without a leg counts G times until a report's sample
+    /// covers it or the horizon passes (module docs).
+    #[test]
+    fn a_placement_without_a_leg_counts_until_a_report_or_the_horizon() {
+        let t0 = Instant::now();
+        let mut s = SinceReport::default();
+        s.report(t0, MS(20), 90);
+        s.unfollowed(t0 + MS(10));
+        s.unfollowed(t0 + MS(50));
+        assert_eq!(s.estimate().unfollowed, 2);
+        assert_eq!(s.estimate().sessions(1), 92.0);
+        assert_eq!(s.estimate().sessions(3), 96.0);
+        // Sampled at t0 + 30 ms: the first is in its 91.
+        s.report(t0 + MS(50), MS(20), 91);
+        assert_eq!(s.estimate().sessions(3), 94.0);
+        // The second never showed in a report: gone after the horizon.
+        assert!(s.forget_unfollowed(t0 + MS(49)));
+        assert!(!s.forget_unfollowed(t0 + MS(50)));
+        assert_eq!(s.estimate().sessions(3), 91.0);
+        assert_eq!(s.net(), 0, "no leg, no event");
+    }
 
     #[test]
     fn events_up_to_the_report_sample_are_dropped() {

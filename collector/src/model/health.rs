@@ -166,6 +166,12 @@ pub enum FailureCause {
 /// change of `calls`.
 pub const NEAR_TOP_PERCENT: u32 = 80;
 
+/// Whether a report of `calls` of `max_calls` is at or above
+/// [`NEAR_TOP_PERCENT`].
+pub fn near_top(calls: u32, max_calls: u32) -> bool {
+    max_calls > 0 && u64::from(calls) * 100 >= u64::from(NEAR_TOP_PERCENT) * u64::from(max_calls)
+}
+
 /// The two counts a failure may go to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum FailureClass {
@@ -212,8 +218,7 @@ impl FailureCause {
     /// far below the top still counts: its engine's limit is not the one
     /// it reports.
     pub fn near_top(self, calls: u32, max_calls: u32) -> Self {
-        let near = max_calls > 0
-            && u64::from(calls) * 100 >= u64::from(NEAR_TOP_PERCENT) * u64::from(max_calls);
+        let near = near_top(calls, max_calls);
         match self {
             Self::LoadLimit if near => Self::FullNearTop(0),
             Self::ServerError(503) if near => Self::FullNearTop(503),

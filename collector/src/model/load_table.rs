@@ -62,15 +62,17 @@
 //! `check_index` (tests only) checks the invariant member by member, and
 //! the selection index against one rebuilt from `by_zone`.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
 use msr_shared::event_package::LoadReport;
 use msr_shared::media::{CodecSet, Lack};
 use tokio::time::Instant;
 
-use crate::model::estimate::{Estimate, SinceReport, DEFAULT_NOTIFY_FLIGHT_TIME};
-use crate::model::health::{FailureCause, Health};
+use crate::model::estimate::{
+    Estimate, SinceReport, DEFAULT_NOTIFY_FLIGHT_TIME, UNFOLLOWED_HORIZON,
+};
+use crate::model::health::{near_top, FailureCause, Health};
 use crate::operator::names::{ContactName, MsrName, SiteName, ZoneName};
 use crate::operator::topology::SiteDistances;
 use crate::operator::{MsrSettings, OperatorConfig};
@@ -464,6 +466,9 @@ pub struct LoadTable {
     /// Per zone and site, the MSRs a plain leg can take, by both
     /// policies' keys; derived from `by_zone` (`index.rs`).
     index: SelectionIndex,
+    /// The placements without a leg still counted, oldest first, to
+    /// forget each after [`UNFOLLOWED_HORIZON`] ([`LoadTable::note_unfollowed`]).
+    unfollowed: VecDeque<(Instant, MsrName)>,
 }
 
 impl LoadTable {
@@ -479,6 +484,7 @@ impl LoadTable {
             msrs: BTreeMap::new(),
             notify_flight_time: DEFAULT_NOTIFY_FLIGHT_TIME,
             index: SelectionIndex::default(),
+            unfollowed: VecDeque::new(),
         }
     }
 
@@ -515,6 +521,73 @@ impl LoadTable {
         if let Some(entry) = self.msrs.get_mut(msr) {
             entry.since_report.ended(at);
             self.rekey_msr(msr);
+        }
+    }
+
+    /// A selection without a leg (the `ecss` fallback, SPEC §10) sent a
+    /// session to `msr` at `at`: counted in its estimate (G times) until a
+    /// report covers it or [`UNFOLLOWED_HORIZON`] passes, but only while
+    /// the MSR's last report is near its top ([`LoadTable::is_near_top`]):
+    /// below it one collector's placements between two reports cannot
+    /// fill it, and its reports may be far apart (`load-delta`, SPEC §4).
+    /// Whether it was counted.
+    pub fn note_unfollowed(&mut self, msr: &str, at: Instant) -> bool {
+        if !self.is_near_top(msr) {
+            return false;
+        }
+        let Some((name, _)) = self.msrs.get_key_value(msr) else {
+            return false;
+        };
+        let name = name.clone();
+        if let Some(entry) = self.msrs.get_mut(msr) {
+            entry.since_report.unfollowed(at);
+        }
+        self.unfollowed.push_back((at, name));
+        self.rekey_msr(msr);
+        true
+    }
+
+    /// Whether `msr`'s last report has `calls` at or above
+    /// [`NEAR_TOP_PERCENT`] of its `max-calls`: where its agent reports
+    /// every change of `calls` (the high-water mark, SPEC §4) and where a
+    /// leg can find it full.
+    pub fn is_near_top(&self, msr: &str) -> bool {
+        self.msrs
+            .get(msr)
+            .and_then(|m| m.load.as_ref())
+            .is_some_and(|(report, _)| near_top(report.calls, report.max_calls))
+    }
+
+    /// When [`LoadTable::handle_timeout`] next has a placement without a
+    /// leg to forget.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.unfollowed
+            .front()
+            .and_then(|(at, _)| at.checked_add(UNFOLLOWED_HORIZON))
+    }
+
+    /// Forgets the placements without a leg that no report covered within
+    /// [`UNFOLLOWED_HORIZON`] (module docs of [`crate::model::estimate`]).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let Some(cutoff) = now.checked_sub(UNFOLLOWED_HORIZON) else {
+            return;
+        };
+        while let Some((at, _)) = self.unfollowed.front() {
+            if *at > cutoff {
+                break;
+            }
+            let Some((_, msr)) = self.unfollowed.pop_front() else {
+                break;
+            };
+            // A report may have covered it already: then nothing moves.
+            let Some(entry) = self.msrs.get_mut(&msr) else {
+                continue;
+            };
+            let before = entry.since_report.estimate();
+            entry.since_report.forget_unfollowed(cutoff);
+            if entry.since_report.estimate() != before {
+                self.rekey_msr(&msr);
+            }
         }
     }
 

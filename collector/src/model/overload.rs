@@ -62,7 +62,7 @@ pub fn headroom_of(headroom: u32, max_calls: u32) -> u32 {
 pub const HEADROOM_SHARE: u32 = 40;
 
 /// The overload state of every zone that has had a `pooled` selection.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct OverloadWatch {
     zones: HashMap<Box<str>, Window>,
     /// Changes not yet taken ([`OverloadWatch::take_changes`]).
@@ -70,7 +70,7 @@ pub struct OverloadWatch {
 }
 
 /// One zone's last [`WINDOW`] outcomes, one bit each (1: refused).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Window {
     bits: [u128; 2],
     /// Where the next outcome goes.

@@ -4,6 +4,27 @@
 
 use super::*;
 
+/// The load admission holds the MSR at `position` (candidate `c`) to
+/// against its load limit under a policy that reads the estimate: `pooled`
+/// the estimated occupancy with `headroom` (the reported load without a
+/// report), its fallback the larger of that and the reported load.
+#[inline]
+pub(super) fn estimated_load(
+    view: &ZoneView<'_>,
+    position: usize,
+    policy: Policy,
+    core_hosts: u32,
+    headroom: u32,
+    c: &Candidate<'_>,
+) -> f64 {
+    let occupancy = admitted_occupancy(view, position, core_hosts, headroom, c.load_limit);
+    let load = admission_load(Some(occupancy), c.load);
+    match policy {
+        Policy::EcssUnfollowed { .. } => load.max(admission_load(None, c.load)),
+        _ => load,
+    }
+}
+
 /// What admission (module docs) made of the nearest contacts.
 #[derive(Debug)]
 pub(super) struct Admitted {
@@ -36,32 +57,23 @@ pub(super) fn admit(view: &ZoneView<'_>, query: &Query, kept: Vec<usize>) -> Adm
                     return false;
                 };
                 // §10: under `pooled` the estimate, not only the last
-                // report, admits (`admission_load`).
-                let occupancy = match query.policy {
-                    Policy::Pooled {
-                        core_hosts,
-                        headroom,
-                    } => Some(admitted_occupancy(
-                        view,
-                        p,
-                        core_hosts,
-                        headroom,
-                        c.load_limit,
-                    )),
-                    Policy::Ecss => None,
+                // report, admits (`admission_load`); under its fallback
+                // the larger of the two (module docs, "A selection
+                // without a leg").
+                let load = match query.policy.estimated() {
+                    Some((core_hosts, headroom)) => {
+                        estimated_load(view, p, query.policy, core_hosts, headroom, &c)
+                    }
+                    None => admission_load(None, c.load),
                 };
-                let load = admission_load(occupancy, c.load);
                 if load < f64::from(c.load_limit) {
                     return true;
                 }
                 // Full on the estimate alone: a headroom (overload) keeps
                 // free sessions an MSR has, it does not fill it.
-                let full = match query.policy {
-                    Policy::Pooled {
-                        core_hosts,
-                        headroom,
-                    } if headroom > 0 => {
-                        admission_load(Some(estimated_occupancy(view, p, core_hosts)), c.load)
+                let full = match query.policy.estimated() {
+                    Some((core_hosts, headroom)) if headroom > 0 => {
+                        estimated_load(view, p, query.policy, core_hosts, 0, &c)
                     }
                     _ => load,
                 };

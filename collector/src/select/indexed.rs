@@ -27,7 +27,7 @@ pub(super) fn select_indexed<R: Rng + ?Sized>(
     let nearest = zone.nearest(&from)?;
     let distance = Some(nearest.distance());
     let (position, draws, rule) = match query.policy {
-        Policy::Ecss => {
+        Policy::Ecss | Policy::EcssUnfollowed { .. } => {
             let total = nearest.total_weight();
             // Step 6 as the scan orders it: nothing admitted or every
             // weight zero, then a total no draw can be made in.
@@ -38,7 +38,29 @@ pub(super) fn select_indexed<R: Rng + ?Sized>(
                 return Some(Err(Refusal::MsrNotFound));
             }
             let value = rng.gen_range(0.0..total);
-            (nearest.weighted(value)?, (value, total), Rule::Draw)
+            let position = nearest.weighted(value)?;
+            // The fallback's admission reads the estimate, which the
+            // index's weights do not: an MSR it finds full sends the leg
+            // to the scan, whose draw leaves it out. Drawing again over
+            // the rest keeps each admitted MSR's chance w / (the admitted
+            // weights), as the scan's own draw.
+            if let (Policy::EcssUnfollowed { .. }, Some((core_hosts, headroom))) =
+                (query.policy, query.policy.estimated())
+            {
+                let c = nearest.view().candidate(position, query.now)?;
+                let load = estimated_load(
+                    nearest.view(),
+                    position,
+                    query.policy,
+                    core_hosts,
+                    headroom,
+                    &c,
+                );
+                if load >= f64::from(c.load_limit) {
+                    return None;
+                }
+            }
+            (position, (value, total), Rule::Draw)
         }
         Policy::Pooled {
             core_hosts,

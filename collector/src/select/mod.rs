@@ -102,6 +102,29 @@
 //! below its load limit; at other times the headroom is 0, so a 90 % load
 //! is admitted as before.
 //!
+//! # A selection without a leg
+//!
+//! A selection that names no call (no `call_id`) binds no leg, so the
+//! collector never learns its end and cannot rank by the estimate: under
+//! `pooled` it falls back to §7's draw ([`Policy::EcssUnfollowed`];
+//! configured `ecss` stays [`Policy::Ecss`], the seed's draw exactly).
+//! Its start is still known, though, and near the top that is what
+//! matters: between two reports every such selection reads the same room,
+//! and in overload a leg in six went onto an MSR that the collector had
+//! itself just filled (BALANCING.md, "Overload"). So a session it sends
+//! to an MSR near its top counts in that MSR's estimate, G times, until a
+//! report covers it ([`crate::model::estimate`], "Placements without a
+//! leg"), and admission holds each MSR to the larger of its reported load
+//! and that estimate (with the overload headroom, which these selections
+//! also record): an MSR the estimate finds full is not drawn, and when
+//! none is left the leg is refused `msr_overloaded`. The weights of the
+//! draw stay §7's. Not knowing the ends, the estimate errs on the full
+//! side until the next report; but such a leg cannot fail over (SPEC §14
+//! moves a leg, and there is none), so a leg sent to a full MSR is lost,
+//! and the refusal costs less: at 90 % offered (msr-sim, scenario A,
+//! holding 30 s, G = 1) the draw alone lost 6.7 × the pooled limit, held
+//! to the estimate 2.3 × (BALANCING.md, "Selections without a leg").
+
 //! # The index
 //!
 //! [`select`] answers a plain leg with nothing failed and no offer through
@@ -170,6 +193,18 @@ impl Query {
 pub enum Policy {
     /// SPEC §7 step 5: the draw weighted by `(100 − load) × coefficient`.
     Ecss,
+    /// The `ecss` fallback of `pooled` for a selection that names no leg
+    /// (SPEC §10; module docs, "A selection without a leg"): §7's draw,
+    /// with admission holding each MSR to its last report plus this
+    /// collector's placements without a leg since, G times, and in
+    /// overload the headroom.
+    EcssUnfollowed {
+        /// G, the number of core hosts placing legs on these MSRs (≥ 1).
+        core_hosts: u32,
+        /// Sessions of each MSR kept free for the other hosts, as for
+        /// [`Policy::Pooled`].
+        headroom: u32,
+    },
     /// SPEC §10: the lowest estimated occupancy (module docs).
     Pooled {
         /// G, the number of core hosts placing legs on these MSRs (≥ 1).
@@ -185,31 +220,69 @@ impl Policy {
     /// `ecss` or `pooled`, as in the config file.
     pub fn name(self) -> &'static str {
         match self {
-            Policy::Ecss => "ecss",
+            Policy::Ecss | Policy::EcssUnfollowed { .. } => "ecss",
             Policy::Pooled { .. } => "pooled",
         }
     }
 
-    /// This policy for a leg of `zone`: `pooled` with the headroom `watch`
-    /// says the zone needs now (module docs, "Overload").
+    /// This policy for a leg of `zone`: `pooled` and its fallback with the
+    /// headroom `watch` says the zone needs now (module docs, "Overload").
     pub fn in_zone(self, zone: &str, watch: &OverloadWatch) -> Policy {
         match self {
             Policy::Pooled { core_hosts, .. } => Policy::Pooled {
                 core_hosts,
                 headroom: watch.headroom(zone, core_hosts),
             },
+            Policy::EcssUnfollowed { core_hosts, .. } => Policy::EcssUnfollowed {
+                core_hosts,
+                headroom: watch.headroom(zone, core_hosts),
+            },
             Policy::Ecss => Policy::Ecss,
+        }
+    }
+
+    /// G and the headroom admission holds an MSR's estimate to, for the
+    /// policies whose admission reads the estimate.
+    fn estimated(self) -> Option<(u32, u32)> {
+        match self {
+            Policy::Pooled {
+                core_hosts,
+                headroom,
+            }
+            | Policy::EcssUnfollowed {
+                core_hosts,
+                headroom,
+            } => Some((core_hosts, headroom)),
+            Policy::Ecss => None,
         }
     }
 }
 
-/// Records in `watch` what a plain leg's `pooled` selection came to: placed
-/// or refused `msr_overloaded` (module docs, "Overload"). Other outcomes
-/// and policies say nothing of overload, nor does one core host's (no
-/// headroom to keep: its zone is neither in overload nor logged so).
+/// Counts the session a selection that names no leg sent to an MSR
+/// (module docs, "A selection without a leg"): in `table`'s estimate of
+/// that MSR, when `query` ran under [`Policy::EcssUnfollowed`] and chose
+/// one. Whether it was counted (only near the MSR's top).
+pub fn note_unfollowed(
+    table: &mut LoadTable,
+    query: &Query,
+    outcome: &Result<Choice, Refusal>,
+) -> bool {
+    match (query.policy, outcome) {
+        (Policy::EcssUnfollowed { .. }, Ok(choice)) => {
+            table.note_unfollowed(&choice.msr, query.now)
+        }
+        _ => false,
+    }
+}
+
+/// Records in `watch` what a plain leg's `pooled` selection (or its
+/// fallback's) came to: placed or refused `msr_overloaded` (module docs,
+/// "Overload"). Other outcomes and policies say nothing of overload, nor
+/// does one core host's (no headroom to keep: its zone is neither in
+/// overload nor logged so).
 pub fn note_outcome(watch: &mut OverloadWatch, query: &Query, outcome: &Result<Choice, Refusal>) {
-    let core_hosts = match (query.policy, &query.admission) {
-        (Policy::Pooled { core_hosts, .. }, Admission::Plain) => core_hosts,
+    let core_hosts = match (query.policy.estimated(), &query.admission) {
+        (Some((core_hosts, _)), Admission::Plain) => core_hosts,
         _ => return,
     };
     if core_hosts <= 1 {

@@ -1371,6 +1371,128 @@ fn the_overload_watch_sets_the_headroom_and_counts_only_pooled_plain_outcomes() 
     assert!(single.take_changes().is_empty());
 }
 
+impl World {
+    fn unfollowed(&self, core_hosts: u32, headroom: u32) -> Query {
+        Query {
+            policy: Policy::EcssUnfollowed {
+                core_hosts,
+                headroom,
+            },
+            ..self.query("default", "local", None)
+        }
+    }
+}
+
+/// SPEC §10, "A selection without a leg" (module docs): the fallback's
+/// sessions near the top count G times until a report covers them, and
+/// admission holds each MSR to them; the draw's weights stay §7's.
+#[test]
+fn the_fallback_counts_its_own_placements_near_the_top_until_a_report() {
+    let mut w = World::new();
+    let t = w.now;
+    // msr_1 at 97 of 100 (near the top), msr_2 at 50 (far below).
+    w.contact(c("lo@msr_1", "default", "local"))
+        .report("msr_1", 97, 100, t);
+    w.contact(c("lo@msr_2", "default", "local"))
+        .report("msr_2", 50, 100, t);
+    let q = w.unfollowed(3, 0);
+    let at = |ms| t + Duration::from_millis(ms);
+    // Far below the top nothing is counted.
+    let last = w.fixed(&q, 52.0).outcome.expect("choice");
+    assert_eq!(last.msr, "msr_2");
+    assert!(!w.table.note_unfollowed("msr_2", at(10)));
+    // One session on msr_1 counts 3 (G): 97 + 3 = 100, full.
+    let first = w.fixed(&q, 0.0).outcome;
+    assert_eq!(first.as_ref().map(|c| c.msr.as_str()), Ok("msr_1"));
+    assert!(note_unfollowed(
+        &mut w.table,
+        &Query {
+            now: at(10),
+            ..q.clone()
+        },
+        &first
+    ));
+    for seed in 0..32 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let choice = select(&w.table, w.operator.topology(), &q, &mut rng).expect("choice");
+        assert_eq!(
+            choice.msr, "msr_2",
+            "the index leaves a full msr_1 to the scan"
+        );
+    }
+    let e = w.fixed(&q, 0.0);
+    let fate = |m: &str| e.candidates.iter().find(|c| c.msr == m).map(|c| c.outcome);
+    assert_eq!(fate("msr_1"), Some(CandidateOutcome::Full));
+    // Configured `ecss` is the seed's draw: it counts nothing.
+    assert_eq!(
+        w.fixed(&w.query("default", "local", None), 0.0)
+            .outcome
+            .map(|c| c.msr.to_string()),
+        Ok("msr_1".to_owned())
+    );
+    // With one core host the same session counts once: 98 < 100.
+    assert_eq!(
+        w.fixed(&w.unfollowed(1, 0), 0.0)
+            .outcome
+            .map(|c| c.msr.to_string()),
+        Ok("msr_1".to_owned())
+    );
+    // A report sampled after it covers it: 98 of 100, room again.
+    w.report("msr_1", 98, 100, at(40) + DEFAULT_NOTIFY_FLIGHT_TIME);
+    assert_eq!(
+        w.fixed(&q, 0.0).outcome.map(|c| c.msr.to_string()),
+        Ok("msr_1".to_owned())
+    );
+    // One that no report covers is forgotten after the horizon.
+    assert!(w.table.note_unfollowed("msr_1", at(50)));
+    assert_eq!(
+        w.fixed(&q, 0.0).outcome.map(|c| c.msr.to_string()),
+        Ok("msr_2".to_owned())
+    );
+    // The first, which the report covered, leaves nothing to forget.
+    let horizon = crate::model::estimate::UNFOLLOWED_HORIZON;
+    assert_eq!(w.table.poll_timeout(), Some(at(10) + horizon));
+    w.table.handle_timeout(at(10) + horizon);
+    assert_eq!(
+        w.fixed(&q, 0.0).outcome.map(|c| c.msr.to_string()),
+        Ok("msr_2".to_owned())
+    );
+    let due = w.table.poll_timeout().expect("a horizon");
+    assert_eq!(due, at(50) + horizon);
+    w.table.handle_timeout(due - Duration::from_millis(1));
+    assert_eq!(
+        w.fixed(&q, 0.0).outcome.map(|c| c.msr.to_string()),
+        Ok("msr_2".to_owned())
+    );
+    w.table.handle_timeout(due);
+    assert_eq!(w.table.poll_timeout(), None);
+    assert_eq!(
+        w.fixed(&q, 0.0).outcome.map(|c| c.msr.to_string()),
+        Ok("msr_1".to_owned())
+    );
+    // Both full by the estimate: refused, and the refusal is an overload
+    // outcome of the zone (with G > 1).
+    w.report("msr_2", 99, 100, at(2000));
+    assert!(w.table.note_unfollowed("msr_1", at(2001)));
+    assert!(w.table.note_unfollowed("msr_2", at(2001)));
+    let refused = w.pick(&Query {
+        now: at(2002),
+        ..q.clone()
+    });
+    assert_eq!(refused, Err(Refusal::MsrOverloaded));
+    let mut watch = crate::model::overload::OverloadWatch::default();
+    for _ in 0..crate::model::overload::ENTER {
+        note_outcome(&mut watch, &q, &refused);
+    }
+    assert_eq!(
+        q.policy.in_zone("default", &watch),
+        Policy::EcssUnfollowed {
+            core_hosts: 3,
+            headroom: 1
+        }
+    );
+}
+
 #[test]
 fn one_core_host_never_puts_a_zone_in_overload() {
     use crate::model::overload::{Change, OverloadWatch, ENTER};
@@ -1957,7 +2079,7 @@ proptest! {
                 .find(|p| view.candidate(*p, now).is_some_and(|c| *c.contact == *choice.contact));
             prop_assert!(chosen.is_some_and(|p| kept.contains(&p)), "{} not kept", choice.contact);
             match policy {
-                Policy::Ecss => {
+                Policy::Ecss | Policy::EcssUnfollowed { .. } => {
                     let want: Vec<(usize, f64)> = kept
                         .iter()
                         .map(|&p| (p, weight(view.weight_inputs(p)).1))

@@ -911,7 +911,7 @@ fn pooled_applies_to_named_legs_while_the_core_releases_legs() {
         headroom: 0,
     };
     assert_eq!(effective_policy(&pooled, true, Some(t0), at(10), 3), g3);
-    // No release yet (a start), none within the window, no call_id: ecss.
+    // No release yet (a start), none within the window: ecss.
     assert_eq!(
         effective_policy(&pooled, true, None, t0, 3),
         select::Policy::Ecss
@@ -920,18 +920,26 @@ fn pooled_applies_to_named_legs_while_the_core_releases_legs() {
         effective_policy(&pooled, true, Some(t0), at(61), 3),
         select::Policy::Ecss
     );
+    // No call_id: the draw, held to its own placements near the top.
+    let unfollowed = select::Policy::EcssUnfollowed {
+        core_hosts: 3,
+        headroom: 0,
+    };
     assert_eq!(
         effective_policy(&pooled, false, Some(t0), at(1), 3),
-        select::Policy::Ecss
+        unfollowed
     );
+    assert_eq!(effective_policy(&pooled, false, None, t0, 3), unfollowed);
     let ecss = SelectionConfig {
         policy: SelectionPolicy::Ecss,
         ..pooled
     };
-    assert_eq!(
-        effective_policy(&ecss, true, Some(t0), at(1), 3),
-        select::Policy::Ecss
-    );
+    for names_a_leg in [true, false] {
+        assert_eq!(
+            effective_policy(&ecss, names_a_leg, Some(t0), at(1), 3),
+            select::Policy::Ecss
+        );
+    }
 }
 
 #[test]
@@ -1539,6 +1547,22 @@ fn a_refusal_in_overload_names_the_headroom() {
         m.contains("less the headroom") && m.contains("up to 1 session of"),
         "{m}"
     );
+    // A select without a leg says what it counted (SPEC §10).
+    let fallback = |headroom| Query {
+        policy: select::Policy::EcssUnfollowed {
+            core_hosts: 3,
+            headroom,
+        },
+        ..query(0)
+    };
+    let m = refusal_message(Refusal::MsrOverloaded, &fallback(0));
+    assert!(
+        m.contains("selections without a call_id sent to it since"),
+        "{m}"
+    );
+    assert!(!m.contains("overload"), "{m}");
+    let m = refusal_message(Refusal::MsrOverloaded, &fallback(2));
+    assert!(m.contains("up to 2 sessions of each msr"), "{m}");
 }
 
 /// The copy the HTTP API draws read-only selections from
@@ -1547,6 +1571,8 @@ fn a_refusal_in_overload_names_the_headroom() {
 #[test]
 fn a_snapshot_answers_a_select_without_a_leg_as_the_core_does() {
     use crate::core::snapshot::Snapshot;
+    use crate::model::estimate::UNFOLLOWED_HORIZON;
+    use crate::model::overload::OverloadWatch;
     let now = Instant::now();
     let mut h = three_msrs(now);
     h.load(
@@ -1557,25 +1583,39 @@ fn a_snapshot_answers_a_select_without_a_leg_as_the_core_does() {
         },
         now,
     );
-    let snapshot = Snapshot::new(
-        h.table.clone(),
-        h.operator.topology().clone(),
-        h.defaults.selection,
-    );
+    let copy_of = |h: &Harness| {
+        Snapshot::new(
+            h.table.clone(),
+            h.operator.topology().clone(),
+            h.defaults.selection,
+            (1, OverloadWatch::default()),
+        )
+    };
     let plain = SelectQuery::new("default", "local");
     let unnamed = SelectQuery::new("", "");
     let other_leg = SelectQuery {
         msr: Some("msr_3".into()),
         ..SelectQuery::new("default", "local")
     };
+    let mut declined = 0;
     for query in [plain, unnamed, other_leg] {
         for seed in 0..64 {
+            let snapshot = copy_of(&h);
             h.rng = StdRng::seed_from_u64(seed);
             let core = selected(h.ok(Request::Select(query.clone()), now));
             let copy = snapshot.select(&query, now, &mut StdRng::seed_from_u64(seed));
+            // msr_2 reported 9 of 10, near its top: there the fallback
+            // counts its session (SPEC §10), so the core draws.
+            if core.msr == "msr_2" && copy.is_none() {
+                declined += 1;
+                h.table.handle_timeout(now + UNFOLLOWED_HORIZON);
+                continue;
+            }
             assert_eq!(copy.as_ref(), Some(&core), "{query:?}, seed {seed}");
         }
     }
+    assert!(declined > 0);
+    let snapshot = copy_of(&h);
     // What changes state, needs the core's wording or refuses: the core's.
     let to_the_core = [
         SelectQuery {
