@@ -703,7 +703,8 @@ fn refusal_message(refusal: Refusal, query: &Query) -> String {
                 // SPEC §10: a select without a leg counts what it sent
                 // near the top until the next report.
                 select::Policy::EcssUnfollowed { headroom, .. } => format!(
-                    "every msr in zone `{}` nearest to site `{}` is at or above its load limit                      by its last report and the selections without a call_id sent to it since{}",
+                    "every msr in zone `{}` nearest to site `{}` is at or above its load limit \
+                     by its last report and the selections without a call_id sent to it since{}",
                     query.zone,
                     query.site,
                     if headroom > 0 {

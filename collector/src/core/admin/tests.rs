@@ -1557,12 +1557,18 @@ fn a_refusal_in_overload_names_the_headroom() {
     };
     let m = refusal_message(Refusal::MsrOverloaded, &fallback(0));
     assert!(
-        m.contains("selections without a call_id sent to it since"),
+        m.ends_with(
+            "is at or above its load limit by its last report and the selections without a call_id sent to it since"
+        ),
         "{m}"
     );
     assert!(!m.contains("overload"), "{m}");
     let m = refusal_message(Refusal::MsrOverloaded, &fallback(2));
     assert!(m.contains("up to 2 sessions of each msr"), "{m}");
+    // One line of single spaces, as it reaches the log and the HTTP body.
+    for m in [fallback(0), fallback(1)].map(|q| refusal_message(Refusal::MsrOverloaded, &q)) {
+        assert!(!m.contains("  ") && !m.contains('\n'), "{m:?}");
+    }
 }
 
 /// The copy the HTTP API draws read-only selections from
