@@ -821,10 +821,13 @@ fn run_select(
         let explain = want_explain.then(|| to_wire_explain(&query, &explanation));
         (explanation.outcome, explain)
     };
-    select::note_outcome(ctx.overload, &query, &outcome);
     // A select that names no leg sends a session to its MSR, unless it only
-    // asked why (`explain`) or replayed a draw (`random`).
-    if explain.is_none() && random.is_none() {
+    // asked why (`explain`) or replayed a draw (`random`): then it placed
+    // nothing, so it is neither counted nor an outcome of the zone's
+    // overload window (an operator asking why must not put the zone in
+    // overload). With a leg both place it.
+    if key.is_some() || (random.is_none() && !want_explain) {
+        select::note_outcome(ctx.overload, &query, &outcome);
         select::note_unfollowed(ctx.table, &query, &outcome);
     }
     match outcome {

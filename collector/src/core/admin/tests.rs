@@ -42,6 +42,8 @@ struct Harness {
     health: crate::model::health::HealthMonitor,
     absences: crate::model::absent::Absences,
     overload: crate::model::overload::OverloadWatch,
+    /// G, as the cluster would give it (1 unless a test sets it).
+    core_hosts: u32,
     _dir: tempfile::TempDir,
 }
 
@@ -72,6 +74,7 @@ impl Harness {
             defaults,
             rng: StdRng::seed_from_u64(1),
             legs: crate::model::legs::LegTable::new(crate::model::legs::DEFAULT_MAX_DURATION),
+            core_hosts: 1,
             _dir: dir,
         }
     }
@@ -88,7 +91,7 @@ impl Harness {
             health: &mut self.health,
             absences: &mut self.absences,
             overload: &mut self.overload,
-            core_hosts: 1,
+            core_hosts: self.core_hosts,
         };
         handle(request, &mut ctx, &self.store, now)
     }
@@ -1569,6 +1572,50 @@ fn a_refusal_in_overload_names_the_headroom() {
     for m in [fallback(0), fallback(1)].map(|q| refusal_message(Refusal::MsrOverloaded, &q)) {
         assert!(!m.contains("  ") && !m.contains('\n'), "{m:?}");
     }
+}
+
+/// `--explain` and `--random` without a call_id place nothing (SPEC §10,
+/// interfaces.md "Call legs"): with G > 1 they leave the zone's overload
+/// window alone, so an operator asking why cannot put the zone in
+/// overload (and a headroom on every core's legs); the same selects
+/// without them are placements and are recorded.
+#[test]
+fn explain_and_random_without_a_leg_record_nothing_in_the_overload_window() {
+    let now = Instant::now();
+    let mut h = three_msrs(now);
+    h.core_hosts = 3;
+    for msr in ["msr_1", "msr_2", "msr_3"] {
+        h.load(
+            LoadReport {
+                load: 100,
+                calls: 10,
+                ..half_loaded(msr)
+            },
+            now,
+        );
+    }
+    let explain = Request::Select(SelectQuery {
+        explain: true,
+        ..SelectQuery::new("default", "local")
+    });
+    let random = Request::Select(SelectQuery {
+        random: Some(0.0),
+        ..SelectQuery::new("default", "local")
+    });
+    for _ in 0..40 {
+        assert_eq!(h.err(explain.clone(), now), ErrorCode::MsrOverloaded);
+        assert_eq!(h.err(random.clone(), now), ErrorCode::MsrOverloaded);
+    }
+    assert!(!h.overload.is_overloaded("default"));
+    assert!(h.overload.take_changes().is_empty());
+    // Selects that would send the session are refusals of the zone.
+    for _ in 0..40 {
+        assert_eq!(
+            h.err(Request::Select(SelectQuery::new("default", "local")), now),
+            ErrorCode::MsrOverloaded
+        );
+    }
+    assert!(h.overload.is_overloaded("default"));
 }
 
 /// The copy the HTTP API draws read-only selections from
