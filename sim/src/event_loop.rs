@@ -286,6 +286,15 @@ pub fn run(scenario: &Scenario) -> Result<Outcome, SimError> {
             scenario.policy.name()
         )));
     }
+    // The comparison policies have no selection without a leg: pooled-literal
+    // would silently lose the placements its estimate reads (they are
+    // noted with the leg), the others would ignore the flag.
+    if !scenario.call_ids && !matches!(scenario.policy, Policy::Pooled | Policy::Ecss) {
+        return Err(SimError::Scenario(format!(
+            "a select without a call_id is the product's selection (pooled, ecss): {} has none",
+            scenario.policy.name()
+        )));
+    }
     if scenario.failover_attempts > 1 && !scenario.call_ids {
         return Err(SimError::Scenario(
             "failover moves a leg (SPEC §14): a select without a call_id names no failed MSRs"

@@ -132,7 +132,8 @@ enum Command {
         no_releases: bool,
         /// The core names no call (no `call_id`): every selection is the
         /// `ecss` fallback of `pooled`, which counts its own placements
-        /// near the top (SPEC §10), and no leg is bound.
+        /// near the top (SPEC §10), and no leg is bound. Policies pooled
+        /// and ecss only.
         #[arg(long)]
         no_call_id: bool,
         /// The MSRs one call may be given in all (SPEC §14, the

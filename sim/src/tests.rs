@@ -77,6 +77,17 @@ fn the_fallback_without_a_call_id_sends_no_leg_to_an_msr_it_filled() -> Result<(
     s.policy = Policy::Pooled;
     s.failover_attempts = 3;
     assert!(matches!(run(&s), Err(SimError::Scenario(_))));
+    // A comparison policy has no select without a call_id: refused, not
+    // run with its estimate quietly emptied (pooled-literal) or the flag
+    // ignored (the others).
+    s.failover_attempts = 1;
+    for policy in [Policy::PooledLiteral, Policy::CallLoad, Policy::Oracle] {
+        s.policy = policy;
+        assert!(
+            matches!(run(&s), Err(SimError::Scenario(ref m)) if m.contains("call_id")),
+            "{policy:?}"
+        );
+    }
     Ok(())
 }
 
