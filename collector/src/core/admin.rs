@@ -75,7 +75,8 @@ impl Default for Defaults {
 /// draw it replaces, which is what SPEC §10 rules out. A selection without
 /// a leg under `pooled` is the draw held to the estimate of its own
 /// placements since the last report ([`select::Policy::EcssUnfollowed`]:
-/// they count only until a report covers them, so they cannot grow).
+/// they count only until a report covers them, so they cannot grow), and
+/// of the legs only while the core releases them.
 pub fn effective_policy(
     selection: &SelectionConfig,
     names_a_leg: bool,
@@ -93,6 +94,7 @@ pub fn effective_policy(
         SelectionPolicy::Pooled if !names_a_leg => select::Policy::EcssUnfollowed {
             core_hosts: core_hosts.max(1),
             headroom: 0,
+            legs: releasing,
         },
         _ => select::Policy::Ecss,
     }

@@ -395,7 +395,11 @@ impl Collector {
             self.table.clone(),
             self.operator.topology().clone(),
             self.defaults.selection,
-            (self.cluster.core_hosts(), self.overload.clone()),
+            (
+                self.cluster.core_hosts(),
+                self.overload.clone(),
+                self.legs.last_release(),
+            ),
         )
     }
 

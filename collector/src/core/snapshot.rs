@@ -62,6 +62,9 @@ pub struct Snapshot {
     /// G, and which zones are in overload (SPEC §10).
     core_hosts: u32,
     overload: OverloadWatch,
+    /// When the core last released a leg: whether the estimate may count
+    /// this collector's legs ([`effective_policy`]).
+    last_release: Option<Instant>,
 }
 
 impl Snapshot {
@@ -69,7 +72,7 @@ impl Snapshot {
         table: LoadTable,
         topology: Topology,
         selection: SelectionConfig,
-        (core_hosts, overload): (u32, OverloadWatch),
+        (core_hosts, overload, last_release): (u32, OverloadWatch, Option<Instant>),
     ) -> Self {
         Self {
             table,
@@ -77,6 +80,7 @@ impl Snapshot {
             selection,
             core_hosts,
             overload,
+            last_release,
         }
     }
 
@@ -98,8 +102,14 @@ impl Snapshot {
         // core's error.
         let (zone, site) =
             leg_place(&self.table, zone.clone(), site.clone(), msr.as_deref()).ok()?;
-        let policy = effective_policy(&self.selection, false, None, now, self.core_hosts)
-            .in_zone(&zone, &self.overload);
+        let policy = effective_policy(
+            &self.selection,
+            false,
+            self.last_release,
+            now,
+            self.core_hosts,
+        )
+        .in_zone(&zone, &self.overload);
         let query = Query {
             zone,
             site,
@@ -384,7 +394,7 @@ mod tests {
             table,
             Topology::default(),
             SelectionConfig::default(),
-            (1, OverloadWatch::default()),
+            (1, OverloadWatch::default(), None),
         ));
         assert!(!published.wanted());
         let first = published.current().expect("published");

@@ -17,7 +17,15 @@ pub(super) fn estimated_load(
     headroom: u32,
     c: &Candidate<'_>,
 ) -> f64 {
-    let occupancy = admitted_occupancy(view, position, core_hosts, headroom, c.load_limit);
+    let occupancy = match policy {
+        // The legs count only while the core releases them (`legs`).
+        Policy::EcssUnfollowed { legs: false, .. } => {
+            held_occupancy(view, position, headroom, c.load_limit, |inputs| {
+                inputs.reported_occupancy(core_hosts)
+            })
+        }
+        _ => admitted_occupancy(view, position, core_hosts, headroom, c.load_limit),
+    };
     let load = admission_load(Some(occupancy), c.load);
     match policy {
         Policy::EcssUnfollowed { .. } => load.max(admission_load(None, c.load)),

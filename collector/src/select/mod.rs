@@ -116,8 +116,10 @@
 //! report covers it ([`crate::model::estimate`], "Placements without a
 //! leg"), and admission holds each MSR to the larger of its reported load
 //! and that estimate (with the overload headroom, which these selections
-//! also record): an MSR the estimate finds full is not drawn, and when
-//! none is left the leg is refused `msr_overloaded`. The weights of the
+//! also record; the legs count in it only while the core releases them,
+//! as for `pooled`, or the last report's `calls` stands for them): an MSR
+//! the estimate finds full is not drawn, and when none is left the leg is
+//! refused `msr_overloaded`. The weights of the
 //! draw stay §7's. Not knowing the ends, the estimate errs on the full
 //! side until the next report; but such a leg cannot fail over (SPEC §14
 //! moves a leg, and there is none), so a leg sent to a full MSR is lost,
@@ -204,6 +206,13 @@ pub enum Policy {
         /// Sessions of each MSR kept free for the other hosts, as for
         /// [`Policy::Pooled`].
         headroom: u32,
+        /// Whether this collector's legs count in the estimate too: only
+        /// while the core releases them, as for [`Policy::Pooled`].
+        /// Without releases their count only grows (a core that never
+        /// releases would soon have every MSR "full" by legs long ended),
+        /// so the estimate is the last report's `calls` and the
+        /// placements without a leg since.
+        legs: bool,
     },
     /// SPEC §10: the lowest estimated occupancy (module docs).
     Pooled {
@@ -233,9 +242,12 @@ impl Policy {
                 core_hosts,
                 headroom: watch.headroom(zone, core_hosts),
             },
-            Policy::EcssUnfollowed { core_hosts, .. } => Policy::EcssUnfollowed {
+            Policy::EcssUnfollowed {
+                core_hosts, legs, ..
+            } => Policy::EcssUnfollowed {
                 core_hosts,
                 headroom: watch.headroom(zone, core_hosts),
+                legs,
             },
             Policy::Ecss => Policy::Ecss,
         }
@@ -252,6 +264,7 @@ impl Policy {
             | Policy::EcssUnfollowed {
                 core_hosts,
                 headroom,
+                ..
             } => Some((core_hosts, headroom)),
             Policy::Ecss => None,
         }

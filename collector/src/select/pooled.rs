@@ -2,6 +2,7 @@
 //! occupancy, the least occupied taken, ties drawn.
 
 use super::*;
+use crate::model::load_table::EstimateInputs;
 use msr_shared::media::CodecSet;
 
 /// The estimated occupancy of the MSR at `position` (SPEC §10, module
@@ -27,6 +28,21 @@ pub(super) fn admitted_occupancy(
     headroom: u32,
     load_limit: u8,
 ) -> f64 {
+    held_occupancy(view, position, headroom, load_limit, |inputs| {
+        inputs.occupancy(core_hosts)
+    })
+}
+
+/// [`admitted_occupancy`] of the occupancy `occupancy` reads from the
+/// MSR's estimate inputs.
+#[inline]
+pub(super) fn held_occupancy(
+    view: &ZoneView<'_>,
+    position: usize,
+    headroom: u32,
+    load_limit: u8,
+    occupancy: impl Fn(&EstimateInputs) -> f64,
+) -> f64 {
     view.estimate_inputs(position)
         .map_or(f64::INFINITY, |inputs| {
             let room = (u64::from(inputs.max_calls) * u64::from(load_limit))
@@ -34,7 +50,7 @@ pub(super) fn admitted_occupancy(
                 .saturating_sub(1);
             let kept = crate::model::overload::headroom_of(headroom, inputs.max_calls);
             let kept = u32::try_from(room).map_or(kept, |room| kept.min(room));
-            inputs.occupancy(core_hosts) + f64::from(kept) / f64::from(inputs.max_calls.max(1))
+            occupancy(&inputs) + f64::from(kept) / f64::from(inputs.max_calls.max(1))
         })
 }
 

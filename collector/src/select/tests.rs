@@ -1377,6 +1377,7 @@ impl World {
             policy: Policy::EcssUnfollowed {
                 core_hosts,
                 headroom,
+                legs: true,
             },
             ..self.query("default", "local", None)
         }
@@ -1488,7 +1489,8 @@ fn the_fallback_counts_its_own_placements_near_the_top_until_a_report() {
         q.policy.in_zone("default", &watch),
         Policy::EcssUnfollowed {
             core_hosts: 3,
-            headroom: 1
+            headroom: 1,
+            legs: true,
         }
     );
 }

@@ -923,16 +923,25 @@ fn pooled_applies_to_named_legs_while_the_core_releases_legs() {
         effective_policy(&pooled, true, Some(t0), at(61), 3),
         select::Policy::Ecss
     );
-    // No call_id: the draw, held to its own placements near the top.
-    let unfollowed = select::Policy::EcssUnfollowed {
+    // No call_id: the draw, held to its own placements near the top, and
+    // to the legs only while the core releases them.
+    let unfollowed = |legs| select::Policy::EcssUnfollowed {
         core_hosts: 3,
         headroom: 0,
+        legs,
     };
     assert_eq!(
         effective_policy(&pooled, false, Some(t0), at(1), 3),
-        unfollowed
+        unfollowed(true)
     );
-    assert_eq!(effective_policy(&pooled, false, None, t0, 3), unfollowed);
+    assert_eq!(
+        effective_policy(&pooled, false, None, t0, 3),
+        unfollowed(false)
+    );
+    assert_eq!(
+        effective_policy(&pooled, false, Some(t0), at(61), 3),
+        unfollowed(false)
+    );
     let ecss = SelectionConfig {
         policy: SelectionPolicy::Ecss,
         ..pooled
@@ -1555,6 +1564,7 @@ fn a_refusal_in_overload_names_the_headroom() {
         policy: select::Policy::EcssUnfollowed {
             core_hosts: 3,
             headroom,
+            legs: false,
         },
         ..query(0)
     };
@@ -1641,7 +1651,7 @@ fn a_snapshot_answers_a_select_without_a_leg_as_the_core_does() {
             h.table.clone(),
             h.operator.topology().clone(),
             h.defaults.selection,
-            (1, OverloadWatch::default()),
+            (1, OverloadWatch::default(), h.legs.last_release()),
         )
     };
     let plain = SelectQuery::new("default", "local");
@@ -1702,4 +1712,42 @@ fn a_snapshot_answers_a_select_without_a_leg_as_the_core_does() {
             "{query:?}"
         );
     }
+}
+
+/// A core that places legs but never releases them (so named legs get the
+/// `ecss` draw, SPEC §10): its legs pile up in this collector's count
+/// until their maximum duration, long after the calls ended. A select
+/// without a call_id must not be held to that count: here every MSR
+/// reports 1 call of 10, yet 60 unreleased legs had every select without
+/// a call_id refused `msr_overloaded`. Once the core releases, the legs
+/// it keeps are live and count again.
+#[test]
+fn a_select_without_a_leg_ignores_legs_a_core_never_releases() {
+    let now = Instant::now();
+    let mut h = three_msrs(now);
+    for n in 0..60 {
+        selected(h.ok(leg_select(&format!("c{n}"), None, None), now));
+    }
+    let later = now + Duration::from_secs(5);
+    for msr in ["msr_1", "msr_2", "msr_3"] {
+        h.load(half_loaded(msr), later);
+    }
+    let unnamed = Request::Select(SelectQuery::new("default", "local"));
+    let mut picks = std::collections::BTreeSet::new();
+    for n in 0..30 {
+        let at = later + Duration::from_millis(100 + n);
+        picks.insert(selected(h.ok(unnamed.clone(), at)).msr);
+    }
+    assert_eq!(picks.len(), 3, "every msr at 1 of 10 takes one: {picks:?}");
+    // The core releases one: the 59 left are its live legs, about 20 on
+    // each msr (the draw's share), over their 10 sessions.
+    let released = later + Duration::from_secs(1);
+    h.ok(
+        Request::Release {
+            call_id: "c0".into(),
+            leg: None,
+        },
+        released,
+    );
+    assert_eq!(h.err(unnamed, released), ErrorCode::MsrOverloaded);
 }

@@ -302,6 +302,23 @@ impl EstimateInputs {
         }
         self.estimate.sessions(core_hosts) / capacity
     }
+
+    /// The occupancy of the last report's `calls` and this collector's
+    /// placements without a leg since, G times: the estimate of `pooled`'s
+    /// fallback while the core releases no legs (whose count then only
+    /// grows). Infinite as [`EstimateInputs::occupancy`].
+    #[inline]
+    pub fn reported_occupancy(&self, core_hosts: u32) -> f64 {
+        let Some(calls) = self.calls else {
+            return f64::INFINITY;
+        };
+        let capacity = f64::from(self.max_calls);
+        if capacity <= 0.0 {
+            return f64::INFINITY;
+        }
+        let unfollowed = f64::from(core_hosts.max(1)) * f64::from(self.estimate.unfollowed);
+        (f64::from(calls) + unfollowed) / capacity
+    }
 }
 
 /// Selection's read access to one zone of a [`LoadTable`] (SPEC §7 steps
