@@ -24,3 +24,4 @@ mod selection;
 mod stream;
 mod tls;
 mod torture;
+mod unfollowed;
