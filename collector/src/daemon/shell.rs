@@ -160,6 +160,12 @@ impl Shell {
                 Some(event) = etcd_event(&mut self.etcd) => {
                     let now = self.now();
                     self.core.handle_etcd(now, event);
+                    // Another collector's operator change reaches the
+                    // read-only selections at once, as a local one does
+                    // (SPEC §11, `core::snapshot`).
+                    self.drive();
+                    self.pacer.touched();
+                    self.publish(true);
                 }
                 Some((generation, result)) = self.saved_rx.recv() => {
                     let now = self.now();

@@ -36,7 +36,6 @@
 //! Architecture invariant: no I/O, no clock, no task; `now` is always given.
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::RandomState;
 use std::time::Duration;
 
 use hashbrown::HashTable;
@@ -183,7 +182,9 @@ type EarlyRelease = (Option<Box<str>>, Instant);
 #[derive(Debug)]
 pub struct LegTable {
     max_duration: Duration,
-    hasher: RandomState,
+    /// The Call-ID hash (foldhash, seeded per process, as the redirect's
+    /// INVITE memory: the Call-IDs are the peers').
+    hasher: foldhash::fast::RandomState,
     slots: Vec<Slot>,
     free: Vec<u32>,
     /// Call-ID → the slot of its first leg.
@@ -226,7 +227,7 @@ impl LegTable {
     pub fn new(max_duration: Duration) -> Self {
         Self {
             max_duration,
-            hasher: RandomState::new(),
+            hasher: foldhash::fast::RandomState::default(),
             slots: Vec::new(),
             free: Vec::new(),
             index: HashTable::new(),

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 /// zero is forgotten (its number is reused).
 #[derive(Debug, Default)]
 pub(super) struct Names {
-    pub(super) ids: HashMap<Box<str>, u32>,
+    pub(super) ids: HashMap<Box<str>, u32, foldhash::fast::RandomState>,
     slots: Vec<Option<(Box<str>, u32)>>,
     free: Vec<u32>,
 }

@@ -21,7 +21,8 @@ pub const MAX_RECENT_RELEASES: usize = 131_072;
 /// The remembered releases: key hash → when, and the order they came in.
 #[derive(Debug, Default)]
 pub(super) struct RecentReleases {
-    at: HashMap<u64, Instant>,
+    /// Keyed by a hash already: not hashed again with a seed.
+    at: HashMap<u64, Instant, foldhash::fast::FixedState>,
     order: VecDeque<(Instant, u64)>,
 }
 
