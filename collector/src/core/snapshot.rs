@@ -23,10 +23,11 @@
 //! Freshness ([`Pacer`], [`Published`]): while front ends read copies, the
 //! loop publishes a new one when it has handled input, at most every
 //! `max(MIN_INTERVAL, COST_FACTOR × the last copy's cost)`, so copying
-//! costs the loop at most one part in `COST_FACTOR` of its time (a copy of 1,000 MSRs takes about 0.3 ms: one every 6.6 ms);
-//! at once after an operator change (here, or another collector's through etcd), and before the answer to any request
-//! that shows state (the lists): what an operator saw or changed, the next
-//! read-only selection sees. Loads come from reports a second old or more
+//! costs the loop at most one part in `COST_FACTOR` of its time (a copy
+//! of 1,000 MSRs takes about 0.3 ms: one every 6.6 ms); at once after an
+//! operator change (here, or another collector's through etcd), and
+//! before the answer to any request that shows state (the lists): what an
+//! operator saw or changed, the next read-only selection sees. Loads come from reports a second old or more
 //! (SPEC §4), so a copy some milliseconds old draws as the core would.
 //! While nobody reads, no copy is made and the last is marked behind, so
 //! the next reader asks the core (and so asks for copies again).
