@@ -130,14 +130,18 @@ enum Command {
         /// The core never releases legs.
         #[arg(long)]
         no_releases: bool,
-        /// The core names no call (no `call_id`): every selection is the
-        /// `ecss` fallback of `pooled`, which counts its own placements
-        /// near the top (SPEC §10), and no leg is bound. Policies pooled
-        /// and ecss only.
+        /// The core names no call (no `call_id`): no leg is bound, and
+        /// under `--policy pooled` every selection is its `ecss` fallback,
+        /// which counts its own placements near the top (SPEC §10). With
+        /// `--policy ecss` nothing is counted: the seed's draw as
+        /// configured. Policies pooled and ecss only, and only with
+        /// `--failover-attempts 1` (a selection without a `call_id`
+        /// cannot name a failed MSR, SPEC §14).
         #[arg(long)]
         no_call_id: bool,
         /// The MSRs one call may be given in all (SPEC §14, the
-        /// collector's `[selection] failover_attempts`, 3 by default): a
+        /// collector's `[selection] failover_attempts`, whose default in
+        /// the collector is 3; here the default is 1): a
         /// call an MSR refuses (full) is selected again with that MSR
         /// named failed, as the shipped Kamailio configuration does. 1: no
         /// failover, a call sent to a full MSR is lost. Policies pooled

@@ -35,6 +35,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+mod batched;
 mod calls;
 mod flood;
 mod msrs;
@@ -168,6 +169,14 @@ struct NotifyArgs {
     /// sending another one (default: open loop, send regardless).
     #[arg(long)]
     one_in_flight: bool,
+    /// The measured phase on a thread of its own that costs this host
+    /// little: each MSR's NOTIFY pre-encoded, sent in batches with
+    /// sendmmsg(2), the answers read with recvmmsg(2) and matched by their
+    /// `Via` branch. No retransmission: every NOTIFY the collector leaves
+    /// unanswered counts as lost. UDP only. For offering the collector
+    /// its ceiling from the same host (pin the two apart with `taskset`).
+    #[arg(long, conflicts_with = "one_in_flight")]
+    batched: bool,
     /// PID of the collector to sample (default: the `msr-collector` process
     /// that owns the UDP port of --collector).
     #[arg(long)]
@@ -333,8 +342,11 @@ struct CallsArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10))]
     failover_attempts: u32,
     /// Select without a `call_id` and release nothing, as a core that
-    /// names no call (the `ecss` fallback of `pooled`, SPEC §10); a call's
-    /// end only changes its MSR's calls file.
+    /// names no call (the `ecss` fallback of `pooled`, SPEC §10): a call's
+    /// end only changes the calls file of its MSR (the `--msr` NAME=PATH
+    /// its agent reads, `calls-source="file:PATH"`). Refused with
+    /// `--failover-attempts` above 1: a selection without a `call_id`
+    /// cannot name a failed MSR (SPEC §14).
     #[arg(long)]
     no_call_id: bool,
     #[command(flatten)]

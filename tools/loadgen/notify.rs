@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::batched;
 use crate::msrs::{
     connect_all, spawn_connection, Counters, Links, Msr, NotifyCounters, Phase, State,
 };
@@ -30,6 +31,9 @@ pub(crate) async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
              registrations are not refreshed",
             args.register_expires
         );
+    }
+    if args.batched && args.transport != Transport::Udp {
+        bail!("--batched sends over UDP only");
     }
     if args.transport == Transport::Tls && args.tls_ca.is_none() {
         bail!("--transport tls needs --tls-ca (the CA of the collector's certificate)");
@@ -117,6 +121,11 @@ pub(crate) async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
 
     // Receivers: one task per socket, or a reader and a writer per connection.
     let stop = tokio_util::sync::CancellationToken::new();
+    // The UDP sockets' readers, which hand over to `batched` for the
+    // measured phase.
+    let readers = stop.child_token();
+    let mut reader_tasks = Vec::new();
+    let udp = socks.clone();
     let socks = if args.transport.is_stream() {
         let (queues, receivers): (Vec<_>, Vec<_>) = (0..connections.len())
             .map(|_| tokio::sync::mpsc::unbounded_channel())
@@ -138,8 +147,8 @@ pub(crate) async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
         let links = Arc::new(Links::Udp(socks.clone()));
         for (idx, sock) in socks.iter().enumerate() {
             let (sock, state, links, stop) =
-                (sock.clone(), state.clone(), links.clone(), stop.clone());
-            tokio::spawn(async move {
+                (sock.clone(), state.clone(), links.clone(), readers.clone());
+            reader_tasks.push(tokio::spawn(async move {
                 let mut buf = vec![0u8; 65_536];
                 loop {
                     let (n, from) = tokio::select! {
@@ -150,7 +159,7 @@ pub(crate) async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
                     State::lock(&state).on_datagram(&buf[..n], from, idx, &mut out);
                     links.flush(out).await;
                 }
-            });
+            }));
         }
         links
     };
@@ -242,73 +251,21 @@ pub(crate) async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
     let sampler = pid.map(|p| tokio::spawn(sample_process(p, sampler_stop.clone())));
     let self_sampler = tokio::spawn(sample_process(std::process::id(), sampler_stop.clone()));
     let window = Duration::from_secs(args.duration);
-    let t2 = Instant::now();
     State::lock(&state).phase = Phase::Measured;
-    let mut cursor = 0usize;
-    let mut sent = 0u64;
-    let mut tick = tokio::time::interval(Duration::from_millis(1));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let burst_cap = ((args.rate / 50.0).ceil() as u64).max(1);
-    let mut next_report = t2 + Duration::from_secs(5);
-    loop {
-        tick.tick().await;
-        let now = Instant::now();
-        let elapsed = now.duration_since(t2);
-        if elapsed >= window {
-            break;
+    let (t2, t3, t4) = if args.batched {
+        readers.cancel();
+        for task in reader_tasks {
+            let _ = task.await;
         }
-        let due = (elapsed.as_secs_f64() * args.rate) as u64;
-        let mut out = Vec::new();
-        {
-            let mut st = State::lock(&state);
-            let n = st.msrs.len();
-            let mut budget = due.saturating_sub(sent).min(burst_cap);
-            let mut scanned = 0usize;
-            while budget > 0 && scanned < n {
-                let i = cursor;
-                cursor = (cursor + 1) % n;
-                scanned += 1;
-                if st.msrs[i].dialog.is_none() {
-                    continue;
-                }
-                scanned = 0;
-                budget -= 1;
-                sent += 1;
-                if args.one_in_flight && st.msrs[i].in_flight > 0 {
-                    st.measured.coalesced += 1;
-                    continue;
-                }
-                st.send_notify(i, now, &mut out);
-            }
-            if now >= next_report {
-                next_report += Duration::from_secs(5);
-                let m = &st.measured;
-                println!(
-                    "  t={:>4.1}s sent {} ok {} non-200 {} retransmitted {} pending {}",
-                    elapsed.as_secs_f64(),
-                    m.sent,
-                    m.ok,
-                    m.non_ok.values().sum::<u64>(),
-                    m.retransmitted,
-                    st.notifies_in_flight()
-                );
-            }
-        }
-        socks.flush(out).await;
-    }
-    let t3 = Instant::now();
-    State::lock(&state).phase = Phase::Drain;
-
-    // Phase 4: drain.
-    let deadline = t3 + Duration::from_secs(args.drain_timeout);
-    loop {
-        let pending = State::lock(&state).notifies_in_flight();
-        if pending == 0 || Instant::now() >= deadline {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let t4 = Instant::now();
+        let state = state.clone();
+        let (rate, drain) = (args.rate, Duration::from_secs(args.drain_timeout));
+        let times =
+            tokio::task::spawn_blocking(move || batched::run(&state, &udp, rate, window, drain))
+                .await?;
+        (times.measured, times.drained_from, times.end)
+    } else {
+        measure(&args, &state, &socks, window).await
+    };
     sampler_stop.cancel();
     let collector_samples = match sampler {
         Some(h) => Some(h.await?),
@@ -374,6 +331,83 @@ pub(crate) async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
         println!("check: passed");
     }
     Ok(())
+}
+
+/// The measured phase and its drain through the MSRs' own transactions
+/// (retransmitted as RFC 3261 §17.1.2 says): when it began, ended and the
+/// drain ended.
+async fn measure(
+    args: &NotifyArgs,
+    state: &Arc<Mutex<State>>,
+    socks: &Links,
+    window: Duration,
+) -> (Instant, Instant, Instant) {
+    let t2 = Instant::now();
+    let mut cursor = 0usize;
+    let mut sent = 0u64;
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let burst_cap = ((args.rate / 50.0).ceil() as u64).max(1);
+    let mut next_report = t2 + Duration::from_secs(5);
+    loop {
+        tick.tick().await;
+        let now = Instant::now();
+        let elapsed = now.duration_since(t2);
+        if elapsed >= window {
+            break;
+        }
+        let due = (elapsed.as_secs_f64() * args.rate) as u64;
+        let mut out = Vec::new();
+        {
+            let mut st = State::lock(state);
+            let n = st.msrs.len();
+            let mut budget = due.saturating_sub(sent).min(burst_cap);
+            let mut scanned = 0usize;
+            while budget > 0 && scanned < n {
+                let i = cursor;
+                cursor = (cursor + 1) % n;
+                scanned += 1;
+                if st.msrs[i].dialog.is_none() {
+                    continue;
+                }
+                scanned = 0;
+                budget -= 1;
+                sent += 1;
+                if args.one_in_flight && st.msrs[i].in_flight > 0 {
+                    st.measured.coalesced += 1;
+                    continue;
+                }
+                st.send_notify(i, now, &mut out);
+            }
+            if now >= next_report {
+                next_report += Duration::from_secs(5);
+                let m = &st.measured;
+                println!(
+                    "  t={:>4.1}s sent {} ok {} non-200 {} retransmitted {} pending {}",
+                    elapsed.as_secs_f64(),
+                    m.sent,
+                    m.ok,
+                    m.non_ok.values().sum::<u64>(),
+                    m.retransmitted,
+                    st.notifies_in_flight()
+                );
+            }
+        }
+        socks.flush(out).await;
+    }
+    let t3 = Instant::now();
+    State::lock(state).phase = Phase::Drain;
+
+    // Phase 4: drain.
+    let deadline = t3 + Duration::from_secs(args.drain_timeout);
+    loop {
+        let pending = State::lock(state).notifies_in_flight();
+        if pending == 0 || Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (t2, t3, Instant::now())
 }
 
 pub(crate) struct Snapshot {
@@ -464,6 +498,9 @@ pub(crate) fn report_notify(
         m.retransmitted, m.retransmissions
     );
     println!("  lost (no answer)          {}", m.lost);
+    if args.batched {
+        println!("  (--batched: no retransmission, so every NOTIFY the collector dropped is lost)");
+    }
     if args.one_in_flight {
         println!("  coalesced (slot skipped)  {}", m.coalesced);
     }

@@ -431,6 +431,9 @@ async fn run(cli: Cli, stop: CancellationToken) -> anyhow::Result<()> {
     ));
     let mut picks: BTreeMap<String, u32> = BTreeMap::new();
     let mut example = None;
+    // A refusal (every MSR full, `--calls` near 100) ends the report, not
+    // the run: the daemons still stop in order below, then the run fails.
+    let mut refused = None;
     for _ in 0..cli.selections {
         let req = Request::Select(SelectQuery::new(zone.clone(), site.clone()));
         match admin.call(&req).await? {
@@ -439,8 +442,20 @@ async fn run(cli: Cli, stop: CancellationToken) -> anyhow::Result<()> {
                 example.get_or_insert(s);
             }
             Response::Ok(other) => bail!("unexpected reply to select: {other:?}"),
-            Response::Err(e) => bail!("select refused: {} ({})", e.message, e.code),
+            Response::Err(e) => {
+                refused = Some(format!(
+                    "select refused after {} selections: {} ({})",
+                    picks.values().sum::<u32>(),
+                    e.message,
+                    e.code
+                ));
+                break;
+            }
         }
+    }
+    if let Some(why) = &refused {
+        println!("  {why}");
+        return stop_all(children, held, &run_dir, refused);
     }
     let weights: BTreeMap<String, f64> = rows
         .iter()
@@ -530,8 +545,18 @@ async fn run(cli: Cli, stop: CancellationToken) -> anyhow::Result<()> {
         }
     }
 
-    // Agents first, so that their unregisters and final NOTIFYs reach a
-    // running collector; then the collector.
+    stop_all(children, held, &run_dir, None)
+}
+
+/// Stops the daemons, agents first so that their unregisters and final
+/// NOTIFYs reach a running collector, then the collector; names the run
+/// folder, and fails with `failure` if the run had one.
+fn stop_all(
+    children: Vec<(String, PathBuf, ChildGuard)>,
+    held: Vec<UdpSocket>,
+    run_dir: &Path,
+    failure: Option<String>,
+) -> anyhow::Result<()> {
     step("stopping agents, then the collector (SIGTERM)");
     for (name, _, mut child) in children.into_iter().rev() {
         match child.terminate(Duration::from_secs(6)) {
@@ -545,7 +570,10 @@ async fn run(cli: Cli, stop: CancellationToken) -> anyhow::Result<()> {
         "the run folder {} stays with the logs and configs (remove it when done)",
         run_dir.display()
     ));
-    Ok(())
+    match failure {
+        Some(why) => Err(anyhow::anyhow!(why)),
+        None => Ok(()),
+    }
 }
 
 /// The first child that has exited, as a line naming it, its status and
