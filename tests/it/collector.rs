@@ -735,12 +735,12 @@ async fn a_spoofed_notify_gets_403_and_changes_nothing() {
         .expect("stops in time");
 }
 
-/// NOTIFYs in batches over UDP, as `msr-loadgen notify --batched` offers
+/// NOTIFYs in bursts over UDP, as `msr-loadgen notify --batched` offers
 /// them at a collector's ceiling (BENCHMARKS.md): 200 MSRs register and
-/// are subscribed, then send 2,000 NOTIFYs a second, many per datagram
-/// batch, for 3 s without retransmitting. The collector reads them many
-/// per system call and answers each 200 (sendmmsg on its side too): none
-/// is lost, and every row shows its MSR's last load.
+/// are subscribed, then send 2,000 NOTIFYs a second in bursts of a
+/// millisecond's worth (sendmmsg), for 3 s, without retransmitting. Each
+/// is answered 200, none is lost, and every row shows its MSR's last
+/// load.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batched_notifies_over_udp_are_each_answered_and_the_last_load_shows() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -3,7 +3,7 @@
 //! two-core ceiling can be offered from the same machine. Each MSR's
 //! NOTIFY is pre-encoded once (its dialog's fixed headers) and only its
 //! numbers are written per message; batches go out with `sendmmsg(2)`
-//! and the answers come in with `recvmmsg(2)` (`sip::datagrams`), matched
+//! and the answers come in with `recvmmsg(2)` (`datagrams`), matched
 //! by the `Via` branch this module gave each NOTIFY, without parsing.
 //!
 //! No retransmission: a NOTIFY the collector does not answer within the
@@ -18,8 +18,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::datagrams::{send_batch, RecvBatch, BATCH_MAX};
 use msr_shared::event_package::{LoadReport, CONTENT_TYPE, EVENT};
-use msr_shared::sip::datagrams::{send_batch, RecvBatch, BATCH_MAX};
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 

@@ -37,6 +37,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 mod batched;
 mod calls;
+mod datagrams;
 mod flood;
 mod msrs;
 mod notify;

@@ -27,10 +27,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use msr_shared::logging::{log_datagram, WIRE};
-use msr_shared::sip::datagrams::{send_batch, RecvBatch};
 use msr_shared::sip::wire::{self, DecodeError, Frame, StreamFramer};
 use msr_shared::sip::wire::{queue_on, STREAM_WRITE_QUEUE};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
@@ -380,7 +379,7 @@ pub(super) async fn read_udp(
 ) {
     let mut admission = Admission::new(admission);
     let mut seen = u64::MAX;
-    let mut batch = RecvBatch::new(BATCH, UDP_MAX_PAYLOAD);
+    let mut buf = vec![0u8; UDP_MAX_PAYLOAD];
     let mut log = DropLog {
         last: None,
         refused: 0,
@@ -408,18 +407,17 @@ pub(super) async fn read_udp(
         // datagram and the capacity goes to messages that will be answered
         // (SPEC §3: graceful overload, no retransmission storm).
         let (room_known, room_other) = (to_loop.room(true), to_loop.room(false));
-        // One recvmmsg(2) for the whole batch; `try_io` clears the
-        // readiness only when the socket had nothing (WouldBlock).
-        match socket.try_io(Interest::READABLE, || batch.recv(&*socket)) {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(e) => {
-                // ICMP errors surface here on Linux (ECONNREFUSED): not fatal.
-                debug!(error = %e, "sip udp receive error");
-                continue;
-            }
-        }
-        for (datagram, from) in batch.iter() {
+        for _ in 0..BATCH {
+            let (len, from) = match socket.try_recv_from(&mut buf) {
+                Ok(v) => v,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    // ICMP errors surface here on Linux (ECONNREFUSED): not fatal.
+                    debug!(error = %e, "sip udp receive error");
+                    break;
+                }
+            };
+            let datagram = &buf[..len];
             let class = admission.classify(now, from, datagram);
             if class == Class::Dropped {
                 stats.refused.fetch_add(1, Ordering::Relaxed);
@@ -484,65 +482,32 @@ pub(super) async fn write(
     mut from_loop: mpsc::UnboundedReceiver<Vec<Transmit>>,
 ) {
     let mut failures = 0u64;
-    let mut logged = 0u64;
     let mut last_log: Option<Instant> = None;
-    let mut datagrams: Vec<(SocketAddr, Bytes)> = Vec::new();
     while let Some(batch) = from_loop.recv().await {
-        datagrams.clear();
         for t in batch {
-            match t.route {
-                Route::Udp(to) => {
-                    if tracing::enabled!(target: WIRE, tracing::Level::INFO) {
-                        log_datagram("udp send", to, &t.bytes);
-                    }
-                    datagrams.push((to, t.bytes));
-                }
-                Route::Stream(id, _) => {
-                    if !streams.send(id, t.bytes) {
-                        failures += 1;
-                    }
+            if tracing::enabled!(target: WIRE, tracing::Level::INFO) {
+                if let Route::Udp(to) = t.route {
+                    log_datagram("udp send", to, &t.bytes);
                 }
             }
-        }
-        failures += send_udp(&socket, &datagrams).await;
-        if failures > logged {
-            let now = Instant::now();
-            if last_log.is_none_or(|at| now.duration_since(at) >= DROP_LOG_INTERVAL) {
-                info!(
-                    target: msr_shared::logging::NETWORK,
-                    failures,
-                    "sip messages could not be sent"
-                );
-                (logged, last_log) = (failures, Some(now));
+            let sent = match t.route {
+                Route::Udp(to) => socket.send_to(&t.bytes, to).await.is_ok(),
+                Route::Stream(id, _) => streams.send(id, t.bytes),
+            };
+            if !sent {
+                failures += 1;
+                let now = Instant::now();
+                if last_log.is_none_or(|at| now.duration_since(at) >= DROP_LOG_INTERVAL) {
+                    info!(
+                        target: msr_shared::logging::NETWORK,
+                        failures,
+                        "sip messages could not be sent"
+                    );
+                    last_log = Some(now);
+                }
             }
         }
     }
-}
-
-/// Sends `datagrams` in order, as many per sendmmsg(2) as the socket
-/// takes, waiting while its buffer is full (as `send_to` would); how many
-/// could not be sent.
-async fn send_udp(socket: &UdpSocket, datagrams: &[(SocketAddr, Bytes)]) -> u64 {
-    let out: Vec<(SocketAddr, &[u8])> = datagrams.iter().map(|(to, b)| (*to, &b[..])).collect();
-    let mut failed = 0u64;
-    let mut done = 0;
-    while let Some(rest) = out.get(done..).filter(|r| !r.is_empty()) {
-        match socket.try_io(Interest::WRITABLE, || send_batch(socket, rest, &mut failed)) {
-            Ok(n) if n > 0 => done += n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if socket.writable().await.is_err() {
-                    return failed + (out.len() - done) as u64;
-                }
-            }
-            // The socket refused the next datagram for a reason of its own:
-            // it is lost, the rest are tried.
-            Ok(_) | Err(_) => {
-                failed += 1;
-                done += 1;
-            }
-        }
-    }
-    failed
 }
 
 mod stream;

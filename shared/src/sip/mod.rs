@@ -12,7 +12,6 @@
 //! * [`SipEndpoint`], the async adapter between a daemon's event loop and
 //!   the network over those transactions (the only I/O in this crate).
 
-pub mod datagrams;
 pub mod digest;
 mod endpoint;
 pub mod transaction;

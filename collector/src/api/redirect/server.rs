@@ -11,10 +11,8 @@ use bytes::Bytes;
 use msr_shared::admin::{
     ErrorCode, Request as AdminRequest, Response as AdminResponse, ResponseData, SelectQuery,
 };
-use msr_shared::sip::datagrams::RecvBatch;
 use msr_shared::sip::wire;
 use msr_shared::sip::{self, Method, Request, Response, SipMessage, StatusCode};
-use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -116,7 +114,7 @@ pub struct RedirectServer {
     server: Server,
     /// The selections asked and not yet answered, by their control id.
     pending: HashMap<AdminId, Pending>,
-    batch: RecvBatch,
+    buf: Vec<u8>,
 }
 
 impl RedirectServer {
@@ -144,7 +142,7 @@ impl RedirectServer {
                 strangers: 0,
             },
             pending: HashMap::new(),
-            batch: RecvBatch::new(BATCH, 65_535),
+            buf: vec![0u8; 65_536],
         }
     }
 
@@ -161,28 +159,28 @@ impl RedirectServer {
     /// socket may have more (a flood), so the caller yields before the
     /// next.
     pub fn on_readable(&mut self, now: Instant, asks: &mut Vec<Ask>) -> bool {
-        // One recvmmsg(2) for the batch; `try_io` clears the readiness
-        // only when the socket had nothing (WouldBlock).
-        let socket = &self.server.socket;
-        let read = socket.try_io(Interest::READABLE, || self.batch.recv(socket));
-        let n = match read {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
-            // ICMP port unreachable from an earlier send shows up here
-            // on Linux; nothing to do but go on.
-            Err(e) => {
-                debug!(cause = %e, "redirect socket receive error");
-                return true;
-            }
-        };
-        for (packet, src) in self.batch.iter() {
-            if !self.server.ctx.allows(src) {
-                self.server.stranger(src);
-            } else if let Some(ask) = self.server.on_datagram(now, packet, src) {
-                asks.push(ask);
+        let mut buf = std::mem::take(&mut self.buf);
+        let mut full = true;
+        for _ in 0..BATCH {
+            match self.server.socket.try_recv_from(&mut buf) {
+                Ok((_, src)) if !self.server.ctx.allows(src) => self.server.stranger(src),
+                Ok((len, src)) => {
+                    let packet = buf.get(..len).unwrap_or_default();
+                    if let Some(ask) = self.server.on_datagram(now, packet, src) {
+                        asks.push(ask);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    full = false;
+                    break;
+                }
+                // ICMP port unreachable from an earlier send shows up here
+                // on Linux; nothing to do but go on.
+                Err(e) => debug!(cause = %e, "redirect socket receive error"),
             }
         }
-        n == BATCH
+        self.buf = buf;
+        full
     }
 
     /// Serves a batch of messages from the stream connections; each new

@@ -1,11 +1,10 @@
 //! Many UDP datagrams per system call: `recvmmsg(2)` and `sendmmsg(2)`
-//! through nix's safe wrappers. On a busy SIP socket (the collector's
-//! NOTIFY ingest and its 200s, the redirect's INVITEs and 302s, msr-loadgen)
-//! a system call's entry and exit cost about as much as the kernel's work
-//! for the datagram itself, so a batch of them per call pays.
+//! through nix's safe wrappers, for `notify --batched`: the generator
+//! must cost the host little so that the collector beside it can be
+//! offered its ceiling. (The collector reads and answers one datagram per
+//! call: batching its sockets measured no gain, BENCHMARKS.md.)
 //!
-//! Both are non-blocking and work on any UDP socket's descriptor, so the
-//! callers keep their own readiness (tokio's `try_io`, or a plain loop).
+//! Both are non-blocking and work on any UDP socket's descriptor.
 
 use std::io::{self, IoSlice, IoSliceMut};
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
@@ -141,10 +140,7 @@ pub fn send_batch(
                 *refused += 1;
                 done += 1;
             }
-            Err(e) if done > 0 => {
-                tracing::debug!(error = %e, "sendmmsg stopped");
-                break;
-            }
+            Err(_) if done > 0 => break,
             Err(e) => return Err(e.into()),
         }
     }
