@@ -647,17 +647,17 @@ impl HealthMonitor {
         }
         m.engine_down = down;
         m.draining = service == Service::Draining;
-        // Most reports are from healthy contacts with nothing in flight to
-        // replace: no copy of the set, no allocation (thousands a second).
-        let contacts: Vec<ContactName> = m.contacts.iter().cloned().collect();
-        for contact in contacts {
+        // Thousands of reports a second: the set is lent out for the loop
+        // (nothing it calls reads an MSR's contacts), not copied.
+        let contacts = std::mem::take(&mut m.contacts);
+        for contact in &contacts {
             // While unhealthy, the keepalive goes at once: its answer is
             // the second good signal (a keepalive answer itself waits for
             // the interval, or an answering contact would be probed in a
             // loop).
             // A keepalive still in flight was sent while the contact was
             // silent: it is replaced, not waited for.
-            if let Some(c) = self.contacts.get_mut(&contact) {
+            if let Some(c) = self.contacts.get_mut(contact) {
                 if c.health != Health::Healthy && c.good_streak.saturating_add(1) < RECOVERY_SIGNALS
                 {
                     if let Some((id, _)) = c.in_flight.take() {
@@ -667,7 +667,10 @@ impl HealthMonitor {
                     c.next_probe = now;
                 }
             }
-            self.good_signal(now, &contact);
+            self.good_signal(now, contact);
+        }
+        if let Some(m) = self.msrs.get_mut(msr) {
+            m.contacts = contacts;
         }
     }
 

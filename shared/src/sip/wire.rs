@@ -13,6 +13,7 @@
 //!
 //! Architecture invariant: no I/O, no clock.
 
+use std::fmt::Write as _;
 use std::net::SocketAddr;
 
 use bytes::{Buf, Bytes};
@@ -103,7 +104,8 @@ pub fn stamp_received(headers: &mut super::Headers, source: SocketAddr) -> Resul
     }
     // The top value without the parameters the socket's view replaces.
     let base = top.split(';').next().unwrap_or(top).trim_end();
-    let mut stamped = base.to_owned();
+    let mut stamped = String::with_capacity(value.len() + 48);
+    stamped.push_str(base);
     for part in super::parts_outside_quotes(top, ';').skip(1) {
         let name = part.split('=').next().unwrap_or("").trim();
         if name.eq_ignore_ascii_case("received") || name.eq_ignore_ascii_case("rport") {
@@ -113,11 +115,12 @@ pub fn stamp_received(headers: &mut super::Headers, source: SocketAddr) -> Resul
         stamped.push_str(part.trim());
     }
     let ip = source.ip().to_canonical();
+    // Written in place: every request from an RFC 3581 peer passes here.
     if rport || !same_host {
-        stamped.push_str(&format!(";received={ip}"));
+        let _ = write!(stamped, ";received={ip}");
     }
     if rport {
-        stamped.push_str(&format!(";rport={}", source.port()));
+        let _ = write!(stamped, ";rport={}", source.port());
     }
     // What follows the top value: `top` is trimmed and empty values before
     // it are skipped (`Via: , SIP/2.0/UDP h`), so it need not start the
@@ -166,7 +169,7 @@ pub fn response_target(headers: &super::Headers, source: SocketAddr) -> SocketAd
 /// message without the empty line that ends its head is left to the
 /// parser.
 fn check_body_length(bytes: &[u8]) -> Result<(), DecodeError> {
-    let Some(head_end) = bytes.windows(PING.len()).position(|w| w == PING) else {
+    let Some(head_end) = memchr::memmem::find(bytes, PING) else {
         return Ok(());
     };
     let declared = content_length(&bytes[..head_end]).map_err(|e| DecodeError::Malformed {
@@ -307,10 +310,7 @@ fn raw_answer(
     method: &str,
     status: super::StatusCode,
 ) -> Option<Response> {
-    let head_end = rest
-        .windows(PING.len())
-        .position(|w| w == PING)
-        .unwrap_or(rest.len());
+    let head_end = memchr::memmem::find(rest, PING).unwrap_or(rest.len());
     let head = std::str::from_utf8(rest.get(line_end..head_end)?).ok()?;
     let lines = head
         .split('\n')
@@ -755,13 +755,14 @@ impl StreamFramer {
 
 /// The `Content-Length` (or compact `l`) of a message head; 0 when absent.
 fn content_length(head: &[u8]) -> Result<usize, FrameError> {
+    // Every datagram and framed message passes here: bytes compared in
+    // place, nothing decoded or allocated until the header is found.
     for line in head.split(|b| *b == b'\n').skip(1) {
-        let Some(colon) = line.iter().position(|b| *b == b':') else {
+        let Some(colon) = memchr::memchr(b':', line) else {
             continue;
         };
-        let name = String::from_utf8_lossy(&line[..colon]);
-        let name = name.trim();
-        if name.eq_ignore_ascii_case("content-length") || name.eq_ignore_ascii_case("l") {
+        let name = line[..colon].trim_ascii();
+        if name.eq_ignore_ascii_case(b"content-length") || name.eq_ignore_ascii_case(b"l") {
             let value = String::from_utf8_lossy(&line[colon + 1..]);
             let value = value.trim();
             return super::length_value(value)
