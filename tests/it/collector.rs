@@ -750,22 +750,8 @@ async fn batched_notifies_over_udp_are_each_answered_and_the_last_load_shows() {
         &system_tests::system::CollectorOpts::default(),
     )
     .await;
-    let out = tokio::process::Command::new(bin_path("msr-loadgen"))
-        .args(["notify", "--batched", "--collector"])
-        .arg(format!("127.0.0.1:{}", collector.port))
-        .arg("--socket")
-        .arg(&collector.socket)
-        .args(["--msrs", "200", "--rate", "2000", "--duration", "3"])
-        .args(["--setup-timeout", "30", "--verify-wait", "10", "--check"])
-        .output()
-        .await
-        .expect("run msr-loadgen");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "msr-loadgen notify --batched failed:\n{stdout}{}\n--- collector\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        collector.log_text()
-    );
+    let stdout = collector
+        .loadgen_notify(collector.port, 2000, &["--batched"])
+        .await;
     assert!(stdout.contains("lost (no answer)          0"), "{stdout}");
 }

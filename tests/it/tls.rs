@@ -10,7 +10,6 @@
 use std::time::Duration;
 
 use msr_shared::admin::RegistrationStatus;
-use system_tests::bin_path;
 use system_tests::pki::{Pki, ServerCert};
 use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts};
 
@@ -563,25 +562,10 @@ async fn two_hundred_msrs_report_over_held_tls_and_tcp_connections() {
     let collector = tls_and_tcp_collector(dir.path(), &pki, "").await;
     let tls = collector.tls_port.expect("the collector listens on tls");
     for (transport, port) in [("tls", tls), ("tcp", collector.port)] {
-        let out = tokio::process::Command::new(bin_path("msr-loadgen"))
-            .args(["notify", "--transport", transport, "--collector"])
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("--tls-ca")
-            .arg(&pki.ca)
-            .arg("--socket")
-            .arg(&collector.socket)
-            .args(["--msrs", "200", "--rate", "1000", "--duration", "3"])
-            .args(["--setup-timeout", "30", "--verify-wait", "10", "--check"])
-            .output()
-            .await
-            .expect("run msr-loadgen");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "msr-loadgen over {transport} failed:\n{stdout}{}\n--- collector\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            collector.log_text()
-        );
+        let ca = pki.ca.to_string_lossy();
+        let stdout = collector
+            .loadgen_notify(port, 1000, &["--transport", transport, "--tls-ca", &ca])
+            .await;
         assert!(
             stdout.contains(&format!("200 {} connections", transport.to_uppercase())),
             "each MSR on a connection of its own:\n{stdout}"

@@ -469,6 +469,35 @@ path = "{state}"
         read_log(&self.log)
     }
 
+    /// Runs `msr-loadgen notify --check` against this collector's SIP
+    /// port `port` with `args`, 200 MSRs sending `rate` NOTIFYs a second
+    /// for 3 s, which must pass: every MSR
+    /// registered and subscribed, every NOTIFY answered 200, every row
+    /// showing its last load. Its output.
+    pub async fn loadgen_notify(&self, port: u16, rate: u32, args: &[&str]) -> String {
+        let out = tokio::process::Command::new(bin_path("msr-loadgen"))
+            .arg("notify")
+            .args(["--msrs", "200", "--duration", "3", "--rate"])
+            .arg(rate.to_string())
+            .args(args)
+            .arg("--collector")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--socket")
+            .arg(&self.socket)
+            .args(["--setup-timeout", "30", "--verify-wait", "10", "--check"])
+            .output()
+            .await
+            .expect("run msr-loadgen");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "msr-loadgen notify {args:?} failed:\n{stdout}{}\n--- collector\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log_text()
+        );
+        stdout
+    }
+
     /// Waits until more than `before` log lines contain every one of
     /// `needles`, at most `limit`.
     pub async fn wait_log(&self, before: usize, needles: &[&str], limit: Duration) -> bool {
