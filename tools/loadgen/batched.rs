@@ -19,11 +19,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::datagrams::{send_batch, RecvBatch, BATCH_MAX};
-use msr_shared::event_package::{LoadReport, CONTENT_TYPE, EVENT};
+use msr_shared::event_package::{CONTENT_TYPE, EVENT};
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
-use crate::msrs::{load_for, NotifyCounters, State};
+use crate::msrs::{load_for, report, NotifyCounters, State};
 use crate::USER_AGENT;
 
 /// The branch prefix of a measured NOTIFY: `z9hG4bK` (RFC 3261 §8.1.1.7),
@@ -248,19 +248,7 @@ fn encode(t: &mut Template, now: Instant, buf: &mut Vec<u8>, body: &mut Vec<u8>)
     let load = load_for(t.msr, t.seq);
     t.last_load = Some(load);
     body.clear();
-    // The agent's body, as `LoadReport::encode` writes it.
-    let _ = write!(
-        body,
-        "{}",
-        LoadReport {
-            msr: t.name.clone(),
-            load,
-            cpu: load / 2,
-            calls: u32::from(load) * 80,
-            max_calls: 8192,
-            ..LoadReport::default()
-        }
-    );
+    let _ = write!(body, "{}", report(&t.name, load));
     let remaining = t.expires_at.saturating_duration_since(now).as_secs();
     buf.clear();
     let mut text = String::with_capacity(64);

@@ -155,6 +155,19 @@ pub(crate) fn load_for(i: usize, seq: u64) -> u8 {
     ((seq.wrapping_mul(37) + (i as u64).wrapping_mul(11)) % 101) as u8
 }
 
+/// What MSR `name` reports at `load`: the agent's body, its other figures
+/// following the load.
+pub(crate) fn report(name: &str, load: u8) -> LoadReport {
+    LoadReport {
+        msr: name.to_owned(),
+        load,
+        cpu: load / 2,
+        calls: u32::from(load) * 80,
+        max_calls: 8192,
+        ..LoadReport::default()
+    }
+}
+
 /// The answer to a request in a dialog this MSR does not have (RFC 3261
 /// §12.2.2).
 fn no_dialog(r: &sip::Request) -> sip::Response {
@@ -321,15 +334,7 @@ impl State {
         d.cseq += 1;
         let remaining =
             u64::from(d.expires).saturating_sub(now.duration_since(d.granted_at).as_secs());
-        let body = LoadReport {
-            msr: m.name.clone(),
-            load,
-            cpu: load / 2,
-            calls: u32::from(load) * 80,
-            max_calls: 8192,
-            ..LoadReport::default()
-        }
-        .encode();
+        let body = report(&m.name, load).encode();
         let txn = Txn {
             kind: Kind::Notify,
             msr: i,
