@@ -23,7 +23,7 @@ use msr_shared::event_package::{CONTENT_TYPE, EVENT};
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
-use crate::msrs::{load_for, report, NotifyCounters, State};
+use crate::msrs::{load_for, report, NotifyCounters, Out, State};
 use crate::USER_AGENT;
 
 /// The branch prefix of a measured NOTIFY: `z9hG4bK` (RFC 3261 §8.1.1.7),
@@ -73,6 +73,7 @@ pub(crate) fn run(
     drain: Duration,
 ) -> Times {
     let (collector, mut templates) = templates(state);
+    let mut by_msr = positions(&templates, State::lock(state).msrs.len());
     let nsock = socks.len();
     let mut queues: Vec<Queue> = (0..nsock)
         .map(|_| Queue {
@@ -152,9 +153,14 @@ pub(crate) fn run(
                             counters.last_answer = Some(now);
                         }
                         None => {
-                            let mut out = Vec::new();
-                            State::lock(state).on_datagram(datagram, from, sock, &mut out);
-                            slow.extend(out);
+                            let mut st = State::lock(state);
+                            to_state_machine(
+                                &mut st,
+                                &mut templates,
+                                &mut by_msr,
+                                (datagram, from, sock),
+                                &mut slow,
+                            );
                         }
                     }
                 }
@@ -192,12 +198,7 @@ pub(crate) fn run(
     counters.lost = outstanding.len() as u64;
     let mut st = State::lock(state);
     for t in &templates {
-        let m = &mut st.msrs[t.msr];
-        m.notify_seq = t.seq;
-        m.last_load_sent = t.last_load.or(m.last_load_sent);
-        if let Some(d) = m.dialog.as_mut() {
-            d.cseq = t.cseq;
-        }
+        hand_back(t, &mut st);
     }
     st.measured = counters;
     Times {
@@ -210,35 +211,100 @@ pub(crate) fn run(
 /// The collector's address and each subscribed MSR's template.
 fn templates(state: &Arc<Mutex<State>>) -> (SocketAddr, Vec<Template>) {
     let st = State::lock(state);
-    let templates = st
-        .msrs
-        .iter()
-        .enumerate()
-        .filter_map(|(i, m)| {
-            let d = m.dialog.as_ref()?;
-            let local = st.local_addrs[m.sock];
-            Some(Template {
-                msr: i,
-                sock: m.sock,
-                head: format!(
-                    "NOTIFY {} SIP/2.0\r\nVia: SIP/2.0/UDP {local};rport;branch={BRANCH}{i}x",
-                    d.remote_target
-                ),
-                mid: format!(
-                    "\r\nMax-Forwards: 70\r\nFrom: {}\r\nTo: {}\r\nCall-ID: {}\r\n\
-                     Contact: {}\r\nEvent: {EVENT}\r\nUser-Agent: {USER_AGENT}\r\n\
-                     Content-Type: {CONTENT_TYPE}\r\nCSeq: ",
-                    d.from, d.remote_from, d.call_id, m.contact
-                ),
-                name: m.name.clone(),
-                cseq: d.cseq,
-                seq: m.notify_seq,
-                expires_at: d.granted_at + Duration::from_secs(u64::from(d.expires)),
-                last_load: None,
-            })
-        })
+    let templates = (0..st.msrs.len())
+        .filter_map(|i| template(&st, i))
         .collect();
     (st.collector, templates)
+}
+
+/// MSR `i`'s template, from its dialog as the state machine holds it.
+fn template(st: &State, i: usize) -> Option<Template> {
+    let m = st.msrs.get(i)?;
+    let d = m.dialog.as_ref()?;
+    let local = st.local_addrs[m.sock];
+    Some(Template {
+        msr: i,
+        sock: m.sock,
+        head: format!(
+            "NOTIFY {} SIP/2.0\r\nVia: SIP/2.0/UDP {local};rport;branch={BRANCH}{i}x",
+            d.remote_target
+        ),
+        mid: format!(
+            "\r\nMax-Forwards: 70\r\nFrom: {}\r\nTo: {}\r\nCall-ID: {}\r\n\
+             Contact: {}\r\nEvent: {EVENT}\r\nUser-Agent: {USER_AGENT}\r\n\
+             Content-Type: {CONTENT_TYPE}\r\nCSeq: ",
+            d.from, d.remote_from, d.call_id, m.contact
+        ),
+        name: m.name.clone(),
+        cseq: d.cseq,
+        seq: m.notify_seq,
+        expires_at: d.granted_at + Duration::from_secs(u64::from(d.expires)),
+        last_load: None,
+    })
+}
+
+/// Each MSR's position in `templates` (`None`: no dialog at the start).
+fn positions(templates: &[Template], msrs: usize) -> Vec<Option<usize>> {
+    let mut by_msr = vec![None; msrs];
+    for (k, t) in templates.iter().enumerate() {
+        by_msr[t.msr] = Some(k);
+    }
+    by_msr
+}
+
+/// What template `t` sent, written back to its MSR in the state machine.
+fn hand_back(t: &Template, st: &mut State) {
+    let m = &mut st.msrs[t.msr];
+    m.notify_seq = t.seq;
+    m.last_load_sent = t.last_load.or(m.last_load_sent);
+    if let Some(d) = m.dialog.as_mut() {
+        d.cseq = t.cseq;
+    }
+}
+
+/// Hands a datagram that answers no measured NOTIFY to the MSRs' state
+/// machine. A SUBSCRIBE refreshes an MSR's subscription (a new expiry)
+/// or starts a new dialog: its template is handed back first and rebuilt
+/// from the dialog after, so that its NOTIFYs go on carrying the expiry
+/// and the dialog the collector holds (a template left at the first
+/// grant counts down to `expires=0`, and the collector then ends that
+/// subscription and starts another, which the old template's NOTIFYs
+/// don't belong to).
+fn to_state_machine(
+    st: &mut State,
+    templates: &mut Vec<Template>,
+    by_msr: &mut [Option<usize>],
+    (datagram, from, sock): (&[u8], SocketAddr, usize),
+    out: &mut Out,
+) {
+    let msr = subscribed_msr(datagram).filter(|&i| i < by_msr.len());
+    let slot = msr.and_then(|i| by_msr[i]);
+    if let Some(k) = slot {
+        hand_back(&templates[k], st);
+    }
+    st.on_datagram(datagram, from, sock, out);
+    let Some(i) = msr else { return };
+    // Without a dialog now (unsubscribed), the template stays as it was.
+    let Some(fresh) = template(st, i) else { return };
+    match slot {
+        Some(k) => templates[k] = fresh,
+        None => {
+            by_msr[i] = Some(templates.len());
+            templates.push(fresh);
+        }
+    }
+}
+
+/// The MSR a SUBSCRIBE is for, by its Request-URI (`sip:msr_lg_N@…`).
+fn subscribed_msr(datagram: &[u8]) -> Option<usize> {
+    let line = datagram.get(..find(datagram, b"\r\n")?)?;
+    let uri = line.strip_prefix(b"SUBSCRIBE ")?;
+    let at = find(uri, b"msr_lg_")? + b"msr_lg_".len();
+    let (i, rest) = number(uri.get(at..)?)?;
+    if !rest.starts_with(b"@") {
+        return None;
+    }
+    usize::try_from(i).ok()
 }
 
 /// Writes MSR `t`'s next NOTIFY into `buf` (`body` is scratch).
@@ -294,6 +360,118 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn state() -> State {
+        let msr = crate::msrs::Msr {
+            name: "msr_lg_0".to_owned(),
+            sock: 0,
+            contact: "<sip:msr_lg_0@127.0.0.1:5070>".to_owned(),
+            reg_call_id: "r@msr-loadgen".to_owned(),
+            reg_from_tag: "rt".to_owned(),
+            reg_cseq: 0,
+            reg_expires: 3600,
+            registered: true,
+            reg_failed: None,
+            dialog: None,
+            dialogs: 0,
+            notify_seq: 0,
+            last_load_sent: None,
+            in_flight: 0,
+        };
+        State::new(
+            "127.0.0.1:5060".parse().expect("addr"),
+            crate::Transport::Udp,
+            vec!["127.0.0.1:5070".parse().expect("addr")],
+            "msr".to_owned(),
+            "msr-secret".to_owned(),
+            crate::DigestChoice::First,
+            3600,
+            vec![msr],
+        )
+    }
+
+    /// The collector's SUBSCRIBE to `msr_lg_0` (`to_tag`: in a dialog).
+    fn subscribe(call_id: &str, to_tag: Option<&str>, cseq: u32, expires: u32) -> Vec<u8> {
+        let tag = to_tag.map(|t| format!(";tag={t}")).unwrap_or_default();
+        format!(
+            "SUBSCRIBE sip:msr_lg_0@127.0.0.1:5070 SIP/2.0\r\n\
+             Via: SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bKsub{call_id}{cseq}\r\n\
+             Max-Forwards: 70\r\nFrom: <sip:collector@127.0.0.1>;tag=c\r\n\
+             To: <sip:msr_lg_0@127.0.0.1:5070>{tag}\r\nCall-ID: {call_id}\r\n\
+             CSeq: {cseq} SUBSCRIBE\r\nContact: <sip:127.0.0.1:5060>\r\n\
+             Event: {EVENT}\r\nExpires: {expires}\r\nContent-Length: 0\r\n\r\n"
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn a_template_follows_a_refresh_and_a_new_dialog() {
+        let mut st = state();
+        let from: SocketAddr = "127.0.0.1:5060".parse().expect("addr");
+        let mut out = Vec::new();
+        st.on_datagram(&subscribe("d1", None, 1, 10), from, 0, &mut out);
+        let mut templates: Vec<Template> = template(&st, 0).into_iter().collect();
+        let mut by_msr = positions(&templates, 1);
+        let first = templates[0].expires_at;
+        for _ in 0..3 {
+            encode(
+                &mut templates[0],
+                Instant::now(),
+                &mut Vec::new(),
+                &mut Vec::new(),
+            );
+        }
+        let tag = st.msrs[0]
+            .dialog
+            .as_ref()
+            .expect("dialog")
+            .local_tag
+            .clone();
+        let refresh = subscribe("d1", Some(&tag), 2, 600);
+        to_state_machine(
+            &mut st,
+            &mut templates,
+            &mut by_msr,
+            (&refresh, from, 0),
+            &mut out,
+        );
+        let t = &templates[0];
+        assert!(
+            t.expires_at >= first + Duration::from_secs(590),
+            "the refresh's expiry"
+        );
+        // The first NOTIFY (CSeq 1) and the three encoded go on from there.
+        assert_eq!((t.cseq, t.seq), (4, 4));
+
+        let new = subscribe("d2", None, 1, 600);
+        to_state_machine(
+            &mut st,
+            &mut templates,
+            &mut by_msr,
+            (&new, from, 0),
+            &mut out,
+        );
+        let t = &templates[0];
+        assert!(t.mid.contains("Call-ID: d2\r\n"), "{}", t.mid);
+        // The new dialog's first NOTIFY went from the state machine.
+        assert_eq!((t.cseq, t.seq), (1, 5));
+        assert_eq!(templates.len(), 1);
+    }
+
+    #[test]
+    fn a_subscribe_names_its_msr() {
+        assert_eq!(subscribed_msr(&subscribe("d", None, 1, 10)), Some(0));
+        let other = b"SUBSCRIBE sip:msr_lg_12@127.0.0.1:5 SIP/2.0\r\nVia: x\r\n\r\n";
+        assert_eq!(subscribed_msr(other), Some(12));
+        assert_eq!(
+            subscribed_msr(b"OPTIONS sip:msr_lg_1@h SIP/2.0\r\n\r\n"),
+            None
+        );
+        assert_eq!(
+            subscribed_msr(b"SUBSCRIBE sip:msr_lg_x@h SIP/2.0\r\n\r\n"),
+            None
+        );
+    }
 
     #[test]
     fn an_answer_is_told_by_its_branch() {
