@@ -512,6 +512,11 @@ pub(crate) fn report_notify(
         fmt_us(percentile(&lat, 99.0)),
         fmt_us(lat.last().copied().unwrap_or(0))
     );
+    if args.batched {
+        // `batched` reads its sockets once a round (`TICK`), so an answer
+        // that came while it slept is timed when the round wakes.
+        println!("  (--batched: answers are read once a millisecond, so each latency may read up to 1 ms too long)");
+    }
     println!(
         "  drain                     {:.1} s",
         t4.duration_since(t3).as_secs_f64()
