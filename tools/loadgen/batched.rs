@@ -89,7 +89,6 @@ pub(crate) fn run(
     let mut body = Vec::with_capacity(256);
     let mut refused = 0u64;
     let mut cursor = 0usize;
-    let mut built = 0u64;
     let t0 = Instant::now();
     let mut next_report = t0 + Duration::from_secs(5);
     let mut drained_from = None;
@@ -99,7 +98,7 @@ pub(crate) fn run(
         if elapsed < window && !templates.is_empty() {
             let due = (elapsed.as_secs_f64() * rate) as u64;
             let n = templates.len();
-            while built < due {
+            while counters.sent < due {
                 let t = &mut templates[cursor];
                 let q = &mut queues[t.sock];
                 if q.queued == BATCH_MAX {
@@ -109,7 +108,6 @@ pub(crate) fn run(
                 encode(t, now, &mut q.bufs[q.queued], &mut body);
                 q.queued += 1;
                 outstanding.insert((t.msr, t.seq), now);
-                built += 1;
                 counters.sent += 1;
             }
         } else if drained_from.is_none() {
@@ -362,22 +360,13 @@ mod tests {
     use super::*;
 
     fn state() -> State {
-        let msr = crate::msrs::Msr {
-            name: "msr_lg_0".to_owned(),
-            sock: 0,
-            contact: "<sip:msr_lg_0@127.0.0.1:5070>".to_owned(),
-            reg_call_id: "r@msr-loadgen".to_owned(),
-            reg_from_tag: "rt".to_owned(),
-            reg_cseq: 0,
-            reg_expires: 3600,
-            registered: true,
-            reg_failed: None,
-            dialog: None,
-            dialogs: 0,
-            notify_seq: 0,
-            last_load_sent: None,
-            in_flight: 0,
-        };
+        let mut msr = crate::msrs::Msr::new(
+            "msr_lg_0".to_owned(),
+            0,
+            "<sip:msr_lg_0@127.0.0.1:5070>".to_owned(),
+            3600,
+        );
+        msr.registered = true;
         State::new(
             "127.0.0.1:5060".parse().expect("addr"),
             crate::Transport::Udp,

@@ -88,6 +88,29 @@ pub(crate) struct Msr {
     pub(crate) in_flight: u32,
 }
 
+impl Msr {
+    /// MSR `name` on socket or connection `sock`, its Contact `contact`,
+    /// not yet registered, registering for `reg_expires` seconds.
+    pub(crate) fn new(name: String, sock: usize, contact: String, reg_expires: u32) -> Self {
+        Self {
+            name,
+            sock,
+            contact,
+            reg_call_id: format!("{}@msr-loadgen", sip::random_token()),
+            reg_from_tag: sip::random_token(),
+            reg_cseq: 0,
+            reg_expires,
+            registered: false,
+            reg_failed: None,
+            dialog: None,
+            dialogs: 0,
+            notify_seq: 0,
+            last_load_sent: None,
+            in_flight: 0,
+        }
+    }
+}
+
 #[derive(Default, Debug, Clone)]
 pub(crate) struct Counters {
     pub(crate) register_sent: u64,

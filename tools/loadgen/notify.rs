@@ -16,7 +16,6 @@ use crate::process::{find_collector_pid, fmt_us, percentile, sample_process, Pro
 use crate::{NotifyArgs, Transport};
 use anyhow::{bail, Context};
 use msr_shared::admin::{Request, Response, ResponseData};
-use msr_shared::sip::{self};
 use system_tests::AdminClient;
 use tokio::time::Instant;
 
@@ -73,25 +72,13 @@ pub(crate) async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
     }
     let nsock = local_addrs.len();
     let msrs = (0..args.msrs)
-        .map(|i| Msr {
-            name: format!("msr_lg_{i}"),
-            sock: i % nsock,
-            contact: format!(
+        .map(|i| {
+            let name = format!("msr_lg_{i}");
+            let contact = format!(
                 "<{}>",
-                args.transport
-                    .uri(Some(&format!("msr_lg_{i}")), local_addrs[i % nsock])
-            ),
-            reg_call_id: format!("{}@msr-loadgen", sip::random_token()),
-            reg_from_tag: sip::random_token(),
-            reg_cseq: 0,
-            reg_expires: args.register_expires,
-            registered: false,
-            reg_failed: None,
-            dialog: None,
-            dialogs: 0,
-            notify_seq: 0,
-            last_load_sent: None,
-            in_flight: 0,
+                args.transport.uri(Some(&name), local_addrs[i % nsock])
+            );
+            Msr::new(name, i % nsock, contact, args.register_expires)
         })
         .collect();
     let state = Arc::new(Mutex::new(State::new(
