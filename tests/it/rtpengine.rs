@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use msr_shared::admin::ResourceInfo;
 use system_tests::kamailio::Kamailio;
 use system_tests::rtpengine::Rtpengine;
-use system_tests::system::{Agent, Collector, CollectorOpts};
+use system_tests::system::{Agent, Collector};
 use system_tests::{
     free_udp_port, run_sipp_in, sipp_scenario, sipp_total, wait_for, SippBackground,
 };
@@ -145,14 +145,7 @@ impl Relays {
         let dir = tempfile::tempdir().expect("tempdir");
         // One second of PCMA silence, which both SIPps loop as their RTP.
         std::fs::write(dir.path().join("audio.pcma"), [0xd5_u8; 8000]).expect("audio");
-        let collector = Collector::start_with(
-            dir.path(),
-            "core1",
-            &CollectorOpts::default(),
-            "[http]\nlisten = \"127.0.0.1:0\"\n",
-        )
-        .await;
-        let http_port = collector.http_port.expect("the http port announced");
+        let (collector, http_port) = Collector::start_with_http(dir.path(), "core1").await;
         let mut engines = BTreeMap::new();
         let mut agents = BTreeMap::new();
         for ((msr, max_calls), range) in MSRS.into_iter().zip(ports.engines) {

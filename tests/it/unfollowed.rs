@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector, CollectorOpts};
+use system_tests::system::{live_row, AccountSpec, Agent, AgentSpec, Collector};
 
 use crate::front_ends::http;
 
@@ -46,14 +46,7 @@ fn msrctl_select(collector: &Collector) -> Result<String, String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn selects_without_a_call_id_fill_the_top_then_free_it_within_a_second() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let collector = Collector::start_with(
-        dir.path(),
-        "core1",
-        &CollectorOpts::default(),
-        "[http]\nlisten = \"127.0.0.1:0\"\n",
-    )
-    .await;
-    let port = collector.http_port.expect("http port");
+    let (collector, port) = Collector::start_with_http(dir.path(), "core1").await;
     let _agents: Vec<Agent> = MSRS
         .iter()
         .enumerate()

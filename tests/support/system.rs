@@ -190,6 +190,20 @@ impl Collector {
         (collector, port)
     }
 
+    /// [`start`](Self::start) with the HTTP API on a free port
+    /// (`[http] listen = "127.0.0.1:0"`), and that port.
+    pub async fn start_with_http(dir: &Path, name: &str) -> (Collector, u16) {
+        let collector = Self::start_with(
+            dir,
+            name,
+            &CollectorOpts::default(),
+            "[http]\nlisten = \"127.0.0.1:0\"\n",
+        )
+        .await;
+        let port = collector.http_port.expect("the http port announced");
+        (collector, port)
+    }
+
     /// [`start`](Self::start) with `extra` appended to the config (e.g.
     /// [`Etcd::store_toml`]).
     pub async fn start_with(
