@@ -818,6 +818,12 @@ async fn an_offer_a_hung_rtpengine_does_not_take_fails_over_to_another() {
     )
     .await;
     let [held_media, after_media, _] = FAILOVER_PORTS.callers;
+    // Every relay selectable before the first call: on a busy host an
+    // agent's first probe can come late, and a relay not yet healthy
+    // would get none of the held calls.
+    for (msr, _) in MSRS {
+        wait_health(&r, msr, "healthy").await;
+    }
 
     const HELD: u64 = 12;
     let held = tokio::spawn(r.calls(HELD as u32, 30, 15_000, held_media));
