@@ -54,7 +54,7 @@ case "$scale" in '' | *[!0-9]* | 0*) echo "TIME_SCALE must be a positive whole n
 # The agent's defaults, which --time-scale divides; msr-sim gets them as
 # they are.
 min_interval_ms=1000
-top_interval_ms=250
+top_interval_ms=50
 sample_interval_ms=1000
 flight_ms=$(((20 + scale / 2) / scale))
 

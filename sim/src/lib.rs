@@ -429,6 +429,19 @@ impl Outcome {
             f64::NAN
         }
     }
+
+    /// The 99 % interval of the blocking over the pooled limit, `(low,
+    /// high)`; NaN when the limit is 0.
+    pub fn times_pooled_interval(&self) -> (f64, f64) {
+        if self.pooled_erlang_b > 0.0 {
+            (
+                (self.blocking - self.half_width).max(0.0) / self.pooled_erlang_b,
+                (self.blocking + self.half_width) / self.pooled_erlang_b,
+            )
+        } else {
+            (f64::NAN, f64::NAN)
+        }
+    }
 }
 
 fn exponential(rng: &mut StdRng, rate: f64) -> f64 {

@@ -342,3 +342,166 @@ pub fn draw(
     }
     Ok(written)
 }
+
+/// SPEC §10's goal for `core_hosts` core hosts, × the pooled limit.
+fn goal(core_hosts: u32) -> f64 {
+    match core_hosts {
+        1 => 1.25,
+        2..=3 => 1.15,
+        _ => 1.3,
+    }
+}
+
+/// The number after `key` in a row's variant (`holding 30 s`, `seed 2`).
+fn variant_number(variant: &str, key: &str) -> Option<u64> {
+    let at = variant.find(key)? + key.len();
+    variant[at..]
+        .trim_start()
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Draws `hosts.png` from the rows of `msr-sim hosts`: for each scenario
+/// whose pooled limit a run can show and each holding time, every G and
+/// seed's blocking over the pooled limit with its 99 % interval, a dotted
+/// line at the limit and SPEC §10's goal for that G dashed over its bars;
+/// returns the file written.
+///
+/// # Errors
+/// [`SimError::Plot`] when the font does not load or the file cannot be
+/// drawn or written.
+pub fn draw_hosts(rows: &[Row], out: &Path) -> Result<PathBuf, SimError> {
+    register_font()?;
+    let mut panels: Vec<Panel<'_>> = Vec::new();
+    for r in rows {
+        let o = &r.outcome;
+        if o.pooled_erlang_b * (o.calls as f64) < 1.0 {
+            continue;
+        }
+        let holding = variant_number(&r.variant, "holding").unwrap_or(120);
+        let title = format!("{}, holding {holding} s", r.scenario);
+        match panels.iter_mut().find(|p| p.title == title) {
+            Some(panel) => panel.rows.push(r),
+            None => panels.push(Panel {
+                title,
+                rows: vec![r],
+            }),
+        }
+    }
+    for panel in &mut panels {
+        panel.rows.sort_by_key(|r| {
+            (
+                r.core_hosts,
+                variant_number(&r.variant, "seed").unwrap_or(1),
+            )
+        });
+    }
+    let path = out.join("hosts.png");
+    grid(
+        &path,
+        "pooled with G core hosts, failing over: x pooled Erlang-B, 99 % CI (dotted: the limit; dashed: SPEC 10's goal)",
+        &panels,
+        hosts_chart,
+    )?;
+    Ok(path)
+}
+
+/// One panel of [`draw_hosts`].
+fn hosts_chart(
+    area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
+    panel: &Panel<'_>,
+) -> Result<(), SimError> {
+    let n = panel.rows.len() as u32;
+    let top = panel
+        .rows
+        .iter()
+        .map(|r| r.outcome.times_pooled_interval().1)
+        .filter(|x| x.is_finite())
+        .fold(2.0_f64, f64::max)
+        * 1.1;
+    let mut chart = ChartBuilder::on(area)
+        .caption(&panel.title, (FONT, 20))
+        .margin(8)
+        .x_label_area_size(28)
+        .y_label_area_size(56)
+        .build_cartesian_2d((0..n.saturating_sub(1)).into_segmented(), 0.0..top)
+        .map_err(err)?;
+    let names: Vec<String> = panel
+        .rows
+        .iter()
+        .map(|r| {
+            let seed = variant_number(&r.variant, "seed").unwrap_or(1);
+            format!("G={} s{seed}", r.core_hosts)
+        })
+        .collect();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(names.len())
+        .x_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) => names.get(*i as usize).cloned().unwrap_or_default(),
+            _ => String::new(),
+        })
+        .y_desc("x pooled Erlang-B")
+        .label_style((FONT, 12))
+        .draw()
+        .map_err(err)?;
+    for (i, r) in panel.rows.iter().enumerate() {
+        let i = i as u32;
+        let o = &r.outcome;
+        let ratio = o.times_pooled();
+        let (low, high) = o.times_pooled_interval();
+        chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [
+                    (SegmentValue::Exact(i), 0.0),
+                    (SegmentValue::Exact(i + 1), ratio),
+                ],
+                colour(r.policy).filled(),
+            )))
+            .map_err(err)?;
+        chart
+            .draw_series(std::iter::once(ErrorBar::new_vertical(
+                SegmentValue::CenterOf(i),
+                low,
+                ratio,
+                high,
+                BLACK.stroke_width(1),
+                8,
+            )))
+            .map_err(err)?;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                format!("{ratio:.2}"),
+                (SegmentValue::CenterOf(i), (high + top * 0.02).min(top)),
+                (FONT, 12)
+                    .into_font()
+                    .color(&BLACK)
+                    .pos(Pos::new(HPos::Center, VPos::Bottom)),
+            )))
+            .map_err(err)?;
+        let goal = goal(r.core_hosts);
+        chart
+            .draw_series(DashedLineSeries::new(
+                [
+                    (SegmentValue::Exact(i), goal),
+                    (SegmentValue::Exact(i + 1), goal),
+                ],
+                6,
+                4,
+                BLACK.stroke_width(1),
+            ))
+            .map_err(err)?;
+    }
+    chart
+        .draw_series(DashedLineSeries::new(
+            [(SegmentValue::Exact(0), 1.0), (SegmentValue::Exact(n), 1.0)],
+            2,
+            3,
+            BLACK.stroke_width(1),
+        ))
+        .map_err(err)?;
+    Ok(())
+}

@@ -122,6 +122,47 @@ pub fn markdown(rows: &[Row]) -> String {
     out
 }
 
+/// The rows of `msr-sim hosts` (SPEC §10 with G core hosts), one table per
+/// scenario, in the order given; `msrs[i]` is row i's number of MSRs, for
+/// the NOTIFYs per MSR.
+pub fn hosts_markdown(rows: &[Row], msrs: &[usize]) -> String {
+    let mut out = String::new();
+    let mut scenario: Option<&str> = None;
+    for (r, &n) in rows.iter().zip(msrs) {
+        if scenario != Some(r.scenario.as_str()) {
+            scenario = Some(&r.scenario);
+            if !out.is_empty() {
+                out.push_str("\n\n");
+            }
+            out.push_str(&format!(
+                "{}, pooled Erlang-B {:.2e}\n\n| G | holding, seed | calls | blocking ± 99 % CI | × pooled [99 % interval] | refused by selection (of blocked) | selections sent to a full MSR | NOTIFY/s per MSR (all its subscriptions) | max NOTIFY/s per subscription |\n|---|---|---|---|---|---|---|---|---|",
+                r.scenario, r.outcome.pooled_erlang_b
+            ));
+        }
+        let o = &r.outcome;
+        let (low, high) = o.times_pooled_interval();
+        let times = if o.blocking > 0.0 && o.pooled_erlang_b * o.calls as f64 >= 1.0 {
+            format!("{:.2} [{:.2}–{:.2}]", o.times_pooled(), low, high)
+        } else {
+            format!("– ({} lost)", (o.blocking * o.calls as f64).round())
+        };
+        out.push_str(&format!(
+            "\n| {} | {} | {} | {:.2e} ± {:.1e} | {} | {:.0} % | {:.3} % | {:.2} | {:.2} |",
+            r.core_hosts,
+            r.variant,
+            o.calls,
+            o.blocking,
+            o.half_width,
+            times,
+            o.refused_share * 100.0,
+            o.full_share * 100.0,
+            o.notify_per_sec / n.max(1) as f64,
+            o.max_notify_per_sec_per_subscription,
+        ));
+    }
+    out
+}
+
 const CLASS_HEADER: &str = "| scenario | class | offer | MSRs that take it | calls | blocking ± 99 % CI | class limit | × limit (99 % CI) | refused msr_overloaded | refused no_capable_msr | sent to a full MSR | sent to an MSR lacking a codec |\n|---|---|---|---|---|---|---|---|---|---|---|---|";
 
 /// The capability classes' figures (SPEC §15) of the rows that have them,

@@ -55,8 +55,10 @@ pub const DEFAULT_NOTIFY_MIN_INTERVAL_MS: u64 = 1000;
 /// Default minimum interval between two NOTIFYs of one subscription near
 /// the top (`load` at or above the high-water mark), in milliseconds (SPEC
 /// §4, §10): near the top every call counts, and with several core hosts
-/// each learns the others' calls only from the reports.
-pub const DEFAULT_NOTIFY_TOP_INTERVAL_MS: u64 = 250;
+/// each learns the others' calls only from the reports: with 30 s calls a
+/// report 250 ms apart still left three and ten core hosts well above the
+/// pooled limit (BALANCING.md, "Reports near the top").
+pub const DEFAULT_NOTIFY_TOP_INTERVAL_MS: u64 = 50;
 /// Default load sampling interval in milliseconds (SPEC §2).
 pub const DEFAULT_SAMPLE_INTERVAL_MS: u64 = 1000;
 /// Default time between two probes of the media engine, milliseconds
@@ -470,7 +472,7 @@ pub struct AgentSettings {
     /// `notify-min-interval-ms` (1000 to 3600000): minimum milliseconds between two NOTIFYs of
     /// one subscription; default [`DEFAULT_NOTIFY_MIN_INTERVAL_MS`] (SPEC §4).
     pub notify_min_interval_ms: u64,
-    /// `notify-top-interval-ms` (100 to 3600000): the same when `load` is at or
+    /// `notify-top-interval-ms` (20 to 3600000): the same when `load` is at or
     /// above `notify-high-water` (or was at the last NOTIFY), and how often the
     /// agent samples then; never longer than `notify-min-interval-ms`;
     /// default [`DEFAULT_NOTIFY_TOP_INTERVAL_MS`] (SPEC §4, §10).

@@ -1059,6 +1059,27 @@ fn rate_limits_cannot_be_disabled() {
     );
     let m = err(&doc(GOOD_GENERAL, r#"<agent sample-interval-ms="1"/>"#));
     assert!(m.contains("sample-interval-ms") && m.contains("100"), "{m}");
+    // Near the top the gap goes down to 20 ms, no further (SPEC §4).
+    let m = err(&doc(
+        GOOD_GENERAL,
+        r#"<agent notify-top-interval-ms="19"/>"#,
+    ));
+    assert!(
+        m.contains("notify-top-interval-ms") && m.contains("20"),
+        "{m}"
+    );
+}
+
+#[test]
+fn near_the_top_the_gap_is_50_ms_unless_set() -> TestResult {
+    let c = parse(&doc(GOOD_GENERAL, "<agent/>"), origin())?;
+    assert_eq!(c.agent.notify_top_interval(), Duration::from_millis(50));
+    let c = parse(
+        &doc(GOOD_GENERAL, r#"<agent notify-top-interval-ms="20"/>"#),
+        origin(),
+    )?;
+    assert_eq!(c.agent.notify_top_interval(), Duration::from_millis(20));
+    Ok(())
 }
 
 #[test]

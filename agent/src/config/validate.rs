@@ -615,7 +615,7 @@ fn agent(cx: &Ctx<'_>, raw: &RawAgent) -> Result<AgentSettings, ConfigError> {
     };
     let notify_top_interval_ms = match raw.notify_top_interval_ms.as_deref() {
         None => d.notify_top_interval_ms,
-        Some(v) => cx.int::<u64>(v, E, "notify-top-interval-ms", 100, 3_600_000)?,
+        Some(v) => cx.int::<u64>(v, E, "notify-top-interval-ms", 20, 3_600_000)?,
     };
     // 101 is above any load: the high-water rule off (SPEC §4).
     let notify_high_water = match raw.notify_high_water.as_deref() {
