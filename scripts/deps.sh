@@ -10,12 +10,44 @@
 # metrics`, unit-test the alert rules and run their own Prometheus against
 # a collector, tests/it/monitoring.rs), and the fault
 # suite's jq, iproute2 and nftables.
-# `scripts/deps.sh build` installs only what the build needs.
+# `scripts/deps.sh build` installs only what the build needs; `--help` says
+# so, and any other argument is refused (exit 2).
 set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+Usage: scripts/deps.sh [build]
+
+Installs with apt-get (as root, or through sudo) the Debian packages the
+machine lacks:
+  (no argument)  what the build and the system tests need: protoc
+                 (protobuf-compiler), SIPp (sip-tester), Kamailio with its
+                 http_client, json and tls modules, etcd (etcd-server),
+                 Prometheus and promtool (prometheus), rtpengine
+                 (rtpengine-daemon), jq, openssl, iproute2 and nftables
+  build          only what the build needs: protoc (protobuf-compiler)
+  -h, --help     this help
+
+The Debian package test's own tools (lintian, dpkg-dev, adduser, cargo-deb)
+are installed by scripts/package-test.sh, cargo-afl by scripts/fuzz.sh.
+EOF
+}
+
+# Anything else is refused rather than read as "everything": a mistyped
+# `buidl` or an unknown option would otherwise run apt-get for the whole list.
+case "${1-}" in
+  '') what=all ;;
+  build) what=build ;;
+  -h | --help) usage; exit 0 ;;
+  *) usage >&2; echo "deps.sh: unknown argument: $1" >&2; exit 2 ;;
+esac
+if [ "$#" -gt 1 ]; then
+  usage >&2; echo "deps.sh: one argument at most, got $#: $*" >&2; exit 2
+fi
 
 need=()
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
-if [ "${1:-all}" != build ]; then
+if [ "$what" != build ]; then
   command -v sipp >/dev/null 2>&1 || need+=(sip-tester)
   command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
   { command -v kamailio && command -v kamcmd; } >/dev/null 2>&1 || need+=(kamailio)
@@ -36,10 +68,10 @@ if [ "${1:-all}" != build ]; then
 fi
 # prometheus and promtool without the recommends (node-exporter …).
 nr=()
-if [ "${1:-all}" != build ] && ! { command -v promtool && command -v prometheus; } >/dev/null 2>&1; then nr+=(prometheus); fi
+if [ "$what" != build ] && ! { command -v promtool && command -v prometheus; } >/dev/null 2>&1; then nr+=(prometheus); fi
 # rtpengine without its recommends (the recording daemon, rtpengine-utils):
 # the tests run the daemon alone, relaying in user space (no kernel module).
-if [ "${1:-all}" != build ] && ! command -v rtpengine >/dev/null 2>&1; then nr+=(rtpengine-daemon); fi
+if [ "$what" != build ] && ! command -v rtpengine >/dev/null 2>&1; then nr+=(rtpengine-daemon); fi
 if [ "$((${#need[@]} + ${#nr[@]}))" -gt 0 ]; then
   echo "== installing ${need[*]} ${nr[*]} (Debian packages)"
   SUDO=""
