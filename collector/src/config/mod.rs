@@ -33,7 +33,7 @@ mod positions;
 mod raw;
 mod validate;
 
-use positions::{line_col, locate, out_of_type, with_position, wrong_type};
+use positions::{beyond_toml, line_col, locate, out_of_type, with_position, wrong_type};
 use raw::*;
 pub use raw::{
     DEFAULT_ETCD_PREFIX, DEFAULT_LEASE_TTL_SECS, DEFAULT_REQUEST_TIMEOUT_MS,
@@ -723,6 +723,31 @@ pub fn parse(text: &str, origin: &str) -> Result<CollectorConfig, ConfigError> {
                     position: Some((line, column)),
                     key: outside.key,
                     value: outside.value,
+                    expected,
+                };
+            }
+            if let Some(beyond) = beyond_toml(text, span.start, message) {
+                // The key's range as for any number outside its type: the
+                // file read again with the nearest number TOML can write
+                // in the value's place, which the key's own checks (or its
+                // type's) then refuse, naming what it accepts.
+                let end = span.start + beyond.value.len();
+                let expected = text
+                    .get(..span.start)
+                    .zip(text.get(end..))
+                    .map(|(before, after)| format!("{before}{}{after}", beyond.nearest()))
+                    .and_then(|patched| match parse(&patched, origin) {
+                        Err(ConfigError::Invalid { key, expected, .. }) if key == beyond.key => {
+                            Some(expected)
+                        }
+                        _ => None,
+                    })
+                    .unwrap_or_else(|| beyond.toml_range());
+                return ConfigError::Invalid {
+                    origin: origin.to_owned(),
+                    position: Some((line, column)),
+                    key: beyond.key,
+                    value: beyond.value,
                     expected,
                 };
             }

@@ -58,6 +58,69 @@ pub(super) fn out_of_type(text: &str, offset: usize, message: &str) -> Option<Ou
     })
 }
 
+/// A whole number beyond TOML's 64 bits (`expires = 99999999999999999999`):
+/// the TOML parser refuses it while reading the text, before any field's
+/// type is known, in Rust's words (`number too large to fit in target
+/// type`) and without the key. The key and the value as written, for
+/// [`super::parse`] to name the key's own range as for [`OutOfType`].
+#[derive(Debug, PartialEq)]
+pub(super) struct BeyondToml {
+    /// The dotted key, e.g. `subscription.expires`.
+    pub(super) key: String,
+    /// The value as written, e.g. `99999999999999999999`.
+    pub(super) value: String,
+    /// Below TOML's smallest integer rather than above its largest.
+    pub(super) negative: bool,
+}
+
+impl BeyondToml {
+    /// The nearest number a file can write, in the value's place: what
+    /// the key's own checks are run on to find its range.
+    pub(super) fn nearest(&self) -> i64 {
+        if self.negative {
+            i64::MIN
+        } else {
+            i64::MAX
+        }
+    }
+
+    /// What is accepted when the key's own range is not known: what TOML
+    /// can write at all.
+    pub(super) fn toml_range(&self) -> String {
+        format!(
+            "a whole number, {} to {} (a TOML integer is 64-bit)",
+            i64::MIN,
+            i64::MAX
+        )
+    }
+}
+
+/// The [`BeyondToml`] of the TOML parser's `message` about the value at
+/// `offset`, or `None` for any other message.
+pub(super) fn beyond_toml(text: &str, offset: usize, message: &str) -> Option<BeyondToml> {
+    // `std::num::IntErrorKind::{PosOverflow, NegOverflow}`, as displayed.
+    let negative = match message {
+        "number too large to fit in target type" => false,
+        "number too small to fit in target type" => true,
+        _ => return None,
+    };
+    // The integer as written: sign, digits, `_` separators, a `0x` prefix
+    // and its hex digits; a comment, `,`, `]` or `}` ends it.
+    let value: String = text
+        .get(offset..)?
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '+' | '-'))
+        .collect();
+    if value.is_empty() {
+        return None;
+    }
+    Some(BeyondToml {
+        key: key_at(text, offset)?,
+        value,
+        negative,
+    })
+}
+
 /// A value of the wrong type (module docs of [`wrong_type`]).
 #[derive(Debug, PartialEq)]
 pub(super) struct WrongType {

@@ -288,6 +288,61 @@ fn a_number_outside_its_type_names_the_key_and_its_own_range() {
     assert!(err.to_string().starts_with("f.toml:1:"), "{err}");
 }
 
+/// A number beyond TOML's 64 bits is refused by the TOML parser itself,
+/// before any field's type is known; it still names the key, the value as
+/// written and the key's own range, at the value's line and column.
+#[test]
+fn a_number_beyond_64_bits_names_the_key_and_its_own_range() {
+    let err = parse(
+        "[subscription]\nexpires = 99999999999999999999\n",
+        "c6.toml",
+    )
+    .expect_err("beyond i64");
+    assert_eq!(
+        err.to_string(),
+        "c6.toml:2:11: `subscription.expires` = 99999999999999999999: expected seconds, 1 to 86400"
+    );
+    // Below TOML's smallest, with separators and a comment after it.
+    let err = parse(
+        "[health]\nkeepalive_misses = -99_999_999_999_999_999_999 # no\n",
+        "f.toml",
+    )
+    .expect_err("beyond i64, negative");
+    assert_eq!(
+        err.to_string(),
+        "f.toml:2:20: `health.keepalive_misses` = -99_999_999_999_999_999_999: expected 1 to 100"
+    );
+    // A 64-bit key: its own range, which names another key's value.
+    let err = parse(
+        "[health]\nkeepalive_timeout_ms = 0x1_0000_0000_0000_0000\n",
+        "f.toml",
+    )
+    .expect_err("beyond i64, hex");
+    assert_eq!(
+        err.to_string(),
+        "f.toml:2:24: `health.keepalive_timeout_ms` = 0x1_0000_0000_0000_0000: \
+         expected milliseconds, 100 to 5000 (health.keepalive_interval_secs × 1000)"
+    );
+    // When the key's range cannot be found (another error comes first),
+    // its type's.
+    let err = parse(
+        "node = \" \"\n[subscription]\nexpires = 99999999999999999999\n",
+        "f.toml",
+    )
+    .expect_err("beyond i64");
+    assert_eq!(
+        err.to_string(),
+        "f.toml:3:11: `subscription.expires` = 99999999999999999999: expected 0 to 4294967295"
+    );
+    // An unknown key has no range of its own: what TOML can write.
+    let err = parse("max_rows = 99999999999999999999\n", "f.toml").expect_err("beyond i64");
+    assert_eq!(
+        err.to_string(),
+        "f.toml:1:12: `max_rows` = 99999999999999999999: expected a whole number, \
+         -9223372036854775808 to 9223372036854775807 (a TOML integer is 64-bit)"
+    );
+}
+
 /// A value of the wrong type names its key, as written, and what the
 /// key takes in an operator's words (its own range for a number), not a
 /// Rust type.
