@@ -684,7 +684,24 @@ struct LegRequest {
     conference: Option<String>,
 }
 
-fn refusal_message(refusal: Refusal, query: &Query) -> String {
+/// Where a refusal's reason is told in full: the table of `msrctl select
+/// --explain`.
+const SEE_EXPLAIN: &str = "see msrctl select --explain";
+
+/// [`SEE_EXPLAIN`] in parentheses, after a space; nothing when the request
+/// asked for the explanation (`explained`): its answer already carries the
+/// table, and naming the flag the asker gave reads as if it were ignored.
+fn see_explain(explained: bool) -> String {
+    if explained {
+        String::new()
+    } else {
+        format!(" ({SEE_EXPLAIN})")
+    }
+}
+
+/// The reason for `refusal` in words; `explained` when the answer carries
+/// the explanation (the request asked for it), so no hint points at it.
+fn refusal_message(refusal: Refusal, query: &Query, explained: bool) -> String {
     match refusal {
         Refusal::MsrNotFound => format!(
             "no registered active msr in zone `{}` at a finite distance from site `{}`",
@@ -735,35 +752,47 @@ fn refusal_message(refusal: Refusal, query: &Query) -> String {
         },
         Refusal::UnknownSite => format!("site `{}` is not declared", query.site),
         Refusal::MsrUnhealthy => format!(
-            "no healthy msr in zone `{}` at a finite distance from site `{}`: the registered active ones are unhealthy (see msrctl select --explain)",
-            query.zone, query.site
+            "no healthy msr in zone `{}` at a finite distance from site `{}`: the registered active ones are unhealthy{}",
+            query.zone,
+            query.site,
+            see_explain(explained)
         ),
         Refusal::NoCapableMsr {
             lack,
             needs,
             conference_host,
-        } => no_capable_message(query, lack, needs, conference_host),
+        } => no_capable_message(query, lack, needs, conference_host, explained),
     }
 }
 
-/// Why no MSR takes the offer (SPEC §15), naming what is missing.
+/// Why no MSR takes the offer (SPEC §15), naming what is missing;
+/// `explained` as for [`refusal_message`].
 fn no_capable_message(
     query: &Query,
     lack: Option<msr_shared::media::Lack>,
     needs: msr_shared::media::CodecSet,
     conference_host: bool,
+    explained: bool,
 ) -> String {
     let conference = match &query.admission {
         select::Admission::Conference(c) if conference_host => c,
         _ => {
             return match lack {
                 Some(lack) => format!(
-                    "no msr in zone `{}` at a finite distance from site `{}` takes {lack} (offer: {needs}; see msrctl select --explain)",
-                    query.zone, query.site
+                    "no msr in zone `{}` at a finite distance from site `{}` takes {lack} (offer: {needs}{})",
+                    query.zone,
+                    query.site,
+                    if explained {
+                        String::new()
+                    } else {
+                        format!("; {SEE_EXPLAIN}")
+                    }
                 ),
                 None => format!(
-                    "no msr in zone `{}` at a finite distance from site `{}` takes every kind of media of the offer {needs} together (see msrctl select --explain)",
-                    query.zone, query.site
+                    "no msr in zone `{}` at a finite distance from site `{}` takes every kind of media of the offer {needs} together{}",
+                    query.zone,
+                    query.site,
+                    see_explain(explained)
                 ),
             }
         }
@@ -870,13 +899,21 @@ fn run_select(
                 // The select's own reason speaks of the zone as a whole;
                 // here the failed MSRs were left out first.
                 let why = match refusal {
-                    Refusal::MsrOverloaded | Refusal::UnknownSite => refusal_message(refusal, &query),
+                    Refusal::MsrOverloaded | Refusal::UnknownSite => {
+                        refusal_message(refusal, &query, explain.is_some())
+                    }
                     // The failed MSRs may take the offer; the others don't.
                     Refusal::NoCapableMsr { lack, needs, .. } => format!(
                         "no other msr of the zone takes {}",
-                        lack.map_or_else(|| format!("the offer {needs} together"), |l| l.to_string())
+                        lack.map_or_else(
+                            || format!("the offer {needs} together"),
+                            |l| l.to_string()
+                        )
                     ),
-                    Refusal::MsrNotFound | Refusal::MsrUnhealthy => "no other msr of the zone at a finite distance can take it (see msrctl select --explain)".to_owned(),
+                    Refusal::MsrNotFound | Refusal::MsrUnhealthy => format!(
+                        "no other msr of the zone at a finite distance can take it{}",
+                        see_explain(explain.is_some())
+                    ),
                 };
                 let mut response = failover::refusal(f, key, &why);
                 if let Response::Err(body) = &mut response {
@@ -885,7 +922,7 @@ fn run_select(
                 response
             }
             _ => {
-                let mut message = refusal_message(refusal, &query);
+                let mut message = refusal_message(refusal, &query, explain.is_some());
                 // A zone no contact is in is most often a typo in the
                 // request: say so, with the zones there are.
                 if refusal == Refusal::MsrNotFound && ctx.table.zone(&query.zone).is_empty() {

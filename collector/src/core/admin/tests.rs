@@ -429,6 +429,28 @@ fn a_select_with_codecs_goes_to_an_msr_that_takes_them() {
         Response::Err(e) => {
             assert_eq!(e.code, ErrorCode::NoCapableMsr);
             assert!(e.message.contains("takes t38"), "{}", e.message);
+            assert!(
+                e.message
+                    .ends_with("(offer: pcma,t38; see msrctl select --explain)"),
+                "{}",
+                e.message
+            );
+        }
+        Response::Ok(data) => panic!("{data:?}"),
+    }
+    // Asked with --explain, the answer carries the table: the message does
+    // not send its asker to the flag they gave.
+    let explained = Request::Select(SelectQuery {
+        codecs: vec!["pcma".to_owned(), "t38".to_owned()],
+        explain: true,
+        ..SelectQuery::new("default", "local")
+    });
+    match h.run(explained, now) {
+        Response::Err(e) => {
+            assert_eq!(e.code, ErrorCode::NoCapableMsr);
+            assert!(e.explain.is_some(), "{e:?}");
+            assert!(e.message.ends_with("(offer: pcma,t38)"), "{}", e.message);
+            assert!(!e.message.contains("--explain"), "{}", e.message);
         }
         Response::Ok(data) => panic!("{data:?}"),
     }
@@ -1552,9 +1574,9 @@ fn a_refusal_in_overload_names_the_headroom() {
         failed: Vec::new(),
         needs: Default::default(),
     };
-    let plain = refusal_message(Refusal::MsrOverloaded, &query(0));
+    let plain = refusal_message(Refusal::MsrOverloaded, &query(0), false);
     assert!(!plain.contains("headroom"), "{plain}");
-    let m = refusal_message(Refusal::MsrOverloaded, &query(1));
+    let m = refusal_message(Refusal::MsrOverloaded, &query(1), false);
     assert!(
         m.contains("less the headroom") && m.contains("up to 1 session of"),
         "{m}"
@@ -1568,7 +1590,7 @@ fn a_refusal_in_overload_names_the_headroom() {
         },
         ..query(0)
     };
-    let m = refusal_message(Refusal::MsrOverloaded, &fallback(0));
+    let m = refusal_message(Refusal::MsrOverloaded, &fallback(0), false);
     assert!(
         m.ends_with(
             "is at or above its load limit by its last report and the selections without a call_id sent to it since"
@@ -1576,12 +1598,48 @@ fn a_refusal_in_overload_names_the_headroom() {
         "{m}"
     );
     assert!(!m.contains("overload"), "{m}");
-    let m = refusal_message(Refusal::MsrOverloaded, &fallback(2));
+    let m = refusal_message(Refusal::MsrOverloaded, &fallback(2), false);
     assert!(m.contains("up to 2 sessions of each msr"), "{m}");
     // One line of single spaces, as it reaches the log and the HTTP body.
-    for m in [fallback(0), fallback(1)].map(|q| refusal_message(Refusal::MsrOverloaded, &q)) {
+    for m in [fallback(0), fallback(1)].map(|q| refusal_message(Refusal::MsrOverloaded, &q, false))
+    {
         assert!(!m.contains("  ") && !m.contains('\n'), "{m:?}");
     }
+}
+
+/// A refusal points at `msrctl select --explain` only when its answer
+/// does not already carry the explanation (the request asked for it).
+#[test]
+fn a_refusal_names_the_explain_flag_only_when_not_explained() {
+    let query = Query {
+        zone: "z".into(),
+        site: "s".into(),
+        msr: None,
+        admission: select::Admission::Plain,
+        policy: select::Policy::Pooled {
+            core_hosts: 1,
+            headroom: 0,
+        },
+        now: Instant::now(),
+        failed: Vec::new(),
+        needs: Default::default(),
+    };
+    let plain = refusal_message(Refusal::MsrUnhealthy, &query, false);
+    assert!(
+        plain.ends_with("are unhealthy (see msrctl select --explain)"),
+        "{plain}"
+    );
+    let explained = refusal_message(Refusal::MsrUnhealthy, &query, true);
+    assert!(explained.ends_with("are unhealthy"), "{explained}");
+    let together = Refusal::NoCapableMsr {
+        lack: None,
+        needs: Default::default(),
+        conference_host: false,
+    };
+    let plain = refusal_message(together, &query, false);
+    assert!(plain.ends_with(" (see msrctl select --explain)"), "{plain}");
+    let explained = refusal_message(together, &query, true);
+    assert!(explained.ends_with(" together"), "{explained}");
 }
 
 /// `--explain` and `--random` without a call_id place nothing (SPEC §10,
