@@ -44,11 +44,19 @@ struct Cli {
     /// Exit after the report instead of watching for changes.
     #[arg(long)]
     once: bool,
-    /// Number of selections to run for the share report.
-    #[arg(long, default_value_t = 10_000)]
+    /// Number of selections to run for the share report (at least 1: the
+    /// report is each MSR's share of them).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
     selections: u32,
-    /// Simulated media sessions per agent (max-calls is 100 in the examples).
-    #[arg(long, value_delimiter = ',', default_value = "10,40,70")]
+    /// Simulated media sessions per agent, one number for each of the three,
+    /// each 0 to 100 (the examples' max-calls: 100 is a full MSR, and the
+    /// agent reports more as 100 too).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "10,40,70",
+        value_parser = clap::value_parser!(u16).range(0..=100)
+    )]
     calls: Vec<u16>,
     /// The run folder: the configs, the children's logs, the collector's
     /// control socket (`control.sock`) and its fresh operator store
@@ -737,4 +745,49 @@ fn rel(path: &Path) -> String {
         .unwrap_or(path)
         .display()
         .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("msr-quickstart").chain(args.iter().copied()))
+    }
+
+    /// A report of no selections has nothing to share out, and calls above
+    /// max-calls read as 100 % (the agent clamps its load): clap refuses
+    /// both, naming the value.
+    #[test]
+    fn selections_and_calls_are_refused_outside_their_range() {
+        let cli = parse(&[]).expect("the defaults");
+        assert_eq!((cli.selections, cli.calls), (10_000, vec![10, 40, 70]));
+        let cli = parse(&["--selections", "1", "--calls", "0,100,100"]).expect("the bounds");
+        assert_eq!((cli.selections, cli.calls), (1, vec![0, 100, 100]));
+        for (args, value) in [
+            (&["--selections", "0"][..], "'0'"),
+            (&["--calls", "10,40,150"][..], "'150'"),
+            (&["--calls", "10,-1,70"][..], "'-1'"),
+        ] {
+            let err = parse(args).map(|_| ()).expect_err("out of range");
+            assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "{err}");
+            assert!(err.to_string().contains(value), "{err}");
+        }
+    }
+
+    /// `--calls`' bound is the examples' max-calls: each agent config the
+    /// quickstart runs says 100.
+    #[test]
+    fn the_calls_bound_is_the_examples_max_calls() {
+        for msr in &MSRS {
+            let path = example(msr.config);
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert!(
+                text.contains("max-calls=\"100\""),
+                "{}: the --calls bound (0 to 100) is its max-calls",
+                path.display()
+            );
+        }
+    }
 }
