@@ -70,8 +70,8 @@ fn run(cli: Cli, flood: &msr_shared::logging::FloodLimit) -> anyhow::Result<()> 
         );
         return Ok(());
     }
-    // A worker per core: the SIP readers and writer, the control and HTTP
-    // servers run beside the loop that owns the state (daemon module docs).
+    // A worker per core: the SIP readers and writer run beside the loop
+    // that owns the state, and HTTP beside both (daemon module docs).
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

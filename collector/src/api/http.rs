@@ -46,7 +46,7 @@ use serde::Deserialize;
 use subtle::ConstantTimeEq;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -736,15 +736,31 @@ pub async fn serve_with(
     shutdown: CancellationToken,
     limits: ServeLimits,
 ) {
+    serve_handing(listener, router, shutdown, limits, Vec::new()).await;
+}
+
+/// A connection accepted within the bound, handed to a thread that serves
+/// it ([`serve_handed`]): the socket, and the permit it holds until it ends.
+pub type Handed = (std::net::TcpStream, OwnedSemaphorePermit);
+
+/// [`serve_with`], handing each admitted connection to the next of
+/// `servers` in turn (threads running [`serve_handed`]), or serving it on
+/// this task's runtime when there are none. Handed in turn, 4 keep-alive
+/// clients land 2 and 2 on two threads; threads that each accepted from
+/// the socket took them as their wake-ups fell, often all on one.
+pub async fn serve_handing(
+    listener: TcpListener,
+    router: Router,
+    shutdown: CancellationToken,
+    limits: ServeLimits,
+    servers: Vec<mpsc::UnboundedSender<Handed>>,
+) {
     let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let mut next = 0_usize;
     let mut connections = JoinSet::new();
     let mut refused_unlogged = 0u64;
     let mut last_refusal_log: Option<Instant> = None;
-    let mut builder = http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
-        .max_buf_size(MAX_HEAD_BYTES);
+    let builder = connection_builder(limits);
     loop {
         while connections.try_join_next().is_some() {}
         let accepted = tokio::select! {
@@ -775,26 +791,101 @@ pub async fn serve_with(
             connections.spawn(refuse(stream, limits));
             continue;
         };
-        let service = TowerToHyperService::new(router.clone());
-        let connection = builder.serve_connection(TokioIo::new(stream), service);
-        let shutdown = shutdown.clone();
-        connections.spawn(async move {
-            let mut connection = std::pin::pin!(connection);
-            tokio::select! {
-                result = connection.as_mut() => {
-                    if let Err(e) = result {
-                        tracing::debug!(cause = %e, "http connection ended");
-                    }
+        if !servers.is_empty() {
+            let server = &servers[next % servers.len()];
+            next = next.wrapping_add(1);
+            match stream.into_std() {
+                Ok(stream) => {
+                    // A server gone (its thread ended) drops the connection.
+                    let _ = server.send((stream, permit));
                 }
-                () = shutdown.cancelled() => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = connection.await;
-                }
+                Err(e) => tracing::warn!(cause = %e, "http connection not handed over"),
             }
-            drop(permit);
-        });
+            continue;
+        }
+        connections.spawn(serve_connection(
+            &builder,
+            router.clone(),
+            stream,
+            permit,
+            shutdown.clone(),
+        ));
     }
     connections.shutdown().await;
+}
+
+/// Serves the connections [`serve_handing`] hands over on `handed`, on this
+/// task's runtime, until `shutdown` (each finishing its request in
+/// progress) or the hand-over ends.
+pub async fn serve_handed(
+    mut handed: mpsc::UnboundedReceiver<Handed>,
+    router: Router,
+    shutdown: CancellationToken,
+    limits: ServeLimits,
+) {
+    let builder = connection_builder(limits);
+    let mut connections = JoinSet::new();
+    loop {
+        while connections.try_join_next().is_some() {}
+        let (stream, permit) = tokio::select! {
+            () = shutdown.cancelled() => break,
+            next = handed.recv() => match next {
+                Some(next) => next,
+                None => break,
+            },
+        };
+        match tokio::net::TcpStream::from_std(stream) {
+            Ok(stream) => {
+                connections.spawn(serve_connection(
+                    &builder,
+                    router.clone(),
+                    stream,
+                    permit,
+                    shutdown.clone(),
+                ));
+            }
+            Err(e) => tracing::warn!(cause = %e, "http connection not taken over"),
+        }
+    }
+    connections.shutdown().await;
+}
+
+/// hyper's HTTP/1 settings under `limits`.
+fn connection_builder(limits: ServeLimits) -> http1::Builder {
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(MAX_HEAD_BYTES);
+    builder
+}
+
+/// One connection served until it ends, or, on `shutdown`, until its
+/// request in progress is answered; its `permit` is given back then.
+fn serve_connection(
+    builder: &http1::Builder,
+    router: Router,
+    stream: tokio::net::TcpStream,
+    permit: OwnedSemaphorePermit,
+    shutdown: CancellationToken,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let service = TowerToHyperService::new(router);
+    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    async move {
+        let mut connection = std::pin::pin!(connection);
+        tokio::select! {
+            result = connection.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!(cause = %e, "http connection ended");
+                }
+            }
+            () = shutdown.cancelled() => {
+                connection.as_mut().graceful_shutdown();
+                let _ = connection.await;
+            }
+        }
+        drop(permit);
+    }
 }
 
 /// Answers a connection past the bound with `503` and closes it, without

@@ -16,9 +16,10 @@
 //!   command to the etcd task) and the saves of the bindings, which run on
 //!   a blocking thread so the loop goes on while the disk works.
 //!
-//! The runtime has a worker per core, so the readers' parsing, the
-//! writer's sends and the HTTP server run beside the loop, which owns
-//! every fact. The loop has a thread of its own (`collector-core`), and
+//! The runtime has a worker per core, so the readers' parsing and the
+//! writer's sends run beside the loop, which owns every fact. HTTP has
+//! threads of its own, one per core, each accepting from the one listening
+//! socket (`serve_http_on_threads`). The loop has a thread of its own (`collector-core`), and
 //! the control socket's connections run on it: each of their requests is
 //! one selection, and handing it to another thread and its answer back
 //! cost more CPU, and more time, than the rest of the request
@@ -276,7 +277,7 @@ pub async fn start(
                 Arc::clone(&stats),
                 http.token.clone(),
             );
-            tokio::spawn(crate::api::http::serve(listener, router, shutdown.clone()));
+            serve_http_on_threads(listener, router, &shutdown).map_err(error)?;
             Some(addr)
         }
         None => None,
@@ -553,6 +554,50 @@ pub async fn start(
         join,
     })
 }
+
+/// Serves the HTTP API (SPEC §11) on [`http_threads`] threads of its own,
+/// each with a current-thread runtime; a thread of its own accepts, within
+/// the connection bound, and hands the connections to them in turn. A select
+/// that names no leg is
+/// drawn on the thread that read it ([`crate::api::read_only`]), so the
+/// HTTP path is mostly CPU: on the multi-thread runtime its workers spent
+/// a quarter of their time waking and parking each other, and from 4
+/// keep-alive clients it answered 46,000–47,500 selects a second against
+/// 52,000–57,000 on two threads of their own (BENCHMARKS.md).
+fn serve_http_on_threads(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    shutdown: &CancellationToken,
+) -> std::io::Result<()> {
+    use crate::api::http::{serve_handed, serve_handing, ServeLimits};
+    let limits = ServeLimits::default();
+    let mut servers = Vec::new();
+    for i in 0..http_threads() {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        servers.push(tx);
+        let (router, shutdown) = (router.clone(), shutdown.clone());
+        spawn_thread(&format!("http-{i}"), move || {
+            serve_handed(rx, router, shutdown, limits)
+        })?;
+    }
+    let socket = listener.into_std()?;
+    let (router, shutdown) = (router, shutdown.clone());
+    spawn_thread("http-accept", move || async move {
+        match tokio::net::TcpListener::from_std(socket) {
+            Ok(listener) => serve_handing(listener, router, shutdown, limits, servers).await,
+            Err(e) => tracing::error!(cause = %e, "the http listener cannot be served"),
+        }
+    })
+}
+
+/// How many threads serve HTTP: one per core, at most [`MAX_HTTP_THREADS`].
+fn http_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().clamp(1, MAX_HTTP_THREADS))
+}
+
+/// The most HTTP threads: past a few, a front end's requests wait on the
+/// loop, not on their thread.
+const MAX_HTTP_THREADS: usize = 4;
 
 /// Runs the future `make` builds on a thread of its own, with a
 /// current-thread runtime: the loop and the SIP reader each get a core's
