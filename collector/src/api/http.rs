@@ -756,13 +756,32 @@ pub async fn serve_handing(
     servers: Vec<mpsc::UnboundedSender<Handed>>,
 ) {
     let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let waiting = Arc::new(Semaphore::new(MAX_WAITING));
+    let servers: Arc<[mpsc::UnboundedSender<Handed>]> = servers.into();
     let mut next = 0_usize;
-    let mut connections = JoinSet::new();
+    // Each task's word: whether it refused its connection.
+    let mut connections: JoinSet<bool> = JoinSet::new();
     let mut refused_unlogged = 0u64;
     let mut last_refusal_log: Option<Instant> = None;
     let builder = connection_builder(limits);
     loop {
-        while connections.try_join_next().is_some() {}
+        while let Some(ended) = connections.try_join_next() {
+            if ended.unwrap_or(false) {
+                refused_unlogged += 1;
+            }
+        }
+        let now = Instant::now();
+        if refused_unlogged > 0
+            && last_refusal_log.is_none_or(|t| now.duration_since(t) >= REFUSAL_LOG_INTERVAL)
+        {
+            tracing::warn!(
+                limit = limits.max_connections,
+                refused = refused_unlogged,
+                "http connections refused: too many open"
+            );
+            refused_unlogged = 0;
+            last_refusal_log = Some(now);
+        }
         let accepted = tokio::select! {
             () = shutdown.cancelled() => break,
             accepted = listener.accept() => accepted,
@@ -776,42 +795,97 @@ pub async fn serve_handing(
                 continue;
             }
         };
-        let Some(permit) = crate::api::control::admit(&permits).await else {
-            refused_unlogged += 1;
-            let now = Instant::now();
-            if last_refusal_log.is_none_or(|t| now.duration_since(t) >= REFUSAL_LOG_INTERVAL) {
-                tracing::warn!(
-                    limit = limits.max_connections,
-                    refused = refused_unlogged,
-                    "http connections refused: too many open"
-                );
-                refused_unlogged = 0;
-                last_refusal_log = Some(now);
-            }
-            connections.spawn(refuse(stream, limits));
-            continue;
-        };
-        if !servers.is_empty() {
-            let server = &servers[next % servers.len()];
+        let server = (!servers.is_empty()).then(|| {
             next = next.wrapping_add(1);
-            match stream.into_std() {
-                Ok(stream) => {
-                    // A server gone (its thread ended) drops the connection.
-                    let _ = server.send((stream, permit));
+            (Arc::clone(&servers), next % servers.len())
+        });
+        let serve = Serve {
+            builder: builder.clone(),
+            router: router.clone(),
+            shutdown: shutdown.clone(),
+            server,
+        };
+        match Arc::clone(&permits).try_acquire_owned() {
+            Ok(permit) => {
+                if let Some(task) = serve.start(stream, permit) {
+                    connections.spawn(async move {
+                        task.await;
+                        false
+                    });
                 }
-                Err(e) => tracing::warn!(cause = %e, "http connection not handed over"),
             }
-            continue;
+            // Past the bound: a place freed within the grace still takes
+            // it (`control::admit`). The wait runs beside this loop, so a
+            // burst past the bound is refused at once, not 100 ms each in
+            // turn; at most MAX_WAITING wait, the rest are refused without.
+            Err(_) => {
+                let waiter = Arc::clone(&waiting).try_acquire_owned().ok();
+                let permits = Arc::clone(&permits);
+                connections.spawn(async move {
+                    let admitted = match waiter {
+                        Some(_waiter) => crate::api::control::admit(&permits).await,
+                        None => None,
+                    };
+                    match admitted {
+                        Some(permit) => {
+                            if let Some(task) = serve.start(stream, permit) {
+                                task.await;
+                            }
+                            false
+                        }
+                        None => {
+                            refuse(stream, limits).await;
+                            true
+                        }
+                    }
+                });
+            }
         }
-        connections.spawn(serve_connection(
-            &builder,
-            router.clone(),
-            stream,
-            permit,
-            shutdown.clone(),
-        ));
     }
     connections.shutdown().await;
+}
+
+/// How many connections past the bound may wait for a place at once
+/// ([`serve_handing`]).
+const MAX_WAITING: usize = 64;
+
+/// Where an admitted connection goes: to one of the serving threads, or
+/// served by a task here.
+struct Serve {
+    builder: http1::Builder,
+    router: Router,
+    shutdown: CancellationToken,
+    /// The serving threads and the one whose turn it is.
+    server: Option<(Arc<[mpsc::UnboundedSender<Handed>]>, usize)>,
+}
+
+impl Serve {
+    /// Hands `stream` over, or returns the task that serves it here.
+    fn start(
+        self,
+        stream: tokio::net::TcpStream,
+        permit: OwnedSemaphorePermit,
+    ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        match self.server {
+            Some((servers, turn)) => {
+                match stream.into_std() {
+                    // A server gone (its thread ended) drops the connection.
+                    Ok(stream) => {
+                        let _ = servers[turn].send((stream, permit));
+                    }
+                    Err(e) => tracing::warn!(cause = %e, "http connection not handed over"),
+                }
+                None
+            }
+            None => Some(serve_connection(
+                &self.builder,
+                self.router,
+                stream,
+                permit,
+                self.shutdown,
+            )),
+        }
+    }
 }
 
 /// Serves the connections [`serve_handing`] hands over on `handed`, on this
@@ -856,7 +930,11 @@ fn connection_builder(limits: ServeLimits) -> http1::Builder {
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
-        .max_buf_size(MAX_HEAD_BYTES);
+        .max_buf_size(MAX_HEAD_BYTES)
+        // A client may shut its sending side once its request is out;
+        // without this hyper dropped the answer of a request it had
+        // carried out, a placed leg among them.
+        .half_close(true);
     builder
 }
 

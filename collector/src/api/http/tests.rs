@@ -223,6 +223,29 @@ async fn a_slowloris_is_closed_and_the_connection_bound_refuses_then_frees() {
     shutdown.cancel();
 }
 
+/// A client that shuts its sending side right after its request still
+/// gets the answer: the request is carried out either way (a select may
+/// place a leg), so dropping the answer would hide what was done.
+#[tokio::test]
+async fn a_request_from_a_half_closed_client_is_answered() {
+    use tokio::io::AsyncWriteExt;
+    let (addr, shutdown) = limited_server(ServeLimits::default()).await;
+    let mut client = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    client
+        .write_all(b"GET /v1/resources HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("write");
+    client.shutdown().await.expect("half-close");
+    // No shell answers here: the route's answer is its timeout's 503, a
+    // wait long enough for the server to see the client's side closed.
+    let answer = read_to_close(&mut client, ANSWER_TIMEOUT * 3)
+        .await
+        .expect("answered and closed");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
+    shutdown.cancel();
+}
+
 /// One request to a server with `token`; its status line.
 async fn status_line(token: Option<&str>, request: &[u8]) -> String {
     use tokio::io::AsyncWriteExt;
