@@ -18,8 +18,9 @@
 //!
 //! The runtime has a worker per core, so the readers' parsing and the
 //! writer's sends run beside the loop, which owns every fact. HTTP has
-//! threads of its own, one per core, each accepting from the one listening
-//! socket (`serve_http_on_threads`). The loop has a thread of its own (`collector-core`), and
+//! threads of its own, one per core, and an accepting thread that hands
+//! them the connections in turn (`serve_http_on_threads`). The loop has a
+//! thread of its own (`collector-core`), and
 //! the control socket's connections run on it: each of their requests is
 //! one selection, and handing it to another thread and its answer back
 //! cost more CPU, and more time, than the rest of the request
@@ -557,13 +558,13 @@ pub async fn start(
 
 /// Serves the HTTP API (SPEC §11) on [`http_threads`] threads of its own,
 /// each with a current-thread runtime; a thread of its own accepts, within
-/// the connection bound, and hands the connections to them in turn. A select
-/// that names no leg is
-/// drawn on the thread that read it ([`crate::api::read_only`]), so the
-/// HTTP path is mostly CPU: on the multi-thread runtime its workers spent
-/// a quarter of their time waking and parking each other, and from 4
-/// keep-alive clients it answered 46,000–47,500 selects a second against
-/// 52,000–57,000 on two threads of their own (BENCHMARKS.md).
+/// the connection bound, and hands the connections to them in turn. A
+/// select that names no leg is drawn on the thread that read it
+/// ([`crate::api::read_only`]), so the HTTP path is mostly CPU: on the
+/// multi-thread runtime its workers spent a quarter of their time waking
+/// and parking each other, and 4 keep-alive clients got 30 % fewer selects
+/// a second than on threads of their own (BENCHMARKS.md, "HTTP on threads
+/// of its own").
 fn serve_http_on_threads(
     listener: tokio::net::TcpListener,
     router: axum::Router,
