@@ -562,9 +562,10 @@ pub async fn start(
 /// select that names no leg is drawn on the thread that read it
 /// ([`crate::api::read_only`]), so the HTTP path is mostly CPU: on the
 /// multi-thread runtime its workers spent a quarter of their time waking
-/// and parking each other, and 4 keep-alive clients got 30 % fewer selects
-/// a second than on threads of their own (BENCHMARKS.md, "HTTP on threads
-/// of its own").
+/// and parking each other. On threads of their own 4 keep-alive clients
+/// got 6 % more selects a second on a quiet host and 30 % more on a busy
+/// one, and a single client 15 % fewer (BENCHMARKS.md, "HTTP on threads of
+/// its own").
 fn serve_http_on_threads(
     listener: tokio::net::TcpListener,
     router: axum::Router,
