@@ -583,7 +583,7 @@ fn serve_http_on_threads(
         })?;
     }
     let socket = listener.into_std()?;
-    let (router, shutdown) = (router, shutdown.clone());
+    let shutdown = shutdown.clone();
     spawn_thread("http-accept", move || async move {
         match tokio::net::TcpListener::from_std(socket) {
             Ok(listener) => serve_handing(listener, router, shutdown, limits, servers).await,
