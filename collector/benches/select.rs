@@ -14,7 +14,7 @@ use msr_collector::model::legs::{LegKey, LegTable, DEFAULT_MAX_DURATION};
 use msr_collector::model::load_table::{Change, LoadTable, Placement};
 use msr_collector::operator::names::{ContactName, MsrName};
 use msr_collector::operator::OperatorConfig;
-use msr_collector::select::{select, Admission, Policy, Query};
+use msr_collector::select::{select, Admission, Headroom, Policy, Query};
 use msr_collector::sip::registrar::Binding;
 use msr_shared::event_package::LoadReport;
 use rand::rngs::StdRng;
@@ -153,7 +153,7 @@ fn bench_select(c: &mut Criterion) {
     let pooled = Query {
         policy: Policy::Pooled {
             core_hosts: 3,
-            headroom: 0,
+            headroom: Headroom::NONE,
         },
         ..no_preference.clone()
     };
@@ -197,7 +197,7 @@ fn bench_select(c: &mut Criterion) {
     let pooled_video = Query {
         policy: Policy::Pooled {
             core_hosts: 3,
-            headroom: 0,
+            headroom: Headroom::NONE,
         },
         ..video
     };
@@ -392,7 +392,7 @@ fn bench_select_one_zone(c: &mut Criterion) {
     let pooled = Query {
         policy: Policy::Pooled {
             core_hosts: 3,
-            headroom: 0,
+            headroom: Headroom::NONE,
         },
         ..query.clone()
     };

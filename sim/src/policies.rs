@@ -59,7 +59,7 @@ pub(crate) fn choose(
                 now,
                 scenario.core_hosts,
             )
-            .in_zone("default", &host.overload);
+            .in_zone("default", &host.overload, rng);
             let query = Query {
                 zone: "default".into(),
                 site: "local".into(),

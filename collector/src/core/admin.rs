@@ -89,11 +89,11 @@ pub fn effective_policy(
     match selection.policy {
         SelectionPolicy::Pooled if names_a_leg && releasing => select::Policy::Pooled {
             core_hosts: core_hosts.max(1),
-            headroom: 0,
+            headroom: select::Headroom::NONE,
         },
         SelectionPolicy::Pooled if !names_a_leg => select::Policy::EcssUnfollowed {
             core_hosts: core_hosts.max(1),
-            headroom: 0,
+            headroom: select::Headroom::NONE,
             legs: releasing,
         },
         _ => select::Policy::Ecss,
@@ -584,7 +584,7 @@ fn query(request: Request, ctx: &mut AdminContext<'_>, now: Instant) -> Response
                 now,
                 ctx.core_hosts,
             )
-            .in_zone(&zone, ctx.overload);
+            .in_zone(&zone, ctx.overload, &mut *ctx.rng);
             run_select(
                 ctx,
                 Query {
@@ -710,14 +710,14 @@ fn refusal_message(refusal: Refusal, query: &Query, explained: bool) -> String {
         Refusal::MsrOverloaded => match &query.admission {
             select::Admission::Plain => match query.policy {
                 // SPEC §10: in overload the headroom, not the limit, refused.
-                select::Policy::Pooled { headroom, .. } if headroom > 0 => format!(
+                select::Policy::Pooled { headroom, .. } if headroom.keeps() => format!(
                     "every msr in zone `{}` nearest to site `{}` is at or above its load limit \
                      less the headroom kept for the other core hosts (zone in overload: up to {} \
                      session{} of each msr)",
                     query.zone,
                     query.site,
-                    headroom,
-                    if headroom == 1 { "" } else { "s" }
+                    headroom.sessions,
+                    if headroom.sessions == 1 { "" } else { "s" }
                 ),
                 // SPEC §10: a select without a leg counts what it sent
                 // near the top until the next report.
@@ -726,10 +726,11 @@ fn refusal_message(refusal: Refusal, query: &Query, explained: bool) -> String {
                      by its last report and the selections without a call_id sent to it since{}",
                     query.zone,
                     query.site,
-                    if headroom > 0 {
+                    if headroom.keeps() {
                         format!(
-                            " (zone in overload: up to {headroom} session{} of each msr kept for the other core hosts)",
-                            if headroom == 1 { "" } else { "s" }
+                            " (zone in overload: up to {} session{} of each msr kept for the other core hosts)",
+                            headroom.sessions,
+                            if headroom.sessions == 1 { "" } else { "s" }
                         )
                     } else {
                         String::new()

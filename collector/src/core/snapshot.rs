@@ -110,7 +110,7 @@ impl Snapshot {
             now,
             self.core_hosts,
         )
-        .in_zone(&zone, &self.overload);
+        .in_zone(&zone, &self.overload, rng);
         let query = Query {
             zone,
             site,

@@ -16,7 +16,7 @@
 //! So each zone keeps the outcome of its last [`WINDOW`] `pooled`
 //! selections; at [`ENTER`] refusals among them the zone is in overload
 //! and `pooled` keeps [`headroom`] sessions of each MSR free, at most one
-//! in [`HEADROOM_SHARE`] ([`headroom_of`]; `select`, "Overload"); it
+//! in [`HEADROOM_SHARE`] ([`Headroom::of`]; `select`, "Overload"); it
 //! leaves at [`LEAVE`] or fewer. The window counts
 //! selections, not seconds, so it needs no time constant: a run with its
 //! holding times compressed sees the same (BALANCING.md, end to end).
@@ -40,25 +40,83 @@ pub const LEAVE: u16 = 5;
 /// The sessions of each MSR that `pooled` keeps free in overload with
 /// `core_hosts` core hosts: half of the other hosts' number, rounded up
 /// (none with one host, whose estimate is exact), and at most a share of
-/// each MSR ([`headroom_of`]). In msr-sim at 120 % offered it cut the legs
+/// each MSR ([`Headroom::of`]). In msr-sim at 120 % offered it cut the legs
 /// sent to full MSRs from 10.5–15 % to 1.7 % (G = 3) and from 15–26 % to
 /// 3.7–4.8 % (G = 10; BALANCING.md, "Overload").
 pub fn headroom(core_hosts: u32) -> u32 {
     core_hosts.saturating_sub(1).div_ceil(2)
 }
 
-/// The sessions an MSR of `max_calls` keeps free of a zone's `headroom`:
-/// at most one in [`HEADROOM_SHARE`] of its sessions (none below 40), so
-/// that the headroom does not itself hold a zone in overload: a headroom
-/// of a tenth of the capacity turned 95 % offered into 105 %, whose
-/// refusals kept the zone in overload (msr-sim, G = 10, 10 × 50 sessions:
-/// 3.9 × the pooled limit; with "at least one session", 10 × 5 and 10 × 10
-/// at 85 % blocked 3.7 × and 1.9 ×).
-pub fn headroom_of(headroom: u32, max_calls: u32) -> u32 {
-    headroom.min(max_calls / HEADROOM_SHARE)
+/// What `pooled` keeps free on each MSR of a zone for one selection: the
+/// zone's [`headroom`] in sessions (0 outside overload) and the
+/// selection's own draw, which decides for each MSR of fewer than
+/// [`HEADROOM_SHARE`] sessions whether it keeps one ([`Headroom::of`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Headroom {
+    /// Sessions kept free on an MSR large enough: [`headroom`] of G in
+    /// overload, else 0.
+    pub sessions: u32,
+    /// One uniform draw per selection (0 when `sessions` is 0).
+    pub draw: u64,
 }
 
-/// One session in this many at most is kept free (2.5 %).
+impl Headroom {
+    /// Nothing kept free: no overload, or one core host.
+    pub const NONE: Headroom = Headroom {
+        sessions: 0,
+        draw: 0,
+    };
+
+    /// The zone's `sessions` for a selection that drew `draw`.
+    pub fn drawn(sessions: u32, draw: u64) -> Headroom {
+        Headroom {
+            sessions,
+            draw: if sessions > 0 { draw } else { 0 },
+        }
+    }
+
+    /// Whether anything is kept free (the zone is in overload).
+    pub fn keeps(self) -> bool {
+        self.sessions > 0
+    }
+
+    /// The sessions the MSR at `position` of the zone, of `max_calls`,
+    /// keeps free: at most one in [`HEADROOM_SHARE`] of its sessions, so
+    /// that the headroom does not itself hold a zone in overload (a
+    /// headroom of a tenth of the capacity turned 95 % offered into 105 %,
+    /// whose refusals kept the zone in overload: msr-sim, G = 10, 10 × 50
+    /// sessions, 3.9 × the pooled limit). An MSR of fewer sessions keeps
+    /// one with the probability `max_calls` / [`HEADROOM_SHARE`], so one
+    /// in 40 on average: kept always, one session of a small MSR is a
+    /// large share of it (10 × 20 sessions, G = 3: blocking +15 % at 120 %
+    /// offered; 10 × 5 at 85 %: 3.7 × the pooled limit), kept never,
+    /// three collectors herd onto the room every report of it shows (6.5 %
+    /// of selections sent to full MSRs at 120 %; with the draw 4.7 %,
+    /// blocking as without; BALANCING.md, "Overload"). The draw is the
+    /// selection's, mixed with `position`: one selection reads an MSR
+    /// alike however often it looks, and the MSRs independently.
+    pub fn of(self, max_calls: u32, position: usize) -> u32 {
+        let whole = max_calls / HEADROOM_SHARE;
+        if whole >= 1 || self.sessions == 0 {
+            return self.sessions.min(whole);
+        }
+        let position = u64::try_from(position).unwrap_or(u64::MAX);
+        let mixed = mix(self.draw ^ position.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        u32::from(mixed % u64::from(HEADROOM_SHARE) < u64::from(max_calls))
+    }
+}
+
+/// splitmix64's finalizer: spreads a draw and a position over all bits.
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// One session in this many at most is kept free (2.5 %), on average for
+/// an MSR of fewer sessions ([`Headroom::of`]).
 pub const HEADROOM_SHARE: u32 = 40;
 
 /// The overload state of every zone that has had a `pooled` selection.
@@ -189,11 +247,44 @@ mod tests {
 
     #[test]
     fn an_msr_keeps_at_most_one_session_in_forty() {
-        assert_eq!(headroom_of(0, 100), 0);
-        assert_eq!(headroom_of(1, 39), 0, "none below 40 sessions");
-        assert_eq!(headroom_of(5, 50), 1);
-        assert_eq!(headroom_of(5, 100), 2);
-        assert_eq!(headroom_of(5, 400), 5);
+        let h = |sessions| Headroom::drawn(sessions, 7);
+        assert_eq!(Headroom::NONE.of(100, 0), 0);
+        assert_eq!(Headroom::NONE.of(20, 0), 0);
+        assert_eq!(h(5).of(50, 0), 1);
+        assert_eq!(h(5).of(100, 0), 2);
+        assert_eq!(h(5).of(400, 0), 5);
+        assert_eq!(h(1).of(400, 0), 1);
+        assert!(!Headroom::drawn(0, 7).keeps());
+        assert_eq!(Headroom::drawn(0, 7), Headroom::NONE);
+    }
+
+    #[test]
+    fn a_small_msr_keeps_one_session_in_forty_on_average() {
+        // Draws as a selection makes them: one per selection, each MSR
+        // (its position) read alike within it.
+        let mut draw = 0x1234_5678_u64;
+        let mut kept = [0_u32; 4];
+        let sizes = [1, 10, 20, 39];
+        let selections = 40_000;
+        for _ in 0..selections {
+            draw = mix(draw.wrapping_add(1));
+            let h = Headroom::drawn(1, draw);
+            for (i, &size) in sizes.iter().enumerate() {
+                let once = h.of(size, i);
+                assert_eq!(once, h.of(size, i), "one selection reads alike");
+                kept[i] += once;
+            }
+        }
+        for (i, &size) in sizes.iter().enumerate() {
+            let expected = f64::from(selections) * f64::from(size) / 40.0;
+            let seen = f64::from(kept[i]);
+            // Four standard deviations of the binomial count.
+            let sd = (expected * (1.0 - f64::from(size) / 40.0)).sqrt();
+            assert!(
+                (seen - expected).abs() <= 4.0 * sd + 1.0,
+                "{size} sessions kept one {seen} times of {selections}, expected {expected}"
+            );
+        }
     }
 
     #[test]

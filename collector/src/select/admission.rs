@@ -14,7 +14,7 @@ pub(super) fn estimated_load(
     position: usize,
     policy: Policy,
     core_hosts: u32,
-    headroom: u32,
+    headroom: Headroom,
     c: &Candidate<'_>,
 ) -> f64 {
     let occupancy = match policy {
@@ -80,8 +80,8 @@ pub(super) fn admit(view: &ZoneView<'_>, query: &Query, kept: Vec<usize>) -> Adm
                 // Full on the estimate alone: a headroom (overload) keeps
                 // free sessions an MSR has, it does not fill it.
                 let full = match query.policy.estimated() {
-                    Some((core_hosts, headroom)) if headroom > 0 => {
-                        estimated_load(view, p, query.policy, core_hosts, 0, &c)
+                    Some((core_hosts, headroom)) if headroom.keeps() => {
+                        estimated_load(view, p, query.policy, core_hosts, Headroom::NONE, &c)
                     }
                     _ => load,
                 };

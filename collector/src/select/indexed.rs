@@ -78,7 +78,7 @@ pub(super) fn select_indexed<R: Rng + ?Sized>(
             // In overload (a headroom), the least occupied admitted
             // without it may not be with it: then the scan holds each MSR
             // to its own limit.
-            if headroom > 0 {
+            if headroom.keeps() {
                 let c = nearest.view().candidate(position, query.now)?;
                 let occupancy = admitted_occupancy(
                     nearest.view(),

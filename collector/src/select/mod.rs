@@ -98,7 +98,9 @@
 //! zone's own recent selections show overload
 //! ([`crate::model::overload`]), `pooled` admits an MSR only while its
 //! estimate plus a headroom of half a session per other host
-//! (`Policy::Pooled`'s `headroom`; at most one session in 40 of the MSR) is
+//! (`Policy::Pooled`'s `headroom`; at most one session in 40 of the MSR,
+//! and an MSR of fewer sessions keeps one for a share of the selections,
+//! its sessions / 40, by the selection's own draw: [`Headroom::of`]) is
 //! below its load limit; at other times the headroom is 0, so a 90 % load
 //! is admitted as before.
 //!
@@ -153,6 +155,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::model::load_table::{admission_load, draw_weight, Candidate, LoadTable, ZoneView};
+pub use crate::model::overload::Headroom;
 use crate::model::overload::OverloadWatch;
 use crate::operator::names::{ContactName, MsrName};
 use crate::operator::topology::Topology;
@@ -205,7 +208,7 @@ pub enum Policy {
         core_hosts: u32,
         /// Sessions of each MSR kept free for the other hosts, as for
         /// [`Policy::Pooled`].
-        headroom: u32,
+        headroom: Headroom,
         /// Whether this collector's legs count in the estimate too: only
         /// while the core releases them, as for [`Policy::Pooled`].
         /// Without releases their count only grows (a core that never
@@ -218,10 +221,10 @@ pub enum Policy {
     Pooled {
         /// G, the number of core hosts placing legs on these MSRs (≥ 1).
         core_hosts: u32,
-        /// Sessions of each MSR kept free for the other hosts: 0, or in
+        /// Sessions of each MSR kept free for the other hosts: none, or in
         /// overload ([`crate::model::overload`]) half a session per other
         /// host (module docs, "Overload").
-        headroom: u32,
+        headroom: Headroom,
     },
 }
 
@@ -235,18 +238,30 @@ impl Policy {
     }
 
     /// This policy for a leg of `zone`: `pooled` and its fallback with the
-    /// headroom `watch` says the zone needs now (module docs, "Overload").
-    pub fn in_zone(self, zone: &str, watch: &OverloadWatch) -> Policy {
+    /// headroom `watch` says the zone needs now (module docs, "Overload"),
+    /// and in overload the selection's draw from `rng` for the MSRs too
+    /// small to keep a whole session ([`Headroom::of`]). Outside overload
+    /// nothing is drawn.
+    pub fn in_zone<R: Rng + ?Sized>(
+        self,
+        zone: &str,
+        watch: &OverloadWatch,
+        rng: &mut R,
+    ) -> Policy {
+        let mut headroom = |core_hosts| match watch.headroom(zone, core_hosts) {
+            0 => Headroom::NONE,
+            sessions => Headroom::drawn(sessions, rng.gen()),
+        };
         match self {
             Policy::Pooled { core_hosts, .. } => Policy::Pooled {
                 core_hosts,
-                headroom: watch.headroom(zone, core_hosts),
+                headroom: headroom(core_hosts),
             },
             Policy::EcssUnfollowed {
                 core_hosts, legs, ..
             } => Policy::EcssUnfollowed {
                 core_hosts,
-                headroom: watch.headroom(zone, core_hosts),
+                headroom: headroom(core_hosts),
                 legs,
             },
             Policy::Ecss => Policy::Ecss,
@@ -255,7 +270,7 @@ impl Policy {
 
     /// G and the headroom admission holds an MSR's estimate to, for the
     /// policies whose admission reads the estimate.
-    fn estimated(self) -> Option<(u32, u32)> {
+    fn estimated(self) -> Option<(u32, Headroom)> {
         match self {
             Policy::Pooled {
                 core_hosts,

@@ -25,7 +25,7 @@ pub(super) fn admitted_occupancy(
     view: &ZoneView<'_>,
     position: usize,
     core_hosts: u32,
-    headroom: u32,
+    headroom: Headroom,
     load_limit: u8,
 ) -> f64 {
     held_occupancy(view, position, headroom, load_limit, |inputs| {
@@ -39,7 +39,7 @@ pub(super) fn admitted_occupancy(
 pub(super) fn held_occupancy(
     view: &ZoneView<'_>,
     position: usize,
-    headroom: u32,
+    headroom: Headroom,
     load_limit: u8,
     occupancy: impl Fn(&EstimateInputs) -> f64,
 ) -> f64 {
@@ -48,7 +48,7 @@ pub(super) fn held_occupancy(
             let room = (u64::from(inputs.max_calls) * u64::from(load_limit))
                 .div_ceil(100)
                 .saturating_sub(1);
-            let kept = crate::model::overload::headroom_of(headroom, inputs.max_calls);
+            let kept = headroom.of(inputs.max_calls, position);
             let kept = u32::try_from(room).map_or(kept, |room| kept.min(room));
             occupancy(&inputs) + f64::from(kept) / f64::from(inputs.max_calls.max(1))
         })

@@ -1225,7 +1225,7 @@ impl World {
         Query {
             policy: Policy::Pooled {
                 core_hosts,
-                headroom: 0,
+                headroom: Headroom::NONE,
             },
             ..self.query("default", "local", None)
         }
@@ -1288,7 +1288,7 @@ fn pooled_in_overload_keeps_the_headroom_free_on_every_msr() {
     let headroom = |h| Query {
         policy: Policy::Pooled {
             core_hosts: 3,
-            headroom: h,
+            headroom: Headroom::drawn(h, 0),
         },
         ..w.query("default", "local", None)
     };
@@ -1313,6 +1313,47 @@ fn pooled_in_overload_keeps_the_headroom_free_on_every_msr() {
 }
 
 #[test]
+fn a_small_msr_in_overload_keeps_its_last_session_for_some_selections() {
+    // 20 sessions, 19 taken, G = 3 in overload: the headroom (one
+    // session) is more than one in 40 of the MSR, so each selection's
+    // draw keeps its last session with the probability 20 / 40
+    // (`Headroom::of`), and the index and the scan read the draw alike.
+    let mut w = World::new();
+    let t = w.now;
+    w.contact(c("lo@msr_1", "default", "local"))
+        .report("msr_1", 19, 20, t);
+    let mut refused = 0;
+    let selections = 400;
+    for draw in 0..selections {
+        let q = Query {
+            policy: Policy::Pooled {
+                core_hosts: 3,
+                headroom: Headroom::drawn(1, draw),
+            },
+            ..w.query("default", "local", None)
+        };
+        let picked = w.pick(&q).map(|choice| choice.msr);
+        assert_eq!(picked, w.fixed(&q, 0.0).outcome.map(|choice| choice.msr));
+        if picked == Err(Refusal::MsrOverloaded) {
+            refused += 1;
+        }
+    }
+    assert!(
+        (140..=260).contains(&refused),
+        "{refused} of {selections} refused, about half expected"
+    );
+    // Outside overload nothing is kept.
+    let q = Query {
+        policy: Policy::Pooled {
+            core_hosts: 3,
+            headroom: Headroom::NONE,
+        },
+        ..w.query("default", "local", None)
+    };
+    assert_eq!(w.pick(&q).expect("choice").msr, "msr_1");
+}
+
+#[test]
 fn an_idle_msr_is_admitted_in_overload_whatever_its_size() {
     // An MSR of one session, idle: a headroom that keeps its only session
     // refuses every leg, and those refusals hold the zone in overload for
@@ -1324,7 +1365,7 @@ fn an_idle_msr_is_admitted_in_overload_whatever_its_size() {
     let q = Query {
         policy: Policy::Pooled {
             core_hosts: 3,
-            headroom: 1,
+            headroom: Headroom::drawn(1, 0),
         },
         ..w.query("default", "local", None)
     };
@@ -1351,18 +1392,28 @@ fn the_overload_watch_sets_the_headroom_and_counts_only_pooled_plain_outcomes() 
         note_outcome(&mut watch, &ecss, &refused);
         note_outcome(&mut watch, &pooled, &Err(Refusal::MsrNotFound));
     }
-    assert_eq!(pooled.policy.in_zone("default", &watch), pooled.policy);
+    let mut rng = StdRng::seed_from_u64(7);
+    assert_eq!(
+        pooled.policy.in_zone("default", &watch, &mut rng),
+        pooled.policy
+    );
     for _ in 0..ENTER {
         note_outcome(&mut watch, &pooled, &refused);
     }
-    assert_eq!(
-        pooled.policy.in_zone("default", &watch),
-        Policy::Pooled {
-            core_hosts: 3,
-            headroom: 1
-        }
+    assert!(
+        matches!(
+            pooled.policy.in_zone("default", &watch, &mut rng),
+            Policy::Pooled {
+                core_hosts: 3,
+                headroom: Headroom { sessions: 1, .. },
+            }
+        ),
+        "one session kept at G = 3"
     );
-    assert_eq!(Policy::Ecss.in_zone("default", &watch), Policy::Ecss);
+    assert_eq!(
+        Policy::Ecss.in_zone("default", &watch, &mut rng),
+        Policy::Ecss
+    );
     // One core host records nothing: no log line, no count, no headroom.
     let mut single = OverloadWatch::default();
     for _ in 0..ENTER {
@@ -1376,7 +1427,7 @@ impl World {
         Query {
             policy: Policy::EcssUnfollowed {
                 core_hosts,
-                headroom,
+                headroom: Headroom::drawn(headroom, 0),
                 legs: true,
             },
             ..self.query("default", "local", None)
@@ -1485,14 +1536,15 @@ fn the_fallback_counts_its_own_placements_near_the_top_until_a_report() {
     for _ in 0..crate::model::overload::ENTER {
         note_outcome(&mut watch, &q, &refused);
     }
-    assert_eq!(
-        q.policy.in_zone("default", &watch),
+    assert!(matches!(
+        q.policy
+            .in_zone("default", &watch, &mut StdRng::seed_from_u64(7)),
         Policy::EcssUnfollowed {
             core_hosts: 3,
-            headroom: 1,
+            headroom: Headroom { sessions: 1, .. },
             legs: true,
         }
-    );
+    ));
 }
 
 #[test]
@@ -2036,7 +2088,7 @@ proptest! {
             Policy::Ecss,
             Policy::Pooled {
                 core_hosts,
-                headroom: 0,
+                headroom: Headroom::NONE,
             },
         ] {
             let mut query = world.query(ZONES[zone], leg_site, None);
@@ -2148,7 +2200,10 @@ proptest! {
         let table = &world.table;
         let headroom = crate::model::overload::headroom(core_hosts);
         let mut query = world.query(ZONES[zone], leg_site, None);
-        query.policy = Policy::Pooled { core_hosts, headroom };
+        query.policy = Policy::Pooled {
+            core_hosts,
+            headroom: Headroom::drawn(headroom, seed),
+        };
         let mut rng = StdRng::seed_from_u64(seed);
         let Some(indexed) = select_indexed(table, topology, &query, &mut rng) else {
             return Ok(());

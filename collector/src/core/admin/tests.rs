@@ -933,7 +933,7 @@ fn pooled_applies_to_named_legs_while_the_core_releases_legs() {
     let at = |secs| t0 + Duration::from_secs(secs);
     let g3 = select::Policy::Pooled {
         core_hosts: 3,
-        headroom: 0,
+        headroom: select::Headroom::NONE,
     };
     assert_eq!(effective_policy(&pooled, true, Some(t0), at(10), 3), g3);
     // No release yet (a start), none within the window: ecss.
@@ -949,7 +949,7 @@ fn pooled_applies_to_named_legs_while_the_core_releases_legs() {
     // to the legs only while the core releases them.
     let unfollowed = |legs| select::Policy::EcssUnfollowed {
         core_hosts: 3,
-        headroom: 0,
+        headroom: select::Headroom::NONE,
         legs,
     };
     assert_eq!(
@@ -1568,7 +1568,7 @@ fn a_refusal_in_overload_names_the_headroom() {
         admission: select::Admission::Plain,
         policy: select::Policy::Pooled {
             core_hosts: 3,
-            headroom,
+            headroom: select::Headroom::drawn(headroom, 0),
         },
         now: Instant::now(),
         failed: Vec::new(),
@@ -1585,7 +1585,7 @@ fn a_refusal_in_overload_names_the_headroom() {
     let fallback = |headroom| Query {
         policy: select::Policy::EcssUnfollowed {
             core_hosts: 3,
-            headroom,
+            headroom: select::Headroom::drawn(headroom, 0),
             legs: false,
         },
         ..query(0)
@@ -1618,7 +1618,7 @@ fn a_refusal_names_the_explain_flag_only_when_not_explained() {
         admission: select::Admission::Plain,
         policy: select::Policy::Pooled {
             core_hosts: 1,
-            headroom: 0,
+            headroom: select::Headroom::NONE,
         },
         now: Instant::now(),
         failed: Vec::new(),
