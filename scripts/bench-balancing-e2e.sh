@@ -3,24 +3,27 @@
 # msr-collectors (one per core host, `[cluster] core_hosts` G), one real
 # msr-agent per MSR with a `file:` calls source (`load-sensor="calls"`,
 # `load-delta` 10, the agent's default intervals: one NOTIFY a second at
-# most, one every 250 ms near the top, a sample a second) and one
+# most, one every 50 ms near the top, a sample a second) and one
 # `<dynamic>` account per collector, and `msr-loadgen calls` placing and
 # releasing calls through the collectors' control sockets, each call at
 # one collector drawn at random. Then the same scenario in msr-sim
 # (`--hosts G`) at its own time scale, for the figures BALANCING.md sets
 # side by side.
 #
-# Time compression: calls are held HOLDING_MS (default 1 s), and every
-# time the balance depends on is divided by TIME_SCALE (default 30) with
+# Time compression: calls are held HOLDING_MS (default 2 s), and every
+# time the balance depends on is divided by TIME_SCALE (default 15) with
 # them: the agents' NOTIFY and sampling intervals (`msr-agent
 # --time-scale`) and the collectors' assumed NOTIFY flight
 # (`notify_flight_time_ms`, 20 ms / TIME_SCALE). So the default run is
-# the scenario with 30 s holding times, 30 times faster, and msr-sim runs
-# that scenario uncompressed (holding HOLDING_MS × TIME_SCALE).
+# the scenario with 30 s holding times, 15 times faster, and msr-sim runs
+# that scenario uncompressed (holding HOLDING_MS × TIME_SCALE). At 30
+# times the agents' 50 ms near the top becomes 1.7 ms, and ten agents
+# sampling that often take more than a core of a 2-core host (the
+# driver's lag reached seconds).
 #
 #   scripts/bench-balancing-e2e.sh [DURATION_S] [POLICY]
 #       (default 600 s measured after a 60 s warm-up; POLICY pooled or ecss)
-#   HOSTS=1 MSRS=10 SESSIONS=20 OFFERED=90 HOLDING_MS=1000 TIME_SCALE=30
+#   HOSTS=1 MSRS=10 SESSIONS=20 OFFERED=90 HOLDING_MS=2000 TIME_SCALE=15
 #   WARMUP=60 SEED=1 SIM_CALLS=1000000 SIM_DELAY_MS=20
 #   FAILOVER=1 (the MSRs a call may be given in all: 3 fails over as a
 #   core does, SPEC §14, in the driver and in msr-sim)
@@ -38,8 +41,8 @@ hosts=${HOSTS:-1}
 msrs=${MSRS:-10}
 sessions=${SESSIONS:-20}
 offered=${OFFERED:-90}
-holding_ms=${HOLDING_MS:-1000}
-scale=${TIME_SCALE:-30}
+holding_ms=${HOLDING_MS:-2000}
+scale=${TIME_SCALE:-15}
 warmup=${WARMUP:-60}
 seed=${SEED:-1}
 failover=${FAILOVER:-1}
