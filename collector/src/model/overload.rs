@@ -91,10 +91,10 @@ impl Headroom {
     /// large share of it (10 × 20 sessions, G = 3: blocking +15 % at 120 %
     /// offered; 10 × 5 at 85 %: 3.7 × the pooled limit), kept never,
     /// three collectors herd onto the room every report of it shows (6.5 %
-    /// of selections sent to full MSRs at 120 %; with the draw 4.7 %,
-    /// blocking as without; BALANCING.md, "Overload"). The draw is the
-    /// selection's, mixed with `position`: one selection reads an MSR
-    /// alike however often it looks, and the MSRs independently.
+    /// of selections sent to full MSRs at 120 %; with the draw 3.5 %, for
+    /// 3 % more blocking; BALANCING.md, "Small MSRs in overload"). The
+    /// draw is the selection's, mixed with `position`: one selection reads
+    /// an MSR alike however often it looks, and the MSRs independently.
     pub fn of(self, max_calls: u32, position: usize) -> u32 {
         let whole = max_calls / HEADROOM_SHARE;
         if whole >= 1 || self.sessions == 0 {
