@@ -564,8 +564,8 @@ pub async fn start(
 /// multi-thread runtime its workers spent a quarter of their time waking
 /// and parking each other. On threads of their own 4 keep-alive clients
 /// got 6 % more selects a second on a quiet host and 30 % more on a busy
-/// one, and a single client 15 % fewer (BENCHMARKS.md, "HTTP on threads of
-/// its own").
+/// one, and a single client 13–15 % fewer (BENCHMARKS.md, "HTTP on
+/// threads of its own").
 fn serve_http_on_threads(
     listener: tokio::net::TcpListener,
     router: axum::Router,
