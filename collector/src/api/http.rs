@@ -48,7 +48,6 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::control::AdminCommand;
@@ -100,9 +99,6 @@ impl Default for ServeLimits {
         }
     }
 }
-
-/// At most one warning about refused connections per this interval.
-const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(5);
 
 /// What every route needs.
 #[derive(Clone)]
@@ -759,35 +755,16 @@ pub async fn serve_handing(
     let waiting = Arc::new(Semaphore::new(MAX_WAITING));
     let servers: Arc<[mpsc::UnboundedSender<Handed>]> = servers.into();
     let mut next = 0_usize;
-    // Each task's word: whether it refused its connection.
-    let mut connections: JoinSet<bool> = JoinSet::new();
-    let mut refused_unlogged = 0u64;
-    let mut last_refusal_log: Option<Instant> = None;
+    let mut connections: JoinSet<()> = JoinSet::new();
     let builder = connection_builder(limits);
     loop {
-        while let Some(ended) = connections.try_join_next() {
-            if ended.unwrap_or(false) {
-                refused_unlogged += 1;
-            }
-        }
-        let now = Instant::now();
-        if refused_unlogged > 0
-            && last_refusal_log.is_none_or(|t| now.duration_since(t) >= REFUSAL_LOG_INTERVAL)
-        {
-            tracing::warn!(
-                limit = limits.max_connections,
-                refused = refused_unlogged,
-                "http connections refused: too many open"
-            );
-            refused_unlogged = 0;
-            last_refusal_log = Some(now);
-        }
+        while connections.try_join_next().is_some() {}
         let accepted = tokio::select! {
             () = shutdown.cancelled() => break,
             accepted = listener.accept() => accepted,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(e) => {
                 tracing::warn!(cause = %e, "http accept failed");
                 // Avoids a hot loop on persistent errors such as EMFILE.
@@ -808,10 +785,7 @@ pub async fn serve_handing(
         match Arc::clone(&permits).try_acquire_owned() {
             Ok(permit) => {
                 if let Some(task) = serve.start(stream, permit) {
-                    connections.spawn(async move {
-                        task.await;
-                        false
-                    });
+                    connections.spawn(task);
                 }
             }
             // Past the bound: a place freed within the grace still takes
@@ -831,12 +805,8 @@ pub async fn serve_handing(
                             if let Some(task) = serve.start(stream, permit) {
                                 task.await;
                             }
-                            false
                         }
-                        None => {
-                            refuse(stream, limits).await;
-                            true
-                        }
+                        None => refuse(stream, peer, limits).await,
                     }
                 });
             }
@@ -968,7 +938,16 @@ fn serve_connection(
 
 /// Answers a connection past the bound with `503` and closes it, without
 /// reading its request (the answer is the same whatever it asked).
-async fn refuse(mut stream: tokio::net::TcpStream, limits: ServeLimits) {
+/// Answers a connection past the bound with a `503` and closes it. The
+/// warning is rate limited (target [`msr_shared::logging::NETWORK`]): a
+/// client may connect in a loop.
+async fn refuse(mut stream: tokio::net::TcpStream, peer: SocketAddr, limits: ServeLimits) {
+    tracing::warn!(
+        target: msr_shared::logging::NETWORK,
+        %peer,
+        limit = limits.max_connections,
+        "http connection refused: too many open"
+    );
     let body = serde_json::json!({
         "code": "unavailable",
         "message": format!("too many http connections (at most {})", limits.max_connections),

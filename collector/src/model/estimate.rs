@@ -150,12 +150,13 @@ impl SinceReport {
     }
 
     /// Forgets the placements without a leg made at or before `cutoff`;
-    /// whether any were left.
-    pub fn forget_unfollowed(&mut self, cutoff: Instant) -> bool {
+    /// how many were forgotten.
+    pub fn forget_unfollowed(&mut self, cutoff: Instant) -> usize {
+        let before = self.unfollowed.len();
         while self.unfollowed.front().is_some_and(|&at| at <= cutoff) {
             self.unfollowed.pop_front();
         }
-        !self.unfollowed.is_empty()
+        before - self.unfollowed.len()
     }
 
     /// A report of `calls` arrived at `at` after a flight of `flight`: the
@@ -222,8 +223,8 @@ mod tests {
         s.report(t0 + MS(50), MS(20), 91);
         assert_eq!(s.estimate().sessions(3), 94.0);
         // The second never showed in a report: gone after the horizon.
-        assert!(s.forget_unfollowed(t0 + MS(49)));
-        assert!(!s.forget_unfollowed(t0 + MS(50)));
+        assert_eq!(s.forget_unfollowed(t0 + MS(49)), 0);
+        assert_eq!(s.forget_unfollowed(t0 + MS(50)), 1);
         assert_eq!(s.estimate().sessions(3), 91.0);
         assert_eq!(s.net(), 0, "no leg, no event");
     }

@@ -63,6 +63,7 @@
 //! the selection index against one rebuilt from `by_zone`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::ops::Bound;
 use std::time::Duration;
 
 use msr_shared::event_package::LoadReport;
@@ -532,17 +533,20 @@ impl LoadTable {
     /// fill it, and its reports may be far apart (`load-delta`, SPEC §4).
     /// Whether it was counted.
     pub fn note_unfollowed(&mut self, msr: &str, at: Instant) -> bool {
-        if !self.is_near_top(msr) {
-            return false;
-        }
-        let Some((name, _)) = self.msrs.get_key_value(msr) else {
+        // One lookup for the key (queued below) and the entry.
+        let bounds = (Bound::Included(msr), Bound::Included(msr));
+        let Some((name, entry)) = self.msrs.range_mut::<str, _>(bounds).next() else {
             return false;
         };
-        let name = name.clone();
-        if let Some(entry) = self.msrs.get_mut(msr) {
-            entry.since_report.unfollowed(at);
+        let near_top = entry
+            .load
+            .as_ref()
+            .is_some_and(|(report, _)| near_top(report.calls, report.max_calls));
+        if !near_top {
+            return false;
         }
-        self.unfollowed.push_back((at, name));
+        entry.since_report.unfollowed(at);
+        self.unfollowed.push_back((at, name.clone()));
         self.rekey_msr(msr);
         true
     }
@@ -583,9 +587,7 @@ impl LoadTable {
             let Some(entry) = self.msrs.get_mut(&msr) else {
                 continue;
             };
-            let before = entry.since_report.estimate();
-            entry.since_report.forget_unfollowed(cutoff);
-            if entry.since_report.estimate() != before {
+            if entry.since_report.forget_unfollowed(cutoff) > 0 {
                 self.rekey_msr(&msr);
             }
         }
