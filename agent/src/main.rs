@@ -255,8 +255,7 @@ fn check_config(cli: &Cli) -> u8 {
         Ok(config) => config,
         Err(e) => {
             report.reason(e.to_string());
-            report.print(&cli.config, "msr-agent", "");
-            return report.exit_code();
+            return report.print(&cli.config, "msr-agent", "");
         }
     };
     let log_file = match &cli.log_file {
@@ -296,8 +295,7 @@ fn check_config(cli: &Cli) -> u8 {
         &cli.config,
         "msr-agent",
         &summary(&config, log_file.as_ref()),
-    );
-    report.exit_code()
+    )
 }
 
 /// What the agent would run with, one fact a line.

@@ -120,8 +120,7 @@ fn check_config(path: &std::path::Path) -> u8 {
         Ok(config) => config,
         Err(e) => {
             report.reason(e.to_string());
-            report.print(path, "msr-collector", "");
-            return report.exit_code();
+            return report.print(path, "msr-collector", "");
         }
     };
     // The shipped production config's placeholder: valid, but no MSR
@@ -227,6 +226,5 @@ fn check_config(path: &std::path::Path) -> u8 {
     if let Some(redirect) = &config.redirect {
         summary.push_str(&format!(", redirect {}", redirect.listen));
     }
-    report.print(path, "msr-collector", &summary);
-    report.exit_code()
+    report.print(path, "msr-collector", &summary)
 }

@@ -79,19 +79,27 @@ impl CheckReport {
     /// Prints [`CheckReport::render`]: to stdout when the daemon would
     /// start, else to stderr (SPEC §8: errors go to stderr); the warnings
     /// go to stderr either way, so a script that keeps stdout still sees
-    /// them.
-    pub fn print(&self, path: &Path, daemon: &str, summary: &str) {
+    /// them. Returns the exit code: [`CheckReport::exit_code`], or 1 when
+    /// the verdict could not be written (a closed pipe, a full disk): a
+    /// script must not read a success it never saw.
+    pub fn print(&self, path: &Path, daemon: &str, summary: &str) -> u8 {
+        use std::io::Write as _;
         let text = self.render(path, daemon, summary);
         let (verdict, warnings) = match text.find("warnings: ") {
             Some(at) => text.split_at(at),
             None => (text.as_str(), ""),
         };
-        if self.starts() {
-            print!("{verdict}");
+        let written = if self.starts() {
+            let mut out = std::io::stdout().lock();
+            out.write_all(verdict.as_bytes()).and_then(|()| out.flush())
         } else {
-            eprint!("{verdict}");
+            std::io::stderr().lock().write_all(verdict.as_bytes())
+        };
+        let _ = std::io::stderr().lock().write_all(warnings.as_bytes());
+        match written {
+            Ok(()) => self.exit_code(),
+            Err(_) => 1,
         }
-        eprint!("{warnings}");
     }
 
     /// The exit code: 0 when the daemon would start, 1 when not.

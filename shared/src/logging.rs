@@ -116,8 +116,53 @@ fn write_field(w: &mut Writer<'_>, field: &Field, value: &dyn fmt::Debug) -> fmt
         "message" => write!(Escaping(w), "{value:?}"),
         name => {
             write!(w, "{}=", name.strip_prefix("r#").unwrap_or(name))?;
-            write!(Escaping(w), "{value:?}")
+            let text = format!("{value:?}");
+            if needs_quotes(&text) {
+                w.write_char('"')?;
+                for c in text.chars() {
+                    if c == '"' || c == '\\' {
+                        w.write_char('\\')?;
+                    }
+                    push_escaped(w, c)?;
+                }
+                w.write_char('"')
+            } else {
+                Escaping(w).write_str(&text)
+            }
         }
+    }
+}
+
+/// Whether a field's value must be quoted to stay one value: a space, an
+/// `=` or a quote in it would let whoever chose it (a Call-ID, a From
+/// name) forge fields after it (`source=10.0.0.5`) for a log parser. A
+/// value its `Debug` quoted already (a `?string`) is left as it is.
+fn needs_quotes(text: &str) -> bool {
+    if let Some(inner) = text
+        .strip_prefix('"')
+        .and_then(|rest| rest.strip_suffix('"'))
+    {
+        // Quoted by `Debug`: every quote inside is escaped.
+        let mut escaped = false;
+        let closed_early = inner.chars().any(|c| {
+            let unescaped_quote = c == '"' && !escaped;
+            escaped = c == '\\' && !escaped;
+            unescaped_quote
+        });
+        return closed_early;
+    }
+    text.is_empty()
+        || text
+            .chars()
+            .any(|c| c.is_whitespace() || c == '=' || c == '"')
+}
+
+/// `c` to `w`, a control character escaped as [`printable`] does.
+fn push_escaped(w: &mut impl fmt::Write, c: char) -> fmt::Result {
+    if c.is_control() {
+        c.escape_default().try_for_each(|e| w.write_char(e))
+    } else {
+        w.write_char(c)
     }
 }
 

@@ -24,10 +24,10 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use msr_shared::admin::RegistrationStatus;
 use msr_shared::admin::{
     subscription_name, Request, ResourceInfo, Response, ResponseData, SelectQuery,
 };
+use msr_shared::admin::{HealthState, RegistrationStatus};
 use msr_shared::subscription::SubscriptionState;
 use system_tests::{bin_path, example, workspace_root, AdminClient, ChildGuard};
 use tokio_util::sync::CancellationToken;
@@ -125,10 +125,13 @@ fn free_tcp_port() -> anyhow::Result<u16> {
         .port())
 }
 
-/// The run folder: `chosen`, or a new private one (0700).
+/// The run folder: `chosen`, or a new one; either is private (0700) when
+/// made here: the collector's config in it holds the accounts' passwords.
 fn run_folder(chosen: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Some(dir) = chosen {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+            .create(dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
         return Ok(dir.to_path_buf());
     }
     let base = std::env::var_os("XDG_RUNTIME_DIR")
@@ -311,249 +314,261 @@ async fn run(cli: Cli, stop: CancellationToken) -> anyhow::Result<()> {
         collector_config.display()
     ));
     let mut children = Vec::new();
-    children.push((
-        "msr-collector".to_owned(),
-        run_dir.join("collector.log"),
-        spawn(
-            "msr-collector",
-            &["--config", &collector_config.to_string_lossy()],
-            &run_dir.join("collector.log"),
-        )?,
-    ));
-    let mut admin = match AdminClient::connect_retry(&socket, Duration::from_secs(10)).await {
-        Ok(admin) => admin,
-        // A collector that could not start (its SIP port taken, say) says
-        // why in its log: show it here, not only its path.
-        Err(e) => match exited_child(&mut children) {
-            Some(report) => bail!("{report}"),
-            None => {
-                return Err(e).with_context(|| {
-                    format!(
-                        "collector control socket {} did not appear (see {})",
-                        socket.display(),
-                        run_dir.join("collector.log").display()
-                    )
-                })
-            }
-        },
-    };
-    step(format!(
-        "collector is up, control socket {}, http api http://127.0.0.1:{http_port}/health (and /metrics, /v1/resources, /v1/select), \
-         sip redirect 127.0.0.1:{redirect_port} (an INVITE there gets a 302 to the chosen MSR: \
-         sipp -sf tests/sipp/redirect_uac.xml -m 20 127.0.0.1:{redirect_port})",
-        socket.display()
-    ));
-
-    for (i, msr) in MSRS.iter().enumerate() {
-        let engine = free_udp_pair()?;
-        let mcc = free_tcp_port()?;
-        let rtp = rtp_base + RTP_RANGE * i as u16;
-        let cfg = run_dir.join(format!("{}.xml", msr.name));
-        std::fs::write(
-            &cfg,
-            agent_config(&example(msr.config), engine, mcc, sip_port, rtp)?,
-        )
-        .with_context(|| format!("cannot write {}", cfg.display()))?;
-        step(format!(
-            "starting msr-agent --config {} ({} with this run's ports: engine {engine}, agent {})",
-            cfg.display(),
-            rel(&example(msr.config)),
-            engine + 1
-        ));
-        let log = run_dir.join(format!("{}.log", msr.name));
-        // Each agent's control socket (`msr-agent drain`) in the run
-        // folder, not the system's /run/msr-agent.
-        let control = run_dir.join(format!("{}.sock", msr.name));
+    // Whatever ends the run — Ctrl-C, a refusal, an error, a daemon that
+    // exited — the daemons still running are stopped in order.
+    let outcome: anyhow::Result<Option<String>> = async {
         children.push((
-            msr.name.to_owned(),
-            log.clone(),
+            "msr-collector".to_owned(),
+            run_dir.join("collector.log"),
             spawn(
-                "msr-agent",
-                &[
-                    "--config",
-                    &cfg.to_string_lossy(),
-                    "--log-stderr",
-                    "--control-socket",
-                    &control.to_string_lossy(),
-                ],
-                &log,
+                "msr-collector",
+                &["--config", &collector_config.to_string_lossy()],
+                &run_dir.join("collector.log"),
             )?,
         ));
-    }
+        let mut admin = match AdminClient::connect_retry(&socket, Duration::from_secs(10)).await {
+            Ok(admin) => admin,
+            // A collector that could not start (its SIP port taken, say) says
+            // why in its log: show it here, not only its path.
+            Err(e) => match exited_child(&mut children) {
+                Some(report) => bail!("{report}"),
+                None => {
+                    return Err(e).with_context(|| {
+                        format!(
+                            "collector control socket {} did not appear (see {})",
+                            socket.display(),
+                            run_dir.join("collector.log").display()
+                        )
+                    })
+                }
+            },
+        };
+        step(format!(
+            "collector is up, control socket {}, http api http://127.0.0.1:{http_port}/health (and /metrics, /v1/resources, /v1/select), \
+             sip redirect 127.0.0.1:{redirect_port} (an INVITE there gets a 302 to the chosen MSR: \
+             sipp -sf {} -i 127.0.0.1 -m 20 127.0.0.1:{redirect_port}; each call's 302 binds a live \
+             leg until released: msrctl leg list, msrctl release --call-id ID)",
+            socket.display(),
+            workspace_root().join("tests/sipp/redirect_uac.xml").display()
+        ));
 
-    step("waiting for every MSR to register, subscribe and report its load");
-    let expected: BTreeMap<&str, u8> = MSRS
-        .iter()
-        .zip(&cli.calls)
-        .map(|(m, &c)| (m.name, c.min(100) as u8))
-        .collect();
-    let mut seen: BTreeMap<String, String> = BTreeMap::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(report) = exited_child(&mut children) {
-            bail!("{report}");
+        for (i, msr) in MSRS.iter().enumerate() {
+            let engine = free_udp_pair()?;
+            let mcc = free_tcp_port()?;
+            let rtp = rtp_base + RTP_RANGE * i as u16;
+            let cfg = run_dir.join(format!("{}.xml", msr.name));
+            std::fs::write(
+                &cfg,
+                agent_config(&example(msr.config), engine, mcc, sip_port, rtp)?,
+            )
+            .with_context(|| format!("cannot write {}", cfg.display()))?;
+            step(format!(
+                "starting msr-agent --config {} ({} with this run's ports: engine {engine}, agent {})",
+                cfg.display(),
+                rel(&example(msr.config)),
+                engine + 1
+            ));
+            let log = run_dir.join(format!("{}.log", msr.name));
+            // Each agent's control socket (`msr-agent drain`) in the run
+            // folder, not the system's /run/msr-agent.
+            let control = run_dir.join(format!("{}.sock", msr.name));
+            children.push((
+                msr.name.to_owned(),
+                log.clone(),
+                spawn(
+                    "msr-agent",
+                    &[
+                        "--config",
+                        &cfg.to_string_lossy(),
+                        "--log-stderr",
+                        "--control-socket",
+                        &control.to_string_lossy(),
+                    ],
+                    &log,
+                )?,
+            ));
         }
-        let rows = resources(&mut admin).await?;
-        for r in &rows {
-            let state = format!(
-                "{} {}, subscription {}, load {}",
-                r.contact,
-                r.status,
-                subscription_name(r.subscription.as_ref()),
-                r.load.map_or("-".into(), |l| format!("{l}%"))
-            );
-            if seen.get(&r.msr) != Some(&state) {
-                println!("    {state}");
-                seen.insert(r.msr.clone(), state);
+
+        step("waiting for every MSR to register, subscribe and report its load");
+        let expected: BTreeMap<&str, u8> = MSRS
+            .iter()
+            .zip(&cli.calls)
+            .map(|(m, &c)| (m.name, c.min(100) as u8))
+            .collect();
+        let mut seen: BTreeMap<String, String> = BTreeMap::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(report) = exited_child(&mut children) {
+                bail!("{report}");
             }
-        }
-        let ready = expected.iter().all(|(name, load)| {
-            rows.iter().any(|r| {
-                r.msr == *name
-                    && r.status == RegistrationStatus::Registered
-                    && r.subscription == Some(SubscriptionState::Active)
-                    && r.load == Some(*load)
-            })
-        });
-        if ready {
-            break;
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!(
-                "not every MSR reported its load within 60 s; logs in {}",
-                run_dir.display()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-
-    println!();
-    msrctl(&socket, &["resource", "list"])?;
-    msrctl(&socket, &["subscription", "list"])?;
-
-    let rows = resources(&mut admin).await?;
-    let (zone, site) = ("default".to_owned(), "local".to_owned());
-    step(format!(
-        "{} selections for a leg in zone {zone}, site {site}",
-        cli.selections
-    ));
-    let mut picks: BTreeMap<String, u32> = BTreeMap::new();
-    let mut example = None;
-    // A refusal (every MSR full, `--calls` near 100) ends the report, not
-    // the run: the daemons still stop in order below, then the run fails.
-    let mut refused = None;
-    for _ in 0..cli.selections {
-        let req = Request::Select(SelectQuery::new(zone.clone(), site.clone()));
-        match admin.call(&req).await? {
-            Response::Ok(ResponseData::Selected(s)) => {
-                *picks.entry(s.msr.clone()).or_default() += 1;
-                example.get_or_insert(s);
+            let rows = resources(&mut admin).await?;
+            for r in &rows {
+                let state = format!(
+                    "{} {}, subscription {}, load {}",
+                    r.contact,
+                    r.status,
+                    subscription_name(r.subscription.as_ref()),
+                    r.load.map_or("-".into(), |l| format!("{l}%"))
+                );
+                if seen.get(&r.msr) != Some(&state) {
+                    println!("    {state}");
+                    seen.insert(r.msr.clone(), state);
+                }
             }
-            Response::Ok(other) => bail!("unexpected reply to select: {other:?}"),
-            Response::Err(e) => {
-                refused = Some(format!(
-                    "select refused after {} selections: {} ({})",
-                    picks.values().sum::<u32>(),
-                    e.message,
-                    e.code
-                ));
+            let ready = expected.iter().all(|(name, load)| {
+                rows.iter().any(|r| {
+                    r.msr == *name
+                        && r.status == RegistrationStatus::Registered
+                        && r.subscription == Some(SubscriptionState::Active)
+                        && r.load == Some(*load)
+                })
+            });
+            if ready {
                 break;
             }
+            if tokio::time::Instant::now() > deadline {
+                bail!(
+                    "not every MSR reported its load within 60 s; logs in {}",
+                    run_dir.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-    }
-    if let Some(why) = &refused {
-        println!("  {why}");
-        return stop_all(children, held, &run_dir, refused);
-    }
-    let weights: BTreeMap<String, f64> = rows
-        .iter()
-        .map(|r| {
-            (
-                r.msr.clone(),
-                (100.0 - f64::from(r.load.unwrap_or(0))) * r.performance_coefficient,
-            )
-        })
-        .collect();
-    let total: f64 = weights.values().sum();
-    println!();
-    println!(
-        "  {:<8} {:>6} {:>6} {:>8} {:>10} {:>10}",
-        "MSR", "load", "coef", "weight", "predicted", "observed"
-    );
-    for (msr, w) in &weights {
-        let row = rows.iter().find(|r| &r.msr == msr);
-        let load = row.and_then(|r| r.load).unwrap_or(0);
-        let coef = row.map_or(1.0, |r| r.performance_coefficient);
-        let n = picks.get(msr).copied().unwrap_or(0);
-        println!(
-            "  {:<8} {:>5}% {:>6.1} {:>8.1} {:>9.1}% {:>9.1}%",
-            msr,
-            load,
-            coef,
-            w,
-            100.0 * w / total,
-            100.0 * f64::from(n) / f64::from(cli.selections.max(1))
-        );
-    }
-    println!();
-    if let Some(s) = example {
-        // What a core does with an answer (SPEC §3, §7).
-        println!(
-            "  The first selection chose {} ({}): a core sends the leg's INVITE to {}",
-            s.msr,
-            s.contact,
-            s.engine_uri
-                .as_deref()
-                .unwrap_or("(no engine address reported)")
-        );
-        if let Some(mcc) = &s.mcc {
-            println!("  and drives the media engine through its media-control channel at {mcc}.");
-        }
-        println!(
-            "  ({} is the agent's own address, where the collector subscribes.)",
-            s.uri
-        );
-        println!();
-    }
 
-    if !cli.once {
-        step(
-            "watching load changes; the agents' loads are held fixed, so nothing prints until a \
-             registration or a load changes (msrctl changes to coefficients or flags do not); \
-             Ctrl-C stops everything",
-        );
+        println!();
+        msrctl(&socket, &["resource", "list"])?;
+        msrctl(&socket, &["subscription", "list"])?;
+
+        let rows = resources(&mut admin).await?;
+        let (zone, site) = ("default".to_owned(), "local".to_owned());
         step(format!(
-            "try: {} --socket {} select --zone {zone} --site {site} --explain",
-            bin_path("msrctl").display(),
-            socket.display()
+            "{} selections for a leg in zone {zone}, site {site}",
+            cli.selections
         ));
-        let mut last: BTreeMap<String, (Option<u8>, RegistrationStatus)> = rows
+        let mut picks: BTreeMap<String, u32> = BTreeMap::new();
+        let mut example = None;
+        // A refusal (every MSR full, `--calls` near 100) ends the report, not
+        // the run: the daemons still stop in order below, then the run fails.
+        let mut refused = None;
+        for _ in 0..cli.selections {
+            let req = Request::Select(SelectQuery::new(zone.clone(), site.clone()));
+            match admin.call(&req).await? {
+                Response::Ok(ResponseData::Selected(s)) => {
+                    *picks.entry(s.msr.clone()).or_default() += 1;
+                    example.get_or_insert(s);
+                }
+                Response::Ok(other) => bail!("unexpected reply to select: {other:?}"),
+                Response::Err(e) => {
+                    refused = Some(format!(
+                        "select refused after {} selections: {} ({})",
+                        picks.values().sum::<u32>(),
+                        e.message,
+                        e.code
+                    ));
+                    break;
+                }
+            }
+        }
+        if let Some(why) = &refused {
+            println!("  {why}");
+            return Ok(refused);
+        }
+        let weights: BTreeMap<String, f64> = rows
             .iter()
-            .map(|r| (r.contact.clone(), (r.load, r.status)))
+            .map(|r| {
+                (
+                    r.msr.clone(),
+                    (100.0 - f64::from(r.load.unwrap_or(0))) * r.performance_coefficient,
+                )
+            })
             .collect();
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        loop {
-            tokio::select! {
-                () = stop.cancelled() => break,
-                _ = tick.tick() => {
-                    // A daemon that died is reported at once, with its log,
-                    // rather than as a stale table or a socket error.
-                    if let Some(report) = exited_child(&mut children) {
-                        bail!("{report}");
-                    }
-                    for r in resources(&mut admin).await? {
-                        let now = (r.load, r.status);
-                        if last.get(&r.contact) != Some(&now) {
-                            println!("    {} load {} {}", r.contact, r.load.map_or("-".into(), |l| format!("{l}%")), r.status);
-                            last.insert(r.contact.clone(), now);
+        let total: f64 = weights.values().sum();
+        println!();
+        println!(
+            "  {:<8} {:>6} {:>6} {:>8} {:>10} {:>10}",
+            "MSR", "load", "coef", "weight", "predicted", "observed"
+        );
+        for (msr, w) in &weights {
+            let row = rows.iter().find(|r| &r.msr == msr);
+            let load = row.and_then(|r| r.load).unwrap_or(0);
+            let coef = row.map_or(1.0, |r| r.performance_coefficient);
+            let n = picks.get(msr).copied().unwrap_or(0);
+            println!(
+                "  {:<8} {:>5}% {:>6.1} {:>8.1} {:>9.1}% {:>9.1}%",
+                msr,
+                load,
+                coef,
+                w,
+                100.0 * w / total,
+                100.0 * f64::from(n) / f64::from(cli.selections.max(1))
+            );
+        }
+        println!();
+        if let Some(s) = example {
+            // What a core does with an answer (SPEC §3, §7).
+            println!(
+                "  The first selection chose {} ({}): a core sends the leg's INVITE to {}",
+                s.msr,
+                s.contact,
+                s.engine_uri
+                    .as_deref()
+                    .unwrap_or("(no engine address reported)")
+            );
+            if let Some(mcc) = &s.mcc {
+                println!("  and drives the media engine through its media-control channel at {mcc}.");
+            }
+            println!(
+                "  ({} is the agent's own address, where the collector subscribes.)",
+                s.uri
+            );
+            println!();
+        }
+
+        if !cli.once {
+            step(
+                "watching load changes; the agents' loads are held fixed, so nothing prints until a \
+                 registration, a load or a health changes (msrctl changes to coefficients or flags do not); \
+                 Ctrl-C stops everything",
+            );
+            step(format!(
+                "try: {} --socket {} select --zone {zone} --site {site} --explain",
+                bin_path("msrctl").display(),
+                socket.display()
+            ));
+            let mut last: BTreeMap<String, (Option<u8>, RegistrationStatus, HealthState)> = rows
+                .iter()
+                .map(|r| (r.contact.clone(), (r.load, r.status, r.health)))
+                .collect();
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    _ = tick.tick() => {
+                        // A daemon that died is reported at once, with its log,
+                        // rather than as a stale table or a socket error.
+                        if let Some(report) = exited_child(&mut children) {
+                            bail!("{report}");
+                        }
+                        for r in resources(&mut admin).await? {
+                            let now = (r.load, r.status, r.health);
+                            if last.get(&r.contact) != Some(&now) {
+                                println!("    {} load {} {}, health {}", r.contact, r.load.map_or("-".into(), |l| format!("{l}%")), r.status, r.health);
+                                last.insert(r.contact.clone(), now);
+                            }
                         }
                     }
                 }
             }
         }
-    }
 
-    stop_all(children, held, &run_dir, None)
+        Ok(None)
+    }
+    .await;
+    let failure = match outcome {
+        Ok(refused) => refused,
+        Err(e) => Some(format!("{e:#}")),
+    };
+    stop_all(children, held, &run_dir, failure)
 }
 
 /// Stops the daemons, agents first so that their unregisters and final

@@ -56,6 +56,17 @@ pub enum ConfigError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The file is larger than [`MAX_CONFIG_BYTES`].
+    #[error(
+        "{origin}: the file has more than {limit} bytes, more than a collector config needs \
+         (is this the right file?)"
+    )]
+    TooLarge {
+        /// The file path.
+        origin: String,
+        /// [`MAX_CONFIG_BYTES`].
+        limit: usize,
+    },
     /// The text is not valid TOML, or a key is unknown or has the wrong type.
     #[error("{origin}:{line}:{column}: {message}")]
     Syntax {
@@ -676,16 +687,36 @@ impl Default for HealthConfig {
     }
 }
 
+/// The largest config file read: the collector's is kilobytes (its
+/// accounts, a line or two each, make the most of it); a file this large
+/// is not one, and reading it (SIGHUP re-reads whatever is at the path)
+/// must not stall the host.
+pub const MAX_CONFIG_BYTES: usize = 4 * 1024 * 1024;
+
 /// Reads and validates the config file at `path`.
 ///
 /// # Errors
-/// [`ConfigError::Read`] when the file cannot be read, otherwise as [`parse`].
+/// [`ConfigError::Read`] when the file cannot be read, [`ConfigError::TooLarge`]
+/// past [`MAX_CONFIG_BYTES`] (only that much is read), otherwise as [`parse`].
 pub fn load(path: &Path) -> Result<CollectorConfig, ConfigError> {
+    use std::io::Read as _;
     let origin = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| ConfigError::Read {
+    let read = |source| ConfigError::Read {
         origin: origin.clone(),
         source,
-    })?;
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .map_err(read)?
+        .take(MAX_CONFIG_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read)?;
+    if bytes.len() > MAX_CONFIG_BYTES {
+        return Err(ConfigError::TooLarge {
+            origin,
+            limit: MAX_CONFIG_BYTES,
+        });
+    }
     let text = std::str::from_utf8(&bytes).map_err(|e| {
         let valid = e.valid_up_to();
         // The prefix up to the error is valid UTF-8 by definition.

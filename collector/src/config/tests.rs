@@ -611,3 +611,19 @@ fn listeners_that_would_share_a_port_are_refused() {
     )
     .is_ok());
 }
+
+/// A path that is not a config (a device, a huge file) is refused after
+/// reading at most the limit, not read for ever.
+#[test]
+fn a_file_larger_than_any_config_is_refused_unread() {
+    let err = load(Path::new("/dev/zero")).expect_err("/dev/zero");
+    assert!(
+        matches!(err, ConfigError::TooLarge { limit, .. } if limit == MAX_CONFIG_BYTES),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("/dev/zero: the file has more than 4194304 bytes"),
+        "{err}"
+    );
+}

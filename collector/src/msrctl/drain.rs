@@ -55,7 +55,7 @@ pub(super) fn run(socket: &Path, msr: &str, wait: bool, timeout: Option<Duration
         }
     }
     if !wait {
-        super::put(&format!(
+        let _ = super::put(&format!(
             "{msr}: draining (no new legs); `msrctl msr drain {msr} --wait` shows when it is empty\n"
         ));
         return 0;
@@ -85,7 +85,7 @@ pub(super) fn run(socket: &Path, msr: &str, wait: bool, timeout: Option<Duration
             }
             // Gone from the collector's view: nothing is left on it.
             Ok(None) => {
-                super::put(&format!(
+                let _ = super::put(&format!(
                     "{msr}: drained (no longer known to the collector)\n"
                 ));
                 return 0;
@@ -97,7 +97,7 @@ pub(super) fn run(socket: &Path, msr: &str, wait: bool, timeout: Option<Duration
         };
         let line = progress(&info);
         if info.drain == Some(DrainState::Drained) {
-            super::put(&format!("{line}\n"));
+            let _ = super::put(&format!("{line}\n"));
             return 0;
         }
         if !info.active {

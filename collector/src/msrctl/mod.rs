@@ -186,20 +186,32 @@ pub fn run(args: Vec<OsString>) -> i32 {
         }
     };
     let out = output(&cli.command, cli.json, &response);
-    put(&out.stdout);
+    let written = put(&out.stdout);
     {
         use std::io::Write as _;
         let _ = std::io::stderr().lock().write_all(out.stderr.as_bytes());
     }
-    out.code
+    match written {
+        Ok(()) => out.code,
+        Err(error) => {
+            eprintln!("error: cannot write the answer to stdout: {error}");
+            out.code.max(1)
+        }
+    }
 }
 
 /// Writes `text` to stdout. A reader that went away (`msrctl msr list |
-/// head -1`) is no reason to panic: the rest is dropped, and the exit
-/// status still says how the request went.
-fn put(text: &str) {
+/// head -1`) is no reason to panic, nor an error: the rest is dropped, and
+/// the exit status still says how the request went. Any other failure (a
+/// full disk under `--json > file`) is: a script must not take the answer
+/// it never saved for a success.
+fn put(text: &str) -> std::io::Result<()> {
     use std::io::Write as _;
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
 }
 
 #[cfg(test)]

@@ -375,10 +375,7 @@ pub fn resources_narrow(rows: &[ResourceInfo], active_only: bool) -> String {
                 r.contact.clone(),
                 optional(r.load),
                 optional(r.cpu),
-                match (r.calls, r.max_calls) {
-                    (Some(calls), Some(max)) => format!("{calls}/{max}"),
-                    (calls, _) => optional(calls),
-                },
+                calls(r),
                 media_summary(r.codecs.as_deref()),
                 r.active.to_string(),
                 r.zone.clone(),
@@ -449,6 +446,14 @@ fn media_summary(codecs: Option<&[String]>) -> String {
 }
 
 /// `resource list [active]`: one row per contact (SPEC §5).
+/// The `Calls` cell: `calls/max-calls` of the last report.
+fn calls(r: &ResourceInfo) -> String {
+    match (r.calls, r.max_calls) {
+        (Some(calls), Some(max)) => format!("{calls}/{max}"),
+        (calls, _) => optional(calls),
+    }
+}
+
 pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
     let headers = [
         "Node",
@@ -456,6 +461,8 @@ pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
         "MSR\nversion",
         "MSR\nperf coef",
         "MSR\nload",
+        "CPU",
+        "Calls",
         "Cc-address",
         "Engine",
         "Active",
@@ -478,6 +485,8 @@ pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
         Align::Left,
         Align::Left,
         Align::Left,
+        Align::Right,
+        Align::Right,
         Align::Right,
         Align::Right,
         Align::Left,
@@ -510,6 +519,8 @@ pub fn resources(rows: &[ResourceInfo], active_only: bool) -> String {
                 optional(r.version.as_deref()),
                 coefficient(r.performance_coefficient),
                 optional(r.load),
+                optional(r.cpu),
+                calls(r),
                 optional(r.mcc.as_deref()),
                 optional(r.engine_uri.as_deref()),
                 r.active.to_string(),

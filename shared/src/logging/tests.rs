@@ -66,7 +66,7 @@ fn every_field_is_escaped() {
     let line = &lines[0];
     assert!(!line.contains('\u{1b}'), "{line}");
     assert!(
-        line.contains("notify \\u{1b}refused call_id=ESCTEST\\u{1b}[31mRED\\nforged debug="),
+        line.contains("notify \\u{1b}refused call_id=\"ESCTEST\\u{1b}[31mRED\\nforged\" debug="),
         "{line}"
     );
 }
@@ -126,5 +126,25 @@ fn a_call_site_is_shown_from_its_crate_on() {
     assert_eq!(
         short_site("event collector/src/shell.rs:643"),
         "collector/src/shell.rs:643"
+    );
+}
+
+/// A value that a stranger chose cannot forge the fields after it: one
+/// with a space, an `=` or a quote is quoted, its quotes escaped.
+#[test]
+fn a_value_with_spaces_or_equals_signs_is_quoted() {
+    let buffer = Buffer::default();
+    let limit = FloodLimit::default();
+    tracing::subscriber::with_default(logging(&limit, &buffer), || {
+        let forged = "msr_1 reason=ok source=10.0.0.5";
+        let quote = "a\" b=\"c";
+        tracing::info!(msr = %forged, plain = %"msr_2", debug = ?forged, quote = %quote, empty = %"", source = "127.0.0.1:5060", "registration refused");
+    });
+    let lines = buffer.lines();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let line = &lines[0];
+    assert!(
+        line.contains(r#"registration refused msr="msr_1 reason=ok source=10.0.0.5" plain=msr_2 debug="msr_1 reason=ok source=10.0.0.5" quote="a\" b=\"c" empty="" source="127.0.0.1:5060""#),
+        "{line}"
     );
 }

@@ -350,6 +350,10 @@ fn the_default_resource_list_fits_120_columns_and_wide_has_every_column() {
             "{column}:\n{wide}"
         );
     }
+    // The load's companions stay: --wide is every column.
+    for column in ["│ CPU │", "Calls"] {
+        assert!(wide.contains(column), "{column}:\n{wide}");
+    }
     // The registration's countdown says so (the seed's header read
     // "Expired"; issue 44).
     assert!(!wide.contains("Expired"), "{wide}");
