@@ -26,6 +26,15 @@ pub(super) enum Malformed {
     BadExpires(String),
     #[error("bad contact `{0}`")]
     BadContact(String),
+    /// A contact at an address nothing can be sent to (SPEC §3: the
+    /// collector subscribes there).
+    #[error("contact `{contact}` names {why}: nothing can be sent there")]
+    UnreachableContact {
+        /// The contact, escaped and cut as [`Malformed::BadContact`]'s.
+        contact: String,
+        /// What is wrong with its address.
+        why: &'static str,
+    },
     #[error("contact `*` needs expires 0 and no other contact")]
     BadWildcard,
     /// More contacts than one MSR may have.
@@ -169,6 +178,17 @@ pub(super) fn parse_contacts(req: &Request, msr: &MsrName) -> Result<ContactsSpe
                     .to_string(),
             ));
         }
+        if let Some(why) = unusable_address(host_port(uri)) {
+            return Err(Malformed::UnreachableContact {
+                contact: v
+                    .chars()
+                    .take(80)
+                    .collect::<String>()
+                    .escape_debug()
+                    .to_string(),
+                why,
+            });
+        }
         let expires = match sip::param(v, "expires") {
             Some(e) => e
                 .parse::<u32>()
@@ -177,12 +197,7 @@ pub(super) fn parse_contacts(req: &Request, msr: &MsrName) -> Result<ContactsSpe
         };
         let (iface, field) = match sip::param(v, "iface").filter(|i| !i.is_empty()) {
             Some(iface) => (iface, "iface"),
-            None => {
-                let rest = uri.split_once(':').map_or(uri, |(_, r)| r);
-                let host = rest.split_once('@').map_or(rest, |(_, h)| h);
-                let host = host.split([';', '?']).next().unwrap_or(host);
-                (host.to_owned(), "contact host:port")
-            }
+            None => (host_port(uri).to_owned(), "contact host:port"),
         };
         let name = ContactName::of(&iface, msr).map_err(|e| bad_name(field, &e))?;
         let engine = EngineAddresses::from_uri(uri).map_err(Malformed::BadEngine)?;
@@ -194,6 +209,38 @@ pub(super) fn parse_contacts(req: &Request, msr: &MsrName) -> Result<ContactsSpe
         });
     }
     Ok(ContactsSpec::List(list))
+}
+
+/// The `host[:port]` of a SIP URI (`sip:user@host:port;params`).
+fn host_port(uri: &str) -> &str {
+    let rest = uri.split_once(':').map_or(uri, |(_, r)| r);
+    let host = rest.split_once('@').map_or(rest, |(_, h)| h);
+    host.split([';', '?']).next().unwrap_or(host)
+}
+
+/// Why a contact's `host[:port]` can receive nothing, when it is an IP
+/// address: the unspecified address, a multicast or broadcast one, or
+/// port 0. A name is left to the resolver.
+fn unusable_address(host_port: &str) -> Option<&'static str> {
+    let (host, port) = match host_port.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((host, rest)) => (host, rest.strip_prefix(':')),
+            None => return None,
+        },
+        None => match host_port.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (host_port, None),
+        },
+    };
+    if port == Some("0") {
+        return Some("port 0");
+    }
+    match host.parse::<std::net::IpAddr>().ok()? {
+        ip if ip.is_unspecified() => Some("the unspecified address"),
+        ip if ip.is_multicast() => Some("a multicast address"),
+        std::net::IpAddr::V4(v4) if v4.is_broadcast() => Some("the broadcast address"),
+        _ => None,
+    }
 }
 
 /// The version in a `User-Agent` value: the text after the first `/` of

@@ -404,6 +404,41 @@ fn malformed_registers_get_400_never_a_panic() {
     assert!(r.bindings().next().is_none());
 }
 
+/// A contact at an address nothing can be sent to is refused: the
+/// collector would subscribe and send keepalives there (SPEC §3), and
+/// the accounts are shared by every MSR.
+#[test]
+fn a_contact_at_an_unusable_address_gets_400_naming_it() {
+    let mut r = registrar();
+    let now = Instant::now();
+    for (contact, why) in [
+        ("<sip:msr_1@0.0.0.0:5060>", "the unspecified address"),
+        ("<sip:msr_1@224.0.0.1:1234>", "a multicast address"),
+        ("<sip:msr_1@255.255.255.255:5060>", "the broadcast address"),
+        ("<sip:msr_1@127.0.0.1:0>", "port 0"),
+        ("<sip:msr_1@[::]:5060>", "the unspecified address"),
+        ("<sip:msr_1@[ff02::1]:5060>", "a multicast address"),
+    ] {
+        let mut reg = Reg::new("msr_1");
+        reg.contacts = vec![contact.into()];
+        let resp = register(&mut r, now, reg);
+        assert_eq!(resp.status_code, StatusCode::BadRequest, "{contact}");
+        let text = warning_of(&resp).unwrap_or_default();
+        assert!(text.contains(why), "{contact}: {text}");
+    }
+    assert!(r.bindings().next().is_none());
+    // A usable address, and a name, register.
+    for contact in ["<sip:msr_1@127.0.0.1:5060>", "<sip:msr_1@media.local:5060>"] {
+        let mut reg = Reg::new("msr_1");
+        reg.contacts = vec![contact.into()];
+        assert_eq!(
+            register(&mut r, now, reg).status_code,
+            StatusCode::OK,
+            "{contact}"
+        );
+    }
+}
+
 #[test]
 fn version_parsing() {
     assert_eq!(agent_version("msr-agent/0.1.0").as_deref(), Some("0.1.0"));
