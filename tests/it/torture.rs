@@ -31,10 +31,11 @@ fn messages() -> Vec<(String, Vec<u8>)> {
 /// Sends `bytes` to `port` from a fresh socket; the first answer within
 /// `wait`, or `None`. A request gets a Via of this socket on top (with
 /// `rport`, RFC 3581), so that its answer comes here rather than to the
-/// RFC's example hosts; `badbranch`, whose Via is the point (a branch
-/// without the RFC 3261 cookie: RFC 2543 matching, §17.2.3), keeps its
-/// Via with this socket as the sent-by and no `rport`, so its answer
-/// comes here by the Via's port (RFC 3261 §18.2.2).
+/// RFC's example hosts; `badbranch` and `inv2543`, whose Via is the point
+/// (a branch without the RFC 3261 cookie, or none: RFC 2543 matching,
+/// §17.2.3), keep their Via with this socket as the sent-by and no
+/// `rport`, so the answer comes here by the Via's port (RFC 3261
+/// §18.2.2).
 async fn ask(port: u16, name: &str, bytes: &[u8], wait: Duration) -> Option<String> {
     let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.ok()?;
     let local = socket.local_addr().ok()?;
@@ -42,6 +43,12 @@ async fn ask(port: u16, name: &str, bytes: &[u8], wait: Duration) -> Option<Stri
     let datagram = match bytes.iter().position(|b| *b == b'\n') {
         _ if name == "badbranch" => String::from_utf8_lossy(bytes)
             .replace("SIP/2.0/UDP 192.0.2.1;", &format!("SIP/2.0/UDP {local};"))
+            .into_bytes(),
+        _ if name == "inv2543" => String::from_utf8_lossy(bytes)
+            .replace(
+                "SIP/2.0/UDP iftgw.example.com\r\n",
+                &format!("SIP/2.0/UDP {local}\r\n"),
+            )
             .into_bytes(),
         Some(end) if !is_response => {
             let via = format!("Via: SIP/2.0/UDP {local};branch=z9hG4bK-torture-{name};rport\r\n");

@@ -22,17 +22,39 @@ pub const REMEMBER: Duration = Duration::from_secs(32);
 pub const MAX_REMEMBERED: usize = 16_384;
 
 /// An INVITE's identity for retransmissions and CANCEL (RFC 3261
-/// §17.2.3): the top `Via`'s branch and sent-by.
+/// §17.2.3): the top `Via`'s branch and sent-by. A branch without RFC
+/// 3261's magic cookie (or none: an RFC 2543 client, RFC 4475 §3.4.1)
+/// says nothing of the transaction, so then the identity is RFC 2543's:
+/// the Request-URI, the `To` and `From` tags, the Call-ID, the CSeq
+/// number and the whole top `Via` — all the same in a retransmission and
+/// in the CANCEL of the INVITE. `None` without a top `Via`.
 pub fn transaction_key(req: &Request) -> Option<String> {
     let top = sip::top_via(&req.headers)?;
-    let branch = sip::param(top, "branch").filter(|b| !b.is_empty())?;
-    let sent_by = sip::via_sent_by(top);
-    let mut key = String::with_capacity(branch.len() + 1 + sent_by.len());
-    key.push_str(&branch);
-    key.push(' ');
-    key.push_str(sent_by);
-    Some(key)
+    if let Some(branch) = sip::param(top, "branch").filter(|b| b.starts_with(MAGIC_COOKIE)) {
+        let sent_by = sip::via_sent_by(top);
+        let mut key = String::with_capacity(branch.len() + 1 + sent_by.len());
+        key.push_str(&branch);
+        key.push(' ');
+        key.push_str(sent_by);
+        return Some(key);
+    }
+    let tag = |name| {
+        sip::header(&req.headers, name)
+            .and_then(|v| sip::param(v, "tag"))
+            .unwrap_or_default()
+    };
+    let call_id = sip::header(&req.headers, "Call-ID").unwrap_or_default();
+    let cseq = sip::cseq(&req.headers).map_or(0, |(n, _)| n);
+    Some(format!(
+        "rfc2543 {} {} {} {call_id} {cseq} {top}",
+        req.uri,
+        tag("To"),
+        tag("From"),
+    ))
 }
+
+/// The start of every branch RFC 3261 clients make (§8.1.1.7).
+const MAGIC_COOKIE: &str = "z9hG4bK";
 
 /// What to do with an INVITE ([`InviteCache::on_invite`]).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -352,7 +352,7 @@ impl Server {
                         &req,
                         StatusCode::BadRequest,
                         ErrorCode::BadRequest,
-                        "no via branch",
+                        "no via",
                     );
                     self.metrics.redirect(response.status_code.code());
                     self.send(

@@ -615,3 +615,31 @@ fn a_via_is_stamped_unless_it_names_its_source_and_asks_nothing() {
         );
     }
 }
+
+/// An RFC 2543 client's INVITE (no branch, or one without RFC 3261's
+/// cookie; RFC 4475 §3.4.1) is matched as RFC 3261 §17.2.3 says: its
+/// retransmission and its CANCEL share its identity, another request of
+/// the call does not.
+#[test]
+fn an_rfc_2543_invite_is_matched_by_its_call_id_tags_cseq_and_via() {
+    for via in [
+        "SIP/2.0/UDP 127.0.0.1:5070",
+        "SIP/2.0/UDP 127.0.0.1:5070;branch=1",
+    ] {
+        let text = invite_text("sip:park@127.0.0.1:5062", "")
+            .replace("SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bK-1", via);
+        let req = Request::try_from(text.as_str()).expect("invite");
+        let key = transaction_key(&req).expect("a key without a branch");
+        let again = Request::try_from(text.as_str()).expect("invite");
+        assert_eq!(transaction_key(&again).as_ref(), Some(&key), "{via}");
+        let cancel = Request::try_from(
+            text.replace("INVITE sip", "CANCEL sip")
+                .replace("1 INVITE", "1 CANCEL")
+                .as_str(),
+        )
+        .expect("cancel");
+        assert_eq!(transaction_key(&cancel).as_ref(), Some(&key), "{via}");
+        let next = Request::try_from(text.replace("1 INVITE", "2 INVITE").as_str()).expect("next");
+        assert_ne!(transaction_key(&next).as_ref(), Some(&key), "{via}");
+    }
+}
