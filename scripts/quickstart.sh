@@ -13,6 +13,6 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${target_dir:-$PWD/target}
 # The etcd client's build needs protoc: installed when missing, as CI does.
 scripts/deps.sh build
-echo "==> building (cargo build --release)"
+echo "==> building (cargo build --release --workspace --bins --locked)"
 cargo build --release --workspace --bins --locked
 exec "$CARGO_TARGET_DIR/release/msr-quickstart" "$@"

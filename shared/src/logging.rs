@@ -133,10 +133,11 @@ fn write_field(w: &mut Writer<'_>, field: &Field, value: &dyn fmt::Debug) -> fmt
     }
 }
 
-/// Whether a field's value must be quoted to stay one value: a space, an
-/// `=` or a quote in it would let whoever chose it (a Call-ID, a From
-/// name) forge fields after it (`source=10.0.0.5`) for a log parser. A
-/// value its `Debug` quoted already (a `?string`) is left as it is.
+/// Whether a field's value must be quoted to stay one value: a space or a
+/// quote in it would let whoever chose it (a Call-ID, a From name) forge
+/// fields after it (`source=10.0.0.5`) for a log parser, which splits a
+/// line at its spaces. A value its `Debug` quoted already (a `?string`)
+/// is left as it is.
 fn needs_quotes(text: &str) -> bool {
     if let Some(inner) = text
         .strip_prefix('"')
@@ -151,10 +152,7 @@ fn needs_quotes(text: &str) -> bool {
         });
         return closed_early;
     }
-    text.is_empty()
-        || text
-            .chars()
-            .any(|c| c.is_whitespace() || c == '=' || c == '"')
+    text.is_empty() || text.chars().any(|c| c.is_whitespace() || c == '"')
 }
 
 /// `c` to `w`, a control character escaped as [`printable`] does.

@@ -3,6 +3,7 @@
 //!
 //! Every wait here is bounded; nothing sleeps longer than it must.
 
+pub use nix::sys::signal::Signal;
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -93,11 +94,19 @@ impl ChildGuard {
         self.child.id()
     }
 
+    /// Sends `signal` (kill(2)); whether it was sent. Not by a `kill`
+    /// process: one spawned in the caller's process group dies with the
+    /// rest of it of the Ctrl-C (or `timeout`'s SIGINT) that stops a run,
+    /// sometimes before it has signalled anything.
+    pub fn signal(&self, signal: Signal) -> bool {
+        i32::try_from(self.child.id()).is_ok_and(|pid| {
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).is_ok()
+        })
+    }
+
     /// Sends SIGTERM and waits up to `limit` for the exit status.
     pub fn terminate(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
+        self.signal(Signal::SIGTERM);
         self.wait_exit(limit)
     }
 
@@ -329,9 +338,7 @@ impl SippBackground {
                 }
                 // SIPp may miss a signal while it starts a screen; repeat.
                 if signalled.elapsed() >= Duration::from_millis(500) {
-                    let _ = Command::new("kill")
-                        .args(["-USR1", &c.child.id().to_string()])
-                        .status();
+                    c.signal(Signal::SIGUSR1);
                     signalled = std::time::Instant::now();
                 }
                 std::thread::sleep(Duration::from_millis(20));

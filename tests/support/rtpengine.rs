@@ -107,7 +107,7 @@ impl Rtpengine {
     /// end it still.
     pub fn freeze(&self) {
         if let Some(c) = &self.child {
-            signal(c, "-STOP");
+            c.signal(crate::Signal::SIGSTOP);
         }
     }
 
@@ -219,17 +219,10 @@ impl Drop for Rtpengine {
     }
 }
 
-/// `kill SIGNAL` to the daemon.
-fn signal(c: &ChildGuard, signal: &str) {
-    let _ = Command::new("kill")
-        .args([signal, &c.pid().to_string()])
-        .status();
-}
-
 /// SIGCONT (a frozen daemon takes its SIGTERM only once it runs), SIGTERM,
 /// and SIGKILL when it has not exited within 5 s.
 fn finish(c: &mut ChildGuard) {
-    signal(c, "-CONT");
+    c.signal(crate::Signal::SIGCONT);
     if c.terminate(Duration::from_secs(5)).is_none() {
         c.kill9();
     }

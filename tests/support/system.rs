@@ -377,11 +377,12 @@ path = "{state}"
             .expect("collector running")
             .pid()
             .to_string();
-        let ok = std::process::Command::new("kill")
-            .args(["-HUP", &pid])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "kill -HUP {pid}");
+        assert!(
+            self.child
+                .as_ref()
+                .is_some_and(|c| c.signal(crate::Signal::SIGHUP)),
+            "kill -HUP {pid}"
+        );
     }
 
     /// SIGTERM; returns the exit status.

@@ -227,7 +227,7 @@ impl Shell {
             info!("configuration reloaded");
         } else {
             warn!(
-                restart_needed = %pending.join(", "),
+                restart_needed = %pending.join(","),
                 "configuration reloaded; these settings differ from the running ones and take effect at the next restart"
             );
         }

@@ -51,7 +51,7 @@ pub enum Command {
     /// Zones: the labels contacts and legs carry (set with `resource set CONTACT zone Z`).
     #[command(subcommand)]
     Zone(ZoneCommand),
-    /// Per-MSR settings: performance coefficient, admin active flag and load limit.
+    /// The MSRs: list, per-MSR settings (performance coefficient, admin active flag, load limit), drain and undrain, forget a gone one.
     #[command(subcommand)]
     Msr(MsrCommand),
     /// The live load table (one row per MSR contact) and per-contact zone/site.
