@@ -811,13 +811,14 @@ fn final_notify_answered_200(log: &str, call_id: &str) -> bool {
                 && l.contains("Subscription-State: terminated")
         })
         .find_map(|l| {
-            let rest = &l[l.find(" cseq=")? + " cseq=".len()..];
+            // `cseq="7 NOTIFY"`: a value with a space is quoted.
+            let rest = &l[l.find(" cseq=\"")? + " cseq=\"".len()..];
             rest.split_whitespace().next().map(str::to_owned)
         })
     else {
         return false;
     };
-    let answer = format!(" cseq={cseq} NOTIFY ");
+    let answer = format!(" cseq=\"{cseq} NOTIFY\" ");
     log.lines().any(|l| {
         l.contains("udp send")
             && l.contains(&answer)
