@@ -1,4 +1,5 @@
-//! File-system checks both daemons make before they start (`--check-config`).
+//! File-system helpers both daemons use: the checks they make before they
+//! start (`--check-config`) and the bounded read of their config files.
 
 use std::io;
 use std::path::Path;
@@ -18,6 +19,21 @@ pub fn cannot_create_in(dir: &Path) -> Option<io::Error> {
     )
     .err()
     .map(io::Error::from)
+}
+
+/// The first `limit + 1` bytes of the file at `path`, at most: a config
+/// read must not stall a host on a path that is not one (`/dev/zero`, a
+/// huge file), so a caller refuses a result longer than `limit`.
+///
+/// # Errors
+/// The OS error of opening or reading the file.
+pub fn read_at_most(path: &Path, limit: usize) -> io::Result<Vec<u8>> {
+    use io::Read as _;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 #[cfg(test)]

@@ -87,11 +87,8 @@ pub fn printable(s: &str, max_chars: usize) -> String {
 }
 
 fn push_printable(out: &mut String, c: char) {
-    if c.is_control() {
-        out.extend(c.escape_default());
-    } else {
-        out.push(c);
-    }
+    // Writing to a `String` cannot fail.
+    let _ = push_escaped(out, c);
 }
 
 /// A [`fmt::Write`] that escapes control characters on the way through.

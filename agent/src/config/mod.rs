@@ -759,17 +759,11 @@ pub const MAX_CONFIG_DEPTH: usize = 64;
 /// Reads the config file at `path` and parses it with [`parse`]; messages
 /// name `path` as given. At most [`MAX_CONFIG_BYTES`] are read.
 pub fn load(path: &Path) -> Result<AgentConfig, ConfigError> {
-    use std::io::Read as _;
-    let io = |source| ConfigError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .map_err(io)?
-        .take(MAX_CONFIG_BYTES as u64 + 1)
-        .read_to_end(&mut bytes)
-        .map_err(io)?;
+    let bytes =
+        msr_shared::fs::read_at_most(path, MAX_CONFIG_BYTES).map_err(|source| ConfigError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
     if bytes.len() > MAX_CONFIG_BYTES {
         return Err(ConfigError::TooLarge {
             path: path.to_path_buf(),

@@ -937,8 +937,7 @@ fn serve_connection(
 }
 
 /// Answers a connection past the bound with `503` and closes it, without
-/// reading its request (the answer is the same whatever it asked).
-/// Answers a connection past the bound with a `503` and closes it. The
+/// reading its request (the answer is the same whatever it asked). The
 /// warning is rate limited (target [`msr_shared::logging::NETWORK`]): a
 /// client may connect in a loop.
 async fn refuse(mut stream: tokio::net::TcpStream, peer: SocketAddr, limits: ServeLimits) {

@@ -699,18 +699,13 @@ pub const MAX_CONFIG_BYTES: usize = 4 * 1024 * 1024;
 /// [`ConfigError::Read`] when the file cannot be read, [`ConfigError::TooLarge`]
 /// past [`MAX_CONFIG_BYTES`] (only that much is read), otherwise as [`parse`].
 pub fn load(path: &Path) -> Result<CollectorConfig, ConfigError> {
-    use std::io::Read as _;
     let origin = path.display().to_string();
-    let read = |source| ConfigError::Read {
-        origin: origin.clone(),
-        source,
-    };
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .map_err(read)?
-        .take(MAX_CONFIG_BYTES as u64 + 1)
-        .read_to_end(&mut bytes)
-        .map_err(read)?;
+    let bytes = msr_shared::fs::read_at_most(path, MAX_CONFIG_BYTES).map_err(|source| {
+        ConfigError::Read {
+            origin: origin.clone(),
+            source,
+        }
+    })?;
     if bytes.len() > MAX_CONFIG_BYTES {
         return Err(ConfigError::TooLarge {
             origin,

@@ -168,24 +168,11 @@ pub(super) fn parse_contacts(req: &Request, msr: &MsrName) -> Result<ContactsSpe
             && !uri.chars().any(|c| c.is_control() || c.is_whitespace())
             && rsipstack::sip::Uri::try_from(uri).is_ok();
         if !valid {
-            // Shown in the 400's reason phrase and the refusal log: escaped
-            // and cut, never raw.
-            return Err(Malformed::BadContact(
-                v.chars()
-                    .take(80)
-                    .collect::<String>()
-                    .escape_debug()
-                    .to_string(),
-            ));
+            return Err(Malformed::BadContact(shown(v)));
         }
         if let Some(why) = unusable_address(host_port(uri)) {
             return Err(Malformed::UnreachableContact {
-                contact: v
-                    .chars()
-                    .take(80)
-                    .collect::<String>()
-                    .escape_debug()
-                    .to_string(),
+                contact: shown(v),
                 why,
             });
         }
@@ -209,6 +196,17 @@ pub(super) fn parse_contacts(req: &Request, msr: &MsrName) -> Result<ContactsSpe
         });
     }
     Ok(ContactsSpec::List(list))
+}
+
+/// A contact as a refusal shows it (the 400's `Warning` and the log):
+/// escaped and cut, never raw.
+fn shown(contact: &str) -> String {
+    contact
+        .chars()
+        .take(80)
+        .collect::<String>()
+        .escape_debug()
+        .to_string()
 }
 
 /// The `host[:port]` of a SIP URI (`sip:user@host:port;params`).
