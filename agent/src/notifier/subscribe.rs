@@ -52,7 +52,9 @@ impl Notifier {
                 why = refusal.why,
                 "request refused"
             );
-            return Some(finish(refusal.response(request)));
+            return Some(finish(
+                refusal.response(request, &crate::registration::user_agent()),
+            ));
         }
         match request.method {
             Method::Ack => None,

@@ -48,7 +48,7 @@ impl Collector {
         if let Some(refusal) = sip::request_refusal(req, ALLOW) {
             if req.method != Method::Ack {
                 info!(target: msr_shared::logging::NETWORK, %source, status = %refusal.status, why = refusal.why, "request refused");
-                let response = refusal.response(req);
+                let response = refusal.response(req, super::USER_AGENT);
                 let transmit = self.response_to(route, source, req, response);
                 self.transmits.push_back(transmit);
             }

@@ -132,7 +132,7 @@ fn a_call_site_is_shown_from_its_crate_on() {
 /// A value that a stranger chose cannot forge the fields after it: one
 /// with a space or a quote is quoted, its quotes escaped.
 #[test]
-fn a_value_with_spaces_or_equals_signs_is_quoted() {
+fn a_value_with_a_space_or_a_quote_is_quoted() {
     let buffer = Buffer::default();
     let limit = FloodLimit::default();
     tracing::subscriber::with_default(logging(&limit, &buffer), || {

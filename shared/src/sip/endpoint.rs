@@ -990,7 +990,7 @@ impl Task {
             // response can be built, as the collector's ports answer it.
             None => match super::request_refusal(&request, self.allow) {
                 Some(refusal) => {
-                    let response = refusal.response(&request);
+                    let response = refusal.response(&request, &self.server_header);
                     let bytes = wire::encode_response(response, &self.server_header);
                     self.transmit(route, bytes).await;
                 }

@@ -364,10 +364,19 @@ impl RequestRefusal {
     }
 
     /// The stateless answer to `req`: [`response`] with this status and
-    /// [`stateless_tag`], [`completed`](Self::complete).
-    pub fn response(&self, req: &Request) -> Response {
+    /// [`stateless_tag`], [`completed`](Self::complete), and the reason in
+    /// a `Warning: 399` (RFC 3261 §20.43) from `server` (its product name,
+    /// `msr-agent/0.2.0` → `msr-agent`), so the sender learns which check
+    /// failed.
+    pub fn response(&self, req: &Request, server: &str) -> Response {
         let mut response = response(req, self.status.clone(), Some(&stateless_tag(&req.headers)));
         self.complete(&mut response);
+        let agent = server.split('/').next().unwrap_or(server);
+        push_header(
+            &mut response.headers,
+            "Warning",
+            format!("399 {agent} \"{}\"", self.why),
+        );
         response
     }
 }
@@ -410,12 +419,24 @@ pub fn request_refusal(req: &Request, allow: &str) -> Option<RequestRefusal> {
         let single = match h {
             Header::From(_) => 0,
             Header::To(_) => 1,
-            Header::CallId(_) => 2,
+            Header::CallId(value) => {
+                // Call-ID = word ["@" word] (§25.1): not empty.
+                if value.value().trim().is_empty() {
+                    return Some(RequestRefusal::new(400, "an empty call-id"));
+                }
+                2
+            }
             Header::CSeq(value) => {
                 cseq = value.value();
                 3
             }
-            Header::MaxForwards(_) => 4,
+            Header::MaxForwards(value) => {
+                // Max-Forwards = 1*DIGIT (§20.22).
+                if value.value().trim().parse::<u32>().is_err() {
+                    return Some(RequestRefusal::new(400, "a max-forwards that is no number"));
+                }
+                4
+            }
             Header::ContentType(_) => 5,
             Header::Via(via) => {
                 // An empty value (`Via: , SIP/2.0/UDP h`) is no via-parm
@@ -474,17 +495,19 @@ pub fn request_refusal(req: &Request, allow: &str) -> Option<RequestRefusal> {
             "a cseq number that is not below 2^31",
         ));
     }
-    if let Some(method) = cseq.next() {
-        // Method names are case-sensitive (RFC 3261 §7.1) and every known
-        // one is upper case: a lower-case letter is another method.
-        if method.parse::<Method>().ok() != Some(req.method)
-            || method.bytes().any(|b| b.is_ascii_lowercase())
-        {
-            return Some(RequestRefusal::new(
-                400,
-                "the cseq method is not the request's",
-            ));
-        }
+    // CSeq = 1*DIGIT LWS Method (§20.16): the method is not optional.
+    let Some(method) = cseq.next() else {
+        return Some(RequestRefusal::new(400, "a cseq without a method"));
+    };
+    // Method names are case-sensitive (RFC 3261 §7.1) and every known
+    // one is upper case: a lower-case letter is another method.
+    if method.parse::<Method>().ok() != Some(req.method)
+        || method.bytes().any(|b| b.is_ascii_lowercase())
+    {
+        return Some(RequestRefusal::new(
+            400,
+            "the cseq method is not the request's",
+        ));
     }
     if !req.uri.headers.is_empty() {
         return Some(RequestRefusal::new(400, "a request-uri with headers"));

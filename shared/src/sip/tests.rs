@@ -287,6 +287,26 @@ fn a_request_is_refused_as_rfc_3261_orders_the_checks() {
         };
         assert_eq!(status(&without), Some(400), "without {name}");
     }
+    // The grammar's minimum (§20.16 CSeq's method, §25.1 a Call-ID's
+    // word, §20.22 Max-Forwards' digits), each a 400 naming it.
+    for (from, to, why) in [
+        ("CSeq: 1 OPTIONS", "CSeq: 1", "a cseq without a method"),
+        ("Call-ID: c@test", "Call-ID: ", "an empty call-id"),
+        (
+            "Max-Forwards: 70",
+            "Max-Forwards: abc",
+            "a max-forwards that is no number",
+        ),
+    ] {
+        let request = with(&|t| t.replace(from, to));
+        let refusal = request_refusal(&request, ALLOW).expect(why);
+        assert_eq!((refusal.status.code(), refusal.why), (400, why));
+        let response = refusal.response(&request, "msr-test/1");
+        assert_eq!(
+            header(&response.headers, "Warning"),
+            Some(format!("399 msr-test \"{why}\"").as_str())
+        );
+    }
     // §7.3.1 (RFC 4475 §3.3.8 multi01): one that appears once, twice.
     for twice in [
         "Call-ID: d@test\n",
@@ -373,7 +393,7 @@ fn a_request_is_refused_as_rfc_3261_orders_the_checks() {
     };
     let refusal = request_refusal(&with(&require), ALLOW).expect("a 420");
     assert_eq!(refusal.status.code(), 420);
-    let response = refusal.response(&with(&|t| t.to_owned()));
+    let response = refusal.response(&with(&|t| t.to_owned()), "msr-test/1");
     assert_eq!(
         header(&response.headers, "Unsupported"),
         Some("nothingSupportsThis, nothingSupportsThisEither")
