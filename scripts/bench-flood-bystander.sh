@@ -15,21 +15,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-30}
 label=${2:-run}
-if [ -n "${BIN:-}" ]; then
-  bin=$BIN
-else
-  cargo build --release --locked -q -p msr-collector -p msr-tools --bins
-  bin=target/release
-fi
 . scripts/lib/bench.sh
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+bench_start
 
 cat >"$dir/echo.py" <<'PY'
 import os, socket, sys, threading

@@ -28,21 +28,8 @@ command -v wrk >/dev/null || { echo "needs wrk (apt-get install wrk)" >&2; exit 
 
 # BIN: a directory holding another build's msr-collector, msr-loadgen and
 # msrctl (a before-and-after comparison); by default this tree's release.
-if [ -n "${BIN:-}" ]; then
-  bin=$BIN
-else
-  cargo build --release --locked -q -p msr-collector -p msr-tools --bins
-  bin=target/release
-fi
 . scripts/lib/bench.sh
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+bench_start
 
 # utime + stime of PIDs (all their threads), in clock ticks.
 ticks() {

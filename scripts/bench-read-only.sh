@@ -16,21 +16,8 @@ cd "$(dirname "$0")/.."
 selects=${1:-300000}
 seconds=${2:-10}
 command -v wrk >/dev/null || { echo "needs wrk (apt-get install wrk)" >&2; exit 1; }
-if [ -n "${BIN:-}" ]; then
-  bin=$BIN
-else
-  cargo build --release --locked -q -p msr-collector -p msr-tools --bins
-  bin=target/release
-fi
 . scripts/lib/bench.sh
-dir=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+bench_start
 ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 

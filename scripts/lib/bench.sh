@@ -1,8 +1,32 @@
-# Shared by the benchmark scripts (sourced, not run): free ports, the
-# release-build collector config they start, and counting its rows.
-# Needs `bin` (the directory of the release binaries) set by the caller.
+# Shared by the benchmark scripts (sourced, not run): their start, free
+# ports, the release-build collector config they start, and counting its
+# rows. Needs `bin` (the directory of the release binaries): set by
+# bench_start, or by the caller.
 
 . "$(dirname "${BASH_SOURCE[0]}")/ports.sh"
+
+# bench_start: `bin`, the binaries to run (BIN, a directory holding another
+# build's msr-collector, msr-loadgen and msrctl, for a before-and-after
+# comparison; by default this tree's release build, built now); `dir`, a
+# scratch folder; `pids`, the processes to kill at exit, before `dir` is
+# removed.
+bench_start() {
+  if [ -n "${BIN:-}" ]; then
+    bin=$BIN
+  else
+    cargo build --release --locked -q -p msr-collector -p msr-tools --bins
+    bin=target/release
+  fi
+  dir=$(mktemp -d)
+  pids=()
+  trap bench_cleanup EXIT
+}
+
+bench_cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$dir"
+}
 
 # write_collector_config FILE SIP_PORT SOCKET STATE [EXTRA_TOML]: the bench
 # collector (one account msr/msr-secret, 600 s subscriptions), plus EXTRA.
